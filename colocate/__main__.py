@@ -1,0 +1,3 @@
+from colocate.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""Types shared by both device implementations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU as a node coordinator sees it. ``core`` is the CPU core of a sim GPU."""
+
+    index: int
+    kind: str  # "sim" | "cuda"
+    mem_total: int  # bytes
+    name: str = ""
+    core: int | None = None
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """A snapshot of the job's device memory, in bytes.
+
+    ``allocated``/``reserved`` follow PyTorch's caching allocator: bytes in live
+    blocks vs bytes held in segments (live + cached). ``host`` counts live bytes
+    that were served from host memory because the cap was reached. ``win_*``
+    values cover the current statistics window (since the last mini-batch
+    boundary); ``win_host_touched`` is the host bytes the window touched
+    (host bytes live at its start plus host bytes allocated in it).
+    """
+
+    cap: int
+    allocated: int
+    reserved: int
+    host: int
+    peak_allocated: int
+    peak_reserved: int
+    peak_host: int
+    win_peak_allocated: int
+    win_peak_reserved: int
+    win_host_touched: int
+
+
+class JobDevice(Protocol):
+    """The device as one job process sees it. Every method is thread-safe.
+
+    ``busy_time()`` is monotonic seconds of device work done by this process.
+    ``set_cap`` takes effect for new segments at once; cached memory above a
+    lowered cap is released by ``release_cache`` (the runtime calls it at the
+    next mini-batch boundary).
+    """
+
+    kind: str
+    index: int
+    mem_total: int
+
+    def install(self) -> None: ...
+    def set_cap(self, cap_bytes: int) -> None: ...
+    def release_cache(self) -> int: ...
+    def memory(self) -> MemoryStats: ...
+    def reset_window(self) -> None: ...
+    def busy_time(self) -> float: ...
+    def mem_get_info(self) -> tuple[int, int]: ...
+    def charge(self, seconds: float) -> None: ...

@@ -1,0 +1,160 @@
+"""The one table of ``COLOCATE_*`` environment variables.
+
+The launcher (``colocate run``) writes these into the job's environment; the job
+runtime (``torch_hooks.install``) reads them in every Python process the job
+starts. ``VARIABLES`` is the single source of truth: the README table is
+generated from it (``colocate env``) and ``JobEnv`` parses exactly these names.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from colocate.units import parse_fraction, parse_size
+
+PREFIX = "COLOCATE_"
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    default: str
+    meaning: str
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("COLOCATE_ENABLED", "0", "1 in a process started by `colocate run`: install the runtime when torch is imported."),
+    Variable("COLOCATE_JOB_ID", "<pid>", "Job identifier used in statistics, logs and the node protocol."),
+    Variable("COLOCATE_DEVICE", "sim", "Device kind the job runs on: `sim` or `cuda` (the launcher resolves `auto`)."),
+    Variable("COLOCATE_GPU", "0", "Index of the (simulated or CUDA) GPU the job is placed on."),
+    Variable("COLOCATE_GPU_MEM", "<device total>", "Device memory cap in bytes; over it, allocations go to host or fail (COLOCATE_ON_CAP)."),
+    Variable("COLOCATE_SM_SHARE", "1.0", "Compute share 0..1: the job's device busy fraction is held at or below it; 0 pauses at the next mini-batch."),
+    Variable("COLOCATE_PRIORITY", "guaranteed", "`guaranteed` or `opportunistic`."),
+    Variable("COLOCATE_ON_CAP", "host", "`host`: allocations over the cap are served from host memory; `error`: the job stops with one line."),
+    Variable("COLOCATE_STATS_DIR", "", "Directory where each job process writes `stats-<pid>.json` at exit (the launcher merges them)."),
+    Variable("COLOCATE_NODE", "", "Endpoint of the node coordinator (e.g. ipc:///tmp/colocate-node.sock); empty: run standalone."),
+    Variable("COLOCATE_SIM_CORE", "<gpu index mod cores>", "sim: CPU core that is the simulated GPU's compute; the job is pinned to it."),
+    Variable("COLOCATE_SIM_GPU_MEM", "16GiB", "sim: total memory of the simulated GPU in bytes (the cap when none is given)."),
+    Variable("COLOCATE_SIM_HOST_GBPS", "2.0", "sim: modelled host-memory bandwidth (GB/s); host-served bytes touched per mini-batch cost bytes/bandwidth of device time."),
+    Variable("COLOCATE_CHAIN_SITECUSTOMIZE", "", "Set by the launcher: the sys.path entries searched for a pre-existing sitecustomize to run first."),
+    Variable("COLOCATE_LOG", "warning", "Log level of the runtime inside the job (debug, info, warning)."),
+)
+
+NAMES = frozenset(v.name for v in VARIABLES)
+
+DEVICES = ("sim", "cuda")
+PRIORITIES = ("guaranteed", "opportunistic")
+ON_CAP = ("host", "error")
+
+DEFAULT_SIM_GPU_MEM = 16 << 30
+
+
+def _get(env: Mapping[str, str], name: str) -> str | None:
+    assert name in NAMES, name
+    value = env.get(name)
+    return value if value not in (None, "") else None
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    """Typed view of the job's ``COLOCATE_*`` variables (see ``VARIABLES``)."""
+
+    enabled: bool = False
+    job_id: str = ""
+    device: str = "sim"
+    gpu: int = 0
+    gpu_mem: int | None = None
+    sm_share: float = 1.0
+    priority: str = "guaranteed"
+    on_cap: str = "host"
+    stats_dir: str | None = None
+    node: str | None = None
+    sim_core: int | None = None
+    sim_gpu_mem: int = DEFAULT_SIM_GPU_MEM
+    sim_host_gbps: float = 2.0
+    log: str = "warning"
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str] | None = None) -> "JobEnv":
+        """Parse the variables; raise ValueError naming the variable on a bad value."""
+        env = os.environ if env is None else env
+
+        def parsed(name, fn, default):
+            raw = _get(env, name)
+            if raw is None:
+                return default
+            try:
+                return fn(raw)
+            except ValueError as exc:
+                raise ValueError(f"{name}={raw!r}: {exc}") from None
+
+        def choice(options):
+            def fn(raw):
+                if raw not in options:
+                    raise ValueError(f"must be one of {', '.join(options)}")
+                return raw
+            return fn
+
+        def nonneg_int(raw):
+            value = int(raw)
+            if value < 0:
+                raise ValueError("must be a non-negative integer")
+            return value
+
+        def positive_float(raw):
+            value = float(raw)
+            if not value > 0:
+                raise ValueError("must be a positive number")
+            return value
+
+        return cls(
+            enabled=_get(env, "COLOCATE_ENABLED") == "1",
+            job_id=_get(env, "COLOCATE_JOB_ID") or str(os.getpid()),
+            device=parsed("COLOCATE_DEVICE", choice(DEVICES), "sim"),
+            gpu=parsed("COLOCATE_GPU", nonneg_int, 0),
+            gpu_mem=parsed("COLOCATE_GPU_MEM", parse_size, None),
+            sm_share=parsed("COLOCATE_SM_SHARE", lambda r: parse_fraction(r, "share"), 1.0),
+            priority=parsed("COLOCATE_PRIORITY", choice(PRIORITIES), "guaranteed"),
+            on_cap=parsed("COLOCATE_ON_CAP", choice(ON_CAP), "host"),
+            stats_dir=_get(env, "COLOCATE_STATS_DIR"),
+            node=_get(env, "COLOCATE_NODE"),
+            sim_core=parsed("COLOCATE_SIM_CORE", nonneg_int, None),
+            sim_gpu_mem=parsed("COLOCATE_SIM_GPU_MEM", parse_size, DEFAULT_SIM_GPU_MEM),
+            sim_host_gbps=parsed("COLOCATE_SIM_HOST_GBPS", positive_float, 2.0),
+            log=_get(env, "COLOCATE_LOG") or "warning",
+        )
+
+    def to_environ(self) -> dict[str, str]:
+        """The variables that reproduce this value (only those that are set)."""
+        out = {
+            "COLOCATE_ENABLED": "1" if self.enabled else "0",
+            "COLOCATE_JOB_ID": self.job_id,
+            "COLOCATE_DEVICE": self.device,
+            "COLOCATE_GPU": str(self.gpu),
+            "COLOCATE_SM_SHARE": repr(float(self.sm_share)),
+            "COLOCATE_PRIORITY": self.priority,
+            "COLOCATE_ON_CAP": self.on_cap,
+            "COLOCATE_SIM_GPU_MEM": str(self.sim_gpu_mem),
+            "COLOCATE_SIM_HOST_GBPS": repr(float(self.sim_host_gbps)),
+            "COLOCATE_LOG": self.log,
+        }
+        if self.gpu_mem is not None:
+            out["COLOCATE_GPU_MEM"] = str(self.gpu_mem)
+        if self.stats_dir:
+            out["COLOCATE_STATS_DIR"] = self.stats_dir
+        if self.node:
+            out["COLOCATE_NODE"] = self.node
+        if self.sim_core is not None:
+            out["COLOCATE_SIM_CORE"] = str(self.sim_core)
+        assert set(out) <= NAMES
+        return out
+
+
+def markdown_table() -> str:
+    """The README table of variables."""
+    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    rows += [f"| `{v.name}` | `{v.default}` | {v.meaning} |" for v in VARIABLES]
+    return "\n".join(rows)

@@ -1,0 +1,15 @@
+"""Small file helpers shared by daemons and the job runtime."""
+
+from __future__ import annotations
+
+import json
+import os
+
+
+def write_json_atomic(path: str, obj) -> None:
+    """Write ``obj`` as JSON so readers never see a partial file (rename is atomic)."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)

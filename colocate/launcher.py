@@ -1,0 +1,192 @@
+"""``colocate run``: start an unmodified command with the job runtime injected.
+
+Spec/runtime split in the style of torchrun: ``RunSpec`` is the validated,
+immutable description of the job; ``launch(spec)`` is the runtime that builds
+the environment, starts the command, forwards signals, merges the per-process
+statistics into ``--stats-file`` and returns the child's exit code
+(128 + N when the child died of signal N).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import colocate
+from colocate.env import JobEnv
+from colocate.files import write_json_atomic
+
+INJECT_DIR = str(Path(__file__).with_name("_inject"))
+PROJECT_ROOT = str(Path(colocate.__file__).resolve().parent.parent)
+FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGCONT")
+
+# The fields every --stats-file carries (a job that never imported torch gets zeros).
+SUMMARY_KEYS = ("iterations", "wall_s", "device_busy_s", "busy_fraction", "mem_cap_bytes",
+                "mem_reserved_peak_bytes", "mem_allocated_peak_bytes", "host_bytes_peak")
+
+
+class LaunchError(Exception):
+    """A bad command line or command; the CLI prints it and exits 2."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    command: tuple[str, ...]
+    device: str = "sim"  # resolved: sim | cuda
+    gpu: int = 0
+    gpu_mem: int | None = None
+    sm_share: float = 1.0
+    priority: str = "guaranteed"
+    on_cap: str = "host"
+    stats_file: str | None = None
+    job_id: str | None = None
+    node: str | None = None
+    sim_gpu_mem: int | None = None
+    log: str = "warning"
+
+
+def check_command(command: tuple[str, ...], path: str | None) -> None:
+    """Raise LaunchError if the program or the Python script cannot be found."""
+    if not command:
+        raise LaunchError("no command given: usage is `colocate run [options] -- CMD [ARGS...]`")
+    program = command[0]
+    if os.sep in program:
+        if not os.path.exists(program):
+            raise LaunchError(f"command not found: {program}")
+    elif shutil.which(program, path=path) is None:
+        raise LaunchError(f"command not found: {program}")
+    if os.path.basename(program).startswith("python"):
+        script = _python_script(command[1:])
+        if script is not None and script != "-" and not os.path.exists(script):
+            raise LaunchError(f"script not found: {script}")
+
+
+def _python_script(args) -> str | None:
+    """The script argument of a python command line, or None for -c/-m/interactive."""
+    takes_value = {"-W", "-X", "--check-hash-based-pycs"}
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg in ("-c", "-m") or (arg.startswith("-") and not arg.startswith("--") and arg[1:2] in "cm" and len(arg) > 2):
+            return None
+        if arg in takes_value:
+            skip = True
+            continue
+        if arg.startswith("-") and arg != "-":
+            continue
+        return arg
+    return None
+
+
+def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
+    """The child's environment: ``base`` plus the COLOCATE_* table and injection."""
+    env = dict(base)
+    job = JobEnv(
+        enabled=True,
+        job_id=spec.job_id or f"job-{os.getpid()}",
+        device=spec.device,
+        gpu=spec.gpu,
+        gpu_mem=spec.gpu_mem,
+        sm_share=spec.sm_share,
+        priority=spec.priority,
+        on_cap=spec.on_cap,
+        stats_dir=stats_dir,
+        node=spec.node,
+        sim_core=JobEnv.from_environ(base).sim_core,
+        sim_gpu_mem=spec.sim_gpu_mem or JobEnv.from_environ(base).sim_gpu_mem,
+        log=spec.log,
+    )
+    env.update(job.to_environ())
+    old_pp = base.get("PYTHONPATH", "")
+    env["COLOCATE_CHAIN_SITECUSTOMIZE"] = os.pathsep.join([p for p in old_pp.split(os.pathsep) if p] + sys.path)
+    env["PYTHONPATH"] = os.pathsep.join([INJECT_DIR, PROJECT_ROOT] + ([old_pp] if old_pp else []))
+    if spec.device == "sim":
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("MKL_NUM_THREADS", "1")
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)
+    return env
+
+
+def merge_stats(stats_dir: str) -> dict:
+    """One summary for the job from its processes' ``stats-<pid>.json`` files."""
+    procs = []
+    for path in sorted(glob.glob(os.path.join(stats_dir, "stats-*.json"))):
+        try:
+            with open(path) as f:
+                procs.append(json.load(f))
+        except (OSError, ValueError):
+            continue
+    if not procs:
+        out = {k: 0 for k in SUMMARY_KEYS}
+        out["note"] = "no process of the job installed the runtime (it never imported torch)"
+        out["processes"] = []
+        return out
+    if len(procs) == 1:
+        out = dict(procs[0])
+    else:
+        main = max(procs, key=lambda p: p["iterations"])
+        out = dict(main)
+        out["device_busy_s"] = sum(p["device_busy_s"] for p in procs)
+        out["wall_s"] = max(p["wall_s"] for p in procs)
+        out["busy_fraction"] = out["device_busy_s"] / out["wall_s"] if out["wall_s"] > 0 else 0.0
+        for key in ("mem_reserved_peak_bytes", "mem_allocated_peak_bytes", "host_bytes_peak"):
+            out[key] = max(p[key] for p in procs)
+    out["processes"] = procs
+    return out
+
+
+def launch(spec: RunSpec) -> int:
+    """Run the job to completion; returns the exit code for the launcher."""
+    base = dict(os.environ)
+    check_command(spec.command, base.get("PATH"))
+    with tempfile.TemporaryDirectory(prefix="colocate-stats-") as stats_dir:
+        env = job_environment(spec, base, stats_dir)
+        try:
+            child = subprocess.Popen(list(spec.command), env=env)
+        except OSError as exc:
+            raise LaunchError(f"cannot start {spec.command[0]}: {exc.strerror}") from None
+        previous = _forward_signals(child)
+        try:
+            code = child.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if spec.stats_file:
+            summary = merge_stats(stats_dir)
+            summary["exit_code"] = code
+            try:
+                write_json_atomic(spec.stats_file, summary)
+            except OSError as exc:
+                print(f"colocate run: cannot write --stats-file {spec.stats_file}: {exc.strerror}", file=sys.stderr)
+    return 128 - code if code < 0 else code
+
+
+def _forward_signals(child: subprocess.Popen) -> dict:
+    interactive = sys.stdin is not None and sys.stdin.isatty()
+
+    def forward(signum, frame):
+        # Ctrl-C at a terminal already reached the child (same process group).
+        if signum == signal.SIGINT and interactive:
+            return
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {}
+    for name in FORWARDED:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            previous[sig] = signal.signal(sig, forward)
+    return previous

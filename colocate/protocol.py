@@ -1,0 +1,481 @@
+"""Every message of the node coordinator <-> job runtime <-> ctl/top link, its version and its codec.
+
+Wire format: one msgpack map per ZeroMQ frame, ``{"v": PROTOCOL_VERSION, "t": TYPE, <field>: <value>, ...}``;
+nested records (``Limits``, ``GpuInfo``, ``JobInfo``) are maps of their fields. ``encode_json``/``decode_json``
+give the same map as JSON, for debugging only. Every message carries ``"v"``; a peer that receives another
+version (or none) must answer ``Error(code="version")`` -- ``ProtocolError.to_error()`` builds that reply.
+
+Units: sizes are bytes (int >= 0); times and durations are seconds (finite float >= 0; ints are accepted and
+become floats); shares and utilization are fractions in [0, 1]; ``t_end``/``applied_at``/``sent_at`` are read
+from the *sender's* ``time.monotonic()`` and are only comparable with each other.
+
+Who sends what:
+  job -> node   Register, BatchReport (once per mini-batch), LimitsApplied, Heartbeat, Goodbye, Error
+  node -> job   Welcome (the reply to Register), SetLimits, Error
+  ctl -> node   CtlList, CtlSet                      node -> ctl   CtlJobs, CtlOk, Error
+
+Ordering and idempotence:
+  * ``Register.epoch`` counts the job runtime's incarnations; after a coordinator restart the job registers
+    again with the same ``job_id``. ``Welcome.node_epoch`` counts coordinator incarnations; a job drops
+    node messages whose epoch is older than the one it was welcomed with (stale messages are fenced off).
+  * ``Limits.seq`` increases monotonically per job. A job applies a ``SetLimits`` only if its seq is greater
+    than the seq it already has (duplicates and reordered messages are harmless), then answers
+    ``LimitsApplied``; every ``BatchReport.limits_seq`` names the seq in force during that batch.
+  * ``Limits.gate``: the job must hold its device work while the guaranteed job's device phase runs.
+
+``decode``/``decode_json`` raise only ``ProtocolError`` (a ``ValueError``) whatever the input; ``.code`` is
+"malformed" (not a msgpack/JSON map, too big, no type), "version", "unknown_type" or "invalid" (missing,
+extra, ill-typed or out-of-range fields). Constructing a message validates it the same way, so an invalid
+message can be neither built nor received. Field rules are declared once, as dataclass field metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Optional
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+MAX_MESSAGE_BYTES = 1 << 20  # inputs above this are rejected before unpacking
+MAX_ID_CHARS = 128
+MAX_TEXT_CHARS = 4096
+MAX_LIST_ITEMS = 1024
+_I64 = (1 << 63) - 1
+_RESERVED_KEYS = ("v", "t")
+
+ERROR_CODES = ("malformed", "version", "unknown_type", "invalid")
+
+
+class ProtocolError(ValueError):
+    """A message that cannot be encoded or decoded; ``code`` is one of ``ERROR_CODES``."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+    def to_error(self, job_id: Optional[str] = None) -> "Error":
+        """The ``Error`` reply a daemon sends back for this failure."""
+        return Error(code=self.code, message=str(self)[:MAX_TEXT_CHARS], job_id=job_id)
+
+
+def _bad(name: str, want: str, got: Any) -> ProtocolError:
+    shown = repr(got)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return ProtocolError("invalid", f"{name}: expected {want}, got {shown}")
+
+
+# ---------------------------------------------------------------- field specs
+# check(value, name) validates a Python value and returns it normalized (called on construction);
+# load(value, name) turns a decoded wire value into a Python value; dump(value) does the reverse.
+
+
+class _Spec:
+    def load(self, v: Any, name: str) -> Any:
+        return v
+
+    def dump(self, v: Any) -> Any:
+        return v
+
+
+@dataclass(frozen=True)
+class Int(_Spec):
+    lo: int = 0
+    hi: int = _I64
+
+    def check(self, v: Any, name: str) -> int:
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise _bad(name, "an integer", v)
+        if not self.lo <= v <= self.hi:
+            raise _bad(name, f"an integer in [{self.lo}, {self.hi}]", v)
+        return int(v)
+
+
+@dataclass(frozen=True)
+class Float(_Spec):
+    lo: float = 0.0
+    hi: float = math.inf
+
+    def check(self, v: Any, name: str) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise _bad(name, "a number", v)
+        try:
+            v = float(v)
+        except OverflowError:
+            raise _bad(name, "a finite number", v) from None
+        if not math.isfinite(v):
+            raise _bad(name, "a finite number", v)
+        if not self.lo <= v <= self.hi:
+            raise _bad(name, f"a number in [{self.lo:g}, {self.hi:g}]", v)
+        return v
+
+
+@dataclass(frozen=True)
+class Bool(_Spec):
+    def check(self, v: Any, name: str) -> bool:
+        if type(v) is not bool:
+            raise _bad(name, "a boolean", v)
+        return v
+
+
+@dataclass(frozen=True)
+class Str(_Spec):
+    max_len: int = MAX_TEXT_CHARS
+    min_len: int = 0
+    choices: tuple = ()
+
+    def check(self, v: Any, name: str) -> str:
+        if type(v) is not str:
+            raise _bad(name, "a string", v)
+        if self.choices and v not in self.choices:
+            raise _bad(name, "one of " + "|".join(self.choices), v)
+        if not self.min_len <= len(v) <= self.max_len:
+            raise _bad(name, f"a string of {self.min_len}..{self.max_len} characters", v)
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _bad(name, "valid unicode text", v) from None
+        return v
+
+
+@dataclass(frozen=True)
+class Opt(_Spec):
+    inner: _Spec
+
+    def check(self, v: Any, name: str) -> Any:
+        return None if v is None else self.inner.check(v, name)
+
+    def load(self, v: Any, name: str) -> Any:
+        return None if v is None else self.inner.load(v, name)
+
+    def dump(self, v: Any) -> Any:
+        return None if v is None else self.inner.dump(v)
+
+
+@dataclass(frozen=True)
+class Nested(_Spec):
+    cls: type
+
+    def check(self, v: Any, name: str) -> Any:
+        if type(v) is not self.cls:
+            raise _bad(name, f"a {self.cls.__name__}", v)
+        return v
+
+    def load(self, v: Any, name: str) -> Any:
+        if type(v) is not dict:
+            raise _bad(name, f"a map ({self.cls.__name__})", v)
+        return _from_map(self.cls, v)
+
+    def dump(self, v: Any) -> Any:
+        return _to_map(v)
+
+
+@dataclass(frozen=True)
+class ListOf(_Spec):
+    item: _Spec
+    max_len: int = MAX_LIST_ITEMS
+
+    def check(self, v: Any, name: str) -> tuple:
+        if not isinstance(v, (list, tuple)) or len(v) > self.max_len:
+            raise _bad(name, f"a list of at most {self.max_len} items", v)
+        return tuple(self.item.check(x, f"{name}[{i}]") for i, x in enumerate(v))
+
+    def load(self, v: Any, name: str) -> Any:
+        if type(v) is not list:
+            raise _bad(name, "a list", v)
+        return [self.item.load(x, f"{name}[{i}]") for i, x in enumerate(v)]
+
+    def dump(self, v: Any) -> Any:
+        return [self.item.dump(x) for x in v]
+
+
+def _f(spec: _Spec) -> Any:
+    """Declare a dataclass field with its wire rule."""
+    return field(metadata={"spec": spec})
+
+
+JOB_ID = Str(MAX_ID_CHARS, min_len=1)
+TEXT = Str(MAX_TEXT_CHARS)
+SIZE = Int(0)  # bytes
+COUNT = Int(0)  # seq, epoch, iterations, indices
+PID = Int(0, (1 << 31) - 1)
+EXIT_CODE = Int(-(1 << 31), (1 << 31) - 1)
+SECONDS = Float(0.0)
+SHARE = Float(0.0, 1.0)
+PRIORITY = Str(choices=("guaranteed", "opportunistic"))
+
+# ---------------------------------------------------------------- message classes
+
+_SPECS: dict[type, tuple[tuple[str, _Spec], ...]] = {}
+MESSAGE_TYPES: dict[str, type] = {}
+
+
+class _Record:
+    """Base of every message and nested record: validates and normalizes its fields on construction."""
+
+    __slots__ = ()
+
+    def __post_init__(self) -> None:
+        cls = type(self)
+        for name, spec in _SPECS[cls]:
+            object.__setattr__(self, name, spec.check(getattr(self, name), f"{cls.__name__}.{name}"))
+        self._check()
+
+    def _check(self) -> None:
+        """Cross-field rules; overridden where a message has any."""
+
+
+class Message(_Record):
+    """Base of the top-level messages; ``TYPE`` is the wire name."""
+
+    __slots__ = ()
+    TYPE: ClassVar[str] = ""
+
+
+def _record(cls: type) -> type:
+    cls = dataclass(frozen=True, slots=True)(cls)
+    specs = tuple((f.name, f.metadata["spec"]) for f in fields(cls))
+    assert all(name not in _RESERVED_KEYS for name, _ in specs), cls
+    _SPECS[cls] = specs
+    return cls
+
+
+def _message(type_name: str):
+    def wrap(cls: type) -> type:
+        cls = _record(cls)
+        cls.TYPE = type_name
+        assert type_name not in MESSAGE_TYPES, type_name
+        MESSAGE_TYPES[type_name] = cls
+        return cls
+
+    return wrap
+
+
+@_record
+class Limits(_Record):
+    seq: int = _f(COUNT)
+    mem_cap: int = _f(SIZE)
+    sm_share: float = _f(SHARE)
+    gate: bool = _f(Bool())
+
+
+@_record
+class GpuInfo(_Record):
+    index: int = _f(COUNT)
+    mem_total: int = _f(SIZE)
+    utilization: float = _f(SHARE)
+    kind: str = _f(Str(choices=("sim", "cuda")))
+
+
+@_record
+class JobInfo(_Record):
+    job_id: str = _f(JOB_ID)
+    gpu: int = _f(COUNT)
+    priority: str = _f(PRIORITY)
+    pid: int = _f(PID)
+    mem_cap: int = _f(SIZE)
+    sm_share: float = _f(SHARE)
+    mem_reserved: int = _f(SIZE)
+    mem_allocated_peak: int = _f(SIZE)
+    host_bytes: int = _f(SIZE)
+    throughput: float = _f(Float(0.0))  # iterations per second
+    slo_state: str = _f(Str(32))
+    iterations: int = _f(COUNT)
+
+
+# job -> node
+@_message("register")
+class Register(Message):
+    job_id: str = _f(JOB_ID)
+    pid: int = _f(PID)
+    gpu: int = _f(COUNT)
+    priority: str = _f(PRIORITY)
+    mem_request: Optional[int] = _f(Opt(SIZE))
+    sm_share: float = _f(SHARE)
+    mem_cap: int = _f(SIZE)
+    epoch: int = _f(COUNT)  # job-side incarnation counter
+
+
+@_message("batch_report")
+class BatchReport(Message):
+    job_id: str = _f(JOB_ID)
+    seq: int = _f(COUNT)
+    t_end: float = _f(SECONDS)  # job's monotonic clock at the batch boundary
+    duration_s: float = _f(SECONDS)
+    busy_s: float = _f(SECONDS)  # device busy time within the batch
+    device_start_s: float = _f(SECONDS)  # offset within the batch where device work began
+    mem_allocated_peak: int = _f(SIZE)
+    mem_reserved: int = _f(SIZE)
+    mem_floor: int = _f(SIZE)  # 0 when none
+    host_bytes: int = _f(SIZE)
+    host_bytes_touched: int = _f(SIZE)
+    limits_seq: int = _f(COUNT)  # seq of the last SetLimits applied
+
+
+@_message("limits_applied")
+class LimitsApplied(Message):
+    job_id: str = _f(JOB_ID)
+    limits_seq: int = _f(COUNT)
+    applied_at: float = _f(SECONDS)
+
+
+@_message("goodbye")
+class Goodbye(Message):
+    job_id: str = _f(JOB_ID)
+    exit_code: Optional[int] = _f(Opt(EXIT_CODE))
+    reason: str = _f(TEXT)
+
+
+@_message("heartbeat")
+class Heartbeat(Message):
+    job_id: str = _f(JOB_ID)
+    sent_at: float = _f(SECONDS)  # job's monotonic clock ("t" is the wire key of the type)
+
+
+# node -> job
+@_message("welcome")
+class Welcome(Message):
+    job_id: str = _f(JOB_ID)
+    node_epoch: int = _f(COUNT)
+    limits: Limits = _f(Nested(Limits))
+
+
+@_message("set_limits")
+class SetLimits(Message):
+    job_id: str = _f(JOB_ID)
+    limits: Limits = _f(Nested(Limits))
+
+
+# both directions
+@_message("error")
+class Error(Message):
+    code: str = _f(Str(64, min_len=1))
+    message: str = _f(TEXT)
+    job_id: Optional[str] = _f(Opt(JOB_ID))
+
+
+# ctl/top -> node
+@_message("ctl_list")
+class CtlList(Message):
+    pass
+
+
+@_message("ctl_set")
+class CtlSet(Message):
+    job_id: str = _f(JOB_ID)
+    mem_cap: Optional[int] = _f(Opt(SIZE))
+    sm_share: Optional[float] = _f(Opt(SHARE))
+
+    def _check(self) -> None:
+        if self.mem_cap is None and self.sm_share is None:
+            raise ProtocolError("invalid", "CtlSet: set at least one of mem_cap, sm_share")
+
+
+# node -> ctl/top
+@_message("ctl_jobs")
+class CtlJobs(Message):
+    node_epoch: int = _f(COUNT)
+    gpus: tuple = _f(ListOf(Nested(GpuInfo), 64))
+    jobs: tuple = _f(ListOf(Nested(JobInfo)))
+
+
+@_message("ctl_ok")
+class CtlOk(Message):
+    message: str = _f(TEXT)
+
+
+JOB_TO_NODE = (Register, BatchReport, LimitsApplied, Goodbye, Heartbeat, Error)
+NODE_TO_JOB = (Welcome, SetLimits, Error)
+CTL_TO_NODE = (CtlList, CtlSet)
+NODE_TO_CTL = (CtlJobs, CtlOk, Error)
+
+# ---------------------------------------------------------------- codec
+
+
+def _to_map(rec: _Record) -> dict:
+    return {name: spec.dump(getattr(rec, name)) for name, spec in _SPECS[type(rec)]}
+
+
+def _from_map(cls: type, m: dict) -> Any:
+    specs = _SPECS[cls]
+    names = {name for name, _ in specs}
+    missing = [n for n, _ in specs if n not in m]
+    extra = [k for k in m if k not in names]
+    if missing or extra:
+        what = [f"missing {missing}"] * bool(missing) + [f"unexpected {extra!r:.200}"] * bool(extra)
+        raise ProtocolError("invalid", f"{cls.__name__}: " + ", ".join(what))
+    return cls(**{name: spec.load(m[name], f"{cls.__name__}.{name}") for name, spec in specs})
+
+
+def to_wire(msg: Message) -> dict:
+    """The map ``encode`` packs: ``{"v": ..., "t": ..., fields...}``."""
+    if not isinstance(msg, Message) or type(msg) not in _SPECS:
+        raise TypeError(f"not a protocol message: {msg!r:.80}")
+    return {"v": PROTOCOL_VERSION, "t": msg.TYPE, **_to_map(msg)}
+
+
+def from_wire(obj: Any) -> Message:
+    """Validate an unpacked map and build its message; raises only ``ProtocolError``."""
+    if type(obj) is not dict:
+        raise ProtocolError("malformed", f"expected a map, got {type(obj).__name__}")
+    if "v" not in obj:
+        raise ProtocolError("version", f"missing protocol version: expected {PROTOCOL_VERSION}")
+    v = obj["v"]
+    if type(v) is not int or v != PROTOCOL_VERSION:
+        raise ProtocolError("version", f"protocol version mismatch: expected {PROTOCOL_VERSION}, got {v!r:.40}")
+    t = obj.get("t")
+    if type(t) is not str:
+        raise ProtocolError("malformed", "missing message type 't'")
+    cls = MESSAGE_TYPES.get(t)
+    if cls is None:
+        raise ProtocolError("unknown_type", f"unknown message type {t!r:.80}")
+    return _from_map(cls, {k: x for k, x in obj.items() if k not in _RESERVED_KEYS})
+
+
+def _check_size(n: int) -> None:
+    if n > MAX_MESSAGE_BYTES:
+        raise ProtocolError("malformed", f"message of {n} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
+
+
+def encode(msg: Message) -> bytes:
+    """msgpack bytes of ``msg``."""
+    data = msgpack.packb(to_wire(msg), use_bin_type=True)
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ProtocolError("invalid", f"encoded {msg.TYPE} is {len(data)} bytes, over {MAX_MESSAGE_BYTES}")
+    return data
+
+
+def decode(data: bytes) -> Message:
+    """Message from msgpack bytes; raises only ``ProtocolError``, whatever ``data`` holds."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ProtocolError("malformed", f"expected bytes, got {type(data).__name__}")
+    _check_size(memoryview(data).nbytes)
+    try:
+        obj = msgpack.unpackb(
+            data, raw=False, strict_map_key=True, use_list=True,
+            max_buffer_len=MAX_MESSAGE_BYTES, max_str_len=4 * MAX_TEXT_CHARS, max_bin_len=4 * MAX_TEXT_CHARS,
+            max_array_len=MAX_LIST_ITEMS, max_map_len=64, max_ext_len=4 * MAX_TEXT_CHARS,
+        )  # fmt: skip
+    except Exception as e:  # msgpack raises several types (ExtraData, FormatError, ValueError, ...)
+        raise ProtocolError("malformed", f"undecodable msgpack: {type(e).__name__}: {e}"[:200]) from None
+    return from_wire(obj)
+
+
+def encode_json(msg: Message) -> str:
+    """The same map as JSON (debugging aid)."""
+    return json.dumps(to_wire(msg), allow_nan=False, ensure_ascii=False)
+
+
+def decode_json(data: str | bytes) -> Message:
+    """Message from ``encode_json`` text; raises only ``ProtocolError``."""
+    if not isinstance(data, (str, bytes, bytearray)):
+        raise ProtocolError("malformed", f"expected text, got {type(data).__name__}")
+    _check_size(len(data))
+    try:
+        obj = json.loads(data)
+    except Exception as e:  # JSONDecodeError, UnicodeDecodeError, RecursionError, int-digit limit...
+        raise ProtocolError("malformed", f"undecodable JSON: {type(e).__name__}: {e}"[:200]) from None
+    return from_wire(obj)

@@ -1,0 +1,117 @@
+"""colocate's in-job runtime for PyTorch.
+
+Nothing happens on import. ``install()`` (called by the launcher's injected
+``sitecustomize`` right after ``import torch`` completes) reads the
+``COLOCATE_*`` variables, installs the device (memory cap, busy clock), the
+mini-batch hooks and the statistics writer. Public, thread-safe API::
+
+    torch_hooks.install(env=None) -> Runtime    # idempotent
+    torch_hooks.step()                          # explicit boundary for loops without an optimizer
+    torch_hooks.set_limits(mem_cap=None, sm_share=None)
+    torch_hooks.limits() -> {"mem_cap", "sm_share", "seq"}
+    torch_hooks.stats() -> dict                 # the --stats-file summary so far
+    torch_hooks.mem_get_info() -> (free, total) # the cap is the total
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import threading
+
+_rt = None
+_lock = threading.Lock()
+
+
+def install(env=None):
+    """Install the runtime in this process once; returns the ``Runtime``."""
+    global _rt
+    with _lock:
+        if _rt is not None:
+            return _rt
+        from colocate.device import job_device
+        from colocate.env import JobEnv
+        from torch_hooks.hooks import install_hooks
+        from torch_hooks.runtime import Runtime
+
+        env = env or JobEnv.from_environ()
+        logging.basicConfig(format="colocate[%(process)d] %(levelname)s %(message)s")
+        logging.getLogger("colocate").setLevel(env.log.upper())
+        device = job_device(env)
+        device.install()
+        rt = Runtime(env, device)
+        install_hooks(rt)
+        _install_excepthook()
+        atexit.register(_at_exit, rt)
+        if env.node:
+            from torch_hooks.link import NodeLink
+
+            rt.link = NodeLink(env, rt)
+            rt.link.start()
+        _rt = rt
+        return rt
+
+
+def runtime():
+    """The installed ``Runtime`` or None."""
+    return _rt
+
+
+def _require():
+    if _rt is None:
+        raise RuntimeError("colocate runtime is not installed: run under `colocate run` or call torch_hooks.install()")
+    return _rt
+
+
+def step() -> None:
+    """Mark a mini-batch boundary (for loops that call no optimizer)."""
+    _require().on_boundary()
+
+
+def set_limits(mem_cap: int | None = None, sm_share: float | None = None) -> None:
+    _require().set_limits(mem_cap=mem_cap, sm_share=sm_share)
+
+
+def limits() -> dict:
+    return _require().limits()
+
+
+def stats() -> dict:
+    return _require().summary()
+
+
+def mem_get_info() -> tuple[int, int]:
+    return _require().device.mem_get_info()
+
+
+def _at_exit(rt) -> None:
+    rt.close()
+    link = getattr(rt, "link", None)
+    if link is not None:
+        link.stop()
+    stats_dir = rt.env.stats_dir
+    if stats_dir:
+        from colocate.files import write_json_atomic
+
+        try:
+            os.makedirs(stats_dir, exist_ok=True)
+            write_json_atomic(os.path.join(stats_dir, f"stats-{os.getpid()}.json"), rt.summary())
+        except OSError as exc:
+            print(f"colocate: could not write statistics to {stats_dir}: {exc}", file=sys.stderr)
+
+
+def _install_excepthook() -> None:
+    """Print the cap error as one line instead of a traceback (``--on-cap error``)."""
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        text = str(exc)
+        marker = text.find("colocate: device memory cap")
+        if marker >= 0:
+            print(text[marker:].splitlines()[0], file=sys.stderr)
+            return
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook

@@ -1,0 +1,346 @@
+// Simulated-GPU memory for colocate: a CPU allocator that models PyTorch's CUDA
+// caching allocator (CUDACachingAllocator.cpp) and enforces a byte budget.
+//
+// Every CPU tensor storage of the job goes through this allocator once
+// install() has run (c10::SetCPUAllocator). Real memory always comes from
+// c10::alloc_cpu; the caching allocator is modelled over a virtual address
+// space, so the accounting (allocated vs reserved bytes, segments, cached free
+// blocks, empty_cache releasing only wholly free segments) follows the CUDA
+// allocator exactly while the storage itself stays ordinary host memory.
+//
+// Over the cap, an allocation is either served from "host memory" (AntMan's
+// universal memory: counted in host_* statistics, not in device reserved) or
+// rejected with c10::OutOfMemoryError (torch.OutOfMemoryError in Python).
+//
+// Thread safety: every entry point takes one mutex.
+
+#include <pybind11/pybind11.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr size_t kMinBlockSize = 512;          // all sizes are rounded to 512 B
+constexpr size_t kSmallSize = 1 << 20;         // largest "small" allocation
+constexpr size_t kSmallBuffer = 2 << 20;       // small-pool segment size
+constexpr size_t kLargeBuffer = 20 << 20;      // segment for 1..10 MiB requests
+constexpr size_t kMinLargeAlloc = 10 << 20;    // from here, round to kRoundLarge
+constexpr size_t kRoundLarge = 2 << 20;
+
+struct Block {
+  size_t size;
+  size_t addr;  // virtual device address
+  bool allocated = false;
+  bool small;
+  Block* prev = nullptr;  // neighbours inside the same segment
+  Block* next = nullptr;
+};
+
+struct BlockLess {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->size != b->size) return a->size < b->size;
+    return a->addr < b->addr;
+  }
+};
+
+struct Live {
+  Block* block;  // nullptr: served from host memory
+  size_t nbytes;
+};
+
+std::string fmt_bytes(size_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  std::ostringstream os;
+  os.precision(u == 0 ? 0 : 2);
+  os << std::fixed << v << " " << units[u];
+  return os.str();
+}
+
+size_t round_size(size_t n) {
+  if (n < kMinBlockSize) return kMinBlockSize;
+  return kMinBlockSize * ((n + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+size_t segment_size(size_t size) {
+  if (size <= kSmallSize) return kSmallBuffer;
+  if (size < kMinLargeAlloc) return kLargeBuffer;
+  return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
+}
+
+class Model {
+ public:
+  std::mutex mu;
+  std::set<Block*, BlockLess> small_pool, large_pool;
+  std::unordered_map<void*, Live> live;
+  size_t cap = std::numeric_limits<size_t>::max();
+  bool error_on_cap = false;
+  size_t next_addr = 1 << 20;
+
+  // current values
+  size_t reserved = 0, allocated = 0, host = 0, segments = 0;
+  // lifetime peaks and counters
+  size_t peak_reserved = 0, peak_allocated = 0, peak_host = 0;
+  uint64_t num_allocs = 0, num_host_allocs = 0, num_ooms = 0, num_cache_flushes = 0;
+  uint64_t host_alloc_bytes_total = 0;
+  // window (since the last reset_window(), i.e. the last mini-batch boundary)
+  size_t win_peak_reserved = 0, win_peak_allocated = 0, win_peak_host = 0;
+  size_t win_host_alloc_bytes = 0, win_host_at_start = 0;
+
+  std::set<Block*, BlockLess>& pool(bool small) { return small ? small_pool : large_pool; }
+
+  void bump_peaks() {
+    if (reserved > peak_reserved) peak_reserved = reserved;
+    if (allocated > peak_allocated) peak_allocated = allocated;
+    if (host > peak_host) peak_host = host;
+    if (reserved > win_peak_reserved) win_peak_reserved = reserved;
+    if (allocated > win_peak_allocated) win_peak_allocated = allocated;
+    if (host > win_peak_host) win_peak_host = host;
+  }
+
+  // Release every cached segment that is wholly free. Caller holds mu.
+  size_t release_cached() {
+    size_t freed = 0;
+    for (auto* p : {&small_pool, &large_pool}) {
+      for (auto it = p->begin(); it != p->end();) {
+        Block* b = *it;
+        if (b->prev == nullptr && b->next == nullptr) {
+          freed += b->size;
+          reserved -= b->size;
+          --segments;
+          it = p->erase(it);
+          delete b;
+        } else {
+          ++it;
+        }
+      }
+    }
+    ++num_cache_flushes;
+    return freed;
+  }
+
+  // Find or create a device block of `size` bytes; nullptr when the cap stops it.
+  Block* device_block(size_t size) {
+    bool small = size <= kSmallSize;
+    auto& p = pool(small);
+    Block key{size, 0, false, small};
+    auto it = p.lower_bound(&key);
+    Block* block = nullptr;
+    if (it != p.end()) {
+      block = *it;
+      p.erase(it);
+    } else {
+      size_t seg = segment_size(size);
+      if (reserved + seg > cap) {
+        release_cached();
+        if (reserved + seg > cap) return nullptr;
+      }
+      block = new Block{seg, next_addr, false, small};
+      next_addr += seg;
+      reserved += seg;
+      ++segments;
+    }
+    size_t remaining = block->size - size;
+    bool split = small ? remaining >= kMinBlockSize : remaining > kSmallSize;
+    if (split) {
+      Block* rest = new Block{remaining, block->addr + size, false, small};
+      rest->prev = block;
+      rest->next = block->next;
+      if (block->next) block->next->prev = rest;
+      block->next = rest;
+      block->size = size;
+      p.insert(rest);
+    }
+    block->allocated = true;
+    allocated += block->size;
+    return block;
+  }
+
+  void free_block(Block* block) {
+    auto& p = pool(block->small);
+    block->allocated = false;
+    allocated -= block->size;
+    // merge with free neighbours in the same segment
+    if (block->prev && !block->prev->allocated) {
+      Block* prev = block->prev;
+      p.erase(prev);
+      prev->size += block->size;
+      prev->next = block->next;
+      if (block->next) block->next->prev = prev;
+      delete block;
+      block = prev;
+    }
+    if (block->next && !block->next->allocated) {
+      Block* next = block->next;
+      p.erase(next);
+      block->size += next->size;
+      block->next = next->next;
+      if (next->next) next->next->prev = block;
+      delete next;
+    }
+    p.insert(block);
+  }
+};
+
+Model& model() {
+  static Model* m = new Model();  // leaked on purpose: frees may run at exit
+  return *m;
+}
+
+void sim_delete(void* ptr);
+
+class SimAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    if (nbytes == 0) {
+      return {nullptr, nullptr, &sim_delete, c10::Device(c10::DeviceType::CPU)};
+    }
+    Model& m = model();
+    Block* block = nullptr;
+    {
+      std::lock_guard<std::mutex> g(m.mu);
+      block = m.device_block(round_size(nbytes));
+      if (block == nullptr && m.error_on_cap) {
+        ++m.num_ooms;
+        std::ostringstream os;
+        os << "colocate: device memory cap of " << fmt_bytes(m.cap) << " exceeded: tried to allocate "
+           << fmt_bytes(nbytes) << " with " << fmt_bytes(m.reserved) << " reserved and "
+           << fmt_bytes(m.allocated) << " allocated (--on-cap error)";
+        TORCH_CHECK_WITH(OutOfMemoryError, false, os.str());
+      }
+    }
+    void* data = c10::alloc_cpu(nbytes);
+    std::lock_guard<std::mutex> g(m.mu);
+    if (block == nullptr) {
+      m.host += nbytes;
+      m.host_alloc_bytes_total += nbytes;
+      m.win_host_alloc_bytes += nbytes;
+      ++m.num_host_allocs;
+    }
+    ++m.num_allocs;
+    m.live[data] = Live{block, nbytes};
+    m.bump_peaks();
+    return {data, data, &sim_delete, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &sim_delete; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+void sim_delete(void* ptr) {
+  if (ptr == nullptr) return;
+  Model& m = model();
+  {
+    std::lock_guard<std::mutex> g(m.mu);
+    auto it = m.live.find(ptr);
+    if (it != m.live.end()) {
+      if (it->second.block) {
+        m.free_block(it->second.block);
+      } else {
+        m.host -= it->second.nbytes;
+      }
+      m.live.erase(it);
+    }
+  }
+  c10::free_cpu(ptr);
+}
+
+SimAllocator* g_allocator = nullptr;
+
+bool install() {
+  if (g_allocator) return false;
+  g_allocator = new SimAllocator();
+  // priority 1 beats the default CPU allocator registered at priority 0
+  c10::SetCPUAllocator(g_allocator, /*priority=*/1);
+  return c10::GetCPUAllocator() == g_allocator;
+}
+
+bool installed() { return g_allocator != nullptr && c10::GetCPUAllocator() == g_allocator; }
+
+void set_cap(uint64_t cap) {
+  std::lock_guard<std::mutex> g(model().mu);
+  model().cap = static_cast<size_t>(cap);
+}
+
+void set_error_on_cap(bool v) {
+  std::lock_guard<std::mutex> g(model().mu);
+  model().error_on_cap = v;
+}
+
+uint64_t empty_cache() {
+  std::lock_guard<std::mutex> g(model().mu);
+  return model().release_cached();
+}
+
+py::dict stats() {
+  Model& m = model();
+  std::lock_guard<std::mutex> g(m.mu);
+  py::dict d;
+  d["cap"] = m.cap;
+  d["error_on_cap"] = m.error_on_cap;
+  d["reserved"] = m.reserved;
+  d["allocated"] = m.allocated;
+  d["host"] = m.host;
+  d["segments"] = m.segments;
+  d["live_blocks"] = m.live.size();
+  d["peak_reserved"] = m.peak_reserved;
+  d["peak_allocated"] = m.peak_allocated;
+  d["peak_host"] = m.peak_host;
+  d["num_allocs"] = m.num_allocs;
+  d["num_host_allocs"] = m.num_host_allocs;
+  d["num_ooms"] = m.num_ooms;
+  d["num_cache_flushes"] = m.num_cache_flushes;
+  d["host_alloc_bytes_total"] = m.host_alloc_bytes_total;
+  d["win_peak_reserved"] = m.win_peak_reserved;
+  d["win_peak_allocated"] = m.win_peak_allocated;
+  d["win_peak_host"] = m.win_peak_host;
+  d["win_host_alloc_bytes"] = m.win_host_alloc_bytes;
+  d["win_host_at_start"] = m.win_host_at_start;
+  size_t cached = 0;
+  for (auto* p : {&m.small_pool, &m.large_pool})
+    for (Block* b : *p) cached += b->size;
+  d["cached"] = cached;
+  return d;
+}
+
+void reset_window() {
+  Model& m = model();
+  std::lock_guard<std::mutex> g(m.mu);
+  m.win_peak_reserved = m.reserved;
+  m.win_peak_allocated = m.allocated;
+  m.win_peak_host = m.host;
+  m.win_host_alloc_bytes = 0;
+  m.win_host_at_start = m.host;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
+  mod.doc() = "colocate simulated-GPU caching allocator model";
+  mod.def("install", &install, "Make this the process CPU allocator; False if already installed.");
+  mod.def("installed", &installed);
+  mod.def("set_cap", &set_cap, "Device byte budget (reserved bytes may not exceed it).");
+  mod.def("set_error_on_cap", &set_error_on_cap, "True: raise OutOfMemoryError over the cap; False: serve from host.");
+  mod.def("empty_cache", &empty_cache, "Release wholly free cached segments; returns bytes released.");
+  mod.def("stats", &stats);
+  mod.def("reset_window", &reset_window, "Start a new statistics window (a mini-batch).");
+}

@@ -1,0 +1,88 @@
+"""Per-mini-batch records and the job summary written to ``--stats-file``.
+
+Units: seconds and bytes. ``busy_fraction`` is device busy time over wall time
+from runtime install to the summary.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from dataclasses import asdict, dataclass
+
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """One mini-batch, boundary to boundary.
+
+    ``duration_s`` spans the previous resume to this boundary plus the idle the
+    throttle inserted here; ``device_start_s`` is the offset into the batch where
+    its device work began (first module forward), ``None`` when unseen.
+    """
+
+    index: int
+    t_end: float  # monotonic clock of the job
+    duration_s: float
+    busy_s: float
+    idle_s: float
+    host_penalty_s: float
+    device_start_s: float | None
+    mem_allocated_peak: int
+    mem_reserved: int
+    mem_reserved_peak: int
+    mem_cap: int
+    mem_floor: int
+    host_bytes: int
+    host_bytes_touched: int
+    sm_share: float
+    limits_seq: int
+
+
+class StatsBook:
+    """Accumulates records (last ``keep`` kept in memory) and lifetime totals."""
+
+    def __init__(self, keep: int = 4096):
+        self.records: deque[BatchRecord] = deque(maxlen=keep)
+        self.iterations = 0
+        self.idle_s = 0.0
+        self.host_penalty_s = 0.0
+        self.max_reserved_over_cap = 0  # at boundaries, after releasing cache
+        self.max_floor = 0
+        self.paused_s = 0.0
+
+    def add(self, rec: BatchRecord) -> None:
+        self.records.append(rec)
+        self.iterations += 1
+        self.idle_s += rec.idle_s
+        self.host_penalty_s += rec.host_penalty_s
+        self.max_floor = max(self.max_floor, rec.mem_floor)
+
+    def summary(self, *, job, wall_s: float, busy_s: float, mem) -> dict:
+        return {
+            "job_id": job["job_id"],
+            "pid": os.getpid(),
+            "device": job["device"],
+            "gpu": job["gpu"],
+            "priority": job["priority"],
+            "on_cap": job["on_cap"],
+            "sm_share": job["sm_share"],
+            "iterations": self.iterations,
+            "wall_s": wall_s,
+            "device_busy_s": busy_s,
+            "busy_fraction": busy_s / wall_s if wall_s > 0 else 0.0,
+            "throttle_idle_s": self.idle_s,
+            "paused_s": self.paused_s,
+            "host_penalty_s": self.host_penalty_s,
+            "mem_cap_bytes": mem.cap,
+            "mem_reserved_peak_bytes": mem.peak_reserved,
+            "mem_allocated_peak_bytes": mem.peak_allocated,
+            "host_bytes_peak": mem.peak_host,
+            "mem_floor_peak_bytes": self.max_floor,
+            "boundary_reserved_over_cap_max_bytes": self.max_reserved_over_cap,
+        }
+
+
+
+def record_dict(rec: BatchRecord) -> dict:
+    return asdict(rec)

@@ -1,0 +1,202 @@
+"""The in-job runtime: live limits, mini-batch boundaries, throttle and statistics.
+
+One ``Runtime`` per job process. The training thread calls ``on_device_start``
+(first module forward of a mini-batch) and ``on_boundary`` (optimizer step or
+``torch_hooks.step()``); any thread may call ``set_limits``, ``limits`` and
+``summary`` at any time (all thread-safe). Listeners get every ``BatchRecord``
+on the training thread, after the boundary's idle time; a node link plugs in
+as a listener plus ``set_limits`` calls.
+
+Limits contract:
+
+* memory cap grow: takes effect at once (new segments may use it);
+* memory cap shrink: new segments obey it at once; at the next boundary the
+  cache is released; if live tensors still need more than the cap, the record's
+  ``mem_floor`` reports the reserved bytes they hold, and allocations beyond the
+  cap go to host memory (or fail with ``--on-cap error``);
+* SM share: applied at the next boundary; 0 pauses there until it is raised;
+* ``seq``: an update with a seq not greater than the last applied one is
+  ignored, so retried updates are idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from colocate.units import parse_fraction
+from torch_hooks.records import BatchRecord, StatsBook
+from torch_hooks.throttle import host_penalty_s, idle_after
+
+log = logging.getLogger("colocate.runtime")
+
+Listener = Callable[[BatchRecord], None]
+
+
+class Runtime:
+    def __init__(self, env, device, clock: Callable[[], float] = time.monotonic):
+        self.env = env
+        self.device = device
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._boundary_lock = threading.Lock()
+        self._share = float(env.sm_share)
+        self._cap = device.memory().cap
+        self._limits_seq = 0
+        self._limits_changed = 0  # counter, bumps on every applied update
+        self._shrink_pending = False
+        self._closed = False
+        self._listeners: list[Listener] = []
+        self._start_hooks: list[Callable[[], None]] = []
+        self.book = StatsBook()
+        self._t0 = clock()
+        self._busy0 = device.busy_time()
+        self._resume_t = self._t0
+        self._resume_busy = self._busy0
+        self._device_start: float | None = None
+
+    # ---- limits (any thread) -------------------------------------------------
+    def set_limits(self, mem_cap: int | None = None, sm_share: float | None = None, seq: int | None = None) -> bool:
+        """Apply new limits; returns False when ``seq`` is stale (already applied)."""
+        if mem_cap is not None and (isinstance(mem_cap, bool) or int(mem_cap) < 0):
+            raise ValueError(f"memory cap must be a non-negative number of bytes, got {mem_cap!r}")
+        if sm_share is not None:
+            sm_share = parse_fraction(sm_share, "share")
+        with self._cond:
+            if seq is not None:
+                if seq <= self._limits_seq:
+                    return False
+                self._limits_seq = seq
+            else:
+                self._limits_seq += 1
+            if mem_cap is not None:
+                mem_cap = int(mem_cap)
+                if mem_cap < self._cap:
+                    self._shrink_pending = True
+                self.device.set_cap(mem_cap)
+                self._cap = self.device.memory().cap
+            if sm_share is not None:
+                self._share = sm_share
+            self._limits_changed += 1
+            self._cond.notify_all()
+        log.info("limits seq=%s cap=%s share=%s", self._limits_seq, self._cap, self._share)
+        return True
+
+    def limits(self) -> dict:
+        with self._cond:
+            return {"mem_cap": self._cap, "sm_share": self._share, "seq": self._limits_seq}
+
+    def add_listener(self, fn: Listener) -> None:
+        self._listeners.append(fn)
+
+    def add_start_hook(self, fn: Callable[[], None]) -> None:
+        """``fn`` runs on the training thread before each mini-batch's device work."""
+        self._start_hooks.append(fn)
+
+    # ---- training thread -----------------------------------------------------
+    def on_device_start(self) -> None:
+        """First device work of a mini-batch (idempotent within a batch)."""
+        if self._device_start is not None:
+            return
+        for hook in self._start_hooks:
+            hook()
+        self._device_start = self._clock()
+        self.device.phase_start()
+
+    def on_boundary(self) -> BatchRecord:
+        """End of a mini-batch: charge host traffic, enforce memory, throttle, record."""
+        with self._boundary_lock:
+            return self._boundary()
+
+    def _boundary(self) -> BatchRecord:
+        self.device.phase_end()
+        mem = self.device.memory()
+        penalty = 0.0
+        if self.device.kind == "sim":
+            penalty = host_penalty_s(mem.win_host_touched, self.env.sim_host_gbps)
+            self.device.charge(penalty)
+        busy_b = self.device.busy_time() - self._resume_busy
+
+        with self._cond:
+            cap, shrink = self._cap, self._shrink_pending
+            self._shrink_pending = False
+        if shrink or mem.reserved > cap:
+            self.device.release_cache()
+        after = self.device.memory()
+        floor = after.reserved if after.reserved > cap else 0
+        self.book.max_reserved_over_cap = max(self.book.max_reserved_over_cap, after.reserved - cap)
+
+        idle = self._throttle(busy_b)
+        end = self._clock()
+        with self._cond:
+            share, seq = self._share, self._limits_seq
+        dev_start = None if self._device_start is None else max(0.0, self._device_start - self._resume_t)
+        rec = BatchRecord(
+            index=self.book.iterations,
+            t_end=end,
+            duration_s=end - self._resume_t,
+            busy_s=busy_b,
+            idle_s=idle,
+            host_penalty_s=penalty,
+            device_start_s=dev_start,
+            mem_allocated_peak=mem.win_peak_allocated,
+            mem_reserved=after.reserved,
+            mem_reserved_peak=mem.win_peak_reserved,
+            mem_cap=cap,
+            mem_floor=floor,
+            host_bytes=after.host,
+            host_bytes_touched=mem.win_host_touched,
+            sm_share=share,
+            limits_seq=seq,
+        )
+        self.book.add(rec)
+        self.device.reset_window()
+        self._device_start = None
+        self._resume_t = self._clock()
+        self._resume_busy = self.device.busy_time()
+        for fn in list(self._listeners):
+            try:
+                fn(rec)
+            except Exception:  # a listener must never break training
+                log.exception("statistics listener failed")
+        return rec
+
+    def _throttle(self, busy_b: float) -> float:
+        """Idle as the share requires; returns seconds idled (pauses included)."""
+        start = self._clock()
+        with self._cond:
+            while not self._closed:
+                share = self._share
+                if share <= 0.0:
+                    seen = self._limits_changed
+                    t = self._clock()
+                    self._cond.wait_for(lambda: self._closed or self._limits_changed != seen)
+                    self.book.paused_s += self._clock() - t
+                    continue
+                want = idle_after(busy_b, self._clock() - self._resume_t, share)
+                if want <= 0.0:
+                    break
+                seen = self._limits_changed
+                # a limit change during the idle re-evaluates it
+                if not self._cond.wait_for(lambda: self._closed or self._limits_changed != seen, timeout=want):
+                    break
+        return self._clock() - start
+
+    # ---- any thread ------------------------------------------------------------
+    def summary(self) -> dict:
+        wall = self._clock() - self._t0
+        busy = self.device.busy_time() - self._busy0
+        env = self.env
+        with self._cond:
+            share = self._share
+        job = {"job_id": env.job_id, "device": env.device, "gpu": env.gpu, "priority": env.priority,
+               "on_cap": env.on_cap, "sm_share": share}
+        return self.book.summary(job=job, wall_s=wall, busy_s=busy, mem=self.device.memory())
+
+    def close(self) -> None:
+        """Release a paused training thread; later boundaries do not idle."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
