@@ -12,7 +12,7 @@ import sys
 
 from colocate import __version__
 
-SUBCOMMANDS = ("colocate.cmd_run", "colocate.cmd_env")
+SUBCOMMANDS = ("colocate.cmd_run", "colocate.cmd_node", "colocate.cmd_env")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,9 +1,10 @@
 """Every message of the node coordinator <-> job runtime <-> ctl/top link, its version and its codec.
 
 Wire format: one msgpack map per ZeroMQ frame, ``{"v": PROTOCOL_VERSION, "t": TYPE, <field>: <value>, ...}``;
-nested records (``Limits``, ``GpuInfo``, ``JobInfo``) are maps of their fields. ``encode_json``/``decode_json``
-give the same map as JSON, for debugging only. Every message carries ``"v"``; a peer that receives another
-version (or none) must answer ``Error(code="version")`` -- ``ProtocolError.to_error()`` builds that reply.
+nested records (``Limits``, ``GpuInfo``, ``JobInfo``) are maps of their fields. ``encode_json`` and
+``decode_json`` give the same map as JSON, for debugging only. Every message carries ``"v"``; a peer that
+receives another version (or none) must answer ``Error(code="version")``; ``ProtocolError.to_error()`` builds
+that reply (and the ``Error`` reply to any other message it cannot decode).
 
 Units: sizes are bytes (int >= 0); times and durations are seconds (finite float >= 0; ints are accepted and
 become floats); shares and utilization are fractions in [0, 1]; ``t_end``/``applied_at``/``sent_at`` are read
@@ -68,12 +69,16 @@ def _bad(name: str, want: str, got: Any) -> ProtocolError:
     return ProtocolError("invalid", f"{name}: expected {want}, got {shown}")
 
 
-# ---------------------------------------------------------------- field specs
-# check(value, name) validates a Python value and returns it normalized (called on construction);
-# load(value, name) turns a decoded wire value into a Python value; dump(value) does the reverse.
+# ---------------------------------------------------------------- field rules
 
 
 class _Spec:
+    """A field rule. ``check`` validates a Python value and returns it normalized (run on construction);
+    ``load`` turns a decoded wire value into a Python value, ``dump`` does the reverse."""
+
+    def check(self, v: Any, name: str) -> Any:
+        return v
+
     def load(self, v: Any, name: str) -> Any:
         return v
 
@@ -82,38 +87,26 @@ class _Spec:
 
 
 @dataclass(frozen=True)
-class Int(_Spec):
-    lo: int = 0
-    hi: int = _I64
+class Num(_Spec):
+    """An exact int (``kind=int``; bool is no int) or a finite float (``kind=float``; ints become floats)."""
 
-    def check(self, v: Any, name: str) -> int:
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise _bad(name, "an integer", v)
-        if not self.lo <= v <= self.hi:
-            raise _bad(name, f"an integer in [{self.lo}, {self.hi}]", v)
-        return int(v)
+    kind: type = int
+    lo: float = 0
+    hi: float = _I64
 
-
-@dataclass(frozen=True)
-class Float(_Spec):
-    lo: float = 0.0
-    hi: float = math.inf
-
-    def check(self, v: Any, name: str) -> float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise _bad(name, "a number", v)
+    def check(self, v: Any, name: str) -> Any:
+        want = "an integer" if self.kind is int else "a finite number"
+        if isinstance(v, bool) or not isinstance(v, int if self.kind is int else (int, float)):
+            raise _bad(name, want, v)
         try:
-            v = float(v)
+            v = self.kind(v)
         except OverflowError:
-            raise _bad(name, "a finite number", v) from None
-        if not math.isfinite(v):
-            raise _bad(name, "a finite number", v)
-        if not self.lo <= v <= self.hi:
-            raise _bad(name, f"a number in [{self.lo:g}, {self.hi:g}]", v)
+            raise _bad(name, want, v) from None
+        if not ((self.kind is int or math.isfinite(v)) and self.lo <= v <= self.hi):
+            raise _bad(name, f"{want} in [{self.lo}, {self.hi}]", v)
         return v
 
 
-@dataclass(frozen=True)
 class Bool(_Spec):
     def check(self, v: Any, name: str) -> bool:
         if type(v) is not bool:
@@ -142,7 +135,7 @@ class Str(_Spec):
 
 
 @dataclass(frozen=True)
-class Opt(_Spec):
+class Opt(_Spec):  # None or what ``inner`` accepts
     inner: _Spec
 
     def check(self, v: Any, name: str) -> Any:
@@ -156,7 +149,7 @@ class Opt(_Spec):
 
 
 @dataclass(frozen=True)
-class Nested(_Spec):
+class Nested(_Spec):  # a record, a map on the wire
     cls: type
 
     def check(self, v: Any, name: str) -> Any:
@@ -175,6 +168,8 @@ class Nested(_Spec):
 
 @dataclass(frozen=True)
 class ListOf(_Spec):
+    """A list on the wire, a tuple in Python (messages stay hashable)."""
+
     item: _Spec
     max_len: int = MAX_LIST_ITEMS
 
@@ -199,12 +194,12 @@ def _f(spec: _Spec) -> Any:
 
 JOB_ID = Str(MAX_ID_CHARS, min_len=1)
 TEXT = Str(MAX_TEXT_CHARS)
-SIZE = Int(0)  # bytes
-COUNT = Int(0)  # seq, epoch, iterations, indices
-PID = Int(0, (1 << 31) - 1)
-EXIT_CODE = Int(-(1 << 31), (1 << 31) - 1)
-SECONDS = Float(0.0)
-SHARE = Float(0.0, 1.0)
+SIZE = Num(int)  # bytes
+COUNT = Num(int)  # seq, epoch, iterations, indices
+PID = Num(int, 0, (1 << 31) - 1)
+EXIT_CODE = Num(int, -(1 << 31), (1 << 31) - 1)
+SECONDS = Num(float, 0.0, math.inf)
+SHARE = Num(float, 0.0, 1.0)
 PRIORITY = Str(choices=("guaranteed", "opportunistic"))
 
 # ---------------------------------------------------------------- message classes
@@ -235,26 +230,23 @@ class Message(_Record):
     TYPE: ClassVar[str] = ""
 
 
-def _record(cls: type) -> type:
-    cls = dataclass(frozen=True, slots=True)(cls)
-    specs = tuple((f.name, f.metadata["spec"]) for f in fields(cls))
-    assert all(name not in _RESERVED_KEYS for name, _ in specs), cls
-    _SPECS[cls] = specs
-    return cls
+def _record(type_name: str = ""):
+    """Make ``cls`` a frozen dataclass with registered field rules; with ``type_name``, a message."""
 
-
-def _message(type_name: str):
     def wrap(cls: type) -> type:
-        cls = _record(cls)
-        cls.TYPE = type_name
-        assert type_name not in MESSAGE_TYPES, type_name
-        MESSAGE_TYPES[type_name] = cls
+        cls = dataclass(frozen=True, slots=True)(cls)
+        _SPECS[cls] = tuple((f.name, f.metadata["spec"]) for f in fields(cls))
+        assert not {n for n, _ in _SPECS[cls]} & set(_RESERVED_KEYS), cls
+        if type_name:
+            assert type_name not in MESSAGE_TYPES, type_name
+            cls.TYPE = type_name
+            MESSAGE_TYPES[type_name] = cls
         return cls
 
     return wrap
 
 
-@_record
+@_record()
 class Limits(_Record):
     seq: int = _f(COUNT)
     mem_cap: int = _f(SIZE)
@@ -262,7 +254,7 @@ class Limits(_Record):
     gate: bool = _f(Bool())
 
 
-@_record
+@_record()
 class GpuInfo(_Record):
     index: int = _f(COUNT)
     mem_total: int = _f(SIZE)
@@ -270,7 +262,7 @@ class GpuInfo(_Record):
     kind: str = _f(Str(choices=("sim", "cuda")))
 
 
-@_record
+@_record()
 class JobInfo(_Record):
     job_id: str = _f(JOB_ID)
     gpu: int = _f(COUNT)
@@ -281,13 +273,13 @@ class JobInfo(_Record):
     mem_reserved: int = _f(SIZE)
     mem_allocated_peak: int = _f(SIZE)
     host_bytes: int = _f(SIZE)
-    throughput: float = _f(Float(0.0))  # iterations per second
+    throughput: float = _f(Num(float, 0.0, math.inf))  # iterations per second
     slo_state: str = _f(Str(32))
     iterations: int = _f(COUNT)
 
 
 # job -> node
-@_message("register")
+@_record("register")
 class Register(Message):
     job_id: str = _f(JOB_ID)
     pid: int = _f(PID)
@@ -299,7 +291,7 @@ class Register(Message):
     epoch: int = _f(COUNT)  # job-side incarnation counter
 
 
-@_message("batch_report")
+@_record("batch_report")
 class BatchReport(Message):
     job_id: str = _f(JOB_ID)
     seq: int = _f(COUNT)
@@ -315,42 +307,42 @@ class BatchReport(Message):
     limits_seq: int = _f(COUNT)  # seq of the last SetLimits applied
 
 
-@_message("limits_applied")
+@_record("limits_applied")
 class LimitsApplied(Message):
     job_id: str = _f(JOB_ID)
     limits_seq: int = _f(COUNT)
     applied_at: float = _f(SECONDS)
 
 
-@_message("goodbye")
+@_record("goodbye")
 class Goodbye(Message):
     job_id: str = _f(JOB_ID)
     exit_code: Optional[int] = _f(Opt(EXIT_CODE))
     reason: str = _f(TEXT)
 
 
-@_message("heartbeat")
+@_record("heartbeat")
 class Heartbeat(Message):
     job_id: str = _f(JOB_ID)
     sent_at: float = _f(SECONDS)  # job's monotonic clock ("t" is the wire key of the type)
 
 
 # node -> job
-@_message("welcome")
+@_record("welcome")
 class Welcome(Message):
     job_id: str = _f(JOB_ID)
     node_epoch: int = _f(COUNT)
     limits: Limits = _f(Nested(Limits))
 
 
-@_message("set_limits")
+@_record("set_limits")
 class SetLimits(Message):
     job_id: str = _f(JOB_ID)
     limits: Limits = _f(Nested(Limits))
 
 
 # both directions
-@_message("error")
+@_record("error")
 class Error(Message):
     code: str = _f(Str(64, min_len=1))
     message: str = _f(TEXT)
@@ -358,12 +350,12 @@ class Error(Message):
 
 
 # ctl/top -> node
-@_message("ctl_list")
+@_record("ctl_list")
 class CtlList(Message):
     pass
 
 
-@_message("ctl_set")
+@_record("ctl_set")
 class CtlSet(Message):
     job_id: str = _f(JOB_ID)
     mem_cap: Optional[int] = _f(Opt(SIZE))
@@ -375,14 +367,14 @@ class CtlSet(Message):
 
 
 # node -> ctl/top
-@_message("ctl_jobs")
+@_record("ctl_jobs")
 class CtlJobs(Message):
     node_epoch: int = _f(COUNT)
     gpus: tuple = _f(ListOf(Nested(GpuInfo), 64))
     jobs: tuple = _f(ListOf(Nested(JobInfo)))
 
 
-@_message("ctl_ok")
+@_record("ctl_ok")
 class CtlOk(Message):
     message: str = _f(TEXT)
 
@@ -405,8 +397,9 @@ def _from_map(cls: type, m: dict) -> Any:
     missing = [n for n, _ in specs if n not in m]
     extra = [k for k in m if k not in names]
     if missing or extra:
-        what = [f"missing {missing}"] * bool(missing) + [f"unexpected {extra!r:.200}"] * bool(extra)
-        raise ProtocolError("invalid", f"{cls.__name__}: " + ", ".join(what))
+        what = (f"missing fields {missing}" if missing else "") + (" " if missing and extra else "")
+        what += f"unexpected fields {extra!r:.200}" if extra else ""
+        raise ProtocolError("invalid", f"{cls.__name__}: {what}")
     return cls(**{name: spec.load(m[name], f"{cls.__name__}.{name}") for name, spec in specs})
 
 
@@ -425,7 +418,7 @@ def from_wire(obj: Any) -> Message:
         raise ProtocolError("version", f"missing protocol version: expected {PROTOCOL_VERSION}")
     v = obj["v"]
     if type(v) is not int or v != PROTOCOL_VERSION:
-        raise ProtocolError("version", f"protocol version mismatch: expected {PROTOCOL_VERSION}, got {v!r:.40}")
+        raise ProtocolError("version", f"version mismatch: expected {PROTOCOL_VERSION}, got {v!r:.40}")
     t = obj.get("t")
     if type(t) is not str:
         raise ProtocolError("malformed", "missing message type 't'")
@@ -456,7 +449,7 @@ def decode(data: bytes) -> Message:
     try:
         obj = msgpack.unpackb(
             data, raw=False, strict_map_key=True, use_list=True,
-            max_buffer_len=MAX_MESSAGE_BYTES, max_str_len=4 * MAX_TEXT_CHARS, max_bin_len=4 * MAX_TEXT_CHARS,
+            max_str_len=4 * MAX_TEXT_CHARS, max_bin_len=4 * MAX_TEXT_CHARS,
             max_array_len=MAX_LIST_ITEMS, max_map_len=64, max_ext_len=4 * MAX_TEXT_CHARS,
         )  # fmt: skip
     except Exception as e:  # msgpack raises several types (ExtraData, FormatError, ValueError, ...)

@@ -50,6 +50,7 @@ class Runtime:
         self._closed = False
         self._listeners: list[Listener] = []
         self._start_hooks: list[Callable[[], None]] = []
+        self._end_hooks: list[Callable[[float, float | None], None]] = []
         self.book = StatsBook()
         self._t0 = clock()
         self._busy0 = device.busy_time()
@@ -95,6 +96,16 @@ class Runtime:
         """``fn`` runs on the training thread before each mini-batch's device work."""
         self._start_hooks.append(fn)
 
+    def add_end_hook(self, fn: Callable[[float, float | None], None]) -> None:
+        """``fn(now, device_start_s)`` runs on the training thread as soon as a
+        mini-batch's device work ends (before memory enforcement and idling)."""
+        self._end_hooks.append(fn)
+
+    def rebase_seq(self) -> None:
+        """Accept any seq again (a new coordinator incarnation numbers from scratch)."""
+        with self._cond:
+            self._limits_seq = 0
+
     # ---- training thread -----------------------------------------------------
     def on_device_start(self) -> None:
         """First device work of a mini-batch (idempotent within a batch)."""
@@ -112,6 +123,11 @@ class Runtime:
 
     def _boundary(self) -> BatchRecord:
         self.device.phase_end()
+        if self._end_hooks:
+            now = self._clock()
+            dev_start = None if self._device_start is None else max(0.0, self._device_start - self._resume_t)
+            for hook in self._end_hooks:
+                hook(now, dev_start)
         mem = self.device.memory()
         penalty = 0.0
         if self.device.kind == "sim":

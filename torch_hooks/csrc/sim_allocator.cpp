@@ -19,7 +19,9 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <cstdint>
+#include <ctime>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -205,12 +207,61 @@ Model& model() {
 
 void sim_delete(void* ptr);
 
+// ---- device-phase gate (opportunistic jobs yield to the guaranteed job) ----
+// The guaranteed job publishes a GateBlock in shared memory (torch_hooks/gate.py):
+// `active` is 1 while its mini-batch device work runs; `next_start` is the
+// monotonic time its next device phase is expected. A gated process waits
+// before each allocation (each operator's launch, in effect) while the
+// guaranteed job is active or is about to start (within `guard_s`), at most
+// `max_wait_s` per wait so a vanished publisher cannot stall it.
+struct GateBlock {
+  std::atomic<int32_t> active;
+  int32_t pid;
+  std::atomic<double> next_start;
+  std::atomic<uint64_t> phases;
+};
+
+std::atomic<GateBlock*> g_gate{nullptr};
+std::atomic<bool> g_gate_on{false};
+double g_guard_s = 0.003, g_late_s = 0.02, g_max_wait_s = 0.5;
+std::atomic<uint64_t> g_gate_waits{0};
+std::atomic<uint64_t> g_gate_wait_ns{0};
+
+double mono_now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+bool gate_closed(GateBlock* g, double now) {
+  if (g->active.load(std::memory_order_acquire)) return true;
+  double ns = g->next_start.load(std::memory_order_acquire);
+  return ns > 0 && now >= ns - g_guard_s && now < ns + g_late_s;
+}
+
+void gate_wait() {
+  if (!g_gate_on.load(std::memory_order_relaxed)) return;
+  GateBlock* g = g_gate.load(std::memory_order_acquire);
+  if (g == nullptr) return;
+  double start = mono_now();
+  if (!gate_closed(g, start)) return;
+  double now = start;
+  timespec nap{0, 100000};  // 100 us
+  while (gate_closed(g, now) && now - start < g_max_wait_s) {
+    nanosleep(&nap, nullptr);
+    now = mono_now();
+  }
+  g_gate_waits.fetch_add(1, std::memory_order_relaxed);
+  g_gate_wait_ns.fetch_add(static_cast<uint64_t>((now - start) * 1e9), std::memory_order_relaxed);
+}
+
 class SimAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     if (nbytes == 0) {
       return {nullptr, nullptr, &sim_delete, c10::Device(c10::DeviceType::CPU)};
     }
+    gate_wait();
     Model& m = model();
     Block* block = nullptr;
     {
@@ -322,6 +373,27 @@ py::dict stats() {
   return d;
 }
 
+void set_gate(uint64_t addr, bool on, double guard_s, double late_s, double max_wait_s) {
+  g_guard_s = guard_s;
+  g_late_s = late_s;
+  g_max_wait_s = max_wait_s;
+  g_gate.store(reinterpret_cast<GateBlock*>(addr), std::memory_order_release);
+  g_gate_on.store(on && addr != 0, std::memory_order_release);
+}
+
+void wait_gate() {
+  py::gil_scoped_release nogil;
+  gate_wait();
+}
+
+py::dict gate_stats() {
+  py::dict d;
+  d["waits"] = g_gate_waits.load();
+  d["wait_s"] = g_gate_wait_ns.load() * 1e-9;
+  d["on"] = g_gate_on.load();
+  return d;
+}
+
 void reset_window() {
   Model& m = model();
   std::lock_guard<std::mutex> g(m.mu);
@@ -342,5 +414,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
   mod.def("set_error_on_cap", &set_error_on_cap, "True: raise OutOfMemoryError over the cap; False: serve from host.");
   mod.def("empty_cache", &empty_cache, "Release wholly free cached segments; returns bytes released.");
   mod.def("stats", &stats);
+  mod.def("set_gate", &set_gate, "Follow the gate block at addr (shared memory); on=False stops waiting.");
+  mod.def("wait_gate", &wait_gate, "Wait here as an allocation would (GIL released).");
+  mod.def("gate_stats", &gate_stats);
   mod.def("reset_window", &reset_window, "Start a new statistics window (a mini-batch).");
 }

@@ -1,0 +1,226 @@
+"""The node coordinator's pure core: ``NodeCore.handle(event, now) -> commands``.
+
+Events are decoded protocol messages from jobs (``Register``, ``BatchReport``,
+``LimitsApplied``, ``Heartbeat``, ``Goodbye``), operator messages (``CtlSet``,
+``CtlList``), and the edge's own ``Tick`` and ``JobLost``. Commands tell the edge
+what to send: ``Send(job_id, msg)`` to a job, ``Reply(msg)`` to the sender of
+the event. ``now`` is the node's monotonic clock in seconds; the core reads no
+clock and does no I/O, so the simulator and tests drive it directly.
+
+Invariants: at most one guaranteed job per GPU; limits sent to a job carry a
+strictly increasing ``seq``; an operator override (``CtlSet``) pins the job's
+cap and/or share until the job leaves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from colocate import protocol as P
+from colocate.config import NodeConfig
+from colocate.device.base import GpuSpec
+from colocate.node.policies import POLICIES, Want
+from colocate.node.state import GpuState, JobState
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Periodic: liveness checks and time-driven policy steps."""
+
+
+@dataclass(frozen=True)
+class JobLost:
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Send:
+    job_id: str
+    msg: P.Message
+
+
+@dataclass(frozen=True)
+class Reply:
+    msg: P.Message
+
+
+class NodeCore:
+    def __init__(self, gpus: list[GpuSpec], cfg: NodeConfig, node_epoch: int):
+        self.cfg = cfg
+        self.node_epoch = node_epoch
+        self.gpus = {g.index: GpuState(g) for g in gpus}
+        self.jobs: dict[str, JobState] = {}
+        self.policy = POLICIES[cfg.policy]()
+        self.control_latencies: list[float] = []  # seconds, limits sent -> applied at a boundary
+        self.lost: list[tuple[str, str]] = []  # (job_id, reason), for logs and metrics
+
+    # ------------------------------------------------------------------ events
+    def handle(self, event, now: float) -> list:
+        fn = getattr(self, "_on_" + type(event).__name__, None)
+        if fn is None:
+            return [Reply(P.Error(code="forbidden", message=f"{type(event).__name__} is not accepted here", job_id=None))]
+        return fn(event, now)
+
+    def _on_Register(self, m: P.Register, now):
+        if m.gpu not in self.gpus:
+            return [Reply(P.Error(code="invalid", message=f"no GPU {m.gpu} on this node (have {sorted(self.gpus)})",
+                                  job_id=m.job_id))]
+        gpu = self.gpus[m.gpu]
+        old = self.jobs.get(m.job_id)
+        if m.priority == "guaranteed":
+            holder = next((j for j in gpu.jobs if j != m.job_id and self.jobs[j].guaranteed), None)
+            if holder is not None:
+                return [Reply(P.Error(code="rejected", job_id=m.job_id,
+                                      message=f"GPU {m.gpu} already runs guaranteed job {holder}"))]
+        if old is not None and old.pid != m.pid:
+            return [Reply(P.Error(code="rejected", job_id=m.job_id,
+                                  message=f"job id {m.job_id} is in use by pid {old.pid}"))]
+        if old is not None and old.gpu != m.gpu:
+            self._drop(old.job_id)
+            old = None
+        if old is None:
+            job = JobState(job_id=m.job_id, gpu=m.gpu, priority=m.priority, pid=m.pid, mem_request=m.mem_request,
+                           registered_at=now, last_seen=now,
+                           limits=P.Limits(seq=0, mem_cap=m.mem_cap, sm_share=m.sm_share, gate=False))
+            self.jobs[m.job_id] = job
+            gpu.jobs.append(m.job_id)
+        else:  # the same job registering again (its link reconnected)
+            job = old
+            job.last_seen = now
+        out = self._replan(gpu, now, exclude=job.job_id)
+        want = self._want(gpu, now).get(job.job_id)
+        job.limits = self._limits_for(job, want, bump=True)
+        job.sent_at[job.limits.seq] = now
+        return [Send(job.job_id, P.Welcome(job_id=job.job_id, node_epoch=self.node_epoch, limits=job.limits))] + out
+
+    def _on_BatchReport(self, m: P.BatchReport, now):
+        job = self.jobs.get(m.job_id)
+        if job is None:
+            return [Reply(_unknown(m.job_id))]
+        job.last_seen = now
+        job.last_report_at = now
+        job.iterations += 1
+        job.recent.append(m)
+        gpu = self.gpus[job.gpu]
+        gpu.busy.append((m.t_end, m.busy_s))
+        return self._replan(gpu, now)
+
+    def _on_LimitsApplied(self, m: P.LimitsApplied, now):
+        job = self.jobs.get(m.job_id)
+        if job is None:
+            return [Reply(_unknown(m.job_id))]
+        job.last_seen = now
+        sent = job.sent_at.pop(m.limits_seq, None)
+        for seq in [s for s in job.sent_at if s < m.limits_seq]:
+            job.sent_at.pop(seq)
+        if sent is not None:
+            self.control_latencies.append(max(0.0, m.applied_at - sent))
+            del self.control_latencies[:-10000]
+        return []
+
+    def _on_Heartbeat(self, m: P.Heartbeat, now):
+        job = self.jobs.get(m.job_id)
+        if job is None:
+            return [Reply(_unknown(m.job_id))]
+        job.last_seen = now
+        return [Reply(P.Heartbeat(job_id=m.job_id, sent_at=now))]
+
+    def _on_Goodbye(self, m: P.Goodbye, now):
+        if m.job_id not in self.jobs:
+            return []
+        return self._leave(m.job_id, f"exited ({m.reason})", now)
+
+    def _on_JobLost(self, m: JobLost, now):
+        if m.job_id not in self.jobs:
+            return []
+        return self._leave(m.job_id, m.reason, now)
+
+    def _on_Error(self, m: P.Error, now):
+        return []  # a job reporting trouble; the edge logs it
+
+    def _on_Tick(self, m: Tick, now):
+        out = []
+        limit = self.cfg.heartbeat_s * self.cfg.liveness
+        for job in [j for j in self.jobs.values() if now - j.last_seen > limit]:
+            out += self._leave(job.job_id, f"silent for {now - job.last_seen:.1f}s", now)
+        for gpu in self.gpus.values():
+            out += self._replan(gpu, now)
+        return out
+
+    def _on_CtlSet(self, m: P.CtlSet, now):
+        job = self.jobs.get(m.job_id)
+        if job is None:
+            return [Reply(_unknown(m.job_id))]
+        if m.mem_cap is not None:
+            job.override_cap = m.mem_cap
+        if m.sm_share is not None:
+            job.override_share = m.sm_share
+        out = self._replan(self.gpus[job.gpu], now)
+        return out + [Reply(P.CtlOk(message=f"{job.job_id}: cap={job.limits.mem_cap} share={job.limits.sm_share:g} "
+                                            f"(seq {job.limits.seq})"))]
+
+    def _on_CtlList(self, m: P.CtlList, now):
+        return [Reply(self.snapshot(now))]
+
+    # ----------------------------------------------------------------- helpers
+    def snapshot(self, now: float) -> P.CtlJobs:
+        gpus = [P.GpuInfo(index=g.spec.index, mem_total=g.spec.mem_total, utilization=g.utilization(now),
+                          kind=g.spec.kind) for g in self.gpus.values()]
+        jobs = []
+        for j in self.jobs.values():
+            last = j.last
+            jobs.append(P.JobInfo(
+                job_id=j.job_id, gpu=j.gpu, priority=j.priority, pid=j.pid, mem_cap=j.limits.mem_cap,
+                sm_share=j.limits.sm_share, mem_reserved=last.mem_reserved if last else 0,
+                mem_allocated_peak=last.mem_allocated_peak if last else 0, host_bytes=last.host_bytes if last else 0,
+                throughput=j.throughput(), slo_state=j.slo_state[:32], iterations=j.iterations))
+        return P.CtlJobs(node_epoch=self.node_epoch, gpus=tuple(gpus), jobs=tuple(jobs))
+
+    def _want(self, gpu: GpuState, now: float) -> dict:
+        return self.policy.plan(gpu, [self.jobs[j] for j in gpu.jobs], self.cfg, now)
+
+    def _limits_for(self, job: JobState, want: Want | None, bump: bool = False) -> P.Limits:
+        cur = job.limits
+        cap = cur.mem_cap if want is None else want.mem_cap
+        share = cur.sm_share if want is None else want.sm_share
+        gate = cur.gate if want is None else want.gate
+        if want is not None and want.slo_state:
+            job.slo_state = want.slo_state
+        if job.override_cap is not None:
+            cap = job.override_cap
+        if job.override_share is not None:
+            share = job.override_share
+            job.slo_state = "override"
+        new = P.Limits(seq=cur.seq, mem_cap=int(cap), sm_share=round(float(share), 4), gate=bool(gate))
+        if bump or new != cur:
+            new = P.Limits(seq=cur.seq + 1, mem_cap=new.mem_cap, sm_share=new.sm_share, gate=new.gate)
+        return new
+
+    def _replan(self, gpu: GpuState, now: float, exclude: str | None = None) -> list:
+        out = []
+        for job_id, want in self._want(gpu, now).items():
+            job = self.jobs[job_id]
+            if job_id == exclude:
+                continue
+            new = self._limits_for(job, want)
+            if new.seq != job.limits.seq:
+                job.limits = new
+                job.sent_at[new.seq] = now
+                out.append(Send(job_id, P.SetLimits(job_id=job_id, limits=new)))
+        return out
+
+    def _drop(self, job_id: str) -> JobState:
+        job = self.jobs.pop(job_id)
+        self.gpus[job.gpu].jobs.remove(job_id)
+        return job
+
+    def _leave(self, job_id: str, reason: str, now: float) -> list:
+        job = self._drop(job_id)
+        self.lost.append((job_id, reason))
+        del self.lost[:-1000]
+        return self._replan(self.gpus[job.gpu], now)
+
+
+def _unknown(job_id: str) -> P.Error:
+    return P.Error(code="unknown_job", message=f"job {job_id} is not registered with this node", job_id=job_id)

@@ -1,0 +1,196 @@
+"""Node policies: given one GPU's jobs and ``now``, the limits each job should have.
+
+A policy is a class with ``plan(gpu, jobs, cfg, now) -> {job_id: Want}``; it may
+keep its own per-GPU state in ``gpu.policy`` and label jobs through
+``Want.slo_state``. Policies never read a clock and never do I/O; NodeCore
+applies operator overrides on top and sends what changed. Chosen by name from
+configuration (``NodeConfig.policy``), never by branching on the name.
+
+* ``exclusive``: opportunistic jobs wait (share 0) while a guaranteed job runs;
+* ``pack``: everyone unthrottled and uncapped (Gandiva-style packing);
+* ``static``: a fixed split of compute and memory (MPS-like);
+* ``adaptive``: colocate's policy (AntMan-style), see ``Adaptive``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Want:
+    mem_cap: int
+    sm_share: float
+    gate: bool = False
+    slo_state: str = ""
+
+
+def _split(jobs):
+    g = next((j for j in jobs if j.guaranteed), None)
+    return g, [j for j in jobs if not j.guaranteed]
+
+
+def _g_cap(g, total: int) -> int:
+    return min(g.mem_request, total) if g.mem_request else total
+
+
+def water_fill(budget: float, demands: list[float], floor: float) -> list[float]:
+    """Split ``budget`` so each gets at least ``floor`` (budget allowing), then by
+    max-min fairness up to its demand; what no one demands is shared equally."""
+    n = len(demands)
+    if n == 0:
+        return []
+    if budget <= floor * n:
+        return [budget / n] * n
+    shares = [floor] * n
+    left = budget - floor * n
+    open_ = [i for i in range(n) if demands[i] > shares[i]]
+    while left > 1e-9 and open_:
+        each = left / len(open_)
+        still = []
+        for i in open_:
+            give = min(each, demands[i] - shares[i])
+            shares[i] += give
+            left -= give
+            if demands[i] - shares[i] > 1e-9:
+                still.append(i)
+        open_ = still
+    if left > 1e-9:
+        shares = [s + left / n for s in shares]
+    return [min(1.0, s) for s in shares]
+
+
+class Exclusive:
+    def plan(self, gpu, jobs, cfg, now):
+        g, opps = _split(jobs)
+        total = gpu.spec.mem_total
+        out = {}
+        if g:
+            out[g.job_id] = Want(_g_cap(g, total), 1.0, False, "exclusive")
+        for j in opps:
+            out[j.job_id] = Want(total - (_g_cap(g, total) if g else 0), 0.0 if g else 1.0 / len(opps), False,
+                                 "waiting" if g else "running")
+        return out
+
+
+class Pack:
+    def plan(self, gpu, jobs, cfg, now):
+        return {j.job_id: Want(gpu.spec.mem_total, 1.0, False, "packed") for j in jobs}
+
+
+class Static:
+    def plan(self, gpu, jobs, cfg, now):
+        g, opps = _split(jobs)
+        total = gpu.spec.mem_total
+        out = {}
+        opp_share, opp_mem = 1.0, total
+        if g:
+            out[g.job_id] = Want(int(total * cfg.static_mem_fraction), cfg.static_share, False, "static")
+            opp_share, opp_mem = 1.0 - cfg.static_share, int(total * (1.0 - cfg.static_mem_fraction))
+        for j in opps:
+            out[j.job_id] = Want(opp_mem // len(opps), opp_share / len(opps), False, "static")
+        return out
+
+
+class Adaptive:
+    """AntMan-style dynamic scaling with an SLO-guarded AIMD on the opportunistic share.
+
+    Per GPU: when a guaranteed job arrives its solo mini-batch time is measured
+    (``baseline_batches`` batches with opportunistic jobs paused; again every
+    ``rebaseline_s``). Then every ``window_batches`` guaranteed batches, the
+    median batch time is compared with ``baseline x (1 + slo_slowdown)``: within
+    it, the opportunistic budget grows by ``opp_share_step``; beyond it, it is
+    multiplied by ``opp_backoff``. The budget is water-filled over the
+    opportunistic jobs by measured demand (busy fraction, or 1 when a job uses
+    all it is given), each getting at least ``opp_min_share``. Opportunistic jobs
+    follow the device-phase gate. Memory: the guaranteed job keeps its request;
+    opportunistic caps share what the guaranteed job does not use (its recent
+    reserved peak plus a headroom), start small, double while they fill their
+    cap, and shrink at once when the guaranteed job grows; a job whose live set
+    exceeds its new cap is paused. Without a guaranteed job (or while it idles)
+    opportunistic jobs get the whole GPU.
+    """
+
+    def plan(self, gpu, jobs, cfg, now):
+        st = gpu.policy
+        g, opps = _split(jobs)
+        total = gpu.spec.mem_total
+        out = {}
+        g_state, budget = self._budget(st, g, cfg, now)
+        if g:
+            out[g.job_id] = Want(_g_cap(g, total), 1.0, False, g_state)
+            recent = list(g.recent)[-8:]
+            g_used = max([r.mem_reserved for r in recent] + [g.mem_reserved()])
+            avail = max(0, total - g_used - cfg.mem_headroom_bytes)
+        else:
+            avail = max(0, total - cfg.mem_headroom_bytes)
+        if not opps:
+            return out
+        fair = avail // len(opps)
+        demands = [self._demand(j) for j in opps]
+        shares = water_fill(budget, demands, cfg.opp_min_share)
+        idle_g = g is None or g_state == "idle"
+        for j, share in zip(opps, shares):
+            cap = self._opp_cap(j, fair, avail, cfg)
+            last = j.last
+            state = "full" if idle_g else ("waiting" if budget == 0 else ("growing" if st.get("trend", 1) > 0 else "backoff"))
+            if last is not None and last.mem_floor > cap:
+                share, state = 0.0, "paused-mem"
+            out[j.job_id] = Want(cap, share, cfg.gate and g is not None, state)
+        return out
+
+    # -- compute -----------------------------------------------------------------
+    def _budget(self, st, g, cfg, now):
+        """(guaranteed job's state label, opportunistic budget)."""
+        if g is None:
+            st.clear()
+            return "", 1.0
+        if st.get("job") != g.job_id:
+            st.clear()
+            st.update(job=g.job_id, phase="baseline", from_iter=g.iterations + 2, budget=cfg.opp_start_share,
+                      trend=1)
+        last_t = g.last_report_at if g.last_report_at is not None else g.registered_at
+        if now - last_t > cfg.guaranteed_idle_s or (g.override_share == 0.0):
+            return "idle", 1.0
+        if st["phase"] == "baseline":
+            reps = [r for r in g.recent if r.seq >= st["from_iter"]]
+            if len(reps) < cfg.baseline_batches:
+                return "baseline", 0.0
+            st.update(phase="steady", baseline=statistics.median(r.duration_s for r in reps),
+                      baseline_at=now, next_iter=g.iterations + cfg.window_batches)
+        if cfg.rebaseline_s and now - st["baseline_at"] > cfg.rebaseline_s:
+            st.update(phase="baseline", from_iter=g.iterations + 1)
+            return "baseline", 0.0
+        if g.iterations >= st["next_iter"]:
+            window = [r.duration_s for r in list(g.recent)[-cfg.window_batches:]]
+            ok = statistics.median(window) <= st["baseline"] * (1.0 + cfg.slo_slowdown)
+            if ok:
+                st["budget"] = min(1.0, st["budget"] + cfg.opp_share_step)
+            else:
+                st["budget"] = max(cfg.opp_min_share, st["budget"] * cfg.opp_backoff)
+            st["trend"] = 1 if ok else -1
+            st["ok"] = ok
+            st["next_iter"] = g.iterations + cfg.window_batches
+        return ("ok" if st.get("ok", True) else "violated"), st["budget"]
+
+    @staticmethod
+    def _demand(j) -> float:
+        """Share the job would use: its busy fraction, or all it can get when it
+        uses (nearly) all it is given."""
+        if not j.recent:
+            return 1.0
+        busy = j.busy_fraction(8)
+        return 1.0 if busy >= 0.8 * j.limits.sm_share else busy
+
+    # -- memory --------------------------------------------------------------------
+    @staticmethod
+    def _opp_cap(j, fair: int, avail: int, cfg) -> int:
+        cap = j.limits.mem_cap if j.limits.seq > 0 else int(avail * cfg.opp_start_mem_fraction)
+        last = j.last
+        if last is not None and (last.mem_reserved >= 0.9 * cap or last.host_bytes > 0 or last.mem_floor > 0):
+            cap = max(cap * 2, last.mem_reserved * 2, last.mem_floor + last.host_bytes)
+        return max(0, min(cap, fair))
+
+
+POLICIES = {"exclusive": Exclusive, "pack": Pack, "static": Static, "adaptive": Adaptive}

@@ -1,0 +1,226 @@
+"""The node coordinator's ZeroMQ edge: sockets, clock, liveness, logging, recording.
+
+Two ROUTER sockets: the job endpoint (``ipc://``; jobs' DEALER links) and the
+operator endpoint (``colocate ctl`` / ``colocate top``). Every frame is decoded
+by ``colocate.protocol``; anything malformed, of another version, of a type not
+accepted on that socket, or claiming another connection's job is answered with
+``Error`` and logged, and the daemon carries on. A job's connection is bound to
+its job id at registration, so a job cannot speak (or set limits) for another.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import Counter
+
+import psutil
+import zmq
+
+from colocate import protocol as P
+from colocate.node.core import JobLost, NodeCore, Reply, Send, Tick
+
+log = logging.getLogger("colocate.node")
+
+TICK_S = 0.1
+MAX_BAD_LOGS_PER_S = 20
+
+
+def ipc_path(endpoint: str) -> str | None:
+    return endpoint[len("ipc://"):] if endpoint.startswith("ipc://") else None
+
+
+def default_ctl_endpoint(endpoint: str) -> str:
+    path = ipc_path(endpoint)
+    if path is not None:
+        return f"ipc://{path}.ctl"
+    raise ValueError("give --ctl ENDPOINT when the job endpoint is not ipc://")
+
+
+class NodeServer:
+    def __init__(self, core: NodeCore, endpoint: str, ctl_endpoint: str | None = None,
+                 record_path: str | None = None, clock=time.monotonic):
+        self.core = core
+        self.endpoint = endpoint
+        self.ctl_endpoint = ctl_endpoint or default_ctl_endpoint(endpoint)
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.counts: Counter = Counter()
+        self.bad_counts: Counter = Counter()
+        self.jobs_left = 0
+        self._identity: dict[str, bytes] = {}  # job id -> ROUTER identity
+        self._stop = threading.Event()
+        self._bad_log_window = (0.0, 0)
+        self._record = open(record_path, "a", buffering=1) if record_path else None
+        self.ctx = zmq.Context.instance()
+        self.jobs_sock = self._bind(endpoint)
+        self.ctl_sock = self._bind(self.ctl_endpoint)
+
+    def _bind(self, endpoint: str):
+        path = ipc_path(endpoint)
+        if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        sock = self.ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting job may reuse its identity
+        sock.bind(endpoint)
+        return sock
+
+    # ------------------------------------------------------------------ loop
+    def stop(self) -> None:
+        self._stop.set()
+
+    def serve_forever(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.jobs_sock, zmq.POLLIN)
+        poller.register(self.ctl_sock, zmq.POLLIN)
+        next_tick = self.clock()
+        log.info("node epoch %d: jobs on %s, operators on %s, policy %s", self.core.node_epoch, self.endpoint,
+                 self.ctl_endpoint, self.core.cfg.policy)
+        try:
+            while not self._stop.is_set():
+                timeout = max(0.0, next_tick - self.clock())
+                for sock, _ in poller.poll(timeout=int(timeout * 1000) + 1):
+                    self._drain(sock)
+                if self.clock() >= next_tick:
+                    self._tick()
+                    next_tick = self.clock() + TICK_S
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for sock in (self.jobs_sock, self.ctl_sock):
+            sock.close(linger=0)
+        for ep in (self.endpoint, self.ctl_endpoint):
+            path = ipc_path(ep)
+            if path and os.path.exists(path):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        if self._record:
+            self._record.close()
+
+    def _drain(self, sock) -> None:
+        for _ in range(1000):  # bounded, so ticks still run under a flood
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) != 2:
+                self._bad(sock, frames[0], P.ProtocolError("malformed", f"expected 1 frame, got {len(frames) - 1}"))
+                continue
+            ident, data = frames
+            try:
+                msg = P.decode(data)
+            except P.ProtocolError as exc:
+                self._bad(sock, ident, exc)
+                continue
+            self.counts[msg.TYPE] += 1
+            if sock is self.ctl_sock:
+                self._on_ctl(ident, msg)
+            else:
+                self._on_job(ident, msg)
+
+    def _on_job(self, ident: bytes, msg) -> None:
+        if not isinstance(msg, P.JOB_TO_NODE):
+            self._bad(self.jobs_sock, ident, P.ProtocolError(
+                "forbidden", f"{msg.TYPE} is not accepted on the job endpoint"))
+            return
+        job_id = getattr(msg, "job_id", None)
+        bound = self._identity.get(job_id) if job_id else None
+        if isinstance(msg, P.Register):
+            pass  # binding happens once the core accepts it
+        elif bound is not None and bound != ident:
+            self._bad(self.jobs_sock, ident, P.ProtocolError(
+                "forbidden", f"this connection is not registered as job {job_id}"))
+            return
+        if isinstance(msg, P.Error):
+            log.warning("job %s reports error %s: %s", msg.job_id, msg.code, msg.message)
+        self._run(msg, ident, self.jobs_sock)
+
+    def _on_ctl(self, ident: bytes, msg) -> None:
+        if not isinstance(msg, P.CTL_TO_NODE):
+            self._bad(self.ctl_sock, ident, P.ProtocolError(
+                "forbidden", f"{msg.TYPE} is not accepted on the operator endpoint"))
+            return
+        if isinstance(msg, P.CtlSet):
+            log.info("operator override: %s cap=%s share=%s", msg.job_id, msg.mem_cap, msg.sm_share)
+        self._run(msg, ident, self.ctl_sock)
+
+    def _run(self, event, ident: bytes | None, sock) -> None:
+        now = self.clock()
+        with self.lock:
+            before = set(self.core.jobs)
+            commands = self.core.handle(event, now)
+            after = set(self.core.jobs)
+        if isinstance(event, P.Register) and event.job_id in after:
+            if any(isinstance(c, Send) and c.job_id == event.job_id and isinstance(c.msg, P.Welcome)
+                   for c in commands):
+                self._identity[event.job_id] = ident
+                log.info("job %s registered: gpu %d %s pid %d (epoch %d)", event.job_id, event.gpu,
+                         event.priority, event.pid, event.epoch)
+        for job_id in before - after:
+            self._identity.pop(job_id, None)
+            self.jobs_left += 1
+            reason = next((r for j, r in reversed(self.core.lost) if j == job_id), "left")
+            log.info("job %s left: %s", job_id, reason)
+        if isinstance(event, P.BatchReport) and self._record:
+            self._write_record("report", now, event)
+        for cmd in commands:
+            if isinstance(cmd, Send):
+                target = self._identity.get(cmd.job_id)
+                if target is not None:
+                    self.jobs_sock.send_multipart([target, P.encode(cmd.msg)])
+                if isinstance(cmd.msg, P.SetLimits) and self._record:
+                    self._write_record("limits", now, cmd.msg)
+            elif isinstance(cmd, Reply) and ident is not None:
+                if isinstance(cmd.msg, P.Error):
+                    self.bad_counts[cmd.msg.code] += 1
+                    if cmd.msg.code != "unknown_job":
+                        log.warning("rejected %s: %s", type(event).__name__, cmd.msg.message)
+                sock.send_multipart([ident, P.encode(cmd.msg)])
+
+    def _tick(self) -> None:
+        for job in list(self.core.jobs.values()):
+            if not _pid_alive(job.pid):
+                self._run(JobLost(job.job_id, f"process {job.pid} is gone"), None, self.jobs_sock)
+        self._run(Tick(), None, self.jobs_sock)
+
+    def _bad(self, sock, ident: bytes, exc: P.ProtocolError) -> None:
+        self.bad_counts[exc.code] += 1
+        now = self.clock()
+        start, n = self._bad_log_window
+        if now - start > 1.0:
+            start, n = now, 0
+        if n < MAX_BAD_LOGS_PER_S:
+            log.warning("bad message (%s): %s", exc.code, exc)
+        self._bad_log_window = (start, n + 1)
+        try:
+            sock.send_multipart([ident, P.encode(P.Error(code=exc.code, message=str(exc)[:4000], job_id=None))],
+                                zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+
+    def _write_record(self, kind: str, now: float, msg) -> None:
+        row = {"kind": kind, "node_t": now, **P.to_wire(msg)}
+        if kind == "report":
+            job = self.core.jobs.get(msg.job_id)
+            if job is not None:
+                row.update(gpu=job.gpu, priority=job.priority)
+        self._record.write(json.dumps(row) + "\n")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+    except Exception:
+        return True

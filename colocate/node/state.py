@@ -1,0 +1,65 @@
+"""What the node knows about its GPUs and jobs (plain data, owned by NodeCore)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from colocate import protocol as P
+from colocate.device.base import GpuSpec
+
+RECENT = 64  # reports kept per job
+
+
+@dataclass
+class JobState:
+    job_id: str
+    gpu: int
+    priority: str
+    pid: int
+    mem_request: int | None
+    registered_at: float
+    last_seen: float
+    limits: P.Limits
+    override_cap: int | None = None
+    override_share: float | None = None
+    iterations: int = 0
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT))
+    sent_at: dict = field(default_factory=dict)  # limits seq -> node time it was sent
+    slo_state: str = "new"
+    last_report_at: float | None = None
+
+    @property
+    def guaranteed(self) -> bool:
+        return self.priority == "guaranteed"
+
+    @property
+    def last(self) -> P.BatchReport | None:
+        return self.recent[-1] if self.recent else None
+
+    def throughput(self, n: int = 16) -> float:
+        """Iterations per second over the last ``n`` reports."""
+        reps = list(self.recent)[-n:]
+        total = sum(r.duration_s for r in reps)
+        return len(reps) / total if total > 0 else 0.0
+
+    def busy_fraction(self, n: int = 16) -> float:
+        reps = list(self.recent)[-n:]
+        total = sum(r.duration_s for r in reps)
+        return sum(r.busy_s for r in reps) / total if total > 0 else 0.0
+
+    def mem_reserved(self) -> int:
+        return self.last.mem_reserved if self.last else 0
+
+
+@dataclass
+class GpuState:
+    spec: GpuSpec
+    jobs: list = field(default_factory=list)  # job ids, registration order
+    busy: deque = field(default_factory=lambda: deque(maxlen=4096))  # (t_end, busy_s) of every report
+    policy: dict = field(default_factory=dict)  # the policy's own per-GPU state
+
+    def utilization(self, now: float, window_s: float = 2.0) -> float:
+        """Fraction of the last ``window_s`` seconds the GPU did job device work."""
+        busy = sum(b for t, b in self.busy if t > now - window_s)
+        return min(1.0, busy / window_s)

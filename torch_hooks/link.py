@@ -1,0 +1,202 @@
+"""The job's link to its node coordinator (ZeroMQ DEALER over ``ipc://``).
+
+A background thread owns the DEALER socket. It registers the job, sends one
+``BatchReport`` per mini-batch (handed over from the training thread through an
+inproc PUSH/PULL pair), acknowledges applied limits, and applies ``SetLimits``
+to the runtime. Reliability follows the zguide's Paranoid Pirate: the job sends
+a ``Heartbeat`` every ``HEARTBEAT_S`` and the node echoes it; after ``LIVENESS`` silent intervals the link drops the socket,
+reconnects with exponential backoff and registers again (``epoch`` + 1). While
+the node is away the job keeps running at its last limits. Messages from a node
+incarnation older than the one that welcomed the job are ignored.
+
+The guaranteed job of a GPU also publishes its device phases on the GPU's gate
+(``torch_hooks.gate``); an opportunistic job follows the gate when its limits
+say so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import zmq
+
+from colocate import protocol as P
+from torch_hooks.gate import GateFollower, GatePublisher, gate_path
+
+log = logging.getLogger("colocate.link")
+
+HEARTBEAT_S = 1.0
+LIVENESS = 3
+BACKOFF_MIN_S = 0.05
+BACKOFF_MAX_S = 2.0
+
+
+class NodeLink:
+    def __init__(self, env, rt, clock=time.monotonic):
+        self.env = env
+        self.rt = rt
+        self._clock = clock
+        self._ctx = zmq.Context()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="colocate-link", daemon=True)
+        self._inbox_addr = f"inproc://colocate-link-{id(self)}"
+        self._pull = self._ctx.socket(zmq.PULL)
+        self._pull.bind(self._inbox_addr)
+        self._push = self._ctx.socket(zmq.PUSH)
+        self._push.connect(self._inbox_addr)
+        self._push_lock = threading.Lock()
+        self.epoch = 0
+        self.node_epoch: int | None = None
+        self.registered = threading.Event()
+        self.welcomes = 0
+        self._last_acked = 0
+        self.publisher = None
+        self.follower = None
+        path = gate_path(env.node, env.gpu)
+        if env.priority == "guaranteed":
+            self.publisher = GatePublisher(path)
+            rt.add_start_hook(self.publisher.start)
+            rt.add_end_hook(self.publisher.end)
+        elif env.device == "sim":
+            from torch_hooks import _ext
+
+            self.follower = GateFollower(path, _ext.load())
+        rt.add_listener(self._on_record)
+
+    # ---- training thread ----------------------------------------------------
+    def _on_record(self, rec) -> None:
+        with self._push_lock:
+            try:
+                self._push.send_pyobj(rec, zmq.NOBLOCK)
+            except zmq.ZMQError:  # link stopped or queue full: drop the report
+                pass
+
+    # ---- lifecycle ------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, reason: str = "exit", timeout: float = 1.0) -> None:
+        if self.publisher is not None:
+            self.publisher.close()
+        self._goodbye_reason = reason
+        self._stop.set()
+        self._thread.join(timeout)
+
+    # ---- link thread ------------------------------------------------------------
+    def _connect(self):
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 200)
+        sock.setsockopt(zmq.RECONNECT_IVL, 50)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        sock.setsockopt(zmq.SNDHWM, 1000)
+        sock.connect(self.env.node)
+        return sock
+
+    def _register(self, sock) -> None:
+        self.epoch += 1
+        limits = self.rt.limits()
+        msg = P.Register(
+            job_id=self.env.job_id, pid=os.getpid(), gpu=self.env.gpu, priority=self.env.priority,
+            mem_request=self.env.gpu_mem, sm_share=limits["sm_share"], mem_cap=limits["mem_cap"], epoch=self.epoch,
+        )
+        self._send(sock, msg)
+
+    def _send(self, sock, msg) -> None:
+        try:
+            sock.send(P.encode(msg), zmq.NOBLOCK)
+        except zmq.Again:
+            log.debug("node link: send queue full, dropped %s", msg.TYPE)
+
+    def _run(self) -> None:
+        sock = self._connect()
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(self._pull, zmq.POLLIN)
+        self._register(sock)
+        last_heard = last_beat = self._clock()
+        backoff = BACKOFF_MIN_S
+        while not self._stop.is_set():
+            events = dict(poller.poll(timeout=int(HEARTBEAT_S * 1000 / 4)))
+            now = self._clock()
+            if sock in events:
+                while True:
+                    try:
+                        data = sock.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    last_heard = now
+                    backoff = BACKOFF_MIN_S
+                    self._handle(sock, data)
+            if self._pull in events:
+                while True:
+                    try:
+                        rec = self._pull.recv_pyobj(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    if self.registered.is_set():
+                        self._report(sock, rec)
+            if now - last_beat >= HEARTBEAT_S:  # the node echoes it: proof of life both ways
+                self._send(sock, P.Heartbeat(job_id=self.env.job_id, sent_at=now))
+                last_beat = now
+            if now - last_heard > HEARTBEAT_S * LIVENESS:
+                log.warning("node %s silent for %.1fs: reconnecting", self.env.node, now - last_heard)
+                self.registered.clear()
+                poller.unregister(sock)
+                sock.close(linger=0)
+                self._stop.wait(backoff)
+                backoff = min(BACKOFF_MAX_S, backoff * 2)
+                sock = self._connect()
+                poller.register(sock, zmq.POLLIN)
+                self._register(sock)
+                last_heard = last_beat = self._clock()
+        reason = getattr(self, "_goodbye_reason", "exit")
+        self._send(sock, P.Goodbye(job_id=self.env.job_id, exit_code=None, reason=reason))
+        sock.close(linger=200)
+
+    def _report(self, sock, rec) -> None:
+        self._send(sock, P.BatchReport(
+            job_id=self.env.job_id, seq=rec.index, t_end=rec.t_end, duration_s=rec.duration_s,
+            busy_s=max(0.0, rec.busy_s), device_start_s=rec.device_start_s or 0.0,
+            mem_allocated_peak=rec.mem_allocated_peak, mem_reserved=rec.mem_reserved, mem_floor=rec.mem_floor,
+            host_bytes=rec.host_bytes, host_bytes_touched=rec.host_bytes_touched, limits_seq=rec.limits_seq,
+        ))
+        if rec.limits_seq > self._last_acked:
+            self._last_acked = rec.limits_seq
+            self._send(sock, P.LimitsApplied(job_id=self.env.job_id, limits_seq=rec.limits_seq, applied_at=rec.t_end))
+
+    def _handle(self, sock, data: bytes) -> None:
+        try:
+            msg = P.decode(data)
+        except P.ProtocolError as exc:
+            log.warning("node link: bad message from node (%s): %s", exc.code, exc)
+            return
+        if isinstance(msg, P.Welcome):
+            if self.node_epoch is not None and msg.node_epoch < self.node_epoch:
+                return  # a stale incarnation
+            if msg.node_epoch != self.node_epoch:
+                self.rt.rebase_seq()
+                self._last_acked = 0
+            self.node_epoch = msg.node_epoch
+            self.welcomes += 1
+            self._apply(msg.limits)
+            self.registered.set()
+        elif isinstance(msg, P.SetLimits):
+            if self.registered.is_set() and msg.job_id == self.env.job_id:
+                self._apply(msg.limits)
+        elif isinstance(msg, P.Error):
+            if msg.code == "unknown_job":
+                self.registered.clear()
+                self._register(sock)
+            else:
+                log.warning("node error (%s): %s", msg.code, msg.message)
+
+    def _apply(self, limits) -> None:
+        applied = self.rt.set_limits(mem_cap=limits.mem_cap, sm_share=limits.sm_share, seq=limits.seq)
+        if self.follower is not None:
+            self.follower.set_enabled(limits.gate)
+        if applied:
+            log.info("applied limits seq=%d cap=%d share=%.3f gate=%s", limits.seq, limits.mem_cap,
+                     limits.sm_share, limits.gate)
