@@ -12,7 +12,8 @@ import sys
 
 from colocate import __version__
 
-SUBCOMMANDS = ("colocate.cmd_run", "colocate.cmd_node", "colocate.cmd_env")
+SUBCOMMANDS = ("colocate.cmd_run", "colocate.cmd_node", "colocate.cmd_env", "colocate.cmd_demo",
+               "colocate.cmd_ctl", "colocate.cmd_top")
 
 
 def build_parser() -> argparse.ArgumentParser:

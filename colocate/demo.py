@@ -1,0 +1,216 @@
+"""``colocate demo``: one simulated GPU, one pair of example jobs, four co-location modes.
+
+For each mode a real node coordinator (``colocate node --device sim --policy
+MODE``) runs with a real guaranteed job (with host-side gaps) and a real
+opportunistic job, both unmodified example scripts under ``colocate run``.
+Two solo runs give the references. Figures come from the node's record of
+every mini-batch (``colocate.evaluate``); ``summary.json`` and PNG plots go to
+``--out``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from colocate import evaluate as ev
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+MODES = ("exclusive", "pack", "static", "adaptive")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job_id: str
+    priority: str
+    script: str
+    args: tuple[str, ...] = ()
+    gpu_mem: str | None = None
+
+    def command(self, endpoint: str, stats: str, duration: float) -> list[str]:
+        cmd = [sys.executable, "-m", "colocate", "run", "--device", "sim", "--node", endpoint, "--job-id",
+               self.job_id, "--priority", self.priority, "--stats-file", stats]
+        if self.gpu_mem:
+            cmd += ["--gpu-mem", self.gpu_mem]
+        return cmd + ["--", sys.executable, str(EXAMPLES / self.script), "--duration", str(duration),
+                      "--iters", "1000000", "--log-every", "0", *self.args]
+
+
+@dataclass(frozen=True)
+class Pair:
+    name: str
+    guaranteed: JobSpec
+    opportunistic: JobSpec
+
+
+PAIRS = {
+    "cnn+transformer": Pair("cnn+transformer",
+                            JobSpec("guaranteed-cnn", "guaranteed", "train_cnn.py", ("--host-ms", "14"), "4GiB"),
+                            JobSpec("opportunistic-lm", "opportunistic", "train_transformer.py", ("--host-ms", "0"))),
+    "recsys+cnn": Pair("recsys+cnn",
+                       JobSpec("guaranteed-recsys", "guaranteed", "train_recsys.py", ("--host-ms", "15"), "4GiB"),
+                       JobSpec("opportunistic-cnn", "opportunistic", "train_cnn.py", ("--host-ms", "0"))),
+    "transformer+recsys": Pair("transformer+recsys",
+                               JobSpec("guaranteed-lm", "guaranteed", "train_transformer.py", ("--host-ms", "16"), "4GiB"),
+                               JobSpec("opportunistic-recsys", "opportunistic", "train_recsys.py", ("--host-ms", "0"))),
+}
+
+
+@dataclass
+class Run:
+    """One node + its jobs, from start to the last job's exit."""
+
+    name: str
+    record: str
+    stats: dict = field(default_factory=dict)  # job id -> stats-file summary
+    exit_codes: dict = field(default_factory=dict)
+
+
+def run_scenario(name: str, policy: str, jobs: list[JobSpec], duration: float, workdir: str,
+                 sim_gpu_mem: str = "16GiB", node_args: tuple[str, ...] = ()) -> Run:
+    """Start a node with ``policy`` and ``jobs`` on GPU 0; wait for the jobs; stop the node."""
+    endpoint = f"ipc://{workdir}/{name}.sock"
+    record = os.path.join(workdir, f"{name}.jsonl")
+    log = open(os.path.join(workdir, f"{name}.log"), "w")
+    node = subprocess.Popen(
+        [sys.executable, "-m", "colocate", "node", "--device", "sim", "--sim-gpus", "1", "--sim-gpu-mem",
+         sim_gpu_mem, "--endpoint", endpoint, "--policy", policy, "--record", record, "--log-level", "warning",
+         *node_args], stdout=log, stderr=subprocess.STDOUT)
+    run = Run(name, record)
+    procs = {}
+    try:
+        _wait_for(lambda: os.path.exists(endpoint[len("ipc://"):]) or node.poll() is not None, 15)
+        if node.poll() is not None:
+            raise RuntimeError(f"node for {name} exited with {node.returncode}; see {log.name}")
+        for i, job in enumerate(jobs):
+            if i:
+                time.sleep(0.3)  # the guaranteed job registers first
+            stats = os.path.join(workdir, f"{name}-{job.job_id}.json")
+            procs[job.job_id] = (subprocess.Popen(job.command(endpoint, stats, duration), stdout=log,
+                                                  stderr=subprocess.STDOUT), stats)
+        for job_id, (proc, stats) in procs.items():
+            run.exit_codes[job_id] = proc.wait(timeout=duration + 120)
+            try:
+                with open(stats) as f:
+                    run.stats[job_id] = json.load(f)
+            except (OSError, ValueError):
+                run.stats[job_id] = {}
+    finally:
+        for proc, _ in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+        node.terminate()
+        try:
+            node.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            node.kill()
+        log.close()
+    return run
+
+
+def _wait_for(pred, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and not pred():
+        time.sleep(0.05)
+
+
+def analyse(pair: Pair, runs: dict[str, Run], warmup_s: float = 1.0) -> tuple[list[dict], dict]:
+    """Figures per mode (the summary.json rows) and timelines for plots."""
+    gid, oid = pair.guaranteed.job_id, pair.opportunistic.job_id
+
+    def figures(run):
+        batches, _ = ev.read_record(run.record)
+        t0, t1 = ev.window(batches, warmup_s)
+        return batches, t0, t1, ev.job_figures(batches, t0, t1)
+
+    _, _, _, g_solo = figures(runs["solo-guaranteed"])
+    _, _, _, o_solo = figures(runs["solo-opportunistic"])
+    g_solo_tput = g_solo.get(gid, {}).get("throughput", 0.0)
+    g_solo_util = g_solo.get(gid, {}).get("utilization", 0.0)
+    o_solo_tput = o_solo.get(oid, {}).get("throughput", 0.0)
+    rows, lines = [], {}
+    for mode in MODES:
+        if mode not in runs:
+            continue
+        batches, t0, t1, figs = figures(runs[mode])
+        g, o = figs.get(gid, {}), figs.get(oid, {})
+        util = sum(f["utilization"] for f in figs.values())
+        idle = (1.0 - g_solo_util) * (t1 - t0)
+        rows.append({
+            "mode": mode,
+            "pair": pair.name,
+            "guaranteed_throughput_ratio": _ratio(g.get("throughput", 0.0), g_solo_tput),
+            "device_utilization": util,
+            "guaranteed_solo_utilization": g_solo_util,
+            "utilization_gain": _ratio(util, g_solo_util),
+            "opportunistic_throughput_ratio": _ratio(o.get("throughput", 0.0), o_solo_tput),
+            "idle_share_used": _ratio(o.get("busy_s", 0.0), idle),
+            "guaranteed_host_bytes_peak": runs[mode].stats.get(gid, {}).get("host_bytes_peak", 0),
+            "guaranteed_throughput_it_s": g.get("throughput", 0.0),
+            "guaranteed_solo_throughput_it_s": g_solo_tput,
+            "opportunistic_throughput_it_s": o.get("throughput", 0.0),
+            "opportunistic_solo_throughput_it_s": o_solo_tput,
+            "window_s": t1 - t0,
+            "exit_codes": runs[mode].exit_codes,
+        })
+        lines[mode] = ev.timeline(batches, t0 - warmup_s, t1)
+    return rows, lines
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else 0.0
+
+
+def plot(lines: dict, pair: Pair, out_dir: str) -> list[str]:
+    """utilization.png and throughput.png; returns the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for mode, tl in lines.items():
+        ax.plot(tl["t"], tl["utilization"], label=mode)
+    ax.set(xlabel="time (s)", ylabel="device utilization", ylim=(0, 1.05),
+           title=f"Simulated GPU utilization over time ({pair.name})")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    paths.append(os.path.join(out_dir, "utilization.png"))
+    fig.tight_layout()
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(len(lines), 1, figsize=(9, 2.2 * len(lines)), sharex=True, squeeze=False)
+    for ax, (mode, tl) in zip(axes[:, 0], lines.items()):
+        for job_id, series in sorted(tl["throughput"].items()):
+            ax.plot(tl["t"], series, label=job_id)
+        ax.set(ylabel="it/s", title=mode)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper right", fontsize=8)
+    axes[-1, 0].set_xlabel("time (s)")
+    fig.suptitle(f"Per-job throughput over time ({pair.name})")
+    fig.tight_layout()
+    paths.append(os.path.join(out_dir, "throughput.png"))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def run_pair(pair: Pair, duration: float, modes=MODES, progress=None, workdir: str | None = None) -> dict[str, Run]:
+    """Solo references, then every mode; ``progress(name)`` is called before each run."""
+    workdir = workdir or tempfile.mkdtemp(prefix="colocate-demo-")
+    plan = [("solo-guaranteed", "pack", [pair.guaranteed]), ("solo-opportunistic", "pack", [pair.opportunistic])]
+    plan += [(m, m, [pair.guaranteed, pair.opportunistic]) for m in modes]
+    runs = {}
+    for name, policy, jobs in plan:
+        if progress:
+            progress(name)
+        runs[name] = run_scenario(name, policy, jobs, duration, workdir)
+    return runs

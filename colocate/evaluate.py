@@ -1,0 +1,89 @@
+"""Turning a node's ``--record`` log into co-location figures (pure, no I/O but reading).
+
+Every figure is computed over one window of the node's clock: from the
+guaranteed job's first report plus a warm-up to its last report. A batch counts
+in the window when its boundary (``t_end``) falls inside it, with its busy time.
+
+* throughput: batches per second of the job in the window;
+* device utilization: busy seconds of all jobs in the window / window length;
+* idle share used: opportunistic busy seconds / the idle device time the
+  guaranteed job leaves when alone (window x (1 - its solo utilization)).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Batch:
+    job_id: str
+    priority: str
+    t_end: float
+    duration_s: float
+    busy_s: float
+    mem_reserved: int
+    host_bytes: int
+
+
+def read_record(path: str) -> tuple[list[Batch], list[dict]]:
+    """(batches, limit changes) from a node's JSON-lines record."""
+    batches, limits = [], []
+    with open(path) as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a crash
+            if row.get("kind") == "report":
+                batches.append(Batch(row["job_id"], row.get("priority", "?"), row["t_end"], row["duration_s"],
+                                     row["busy_s"], row["mem_reserved"], row["host_bytes"]))
+            elif row.get("kind") == "limits":
+                limits.append(row)
+    return batches, limits
+
+
+def window(batches: list[Batch], warmup_s: float) -> tuple[float, float]:
+    g = [b.t_end for b in batches if b.priority == "guaranteed"]
+    src = g or [b.t_end for b in batches]
+    if not src:
+        return 0.0, 0.0
+    return min(src) + warmup_s, max(src)
+
+
+def job_figures(batches: list[Batch], t0: float, t1: float) -> dict:
+    """Per job: batches, throughput (it/s) and busy seconds inside [t0, t1]."""
+    span = max(1e-9, t1 - t0)
+    out: dict[str, dict] = {}
+    for b in batches:
+        if not (t0 < b.t_end <= t1):
+            continue
+        f = out.setdefault(b.job_id, {"priority": b.priority, "batches": 0, "busy_s": 0.0})
+        f["batches"] += 1
+        f["busy_s"] += b.busy_s
+    for f in out.values():
+        f["throughput"] = f["batches"] / span
+        f["utilization"] = f["busy_s"] / span
+    return out
+
+
+def by_priority(figures: dict, priority: str) -> dict:
+    rows = [f for f in figures.values() if f["priority"] == priority]
+    return {
+        "throughput": sum(f["throughput"] for f in rows),
+        "utilization": sum(f["utilization"] for f in rows),
+    }
+
+
+def timeline(batches: list[Batch], t0: float, t1: float, bin_s: float = 0.5) -> dict:
+    """Binned series for plots: utilization and per-job throughput."""
+    n = max(1, int((t1 - t0) / bin_s))
+    util = [0.0] * n
+    tput: dict[str, list[float]] = {}
+    for b in batches:
+        i = int((b.t_end - t0) / bin_s)
+        if 0 <= i < n:
+            util[i] += b.busy_s / bin_s
+            tput.setdefault(b.job_id, [0.0] * n)[i] += 1.0 / bin_s
+    return {"t": [i * bin_s for i in range(n)], "utilization": [min(1.0, u) for u in util], "throughput": tput}
