@@ -1,0 +1,271 @@
+"""Table-driven tests of colocate.protocol: round trips of every message, and rejected inputs."""
+
+from __future__ import annotations
+
+import math
+
+import msgpack
+import pytest
+
+from colocate import protocol as P
+from colocate.protocol import ProtocolError
+
+LIMITS = P.Limits(seq=3, mem_cap=2 << 30, sm_share=0.25, gate=True)
+GPU = P.GpuInfo(index=0, mem_total=16 << 30, utilization=0.5, kind="sim")
+JOB = P.JobInfo(
+    job_id="train-a", gpu=0, priority="guaranteed", pid=4242, mem_cap=8 << 30, sm_share=1.0,
+    mem_reserved=3 << 30, mem_allocated_peak=5 << 30, host_bytes=0, throughput=27.5, slo_state="ok",
+    iterations=1000,
+)  # fmt: skip
+
+VALID = [
+    P.Register("train-a", pid=4242, gpu=0, priority="guaranteed", mem_request=None, sm_share=1.0,
+               mem_cap=8 << 30, epoch=0),
+    P.Register("opp-b", pid=7, gpu=1, priority="opportunistic", mem_request=1 << 30, sm_share=0.3,
+               mem_cap=1 << 30, epoch=5),
+    P.BatchReport("train-a", seq=17, t_end=1234.5, duration_s=0.036, busy_s=0.02, device_start_s=0.004,
+                  mem_allocated_peak=5 << 30, mem_reserved=6 << 30, mem_floor=0, host_bytes=1 << 20,
+                  host_bytes_touched=4096, limits_seq=3),
+    P.LimitsApplied("opp-b", limits_seq=4, applied_at=99.0),
+    P.Goodbye("opp-b", exit_code=0, reason="finished"),
+    P.Goodbye("opp-b", exit_code=-9, reason="killed by SIGKILL"),
+    P.Goodbye("opp-b", exit_code=None, reason=""),
+    P.Heartbeat("train-a", sent_at=12.25),
+    P.Welcome("train-a", node_epoch=2, limits=LIMITS),
+    P.SetLimits("opp-b", limits=P.Limits(seq=9, mem_cap=0, sm_share=0.0, gate=False)),
+    P.Error(code="version", message="expected protocol version 1, got 2", job_id=None),
+    P.Error(code="unknown_job", message="no such job", job_id="ghost"),
+    P.CtlList(),
+    P.CtlSet("opp-b", mem_cap=512 << 20, sm_share=None),
+    P.CtlSet("opp-b", mem_cap=None, sm_share=0.5),
+    P.CtlSet("opp-b", mem_cap=1, sm_share=1.0),
+    P.CtlJobs(node_epoch=1, gpus=(GPU, P.GpuInfo(1, 80 << 30, 0.0, "cuda")), jobs=(JOB,)),
+    P.CtlJobs(node_epoch=0, gpus=(), jobs=()),
+    P.CtlOk(message="opp-b: mem_cap set to 512 MiB"),
+    P.Register("ü-ジョブ-" + "x" * 120, pid=1, gpu=0, priority="guaranteed", mem_request=0, sm_share=0,
+               mem_cap=0, epoch=0),
+]  # fmt: skip
+
+
+def test_every_message_type_has_a_sample():
+    assert {type(m) for m in VALID} == set(P.MESSAGE_TYPES.values())
+    for name, cls in P.MESSAGE_TYPES.items():
+        assert cls.TYPE == name
+
+
+@pytest.mark.parametrize("msg", VALID, ids=lambda m: m.TYPE)
+def test_round_trip_msgpack(msg):
+    data = P.encode(msg)
+    assert isinstance(data, bytes)
+    out = P.decode(data)
+    assert out == msg and type(out) is type(msg)
+    assert P.decode(bytearray(data)) == msg and P.decode(memoryview(data)) == msg
+
+
+@pytest.mark.parametrize("msg", VALID, ids=lambda m: m.TYPE)
+def test_round_trip_json(msg):
+    text = P.encode_json(msg)
+    assert P.decode_json(text) == msg
+    assert P.decode_json(text.encode()) == msg
+
+
+@pytest.mark.parametrize("msg", VALID, ids=lambda m: m.TYPE)
+def test_wire_map_carries_version_and_type(msg):
+    wire = msgpack.unpackb(P.encode(msg), raw=False)
+    assert wire["v"] == P.PROTOCOL_VERSION == 1
+    assert wire["t"] == msg.TYPE
+    assert set(wire) - {"v", "t"} == {f for f, _ in P._SPECS[type(msg)]}
+
+
+def test_messages_are_frozen_and_hashable():
+    with pytest.raises(AttributeError):
+        VALID[0].pid = 1  # type: ignore[misc]
+    assert len(set(VALID)) == len(VALID)
+
+
+def test_ints_become_floats_where_floats_are_expected():
+    msg = P.decode(_pack(_wire(VALID[0], sm_share=1)))
+    assert type(msg.sm_share) is float and msg.sm_share == 1.0
+    assert type(P.Heartbeat("j", 3).sent_at) is float
+
+
+def test_lists_become_tuples():
+    msg = P.CtlJobs(node_epoch=0, gpus=[GPU], jobs=[JOB])
+    assert msg.gpus == (GPU,) and msg.jobs == (JOB,)
+
+
+def test_protocol_error_is_a_value_error_and_becomes_an_error_reply():
+    with pytest.raises(ValueError) as info:
+        P.decode(_pack(_wire(VALID[0], v=2)))
+    err = info.value
+    assert isinstance(err, ProtocolError) and err.code == "version"
+    reply = err.to_error(job_id="train-a")
+    assert reply == P.Error(code="version", message=str(err), job_id="train-a")
+    assert P.decode(P.encode(reply)) == reply
+
+
+def test_construction_validates_like_decode():
+    with pytest.raises(ProtocolError) as info:
+        P.Limits(seq=0, mem_cap=0, sm_share=1.5, gate=False)
+    assert info.value.code == "invalid" and "sm_share" in str(info.value)
+    with pytest.raises(ProtocolError):
+        P.Welcome("j", node_epoch=0, limits={"seq": 0, "mem_cap": 0, "sm_share": 0.5, "gate": False})
+    with pytest.raises(ProtocolError):
+        P.Register("j", pid=1, gpu=0, priority="guaranteed", mem_request=None, sm_share=0.5,
+                   mem_cap=-1, epoch=0)  # fmt: skip
+
+
+def test_encode_rejects_non_messages():
+    with pytest.raises(TypeError):
+        P.encode({"v": 1, "t": "ctl_list"})  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        P.encode(LIMITS)  # a nested record is not a message
+
+
+# ------------------------------------------------------------------ invalid inputs
+
+
+def _wire(msg, drop=(), **changes):
+    wire = P.to_wire(msg)
+    for key in drop:
+        del wire[key]
+    wire.update(changes)
+    return wire
+
+
+def _pack(obj) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+REG, BATCH, WELCOME, GOODBYE, CTLJOBS = VALID[0], VALID[2], VALID[8], VALID[4], VALID[16]
+JOB_WIRE, GPU_WIRE = P.to_wire(CTLJOBS)["jobs"][0], P.to_wire(CTLJOBS)["gpus"][0]
+GOOD = P.encode(REG)
+LIMITS_WIRE = P.to_wire(WELCOME)["limits"]
+
+INVALID = [
+    # (id, raw bytes, expected code)
+    ("garbage", b"\xc1\xc1\xc1", "malformed"),
+    ("empty", b"", "malformed"),
+    ("truncated", GOOD[:-3], "malformed"),
+    ("trailing-bytes", GOOD + b"\x00", "malformed"),
+    ("oversize", b"\x80" * (P.MAX_MESSAGE_BYTES + 1), "malformed"),
+    ("oversize-valid-prefix", GOOD + b" " * P.MAX_MESSAGE_BYTES, "malformed"),
+    ("non-map-list", _pack([1, 2, 3]), "malformed"),
+    ("non-map-int", _pack(7), "malformed"),
+    ("non-map-nil", _pack(None), "malformed"),
+    ("bad-utf8", b"\x82\xa1v\x01\xa1t\xa2\xff\xfe", "malformed"),
+    ("non-str-key", b"\x81\x01\x01", "malformed"),
+    ("too-many-keys", _pack({str(i): i for i in range(100)}), "malformed"),
+    ("missing-v", _pack(_wire(REG, drop=["v"])), "version"),
+    ("wrong-version", _pack(_wire(REG, v=2)), "version"),
+    ("version-zero", _pack(_wire(REG, v=0)), "version"),
+    ("version-as-str", _pack(_wire(REG, v="1")), "version"),
+    ("version-as-bool", _pack(_wire(REG, v=True)), "version"),
+    ("version-as-float", _pack(_wire(REG, v=1.0)), "version"),
+    ("wrong-version-unknown-type", _pack({"v": 99, "t": "from_the_future"}), "version"),
+    ("missing-t", _pack(_wire(REG, drop=["t"])), "malformed"),
+    ("t-not-str", _pack(_wire(REG, t=3)), "malformed"),
+    ("unknown-type", _pack(_wire(REG, t="launch_missiles")), "unknown_type"),
+    ("type-case", _pack(_wire(REG, t="Register")), "unknown_type"),
+    ("missing-field", _pack(_wire(REG, drop=["epoch"])), "invalid"),
+    ("extra-field", _pack(_wire(REG, color="red")), "invalid"),
+    ("bytes-key-extra", b"\x83\xa1v\x01\xa1t\xa8ctl_list\xc4\x01x\x01", "invalid"),
+    ("bool-as-int", _pack(_wire(REG, pid=True)), "invalid"),
+    ("bool-as-float", _pack(_wire(REG, sm_share=False)), "invalid"),
+    ("float-as-int", _pack(_wire(REG, mem_cap=1.0)), "invalid"),
+    ("str-as-int", _pack(_wire(REG, gpu="0")), "invalid"),
+    ("nil-not-optional", _pack(_wire(REG, mem_cap=None)), "invalid"),
+    ("int-as-bool", _pack(_wire(WELCOME, limits={**LIMITS_WIRE, "gate": 1})), "invalid"),
+    ("nan", _pack(_wire(BATCH, duration_s=math.nan)), "invalid"),
+    ("inf", _pack(_wire(BATCH, busy_s=math.inf)), "invalid"),
+    ("neg-inf", _pack(_wire(BATCH, t_end=-math.inf)), "invalid"),
+    ("negative-duration", _pack(_wire(BATCH, duration_s=-0.1)), "invalid"),
+    ("negative-size", _pack(_wire(BATCH, mem_reserved=-1)), "invalid"),
+    ("negative-optional-size", _pack(_wire(REG, mem_request=-5)), "invalid"),
+    ("negative-seq", _pack(_wire(BATCH, seq=-1)), "invalid"),
+    ("int-over-i64", _pack(_wire(BATCH, host_bytes=2**64 - 1)), "invalid"),
+    ("share-1.5", _pack(_wire(REG, sm_share=1.5)), "invalid"),
+    ("share-negative", _pack(_wire(REG, sm_share=-0.01)), "invalid"),
+    ("nested-share-1.5", _pack(_wire(WELCOME, limits={**LIMITS_WIRE, "sm_share": 1.5})), "invalid"),
+    ("nested-not-map", _pack(_wire(WELCOME, limits=[3, 0, 0.5, True])), "invalid"),
+    ("nested-missing", _pack(_wire(WELCOME, limits={"seq": 1})), "invalid"),
+    ("nested-extra", _pack(_wire(WELCOME, limits={**LIMITS_WIRE, "v": 1})), "invalid"),
+    ("bad-priority", _pack(_wire(REG, priority="best-effort")), "invalid"),
+    ("empty-id", _pack(_wire(REG, job_id="")), "invalid"),
+    ("too-long-id", _pack(_wire(REG, job_id="x" * 129)), "invalid"),
+    ("too-long-message", _pack(_wire(GOODBYE, reason="y" * 4097)), "invalid"),
+    ("too-long-slo-state", _pack(_wire(CTLJOBS, jobs=[{**JOB_WIRE, "slo_state": "z" * 33}])), "invalid"),
+    ("exit-code-overflow", _pack(_wire(GOODBYE, exit_code=2**40)), "invalid"),
+    ("list-not-list", _pack(_wire(CTLJOBS, gpus={"0": 1})), "invalid"),
+    ("list-item-bad", _pack(_wire(CTLJOBS, gpus=[{**GPU_WIRE, "kind": "tpu"}])), "invalid"),
+    ("list-item-not-map", _pack(_wire(CTLJOBS, jobs=[1])), "invalid"),
+    ("utilization-1.5", _pack(_wire(CTLJOBS, gpus=[{**GPU_WIRE, "utilization": 1.5}])), "invalid"),
+    ("ctlset-both-none", _pack({"v": 1, "t": "ctl_set", "job_id": "a", "mem_cap": None, "sm_share": None}),
+     "invalid"),
+    ("ctllist-extra", _pack({"v": 1, "t": "ctl_list", "x": 1}), "invalid"),
+    ("error-empty-code", _pack({"v": 1, "t": "error", "code": "", "message": "", "job_id": None}), "invalid"),
+    ("ext-type", _pack(_wire(REG, pid=msgpack.ExtType(5, b"ab"))), "invalid"),
+    ("bin-as-str", _pack(_wire(REG, job_id=b"train-a")), "invalid"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("data,code", [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+def test_invalid_input_is_rejected_with_code(data, code):
+    with pytest.raises(ProtocolError) as info:
+        P.decode(data)
+    assert info.value.code == code, str(info.value)
+    assert info.value.code in P.ERROR_CODES
+
+
+def test_version_error_names_expected_and_got():
+    with pytest.raises(ProtocolError) as info:
+        P.decode(_pack(_wire(REG, v=7)))
+    assert "expected 1" in str(info.value) and "got 7" in str(info.value)
+
+
+def test_field_error_names_the_field():
+    with pytest.raises(ProtocolError) as info:
+        P.decode(_pack(_wire(WELCOME, limits={**LIMITS_WIRE, "sm_share": 1.5})))
+    assert "Limits.sm_share" in str(info.value)
+
+
+@pytest.mark.parametrize("data", [None, 5, "text", [b"\x80"]], ids=repr)
+def test_decode_rejects_non_bytes(data):
+    with pytest.raises(ProtocolError) as info:
+        P.decode(data)  # type: ignore[arg-type]
+    assert info.value.code == "malformed"
+
+
+def test_ctlset_with_both_none_cannot_be_built():
+    with pytest.raises(ProtocolError) as info:
+        P.CtlSet("a", mem_cap=None, sm_share=None)
+    assert info.value.code == "invalid"
+
+
+JSON_INVALID = [
+    ("garbage", "{not json", "malformed"),
+    ("nan-literal", '{"v": 1, "t": "heartbeat", "job_id": "a", "sent_at": NaN}', "invalid"),
+    ("huge-float", '{"v": 1, "t": "heartbeat", "job_id": "a", "sent_at": 1e999}', "invalid"),
+    ("huge-int", '{"v": 1, "t": "heartbeat", "job_id": "a", "sent_at": ' + "9" * 400 + "}", "invalid"),
+    ("too-many-digits", '{"v": 1, "t": "heartbeat", "job_id": "a", "sent_at": ' + "9" * 5000 + "}",
+     "malformed"),
+    ("deep-nesting", "[" * 100_000 + "]" * 100_000, "malformed"),
+    ("lone-surrogate", '{"v": 1, "t": "heartbeat", "job_id": "\\ud800", "sent_at": 1}', "invalid"),
+    ("wrong-version", '{"v": 2, "t": "heartbeat", "job_id": "a", "sent_at": 1}', "version"),
+    ("bad-utf8-bytes", b'{"v": 1, "t": "\xff"}', "malformed"),
+    ("non-map", "[1, 2]", "malformed"),
+    ("oversize", " " * (P.MAX_MESSAGE_BYTES + 1), "malformed"),
+]
+
+
+@pytest.mark.parametrize("data,code", [c[1:] for c in JSON_INVALID], ids=[c[0] for c in JSON_INVALID])
+def test_invalid_json_is_rejected_with_code(data, code):
+    with pytest.raises(ProtocolError) as info:
+        P.decode_json(data)
+    assert info.value.code == code, str(info.value)
+
+
+def test_direction_groups_cover_every_message():
+    groups = P.JOB_TO_NODE + P.NODE_TO_JOB + P.CTL_TO_NODE + P.NODE_TO_CTL
+    assert set(groups) == set(P.MESSAGE_TYPES.values())
+    assert P.Error in P.JOB_TO_NODE and P.Error in P.NODE_TO_JOB and P.Error in P.NODE_TO_CTL

@@ -1,0 +1,187 @@
+"""Property tests of colocate.protocol: decode never raises anything but ProtocolError, and valid messages
+round-trip exactly through msgpack and JSON."""
+
+from __future__ import annotations
+
+import msgpack
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from colocate import protocol as P
+from colocate.protocol import ProtocolError
+
+BYTES = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+STRUCTURES = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+ROUND_TRIP = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _decode_or_protocol_error(data, decoder=P.decode):
+    try:
+        msg = decoder(data)
+    except ProtocolError as e:
+        assert e.code in P.ERROR_CODES
+        return None
+    # whatever decodes is a valid message that encodes again to the same message
+    assert type(msg) in P.MESSAGE_TYPES.values()
+    assert P.decode(P.encode(msg)) == msg
+    return msg
+
+
+# ------------------------------------------------------------------ valid-message strategies
+
+ids = st.text(min_size=1, max_size=P.MAX_ID_CHARS)
+texts = st.text(max_size=200) | st.text(min_size=P.MAX_TEXT_CHARS, max_size=P.MAX_TEXT_CHARS)
+sizes = st.integers(0, 2**63 - 1)
+counts = st.integers(0, 2**63 - 1) | st.integers(0, 100)
+seconds = st.floats(0.0, 1e12, allow_nan=False, allow_infinity=False) | st.integers(0, 10**6)
+shares = st.floats(0.0, 1.0) | st.sampled_from([0, 1])
+priorities = st.sampled_from(["guaranteed", "opportunistic"])
+pids = st.integers(0, 2**31 - 1)
+
+limits = st.builds(P.Limits, seq=counts, mem_cap=sizes, sm_share=shares, gate=st.booleans())
+gpu_infos = st.builds(P.GpuInfo, index=st.integers(0, 64), mem_total=sizes, utilization=shares,
+                      kind=st.sampled_from(["sim", "cuda"]))  # fmt: skip
+job_infos = st.builds(
+    P.JobInfo, job_id=ids, gpu=st.integers(0, 64), priority=priorities, pid=pids, mem_cap=sizes,
+    sm_share=shares, mem_reserved=sizes, mem_allocated_peak=sizes, host_bytes=sizes,
+    throughput=st.floats(0.0, 1e9), slo_state=st.text(max_size=32), iterations=counts,
+)  # fmt: skip
+
+MESSAGES = {
+    P.Register: st.builds(P.Register, job_id=ids, pid=pids, gpu=st.integers(0, 64), priority=priorities,
+                          mem_request=st.none() | sizes, sm_share=shares, mem_cap=sizes, epoch=counts),
+    P.BatchReport: st.builds(P.BatchReport, job_id=ids, seq=counts, t_end=seconds, duration_s=seconds,
+                             busy_s=seconds, device_start_s=seconds, mem_allocated_peak=sizes,
+                             mem_reserved=sizes, mem_floor=sizes, host_bytes=sizes, host_bytes_touched=sizes,
+                             limits_seq=counts),
+    P.LimitsApplied: st.builds(P.LimitsApplied, job_id=ids, limits_seq=counts, applied_at=seconds),
+    P.Goodbye: st.builds(P.Goodbye, job_id=ids, exit_code=st.none() | st.integers(-(2**31), 2**31 - 1),
+                         reason=texts),
+    P.Heartbeat: st.builds(P.Heartbeat, job_id=ids, sent_at=seconds),
+    P.Welcome: st.builds(P.Welcome, job_id=ids, node_epoch=counts, limits=limits),
+    P.SetLimits: st.builds(P.SetLimits, job_id=ids, limits=limits),
+    P.Error: st.builds(P.Error, code=st.sampled_from(P.ERROR_CODES) | st.text(min_size=1, max_size=64),
+                       message=texts, job_id=st.none() | ids),
+    P.CtlList: st.builds(P.CtlList),
+    P.CtlSet: st.builds(P.CtlSet, job_id=ids, mem_cap=st.none() | sizes, sm_share=shares)
+    | st.builds(P.CtlSet, job_id=ids, mem_cap=sizes, sm_share=st.none() | shares),
+    P.CtlJobs: st.builds(P.CtlJobs, node_epoch=counts, gpus=st.lists(gpu_infos, max_size=8),
+                         jobs=st.lists(job_infos, max_size=8)),
+    P.CtlOk: st.builds(P.CtlOk, message=texts),
+}  # fmt: skip
+messages = st.one_of(*MESSAGES.values())
+
+
+def test_strategies_cover_every_message_type():
+    assert set(MESSAGES) == set(P.MESSAGE_TYPES.values())
+
+
+@ROUND_TRIP
+@given(messages)
+def test_valid_messages_round_trip_exactly(msg):
+    data = P.encode(msg)
+    assert len(data) <= P.MAX_MESSAGE_BYTES
+    out = P.decode(data)
+    assert out == msg and type(out) is type(msg)
+    assert P.decode_json(P.encode_json(msg)) == msg
+
+
+# ------------------------------------------------------------------ decode never crashes
+
+
+@BYTES
+@given(st.binary(max_size=512))
+def test_arbitrary_bytes_decode_or_raise_protocol_error(data):
+    _decode_or_protocol_error(data)
+
+
+@BYTES
+@given(st.sampled_from(sorted(P.MESSAGE_TYPES)), st.integers(0, 13), st.binary(max_size=256))
+def test_arbitrary_bytes_behind_a_valid_header(type_name, n_fields, tail):
+    head = bytes([0x80 | (n_fields + 2)]) + b"".join(map(msgpack.packb, ["v", 1, "t", type_name]))
+    _decode_or_protocol_error(head + tail)
+
+
+scalars = (
+    st.none() | st.booleans() | st.integers(-(2**64), 2**64 - 1) | st.floats() | st.text(max_size=40)
+    | st.binary(max_size=20)
+)  # fmt: skip
+structures = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=12), inner, max_size=6),
+    max_leaves=12,
+)
+
+
+FIELD_NAMES = sorted({name for specs in P._SPECS.values() for name, _ in specs})
+
+
+def _pack(obj) -> bytes:
+    try:
+        return msgpack.packb(obj, use_bin_type=True)
+    except (OverflowError, ValueError):  # ints beyond msgpack's 64-bit range
+        return b"\xc1"
+
+
+@STRUCTURES
+@given(structures)
+def test_arbitrary_msgpack_structures(obj):
+    _decode_or_protocol_error(_pack(obj))
+
+
+@STRUCTURES
+@given(
+    st.sampled_from(sorted(P.MESSAGE_TYPES)),
+    st.dictionaries(st.sampled_from(FIELD_NAMES) | st.text(max_size=8), structures, max_size=14),
+    st.sampled_from([1, 1, 1, 0, 2, None, True, "1"]),
+)
+def test_arbitrary_fields_under_a_valid_header(type_name, fields, version):
+    wire = {**fields, "t": type_name}
+    if version is not None:
+        wire["v"] = version
+    _decode_or_protocol_error(_pack(wire))
+
+
+@STRUCTURES
+@given(messages, st.data())
+def test_one_field_replaced_by_anything(msg, data):
+    wire = P.to_wire(msg)
+    key = data.draw(st.sampled_from(sorted(wire)))
+    wire[key] = data.draw(structures)
+    _decode_or_protocol_error(_pack(wire))
+
+
+@BYTES
+@given(messages, st.data())
+def test_mutated_encoding(msg, data):
+    buf = bytearray(P.encode(msg))
+    for _ in range(data.draw(st.integers(1, 4))):
+        op = data.draw(st.sampled_from(["flip", "set", "truncate", "insert", "delete"]))
+        pos = data.draw(st.integers(0, max(len(buf) - 1, 0)))
+        if op == "flip" and buf:
+            buf[pos] ^= 1 << data.draw(st.integers(0, 7))
+        elif op == "set" and buf:
+            buf[pos] = data.draw(st.integers(0, 255))
+        elif op == "truncate":
+            del buf[pos:]
+        elif op == "insert":
+            buf[pos:pos] = data.draw(st.binary(min_size=1, max_size=8))
+        elif op == "delete" and buf:
+            del buf[pos : pos + data.draw(st.integers(1, 8))]
+    _decode_or_protocol_error(bytes(buf))
+
+
+@BYTES
+@given(st.text(max_size=300) | st.binary(max_size=300))
+def test_arbitrary_json_text(data):
+    _decode_or_protocol_error(data, P.decode_json)
+
+
+@settings(max_examples=500, deadline=None)
+@given(messages, st.data())
+def test_mutated_json(msg, data):
+    text = P.encode_json(msg)
+    pos = data.draw(st.integers(0, len(text)))
+    cut = data.draw(st.integers(0, 8))
+    text = text[:pos] + data.draw(st.text(max_size=6)) + text[pos + cut :]
+    _decode_or_protocol_error(text, P.decode_json)
