@@ -51,6 +51,9 @@ class NodeConfig:
         for name in ("baseline_batches", "window_batches", "liveness"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1")
+        for name in ("baseline_batches", "window_batches"):
+            if getattr(self, name) > 64:
+                raise ValueError(f"{name}: at most 64 (the reports a node keeps per job)")
         for name in ("rebaseline_s", "guaranteed_idle_s", "heartbeat_s", "mem_headroom_bytes"):
             v = getattr(self, name)
             if not (v >= 0 and math.isfinite(v)):

@@ -47,6 +47,7 @@ NAMES = frozenset(v.name for v in VARIABLES)
 DEVICES = ("sim", "cuda")
 PRIORITIES = ("guaranteed", "opportunistic")
 ON_CAP = ("host", "error")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 DEFAULT_SIM_GPU_MEM = 16 << 30
 
@@ -124,7 +125,7 @@ class JobEnv:
             sim_core=parsed("COLOCATE_SIM_CORE", nonneg_int, None),
             sim_gpu_mem=parsed("COLOCATE_SIM_GPU_MEM", parse_size, DEFAULT_SIM_GPU_MEM),
             sim_host_gbps=parsed("COLOCATE_SIM_HOST_GBPS", positive_float, 2.0),
-            log=_get(env, "COLOCATE_LOG") or "warning",
+            log=parsed("COLOCATE_LOG", choice(LOG_LEVELS), "warning"),
         )
 
     def to_environ(self) -> dict[str, str]:

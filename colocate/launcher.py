@@ -70,19 +70,33 @@ def check_command(command: tuple[str, ...], path: str | None) -> None:
 
 
 def _python_script(args) -> str | None:
-    """The script argument of a python command line, or None for -c/-m/interactive."""
-    takes_value = {"-W", "-X", "--check-hash-based-pycs"}
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
+    """The script argument of a python command line, or None for -c/-m/interactive.
+
+    Short flags may be combined (``-uc``, ``-Bm``); ``-W``/``-X`` take a value,
+    attached or in the next argument."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return args[i + 1] if i + 1 < len(args) else None
+        if arg == "--check-hash-based-pycs":
+            i += 2
             continue
-        if arg in ("-c", "-m") or (arg.startswith("-") and not arg.startswith("--") and arg[1:2] in "cm" and len(arg) > 2):
-            return None
-        if arg in takes_value:
-            skip = True
+        if arg.startswith("--") or arg == "-":
+            if arg == "-":
+                return arg
+            i += 1
             continue
-        if arg.startswith("-") and arg != "-":
+        if arg.startswith("-"):
+            letters = arg[1:]
+            for k, ch in enumerate(letters):
+                if ch in "cm":
+                    return None
+                if ch in "WX":
+                    if k == len(letters) - 1:
+                        i += 1  # the value is the next argument
+                    break
+            i += 1
             continue
         return arg
     return None

@@ -36,6 +36,8 @@ def install(env=None):
         from torch_hooks.hooks import install_hooks
         from torch_hooks.runtime import Runtime
 
+        globals()["runtime"] = _runtime_accessor  # the submodule import rebinds the name
+
         env = env or JobEnv.from_environ()
         logging.basicConfig(format="colocate[%(process)d] %(levelname)s %(message)s")
         logging.getLogger("colocate").setLevel(env.log.upper())
@@ -43,7 +45,7 @@ def install(env=None):
         device.install()
         rt = Runtime(env, device)
         install_hooks(rt)
-        _install_excepthook()
+        _install_excepthook(env.device)
         atexit.register(_at_exit, rt)
         if env.node:
             from torch_hooks.link import NodeLink
@@ -57,6 +59,9 @@ def install(env=None):
 def runtime():
     """The installed ``Runtime`` or None."""
     return _rt
+
+
+_runtime_accessor = runtime
 
 
 def _require():
@@ -102,7 +107,7 @@ def _at_exit(rt) -> None:
             print(f"colocate: could not write statistics to {stats_dir}: {exc}", file=sys.stderr)
 
 
-def _install_excepthook() -> None:
+def _install_excepthook(device: str) -> None:
     """Print the cap error as one line instead of a traceback (``--on-cap error``)."""
     previous = sys.excepthook
 
@@ -111,6 +116,13 @@ def _install_excepthook() -> None:
         marker = text.find("colocate: device memory cap")
         if marker >= 0:
             print(text[marker:].splitlines()[0], file=sys.stderr)
+            return
+        if device == "cuda" and exc_type.__name__ == "OutOfMemoryError" and _rt is not None:
+            from colocate.units import format_size
+
+            cap = _rt.limits()["mem_cap"]
+            first = text.strip().splitlines()[0] if text.strip() else "out of memory"
+            print(f"colocate: device memory cap of {format_size(cap)} exceeded: {first}", file=sys.stderr)
             return
         previous(exc_type, exc, tb)
 

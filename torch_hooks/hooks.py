@@ -1,6 +1,9 @@
 """Finding the mini-batch boundary in an unmodified script.
 
-* boundary: a global optimizer-step post hook (every ``torch.optim`` optimizer);
+* boundary: a global optimizer-step post hook (every ``torch.optim`` optimizer).
+  With several optimizers (GANs, sparse + dense) a mini-batch ends when every
+  optimizer seen so far has stepped once; an optimizer stepping twice before
+  that also ends it (some optimizers do not step every iteration);
   AMP's GradScaler may skip ``optimizer.step()`` on inf/NaN gradients, so a
   ``GradScaler.update()`` with no optimizer step since ``GradScaler.step()``
   also counts as a boundary;
@@ -25,8 +28,23 @@ def install_hooks(rt) -> None:
     if _handles:
         return
 
+    import weakref
+
+    known, pending = weakref.WeakSet(), weakref.WeakSet()
+
     def on_step(optimizer, args, kwargs):
-        rt.on_boundary()
+        if optimizer in pending:  # a new cycle began before all known ones stepped
+            known.clear()
+            known.update(pending)
+            pending.clear()
+            pending.add(optimizer)
+            rt.on_boundary()
+            return
+        known.add(optimizer)
+        pending.add(optimizer)
+        if all(o in pending for o in known):
+            pending.clear()
+            rt.on_boundary()
 
     def on_forward(module, args):
         rt.on_device_start()

@@ -32,6 +32,8 @@ def resolve(kind: str) -> str:
         raise ValueError(f"unknown device {kind!r}: use one of {', '.join(KINDS)}")
     if kind == "auto":
         return "cuda" if cuda_available() else "sim"
+    if kind == "cuda" and not cuda_available():
+        raise ValueError("--device cuda: no CUDA GPU is visible (NVML found none); use --device sim or auto")
     return kind
 
 

@@ -132,7 +132,7 @@ class Adaptive:
         shares = water_fill(budget, demands, cfg.opp_min_share)
         idle_g = g is None or g_state == "idle"
         for j, share in zip(opps, shares):
-            cap = self._opp_cap(j, fair, avail, cfg)
+            cap = fair if g is None else self._opp_cap(j, fair, avail, cfg)
             last = j.last
             state = "full" if idle_g else ("waiting" if budget == 0 else ("growing" if st.get("trend", 1) > 0 else "backoff"))
             if last is not None and last.mem_floor > cap:
@@ -154,9 +154,10 @@ class Adaptive:
         if now - last_t > cfg.guaranteed_idle_s or (g.override_share == 0.0):
             return "idle", 1.0
         if st["phase"] == "baseline":
-            reps = [r for r in g.recent if r.seq >= st["from_iter"]]
-            if len(reps) < cfg.baseline_batches:
+            # batches counted by this node (a job's own seq may predate this node incarnation)
+            if g.iterations - st["from_iter"] < cfg.baseline_batches:
                 return "baseline", 0.0
+            reps = list(g.recent)[-cfg.baseline_batches:]
             st.update(phase="steady", baseline=statistics.median(r.duration_s for r in reps),
                       baseline_at=now, next_iter=g.iterations + cfg.window_batches)
         if cfg.rebaseline_s and now - st["baseline_at"] > cfg.rebaseline_s:

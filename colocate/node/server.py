@@ -10,9 +10,11 @@ its job id at registration, so a job cannot speak (or set limits) for another.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections import Counter
@@ -54,6 +56,9 @@ class NodeServer:
         self._identity: dict[str, bytes] = {}  # job id -> ROUTER identity
         self._stop = threading.Event()
         self._bad_log_window = (0.0, 0)
+        for ep in (endpoint, self.ctl_endpoint):
+            if _ipc_in_use(ep):  # libzmq would silently unlink a live node's socket and take its place
+                raise zmq.ZMQError(errno.EADDRINUSE, f"{ep} is in use by a running process (another node?)")
         self._record = open(record_path, "a", buffering=1) if record_path else None
         self.ctx = zmq.Context.instance()
         self.jobs_sock = self._bind(endpoint)
@@ -119,7 +124,8 @@ class NodeServer:
             except P.ProtocolError as exc:
                 self._bad(sock, ident, exc)
                 continue
-            self.counts[msg.TYPE] += 1
+            with self.lock:  # the metrics thread reads the counters under the lock
+                self.counts[msg.TYPE] += 1
             if sock is self.ctl_sock:
                 self._on_ctl(ident, msg)
             else:
@@ -165,7 +171,8 @@ class NodeServer:
                          event.priority, event.pid, event.epoch)
         for job_id in before - after:
             self._identity.pop(job_id, None)
-            self.jobs_left += 1
+            with self.lock:
+                self.jobs_left += 1
             reason = next((r for j, r in reversed(self.core.lost) if j == job_id), "left")
             log.info("job %s left: %s", job_id, reason)
         if isinstance(event, P.BatchReport) and self._record:
@@ -179,7 +186,8 @@ class NodeServer:
                     self._write_record("limits", now, cmd.msg)
             elif isinstance(cmd, Reply) and ident is not None:
                 if isinstance(cmd.msg, P.Error):
-                    self.bad_counts[cmd.msg.code] += 1
+                    with self.lock:
+                        self.bad_counts[cmd.msg.code] += 1
                     if cmd.msg.code != "unknown_job":
                         log.warning("rejected %s: %s", type(event).__name__, cmd.msg.message)
                 sock.send_multipart([ident, P.encode(cmd.msg)])
@@ -191,7 +199,8 @@ class NodeServer:
         self._run(Tick(), None, self.jobs_sock)
 
     def _bad(self, sock, ident: bytes, exc: P.ProtocolError) -> None:
-        self.bad_counts[exc.code] += 1
+        with self.lock:
+            self.bad_counts[exc.code] += 1
         now = self.clock()
         start, n = self._bad_log_window
         if now - start > 1.0:
@@ -212,6 +221,23 @@ class NodeServer:
             if job is not None:
                 row.update(gpu=job.gpu, priority=job.priority)
         self._record.write(json.dumps(row) + "\n")
+
+
+def _ipc_in_use(endpoint: str) -> bool:
+    """True when ``endpoint`` is an ipc path that a live process accepts connections on (a socket file left
+    behind by a killed node refuses them, and may be bound again)."""
+    path = ipc_path(endpoint)
+    if not path or not os.path.exists(path):
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
 
 
 def _pid_alive(pid: int) -> bool:

@@ -276,7 +276,16 @@ class SimAllocator final : public c10::Allocator {
         TORCH_CHECK_WITH(OutOfMemoryError, false, os.str());
       }
     }
-    void* data = c10::alloc_cpu(nbytes);
+    void* data = nullptr;
+    try {
+      data = c10::alloc_cpu(nbytes);
+    } catch (...) {  // real host memory exhausted: give the modelled block back
+      if (block) {
+        std::lock_guard<std::mutex> g(m.mu);
+        m.free_block(block);
+      }
+      throw;
+    }
     std::lock_guard<std::mutex> g(m.mu);
     if (block == nullptr) {
       m.host += nbytes;

@@ -1,0 +1,110 @@
+"""`colocate run` bad input: exit code 2, one clear error line, never a traceback.
+
+Also checks that well-formed values are accepted and reach the job's environment
+(the commands here never import torch, so each case costs one small process).
+"""
+import sys
+
+import pytest
+
+GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
+
+
+def error_lines(stderr):
+    return [l for l in stderr.splitlines() if "error:" in l]
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--gpu-mem", "12XB", "--", "python", "-c", "pass"], "12XB"),
+        (["--gpu-mem", "abc", "--", "python", "-c", "pass"], "'abc'"),
+        (["--gpu-mem", "-1GiB", "--", "python", "-c", "pass"], "--gpu-mem"),
+        (["--sm-share", "1.5", "--", "python", "-c", "pass"], "1.5"),
+        (["--sm-share", "-0.1", "--", "python", "-c", "pass"], "-0.1"),
+        (["--sm-share", "nan", "--", "python", "-c", "pass"], "nan"),
+        (["--sm-share", "half", "--", "python", "-c", "pass"], "half"),
+        (["--"], "no command"),
+        ([], "no command"),
+        (["--", "python", "nope.py"], "nope.py"),
+        (["--", "python", "-u", "nope.py"], "nope.py"),
+        (["--", "no-such-prog-xyz"], "no-such-prog-xyz"),
+        (["--", "./no/such/path/prog"], "./no/such/path/prog"),
+        (["--device", "tpu", "--", "python", "-c", "pass"], "tpu"),
+        (["--priority", "urgent", "--", "python", "-c", "pass"], "urgent"),
+        (["--on-cap", "swap", "--", "python", "-c", "pass"], "swap"),
+        (["--gpu", "-1", "--", "python", "-c", "pass"], "--gpu"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_bad_input_exits_2_with_one_error_line(colocate, tmp_path, args, fragment):
+    args = [sys.executable if a == "python" else a for a in args]
+    proc = colocate(["run", *args], cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = error_lines(proc.stderr)
+    assert len(errors) == 1, proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert lines[-1] == errors[0]  # argparse may print its usage first; the error is the last line
+    assert errors[0].startswith("colocate run: error:"), errors[0]
+    assert fragment in errors[0], errors[0]
+    assert proc.stdout == ""
+
+
+def test_unknown_subcommand_and_no_subcommand(colocate):
+    proc = colocate(["frobnicate"], timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    proc = colocate([], timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "size, nbytes",
+    [("1024B", 1024), ("2KiB", 2 * KiB), ("512MiB", 512 * MiB), ("1.5GiB", 3 * GiB // 2), ("100KB", 100_000),
+     ("4MB", 4_000_000), ("2GB", 2_000_000_000), ("8gib", 8 * GiB)],
+)
+def test_sizes_reach_the_job(colocate, tmp_path, size, nbytes):
+    code = "import os; print(os.environ['COLOCATE_GPU_MEM'], os.environ['COLOCATE_ENABLED'])"
+    proc = colocate(["run", "--device", "sim", "--gpu-mem", size, "--", sys.executable, "-c", code],
+                    cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(nbytes), "1"]
+
+
+@pytest.mark.parametrize("share", ["0", "0.0", "0.25", "1", "1.0"])
+def test_share_edges_accepted(colocate, tmp_path, share):
+    code = "import os; print(os.environ['COLOCATE_SM_SHARE'])"
+    proc = colocate(["run", "--device", "sim", "--sm-share", share, "--", sys.executable, "-c", code],
+                    cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert float(proc.stdout) == float(share)
+
+
+def test_command_options_are_not_parsed_by_colocate(colocate, tmp_path):
+    """Everything after `--` belongs to the command, even options colocate also has."""
+    code = "import sys; print(sys.argv[1:])"
+    proc = colocate(["run", "--device", "sim", "--", sys.executable, "-c", code, "--gpu-mem", "bogus", "--", "x"],
+                    cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['--gpu-mem', 'bogus', '--', 'x']"
+
+
+def test_combined_short_flags_with_c(colocate, tmp_path):
+    proc = colocate(["run", "--device", "sim", "--", sys.executable, "-uc", "print('ok')"], cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
+def test_colocate_side_never_imports_torch(run_py):
+    code = ("import sys, colocate.cli, colocate.launcher, colocate.cmd_run, colocate.env, colocate.units, "
+            "colocate.device, torch_hooks, torch_hooks.throttle; print('torch' in sys.modules)")
+    proc = run_py(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
+
+
+def test_job_that_never_imports_torch_pays_nothing(colocate, tmp_path):
+    code = "import sys; print('torch' in sys.modules, 'torch_hooks' in sys.modules)"
+    proc = colocate(["run", "--device", "sim", "--", sys.executable, "-c", code], cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "False"]

@@ -1,0 +1,172 @@
+"""colocate.env: the one table of COLOCATE_* variables and its typed view."""
+import os
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from colocate import env as envmod
+from colocate.env import DEFAULT_SIM_GPU_MEM, NAMES, PREFIX, VARIABLES, JobEnv, markdown_table
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_variables_are_prefixed_unique_and_documented():
+    names = [v.name for v in VARIABLES]
+    assert len(names) == len(set(names))
+    assert set(names) == NAMES
+    for v in VARIABLES:
+        assert v.name.startswith(PREFIX)
+        assert v.name == v.name.upper()
+        assert v.meaning.strip(), v.name
+        assert v.default is not None
+
+
+def test_every_variable_is_used_by_the_code():
+    """The table is the source of truth: no variable is documented but never read or written."""
+    sources = ""
+    for pkg in ("colocate", "torch_hooks"):
+        for path in (REPO / pkg).rglob("*.py"):
+            if path.name == "env.py" and path.parent.name == "colocate":
+                continue
+            sources += path.read_text()
+    # env.py reads the variables through JobEnv; count those uses too (outside the table).
+    env_src = (REPO / "colocate" / "env.py").read_text()
+    body = env_src.split("NAMES = frozenset", 1)[1]
+    for v in VARIABLES:
+        assert v.name in body or v.name in sources, f"{v.name} is documented but never used"
+
+
+def test_markdown_table_has_one_row_per_variable():
+    table = markdown_table().splitlines()
+    assert table[0].startswith("| variable")
+    rows = table[2:]
+    assert len(rows) == len(VARIABLES)
+    for v, row in zip(VARIABLES, rows):
+        assert row.startswith(f"| `{v.name}` |")
+
+
+def test_defaults_from_empty_environment():
+    e = JobEnv.from_environ({})
+    assert e.enabled is False
+    assert e.job_id == str(os.getpid())
+    assert e.device == "sim"
+    assert e.gpu == 0
+    assert e.gpu_mem is None
+    assert e.sm_share == 1.0
+    assert e.priority == "guaranteed"
+    assert e.on_cap == "host"
+    assert e.stats_dir is None and e.node is None and e.sim_core is None
+    assert e.sim_gpu_mem == DEFAULT_SIM_GPU_MEM == 16 << 30
+    assert e.sim_host_gbps == 2.0
+    assert e.log == "warning"
+
+
+def test_empty_values_count_as_unset():
+    e = JobEnv.from_environ({name: "" for name in NAMES})
+    d = JobEnv.from_environ({})
+    assert e == d
+
+
+def test_parses_every_field():
+    raw = {
+        "COLOCATE_ENABLED": "1",
+        "COLOCATE_JOB_ID": "job-7",
+        "COLOCATE_DEVICE": "cuda",
+        "COLOCATE_GPU": "3",
+        "COLOCATE_GPU_MEM": "2GiB",
+        "COLOCATE_SM_SHARE": "0.25",
+        "COLOCATE_PRIORITY": "opportunistic",
+        "COLOCATE_ON_CAP": "error",
+        "COLOCATE_STATS_DIR": "/tmp/stats",
+        "COLOCATE_NODE": "ipc:///tmp/node.sock",
+        "COLOCATE_SIM_CORE": "1",
+        "COLOCATE_SIM_GPU_MEM": "8GiB",
+        "COLOCATE_SIM_HOST_GBPS": "4.5",
+        "COLOCATE_LOG": "debug",
+    }
+    e = JobEnv.from_environ(raw)
+    assert e == JobEnv(
+        enabled=True, job_id="job-7", device="cuda", gpu=3, gpu_mem=2 << 30, sm_share=0.25,
+        priority="opportunistic", on_cap="error", stats_dir="/tmp/stats", node="ipc:///tmp/node.sock",
+        sim_core=1, sim_gpu_mem=8 << 30, sim_host_gbps=4.5, log="debug",
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "true", "yes", "2", "on"])
+def test_enabled_only_by_exactly_one(value):
+    assert JobEnv.from_environ({"COLOCATE_ENABLED": value}).enabled is False
+
+
+def test_reads_os_environ_by_default(monkeypatch):
+    monkeypatch.setenv("COLOCATE_GPU", "5")
+    monkeypatch.setenv("COLOCATE_SM_SHARE", "0.5")
+    e = JobEnv.from_environ()
+    assert e.gpu == 5 and e.sm_share == 0.5
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("COLOCATE_DEVICE", "tpu"),
+        ("COLOCATE_DEVICE", "auto"),  # the launcher resolves auto; the job only sees sim|cuda
+        ("COLOCATE_GPU", "-1"),
+        ("COLOCATE_GPU", "x"),
+        ("COLOCATE_GPU", "1.5"),
+        ("COLOCATE_GPU_MEM", "12XB"),
+        ("COLOCATE_GPU_MEM", "abc"),
+        ("COLOCATE_SM_SHARE", "1.5"),
+        ("COLOCATE_SM_SHARE", "-0.1"),
+        ("COLOCATE_SM_SHARE", "nan"),
+        ("COLOCATE_PRIORITY", "best-effort"),
+        ("COLOCATE_ON_CAP", "swap"),
+        ("COLOCATE_SIM_CORE", "-2"),
+        ("COLOCATE_SIM_GPU_MEM", "lots"),
+        ("COLOCATE_SIM_HOST_GBPS", "0"),
+        ("COLOCATE_SIM_HOST_GBPS", "-1"),
+        ("COLOCATE_SIM_HOST_GBPS", "nan"),
+        ("COLOCATE_SIM_HOST_GBPS", "fast"),
+    ],
+)
+def test_bad_value_names_the_variable(name, value):
+    with pytest.raises(ValueError) as info:
+        JobEnv.from_environ({name: value})
+    msg = str(info.value)
+    assert msg.startswith(f"{name}={value!r}: "), msg
+    assert "\n" not in msg
+
+
+def test_to_environ_round_trips():
+    e = JobEnv(
+        enabled=True, job_id="j1", device="sim", gpu=2, gpu_mem=3 << 20, sm_share=0.3,
+        priority="opportunistic", on_cap="error", stats_dir="/tmp/s", node="tcp://h:1",
+        sim_core=0, sim_gpu_mem=4 << 30, sim_host_gbps=1.25, log="info",
+    )
+    out = e.to_environ()
+    assert set(out) <= NAMES
+    assert all(isinstance(v, str) for v in out.values())
+    assert JobEnv.from_environ(out) == e
+
+
+def test_to_environ_omits_unset_optionals():
+    out = JobEnv(job_id="x").to_environ()
+    for name in ("COLOCATE_GPU_MEM", "COLOCATE_STATS_DIR", "COLOCATE_NODE", "COLOCATE_SIM_CORE"):
+        assert name not in out
+    assert out["COLOCATE_ENABLED"] == "0"
+    assert JobEnv.from_environ(out) == JobEnv(job_id="x")
+
+
+@pytest.mark.parametrize("share", [0.0, 0.1, 1 / 3, 0.999, 1.0])
+def test_share_round_trips_exactly(share):
+    assert JobEnv.from_environ(JobEnv(job_id="x", sm_share=share).to_environ()).sm_share == share
+
+
+def test_jobenv_fields_cover_the_table():
+    """Every per-job variable the launcher writes has a JobEnv field (CHAIN_SITECUSTOMIZE is launcher-internal)."""
+    field_names = {f.name for f in fields(JobEnv)}
+    for v in VARIABLES:
+        if v.name == "COLOCATE_CHAIN_SITECUSTOMIZE":
+            continue
+        attr = v.name[len(PREFIX):].lower()
+        assert attr in field_names, v.name
+    assert envmod.DEVICES == ("sim", "cuda")

@@ -1,0 +1,336 @@
+"""`colocate run` end to end: real launcher, real job subprocesses (sim device)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from colocate import launcher as L  # colocate never imports torch: cheap in-process
+from colocate.env import JobEnv
+
+MiB = 1 << 20
+
+SUMMARY_KEYS = ("iterations", "wall_s", "device_busy_s", "busy_fraction", "mem_cap_bytes",
+                "mem_reserved_peak_bytes", "mem_allocated_peak_bytes", "host_bytes_peak")
+
+TRAIN = """\
+import os, sys, torch, torch_hooks
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(int(sys.argv[1]) if len(sys.argv) > 1 else 6):
+    loss = model(torch.randn(16, 32)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+print("threads", torch.get_num_threads())
+print("GPU_MEM", os.environ.get("COLOCATE_GPU_MEM"))
+print("installed", torch_hooks.stats()["iterations"])
+print("done")
+"""
+
+# Working set (weights, grads, Adam state, activations) well above 3 MiB; the weights
+# are 2 MiB each, i.e. "large" requests that need 20 MiB segments.
+BIG = """\
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512))
+opt = torch.optim.Adam(model.parameters())
+for i in range(4):
+    loss = model(torch.randn(64, 512)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+print("done")
+"""
+
+# Host-phase-free loop of ~3 s whose iterations are >= 5 ms of device work each.
+BUSY = """\
+import time, torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512))
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(256, 512)
+end = time.monotonic() + 3.0
+n = 0
+while time.monotonic() < end:
+    loss = model(x).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    n += 1
+print("iterations", n)
+"""
+
+
+def write(path, text):
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def run_job(colocate, tmp_path, options, command, env=None):
+    stats = tmp_path / "stats.json"
+    proc = colocate(["run", "--device", "sim", "--stats-file", stats, *options, "--", *command], cwd=tmp_path, env=env)
+    data = json.loads(stats.read_text()) if stats.exists() else None
+    return proc, data
+
+
+def nonempty_lines(text):
+    return [l for l in text.splitlines() if l.strip()]
+
+
+def test_stats_file_and_environment(colocate, tmp_path):
+    script = write(tmp_path / "train.py", TRAIN)
+    proc, s = run_job(colocate, tmp_path, ["--gpu-mem", "256MiB", "--job-id", "t-1", "--priority", "opportunistic"],
+                      [sys.executable, script, "6"])
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    assert "done" in out
+    assert "threads 1" in out  # a sim job runs with one intra-op thread
+    assert f"GPU_MEM {256 * MiB}" in out
+    assert "installed 6" in out  # the runtime was injected without touching the script
+    assert s is not None
+    for key in SUMMARY_KEYS:
+        assert isinstance(s[key], (int, float)), key
+    assert s["iterations"] == 6
+    assert s["exit_code"] == 0
+    assert s["job_id"] == "t-1" and s["priority"] == "opportunistic" and s["device"] == "sim"
+    assert s["mem_cap_bytes"] == 256 * MiB
+    assert 0 < s["mem_allocated_peak_bytes"] <= s["mem_reserved_peak_bytes"] <= s["mem_cap_bytes"]
+    assert s["host_bytes_peak"] == 0
+    assert s["wall_s"] > 0 and s["device_busy_s"] > 0
+    assert s["busy_fraction"] == pytest.approx(s["device_busy_s"] / s["wall_s"])
+    assert len(s["processes"]) == 1
+
+
+def test_job_without_torch_gets_zero_stats(colocate, tmp_path):
+    proc, s = run_job(colocate, tmp_path, [], [sys.executable, "-c", "print('hi')"])
+    assert proc.returncode == 0 and proc.stdout.strip() == "hi"
+    for key in SUMMARY_KEYS:
+        assert s[key] == 0
+    assert s["exit_code"] == 0
+
+
+def test_child_exit_code_is_propagated(colocate, tmp_path):
+    proc, s = run_job(colocate, tmp_path, [], [sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert proc.returncode == 3
+    assert s["exit_code"] == 3
+
+
+def test_child_killed_by_signal_gives_128_plus_n(colocate, tmp_path):
+    proc, _ = run_job(colocate, tmp_path, [],
+                      [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    assert proc.returncode == 128 + signal.SIGKILL == 137
+
+
+def test_sigterm_is_forwarded_to_the_child(tmp_path, job_env):
+    ready, got = tmp_path / "ready", tmp_path / "got"
+    child = write(tmp_path / "child.py", f"""\
+        import signal, sys, time
+        def on_term(signum, frame):
+            open({str(got)!r}, "w").write("TERM")
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, on_term)
+        open({str(ready)!r}, "w").write("ready")
+        time.sleep(60)
+        sys.exit(5)
+        """)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "colocate", "run", "--device", "sim", "--", sys.executable, str(child)],
+        cwd=tmp_path, env=job_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert launcher.poll() is None, launcher.communicate()
+            assert time.monotonic() < deadline, "child never became ready"
+            time.sleep(0.05)
+        launcher.send_signal(signal.SIGTERM)
+        _, err = launcher.communicate(timeout=30)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert got.read_text() == "TERM"
+    assert launcher.returncode == 0, err
+    assert "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def module_job(colocate, tmp_path_factory):
+    """`colocate run -- python -m jobpkg.train` with a user sitecustomize on PYTHONPATH."""
+    root = tmp_path_factory.mktemp("modjob")
+    site = root / "site"
+    (site / "jobpkg").mkdir(parents=True)
+    marks = root / "marks.txt"
+    write(site / "sitecustomize.py", f"""\
+        import os
+        with open({str(marks)!r}, "a") as f:
+            f.write(f"{{os.getpid()}} {{os.environ.get('COLOCATE_ENABLED', '-')}}\\n")
+        os.environ["USER_SITECUSTOMIZE_RAN"] = "1"
+        """)
+    (site / "jobpkg" / "__init__.py").write_text("")
+    out = root / "out.json"
+    write(site / "jobpkg" / "train.py", f"""\
+        import json, os, sys, torch, torch_hooks
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step(); opt.zero_grad()
+        with open({str(out)!r}, "w") as f:
+            json.dump({{"name": __name__, "pid": os.getpid(),
+                       "user_site": os.environ.get("USER_SITECUSTOMIZE_RAN"),
+                       "iterations": torch_hooks.stats()["iterations"]}}, f)
+        """)
+    stats = root / "stats.json"
+    proc = colocate(["run", "--device", "sim", "--stats-file", stats, "--", sys.executable, "-m", "jobpkg.train"],
+                    cwd=root, env={"PYTHONPATH": str(site)})
+    return {
+        "proc": proc,
+        "out": json.loads(out.read_text()) if out.exists() else None,
+        "stats": json.loads(stats.read_text()) if stats.exists() else None,
+        "marks": marks.read_text().split("\n") if marks.exists() else [],
+    }
+
+
+def test_python_dash_m_module_runs_under_the_runtime(module_job):
+    proc = module_job["proc"]
+    assert proc.returncode == 0, proc.stderr
+    assert module_job["out"]["name"] == "__main__"
+    assert module_job["out"]["iterations"] == 3
+    assert module_job["stats"]["iterations"] == 3
+
+
+def test_existing_sitecustomize_is_chained(module_job):
+    proc, out = module_job["proc"], module_job["out"]
+    assert proc.returncode == 0, proc.stderr
+    assert out["user_site"] == "1"  # the user's sitecustomize ran inside the job process ...
+    job_marks = [l for l in module_job["marks"] if l.startswith(f"{out['pid']} ")]
+    assert job_marks == [f"{out['pid']} 1"]  # ... exactly once, with the runtime enabled
+    assert out["iterations"] == 3  # ... and the runtime was installed as well
+
+
+@pytest.fixture(scope="module")
+def big_job_script(tmp_path_factory):
+    return write(tmp_path_factory.mktemp("big") / "big.py", BIG)
+
+
+def test_memory_cap_below_working_set_spills_to_host(colocate, tmp_path, big_job_script):
+    proc, s = run_job(colocate, tmp_path, ["--gpu-mem", "3MiB"], [sys.executable, big_job_script])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("done")
+    assert s["mem_cap_bytes"] == 3 * MiB
+    assert s["host_bytes_peak"] > 0
+    assert s["boundary_reserved_over_cap_max_bytes"] == 0
+    assert s["mem_reserved_peak_bytes"] <= 3 * MiB
+    assert s["iterations"] == 4
+    assert s["host_penalty_s"] > 0  # sim charges device time for host-served bytes
+
+
+def test_on_cap_error_stops_with_one_line(colocate, tmp_path, big_job_script):
+    proc, s = run_job(colocate, tmp_path, ["--gpu-mem", "3MiB", "--on-cap", "error"], [sys.executable, big_job_script])
+    assert proc.returncode != 0
+    assert "done" not in proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = nonempty_lines(proc.stderr)
+    assert lines, "expected an error line"
+    assert lines[-1].startswith("colocate: device memory cap"), proc.stderr
+    assert sum(l.startswith("colocate: device memory cap") for l in lines) == 1
+    assert "3.00 MiB" in lines[-1] and "tried to allocate" in lines[-1]
+    assert s["exit_code"] == proc.returncode
+
+
+def test_sm_share_half_holds_busy_fraction(colocate, tmp_path):
+    script = write(tmp_path / "busy.py", BUSY)
+    proc, s = run_job(colocate, tmp_path, ["--sm-share", "0.5"], [sys.executable, script])
+    assert proc.returncode == 0, proc.stderr
+    n = int(proc.stdout.split()[-1])
+    assert s["iterations"] == n >= 10
+    info = {k: s[k] for k in ("busy_fraction", "wall_s", "device_busy_s", "throttle_idle_s", "iterations")}
+    # the throttle never lets the job above its share ...
+    assert s["busy_fraction"] <= 0.55, info
+    # ... and holds it there when the job can use more. The simulated GPU is a real CPU core:
+    # if other processes on this machine took more than half of it, the job could not reach
+    # its share at all (and the throttle rightly idled ~0): that says nothing about colocate.
+    got = s["device_busy_s"] / max(1e-9, s["wall_s"] - s["throttle_idle_s"] - s["paused_s"])
+    if s["busy_fraction"] < 0.45 and got < 0.55:
+        pytest.skip(f"the simulated GPU's core was contended by other processes (job got {got:.2f} of it): {info}")
+    assert s["throttle_idle_s"] > 0, info
+    assert abs(s["busy_fraction"] - 0.5) <= 0.05, info
+
+
+# ---------------------------------------------------------------- in-process pieces of the launcher ---
+
+
+@pytest.mark.parametrize(
+    "args, script",
+    [
+        (["train.py", "--epochs", "3"], "train.py"),
+        (["-u", "train.py"], "train.py"),
+        (["-O", "-B", "train.py"], "train.py"),
+        (["-W", "ignore", "train.py"], "train.py"),
+        (["-X", "dev", "train.py"], "train.py"),
+        (["-Wignore", "train.py"], "train.py"),
+        (["-c", "print(1)"], None),
+        (["-m", "pkg.train"], None),
+        (["-mpkg.train"], None),
+        (["-cprint(1)"], None),
+        (["-u", "-m", "pkg"], None),
+        ([], None),
+        (["-"], "-"),
+    ],
+)
+def test_python_script_detection(args, script):
+    assert L._python_script(args) == script
+
+
+def test_check_command(tmp_path):
+    script = tmp_path / "ok.py"
+    script.write_text("")
+    L.check_command((sys.executable, str(script)), None)
+    L.check_command((sys.executable, "-m", "does.not.matter"), None)
+    with pytest.raises(L.LaunchError, match="no command"):
+        L.check_command((), None)
+    with pytest.raises(L.LaunchError, match="script not found"):
+        L.check_command((sys.executable, str(tmp_path / "missing.py")), None)
+    with pytest.raises(L.LaunchError, match="command not found"):
+        L.check_command(("no-such-prog-xyz",), None)
+
+
+def test_job_environment(tmp_path):
+    base = {"PATH": "/usr/bin", "PYTHONPATH": "/user/site", "COLOCATE_SIM_CORE": "0", "OMP_NUM_THREADS": "4"}
+    spec = L.RunSpec(command=("python", "x.py"), device="sim", gpu=1, gpu_mem=3 << 20, sm_share=0.5,
+                     priority="opportunistic", on_cap="error", job_id="j")
+    env = L.job_environment(spec, base, str(tmp_path))
+    job = JobEnv.from_environ(env)
+    assert job.enabled and job.job_id == "j" and job.gpu == 1 and job.gpu_mem == 3 << 20
+    assert job.sm_share == 0.5 and job.priority == "opportunistic" and job.on_cap == "error"
+    assert job.stats_dir == str(tmp_path) and job.sim_core == 0
+    pp = env["PYTHONPATH"].split(os.pathsep)
+    assert pp[0] == L.INJECT_DIR and pp[-1] == "/user/site"
+    assert "/user/site" in env["COLOCATE_CHAIN_SITECUSTOMIZE"].split(os.pathsep)
+    assert env["OMP_NUM_THREADS"] == "4"  # the user's own setting wins
+    assert "CUDA_VISIBLE_DEVICES" not in env
+    cuda = L.job_environment(L.RunSpec(command=("x",), device="cuda", gpu=2), {"PATH": "/usr/bin"}, str(tmp_path))
+    assert cuda["CUDA_VISIBLE_DEVICES"] == "2"
+    assert L.job_environment(L.RunSpec(command=("x",)), {}, str(tmp_path))["COLOCATE_JOB_ID"].startswith("job-")
+
+
+def test_merge_stats_of_several_processes(tmp_path):
+    def proc(pid, iters, busy, wall, res, alloc, host):
+        return {"pid": pid, "iterations": iters, "device_busy_s": busy, "wall_s": wall, "busy_fraction": busy / wall,
+                "mem_cap_bytes": 100, "mem_reserved_peak_bytes": res, "mem_allocated_peak_bytes": alloc,
+                "host_bytes_peak": host}
+
+    (tmp_path / "stats-1.json").write_text(json.dumps(proc(1, 10, 1.0, 4.0, 50, 40, 0)))
+    (tmp_path / "stats-2.json").write_text(json.dumps(proc(2, 3, 0.5, 5.0, 80, 30, 7)))
+    (tmp_path / "stats-3.json").write_text("{ not json")  # a torn file is skipped
+    m = L.merge_stats(str(tmp_path))
+    assert m["iterations"] == 10 and m["pid"] == 1
+    assert m["device_busy_s"] == pytest.approx(1.5) and m["wall_s"] == 5.0
+    assert m["busy_fraction"] == pytest.approx(0.3)
+    assert (m["mem_reserved_peak_bytes"], m["mem_allocated_peak_bytes"], m["host_bytes_peak"]) == (80, 40, 7)
+    assert len(m["processes"]) == 2
+
+
+def test_merge_stats_without_processes(tmp_path):
+    m = L.merge_stats(str(tmp_path))
+    assert all(m[k] == 0 for k in SUMMARY_KEYS)
+    assert m["processes"] == []

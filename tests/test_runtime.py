@@ -1,0 +1,485 @@
+"""torch_hooks.runtime.Runtime against a fake device and a controllable clock (no torch).
+
+The fake clock is the real monotonic clock plus a manual offset: ``advance(dt)``
+pretends ``dt`` seconds of wall time passed (host work), while the throttle's
+waits still take real time, so idle amounts can be measured.
+"""
+import math
+import threading
+import time
+
+import pytest
+
+from colocate.device.base import MemoryStats
+from colocate.env import JobEnv
+from torch_hooks.records import BatchRecord
+from torch_hooks.runtime import Runtime
+
+MiB = 1 << 20
+
+REQUIRED_SUMMARY_KEYS = ("iterations", "wall_s", "device_busy_s", "busy_fraction", "mem_cap_bytes",
+                         "mem_reserved_peak_bytes", "mem_allocated_peak_bytes", "host_bytes_peak")
+
+
+class FakeClock:
+    def __init__(self):
+        self.offset = 0.0
+
+    def __call__(self):
+        return time.monotonic() + self.offset
+
+    def advance(self, dt):
+        self.offset += dt
+
+
+class FakeDevice:
+    """Implements the JobDevice protocol with a scripted memory state and busy clock."""
+
+    index = 0
+
+    def __init__(self, kind="sim", mem_total=1024 * MiB, cap=None, allocated=0, reserved=0):
+        self.kind = kind
+        self.mem_total = mem_total
+        self.cap = mem_total if cap is None else cap
+        self.allocated = allocated
+        self.reserved = reserved
+        self.host = 0
+        self.win_host_touched = 0
+        self.peak = [allocated, reserved, 0]
+        self.busy = 0.0
+        self.calls = []
+        self._lock = threading.Lock()
+
+    def _log(self, *call):
+        with self._lock:
+            self.calls.append(call)
+
+    def count(self, name):
+        return sum(1 for c in self.calls if c[0] == name)
+
+    # --- JobDevice ---
+    def install(self):
+        self._log("install")
+
+    def set_cap(self, cap_bytes):
+        self._log("set_cap", cap_bytes)
+        self.cap = min(int(cap_bytes), self.mem_total)
+
+    def release_cache(self):
+        self._log("release_cache")
+        freed = self.reserved - self.allocated
+        self.reserved = self.allocated
+        return freed
+
+    def memory(self):
+        self.peak = [max(self.peak[0], self.allocated), max(self.peak[1], self.reserved), max(self.peak[2], self.host)]
+        return MemoryStats(
+            cap=self.cap, allocated=self.allocated, reserved=self.reserved, host=self.host,
+            peak_allocated=self.peak[0], peak_reserved=self.peak[1], peak_host=self.peak[2],
+            win_peak_allocated=self.allocated, win_peak_reserved=self.reserved,
+            win_host_touched=self.win_host_touched,
+        )
+
+    def reset_window(self):
+        self._log("reset_window")
+
+    def busy_time(self):
+        return self.busy
+
+    def phase_start(self):
+        self._log("phase_start")
+
+    def phase_end(self):
+        self._log("phase_end")
+
+    def mem_get_info(self):
+        return max(0, self.cap - self.reserved) + (self.reserved - self.allocated), self.cap
+
+    def charge(self, seconds):
+        self._log("charge", seconds)
+        self.busy += seconds
+
+
+def make(share=1.0, kind="sim", gbps=2.0, **dev):
+    clock = FakeClock()
+    device = FakeDevice(kind=kind, **dev)
+    env = JobEnv(job_id="test-job", device=kind, sm_share=share, sim_host_gbps=gbps)
+    return Runtime(env, device, clock), device, clock
+
+
+def boundary_in_thread(rt):
+    box = {}
+
+    def target():
+        box["rec"] = rt.on_boundary()
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t, box
+
+
+# ---------------------------------------------------------------- limits -----
+
+def test_initial_limits_come_from_env_and_device():
+    rt, dev, _ = make(share=0.4, cap=256 * MiB)
+    assert rt.limits() == {"mem_cap": 256 * MiB, "sm_share": 0.4, "seq": 0}
+
+
+def test_seq_makes_updates_idempotent():
+    rt, dev, _ = make()
+    assert rt.set_limits(sm_share=0.5, seq=3) is True
+    assert rt.limits() == {"mem_cap": dev.mem_total, "sm_share": 0.5, "seq": 3}
+    # a retried or reordered update is ignored
+    assert rt.set_limits(sm_share=0.9, seq=3) is False
+    assert rt.set_limits(sm_share=0.9, seq=2) is False
+    assert rt.limits()["sm_share"] == 0.5 and rt.limits()["seq"] == 3
+    assert rt.set_limits(sm_share=0.9, seq=10) is True
+    assert rt.limits() == {"mem_cap": dev.mem_total, "sm_share": 0.9, "seq": 10}
+    # an update without seq takes the next one
+    assert rt.set_limits(sm_share=0.7) is True
+    assert rt.limits()["seq"] == 11
+
+
+def test_stale_seq_does_not_touch_the_device():
+    rt, dev, _ = make()
+    assert rt.set_limits(mem_cap=100 * MiB, seq=1)
+    assert not rt.set_limits(mem_cap=10 * MiB, seq=1)
+    assert dev.cap == 100 * MiB
+    assert [c for c in dev.calls if c[0] == "set_cap"] == [("set_cap", 100 * MiB)]
+    rec = rt.on_boundary()
+    assert rec.mem_cap == 100 * MiB
+    assert dev.count("release_cache") == 1  # the applied shrink only
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"sm_share": 1.5}, {"sm_share": -0.1}, {"sm_share": float("nan")}, {"sm_share": "x"},
+               {"mem_cap": -1}, {"mem_cap": True}],
+)
+def test_bad_limits_raise_and_change_nothing(kwargs):
+    rt, dev, _ = make(share=0.5)
+    before = rt.limits()
+    with pytest.raises(ValueError):
+        rt.set_limits(**kwargs)
+    assert rt.limits() == before
+    assert dev.count("set_cap") == 0
+
+
+def test_cap_is_clamped_to_device_total():
+    rt, dev, _ = make(mem_total=512 * MiB)
+    rt.set_limits(mem_cap=4096 * MiB)
+    assert rt.limits()["mem_cap"] == 512 * MiB
+
+
+def test_cap_grow_takes_effect_at_once_without_release():
+    rt, dev, _ = make(cap=128 * MiB, allocated=40 * MiB, reserved=100 * MiB)
+    rt.set_limits(mem_cap=300 * MiB)
+    assert dev.cap == 300 * MiB  # the device sees it immediately
+    assert rt.limits()["mem_cap"] == 300 * MiB
+    rec = rt.on_boundary()
+    assert dev.count("release_cache") == 0
+    assert rec.mem_cap == 300 * MiB and rec.mem_floor == 0 and rec.mem_reserved == 100 * MiB
+
+
+def test_cap_shrink_releases_cache_at_next_boundary():
+    rt, dev, _ = make(cap=128 * MiB, allocated=50 * MiB, reserved=100 * MiB)
+    rt.set_limits(mem_cap=64 * MiB)
+    # new segments obey the new cap at once; cached memory is released only at the boundary
+    assert dev.cap == 64 * MiB
+    assert dev.count("release_cache") == 0
+    assert dev.reserved == 100 * MiB
+    rec = rt.on_boundary()
+    assert dev.count("release_cache") == 1
+    assert rec.mem_cap == 64 * MiB
+    assert rec.mem_reserved == 50 * MiB <= rec.mem_cap
+    assert rec.mem_floor == 0
+    assert rt.book.max_reserved_over_cap <= 0
+    s = rt.summary()
+    assert s["boundary_reserved_over_cap_max_bytes"] == 0
+    assert s["mem_floor_peak_bytes"] == 0
+
+
+def test_cap_shrink_below_live_tensors_reports_floor():
+    rt, dev, _ = make(cap=128 * MiB, allocated=80 * MiB, reserved=100 * MiB)
+    rt.set_limits(mem_cap=64 * MiB)
+    rec = rt.on_boundary()
+    assert dev.count("release_cache") == 1
+    assert rec.mem_reserved == 80 * MiB
+    assert rec.mem_floor == 80 * MiB  # what the live tensors hold
+    s = rt.summary()
+    assert s["mem_floor_peak_bytes"] == 80 * MiB
+    assert s["boundary_reserved_over_cap_max_bytes"] == 16 * MiB
+    # while live tensors stay, later boundaries keep trying and keep reporting the floor
+    rec = rt.on_boundary()
+    assert rec.mem_floor == 80 * MiB
+    # once they are freed the cap is honoured and the floor clears
+    dev.allocated = 20 * MiB
+    rec = rt.on_boundary()
+    assert rec.mem_floor == 0 and rec.mem_reserved == 20 * MiB <= 64 * MiB
+
+
+def test_no_release_without_shrink_when_under_cap():
+    rt, dev, _ = make(cap=128 * MiB, allocated=10 * MiB, reserved=100 * MiB)
+    for _ in range(3):
+        rt.on_boundary()
+    assert dev.count("release_cache") == 0  # the cache is kept while it fits
+
+
+def test_mem_cap_only_update_keeps_share():
+    rt, dev, _ = make(share=0.3)
+    rt.set_limits(mem_cap=10 * MiB)
+    assert rt.limits()["sm_share"] == 0.3
+    rt.set_limits(sm_share=0.6)
+    assert rt.limits()["mem_cap"] == 10 * MiB
+
+
+# ---------------------------------------------------------------- throttle ----
+
+def test_share_one_never_idles():
+    rt, dev, _ = make(share=1.0)
+    for _ in range(3):
+        dev.busy += 0.5
+        t0 = time.monotonic()
+        rec = rt.on_boundary()
+        assert time.monotonic() - t0 < 0.3
+        assert rec.idle_s < 0.1
+        assert rec.busy_s == pytest.approx(0.5)
+
+
+def test_share_half_inserts_busy_times_one_idle():
+    rt, dev, _ = make(share=0.5)
+    dev.busy += 0.1  # 0.1 s of device work in (almost) no wall time
+    rec = rt.on_boundary()
+    assert rec.busy_s == pytest.approx(0.1)
+    assert 0.15 <= rec.idle_s <= 1.5
+    assert rec.busy_s / rec.duration_s <= 0.5 + 0.05
+    assert rt.book.idle_s == pytest.approx(rec.idle_s)
+
+
+def test_host_time_counts_as_idle():
+    rt, dev, clock = make(share=0.5)
+    dev.busy += 0.1
+    clock.advance(0.5)  # the batch spent 0.4 s on the host: already below the share
+    rec = rt.on_boundary()
+    assert rec.idle_s < 0.1
+    assert rec.duration_s >= 0.5
+
+
+def test_busy_is_measured_per_batch():
+    rt, dev, clock = make(share=0.5)
+    dev.busy += 1.0
+    clock.advance(10.0)
+    first = rt.on_boundary()
+    dev.busy += 0.05
+    second = rt.on_boundary()
+    assert first.busy_s == pytest.approx(1.0) and first.idle_s < 0.5
+    assert second.busy_s == pytest.approx(0.05)
+    assert 0.06 <= second.idle_s <= 1.5
+
+
+def test_share_zero_pauses_until_raised():
+    rt, dev, _ = make(share=1.0)
+    rt.set_limits(sm_share=0.0)
+    dev.busy += 0.01
+    t, box = boundary_in_thread(rt)
+    time.sleep(0.3)
+    assert t.is_alive(), "share 0 must pause at the boundary"
+    # a memory-only update does not resume a paused job
+    rt.set_limits(mem_cap=256 * MiB)
+    time.sleep(0.1)
+    assert t.is_alive()
+    rt.set_limits(sm_share=0.5)
+    t.join(5)
+    assert not t.is_alive(), "raising the share must resume the job"
+    rec = box["rec"]
+    assert rec.sm_share == 0.5
+    assert rec.idle_s >= 0.35
+    assert rt.book.paused_s >= 0.35
+    assert rt.summary()["paused_s"] >= 0.35
+
+
+def test_share_zero_from_env_pauses_first_boundary():
+    rt, dev, _ = make(share=0.0)
+    t, box = boundary_in_thread(rt)
+    time.sleep(0.2)
+    assert t.is_alive()
+    rt.set_limits(sm_share=1.0)
+    t.join(5)
+    assert not t.is_alive()
+    assert box["rec"].index == 0
+
+
+def test_close_releases_a_paused_job_and_stops_idling():
+    rt, dev, _ = make(share=0.0)
+    t, box = boundary_in_thread(rt)
+    time.sleep(0.2)
+    assert t.is_alive()
+    rt.close()
+    t.join(5)
+    assert not t.is_alive()
+    rt.set_limits(sm_share=0.1)
+    dev.busy += 1.0
+    t0 = time.monotonic()
+    rt.on_boundary()
+    assert time.monotonic() - t0 < 1.0  # closed: no idle inserted
+
+
+def test_share_change_during_idle_is_re_evaluated():
+    rt, dev, _ = make(share=0.05)
+    dev.busy += 1.0  # wants ~19 s of idle
+    t, box = boundary_in_thread(rt)
+    time.sleep(0.2)
+    assert t.is_alive()
+    t0 = time.monotonic()
+    rt.set_limits(sm_share=1.0)
+    t.join(5)
+    assert not t.is_alive()
+    assert time.monotonic() - t0 < 2.0
+    assert box["rec"].idle_s < 3.0
+
+
+def test_concurrent_limit_updates_keep_the_highest_seq():
+    rt, dev, _ = make()
+    errors = []
+
+    def worker(k):
+        try:
+            for i in range(50):
+                seq = k + 8 * i + 1  # distinct seqs 1..400 over all threads
+                rt.set_limits(sm_share=seq / 1000.0, seq=seq)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert rt.limits()["seq"] == 400
+    assert rt.limits()["sm_share"] == pytest.approx(0.4)
+
+
+# ---------------------------------------------------------------- host penalty ---
+
+def test_host_bytes_are_charged_as_device_time_on_sim():
+    rt, dev, _ = make(share=1.0, gbps=2.0)
+    dev.win_host_touched = 1_000_000_000  # 1 GB at 2 GB/s
+    rec = rt.on_boundary()
+    assert ("charge", pytest.approx(0.5)) in dev.calls
+    assert rec.host_penalty_s == pytest.approx(0.5)
+    assert rec.host_bytes_touched == 1_000_000_000
+    assert rec.busy_s == pytest.approx(0.5)  # the charge is device time
+    assert rt.summary()["host_penalty_s"] == pytest.approx(0.5)
+
+
+def test_host_penalty_is_throttled_like_device_work():
+    rt, dev, _ = make(share=0.5, gbps=1.0)
+    dev.win_host_touched = 100_000_000  # 0.1 s at 1 GB/s
+    rec = rt.on_boundary()
+    assert rec.host_penalty_s == pytest.approx(0.1)
+    assert 0.15 <= rec.idle_s <= 1.5
+
+
+def test_no_host_penalty_on_cuda():
+    rt, dev, _ = make(kind="cuda")
+    dev.win_host_touched = 1_000_000_000
+    rec = rt.on_boundary()
+    assert dev.count("charge") == 0
+    assert rec.host_penalty_s == 0.0
+
+
+def test_no_charge_without_host_traffic():
+    rt, dev, _ = make()
+    rt.on_boundary()
+    assert all(c[1] == 0.0 for c in dev.calls if c[0] == "charge")
+
+
+# ---------------------------------------------------------------- phases, records ---
+
+def test_device_start_is_idempotent_within_a_batch():
+    rt, dev, clock = make()
+    started = []
+    rt.add_start_hook(lambda: started.append(1))
+    clock.advance(0.25)  # host phase before the first forward
+    rt.on_device_start()
+    rt.on_device_start()
+    assert dev.count("phase_start") == 1 and started == [1]
+    rec = rt.on_boundary()
+    assert rec.device_start_s == pytest.approx(0.25, abs=0.05)
+    assert dev.count("phase_end") == 1
+    assert dev.count("reset_window") == 1
+    rt.on_device_start()
+    assert dev.count("phase_start") == 2 and started == [1, 1]
+    rt.on_boundary()
+    rec = rt.on_boundary()  # a batch with no forward
+    assert rec.device_start_s is None
+
+
+def test_records_and_listeners():
+    rt, dev, _ = make(cap=64 * MiB, allocated=3 * MiB, reserved=8 * MiB)
+    seen = []
+
+    def bad(rec):
+        raise RuntimeError("listener bug")
+
+    rt.add_listener(bad)  # a failing listener never breaks training
+    rt.add_listener(seen.append)
+    rt.set_limits(sm_share=1.0, seq=7)
+    recs = [rt.on_boundary() for _ in range(3)]
+    assert [r.index for r in recs] == [0, 1, 2]
+    assert seen == recs
+    assert all(isinstance(r, BatchRecord) for r in recs)
+    r = recs[-1]
+    assert r.limits_seq == 7 and r.sm_share == 1.0
+    assert r.mem_cap == 64 * MiB and r.mem_reserved == 8 * MiB and r.mem_allocated_peak == 3 * MiB
+    assert r.mem_floor == 0 and r.host_bytes == 0
+    assert r.t_end >= recs[0].t_end
+    assert rt.book.iterations == 3
+    assert list(rt.book.records) == recs
+
+
+def test_summary_has_required_keys_and_consistent_values():
+    rt, dev, clock = make(share=1.0, cap=32 * MiB, allocated=2 * MiB, reserved=4 * MiB)
+    for _ in range(4):
+        dev.busy += 0.25
+        clock.advance(0.5)
+        rt.on_boundary()
+    s = rt.summary()
+    for key in REQUIRED_SUMMARY_KEYS:
+        assert key in s, key
+        assert isinstance(s[key], (int, float)) and math.isfinite(s[key])
+    assert s["iterations"] == 4
+    assert s["device_busy_s"] == pytest.approx(1.0)
+    assert s["wall_s"] >= 2.0
+    assert s["busy_fraction"] == pytest.approx(s["device_busy_s"] / s["wall_s"])
+    assert 0.0 < s["busy_fraction"] <= 0.5 + 1e-6
+    assert s["mem_cap_bytes"] == 32 * MiB
+    assert s["mem_reserved_peak_bytes"] == 4 * MiB
+    assert s["mem_allocated_peak_bytes"] == 2 * MiB
+    assert s["host_bytes_peak"] == 0
+    assert s["job_id"] == "test-job" and s["sm_share"] == 1.0
+
+
+def test_summary_is_safe_from_another_thread_during_boundaries():
+    rt, dev, _ = make(share=1.0)
+    stop = threading.Event()
+    errors = []
+
+    def reader():
+        while not stop.is_set():
+            try:
+                rt.summary()
+                rt.limits()
+            except Exception as exc:  # pragma: no cover
+                errors.append(exc)
+                return
+
+    t = threading.Thread(target=reader)
+    t.start()
+    for _ in range(200):
+        dev.busy += 0.0001
+        rt.on_boundary()
+    stop.set()
+    t.join()
+    assert not errors
+    assert rt.summary()["iterations"] == 200
