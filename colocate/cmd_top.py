@@ -106,6 +106,8 @@ def _poll(endpoint: str, timeout_s: float):
 
     try:
         return C.list_jobs(endpoint, timeout_s), None
+    except C.BadEndpoint:
+        raise  # retrying cannot help
     except C.NoAnswer:
         return None, "no answer"
     except C.CtlClientError as exc:
@@ -127,27 +129,30 @@ def run(args) -> int:
         console = Console(width=max(console.width, 160))
     timeout = min(args.timeout, max(0.5, args.interval))
 
-    if args.once:
-        listing, error = _poll(endpoint, args.timeout)
-        if isinstance(error, str) and error.startswith("bad endpoint"):
-            print(f"colocate top: {error}", file=sys.stderr)
-            return 2
-        console.print(render(endpoint, listing, error, time.time(), args.interval))
-        return 0 if error is None else 1
+    try:
+        if args.once:
+            listing, error = _poll(endpoint, args.timeout)
+            console.print(render(endpoint, listing, error, time.time(), args.interval))
+            return 0 if error is None else 1
+        return _live(console, endpoint, args.interval, timeout)
+    except C.BadEndpoint as exc:
+        print(f"colocate top: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
 
+
+def _live(console, endpoint: str, interval: float, timeout: float) -> int:
+    """Redraw every ``interval`` seconds until Ctrl-C (KeyboardInterrupt, handled by the caller)."""
     from rich.live import Live
 
     last = None
-    try:
-        with Live(render(endpoint, None, None, time.time(), args.interval), console=console,
-                  refresh_per_second=max(1, min(10, int(2 / args.interval) + 1)), screen=False) as live:
-            while True:
-                t0 = time.monotonic()
-                listing, error = _poll(endpoint, timeout)
-                if listing is not None:
-                    last = listing
-                live.update(render(endpoint, listing if listing is not None else last, error, time.time(),
-                                   args.interval))
-                time.sleep(max(0.0, args.interval - (time.monotonic() - t0)))
-    except KeyboardInterrupt:
-        return 0
+    with Live(render(endpoint, None, None, time.time(), interval), console=console,
+              refresh_per_second=max(1, min(10, int(2 / interval) + 1)), screen=False) as live:
+        while True:
+            t0 = time.monotonic()
+            listing, error = _poll(endpoint, timeout)
+            if listing is not None:
+                last = listing
+            live.update(render(endpoint, listing if listing is not None else last, error, time.time(), interval))
+            time.sleep(max(0.0, interval - (time.monotonic() - t0)))

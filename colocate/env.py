@@ -34,6 +34,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_PRIORITY", "guaranteed", "`guaranteed` or `opportunistic`."),
     Variable("COLOCATE_ON_CAP", "host", "`host`: allocations over the cap are served from host memory; `error`: the job stops with one line."),
     Variable("COLOCATE_STATS_DIR", "", "Directory where each job process writes `stats-<pid>.json` at exit (the launcher merges them)."),
+    Variable("COLOCATE_TOKEN", "<random>", "Secret the launcher draws per job; the node binds the job id to it, so no other process can register as this job."),
     Variable("COLOCATE_NODE", "", "Endpoint of the node coordinator (e.g. ipc:///tmp/colocate-node.sock); empty: run standalone."),
     Variable("COLOCATE_SIM_CORE", "<gpu index mod cores>", "sim: CPU core that is the simulated GPU's compute; the job is pinned to it."),
     Variable("COLOCATE_SIM_GPU_MEM", "16GiB", "sim: total memory of the simulated GPU in bytes (the cap when none is given)."),
@@ -64,6 +65,7 @@ class JobEnv:
 
     enabled: bool = False
     job_id: str = ""
+    token: str = ""
     device: str = "sim"
     gpu: int = 0
     gpu_mem: int | None = None
@@ -114,6 +116,7 @@ class JobEnv:
         return cls(
             enabled=_get(env, "COLOCATE_ENABLED") == "1",
             job_id=_get(env, "COLOCATE_JOB_ID") or str(os.getpid()),
+            token=_get(env, "COLOCATE_TOKEN") or "",
             device=parsed("COLOCATE_DEVICE", choice(DEVICES), "sim"),
             gpu=parsed("COLOCATE_GPU", nonneg_int, 0),
             gpu_mem=parsed("COLOCATE_GPU_MEM", parse_size, None),
@@ -144,6 +147,8 @@ class JobEnv:
         }
         if self.gpu_mem is not None:
             out["COLOCATE_GPU_MEM"] = str(self.gpu_mem)
+        if self.token:
+            out["COLOCATE_TOKEN"] = self.token
         if self.stats_dir:
             out["COLOCATE_STATS_DIR"] = self.stats_dir
         if self.node:

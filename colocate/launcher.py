@@ -10,6 +10,7 @@ statistics into ``--stats-file`` and returns the child's exit code
 from __future__ import annotations
 
 import glob
+import secrets
 import json
 import os
 import shutil
@@ -108,6 +109,7 @@ def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
     job = JobEnv(
         enabled=True,
         job_id=spec.job_id or f"job-{os.getpid()}",
+        token=secrets.token_hex(16),
         device=spec.device,
         gpu=spec.gpu,
         gpu_mem=spec.gpu_mem,

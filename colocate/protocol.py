@@ -187,9 +187,10 @@ class ListOf(_Spec):
         return [self.item.dump(x) for x in v]
 
 
-def _f(spec: _Spec) -> Any:
-    """Declare a dataclass field with its wire rule."""
-    return field(metadata={"spec": spec})
+def _f(spec: _Spec, **kw) -> Any:
+    """Declare a dataclass field with its wire rule (a default only eases construction:
+    on the wire every field is required)."""
+    return field(metadata={"spec": spec}, **kw)
 
 
 JOB_ID = Str(MAX_ID_CHARS, min_len=1)
@@ -289,6 +290,7 @@ class Register(Message):
     sm_share: float = _f(SHARE)
     mem_cap: int = _f(SIZE)
     epoch: int = _f(COUNT)  # job-side incarnation counter
+    token: str = _f(Str(128), default="")  # secret from the launcher; re-registering must repeat it
 
 
 @_record("batch_report")

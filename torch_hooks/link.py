@@ -52,6 +52,7 @@ class NodeLink:
         self.node_epoch: int | None = None
         self.registered = threading.Event()
         self.welcomes = 0
+        self.rejected = False  # the node refused the registration: stop asking
         self._last_acked = 0
         self.publisher = None
         self.follower = None
@@ -101,6 +102,7 @@ class NodeLink:
         msg = P.Register(
             job_id=self.env.job_id, pid=os.getpid(), gpu=self.env.gpu, priority=self.env.priority,
             mem_request=self.env.gpu_mem, sm_share=limits["sm_share"], mem_cap=limits["mem_cap"], epoch=self.epoch,
+            token=self.env.token[:128],
         )
         self._send(sock, msg)
 
@@ -138,7 +140,9 @@ class NodeLink:
                         break
                     if self.registered.is_set():
                         self._report(sock, rec)
-            if now - last_beat >= HEARTBEAT_S:  # the node echoes it: proof of life both ways
+            if self.rejected:
+                last_heard = now  # not a silent node: it said no
+            elif now - last_beat >= HEARTBEAT_S:  # the node echoes it: proof of life both ways
                 self._send(sock, P.Heartbeat(job_id=self.env.job_id, sent_at=now))
                 last_beat = now
             if now - last_heard > HEARTBEAT_S * LIVENESS:
@@ -187,7 +191,11 @@ class NodeLink:
             if self.registered.is_set() and msg.job_id == self.env.job_id:
                 self._apply(msg.limits)
         elif isinstance(msg, P.Error):
-            if msg.code == "unknown_job":
+            if msg.code == "rejected":
+                if not self.rejected:
+                    log.warning("node rejected this job (%s); running on at the current limits", msg.message)
+                self.rejected = True
+            elif msg.code == "unknown_job" and not self.rejected:
                 self.registered.clear()
                 self._register(sock)
             else:

@@ -73,6 +73,9 @@ class NodeCore:
             if holder is not None:
                 return [Reply(P.Error(code="rejected", job_id=m.job_id,
                                       message=f"GPU {m.gpu} already runs guaranteed job {holder}"))]
+        if old is not None and old.token != m.token:
+            return [Reply(P.Error(code="rejected", job_id=m.job_id,
+                                  message=f"job id {m.job_id} is registered with another token"))]
         if old is not None and old.pid != m.pid:
             return [Reply(P.Error(code="rejected", job_id=m.job_id,
                                   message=f"job id {m.job_id} is in use by pid {old.pid}"))]
@@ -81,7 +84,7 @@ class NodeCore:
             old = None
         if old is None:
             job = JobState(job_id=m.job_id, gpu=m.gpu, priority=m.priority, pid=m.pid, mem_request=m.mem_request,
-                           registered_at=now, last_seen=now,
+                           registered_at=now, last_seen=now, token=m.token,
                            limits=P.Limits(seq=0, mem_cap=m.mem_cap, sm_share=m.sm_share, gate=False))
             self.jobs[m.job_id] = job
             gpu.jobs.append(m.job_id)

@@ -21,6 +21,7 @@ class JobState:
     registered_at: float
     last_seen: float
     limits: P.Limits
+    token: str = ""
     override_cap: int | None = None
     override_share: float | None = None
     iterations: int = 0

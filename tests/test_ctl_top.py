@@ -1,0 +1,177 @@
+"""`colocate ctl` and `colocate top` as real commands against a real node running one real job."""
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from colocate import protocol as P
+from test_node_integration import (JOB_START_S, PY, REPO, NodeProc, Procs, child_env, cnn, colocate_cli, read_log,
+                                   sim_ext, start_job, wait_for)
+
+GiB = 1 << 30
+JOB_FIELDS = set(P.JobInfo.__dataclass_fields__)
+
+
+@pytest.fixture(scope="module")
+def setup(sim_ext):
+    """A node with one guaranteed job that reports (killed at the end of the module)."""
+    tmp = Path(tempfile.mkdtemp(prefix="clt-"))
+    procs = Procs(tmp)
+    try:
+        node = NodeProc(procs, tmp, metrics=False, record=False).start()
+        job = start_job(procs, node, "g1", *cnn("--duration", 120, "--host-ms", 10), stats=False)
+        wait_for(lambda: node.jobs().get("g1") and node.jobs()["g1"].iterations >= 3 or job.poll() is not None,
+                 JOB_START_S, what="the job to register and report")
+        assert job.poll() is None, read_log(job)[-3000:]
+        yield node, job, tmp
+    finally:
+        procs.cleanup()
+        from torch_hooks.gate import gate_path
+
+        try:
+            Path(gate_path(f"ipc://{tmp}/node.sock", 0)).unlink()
+        except OSError:
+            pass
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def no_traceback(res):
+    assert "Traceback" not in res.stdout + res.stderr, res.stdout + res.stderr
+
+
+def test_ctl_list_table(setup):
+    node, job, _ = setup
+    res = colocate_cli("ctl", "--node", node.endpoint, "list")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].split() == ["GPU", "KIND", "MEMORY", "UTIL", "JOBS"]
+    assert lines[1].split()[:4] == ["0", "sim", "16.0", "GiB"] and lines[1].split()[-1] == "1"
+    header = next(i for i, l in enumerate(lines) if l.startswith("JOB "))
+    assert lines[header].split() == ["JOB", "GPU", "PRIORITY", "PID", "CAP", "SHARE", "RESERVED", "HOST", "IT/S",
+                                     "SLO", "ITERS"]
+    row = lines[header + 1].split()
+    pid = node.jobs()["g1"].pid
+    assert row[:4] == ["g1", "0", "guaranteed", str(pid)]
+    assert row[4:6] == ["16.0", "GiB"] and row[6] == "1.00"
+    assert float(row[-3]) >= 0 and int(row[-1]) >= 3  # it/s, iterations
+    no_traceback(res)
+
+
+def test_ctl_list_json_and_explicit_ctl_endpoint(setup):
+    node, job, _ = setup
+    res = colocate_cli("ctl", "--ctl", node.ctl, "list", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["node_epoch"] == node.listing().node_epoch
+    assert [g["index"] for g in data["gpus"]] == [0] and data["gpus"][0]["kind"] == "sim"
+    assert 0.0 <= data["gpus"][0]["utilization"] <= 1.0
+    (j,) = data["jobs"]
+    assert set(j) == JOB_FIELDS
+    assert j["job_id"] == "g1" and j["priority"] == "guaranteed" and j["mem_cap"] == 16 * GiB
+    assert j["iterations"] >= 3 and j["throughput"] > 0 and j["mem_reserved"] > 0
+
+
+def test_top_once(setup):
+    node, job, _ = setup
+    res = colocate_cli("top", "--node", node.endpoint, "--once")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    for word in ("colocate top", "GPUs", "Jobs", "UTILIZATION", "g1", "guaranteed", "16.0 GiB", "IT/S", "SLO", "%"):
+        assert word in out, (word, out)
+    assert "not reachable" not in out
+    no_traceback(res)
+
+
+def test_ctl_set_and_errors_from_the_node(setup):
+    node, job, _ = setup
+    res = colocate_cli("ctl", "--node", node.endpoint, "set", "g1", "--gpu-mem", "8GiB")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().startswith(f"g1: cap={8 * GiB}")
+    data = json.loads(colocate_cli("ctl", "--node", node.endpoint, "list", "--json").stdout)
+    assert data["jobs"][0]["mem_cap"] == 8 * GiB
+    # the job applies it: its reports name the new limits and it keeps running
+    wait_for(lambda: node.jobs()["g1"].mem_cap == 8 * GiB, 5, what="the override in the listing")
+    assert job.poll() is None
+
+    res = colocate_cli("ctl", "--node", node.endpoint, "set", "no-such-job", "--sm-share", "0.5")
+    assert res.returncode == 1
+    assert res.stdout == ""
+    assert res.stderr.strip().splitlines() == [
+        "colocate ctl: unknown_job: job no-such-job is not registered with this node"]
+
+
+@pytest.mark.parametrize("args", [
+    ["list"], ["list", "--json"], ["set", "g1", "--sm-share", "0.5"],
+])
+def test_ctl_without_a_node_says_no_answer(tmp_path, args):
+    endpoint = f"ipc://{tmp_path}/none.sock"
+    t0 = time.monotonic()
+    res = colocate_cli("ctl", "--node", endpoint, "--timeout", "1", *args)
+    took = time.monotonic() - t0
+    assert res.returncode == 1
+    assert res.stderr.splitlines() == [f"colocate ctl: no answer from the node at {endpoint}.ctl"]
+    assert res.stdout == ""
+    assert took < 15  # never hangs
+    no_traceback(res)
+
+
+def test_top_once_without_a_node(tmp_path):
+    res = colocate_cli("top", "--node", f"ipc://{tmp_path}/none.sock", "--once", "--timeout", "1")
+    assert res.returncode == 1
+    assert "node not reachable, retrying" in res.stdout
+    no_traceback(res)
+
+
+@pytest.mark.parametrize("args", [
+    ["set", "g1", "--gpu-mem", "12XB"],
+    ["set", "g1", "--gpu-mem", "-1GiB"],
+    ["set", "g1", "--sm-share", "1.5"],
+    ["set", "g1"],
+    ["set"],
+    ["frobnicate"],
+    [],
+])
+def test_ctl_bad_arguments_exit_2(tmp_path, args):
+    res = colocate_cli("ctl", "--node", f"ipc://{tmp_path}/none.sock", *args)
+    assert res.returncode == 2, (args, res.stdout, res.stderr)
+    assert res.stderr.strip()
+    no_traceback(res)
+
+
+def test_ctl_bad_endpoints_exit_2(tmp_path):
+    res = colocate_cli("ctl", "--node", "tcp://127.0.0.1:1", "list")  # no .ctl to derive
+    assert res.returncode == 2 and "--ctl" in res.stderr
+    res = colocate_cli("ctl", "--ctl", "not-an-endpoint", "list")
+    assert res.returncode == 2 and "not-an-endpoint" in res.stderr
+    no_traceback(res)
+
+
+@pytest.mark.parametrize("with_node", [True, False], ids=["node", "no-node"])
+def test_top_live_exits_0_on_ctrl_c(setup, tmp_path, with_node):
+    node, _, _ = setup
+    endpoint = node.endpoint if with_node else f"ipc://{tmp_path}/none.sock"
+    proc = subprocess.Popen([PY, "-m", "colocate", "top", "--node", endpoint, "--interval", "0.2", "--timeout", "0.3"],
+                            cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        time.sleep(2.0)  # several refreshes
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in out + err
+    if with_node:
+        assert "g1" in out
+    else:
+        assert "node not reachable, retrying" in out

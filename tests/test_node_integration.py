@@ -1,0 +1,476 @@
+"""The node coordinator end to end: real `colocate node` and `colocate run` processes on real ipc sockets.
+
+Each test gets its own short temporary directory for its endpoints, its own node process and jobs, and kills
+every process it started (process groups, SIGKILL) when it ends, pass or fail. Waits poll with deadlines.
+The helpers here (``Procs``, ``NodeProc``, ``start_job``, ``wait_for``) are reused by the fuzz and ctl/top tests.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from colocate import ctl_client as C
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+MiB = 1 << 20
+GiB = 1 << 30
+JOB_START_S = 120  # a job registers once torch is imported (longer when the allocator extension is built)
+
+
+# ---------------------------------------------------------------- helpers (shared with other test modules)
+
+
+def child_env(extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COLOCATE_")}
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(extra or {})
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, timeout: float, interval: float = 0.05, what: str = "condition"):
+    """Poll ``pred()`` until it returns a truthy value; returns it, or fails after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def colocate_cli(*args, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "colocate", *map(str, args)], cwd=REPO, env=child_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class Procs:
+    """Every process a test starts, each in its own session; ``cleanup`` SIGKILLs the groups still alive."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.all: list[subprocess.Popen] = []
+
+    def start(self, argv, log_name: str, **kw) -> subprocess.Popen:
+        log = open(self.tmp / log_name, "ab")
+        try:
+            proc = subprocess.Popen([str(a) for a in argv], cwd=REPO, env=child_env(), stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True, **kw)
+        finally:
+            log.close()
+        proc.log_path = self.tmp / log_name
+        self.all.append(proc)
+        return proc
+
+    def cleanup(self) -> None:
+        for proc in self.all:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for proc in self.all:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def read_log(proc) -> str:
+    try:
+        return Path(proc.log_path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+class NodeProc:
+    """A `colocate node --device sim` subprocess on ``ipc://DIR/node.sock``."""
+
+    def __init__(self, procs: Procs, tmp: Path, *extra, metrics: bool = True, record: bool = True,
+                 config: dict | None = None):
+        self.procs, self.tmp, self.extra = procs, tmp, [str(e) for e in extra]
+        self.endpoint = f"ipc://{tmp}/node.sock"
+        self.ctl = self.endpoint + ".ctl"
+        self.metrics_port = free_port() if metrics else None
+        self.record = tmp / "record.jsonl" if record else None
+        self.config = None
+        if config:
+            self.config = tmp / "node-config.json"
+            self.config.write_text(json.dumps(config))
+        self.proc = None
+        self.starts = 0
+
+    def start(self, timeout: float = 30.0) -> "NodeProc":
+        argv = [PY, "-m", "colocate", "node", "--device", "sim", "--endpoint", self.endpoint, "--log-level", "info"]
+        if self.metrics_port is not None:
+            argv += ["--metrics-port", self.metrics_port]
+        if self.record is not None:
+            argv += ["--record", self.record]
+        if self.config is not None:
+            argv += ["--config", self.config]
+        self.starts += 1
+        self.proc = self.procs.start(argv + self.extra, f"node-{self.starts}.log")
+        wait_for(lambda: self.listing() is not None or self.proc.poll() is not None, timeout, what="the node to answer")
+        assert self.proc.poll() is None, f"node exited with {self.proc.returncode}:\n{read_log(self.proc)}"
+        return self
+
+    def listing(self, timeout: float = 0.5):
+        try:
+            return C.list_jobs(self.ctl, timeout)
+        except C.CtlClientError:
+            return None
+
+    def jobs(self) -> dict:
+        listing = self.listing(timeout=1.0)
+        return {} if listing is None else {j.job_id: j for j in listing.jobs}
+
+    def log(self) -> str:
+        return "".join(Path(self.tmp / f"node-{i}.log").read_text(errors="replace") for i in range(1, self.starts + 1))
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def records(self) -> list[dict]:
+        if self.record is None or not self.record.exists():
+            return []
+        rows = []
+        for line in self.record.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:  # a line being written
+                pass
+        return rows
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
+            assert resp.status == 200
+            return resp.read().decode()
+
+
+def start_job(procs: Procs, node: NodeProc | str, job_id: str, *script, priority: str = "guaranteed",
+              run_opts=(), stats: bool = True) -> subprocess.Popen:
+    """`colocate run --device sim --node ENDPOINT --job-id ID ... -- python SCRIPT...` in the background."""
+    endpoint = node.endpoint if isinstance(node, NodeProc) else node
+    argv = [PY, "-m", "colocate", "run", "--device", "sim", "--node", endpoint, "--job-id", job_id,
+            "--priority", priority, "--log", "info", *run_opts]
+    stats_path = procs.tmp / f"{job_id}.stats.json"
+    if stats:
+        argv += ["--stats-file", stats_path]
+    proc = procs.start(argv + ["--", PY, *script], f"{job_id}.log")
+    proc.stats_path = stats_path
+    proc.job_id = job_id
+    return proc
+
+
+def cnn(*args) -> list[str]:
+    return [str(REPO / "examples" / "train_cnn.py"), "--log-every", "0", *map(str, args)]
+
+
+def finish(proc, timeout: float = 120) -> int:
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"{getattr(proc, 'job_id', proc.args)} did not finish in {timeout}s:\n"
+                             f"{read_log(proc)[-3000:]}") from None
+
+
+def stats_of(proc) -> dict:
+    return json.loads(Path(proc.stats_path).read_text())
+
+
+def metric_samples(text: str) -> dict:
+    """{(name, frozenset(labels.items())): value} from Prometheus text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def sample(samples: dict, name: str, **labels):
+    """The value of the one sample of ``name`` whose labels include ``labels``."""
+    hits = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls)]
+    assert len(hits) == 1, f"{name}{labels}: {len(hits)} samples"
+    return hits[0]
+
+
+@pytest.fixture(scope="session")
+def sim_ext():
+    """Build (or find cached) the simulated-GPU allocator once, so job start-up times below are short."""
+    proc = subprocess.run([PY, "-c", "from torch_hooks import _ext; _ext.load()"], cwd=REPO, env=child_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.fixture
+def ipc_dir():
+    """A short private directory (ipc socket paths are limited to ~100 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="cl-"))
+    yield path
+    from torch_hooks.gate import gate_path
+
+    for gpu in range(4):
+        try:
+            os.unlink(gate_path(f"ipc://{path}/node.sock", gpu))
+        except OSError:
+            pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def procs(ipc_dir):
+    p = Procs(ipc_dir)
+    yield p
+    p.cleanup()
+
+
+# ---------------------------------------------------------------- tests
+
+
+@pytest.mark.slow
+def test_two_jobs_register_adapt_report_metrics_and_obey_ctl(sim_ext, procs, ipc_dir):
+    node = NodeProc(procs, ipc_dir).start()
+    g = start_job(procs, node, "g1", *cnn("--duration", 8, "--host-ms", 10))
+    o = start_job(procs, node, "o1", *cnn("--duration", 8, "--host-ms", 10), priority="opportunistic")
+
+    jobs = wait_for(lambda: (lambda js: js if {"g1", "o1"} <= set(js) else None)(node.jobs()), JOB_START_S,
+                    what="both jobs in the node's listing")
+    assert jobs["g1"].priority == "guaranteed" and jobs["o1"].priority == "opportunistic"
+    assert jobs["g1"].pid != jobs["o1"].pid and jobs["g1"].gpu == jobs["o1"].gpu == 0
+
+    # the opportunistic job's limits move while it runs (baseline pause, then AIMD)
+    def opp_shares():
+        rows = [r for r in node.records() if r["kind"] == "limits" and r["job_id"] == "o1"]
+        return {r["limits"]["sm_share"] for r in rows} if len(rows) >= 2 else None
+
+    shares = wait_for(lambda: (lambda s: s if s and len(s) >= 2 else None)(opp_shares()), 30,
+                      what="the opportunistic job's share to change")
+    assert all(0.0 <= s <= 1.0 for s in shares)
+    wait_for(lambda: node.jobs().get("g1") and node.jobs()["g1"].iterations >= 5, 30, what="guaranteed reports")
+
+    # Prometheus metrics over HTTP
+    text = node.metrics()
+    for name in ("colocate_gpu_utilization_ratio", "colocate_job_memory_cap_bytes", "colocate_job_sm_share_ratio",
+                 "colocate_job_iterations_total", "colocate_node_messages_total"):
+        assert name in text, name
+    s = metric_samples(text)
+    assert 0.0 < sample(s, "colocate_gpu_utilization_ratio", gpu="0") <= 1.0
+    assert sample(s, "colocate_job_memory_cap_bytes", job="g1", priority="guaranteed") == 16 * GiB
+    assert 0 < sample(s, "colocate_job_memory_cap_bytes", job="o1") <= 16 * GiB
+    assert sample(s, "colocate_job_sm_share_ratio", job="g1") == 1.0
+    assert 0.0 <= sample(s, "colocate_job_sm_share_ratio", job="o1") <= 1.0
+    assert sample(s, "colocate_job_iterations_total", job="g1") >= 5
+    assert sample(s, "colocate_node_messages_total", type="register") >= 2
+    assert sample(s, "colocate_node_messages_total", type="batch_report") >= 5
+    assert 'colocate_job_memory_cap_bytes{gpu="0",job="g1",priority="guaranteed"}' in text
+
+    # operator override, seen by ctl list --json and the metrics
+    res = colocate_cli("ctl", "--node", node.endpoint, "set", "o1", "--sm-share", "0.3")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("o1:") and "share=0.3" in res.stdout
+    res = colocate_cli("ctl", "--node", node.endpoint, "list", "--json")
+    assert res.returncode == 0, res.stderr
+    listed = {j["job_id"]: j for j in json.loads(res.stdout)["jobs"]}
+    assert listed["o1"]["sm_share"] == 0.3 and listed["o1"]["slo_state"] == "override"
+    assert listed["g1"]["sm_share"] == 1.0
+    assert sample(metric_samples(node.metrics()), "colocate_job_sm_share_ratio", job="o1") == 0.3
+    # the job applies it at its next boundary: reports name the new limits seq
+    seq = node.jobs()["o1"]
+    wait_for(lambda: any(r["kind"] == "report" and r["job_id"] == "o1" and r["limits_seq"] >= 1
+                         for r in node.records()), 30, what="o1 reports under the override")
+    assert seq.sm_share == 0.3
+
+    assert finish(g) == 0, read_log(g)[-3000:]
+    assert finish(o) == 0, read_log(o)[-3000:]
+    assert stats_of(g)["iterations"] > 0 and stats_of(o)["iterations"] > 0
+    wait_for(lambda: node.listing() is not None and not node.listing().jobs, 10, what="jobs to leave the node")
+    assert node.proc.poll() is None
+    node.stop()
+    assert node.proc.returncode == 0
+
+
+@pytest.mark.slow
+def test_node_kill9_and_restart_jobs_keep_running_and_reregister(sim_ext, procs, ipc_dir):
+    node = NodeProc(procs, ipc_dir, metrics=False).start()
+    g = start_job(procs, node, "g1", *cnn("--duration", 10, "--host-ms", 10))
+    o = start_job(procs, node, "o1", *cnn("--duration", 10, "--host-ms", 10), priority="opportunistic")
+    before = wait_for(lambda: (lambda js: js if {"g1", "o1"} <= set(js) and js["g1"].iterations >= 3 else None)(
+        node.jobs()), JOB_START_S, what="both jobs registered and reporting")
+    epoch = node.listing().node_epoch
+
+    node.kill9()
+    t_kill = time.monotonic()
+    assert g.poll() is None and o.poll() is None  # the jobs do not notice yet
+    node.start()
+    t_up = time.monotonic()
+    assert t_up - t_kill < 5.0, "restart took too long"
+    assert node.listing().node_epoch != epoch
+
+    after = wait_for(lambda: (lambda js: js if {"g1", "o1"} <= set(js) else None)(node.jobs()), 5.0,
+                     what="every job to register again with the restarted node")
+    t_back = time.monotonic() - t_up
+    assert {j: after[j].pid for j in after} == {j: before[j].pid for j in before}  # the same processes
+    assert g.poll() is None and o.poll() is None
+    wait_for(lambda: node.jobs().get("g1") and node.jobs()["g1"].iterations >= 3, 20,
+             what="reports to the restarted node")
+    assert "registered" in node.log()
+
+    assert finish(g) == 0, read_log(g)[-3000:]
+    assert finish(o) == 0, read_log(o)[-3000:]
+    assert stats_of(g)["iterations"] > 0 and stats_of(o)["iterations"] > 0
+    print(f"re-registered {t_back:.2f}s after the restart")
+
+
+CRASHER = """\
+import os, sys, time
+import torch
+model = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(32, 64)
+go = sys.argv[1]
+mode = sys.argv[2]
+deadline = time.monotonic() + 120
+while not os.path.exists(go) and time.monotonic() < deadline:
+    opt.zero_grad()
+    model(x).pow(2).mean().backward()
+    opt.step()
+    time.sleep(0.02)
+if mode == "exit":
+    os._exit(1)
+raise RuntimeError("simulated crash in the training loop")
+"""
+
+
+@pytest.mark.slow
+def test_crashing_jobs_are_removed_and_the_neighbour_keeps_running(sim_ext, procs, ipc_dir):
+    node = NodeProc(procs, ipc_dir, metrics=False).start()
+    script = ipc_dir / "crasher.py"
+    script.write_text(CRASHER)
+    go = ipc_dir / "crash-now"
+    g = start_job(procs, node, "g1", *cnn("--duration", 12, "--host-ms", 10))
+    crash_exit = start_job(procs, node, "c-exit", script, go, "exit", priority="opportunistic")
+    crash_raise = start_job(procs, node, "c-raise", script, go, "raise", priority="opportunistic")
+
+    def registered():
+        js = node.jobs()
+        return js if {"g1", "c-exit", "c-raise"} <= set(js) and js["g1"].iterations >= 3 else None
+
+    jobs = wait_for(registered, JOB_START_S, what="all three jobs registered")
+    pids = {j: jobs[j].pid for j in ("c-exit", "c-raise")}
+    go.write_text("now")
+    assert finish(crash_exit, 60) == 1
+    assert finish(crash_raise, 60) == 1
+    t_dead = time.monotonic()
+    assert "simulated crash" in read_log(crash_raise)
+
+    wait_for(lambda: (lambda js: set(js) == {"g1"} and js)(node.jobs()), 3.0,
+             what="crashed jobs to be removed from the node")
+    removal = time.monotonic() - t_dead
+    assert removal < 2.5
+    for pid in pids.values():
+        assert not _alive(pid)
+    log = node.log()
+    assert "job c-exit left" in log and "job c-raise left" in log
+
+    # the neighbour was not disturbed: still registered, still reporting, exits 0
+    it0 = node.jobs()["g1"].iterations
+    wait_for(lambda: node.jobs().get("g1") and node.jobs()["g1"].iterations > it0 + 3, 20,
+             what="the guaranteed job to keep reporting")
+    assert g.poll() is None
+    assert finish(g) == 0, read_log(g)[-3000:]
+    assert stats_of(g)["iterations"] > 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie awaiting its parent counts as gone
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_guaranteed_memory_burst_shrinks_opportunistic_cap_within_1s(sim_ext, procs, ipc_dir):
+    headroom = 256 * MiB
+    # opp_start_mem_fraction=1: the opportunistic job starts holding all the memory the guaranteed job leaves,
+    # so the guaranteed job's burst must take memory back from it.
+    node = NodeProc(procs, ipc_dir, "--sim-gpu-mem", "4GiB", metrics=False,
+                    config={"opp_start_mem_fraction": 1.0, "mem_headroom_bytes": headroom}).start()
+    o = start_job(procs, node, "o1", *cnn("--duration", 12, "--host-ms", 10), priority="opportunistic",
+                  run_opts=["--sim-gpu-mem", "4GiB"])
+    wait_for(lambda: "o1" in node.jobs(), JOB_START_S, what="the opportunistic job to register")
+    g = start_job(procs, node, "g1", *cnn("--duration", 6, "--host-ms", 10, "--mem-burst-at", 40,
+                                          "--mem-burst-mib", 512),
+                  run_opts=["--gpu-mem", "2GiB", "--sim-gpu-mem", "4GiB"])
+    assert finish(g) == 0, read_log(g)[-3000:]
+    assert finish(o) == 0, read_log(o)[-3000:]
+
+    rows = node.records()
+    g_reports = [r for r in rows if r["kind"] == "report" and r["job_id"] == "g1"]
+    assert len(g_reports) > 45
+    base = g_reports[0]["mem_reserved"]
+    jump = next(r for r in g_reports if r["mem_reserved"] >= base + 512 * MiB)
+    assert jump["seq"] >= 40
+    t_jump = jump["node_t"]
+    o_limits = [r for r in rows if r["kind"] == "limits" and r["job_id"] == "o1"]
+    before = [r["limits"]["mem_cap"] for r in o_limits if r["node_t"] < t_jump]
+    after = [r for r in o_limits if t_jump <= r["node_t"] <= t_jump + 1.0]
+    assert before, "the opportunistic job got no limits before the burst"
+    cap_before = before[-1]
+    fits = 4 * GiB - jump["mem_reserved"] - headroom
+    assert cap_before > fits, "the burst would not need the opportunistic job's memory"
+    drops = [r for r in after if r["limits"]["mem_cap"] < cap_before]
+    assert drops, f"no cap drop within 1 s of the burst (cap {cap_before}, limits after: {after})"
+    assert drops[0]["limits"]["mem_cap"] <= fits
+    assert drops[0]["node_t"] - t_jump <= 1.0
+
+    gs = stats_of(g)
+    assert gs["host_bytes_peak"] == 0
+    assert gs["mem_cap_bytes"] == 2 * GiB
+    assert gs["mem_reserved_peak_bytes"] >= 512 * MiB
+
+
+def test_a_second_node_cannot_steal_a_running_nodes_endpoint(procs, ipc_dir):
+    first = NodeProc(procs, ipc_dir, metrics=False, record=False).start()
+    epoch = first.listing().node_epoch
+    second = procs.start([PY, "-m", "colocate", "node", "--device", "sim", "--endpoint", first.endpoint],
+                         "second-node.log")
+    assert second.wait(timeout=30) == 1
+    assert "in use" in read_log(second) and "Traceback" not in read_log(second)
+    assert first.proc.poll() is None and first.listing().node_epoch == epoch  # still the first node answering
