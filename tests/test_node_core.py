@@ -462,3 +462,19 @@ def test_gpus_are_independent():
     snap = replies(n.handle(P.CtlList()))[0]
     assert [g.index for g in snap.gpus] == [0, 1]
     assert {j.job_id: j.gpu for j in snap.jobs} == {"g0": 0, "g1": 1, "o1": 1, "o0": 0}
+
+
+def test_reregistering_with_another_token_is_rejected():
+    """A job id is bound to the launcher's secret token: another process cannot take it over."""
+    n = Node("adaptive")
+
+    def reg(token, pid=1000):
+        return n.handle(P.Register(job_id="g", pid=pid, gpu=0, priority="guaranteed", mem_request=None,
+                                   sm_share=1.0, mem_cap=16 * GiB, epoch=1, token=token))
+
+    assert sends(reg("secret-a"), "g", P.Welcome)
+    out = reg("secret-b")
+    errs = [m for m in replies(out) if isinstance(m, P.Error)]
+    assert errs and errs[0].code == "rejected" and "token" in errs[0].message
+    assert not sends(out, "g", P.Welcome)
+    assert sends(reg("secret-a"), "g", P.Welcome)  # the real job reconnecting is welcome again
