@@ -69,6 +69,10 @@ def run(args) -> int:
             print(f"colocate node: cannot serve metrics on port {args.metrics_port}: {exc.strerror}", file=sys.stderr)
             server.close()
             return 1
+    if any(g.core is not None for g in gpus):  # sim: the daemon stays off the simulated GPUs' cores
+        from colocate.device.sim import keep_off_cores
+
+        keep_off_cores({g.core for g in gpus if g.core is not None})
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda s, f: server.stop())
     for g in gpus:

@@ -168,6 +168,12 @@ def launch(spec: RunSpec) -> int:
     check_command(spec.command, base.get("PATH"))
     with tempfile.TemporaryDirectory(prefix="colocate-stats-") as stats_dir:
         env = job_environment(spec, base, stats_dir)
+        if spec.device == "sim":
+            # the launcher, and the job until its runtime pins it, stay off the simulated GPU's core
+            from colocate.device.sim import default_core, keep_off_cores
+
+            job = JobEnv.from_environ(env)
+            keep_off_cores({job.sim_core if job.sim_core is not None else default_core(job.gpu)})
         try:
             child = subprocess.Popen(list(spec.command), env=env)
         except OSError as exc:

@@ -31,6 +31,17 @@ def node_gpus(count: int, mem_total: int) -> list[GpuSpec]:
     ]
 
 
+def keep_off_cores(cores: set[int]) -> None:
+    """Pin the calling process to the cores that are not simulated GPUs (if any
+    are left), so host-side work does not steal simulated device time."""
+    try:
+        allowed = os.sched_getaffinity(0) - set(cores)
+        if allowed:
+            os.sched_setaffinity(0, allowed)
+    except (AttributeError, OSError):
+        pass
+
+
 class SimJobDevice:
     """In-job side of a simulated GPU (see ``colocate.device.base.JobDevice``)."""
 

@@ -1,0 +1,118 @@
+"""Four co-location modes over several example pairs, repeated, plus control latency.
+
+For every pair in ``--pairs`` and every repeat, runs the demo's scenarios
+(solo references, then exclusive, pack, static, adaptive) with real node and
+job processes on one simulated GPU, and reports per mode the median over
+repeats of: guaranteed throughput vs solo, device utilization (and its gain
+over the guaranteed job's solo utilization), opportunistic throughput vs solo
+and the share of idle device time the opportunistic job used.
+
+Control latency: for every limit change the adaptive node sent, the time from
+sending it (node clock) to the end of the job's first mini-batch that ran under
+it (job clock; both are CLOCK_MONOTONIC on one machine), p50 and p99.
+
+    python benchmarks/colocation.py [--pairs cnn+transformer,recsys+cnn] [--repeats 2] [--duration 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import invocation, machine_info, machine_lines, markdown_table, update_results  # noqa: E402
+
+from colocate import demo  # noqa: E402
+from colocate import evaluate as ev  # noqa: E402
+
+KEYS = ("guaranteed_throughput_ratio", "device_utilization", "utilization_gain",
+        "opportunistic_throughput_ratio", "idle_share_used")
+
+
+def control_latencies(record: str) -> list[float]:
+    """Seconds from each SetLimits (node_t) to the end of the job's first batch under it."""
+    rows = [json.loads(line) for line in open(record)]
+    reports: dict[str, list[tuple[int, float]]] = {}
+    for r in rows:
+        if r["kind"] == "report":
+            reports.setdefault(r["job_id"], []).append((r["limits_seq"], r["t_end"]))
+    out = []
+    for r in rows:
+        if r["kind"] != "limits":
+            continue
+        seq, sent = r["limits"]["seq"], r["node_t"]
+        first = next((t for s, t in reports.get(r["job_id"], []) if s >= seq and t >= sent), None)
+        if first is not None:
+            out.append(first - sent)
+    return out
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(p * len(s)))] if s else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", default="cnn+transformer,recsys+cnn,transformer+recsys")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--duration", type=float, default=12.0)
+    ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
+    args = ap.parse_args()
+    pairs = [demo.PAIRS[p] for p in args.pairs.split(",")]
+    results: dict[tuple[str, str], list[dict]] = {}
+    latencies: list[float] = []
+    t_start = time.monotonic()
+    total = len(pairs) * args.repeats
+    n = 0
+    for pair in pairs:
+        for rep in range(args.repeats):
+            n += 1
+            workdir = tempfile.mkdtemp(prefix="colocate-bench-")
+            print(f"[{n}/{total}] {pair.name} repeat {rep + 1}: 6 runs of {args.duration:g} s "
+                  f"({time.monotonic() - t_start:.0f} s elapsed)", flush=True)
+            runs = demo.run_pair(pair, args.duration, progress=lambda name: print(f"    {name}", flush=True),
+                                 workdir=workdir)
+            rows, _ = demo.analyse(pair, runs)
+            for row in rows:
+                results.setdefault((pair.name, row["mode"]), []).append(row)
+            latencies += control_latencies(runs["adaptive"].record)
+
+    headers = ["pair", "mode", "G vs solo", "device util", "util / G solo", "O vs solo", "idle share used",
+               "G host bytes peak"]
+    table = []
+    for (pair, mode), rows in results.items():
+        med = {k: statistics.median(r[k] for r in rows) for k in KEYS}
+        table.append([pair, mode, f"{med['guaranteed_throughput_ratio']:.3f}", f"{med['device_utilization']:.3f}",
+                      f"{med['utilization_gain']:.2f}x", f"{med['opportunistic_throughput_ratio']:.3f}",
+                      f"{med['idle_share_used']:.3f}", str(max(r["guaranteed_host_bytes_peak"] for r in rows))])
+    lat_line = (f"control latency (limit sent -> first mini-batch ended under it, adaptive runs): "
+                f"n={len(latencies)}, p50 {pct(latencies, 0.5) * 1000:.1f} ms, p99 {pct(latencies, 0.99) * 1000:.1f} ms")
+    md = markdown_table(headers, table)
+    print(md)
+    print(lat_line)
+    if not args.no_write:
+        info = machine_info()
+        body = "\n".join([
+            "## Co-location modes (one sim GPU, real node + job processes)",
+            "",
+            *machine_lines(info),
+            f"- command: `{invocation()}` (pairs {args.pairs}, {args.repeats} repeat(s), {args.duration:g} s per run)",
+            "- medians over repeats; figures over the guaranteed job's window (first report + 1 s warm-up to its "
+            "last report); G = guaranteed, O = opportunistic; ratios vs each job's solo run in the same repeat",
+            "",
+            md,
+            "",
+            f"- {lat_line}",
+        ])
+        update_results("colocation", body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
