@@ -1,0 +1,197 @@
+"""Helpers shared by the benchmark scripts (not a benchmark itself).
+
+* ``machine_info()``: date, architecture, cores, CPU model, torch version;
+* ``colocate_cmd()``: how to invoke the ``colocate`` launcher;
+* ``update_results(name, body)``: replace (or append) the section of
+  ``benchmarks/RESULTS.md`` delimited by ``<!-- bench:NAME -->`` ...
+  ``<!-- /bench:NAME -->``, leaving every other section untouched;
+* ``markdown_table(headers, rows)``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+EXAMPLES_DIR = ROOT / "examples"
+RESULTS = BENCH_DIR / "RESULTS.md"
+EXAMPLES = ("cnn", "transformer", "recsys")
+
+RESULTS_HEADER = """# Benchmark results
+
+Each section below is written by one script in `benchmarks/`; re-running a script
+replaces only its own section (between its `<!-- bench:NAME -->` markers).
+Numbers come from a shared, noisy machine: read medians and ratios, not single times.
+"""
+
+DONE_RE = re.compile(r"^done: (\d+) iterations in ([0-9.]+) s \(([0-9.]+) it/s\)", re.M)
+ITER_RE = re.compile(r"^iter (\d+)/\S+ loss \S+ it/s ([0-9.]+)", re.M)
+
+
+def example_path(name: str) -> Path:
+    path = EXAMPLES_DIR / f"train_{name}.py"
+    if not path.exists():
+        raise SystemExit(f"unknown example {name!r}: {path} does not exist (have: {', '.join(EXAMPLES)})")
+    return path
+
+
+def colocate_cmd() -> list[str]:
+    """The launcher: the ``colocate`` console script next to this python, else ``python -m colocate``."""
+    exe = Path(sys.executable).with_name("colocate")
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("colocate")
+    if found:
+        return [found]
+    return [sys.executable, "-m", "colocate"]
+
+
+def sim_core(gpu: int = 0) -> int:
+    """The CPU core the sim device pins GPU ``gpu``'s jobs to (same rule as the runtime)."""
+    env_core = os.environ.get("COLOCATE_SIM_CORE")
+    if env_core is not None and env_core.strip().isdigit():
+        return int(env_core)
+    try:
+        from colocate.device.sim import default_core
+
+        return default_core(gpu)
+    except Exception:
+        n = os.cpu_count() or 1
+        return (n - 1 - gpu) % n
+
+
+def _sh(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        return ""
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def torch_version() -> str:
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
+                         capture_output=True, text=True, check=False)
+    return out.stdout.strip() or "unknown"
+
+
+def machine_info() -> dict:
+    return {
+        "date": _sh(["date", "-u"]) or "unknown",
+        "arch": _sh(["uname", "-m"]) or platform.machine(),
+        "nproc": _sh(["nproc"]) or str(os.cpu_count()),
+        "cpu": cpu_model(),
+        "torch": torch_version(),
+        "python": platform.python_version(),
+    }
+
+
+def machine_lines(info: dict) -> list[str]:
+    return [
+        f"- date: {info['date']}",
+        f"- machine: {info['arch']}, {info['nproc']} cores, CPU `{info['cpu']}`, "
+        f"torch {info['torch']}, Python {info['python']}",
+    ]
+
+
+def invocation() -> str:
+    """The command line that ran this benchmark, relative to the repository root."""
+    script = Path(sys.argv[0]).resolve()
+    try:
+        script_s = str(script.relative_to(ROOT))
+    except ValueError:
+        script_s = str(script)
+    return shlex.join(["python", script_s] + sys.argv[1:])
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    def esc(cell) -> str:
+        return str(cell).replace("|", "\\|")
+
+    out = ["| " + " | ".join(esc(h) for h in headers) + " |",
+           "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
+    """Write ``body`` as section ``name`` of RESULTS.md, replacing an earlier one."""
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    section = f"{start}\n{body.strip()}\n{end}"
+    text = path.read_text() if path.exists() else RESULTS_HEADER
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _m: section, text, count=1)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text if text.endswith("\n") else text + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def median(values: list[float]) -> float:
+    vals = sorted(values)
+    if not vals:
+        return float("nan")
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
+
+def run_measured(cmd: list[str], *, cwd, env=None, timeout: float):
+    """Run ``cmd`` to completion; returns (CompletedProcess, wall seconds, CPU seconds).
+
+    CPU seconds are user+sys of every descendant the run waited for (the job and,
+    under ``colocate run``, the launcher), from ``getrusage(RUSAGE_CHILDREN)``
+    deltas, so runs must not overlap. cpu/wall well below 1 for a single-threaded
+    job means it shared its core with someone else (contention).
+    Raises ``subprocess.TimeoutExpired``.
+    """
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return proc, wall, cpu
+
+
+def busy_cores_note(exclude_pids: set[int] | None = None, core: int | None = None) -> list[str]:
+    """Other processes currently running (state R) on ``core`` (or any core): a contention hint."""
+    exclude = set(exclude_pids or ()) | {os.getpid()}
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in exclude:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        state, cpu_on = fields[0], int(fields[36])
+        if state == "R" and (core is None or cpu_on == core) and cmdline:
+            found.append(f"pid {entry} on core {cpu_on}: {cmdline[:100]}")
+    return found
