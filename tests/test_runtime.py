@@ -400,19 +400,35 @@ def test_device_start_is_idempotent_within_a_batch():
     rt, dev, clock = make()
     started = []
     rt.add_start_hook(lambda: started.append(1))
-    clock.advance(0.25)  # host phase before the first forward
+    clock.advance(0.25)  # start-up before the first forward: host work, not part of batch 0
     rt.on_device_start()
     rt.on_device_start()
     assert dev.count("phase_start") == 1 and started == [1]
     rec = rt.on_boundary()
-    assert rec.device_start_s == pytest.approx(0.25, abs=0.05)
+    assert rec.device_start_s == pytest.approx(0.0, abs=0.01)
     assert dev.count("phase_end") == 1
     assert dev.count("reset_window") == 1
+    clock.advance(0.25)  # host phase of batch 1
     rt.on_device_start()
     assert dev.count("phase_start") == 2 and started == [1, 1]
-    rt.on_boundary()
+    rec = rt.on_boundary()
+    assert rec.device_start_s == pytest.approx(0.25, abs=0.05)
     rec = rt.on_boundary()  # a batch with no forward
     assert rec.device_start_s is None
+
+
+def test_startup_before_the_first_forward_is_not_device_time():
+    rt, dev, clock = make()
+    clock.advance(2.0)
+    dev.busy += 1.5  # building the model and optimizer
+    rt.on_device_start()
+    clock.advance(0.1)
+    dev.busy += 0.1
+    rec = rt.on_boundary()
+    assert rec.busy_s == pytest.approx(0.1, abs=1e-6)
+    s = rt.summary()
+    assert s["device_busy_s"] == pytest.approx(0.1, abs=1e-6)
+    assert s["wall_s"] == pytest.approx(0.1, abs=0.01)
 
 
 def test_records_and_listeners():

@@ -12,7 +12,9 @@ A 64-byte block in shared memory per (node, GPU), laid out as the C++
 The guaranteed job is the only writer (``GatePublisher``); opportunistic jobs
 follow it (``GateFollower``) when the node's limits say ``gate``: the sim
 allocator then waits before each allocation while the gate is closed, which
-holds the job's next operator the way AntMan holds kernel launches. On CUDA the
+holds the job's next operator the way AntMan holds kernel launches. The gate
+closes a guard before the guaranteed job's expected start, sized from the
+follower's own operator times, since an operator in flight cannot be recalled. On CUDA the
 same block can drive a launch hold; only the sim follower is built today.
 """
 
@@ -91,10 +93,11 @@ class GatePublisher:
 class GateFollower:
     """Makes this (opportunistic, sim) process wait while the gate is closed."""
 
-    def __init__(self, path: str, ext, guard_s: float = 0.003, late_s: float = 0.02, max_wait_s: float = 0.5):
+    def __init__(self, path: str, ext, guard_min_s: float = 0.001, guard_max_s: float = 0.02,
+                 guard_mult: float = 1.5, late_s: float = 0.02, max_wait_s: float = 0.5):
         self._b = _Block(path)
         self._ext = ext
-        self._params = (guard_s, late_s, max_wait_s)
+        self._params = (guard_min_s, guard_max_s, guard_mult, late_s, max_wait_s)
         self.enabled = False
 
     def set_enabled(self, on: bool) -> None:

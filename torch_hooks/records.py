@@ -1,7 +1,8 @@
 """Per-mini-batch records and the job summary written to ``--stats-file``.
 
-Units: seconds and bytes. ``busy_fraction`` is device busy time over wall time
-from runtime install to the summary.
+Units: seconds and bytes. ``busy_fraction`` is device busy time over wall time, both counted
+from the job's first device work (its first module forward; runtime install when it
+has none) to the summary: start-up (imports, building the model) is host work.
 """
 
 from __future__ import annotations

@@ -57,6 +57,7 @@ class Runtime:
         self._resume_t = self._t0
         self._resume_busy = self._busy0
         self._device_start: float | None = None
+        self._seen_device = False
 
     # ---- limits (any thread) -------------------------------------------------
     def set_limits(self, mem_cap: int | None = None, sm_share: float | None = None, seq: int | None = None) -> bool:
@@ -114,6 +115,12 @@ class Runtime:
         for hook in self._start_hooks:
             hook()
         self._device_start = self._clock()
+        if not self._seen_device:
+            # start-up (imports, model and optimizer construction) is host work:
+            # device accounting and the throttle start with the first device work
+            self._seen_device = True
+            self._t0 = self._resume_t = self._device_start
+            self._busy0 = self._resume_busy = self.device.busy_time()
         self.device.phase_start()
 
     def on_boundary(self) -> BatchRecord:

@@ -212,8 +212,13 @@ void sim_delete(void* ptr);
 // `active` is 1 while its mini-batch device work runs; `next_start` is the
 // monotonic time its next device phase is expected. A gated process waits
 // before each allocation (each operator's launch, in effect) while the
-// guaranteed job is active or is about to start (within `guard_s`), at most
-// `max_wait_s` per wait so a vanished publisher cannot stall it.
+// guaranteed job is active or is about to start, at most `max_wait_s` per wait
+// so a vanished publisher cannot stall it. "About to start" is a guard before
+// `next_start` as long as this process's operators take: an operator already
+// running when the guaranteed job starts cannot be stopped (a kernel in flight),
+// so the next one is held back early enough. The operator time is estimated
+// from the spacing of this process's allocations (rises fast, decays slowly: a
+// high percentile), times `guard_mult`, clamped to [guard_min_s, guard_max_s].
 struct GateBlock {
   std::atomic<int32_t> active;
   int32_t pid;
@@ -223,7 +228,9 @@ struct GateBlock {
 
 std::atomic<GateBlock*> g_gate{nullptr};
 std::atomic<bool> g_gate_on{false};
-double g_guard_s = 0.003, g_late_s = 0.02, g_max_wait_s = 0.5;
+double g_guard_min_s = 0.001, g_guard_max_s = 0.02, g_guard_mult = 1.5, g_late_s = 0.02, g_max_wait_s = 0.5;
+std::atomic<double> g_last_alloc{0.0};
+std::atomic<double> g_op_est{0.002};
 std::atomic<uint64_t> g_gate_waits{0};
 std::atomic<uint64_t> g_gate_wait_ns{0};
 
@@ -233,10 +240,27 @@ double mono_now() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-bool gate_closed(GateBlock* g, double now) {
+double guard_s() {
+  double guard = g_guard_mult * g_op_est.load(std::memory_order_relaxed);
+  return guard < g_guard_min_s ? g_guard_min_s : (guard > g_guard_max_s ? g_guard_max_s : guard);
+}
+
+bool gate_closed(GateBlock* g, double now, double guard) {
   if (g->active.load(std::memory_order_acquire)) return true;
   double ns = g->next_start.load(std::memory_order_acquire);
-  return ns > 0 && now >= ns - g_guard_s && now < ns + g_late_s;
+  return ns > 0 && now >= ns - guard && now < ns + g_late_s;
+}
+
+void note_op(double now) {
+  double last = g_last_alloc.load(std::memory_order_relaxed);
+  if (last > 0) {
+    double dt = now - last;
+    if (dt >= 0 && dt < 0.05) {  // longer gaps are host phases or waits, not operators
+      double est = g_op_est.load(std::memory_order_relaxed);
+      est = dt > est ? 0.7 * est + 0.3 * dt : 0.995 * est + 0.005 * dt;
+      g_op_est.store(est, std::memory_order_relaxed);
+    }
+  }
 }
 
 void gate_wait() {
@@ -244,13 +268,19 @@ void gate_wait() {
   GateBlock* g = g_gate.load(std::memory_order_acquire);
   if (g == nullptr) return;
   double start = mono_now();
-  if (!gate_closed(g, start)) return;
+  note_op(start);
+  double guard = guard_s();
+  if (!gate_closed(g, start, guard)) {
+    g_last_alloc.store(start, std::memory_order_relaxed);
+    return;
+  }
   double now = start;
   timespec nap{0, 100000};  // 100 us
-  while (gate_closed(g, now) && now - start < g_max_wait_s) {
+  while (gate_closed(g, now, guard) && now - start < g_max_wait_s) {
     nanosleep(&nap, nullptr);
     now = mono_now();
   }
+  g_last_alloc.store(now, std::memory_order_relaxed);
   g_gate_waits.fetch_add(1, std::memory_order_relaxed);
   g_gate_wait_ns.fetch_add(static_cast<uint64_t>((now - start) * 1e9), std::memory_order_relaxed);
 }
@@ -382,8 +412,11 @@ py::dict stats() {
   return d;
 }
 
-void set_gate(uint64_t addr, bool on, double guard_s, double late_s, double max_wait_s) {
-  g_guard_s = guard_s;
+void set_gate(uint64_t addr, bool on, double guard_min_s, double guard_max_s, double guard_mult, double late_s,
+              double max_wait_s) {
+  g_guard_min_s = guard_min_s;
+  g_guard_max_s = guard_max_s;
+  g_guard_mult = guard_mult;
   g_late_s = late_s;
   g_max_wait_s = max_wait_s;
   g_gate.store(reinterpret_cast<GateBlock*>(addr), std::memory_order_release);
@@ -400,6 +433,8 @@ py::dict gate_stats() {
   d["waits"] = g_gate_waits.load();
   d["wait_s"] = g_gate_wait_ns.load() * 1e-9;
   d["on"] = g_gate_on.load();
+  d["op_estimate_s"] = g_op_est.load();
+  d["guard_s"] = guard_s();
   return d;
 }
 
