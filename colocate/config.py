@@ -19,11 +19,13 @@ class NodeConfig:
     # --- adaptive (AIMD on the opportunistic share, guarded by the guaranteed job's SLO)
     slo_slowdown: float = 0.05  # guaranteed mini-batch time may exceed its solo baseline by this fraction
     baseline_batches: int = 15  # guaranteed batches profiled alone (opportunistic jobs paused)
+    baseline_warmup_batches: int = 10  # a new guaranteed job's first batches (warm-up) are never profiled
+    baseline_quiet_timeout_s: float = 5.0  # start profiling anyway if a paused job has not confirmed by then
     rebaseline_s: float = 120.0  # re-profile the baseline this often (0: never)
-    window_batches: int = 6  # guaranteed batches per AIMD decision
+    window_batches: int = 12  # guaranteed batches per AIMD decision
     opp_start_share: float = 0.1  # an opportunistic job starts here
-    opp_share_step: float = 0.1  # additive increase per good window
-    opp_backoff: float = 0.5  # multiplicative decrease on an SLO break
+    opp_share_step: float = 0.15  # additive increase per good window
+    opp_backoff: float = 0.7  # multiplicative decrease on an SLO break
     opp_min_share: float = 0.05  # no running opportunistic job gets less (no starvation)
     opp_start_mem_fraction: float = 0.25  # first opportunistic cap: this part of what is free
     mem_headroom_bytes: int = 256 << 20  # kept free between the guaranteed job's use and opportunistic caps
@@ -54,7 +56,7 @@ class NodeConfig:
         for name in ("baseline_batches", "window_batches"):
             if getattr(self, name) > 64:
                 raise ValueError(f"{name}: at most 64 (the reports a node keeps per job)")
-        for name in ("rebaseline_s", "guaranteed_idle_s", "heartbeat_s", "mem_headroom_bytes"):
+        for name in ("rebaseline_s", "guaranteed_idle_s", "baseline_quiet_timeout_s", "heartbeat_s", "mem_headroom_bytes"):
             v = getattr(self, name)
             if not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"{name}: must be a finite number >= 0, got {v!r}")

@@ -18,7 +18,7 @@ GiB = 1 << 30
 HEADROOM = 256 * MiB
 
 # Short phases so the adaptive policy moves quickly; idle detection far away unless a test wants it.
-FAST = dict(baseline_batches=3, window_batches=2, rebaseline_s=0.0, guaranteed_idle_s=5.0,
+FAST = dict(baseline_batches=3, baseline_warmup_batches=0, window_batches=2, rebaseline_s=0.0, guaranteed_idle_s=5.0,
             opp_start_share=0.1, opp_share_step=0.1, opp_backoff=0.5, opp_min_share=0.05, slo_slowdown=0.05,
             mem_headroom_bytes=HEADROOM)
 
@@ -96,12 +96,16 @@ def adaptive_pair(mem=16 * GiB, g_request=4 * GiB, **cfg):
     return n
 
 
-def finish_baseline(n, duration=0.05, reserved=32 * MiB):
+def finish_baseline(n, duration=0.05, reserved=32 * MiB, g="g", o="o"):
     """Feed guaranteed batches until the baseline is measured (the opportunistic job leaves share 0)."""
     for _ in range(40):
-        n.report("g", duration=duration, reserved=reserved)
-        if n.share("o") > 0:
+        n.report(g, duration=duration, reserved=reserved)
+        if n.share(o) > 0:
             return
+        for job in list(n.core.jobs.values()):  # each paused job reaches a boundary and confirms
+            lim = n.limits.get(job.job_id)
+            if lim is not None and lim.sm_share == 0.0 and job.applied_seq < lim.seq:
+                n.handle(P.LimitsApplied(job_id=job.job_id, limits_seq=lim.seq, applied_at=n.t))
     raise AssertionError("baseline never completed")
 
 
@@ -206,11 +210,16 @@ def test_adaptive_baseline_then_additive_increase_then_multiplicative_decrease()
     assert n.share("g") == 1.0 and n.cap("g") == 4 * GiB
     assert n.limits["o"].gate  # opportunistic device work follows the guaranteed job's phases
 
-    for _ in range(4):  # 2 warm-up batches are skipped, then baseline_batches=3 are needed
+    for _ in range(3):  # not profiled until o confirms its pause
         n.report("g", duration=0.05)
-        assert n.share("o") == 0.0
+        assert n.share("o") == 0.0 and n.state("g") == "baseline"
+    n.handle(P.LimitsApplied(job_id="o", limits_seq=n.limits["o"].seq, applied_at=n.t))  # o paused
+    profiled = 0
+    while n.share("o") == 0.0 and profiled < 10:  # baseline_batches=3 after the pause (+1 in flight)
         assert n.state("g") == "baseline"
-    n.report("g", duration=0.05)
+        n.report("g", duration=0.05)
+        profiled += 1
+    assert 3 <= profiled <= 4
     assert n.share("o") == pytest.approx(0.1)  # opp_start_share once the baseline is known
 
     shares = []
@@ -328,8 +337,7 @@ def test_two_opportunistic_jobs_split_by_water_fill_and_none_starves():
     n.register("a", priority="opportunistic", pid=2)
     n.register("b", priority="opportunistic", pid=3)
     assert n.share("a") == n.share("b") == 0.0
-    finish_baseline_two = [n.report("g") for _ in range(5)]
-    assert finish_baseline_two
+    finish_baseline(n, o="a")
     assert n.share("a") == pytest.approx(0.05) and n.share("b") == pytest.approx(0.05)  # 0.1 split, min 0.05
     assert n.cap("a") == n.cap("b")
     for _ in range(4):  # two good windows: budget 0.3
@@ -456,8 +464,7 @@ def test_gpus_are_independent():
     assert sends(n.register("g1", gpu=1, pid=2), "g1", P.Welcome)  # one guaranteed job per GPU, not per node
     n.register("o1", priority="opportunistic", gpu=1, pid=3)
     n.register("o0", priority="opportunistic", gpu=0, pid=4)
-    for _ in range(5):
-        n.report("g0")
+    finish_baseline(n, g="g0", o="o0")
     assert n.share("o0") > 0 and n.share("o1") == 0.0  # GPU 1's baseline is still being measured
     snap = replies(n.handle(P.CtlList()))[0]
     assert [g.index for g in snap.gpus] == [0, 1]

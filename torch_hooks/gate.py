@@ -8,6 +8,7 @@ A 64-byte block in shared memory per (node, GPU), laid out as the C++
     int32 pid         the publisher
     double next_start monotonic time its next device phase is expected
     uint64 phases     device phases started so far
+    double gap        typical idle gap between its device phases (followers keep half of it)
 
 The guaranteed job is the only writer (``GatePublisher``); opportunistic jobs
 follow it (``GateFollower``) when the node's limits say ``gate``: the sim
@@ -57,6 +58,7 @@ class _Block:
         self.pid = ctypes.c_int32.from_buffer(self.mm, 4)
         self.next_start = ctypes.c_double.from_buffer(self.mm, 8)
         self.phases = ctypes.c_uint64.from_buffer(self.mm, 16)
+        self.gap = ctypes.c_double.from_buffer(self.mm, 24)
 
     def address(self) -> int:
         return ctypes.addressof(self.active)
@@ -82,6 +84,7 @@ class GatePublisher:
         if device_start_s is not None:
             self._gaps.append(device_start_s)
         gap = statistics.median(self._gaps) if self._gaps else 0.0
+        self._b.gap.value = gap
         self._b.next_start.value = resume_at + gap if gap > 0 else 0.0
         self._b.active.value = 0
 
@@ -93,8 +96,8 @@ class GatePublisher:
 class GateFollower:
     """Makes this (opportunistic, sim) process wait while the gate is closed."""
 
-    def __init__(self, path: str, ext, guard_min_s: float = 0.001, guard_max_s: float = 0.02,
-                 guard_mult: float = 1.5, late_s: float = 0.02, max_wait_s: float = 0.5):
+    def __init__(self, path: str, ext, guard_min_s: float = 0.0015, guard_max_s: float = 0.015,
+                 guard_mult: float = 2.0, late_s: float = 0.02, max_wait_s: float = 0.5):
         self._b = _Block(path)
         self._ext = ext
         self._params = (guard_min_s, guard_max_s, guard_mult, late_s, max_wait_s)

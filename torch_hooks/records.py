@@ -17,9 +17,11 @@ from dataclasses import asdict, dataclass
 class BatchRecord:
     """One mini-batch, boundary to boundary.
 
-    ``duration_s`` spans the previous resume to this boundary plus the idle the
-    throttle inserted here; ``device_start_s`` is the offset into the batch where
-    its device work began (first module forward), ``None`` when unseen.
+    ``duration_s`` spans the previous boundary to this one: ``idle_s`` the
+    throttle inserted after the previous boundary, then the batch's own work.
+    ``device_start_s`` is the offset from the end of that idle to the batch's
+    first device work (first module forward), ``None`` when unseen. A record is
+    handed to listeners at its boundary, before the job idles there.
     """
 
     index: int
@@ -55,7 +57,6 @@ class StatsBook:
     def add(self, rec: BatchRecord) -> None:
         self.records.append(rec)
         self.iterations += 1
-        self.idle_s += rec.idle_s
         self.host_penalty_s += rec.host_penalty_s
         self.max_floor = max(self.max_floor, rec.mem_floor)
 

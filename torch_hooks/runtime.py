@@ -58,6 +58,8 @@ class Runtime:
         self._resume_busy = self._busy0
         self._device_start: float | None = None
         self._seen_device = False
+        self._prev_boundary = self._t0  # boundary times, before idling
+        self._last_idle = 0.0
 
     # ---- limits (any thread) -------------------------------------------------
     def set_limits(self, mem_cap: int | None = None, sm_share: float | None = None, seq: int | None = None) -> bool:
@@ -119,7 +121,7 @@ class Runtime:
             # start-up (imports, model and optimizer construction) is host work:
             # device accounting and the throttle start with the first device work
             self._seen_device = True
-            self._t0 = self._resume_t = self._device_start
+            self._t0 = self._resume_t = self._prev_boundary = self._device_start
             self._busy0 = self._resume_busy = self.device.busy_time()
         self.device.phase_start()
 
@@ -151,7 +153,6 @@ class Runtime:
         floor = after.reserved if after.reserved > cap else 0
         self.book.max_reserved_over_cap = max(self.book.max_reserved_over_cap, after.reserved - cap)
 
-        idle = self._throttle(busy_b)
         end = self._clock()
         with self._cond:
             share, seq = self._share, self._limits_seq
@@ -159,9 +160,9 @@ class Runtime:
         rec = BatchRecord(
             index=self.book.iterations,
             t_end=end,
-            duration_s=end - self._resume_t,
+            duration_s=end - self._prev_boundary,
             busy_s=busy_b,
-            idle_s=idle,
+            idle_s=self._last_idle,
             host_penalty_s=penalty,
             device_start_s=dev_start,
             mem_allocated_peak=mem.win_peak_allocated,
@@ -177,13 +178,19 @@ class Runtime:
         self.book.add(rec)
         self.device.reset_window()
         self._device_start = None
-        self._resume_t = self._clock()
-        self._resume_busy = self.device.busy_time()
+        # listeners hear of the batch before the job idles, so a node learns at once
+        # that a pause (share 0) has been reached
         for fn in list(self._listeners):
             try:
                 fn(rec)
             except Exception:  # a listener must never break training
                 log.exception("statistics listener failed")
+        idle = self._throttle(busy_b)
+        self.book.idle_s += idle
+        self._last_idle = idle
+        self._prev_boundary = end
+        self._resume_t = self._clock()
+        self._resume_busy = self.device.busy_time()
         return rec
 
     def _throttle(self, busy_b: float) -> float:

@@ -105,6 +105,7 @@ class NodeCore:
         job.last_report_at = now
         job.iterations += 1
         job.recent.append(m)
+        job.applied_seq = max(job.applied_seq, m.limits_seq)
         gpu = self.gpus[job.gpu]
         gpu.busy.append((m.t_end, m.busy_s))
         return self._replan(gpu, now)
@@ -114,13 +115,15 @@ class NodeCore:
         if job is None:
             return [Reply(_unknown(m.job_id))]
         job.last_seen = now
+        job.applied_seq = max(job.applied_seq, m.limits_seq)
         sent = job.sent_at.pop(m.limits_seq, None)
+        gpu = self.gpus[job.gpu]
         for seq in [s for s in job.sent_at if s < m.limits_seq]:
             job.sent_at.pop(seq)
         if sent is not None:
             self.control_latencies.append(max(0.0, m.applied_at - sent))
             del self.control_latencies[:-10000]
-        return []
+        return self._replan(gpu, now)
 
     def _on_Heartbeat(self, m: P.Heartbeat, now):
         job = self.jobs.get(m.job_id)

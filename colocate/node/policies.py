@@ -97,8 +97,8 @@ class Adaptive:
     """AntMan-style dynamic scaling with an SLO-guarded AIMD on the opportunistic share.
 
     Per GPU: when a guaranteed job arrives its solo mini-batch time is measured
-    (``baseline_batches`` batches with opportunistic jobs paused; again every
-    ``rebaseline_s``). Then every ``window_batches`` guaranteed batches, the
+    (``baseline_batches`` batches once every opportunistic job has confirmed its
+    pause; again every ``rebaseline_s``). Then every ``window_batches`` guaranteed batches, the
     median batch time is compared with ``baseline x (1 + slo_slowdown)``: within
     it, the opportunistic budget grows by ``opp_share_step``; beyond it, it is
     multiplied by ``opp_backoff``. The budget is water-filled over the
@@ -117,7 +117,7 @@ class Adaptive:
         g, opps = _split(jobs)
         total = gpu.spec.mem_total
         out = {}
-        g_state, budget = self._budget(st, g, cfg, now)
+        g_state, budget = self._budget(st, g, opps, cfg, now)
         if g:
             out[g.job_id] = Want(_g_cap(g, total), 1.0, False, g_state)
             recent = list(g.recent)[-8:]
@@ -141,19 +141,26 @@ class Adaptive:
         return out
 
     # -- compute -----------------------------------------------------------------
-    def _budget(self, st, g, cfg, now):
+    def _budget(self, st, g, opps, cfg, now):
         """(guaranteed job's state label, opportunistic budget)."""
         if g is None:
             st.clear()
             return "", 1.0
         if st.get("job") != g.job_id:
             st.clear()
-            st.update(job=g.job_id, phase="baseline", from_iter=g.iterations + 2, budget=cfg.opp_start_share,
-                      trend=1)
+            st.update(job=g.job_id, phase="baseline", quiet=False, since=now, budget=cfg.opp_start_share, trend=1)
         last_t = g.last_report_at if g.last_report_at is not None else g.registered_at
         if now - last_t > cfg.guaranteed_idle_s or (g.override_share == 0.0):
             return "idle", 1.0
         if st["phase"] == "baseline":
+            # profile only while every opportunistic job has confirmed its pause at a boundary
+            # (one that joins meanwhile restarts the count)
+            paused = all(j.limits.sm_share == 0.0 and j.applied_seq >= j.limits.seq for j in opps)
+            if not (paused or now - st["since"] > cfg.baseline_quiet_timeout_s):
+                st["quiet"] = False
+                return "baseline", 0.0
+            if not st["quiet"]:
+                st.update(quiet=True, from_iter=max(g.iterations + 1, cfg.baseline_warmup_batches))
             # batches counted by this node (a job's own seq may predate this node incarnation)
             if g.iterations - st["from_iter"] < cfg.baseline_batches:
                 return "baseline", 0.0
@@ -161,7 +168,7 @@ class Adaptive:
             st.update(phase="steady", baseline=statistics.median(r.duration_s for r in reps),
                       baseline_at=now, next_iter=g.iterations + cfg.window_batches)
         if cfg.rebaseline_s and now - st["baseline_at"] > cfg.rebaseline_s:
-            st.update(phase="baseline", from_iter=g.iterations + 1)
+            st.update(phase="baseline", quiet=False, since=now)
             return "baseline", 0.0
         if g.iterations >= st["next_iter"]:
             window = [r.duration_s for r in list(g.recent)[-cfg.window_batches:]]

@@ -28,6 +28,7 @@ class JobState:
     recent: deque = field(default_factory=lambda: deque(maxlen=RECENT))
     sent_at: dict = field(default_factory=dict)  # limits seq -> node time it was sent
     slo_state: str = "new"
+    applied_seq: int = 0  # the newest limits seq the job has reported in force
     last_report_at: float | None = None
 
     @property

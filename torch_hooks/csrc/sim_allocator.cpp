@@ -224,6 +224,7 @@ struct GateBlock {
   int32_t pid;
   std::atomic<double> next_start;
   std::atomic<uint64_t> phases;
+  std::atomic<double> gap;  // the publisher's typical idle gap between device phases (s)
 };
 
 std::atomic<GateBlock*> g_gate{nullptr};
@@ -243,6 +244,11 @@ double mono_now() {
 double guard_s() {
   double guard = g_guard_mult * g_op_est.load(std::memory_order_relaxed);
   return guard < g_guard_min_s ? g_guard_min_s : (guard > g_guard_max_s ? g_guard_max_s : guard);
+}
+
+double capped_guard(GateBlock* g, double guard) {
+  double gap = g->gap.load(std::memory_order_acquire);
+  return (gap > 0 && guard > 0.5 * gap) ? 0.5 * gap : guard;  // leave the follower half the gap
 }
 
 bool gate_closed(GateBlock* g, double now, double guard) {
@@ -269,7 +275,7 @@ void gate_wait() {
   if (g == nullptr) return;
   double start = mono_now();
   note_op(start);
-  double guard = guard_s();
+  double guard = capped_guard(g, guard_s());
   if (!gate_closed(g, start, guard)) {
     g_last_alloc.store(start, std::memory_order_relaxed);
     return;
