@@ -18,11 +18,11 @@ class NodeConfig:
     policy: str = "adaptive"  # exclusive | pack | static | adaptive
     # --- adaptive (AIMD on the opportunistic share, guarded by the guaranteed job's SLO)
     slo_slowdown: float = 0.05  # guaranteed mini-batch time may exceed its solo baseline by this fraction
-    baseline_batches: int = 15  # guaranteed batches profiled alone (opportunistic jobs paused)
+    baseline_batches: int = 30  # guaranteed batches profiled alone (opportunistic jobs paused)
     baseline_warmup_batches: int = 10  # a new guaranteed job's first batches (warm-up) are never profiled
     baseline_quiet_timeout_s: float = 5.0  # start profiling anyway if a paused job has not confirmed by then
     rebaseline_s: float = 120.0  # re-profile the baseline this often (0: never)
-    window_batches: int = 12  # guaranteed batches per AIMD decision
+    window_batches: int = 16  # guaranteed batches per AIMD decision
     opp_start_share: float = 0.1  # an opportunistic job starts here
     opp_share_step: float = 0.15  # additive increase per good window
     opp_backoff: float = 0.7  # multiplicative decrease on an SLO break
