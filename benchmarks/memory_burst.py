@@ -47,7 +47,7 @@ def one_run(workdir: str, burst_at: int, burst_mib: int, duration: float) -> dic
     if burst is None:
         return out
     o_limits = [r for r in rows if r["kind"] == "limits" and r["job_id"] == o.job_id]
-    before = [r for r in o_limits if r["node_t"] <= burst["node_t"]]
+    before = [r for r in o_limits if r["node_t"] < burst["node_t"]]  # the reply to the burst has the same node_t
     cap_before = before[-1]["limits"]["mem_cap"] if before else None
     shrink = next((r for r in o_limits if r["node_t"] >= burst["node_t"] and cap_before is not None
                    and r["limits"]["mem_cap"] < cap_before), None)
