@@ -122,6 +122,22 @@ def invocation() -> str:
     return shlex.join(["python", script_s] + sys.argv[1:])
 
 
+def display(cmd: list[str]) -> str:
+    """A command as a reader would type it (``python``, ``colocate``, paths relative to the repo)."""
+    out = []
+    for i, part in enumerate(cmd):
+        if part == sys.executable:
+            part = "python"
+        elif i == 0 and Path(part).name == "colocate":
+            part = "colocate"
+        out.append(part)
+    return shlex.join(out)
+
+
+class RunError(Exception):
+    """A benchmark run that failed or timed out."""
+
+
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     def esc(cell) -> str:
         return str(cell).replace("|", "\\|")

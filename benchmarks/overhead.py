@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -84,20 +83,8 @@ def commands(example: str, iters: int, window: int, core: int) -> dict[str, list
     }
 
 
-def display(cmd: list[str]) -> str:
-    """A command as a reader would type it (``python``, ``colocate``, paths relative to the repo)."""
-    out = []
-    for i, part in enumerate(cmd):
-        if part == sys.executable:
-            part = "python"
-        elif i == 0 and Path(part).name == "colocate":
-            part = "colocate"
-        out.append(part)
-    return shlex.join(out)
-
-
-class RunError(Exception):
-    pass
+display = C.display
+RunError = C.RunError
 
 
 def run_once(cmd: list[str], timeout: float, core: int) -> dict:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -80,19 +79,8 @@ def command(example: str, share: float, duration: float, stats_file: str) -> lis
     ]
 
 
-def display(cmd: list[str]) -> str:
-    out = []
-    for i, part in enumerate(cmd):
-        if part == sys.executable:
-            part = "python"
-        elif i == 0 and Path(part).name == "colocate":
-            part = "colocate"
-        out.append(part)
-    return shlex.join(out)
-
-
-class RunError(Exception):
-    pass
+display = C.display
+RunError = C.RunError
 
 
 def run_once(example: str, share: float, duration: float, timeout: float, tmpdir: str, core: int | None) -> dict:

@@ -68,14 +68,6 @@ def job_figures(batches: list[Batch], t0: float, t1: float) -> dict:
     return out
 
 
-def by_priority(figures: dict, priority: str) -> dict:
-    rows = [f for f in figures.values() if f["priority"] == priority]
-    return {
-        "throughput": sum(f["throughput"] for f in rows),
-        "utilization": sum(f["utilization"] for f in rows),
-    }
-
-
 def timeline(batches: list[Batch], t0: float, t1: float, bin_s: float = 0.5) -> dict:
     """Binned series for plots: utilization and per-job throughput."""
     n = max(1, int((t1 - t0) / bin_s))

@@ -106,6 +106,7 @@ def _python_script(args) -> str | None:
 def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
     """The child's environment: ``base`` plus the COLOCATE_* table and injection."""
     env = dict(base)
+    inherited = JobEnv.from_environ(base)
     job = JobEnv(
         enabled=True,
         job_id=spec.job_id or f"job-{os.getpid()}",
@@ -118,8 +119,8 @@ def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
         on_cap=spec.on_cap,
         stats_dir=stats_dir,
         node=spec.node,
-        sim_core=JobEnv.from_environ(base).sim_core,
-        sim_gpu_mem=spec.sim_gpu_mem or JobEnv.from_environ(base).sim_gpu_mem,
+        sim_core=inherited.sim_core,
+        sim_gpu_mem=spec.sim_gpu_mem or inherited.sim_gpu_mem,
         log=spec.log,
     )
     env.update(job.to_environ())
@@ -170,10 +171,9 @@ def launch(spec: RunSpec) -> int:
         env = job_environment(spec, base, stats_dir)
         if spec.device == "sim":
             # the launcher, and the job until its runtime pins it, stay off the simulated GPU's core
-            from colocate.device.sim import default_core, keep_off_cores
+            from colocate.device.sim import core_of, keep_off_cores
 
-            job = JobEnv.from_environ(env)
-            keep_off_cores({job.sim_core if job.sim_core is not None else default_core(job.gpu)})
+            keep_off_cores({core_of(JobEnv.from_environ(env))})
         try:
             child = subprocess.Popen(list(spec.command), env=env)
         except OSError as exc:

@@ -8,8 +8,6 @@ builders wait on torch's own file lock. Only the sim device needs it.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
 import threading
 from pathlib import Path

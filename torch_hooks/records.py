@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 
@@ -85,6 +85,3 @@ class StatsBook:
         }
 
 
-
-def record_dict(rec: BatchRecord) -> dict:
-    return asdict(rec)

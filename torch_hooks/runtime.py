@@ -132,9 +132,9 @@ class Runtime:
 
     def _boundary(self) -> BatchRecord:
         self.device.phase_end()
+        dev_start = None if self._device_start is None else max(0.0, self._device_start - self._resume_t)
         if self._end_hooks:
             now = self._clock()
-            dev_start = None if self._device_start is None else max(0.0, self._device_start - self._resume_t)
             for hook in self._end_hooks:
                 hook(now, dev_start)
         mem = self.device.memory()
@@ -147,16 +147,16 @@ class Runtime:
         with self._cond:
             cap, shrink = self._cap, self._shrink_pending
             self._shrink_pending = False
+        after = mem  # the host-penalty charge changes no memory
         if shrink or mem.reserved > cap:
             self.device.release_cache()
-        after = self.device.memory()
+            after = self.device.memory()
         floor = after.reserved if after.reserved > cap else 0
         self.book.max_reserved_over_cap = max(self.book.max_reserved_over_cap, after.reserved - cap)
 
         end = self._clock()
         with self._cond:
             share, seq = self._share, self._limits_seq
-        dev_start = None if self._device_start is None else max(0.0, self._device_start - self._resume_t)
         rec = BatchRecord(
             index=self.book.iterations,
             t_end=end,

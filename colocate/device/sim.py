@@ -10,7 +10,6 @@ its process spends there. Memory is the caching-allocator model of
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 from colocate.device.base import GpuSpec, MemoryStats
@@ -20,6 +19,11 @@ def default_core(index: int, ncores: int | None = None) -> int:
     """CPU core of sim GPU ``index``: counted down from the last core."""
     n = ncores or os.cpu_count() or 1
     return (n - 1 - index) % n
+
+
+def core_of(env) -> int:
+    """The core a job with this JobEnv runs on: COLOCATE_SIM_CORE, else its GPU's."""
+    return env.sim_core if env.sim_core is not None else default_core(env.gpu)
 
 
 def node_gpus(count: int, mem_total: int) -> list[GpuSpec]:
@@ -49,12 +53,11 @@ class SimJobDevice:
 
     def __init__(self, env):
         self.index = env.gpu
-        self.core = env.sim_core if env.sim_core is not None else default_core(env.gpu)
+        self.core = core_of(env)
         self.mem_total = env.sim_gpu_mem
         self._cap = min(env.gpu_mem, self.mem_total) if env.gpu_mem is not None else self.mem_total
         self._error_on_cap = env.on_cap == "error"
         self._ext = None
-        self._lock = threading.Lock()
 
     def install(self) -> None:
         import torch

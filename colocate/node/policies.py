@@ -121,7 +121,7 @@ class Adaptive:
         if g:
             out[g.job_id] = Want(_g_cap(g, total), 1.0, False, g_state)
             recent = list(g.recent)[-8:]
-            g_used = max([r.mem_reserved for r in recent] + [g.mem_reserved()])
+            g_used = max((r.mem_reserved for r in recent), default=0)
             avail = max(0, total - g_used - cfg.mem_headroom_bytes)
         else:
             avail = max(0, total - cfg.mem_headroom_bytes)

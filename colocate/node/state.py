@@ -50,9 +50,6 @@ class JobState:
         total = sum(r.duration_s for r in reps)
         return sum(r.busy_s for r in reps) / total if total > 0 else 0.0
 
-    def mem_reserved(self) -> int:
-        return self.last.mem_reserved if self.last else 0
-
 
 @dataclass
 class GpuState:

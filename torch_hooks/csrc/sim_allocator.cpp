@@ -429,11 +429,6 @@ void set_gate(uint64_t addr, bool on, double guard_min_s, double guard_max_s, do
   g_gate_on.store(on && addr != 0, std::memory_order_release);
 }
 
-void wait_gate() {
-  py::gil_scoped_release nogil;
-  gate_wait();
-}
-
 py::dict gate_stats() {
   py::dict d;
   d["waits"] = g_gate_waits.load();
@@ -465,7 +460,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
   mod.def("empty_cache", &empty_cache, "Release wholly free cached segments; returns bytes released.");
   mod.def("stats", &stats);
   mod.def("set_gate", &set_gate, "Follow the gate block at addr (shared memory); on=False stops waiting.");
-  mod.def("wait_gate", &wait_gate, "Wait here as an allocation would (GIL released).");
   mod.def("gate_stats", &gate_stats);
   mod.def("reset_window", &reset_window, "Start a new statistics window (a mini-batch).");
 }
