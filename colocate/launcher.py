@@ -131,7 +131,11 @@ def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("MKL_NUM_THREADS", "1")
     else:
-        env["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)
+        from colocate.device.cuda import visible_device
+
+        # by UUID: CUDA's own device order (fastest first) need not be NVML's, whose index --gpu is
+        env["CUDA_VISIBLE_DEVICES"] = visible_device(spec.gpu)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env
 
 
@@ -167,6 +171,12 @@ def launch(spec: RunSpec) -> int:
     """Run the job to completion; returns the exit code for the launcher."""
     base = dict(os.environ)
     check_command(spec.command, base.get("PATH"))
+    if spec.device == "cuda":
+        from colocate.device.cuda import nvml_device_count
+
+        count = nvml_device_count()
+        if count and spec.gpu >= count:
+            raise LaunchError(f"--gpu {spec.gpu}: this machine has {count} CUDA GPU(s), indices 0..{count - 1}")
     with tempfile.TemporaryDirectory(prefix="colocate-stats-") as stats_dir:
         env = job_environment(spec, base, stats_dir)
         if spec.device == "sim":
