@@ -36,6 +36,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_STATS_DIR", "", "Directory where each job process writes `stats-<pid>.json` at exit (the launcher merges them)."),
     Variable("COLOCATE_TOKEN", "<random>", "Secret the launcher draws per job; the node binds the job id to it, so no other process can register as this job."),
     Variable("COLOCATE_NODE", "", "Endpoint of the node coordinator (e.g. ipc:///tmp/colocate-node.sock); empty: run standalone."),
+    Variable("COLOCATE_YIELD_VIA", "priority,gate", "How an opportunistic job gives way when the node says so (limits `gate`): `priority` runs it at low device priority (sim: the GPU core's idle scheduling class), `gate` holds its operators while the guaranteed job's device phase runs or is due (sim); comma-separated, or `none`."),
     Variable("COLOCATE_SIM_CORE", "<gpu index mod cores>", "sim: CPU core that is the simulated GPU's compute; the job is pinned to it."),
     Variable("COLOCATE_SIM_GPU_MEM", "16GiB", "sim: total memory of the simulated GPU in bytes (the cap when none is given)."),
     Variable("COLOCATE_SIM_HOST_GBPS", "2.0", "sim: modelled host-memory bandwidth (GB/s); host-served bytes touched per mini-batch cost bytes/bandwidth of device time."),
@@ -49,6 +50,8 @@ DEVICES = ("sim", "cuda")
 PRIORITIES = ("guaranteed", "opportunistic")
 ON_CAP = ("host", "error")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+YIELD_MODES = ("priority", "gate")
+DEFAULT_YIELD = ("priority", "gate")
 
 DEFAULT_SIM_GPU_MEM = 16 << 30
 
@@ -78,6 +81,7 @@ class JobEnv:
     sim_gpu_mem: int = DEFAULT_SIM_GPU_MEM
     sim_host_gbps: float = 2.0
     log: str = "warning"
+    yield_via: tuple[str, ...] = DEFAULT_YIELD
     extra: dict = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -129,6 +133,7 @@ class JobEnv:
             sim_gpu_mem=parsed("COLOCATE_SIM_GPU_MEM", parse_size, DEFAULT_SIM_GPU_MEM),
             sim_host_gbps=parsed("COLOCATE_SIM_HOST_GBPS", positive_float, 2.0),
             log=parsed("COLOCATE_LOG", choice(LOG_LEVELS), "warning"),
+            yield_via=parsed("COLOCATE_YIELD_VIA", parse_yield, DEFAULT_YIELD),
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -155,8 +160,21 @@ class JobEnv:
             out["COLOCATE_NODE"] = self.node
         if self.sim_core is not None:
             out["COLOCATE_SIM_CORE"] = str(self.sim_core)
+        if self.yield_via != DEFAULT_YIELD:
+            out["COLOCATE_YIELD_VIA"] = ",".join(self.yield_via) or "none"
         assert set(out) <= NAMES
         return out
+
+
+def parse_yield(raw: str) -> tuple[str, ...]:
+    """``priority,gate`` -> ("priority", "gate"); ``none`` -> (); order and repeats do not matter."""
+    words = [w.strip() for w in raw.split(",") if w.strip()]
+    if words == ["none"]:
+        return ()
+    bad = [w for w in words if w not in YIELD_MODES]
+    if bad or not words:
+        raise ValueError(f"must be `none` or a comma-separated list of {', '.join(YIELD_MODES)}")
+    return tuple(m for m in YIELD_MODES if m in words)
 
 
 def markdown_table() -> str:

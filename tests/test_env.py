@@ -60,6 +60,7 @@ def test_defaults_from_empty_environment():
     assert e.sim_gpu_mem == DEFAULT_SIM_GPU_MEM == 16 << 30
     assert e.sim_host_gbps == 2.0
     assert e.log == "warning"
+    assert e.yield_via == ("priority", "gate")
 
 
 def test_empty_values_count_as_unset():
@@ -84,13 +85,26 @@ def test_parses_every_field():
         "COLOCATE_SIM_GPU_MEM": "8GiB",
         "COLOCATE_SIM_HOST_GBPS": "4.5",
         "COLOCATE_LOG": "debug",
+        "COLOCATE_YIELD_VIA": "gate",
     }
     e = JobEnv.from_environ(raw)
     assert e == JobEnv(
         enabled=True, job_id="job-7", device="cuda", gpu=3, gpu_mem=2 << 30, sm_share=0.25,
         priority="opportunistic", on_cap="error", stats_dir="/tmp/stats", node="ipc:///tmp/node.sock",
-        sim_core=1, sim_gpu_mem=8 << 30, sim_host_gbps=4.5, log="debug",
+        sim_core=1, sim_gpu_mem=8 << 30, sim_host_gbps=4.5, log="debug", yield_via=("gate",),
     )
+
+
+@pytest.mark.parametrize("raw, want", [
+    ("priority,gate", ("priority", "gate")),
+    ("gate, priority", ("priority", "gate")),  # order and spaces do not matter
+    ("gate,gate", ("gate",)),
+    ("priority", ("priority",)),
+    ("none", ()),
+])
+def test_yield_via(raw, want):
+    assert JobEnv.from_environ({"COLOCATE_YIELD_VIA": raw}).yield_via == want
+    assert JobEnv.from_environ(JobEnv(job_id="x", yield_via=want).to_environ()).yield_via == want
 
 
 @pytest.mark.parametrize("value", ["0", "true", "yes", "2", "on"])
@@ -126,6 +140,9 @@ def test_reads_os_environ_by_default(monkeypatch):
         ("COLOCATE_SIM_HOST_GBPS", "-1"),
         ("COLOCATE_SIM_HOST_GBPS", "nan"),
         ("COLOCATE_SIM_HOST_GBPS", "fast"),
+        ("COLOCATE_YIELD_VIA", "nice"),
+        ("COLOCATE_YIELD_VIA", "gate,none"),
+        ("COLOCATE_YIELD_VIA", ","),
     ],
 )
 def test_bad_value_names_the_variable(name, value):

@@ -266,6 +266,10 @@ def test_two_jobs_register_adapt_report_metrics_and_obey_ctl(sim_ext, procs, ipc
                     what="both jobs in the node's listing")
     assert jobs["g1"].priority == "guaranteed" and jobs["o1"].priority == "opportunistic"
     assert jobs["g1"].pid != jobs["o1"].pid and jobs["g1"].gpu == jobs["o1"].gpu == 0
+    if hasattr(os, "SCHED_IDLE"):  # the opportunistic job yields the simulated GPU's core: idle class
+        wait_for(lambda: os.sched_getscheduler(jobs["o1"].pid) == os.SCHED_IDLE, 30,
+                 what="the opportunistic job to take low device priority")
+        assert os.sched_getscheduler(jobs["g1"].pid) == os.SCHED_OTHER
 
     # the opportunistic job's limits move while it runs (baseline pause, then AIMD)
     def opp_shares():

@@ -10,8 +10,9 @@ the node is away the job keeps running at its last limits. Messages from a node
 incarnation older than the one that welcomed the job are ignored.
 
 The guaranteed job of a GPU also publishes its device phases on the GPU's gate
-(``torch_hooks.gate``); an opportunistic job follows the gate when its limits
-say so.
+(``torch_hooks.gate``). When its limits say ``gate``, an opportunistic job
+yields the device in the ways ``COLOCATE_YIELD_VIA`` names: it follows the gate
+(sim) and/or asks the device for low priority (``JobDevice.set_low_priority``).
 """
 
 from __future__ import annotations
@@ -56,12 +57,13 @@ class NodeLink:
         self._last_acked = 0
         self.publisher = None
         self.follower = None
+        self.yielding = False  # the node asked this (opportunistic) job to yield, and it does
         path = gate_path(env.node, env.gpu)
         if env.priority == "guaranteed":
             self.publisher = GatePublisher(path)
             rt.add_start_hook(self.publisher.start)
             rt.add_end_hook(self.publisher.end)
-        elif env.device == "sim":
+        elif env.device == "sim" and "gate" in env.yield_via:
             from torch_hooks import _ext
 
             self.follower = GateFollower(path, _ext.load())
@@ -201,10 +203,19 @@ class NodeLink:
             else:
                 log.warning("node error (%s): %s", msg.code, msg.message)
 
+    def _set_yield(self, on: bool) -> None:
+        """Start or stop yielding the device to the guaranteed job (idempotent)."""
+        if self.env.priority != "opportunistic" or on == self.yielding:
+            return
+        self.yielding = on
+        if self.follower is not None:
+            self.follower.set_enabled(on)
+        if "priority" in self.env.yield_via and not self.rt.device.set_low_priority(on):
+            log.warning("the %s device could not %s low priority", self.env.device, "take" if on else "leave")
+
     def _apply(self, limits) -> None:
         applied = self.rt.set_limits(mem_cap=limits.mem_cap, sm_share=limits.sm_share, seq=limits.seq)
-        if self.follower is not None:
-            self.follower.set_enabled(limits.gate)
+        self._set_yield(limits.gate)
         if applied:
             log.info("applied limits seq=%d cap=%d share=%.3f gate=%s", limits.seq, limits.mem_cap,
                      limits.sm_share, limits.gate)

@@ -47,7 +47,9 @@ class JobDevice(Protocol):
     ``busy_time()`` is monotonic seconds of device work done by this process.
     ``set_cap`` takes effect for new segments at once; cached memory above a
     lowered cap is released by ``release_cache`` (the runtime calls it at the
-    next mini-batch boundary).
+    next mini-batch boundary). ``set_low_priority(True)`` makes the device run
+    this job's work only when other jobs' work is not waiting, where the device
+    can change that while the job runs (returns False where it cannot).
     """
 
     kind: str
@@ -64,3 +66,4 @@ class JobDevice(Protocol):
     def phase_end(self) -> None: ...
     def mem_get_info(self) -> tuple[int, int]: ...
     def charge(self, seconds: float) -> None: ...
+    def set_low_priority(self, on: bool) -> bool: ...

@@ -118,6 +118,30 @@ class SimJobDevice:
         s = self._ext.stats()
         return max(0, self._cap - s["reserved"]) + s["cached"], self._cap
 
+    def set_low_priority(self, on: bool) -> bool:
+        """Run this process's threads in the core's idle scheduling class (``SCHED_IDLE``),
+        or back in the normal one: the core then runs this job only while no
+        normal-priority job on it is runnable, and a guaranteed job that wakes
+        takes the core at once (the device's priority scheduling, as MPS client
+        priority or stream priorities give on a GPU). Threads started later
+        inherit the class. Returns False if the OS refused (an unprivileged
+        process may not leave the idle class; it then stays there).
+        """
+        policy = os.SCHED_IDLE if on else os.SCHED_OTHER
+        ok = True
+        try:
+            tids = [int(t) for t in os.listdir("/proc/self/task")]
+        except OSError:
+            tids = [0]
+        for tid in tids:
+            try:
+                os.sched_setscheduler(tid, policy, os.sched_param(0))
+            except ProcessLookupError:  # the thread has exited
+                pass
+            except (AttributeError, OSError):
+                ok = False
+        return ok
+
     def charge(self, seconds: float) -> None:
         """Spend ``seconds`` of device time (this thread's CPU time on the core)."""
         if seconds <= 0:

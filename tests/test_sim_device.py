@@ -1,0 +1,112 @@
+"""colocate/device/sim.py: cores of simulated GPUs and the device priority of a job.
+
+Each case runs in a child process: scheduling classes and CPU affinity are
+per-thread process state that the test runner must not keep.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from colocate.device import sim
+
+REPO = Path(__file__).resolve().parents[1]
+
+linux_only = pytest.mark.skipif(not hasattr(os, "SCHED_IDLE") or not os.path.isdir("/proc/self/task"),
+                                reason="needs Linux scheduling classes")
+
+
+def run_child(code: str, timeout: float = 60) -> dict:
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("index, ncores, core", [(0, 2, 1), (1, 2, 0), (2, 2, 1), (0, 1, 0), (3, 8, 4)])
+def test_default_core_counts_down_from_the_last(index, ncores, core):
+    assert sim.default_core(index, ncores) == core
+
+
+def test_node_gpus_have_a_core_each_and_reject_zero():
+    gpus = sim.node_gpus(2, 1 << 30)
+    assert [(g.index, g.kind, g.mem_total) for g in gpus] == [(0, "sim", 1 << 30), (1, "sim", 1 << 30)]
+    assert all(g.core is not None for g in gpus)
+    with pytest.raises(ValueError):
+        sim.node_gpus(0, 1 << 30)
+
+
+@linux_only
+def test_low_priority_moves_every_thread_to_the_idle_class_and_back():
+    out = run_child(r'''
+import json, os, threading
+from colocate.device.sim import SimJobDevice
+from colocate.env import JobEnv
+
+dev = SimJobDevice(JobEnv())
+tids, stop = [], threading.Event()
+def worker():
+    tids.append(threading.get_native_id())
+    stop.wait()
+t = threading.Thread(target=worker); t.start()
+while not tids: pass
+main = threading.get_native_id()
+res = {"before": [os.sched_getscheduler(x) for x in (main, tids[0])]}
+res["ok_low"] = dev.set_low_priority(True)
+res["low"] = [os.sched_getscheduler(x) for x in (main, tids[0])]
+late = []
+t2 = threading.Thread(target=lambda: late.append(os.sched_getscheduler(0))); t2.start(); t2.join()
+res["late"] = late[0]
+res["ok_normal"] = dev.set_low_priority(False)
+res["normal"] = [os.sched_getscheduler(x) for x in (main, tids[0])]
+stop.set(); t.join()
+print(json.dumps(res))
+''')
+    assert out["before"] == [os.SCHED_OTHER] * 2
+    assert out["ok_low"] and out["low"] == [os.SCHED_IDLE] * 2
+    assert out["late"] == os.SCHED_IDLE  # threads started later inherit the class
+    assert out["ok_normal"] and out["normal"] == [os.SCHED_OTHER] * 2
+
+
+@linux_only
+def test_low_priority_job_gets_the_core_only_while_the_other_waits():
+    """Two spinning processes on one core: the idle-class one gets (almost) nothing
+    while the normal one is runnable; as two normal ones they split the core."""
+    out = run_child(r'''
+import json, os, time
+from multiprocessing import Pipe, Process
+from colocate.device.sim import SimJobDevice, default_core
+from colocate.env import JobEnv
+
+core = default_core(0)
+
+def spin(low, seconds, conn):
+    os.sched_setaffinity(0, {core})
+    if low:
+        SimJobDevice(JobEnv()).set_low_priority(True)
+    conn.recv()  # start together
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    conn.send(time.process_time())
+
+res = {}
+for name, low in (("mixed", True), ("equal", False)):
+    pipes = [Pipe() for _ in range(2)]
+    procs = [Process(target=spin, args=(flag, 1.0, child)) for flag, (_, child) in zip((False, low), pipes)]
+    for p in procs: p.start()
+    time.sleep(0.5)
+    for parent, _ in pipes: parent.send("go")
+    cpu = [parent.recv() for parent, _ in pipes]
+    for p in procs: p.join()
+    res[name] = cpu
+print(json.dumps(res))
+''')
+    normal, low = out["mixed"]
+    a, b = out["equal"]
+    # both share the one core while the second spins on alone after the first stops (same end time):
+    # shares are compared, not seconds, so a slow machine changes nothing
+    assert low < 0.15 * normal, out
+    assert 0.5 < a / b < 2.0, out
