@@ -12,6 +12,11 @@ sending it (node clock) to the end of the job's first mini-batch that ran under
 it (job clock; both are CLOCK_MONOTONIC on one machine), p50 and p99.
 
     python benchmarks/colocation.py [--pairs cnn+transformer,recsys+cnn] [--repeats 2] [--duration 12]
+        [--modes adaptive] [--yield-variants gate,priority]
+
+``--yield-variants`` adds adaptive runs whose opportunistic job yields only in
+the named ways (``COLOCATE_YIELD_VIA``), labelled ``adaptive[WAY]``: an ablation
+of the device priority and the operator gate.
 """
 
 from __future__ import annotations
@@ -61,9 +66,16 @@ def main() -> int:
     ap.add_argument("--pairs", default="cnn+transformer,recsys+cnn,transformer+recsys")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--duration", type=float, default=12.0)
+    ap.add_argument("--modes", default=",".join(demo.MODES), help="comma-separated subset of the demo's modes")
+    ap.add_argument("--yield-variants", default="", metavar="LIST",
+                    help="comma-separated COLOCATE_YIELD_VIA values for extra adaptive runs (e.g. gate,priority,none)")
     ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
     args = ap.parse_args()
     pairs = [demo.PAIRS[p] for p in args.pairs.split(",")]
+    modes = tuple(m for m in args.modes.split(",") if m)
+    variants = tuple((f"adaptive[{v}]", "adaptive", {"COLOCATE_YIELD_VIA": v})
+                     for v in args.yield_variants.split(",") if v)
+    per_repeat = 2 + len(modes) + len(variants)
     results: dict[tuple[str, str], list[dict]] = {}
     latencies: list[float] = []
     t_start = time.monotonic()
@@ -73,14 +85,15 @@ def main() -> int:
         for rep in range(args.repeats):
             n += 1
             workdir = tempfile.mkdtemp(prefix="colocate-bench-")
-            print(f"[{n}/{total}] {pair.name} repeat {rep + 1}: 6 runs of {args.duration:g} s "
+            print(f"[{n}/{total}] {pair.name} repeat {rep + 1}: {per_repeat} runs of {args.duration:g} s "
                   f"({time.monotonic() - t_start:.0f} s elapsed)", flush=True)
-            runs = demo.run_pair(pair, args.duration, progress=lambda name: print(f"    {name}", flush=True),
-                                 workdir=workdir)
+            runs = demo.run_pair(pair, args.duration, modes, progress=lambda name: print(f"    {name}", flush=True),
+                                 workdir=workdir, variants=variants)
             rows, _ = demo.analyse(pair, runs)
             for row in rows:
                 results.setdefault((pair.name, row["mode"]), []).append(row)
-            latencies += control_latencies(runs["adaptive"].record)
+            if "adaptive" in runs:
+                latencies += control_latencies(runs["adaptive"].record)
 
     headers = ["pair", "mode", "G vs solo", "device util", "util / G solo", "O vs solo", "idle share used",
                "G host bytes peak"]
@@ -102,6 +115,8 @@ def main() -> int:
             "",
             *machine_lines(info),
             f"- command: `{invocation()}` (pairs {args.pairs}, {args.repeats} repeat(s), {args.duration:g} s per run)",
+            "- adaptive[WAY]: the opportunistic job yields only via WAY (`COLOCATE_YIELD_VIA`); plain adaptive "
+            "uses the default (priority,gate)" if variants else "",
             "- medians over repeats; figures over the guaranteed job's window (first report + 1 s warm-up to its "
             "last report); G = guaranteed, O = opportunistic; ratios vs each job's solo run in the same repeat",
             "",

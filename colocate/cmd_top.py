@@ -16,7 +16,7 @@ from colocate.cmd_run import _arg
 
 BAR_WIDTH = 20
 SLO_STYLES = {"ok": "green", "violated": "bold red", "baseline": "yellow", "paused-mem": "red",
-              "waiting": "yellow", "backoff": "yellow", "growing": "green", "full": "cyan", "override": "magenta",
+              "waiting": "yellow", "backoff": "yellow", "holding": "yellow", "growing": "green", "full": "cyan", "override": "magenta",
               "idle": "dim"}
 
 

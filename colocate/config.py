@@ -23,8 +23,9 @@ class NodeConfig:
     baseline_quiet_timeout_s: float = 5.0  # start profiling anyway if a paused job has not confirmed by then
     rebaseline_s: float = 120.0  # re-profile the baseline this often (0: never)
     window_batches: int = 16  # guaranteed batches per AIMD decision
-    opp_start_share: float = 0.1  # an opportunistic job starts here
-    opp_share_step: float = 0.15  # additive increase per good window
+    slo_patience_windows: int = 2  # windows over the SLO in a row before backing off (beyond 2x the margin: at once)
+    opp_start_share: float = 0.25  # an opportunistic job starts here
+    opp_share_step: float = 0.25  # additive increase per good window
     opp_backoff: float = 0.7  # multiplicative decrease on an SLO break
     opp_min_share: float = 0.05  # no running opportunistic job gets less (no starvation)
     opp_start_mem_fraction: float = 0.25  # first opportunistic cap: this part of what is free
@@ -50,7 +51,7 @@ class NodeConfig:
                 raise ValueError(f"{name}: must be between 0 and 1, got {v!r}")
         if not (0.0 < self.opp_backoff < 1.0):
             raise ValueError(f"opp_backoff: must be in (0, 1), got {self.opp_backoff!r}")
-        for name in ("baseline_batches", "window_batches", "liveness"):
+        for name in ("baseline_batches", "window_batches", "liveness", "slo_patience_windows"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1")
         for name in ("baseline_batches", "window_batches"):

@@ -73,8 +73,9 @@ class Run:
 
 
 def run_scenario(name: str, policy: str, jobs: list[JobSpec], duration: float, workdir: str,
-                 sim_gpu_mem: str = "16GiB", node_args: tuple[str, ...] = ()) -> Run:
-    """Start a node with ``policy`` and ``jobs`` on GPU 0; wait for the jobs; stop the node."""
+                 sim_gpu_mem: str = "16GiB", node_args: tuple[str, ...] = (), job_env: dict | None = None) -> Run:
+    """Start a node with ``policy`` and ``jobs`` on GPU 0; wait for the jobs; stop the node.
+    ``job_env``: variables added to the jobs' environment (e.g. ``COLOCATE_YIELD_VIA``)."""
     endpoint = f"ipc://{workdir}/{name}.sock"
     record = os.path.join(workdir, f"{name}.jsonl")
     log = open(os.path.join(workdir, f"{name}.log"), "w")
@@ -93,7 +94,8 @@ def run_scenario(name: str, policy: str, jobs: list[JobSpec], duration: float, w
                 time.sleep(0.3)  # the guaranteed job registers first
             stats = os.path.join(workdir, f"{name}-{job.job_id}.json")
             procs[job.job_id] = (subprocess.Popen(job.command(endpoint, stats, duration), stdout=log,
-                                                  stderr=subprocess.STDOUT), stats)
+                                                  stderr=subprocess.STDOUT, env={**os.environ, **(job_env or {})}),
+                                 stats)
         for job_id, (proc, stats) in procs.items():
             run.exit_codes[job_id] = proc.wait(timeout=duration + 120)
             try:
@@ -135,9 +137,7 @@ def analyse(pair: Pair, runs: dict[str, Run], warmup_s: float = 1.0) -> tuple[li
     g_solo_util = g_solo.get(gid, {}).get("utilization", 0.0)
     o_solo_tput = o_solo.get(oid, {}).get("throughput", 0.0)
     rows, lines = [], {}
-    for mode in MODES:
-        if mode not in runs:
-            continue
+    for mode in [name for name in runs if not name.startswith("solo-")]:
         batches, t0, t1, figs = figures(runs[mode])
         g, o = figs.get(gid, {}), figs.get(oid, {})
         util = sum(f["utilization"] for f in figs.values())
@@ -203,14 +203,19 @@ def plot(lines: dict, pair: Pair, out_dir: str) -> list[str]:
     return paths
 
 
-def run_pair(pair: Pair, duration: float, modes=MODES, progress=None, workdir: str | None = None) -> dict[str, Run]:
-    """Solo references, then every mode; ``progress(name)`` is called before each run."""
+def run_pair(pair: Pair, duration: float, modes=MODES, progress=None, workdir: str | None = None,
+             variants: tuple[tuple[str, str, dict], ...] = ()) -> dict[str, Run]:
+    """Solo references, then every mode, then each ``(name, policy, job_env)`` variant;
+    ``progress(name)`` is called before each run."""
     workdir = workdir or tempfile.mkdtemp(prefix="colocate-demo-")
-    plan = [("solo-guaranteed", "pack", [pair.guaranteed]), ("solo-opportunistic", "pack", [pair.opportunistic])]
-    plan += [(m, m, [pair.guaranteed, pair.opportunistic]) for m in modes]
+    both = [pair.guaranteed, pair.opportunistic]
+    plan = [("solo-guaranteed", "pack", [pair.guaranteed], None),
+            ("solo-opportunistic", "pack", [pair.opportunistic], None)]
+    plan += [(m, m, both, None) for m in modes]
+    plan += [(name, policy, both, env) for name, policy, env in variants]
     runs = {}
-    for name, policy, jobs in plan:
+    for name, policy, jobs, env in plan:
         if progress:
             progress(name)
-        runs[name] = run_scenario(name, policy, jobs, duration, workdir)
+        runs[name] = run_scenario(name, policy, jobs, duration, workdir, job_env=env)
     return runs

@@ -20,6 +20,7 @@ HEADROOM = 256 * MiB
 # Short phases so the adaptive policy moves quickly; idle detection far away unless a test wants it.
 FAST = dict(baseline_batches=3, baseline_warmup_batches=0, window_batches=2, rebaseline_s=0.0, guaranteed_idle_s=5.0,
             opp_start_share=0.1, opp_share_step=0.1, opp_backoff=0.5, opp_min_share=0.05, slo_slowdown=0.05,
+            slo_patience_windows=1,
             mem_headroom_bytes=HEADROOM)
 
 
@@ -245,6 +246,28 @@ def test_adaptive_baseline_then_additive_increase_then_multiplicative_decrease()
         n.report("g", duration=0.05)
     assert n.share("o") == pytest.approx(0.15)
     assert n.share("g") == 1.0  # the guaranteed job is never throttled
+
+
+@pytest.mark.parametrize("windows, want_share, want_state", [
+    # (median batch time of each window after the budget reached 0.3; baseline 0.05, SLO 5%)
+    ([0.0515], 0.4, "growing"),                # within the SLO: grow
+    ([0.054], 0.3, "holding"),                 # one window a little over: hold (patience 2)
+    ([0.054, 0.0515], 0.4, "growing"),         # ... and a good one after it grows again
+    ([0.054, 0.054], 0.15, "backoff"),         # two in a row: back off
+    ([0.054, 0.0515, 0.054], 0.4, "holding"),  # a good window in between resets the count
+    ([0.056], 0.15, "backoff"),                # beyond twice the margin: back off at once
+])
+def test_adaptive_slo_patience(windows, want_share, want_state):
+    n = adaptive_pair(slo_patience_windows=2)
+    finish_baseline(n)
+    for _ in range(4):  # 2 good windows: 0.1 -> 0.3
+        n.report("g", duration=0.05)
+    assert n.share("o") == pytest.approx(0.3)
+    for duration in windows:
+        for _ in range(2):
+            n.report("g", duration=duration)
+    assert n.share("o") == pytest.approx(want_share)
+    assert n.state("o") == want_state
 
 
 def test_adaptive_guaranteed_leaves_opportunistic_gets_the_whole_gpu():

@@ -100,8 +100,10 @@ class Adaptive:
     (``baseline_batches`` batches once every opportunistic job has confirmed its
     pause; again every ``rebaseline_s``). Then every ``window_batches`` guaranteed batches, the
     median batch time is compared with ``baseline x (1 + slo_slowdown)``: within
-    it, the opportunistic budget grows by ``opp_share_step``; beyond it, it is
-    multiplied by ``opp_backoff``. The budget is water-filled over the
+    it, the opportunistic budget grows by ``opp_share_step``; beyond it for
+    ``slo_patience_windows`` windows in a row, or beyond twice the margin at
+    once, it is multiplied by ``opp_backoff`` (a single window a little over the
+    SLO holds the budget: batch times on a shared machine are noisy). The budget is water-filled over the
     opportunistic jobs by measured demand (busy fraction, or 1 when a job uses
     all it is given), each getting at least ``opp_min_share``. Opportunistic jobs
     follow the device-phase gate. Memory: the guaranteed job keeps its request;
@@ -134,7 +136,9 @@ class Adaptive:
         for j, share in zip(opps, shares):
             cap = fair if g is None else self._opp_cap(j, fair, avail, cfg)
             last = j.last
-            state = "full" if idle_g else ("waiting" if budget == 0 else ("growing" if st.get("trend", 1) > 0 else "backoff"))
+            trend = st.get("trend", 1)
+            state = "full" if idle_g else ("waiting" if budget == 0 else
+                                           ("growing" if trend > 0 else "holding" if trend == 0 else "backoff"))
             if last is not None and last.mem_floor > cap:
                 share, state = 0.0, "paused-mem"
             out[j.job_id] = Want(cap, share, cfg.gate and g is not None, state)
@@ -171,13 +175,17 @@ class Adaptive:
             st.update(phase="baseline", quiet=False, since=now)
             return "baseline", 0.0
         if g.iterations >= st["next_iter"]:
-            window = [r.duration_s for r in list(g.recent)[-cfg.window_batches:]]
-            ok = statistics.median(window) <= st["baseline"] * (1.0 + cfg.slo_slowdown)
+            window = statistics.median(r.duration_s for r in list(g.recent)[-cfg.window_batches:])
+            ok = window <= st["baseline"] * (1.0 + cfg.slo_slowdown)
+            st["over"] = 0 if ok else st.get("over", 0) + 1
             if ok:
                 st["budget"] = min(1.0, st["budget"] + cfg.opp_share_step)
-            else:
+                st["trend"] = 1
+            elif st["over"] >= cfg.slo_patience_windows or window > st["baseline"] * (1.0 + 2 * cfg.slo_slowdown):
                 st["budget"] = max(cfg.opp_min_share, st["budget"] * cfg.opp_backoff)
-            st["trend"] = 1 if ok else -1
+                st["trend"] = -1
+            else:  # one window over the SLO by less than twice its margin: hold, it may be noise
+                st["trend"] = 0
             st["ok"] = ok
             st["next_iter"] = g.iterations + cfg.window_batches
         return ("ok" if st.get("ok", True) else "violated"), st["budget"]
