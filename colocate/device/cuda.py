@@ -310,9 +310,3 @@ class CudaJobDevice:
         kernels cannot be put ahead of this one's. Returns False when asked for
         low priority (normal priority is the state it stays in)."""
         return not on
-
-    def set_low_priority(self, on: bool) -> bool:
-        """Not available while the job runs on CUDA: a process's kernel priority
-        under MPS (``CUDA_MPS_CLIENT_PRIORITY``) is fixed when CUDA initializes.
-        Returns False for a request to lower it, True otherwise."""
-        return not on
