@@ -23,6 +23,7 @@ class NodeConfig:
     baseline_quiet_timeout_s: float = 5.0  # start profiling anyway if a paused job has not confirmed by then
     rebaseline_s: float = 120.0  # re-profile the baseline this often (0: never)
     window_batches: int = 16  # guaranteed batches per AIMD decision
+    slo_grow_fraction: float = 0.5  # grow only while the slowdown is within this part of the SLO margin; hold above
     slo_patience_windows: int = 2  # windows over the SLO in a row before backing off (beyond 2x the margin: at once)
     opp_start_share: float = 0.25  # an opportunistic job starts here
     opp_share_step: float = 0.25  # additive increase per good window
@@ -44,7 +45,7 @@ class NodeConfig:
 
         if self.policy not in POLICIES:
             raise ValueError(f"policy: unknown {self.policy!r}, use one of {', '.join(sorted(POLICIES))}")
-        for name in ("slo_slowdown", "opp_start_share", "opp_share_step", "opp_min_share",
+        for name in ("slo_slowdown", "slo_grow_fraction", "opp_start_share", "opp_share_step", "opp_min_share",
                      "opp_start_mem_fraction", "static_share", "static_mem_fraction"):
             v = getattr(self, name)
             if not (0.0 <= v <= 1.0):

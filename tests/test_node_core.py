@@ -20,7 +20,7 @@ HEADROOM = 256 * MiB
 # Short phases so the adaptive policy moves quickly; idle detection far away unless a test wants it.
 FAST = dict(baseline_batches=3, baseline_warmup_batches=0, window_batches=2, rebaseline_s=0.0, guaranteed_idle_s=5.0,
             opp_start_share=0.1, opp_share_step=0.1, opp_backoff=0.5, opp_min_share=0.05, slo_slowdown=0.05,
-            slo_patience_windows=1,
+            slo_patience_windows=1, slo_grow_fraction=1.0,
             mem_headroom_bytes=HEADROOM)
 
 
@@ -268,6 +268,22 @@ def test_adaptive_slo_patience(windows, want_share, want_state):
             n.report("g", duration=duration)
     assert n.share("o") == pytest.approx(want_share)
     assert n.state("o") == want_state
+
+
+@pytest.mark.parametrize("duration, want_share, want_state", [
+    (0.0512, 0.2, "growing"),  # 2.4% over the baseline: inside half the 5% margin, grow
+    (0.0520, 0.1, "holding"),  # 4%: inside the SLO, outside the growth band: hold
+    (0.0540, 0.05, "backoff"),  # 8%: over the SLO (patience 1 here): back off
+])
+def test_adaptive_grows_only_in_the_lower_part_of_the_slo(duration, want_share, want_state):
+    n = adaptive_pair(slo_grow_fraction=0.5)
+    finish_baseline(n)
+    assert n.share("o") == pytest.approx(0.1)
+    for _ in range(2):
+        n.report("g", duration=duration)
+    assert n.share("o") == pytest.approx(want_share)
+    assert n.state("o") == want_state
+    assert n.state("g") == ("violated" if want_state == "backoff" else "ok")
 
 
 def test_adaptive_guaranteed_leaves_opportunistic_gets_the_whole_gpu():

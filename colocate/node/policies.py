@@ -99,8 +99,9 @@ class Adaptive:
     Per GPU: when a guaranteed job arrives its solo mini-batch time is measured
     (``baseline_batches`` batches once every opportunistic job has confirmed its
     pause; again every ``rebaseline_s``). Then every ``window_batches`` guaranteed batches, the
-    median batch time is compared with ``baseline x (1 + slo_slowdown)``: within
-    it, the opportunistic budget grows by ``opp_share_step``; beyond it for
+    median batch time is compared with ``baseline x (1 + slo_slowdown)``: while
+    it stays within ``slo_grow_fraction`` of that margin, the opportunistic budget
+    grows by ``opp_share_step``; in the rest of the margin it holds; beyond it for
     ``slo_patience_windows`` windows in a row, or beyond twice the margin at
     once, it is multiplied by ``opp_backoff`` (a single window a little over the
     SLO holds the budget: batch times on a shared machine are noisy). The budget is water-filled over the
@@ -178,9 +179,11 @@ class Adaptive:
             window = statistics.median(r.duration_s for r in list(g.recent)[-cfg.window_batches:])
             ok = window <= st["baseline"] * (1.0 + cfg.slo_slowdown)
             st["over"] = 0 if ok else st.get("over", 0) + 1
-            if ok:
+            if window <= st["baseline"] * (1.0 + cfg.slo_slowdown * cfg.slo_grow_fraction):
                 st["budget"] = min(1.0, st["budget"] + cfg.opp_share_step)
                 st["trend"] = 1
+            elif ok:  # inside the SLO but close to it: hold
+                st["trend"] = 0
             elif st["over"] >= cfg.slo_patience_windows or window > st["baseline"] * (1.0 + 2 * cfg.slo_slowdown):
                 st["budget"] = max(cfg.opp_min_share, st["budget"] * cfg.opp_backoff)
                 st["trend"] = -1
