@@ -1,7 +1,8 @@
 """Four co-location modes over several example pairs, repeated, plus control latency.
 
 For every pair in ``--pairs`` and every repeat, runs the demo's scenarios
-(solo references, then exclusive, pack, static, adaptive) with real node and
+(the guaranteed job solo first and last, the opportunistic job solo, then exclusive,
+pack, static, adaptive) with real node and
 job processes on one simulated GPU, and reports per mode the median over
 repeats of: guaranteed throughput vs solo, device utilization (and its gain
 over the guaranteed job's solo utilization), opportunistic throughput vs solo
@@ -75,7 +76,7 @@ def main() -> int:
     modes = tuple(m for m in args.modes.split(",") if m)
     variants = tuple((f"adaptive[{v}]", "adaptive", {"COLOCATE_YIELD_VIA": v})
                      for v in args.yield_variants.split(",") if v)
-    per_repeat = 2 + len(modes) + len(variants)
+    per_repeat = 3 + len(modes) + len(variants)
     results: dict[tuple[str, str], list[dict]] = {}
     latencies: list[float] = []
     t_start = time.monotonic()
@@ -118,7 +119,8 @@ def main() -> int:
             "- adaptive[WAY]: the opportunistic job yields only via WAY (`COLOCATE_YIELD_VIA`); plain adaptive "
             "uses the default (priority,gate)" if variants else "",
             "- medians over repeats; figures over the guaranteed job's window (first report + 1 s warm-up to its "
-            "last report); G = guaranteed, O = opportunistic; ratios vs each job's solo run in the same repeat",
+            "last report); G = guaranteed, O = opportunistic; ratios vs each job's solo runs in the same repeat "
+            "(G: mean of its first and last run)",
             "",
             md,
             "",

@@ -26,7 +26,7 @@ def register(sub) -> None:
     )
     p.add_argument("--out", default="colocate-demo", metavar="DIR", help="output directory (default %(default)s)")
     p.add_argument("--duration", type=float, default=12.0, metavar="S",
-                   help="seconds each job trains per run (default %(default)s; 6 runs in all)")
+                   help="seconds each job trains per run (default %(default)s; 7 runs in all)")
     p.add_argument("--pair", default="cnn+transformer", choices=sorted(PAIRS), help="example pair (default %(default)s)")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
     p.set_defaults(func=run)
@@ -56,7 +56,7 @@ def run(args) -> int:
         return 2
     pair = demo.PAIRS[args.pair]
     workdir = tempfile.mkdtemp(prefix="colocate-demo-", dir=None)
-    steps = 2 + len(modes)
+    steps = 3 + len(modes)
     start = time.monotonic()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console) as progress:
@@ -98,6 +98,7 @@ def print_table(rows: list[dict], pair) -> None:
                   f"{r['idle_share_used']:.3f}", str(r["guaranteed_host_bytes_peak"]))
     Console().print(t)
     if rows:
+        runs = ", ".join(f"{x:.1f}" for x in rows[0]["guaranteed_solo_runs_it_s"])
         print(f"guaranteed solo utilization {rows[0]['guaranteed_solo_utilization']:.3f}, "
-              f"solo throughput {rows[0]['guaranteed_solo_throughput_it_s']:.1f} it/s (G), "
+              f"solo throughput {rows[0]['guaranteed_solo_throughput_it_s']:.1f} it/s (G: mean of {runs}), "
               f"{rows[0]['opportunistic_solo_throughput_it_s']:.1f} it/s (O)")
