@@ -13,7 +13,7 @@ sending it (node clock) to the end of the job's first mini-batch that ran under
 it (job clock; both are CLOCK_MONOTONIC on one machine), p50 and p99.
 
     python benchmarks/colocation.py [--pairs cnn+transformer,recsys+cnn] [--repeats 2] [--duration 12]
-        [--modes adaptive] [--yield-variants gate,priority]
+        [--modes adaptive] [--yield-variants gate,priority+gate]
 
 ``--yield-variants`` adds adaptive runs whose opportunistic job yields only in
 the named ways (``COLOCATE_YIELD_VIA``), labelled ``adaptive[WAY]``: an ablation
@@ -69,12 +69,13 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=12.0)
     ap.add_argument("--modes", default=",".join(demo.MODES), help="comma-separated subset of the demo's modes")
     ap.add_argument("--yield-variants", default="", metavar="LIST",
-                    help="comma-separated COLOCATE_YIELD_VIA values for extra adaptive runs (e.g. gate,priority,none)")
+                    help="comma-separated COLOCATE_YIELD_VIA values for extra adaptive runs, '+' joining ways "
+                         "(e.g. gate,priority+gate,none)")
     ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
     args = ap.parse_args()
     pairs = [demo.PAIRS[p] for p in args.pairs.split(",")]
     modes = tuple(m for m in args.modes.split(",") if m)
-    variants = tuple((f"adaptive[{v}]", "adaptive", {"COLOCATE_YIELD_VIA": v})
+    variants = tuple((f"adaptive[{v}]", "adaptive", {"COLOCATE_YIELD_VIA": v.replace("+", ",")})
                      for v in args.yield_variants.split(",") if v)
     per_repeat = 3 + len(modes) + len(variants)
     results: dict[tuple[str, str], list[dict]] = {}
@@ -117,7 +118,7 @@ def main() -> int:
             *machine_lines(info),
             f"- command: `{invocation()}` (pairs {args.pairs}, {args.repeats} repeat(s), {args.duration:g} s per run)",
             "- adaptive[WAY]: the opportunistic job yields only via WAY (`COLOCATE_YIELD_VIA`); plain adaptive "
-            "uses the default (priority,gate)" if variants else "",
+            "uses the default (priority)" if variants else "",
             "- medians over repeats; figures over the guaranteed job's window (first report + 1 s warm-up to its "
             "last report); G = guaranteed, O = opportunistic; ratios vs each job's solo runs in the same repeat "
             "(G: mean of its first and last run)",

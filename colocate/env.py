@@ -36,7 +36,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_STATS_DIR", "", "Directory where each job process writes `stats-<pid>.json` at exit (the launcher merges them)."),
     Variable("COLOCATE_TOKEN", "<random>", "Secret the launcher draws per job; the node binds the job id to it, so no other process can register as this job."),
     Variable("COLOCATE_NODE", "", "Endpoint of the node coordinator (e.g. ipc:///tmp/colocate-node.sock); empty: run standalone."),
-    Variable("COLOCATE_YIELD_VIA", "priority,gate", "How an opportunistic job gives way when the node says so (limits `gate`): `priority` runs it at low device priority (sim: the GPU core's idle scheduling class), `gate` holds its operators while the guaranteed job's device phase runs or is due (sim); comma-separated, or `none`."),
+    Variable("COLOCATE_YIELD_VIA", "priority", "How an opportunistic job gives way when the node says so (limits `gate`): `priority` runs it at low device priority (sim: the GPU core's idle scheduling class), `gate` holds its operators while the guaranteed job's device phase runs or is due (sim); comma-separated, or `none`."),
     Variable("COLOCATE_SIM_CORE", "<gpu index mod cores>", "sim: CPU core that is the simulated GPU's compute; the job is pinned to it."),
     Variable("COLOCATE_SIM_GPU_MEM", "16GiB", "sim: total memory of the simulated GPU in bytes (the cap when none is given)."),
     Variable("COLOCATE_SIM_HOST_GBPS", "2.0", "sim: modelled host-memory bandwidth (GB/s); host-served bytes touched per mini-batch cost bytes/bandwidth of device time."),
@@ -51,7 +51,7 @@ PRIORITIES = ("guaranteed", "opportunistic")
 ON_CAP = ("host", "error")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 YIELD_MODES = ("priority", "gate")
-DEFAULT_YIELD = ("priority", "gate")
+DEFAULT_YIELD = ("priority",)  # measured: the gate's polling adds nothing on top of priority (benchmarks/RESULTS.md)
 
 DEFAULT_SIM_GPU_MEM = 16 << 30
 

@@ -60,7 +60,7 @@ def test_defaults_from_empty_environment():
     assert e.sim_gpu_mem == DEFAULT_SIM_GPU_MEM == 16 << 30
     assert e.sim_host_gbps == 2.0
     assert e.log == "warning"
-    assert e.yield_via == ("priority", "gate")
+    assert e.yield_via == ("priority",)
 
 
 def test_empty_values_count_as_unset():
