@@ -6,7 +6,8 @@ device memory alive from iteration ``--burst-at`` on; the opportunistic job
 (``opp_start_mem_fraction`` 1.0, so the burst must take memory back). Measured
 from the node's record: when the guaranteed job's first report with the burst
 reached the node, when the node sent the opportunistic job a smaller cap, and
-when the opportunistic job first ran under it; plus the guaranteed job's
+when the opportunistic job acknowledged it (at its first boundary under it, or at
+once when it waits paused: a paused job releases its cache when its cap drops); plus the guaranteed job's
 ``host_bytes_peak`` (must stay 0).
 
     python benchmarks/memory_burst.py [--repeats 3]
@@ -53,19 +54,24 @@ def one_run(workdir: str, burst_at: int, burst_mib: int, duration: float) -> dic
                    and r["limits"]["mem_cap"] < cap_before), None)
     out.update(cap_before=cap_before, g_reserved_before=base, g_reserved_after=burst["mem_reserved"])
     if shrink is not None:
-        applied = next((r for r in rows if r["kind"] == "report" and r["job_id"] == o.job_id
-                        and r["limits_seq"] >= shrink["limits"]["seq"]), None)
+        # in force: the job's acknowledgement (at its first boundary under the cap, or at once while paused)
+        seq = shrink["limits"]["seq"]
+        applied = [r["applied_at"] for r in rows if r["kind"] == "applied" and r["job_id"] == o.job_id
+                   and r["limits_seq"] >= seq]
+        applied += [r["t_end"] for r in rows if r["kind"] == "report" and r["job_id"] == o.job_id
+                    and r["limits_seq"] >= seq]
         out.update(cap_after=shrink["limits"]["mem_cap"], shrink_s=shrink["node_t"] - burst["node_t"],
-                   in_force_s=(applied["t_end"] - burst["node_t"]) if applied else None)
+                   in_force_s=(min(applied) - burst["node_t"]) if applied else None,
+                   o_share_at_shrink=shrink["limits"]["sm_share"])
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--burst-at", type=int, default=60)
+    ap.add_argument("--burst-at", type=int, default=200, help="G iteration of the burst (default: after the baseline)")
     ap.add_argument("--burst-mib", type=int, default=1024)
-    ap.add_argument("--duration", type=float, default=8.0)
+    ap.add_argument("--duration", type=float, default=12.0)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     table = []
@@ -76,10 +82,11 @@ def main() -> int:
         table.append([str(i + 1), fmt(r.get("g_reserved_before"), 1 / MiB, " MiB"),
                       fmt(r.get("g_reserved_after"), 1 / MiB, " MiB"), fmt(r.get("cap_before"), 1 / MiB, " MiB"),
                       fmt(r.get("cap_after"), 1 / MiB, " MiB"), fmt(r.get("shrink_s"), 1000, " ms"),
-                      fmt(r.get("in_force_s"), 1000, " ms"), str(r.get("g_host_bytes_peak")),
+                      fmt(r.get("in_force_s"), 1000, " ms"), str(r.get("o_share_at_shrink", "-")),
+                      str(r.get("g_host_bytes_peak")),
                       str(r.get("o_host_bytes_peak"))])
     headers = ["run", "G reserved before", "G reserved at burst", "O cap before", "O cap after",
-               "burst report -> O cap sent", "burst report -> O batch under new cap", "G host bytes peak",
+               "burst report -> O cap sent", "burst report -> O cap in force", "O share then", "G host bytes peak",
                "O host bytes peak"]
     md = markdown_table(headers, table)
     print(md)

@@ -44,6 +44,9 @@ class FakeRuntime:
     def add_end_hook(self, fn):
         pass
 
+    def add_paused_apply_hook(self, fn):
+        pass
+
 
 @pytest.fixture
 def make_link(tmp_path):

@@ -298,6 +298,31 @@ def test_share_zero_pauses_until_raised():
     assert rt.summary()["paused_s"] >= 0.35
 
 
+def test_paused_job_releases_its_cache_at_once_when_its_cap_drops():
+    rt, dev, _ = make(share=1.0, cap=512 * MiB, allocated=50 * MiB, reserved=300 * MiB)
+    applied = []
+    rt.add_paused_apply_hook(lambda seq, t: applied.append(seq))
+    rt.set_limits(sm_share=0.0, seq=1)
+    t, _ = boundary_in_thread(rt)
+    wait = time.monotonic() + 5
+    while dev.count("release_cache") == 0 and time.monotonic() < wait:  # the boundary itself: over no cap yet
+        if not t.is_alive():
+            break
+        time.sleep(0.01)
+    releases = dev.count("release_cache")
+    rt.set_limits(mem_cap=100 * MiB, seq=2)  # the node shrinks the paused job
+    wait = time.monotonic() + 5
+    while 2 not in applied and time.monotonic() < wait:
+        time.sleep(0.01)
+    assert t.is_alive(), "still paused"
+    assert applied[-1] == 2  # the hook hears that seq 2 is in force without a batch
+    assert dev.count("release_cache") == releases + 1 and dev.reserved == 50 * MiB
+    rt.set_limits(sm_share=0.7, seq=3)  # a share-only change: no release, the hook still hears of it
+    t.join(5)
+    assert not t.is_alive()
+    assert dev.count("release_cache") == releases + 1
+
+
 def test_share_zero_from_env_pauses_first_boundary():
     rt, dev, _ = make(share=0.0)
     t, box = boundary_in_thread(rt)

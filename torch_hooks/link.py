@@ -68,6 +68,7 @@ class NodeLink:
 
             self.follower = GateFollower(path, _ext.load())
         rt.add_listener(self._on_record)
+        rt.add_paused_apply_hook(self._on_paused_apply)
 
     # ---- training thread ----------------------------------------------------
     def _on_record(self, rec) -> None:
@@ -76,6 +77,9 @@ class NodeLink:
                 self._push.send_pyobj(rec, zmq.NOBLOCK)
             except zmq.ZMQError:  # link stopped or queue full: drop the report
                 pass
+
+    def _on_paused_apply(self, seq: int, now: float) -> None:
+        self._on_record(("applied", seq, now))
 
     # ---- lifecycle ------------------------------------------------------------
     def start(self) -> None:
@@ -140,7 +144,11 @@ class NodeLink:
                         rec = self._pull.recv_pyobj(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    if self.registered.is_set():
+                    if not self.registered.is_set():
+                        continue
+                    if isinstance(rec, tuple):  # ("applied", seq, t): limits in force while paused
+                        self._ack(sock, rec[1], rec[2])
+                    else:
                         self._report(sock, rec)
             if self.rejected:
                 last_heard = now  # not a silent node: it said no
@@ -169,9 +177,13 @@ class NodeLink:
             mem_allocated_peak=rec.mem_allocated_peak, mem_reserved=rec.mem_reserved, mem_floor=rec.mem_floor,
             host_bytes=rec.host_bytes, host_bytes_touched=rec.host_bytes_touched, limits_seq=rec.limits_seq,
         ))
-        if rec.limits_seq > self._last_acked:
-            self._last_acked = rec.limits_seq
-            self._send(sock, P.LimitsApplied(job_id=self.env.job_id, limits_seq=rec.limits_seq, applied_at=rec.t_end))
+        self._ack(sock, rec.limits_seq, rec.t_end)
+
+    def _ack(self, sock, seq: int, applied_at: float) -> None:
+        """Tell the node that limits ``seq`` are in force (once per seq)."""
+        if seq > self._last_acked:
+            self._last_acked = seq
+            self._send(sock, P.LimitsApplied(job_id=self.env.job_id, limits_seq=seq, applied_at=applied_at))
 
     def _handle(self, sock, data: bytes) -> None:
         try:

@@ -51,6 +51,7 @@ class Runtime:
         self._listeners: list[Listener] = []
         self._start_hooks: list[Callable[[], None]] = []
         self._end_hooks: list[Callable[[float, float | None], None]] = []
+        self._paused_apply_hooks: list[Callable[[int, float], None]] = []
         self.book = StatsBook()
         self._t0 = clock()
         self._busy0 = device.busy_time()
@@ -103,6 +104,12 @@ class Runtime:
         """``fn(now, device_start_s)`` runs on the training thread as soon as a
         mini-batch's device work ends (before memory enforcement and idling)."""
         self._end_hooks.append(fn)
+
+    def add_paused_apply_hook(self, fn: Callable[[int, float], None]) -> None:
+        """``fn(seq, now)`` runs on the training thread when limits take effect while
+        the job is paused (no batch will carry them until it resumes). It must be
+        quick and must not call back into the runtime."""
+        self._paused_apply_hooks.append(fn)
 
     def rebase_seq(self) -> None:
         """Accept any seq again (a new coordinator incarnation numbers from scratch)."""
@@ -204,6 +211,8 @@ class Runtime:
                     t = self._clock()
                     self._cond.wait_for(lambda: self._closed or self._limits_changed != seen)
                     self.book.paused_s += self._clock() - t
+                    if not self._closed:
+                        self._apply_while_paused()
                     continue
                 want = idle_after(busy_b, self._clock() - self._resume_t, share)
                 if want <= 0.0:
@@ -213,6 +222,22 @@ class Runtime:
                 if not self._cond.wait_for(lambda: self._closed or self._limits_changed != seen, timeout=want):
                     break
         return self._clock() - start
+
+    def _apply_while_paused(self) -> None:
+        """New limits reached a paused job (caller holds ``_cond``): a lowered cap
+        releases the cache now, not when the job resumes, so the memory goes back
+        to the node at once; then the hooks learn that ``seq`` is in force."""
+        if self._shrink_pending:
+            self._shrink_pending = False
+            self.device.release_cache()
+            self.book.max_reserved_over_cap = max(self.book.max_reserved_over_cap,
+                                                  self.device.memory().reserved - self._cap)
+        now = self._clock()
+        for fn in list(self._paused_apply_hooks):
+            try:
+                fn(self._limits_seq, now)
+            except Exception:  # a hook must never break training
+                log.exception("paused-apply hook failed")
 
     # ---- any thread ------------------------------------------------------------
     def summary(self) -> dict:

@@ -177,6 +177,8 @@ class NodeServer:
             log.info("job %s left: %s", job_id, reason)
         if isinstance(event, P.BatchReport) and self._record:
             self._write_record("report", now, event)
+        elif isinstance(event, P.LimitsApplied) and self._record:
+            self._write_record("applied", now, event)
         for cmd in commands:
             if isinstance(cmd, Send):
                 target = self._identity.get(cmd.job_id)
