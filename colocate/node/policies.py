@@ -104,10 +104,11 @@ class Adaptive:
     grows by ``opp_share_step``; in the rest of the margin it holds; beyond it for
     ``slo_patience_windows`` windows in a row, or beyond twice the margin at
     once, it is multiplied by ``opp_backoff`` (a single window a little over the
-    SLO holds the budget: batch times on a shared machine are noisy). The budget is water-filled over the
-    opportunistic jobs by measured demand (busy fraction, or 1 when a job uses
-    all it is given), each getting at least ``opp_min_share``. Opportunistic jobs
-    follow the device-phase gate. Memory: the guaranteed job keeps its request;
+    SLO holds the budget: batch times on a shared machine are noisy). The budget
+    is water-filled over the opportunistic jobs by measured demand (busy
+    fraction, or 1 when a job uses all it is given), each getting at least
+    ``opp_min_share``. Opportunistic jobs are told to yield the device (limits
+    ``gate``; each job yields as ``COLOCATE_YIELD_VIA`` says). Memory: the guaranteed job keeps its request;
     opportunistic caps share what the guaranteed job does not use (its recent
     reserved peak plus a headroom), start small, double while they fill their
     cap, and shrink at once when the guaranteed job grows; a job whose live set
