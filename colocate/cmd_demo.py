@@ -26,7 +26,7 @@ def register(sub) -> None:
     )
     p.add_argument("--out", default="colocate-demo", metavar="DIR", help="output directory (default %(default)s)")
     p.add_argument("--duration", type=float, default=12.0, metavar="S",
-                   help="seconds each job trains per run (default %(default)s; 7 runs in all)")
+                   help="seconds each job trains per run (default %(default)s; 7 runs with all modes)")
     p.add_argument("--pair", default="cnn+transformer", choices=sorted(PAIRS), help="example pair (default %(default)s)")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
     p.set_defaults(func=run)
