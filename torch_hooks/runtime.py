@@ -154,12 +154,10 @@ class Runtime:
         with self._cond:
             cap, shrink = self._cap, self._shrink_pending
             self._shrink_pending = False
-        after = mem  # the host-penalty charge changes no memory
+        after = mem  # the host-penalty charge changes no memory; within the cap nothing is over it
         if shrink or mem.reserved > cap:
-            self.device.release_cache()
-            after = self.device.memory()
+            after = self._release_to(cap)
         floor = after.reserved if after.reserved > cap else 0
-        self.book.max_reserved_over_cap = max(self.book.max_reserved_over_cap, after.reserved - cap)
 
         end = self._clock()
         with self._cond:
@@ -223,15 +221,21 @@ class Runtime:
                     break
         return self._clock() - start
 
+    def _release_to(self, cap: int):
+        """Release the cache, record how far reserved bytes still stand over ``cap``
+        (live tensors may hold more) and return the memory after (training thread)."""
+        self.device.release_cache()
+        after = self.device.memory()
+        self.book.max_reserved_over_cap = max(self.book.max_reserved_over_cap, after.reserved - cap)
+        return after
+
     def _apply_while_paused(self) -> None:
         """New limits reached a paused job (caller holds ``_cond``): a lowered cap
         releases the cache now, not when the job resumes, so the memory goes back
         to the node at once; then the hooks learn that ``seq`` is in force."""
         if self._shrink_pending:
             self._shrink_pending = False
-            self.device.release_cache()
-            self.book.max_reserved_over_cap = max(self.book.max_reserved_over_cap,
-                                                  self.device.memory().reserved - self._cap)
+            self._release_to(self._cap)
         now = self._clock()
         for fn in list(self._paused_apply_hooks):
             try:
