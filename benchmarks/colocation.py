@@ -117,8 +117,8 @@ def main() -> int:
             "",
             *machine_lines(info),
             f"- command: `{invocation()}` (pairs {args.pairs}, {args.repeats} repeat(s), {args.duration:g} s per run)",
-            "- adaptive[WAY]: the opportunistic job yields only via WAY (`COLOCATE_YIELD_VIA`); plain adaptive "
-            "uses the default (priority)" if variants else "",
+            *(["- adaptive[WAY]: the opportunistic job yields only via WAY (`COLOCATE_YIELD_VIA`); plain adaptive "
+               "uses the default (priority)"] if variants else []),
             "- medians over repeats; figures over the guaranteed job's window (first report + 1 s warm-up to its "
             "last report); G = guaranteed, O = opportunistic; ratios vs each job's solo runs in the same repeat "
             "(G: mean of its first and last run)",

@@ -6,9 +6,9 @@ device memory alive from iteration ``--burst-at`` on; the opportunistic job
 (``opp_start_mem_fraction`` 1.0, so the burst must take memory back). Measured
 from the node's record: when the guaranteed job's first report with the burst
 reached the node, when the node sent the opportunistic job a smaller cap, and
-when the opportunistic job acknowledged it (at its first boundary under it, or at
-once when it waits paused: a paused job releases its cache when its cap drops); plus the guaranteed job's
-``host_bytes_peak`` (must stay 0).
+when the opportunistic job acknowledged it (at its first boundary under it, or
+at once when it waits paused: a paused job releases its cache when its cap
+drops); plus the guaranteed job's ``host_bytes_peak`` (must stay 0).
 
     python benchmarks/memory_burst.py [--repeats 3]
 """
