@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from colocate import protocol as P
-from test_node_integration import (JOB_START_S, PY, REPO, NodeProc, Procs, child_env, cnn, colocate_cli, read_log,
+from tests.test_node_integration import (JOB_START_S, PY, REPO, NodeProc, Procs, child_env, cnn, colocate_cli, read_log,
                                    sim_ext, start_job, wait_for)
 
 GiB = 1 << 30

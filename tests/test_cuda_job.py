@@ -242,4 +242,4 @@ def test_guaranteed_and_opportunistic_jobs_share_a_cuda_node(procs, ipc_dir):
 
 
 # the node fixtures (procs, ipc_dir) live with the node integration tests
-from test_node_integration import ipc_dir, procs  # noqa: E402,F401
+from tests.test_node_integration import ipc_dir, procs  # noqa: E402,F401

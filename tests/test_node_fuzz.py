@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from colocate import protocol as P
-from test_node_integration import NodeProc, Procs, wait_for
+from tests.test_node_integration import NodeProc, Procs, wait_for
 
 GiB = 1 << 30
 

@@ -1,0 +1,152 @@
+"""The scheduler core's inputs (events) and outputs (decisions).
+
+``SchedulerCore.handle(event, now) -> list[decision]`` is the whole contract. The live server
+(``colocate scheduler``) turns wire messages into events and decisions into messages and journal
+rows; the trace simulator turns decisions into future events. Neither adds policy of its own, so
+the same events at the same times give the same decisions in both.
+
+Who produces which event:
+  user/client   JobSubmitted, JobCancelled
+  node edge     NodeJoined (register, with an epoch), NodeLost (missed heartbeats), NodeReport
+                (periodic: GPU utilization and memory, the node's workers), WorkerStarted,
+                WorkerExited, StartRefused
+  clock         Tick (time-driven steps: promotions, start deadlines, reconciliation)
+
+Decisions, in the order the edge must act on them:
+  JobChanged    a job's state changed; the live edge commits it to the journal *before* acting
+                on any decision that follows it in the same list
+  StartWorkers  start the workers of a placement on their nodes (idempotent per placement id)
+  StopWorkers   stop the workers of a placement (SIGTERM, grace, SIGKILL); idempotent
+  Promote       an opportunistic placement runs on as guaranteed (AntMan upgrade in place)
+
+Times are seconds on the scheduler's clock (``now``); nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cluster.spec import JobSpec, NodeSpec, Placement
+
+# job states (one small state machine; terminal states never change again)
+PENDING, PLACING, RUNNING = "pending", "placing", "running"
+SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
+STATES = (PENDING, PLACING, RUNNING, SUCCEEDED, FAILED, CANCELLED)
+TERMINAL = frozenset((SUCCEEDED, FAILED, CANCELLED))
+
+
+# ---------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, slots=True)
+class JobSubmitted:
+    spec: JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class JobCancelled:
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeJoined:
+    """A node registered. A known node with a new ``epoch`` restarted: the core reconciles it
+    (workers it no longer reports are gone)."""
+
+    spec: NodeSpec
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLost:
+    node_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReport:
+    index: int
+    utilization: float  # 0..1, device busy fraction over the last 10 s
+    mem_used: int  # bytes
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReport:
+    job_id: str
+    placement_id: str
+    rank: int
+    running: bool
+    exit_code: int | None = None  # when not running
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReport:
+    """Periodic state of one node: its GPUs and every worker it holds (the basis for re-adopting
+    running workers after a scheduler restart and for stopping orphans)."""
+
+    node_id: str
+    epoch: int
+    gpus: tuple[GpuReport, ...]
+    workers: tuple[WorkerReport, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStarted:
+    job_id: str
+    placement_id: str
+    rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerExited:
+    job_id: str
+    placement_id: str
+    rank: int
+    exit_code: int  # 0 success; 128+N killed by signal N
+
+
+@dataclass(frozen=True, slots=True)
+class StartRefused:
+    """A node could not start a worker of a placement (bad command, no such GPU...)."""
+
+    job_id: str
+    placement_id: str
+    node_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Periodic; time-driven policy steps run here."""
+
+
+# ---------------------------------------------------------------- decisions
+
+
+@dataclass(frozen=True, slots=True)
+class JobChanged:
+    job_id: str
+    state: str
+    reason: str = ""
+    placement_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StartWorkers:
+    spec: JobSpec
+    placement: Placement
+
+
+@dataclass(frozen=True, slots=True)
+class StopWorkers:
+    job_id: str
+    placement_id: str
+    nodes: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Promote:
+    job_id: str
+    placement_id: str
+    nodes: tuple[str, ...]
