@@ -1,0 +1,244 @@
+"""What every trace reader shares: the record and result types, bad-row accounting, CSV opening,
+number parsing, the gang rule, GPU-model constraints and format detection.
+
+Contracts (all readers):
+  * A reader returns a ``TraceResult`` (jobs) or ``NodeResult`` (nodes). ``jobs`` is a list of
+    ``TraceJob(spec, duration_s, line)`` sorted by ``spec.submit_time``, stable on ties (file order).
+  * A bad row never raises and is never dropped silently: it is counted in ``skipped[reason]``
+    and, for the first ``max_problems`` bad rows, described in ``problems`` as
+    ``"PATH:LINE: reason: detail"``. Every data row is accounted for:
+    ``rows == len(jobs) + sum(skipped.values()) + beyond_limit``. Blank lines are not rows.
+  * A file that cannot be opened or decoded, is empty, or lacks a required column raises one
+    ``ValueError`` naming the file (and the column).
+  * No clock, no global random state: the same file and the same seed give the same records.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Iterator, NamedTuple
+
+from cluster.spec import JobSpec, NodeSpec
+
+MAX_PROBLEMS = 50  # problem lines kept per file; all bad rows are still counted
+
+
+class TraceJob(NamedTuple):
+    """One job of a trace: what it asks for, how long it ran (None: the trace does not say) and
+    the file line it came from (1-based, the header is line 1)."""
+
+    spec: JobSpec
+    duration_s: float | None
+    line: int
+
+
+@dataclass
+class TraceResult:
+    path: str
+    format: str
+    jobs: list[TraceJob] = field(default_factory=list)
+    skipped: Counter = field(default_factory=Counter)  # reason -> bad rows
+    problems: list[str] = field(default_factory=list)  # the first few bad rows, one line each
+    rows: int = 0  # data rows read (blank lines excluded)
+    beyond_limit: int = 0  # good jobs left out by ``limit``
+    ignored_columns: tuple[str, ...] = ()  # header columns this format does not use
+
+
+@dataclass
+class NodeResult:
+    path: str
+    format: str
+    nodes: list[NodeSpec] = field(default_factory=list)
+    skipped: Counter = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+    rows: int = 0
+    ignored_columns: tuple[str, ...] = ()
+
+
+class BadRow(Exception):
+    """Raised while parsing one row: ``reason`` is the short key counted in ``skipped``."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.detail = detail
+
+
+class RowLog:
+    """Counts bad rows by reason and keeps the first ``max_problems`` one-line descriptions."""
+
+    def __init__(self, path: str, max_problems: int = MAX_PROBLEMS) -> None:
+        self.path = path
+        self.max_problems = max_problems
+        self.skipped: Counter = Counter()
+        self.problems: list[str] = []
+
+    def skip(self, line: int, reason: str, detail: str = "") -> None:
+        self.skipped[reason] += 1
+        if len(self.problems) < self.max_problems:
+            self.problems.append(f"{self.path}:{line}: {reason}" + (f": {detail}" if detail else ""))
+
+
+# ---------------------------------------------------------------- files
+
+
+@contextmanager
+def open_table(path, what: str) -> Iterator[tuple[csv.reader, list[str]]]:
+    """Open ``path`` as CSV and read its header (names stripped, lower-cased, BOM removed).
+    Yields ``(reader, names)``. Unreadable, undecodable, malformed or empty files raise
+    ``ValueError`` naming the file; ``what`` says what the file should be."""
+    path = str(path)
+    try:
+        f = open(path, newline="", encoding="utf-8-sig")
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read {what}: {e.strerror or e}") from None
+    with f:
+        reader = csv.reader(f)
+        try:
+            header = next(reader, None)
+            if header is None or not any(h.strip() for h in header):
+                raise ValueError(f"{path}: empty file or empty header line, expected {what}")
+            yield reader, [h.strip().lower() for h in header]
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: not a UTF-8 text file ({e.reason} at byte {e.start})") from None
+        except csv.Error as e:
+            raise ValueError(f"{path}:{reader.line_num}: malformed CSV: {e}") from None
+
+
+def columns(path, names: list[str], what: str, required: tuple[str, ...], optional: tuple[str, ...],
+            hint: str = "") -> tuple[dict[str, int], tuple[str, ...]]:
+    """Map column name -> index. A missing required column or a repeated name raises
+    ``ValueError``; returns the index map and the columns the format ignores."""
+    index: dict[str, int] = {}
+    for i, n in enumerate(names):
+        if n in index:
+            raise ValueError(f"{path}: column {n!r} appears twice in the header")
+        index[n] = i
+    for col in required:
+        if col not in index:
+            raise ValueError(
+                f"{path}: missing column {col!r} ({what} needs {', '.join(required)}; header has "
+                f"{', '.join(names)}){hint}")
+    known = set(required) | set(optional)
+    return index, tuple(n for n in names if n not in known)
+
+
+# ---------------------------------------------------------------- values
+
+
+def to_float(text: str, col: str, minimum: float | None = None) -> float:
+    """A finite number, at least ``minimum`` when given; else ``BadRow('bad COL')``."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise BadRow(f"bad {col}", repr(text)) from None
+    if not math.isfinite(v) or (minimum is not None and v < minimum):
+        raise BadRow(f"bad {col}", repr(text))
+    return v
+
+
+def to_int(text: str, col: str, minimum: int = 0) -> int:
+    """A whole number (``"8"`` or ``"8.0"``) of at least ``minimum``; else ``BadRow('bad COL')``."""
+    try:
+        v = int(text)
+    except ValueError:
+        try:
+            f = float(text)
+        except ValueError:
+            raise BadRow(f"bad {col}", repr(text)) from None
+        if not (math.isfinite(f) and f.is_integer()):
+            raise BadRow(f"bad {col}", repr(text)) from None
+        v = int(f)
+    if v < minimum:
+        raise BadRow(f"bad {col}", repr(text))
+    return v
+
+
+def split_gang(n: int, node_gpus: int) -> tuple[int, int]:
+    """(workers, gpus per worker) for a job of ``n`` GPUs on nodes of ``node_gpus`` GPUs:
+    one worker when it fits one node, else ``n / node_gpus`` full nodes when that divides,
+    else ``n`` single-GPU workers."""
+    if n <= node_gpus:
+        return 1, n
+    if n % node_gpus == 0:
+        return n // node_gpus, node_gpus
+    return n, 1
+
+
+def check_node_gpus(node_gpus: int) -> None:
+    if not (isinstance(node_gpus, int) and node_gpus >= 1):
+        raise ValueError(f"node_gpus must be an integer >= 1, got {node_gpus!r}")
+
+
+def finish(result: TraceResult, jobs: list[TraceJob], limit: int | None) -> TraceResult:
+    """Sort by submit time (stable), keep the first ``limit`` jobs, fill ``result``."""
+    if limit is not None and not (isinstance(limit, int) and limit >= 0):
+        raise ValueError(f"limit must be an integer >= 0, got {limit!r}")
+    jobs.sort(key=lambda j: j.spec.submit_time)
+    if limit is not None and len(jobs) > limit:
+        result.beyond_limit = len(jobs) - limit
+        del jobs[limit:]
+    result.jobs = jobs
+    return result
+
+
+# ---------------------------------------------------------------- GPU models
+
+
+@lru_cache(maxsize=4096)
+def allowed_models(constraint: str) -> frozenset[str]:
+    """The GPU models a ``JobSpec.gpu_model`` constraint names: ``"A|B"`` -> {A, B}; ``""`` -> {}
+    (meaning any model)."""
+    return frozenset(p.strip() for p in constraint.split("|") if p.strip())
+
+
+def model_allows(constraint: str, model: str) -> bool:
+    """Whether a node whose GPUs are ``model`` satisfies a job's ``gpu_model`` constraint.
+    ``""`` allows every model; otherwise the constraint is one model or several separated by
+    ``|`` (any of them will do), compared exactly. A node of unknown model (``""``) satisfies
+    only the empty constraint."""
+    return not constraint or model in allowed_models(constraint)
+
+
+def normalize_models(raw: str) -> str:
+    """Canonical constraint string: the named models, deduplicated, sorted, joined by ``|``
+    (``"V100M32|V100M16|V100M32"`` -> ``"V100M16|V100M32"``)."""
+    return "|".join(sorted(allowed_models(raw.strip())))
+
+
+# ---------------------------------------------------------------- detection
+
+JOB_FORMATS = ("philly", "alibaba2023", "csv")
+NODE_FORMATS = ("alibaba2023", "pai2020", "csv")
+_JOB_SIGNS = (("csv", {"submit_time", "duration", "num_gpus"}),
+              ("philly", {"timestamp", "duration", "num_gpus"}),
+              ("alibaba2023", {"name", "num_gpu", "gpu_milli"}))
+_NODE_SIGNS = (("alibaba2023", {"sn", "gpu", "model"}),
+               ("pai2020", {"machine", "gpu_type", "cap_gpu"}),
+               ("csv", {"gpu_count"}))
+
+
+def _detect(path, signs, what: str) -> str:
+    with open_table(path, what) as (_, names):
+        have = set(names)
+    for fmt, need in signs:
+        if need <= have:
+            return fmt
+    expected = "; ".join(f"{fmt} ({', '.join(sorted(need))})" for fmt, need in signs)
+    raise ValueError(f"{path}: unknown {what} format: header has {', '.join(names)}; expected the columns of "
+                     f"{expected}")
+
+
+def detect_format(path) -> str:
+    """Guess a job trace's format from its header: ``philly``, ``alibaba2023`` or ``csv``."""
+    return _detect(path, _JOB_SIGNS, "job trace")
+
+
+def detect_node_format(path) -> str:
+    """Guess a node list's format from its header: ``alibaba2023``, ``pai2020`` or ``csv``."""
+    return _detect(path, _NODE_SIGNS, "node list")

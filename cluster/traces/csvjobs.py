@@ -1,0 +1,118 @@
+"""Reader of the generic job CSV (format ``csv``), for traces made by hand or converted by a script.
+
+Required columns: ``submit_time`` (s, >= 0, kept as given), ``duration`` (s, >= 0; an empty cell
+means unknown and is allowed only with ``allow_no_duration=True``), ``num_gpus``.
+Optional columns (an empty cell takes the default): ``job_id`` (default ``job-LINE``; unique),
+``workers``, ``gpu_milli`` (share of each GPU, 1..1000, default 1000), ``gpu_mem`` (per GPU: a
+size such as ``8GiB``, a bare number is bytes), ``cpu_milli``, ``mem_mib`` (per worker),
+``gpu_model`` (one model or ``A|B``), ``priority`` (guaranteed | opportunistic), ``queue``
+(default ``"default"``), ``user``, ``name``, ``estimate_s``. Other columns are ignored and listed
+in ``ignored_columns``. Names are case-insensitive.
+
+``num_gpus`` is the job's TOTAL number of GPUs (as in Philly): with ``workers`` w, each worker
+gets ``num_gpus / w`` GPUs and w must divide it ("inconsistent workers" otherwise); without
+``workers`` the gang is split as Philly's is (``split_gang(num_gpus, node_gpus)``). A fractional
+share (``gpu_milli`` < 1000) needs exactly one GPU per worker; ``num_gpus`` 0 is a CPU-only job.
+
+Bad-row reasons: wrong field count, bad <column>, negative duration, no duration, duplicate job_id,
+inconsistent workers, fractional share on several GPUs, gpu_milli without gpus, bad spec.
+"""
+
+from __future__ import annotations
+
+from cluster.spec import MILLI, PRIORITIES, JobSpec, SpecError
+from cluster.traces.common import (BadRow, RowLog, TraceJob, TraceResult, check_node_gpus, columns, finish,
+                                   normalize_models, open_table, split_gang, to_float, to_int)
+from colocate.units import parse_size
+
+REQUIRED = ("submit_time", "duration", "num_gpus")
+OPTIONAL = ("job_id", "workers", "gpu_milli", "gpu_mem", "cpu_milli", "mem_mib", "gpu_model", "priority",
+            "queue", "user", "name", "estimate_s")
+
+
+def read_csv_jobs(path, *, node_gpus: int = 8, allow_no_duration: bool = False, limit: int | None = None,
+                  max_problems: int | None = None) -> TraceResult:
+    """Read a generic job CSV; see the module docstring for columns and rules."""
+    check_node_gpus(node_gpus)
+    path = str(path)
+    what = "a generic job CSV"
+    log = RowLog(path) if max_problems is None else RowLog(path, max_problems)
+    result = TraceResult(path, "csv")
+    jobs: list[TraceJob] = []
+    seen: set[str] = set()
+    with open_table(path, what) as (reader, names):
+        index, result.ignored_columns = columns(path, names, what, REQUIRED, OPTIONAL)
+        width = len(names)
+        pick = [(c, index[c]) for c in OPTIONAL if c in index]
+        for row in reader:
+            if not row:
+                continue
+            result.rows += 1
+            line = reader.line_num
+            try:
+                if len(row) != width:
+                    raise BadRow("wrong field count", f"{len(row)} fields, the header has {width}")
+                cells = {c: row[i].strip() for c, i in pick}
+                cells.update((c, row[index[c]].strip()) for c in REQUIRED)
+                spec, duration = _job(cells, line, node_gpus, allow_no_duration)
+                if spec.job_id in seen:
+                    raise BadRow("duplicate job_id", spec.job_id)
+            except BadRow as e:
+                log.skip(line, e.reason, e.detail)
+                continue
+            except SpecError as e:
+                log.skip(line, "bad spec", str(e))
+                continue
+            seen.add(spec.job_id)
+            jobs.append(TraceJob(spec, duration, line))
+    result.skipped, result.problems = log.skipped, log.problems
+    return finish(result, jobs, limit)
+
+
+def _job(c: dict[str, str], line: int, node_gpus: int, allow_no_duration: bool) -> tuple[JobSpec, float | None]:
+    """One row's JobSpec and duration; raises BadRow (or SpecError)."""
+    submit = to_float(c["submit_time"], "submit_time", 0.0)
+    duration = None
+    if c["duration"]:
+        duration = to_float(c["duration"], "duration")
+        if duration < 0:
+            raise BadRow("negative duration", c["duration"])
+    elif not allow_no_duration:
+        raise BadRow("no duration", "empty duration")
+    n = to_int(c["num_gpus"], "num_gpus")
+    milli = to_int(c["gpu_milli"], "gpu_milli", 1) if c.get("gpu_milli") else MILLI
+    if milli > MILLI:
+        raise BadRow("bad gpu_milli", repr(c["gpu_milli"]))
+    if c.get("workers"):
+        workers = to_int(c["workers"], "workers", 1)
+        if n % workers:
+            raise BadRow("inconsistent workers", f"num_gpus {n} (total) is not a multiple of workers {workers}")
+        gpus = n // workers
+    else:
+        workers, gpus = split_gang(n, node_gpus)
+    if milli < MILLI:
+        if n == 0:
+            raise BadRow("gpu_milli without gpus", f"gpu_milli {milli} with num_gpus 0")
+        if gpus != 1:
+            raise BadRow("fractional share on several GPUs",
+                         f"gpu_milli {milli} needs one GPU per worker, got {gpus} (num_gpus is the total)")
+    gpu_mem = 0
+    if c.get("gpu_mem"):
+        try:
+            gpu_mem = parse_size(c["gpu_mem"])
+        except ValueError:
+            raise BadRow("bad gpu_mem", repr(c["gpu_mem"])) from None
+    priority = c.get("priority", "").lower() or "guaranteed"
+    if priority not in PRIORITIES:
+        raise BadRow("bad priority", repr(c["priority"]))
+    estimate = to_float(c["estimate_s"], "estimate_s") if c.get("estimate_s") else None
+    if estimate is not None and estimate <= 0:
+        raise BadRow("bad estimate_s", repr(c["estimate_s"]))
+    spec = JobSpec(
+        job_id=c.get("job_id") or f"job-{line}", submit_time=submit, workers=workers, gpus=gpus,
+        gpu_milli=milli, gpu_mem=gpu_mem,
+        cpu_milli=to_int(c["cpu_milli"], "cpu_milli") if c.get("cpu_milli") else 0,
+        mem_mib=to_int(c["mem_mib"], "mem_mib") if c.get("mem_mib") else 0,
+        gpu_model=normalize_models(c.get("gpu_model", "")), priority=priority,
+        queue=c.get("queue") or "default", user=c.get("user", ""), name=c.get("name", ""), estimate_s=estimate)
+    return spec, duration
