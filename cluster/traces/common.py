@@ -119,11 +119,11 @@ def columns(path, names: list[str], what: str, required: tuple[str, ...], option
         if n in index:
             raise ValueError(f"{path}: column {n!r} appears twice in the header")
         index[n] = i
-    for col in required:
-        if col not in index:
-            raise ValueError(
-                f"{path}: missing column {col!r} ({what} needs {', '.join(required)}; header has "
-                f"{', '.join(names)}){hint}")
+    missing = [col for col in required if col not in index]
+    if missing:
+        raise ValueError(
+            f"{path}: missing column{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))} ({what} "
+            f"needs {', '.join(required)}; header has {', '.join(names)}){hint}")
     known = set(required) | set(optional)
     return index, tuple(n for n in names if n not in known)
 
