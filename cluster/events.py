@@ -120,6 +120,23 @@ class Tick:
     """Periodic; time-driven policy steps run here."""
 
 
+# ---------------------------------------------------------------- journal
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as the live server journals it (one row per job, rewritten on every JobChanged and
+    Promote): what ``SchedulerCore.restore`` rebuilds the core from after a restart. ``attempt``
+    is the number of placements made so far (the current placement's id is
+    ``f"{job_id}.{attempt}"``); ``placement`` is the current one for placing/running jobs."""
+
+    spec: JobSpec
+    state: str
+    placement: Placement | None = None
+    attempt: int = 0
+    failed_starts: int = 0
+
+
 # ---------------------------------------------------------------- decisions
 
 

@@ -1,0 +1,140 @@
+"""The policy config: which plugins run, their parameters, and the scheduler's own settings.
+
+TOML (one file for ``colocate scheduler --config FILE``), or a preset name from ``PRESETS`` (the
+one source of policy names, for ``colocate simulate --policy NAME``)::
+
+    plugins = ["multi_queue", "gang", "binpack", "backfill", "predictor"]
+
+    [scheduler]             # optional; defaults shown in SCHEDULER_PARAMS
+    feasible_nodes = 4
+
+    [plugin.multi_queue]    # parameters of one listed plugin ("plugin", singular: TOML does
+    queues = ["research"]   # not allow a key to be both the list and a table)
+
+    [plugin.backfill]
+    depth = 100
+
+The always-on ``fit`` plugin is added first when not listed. Unknown keys, unknown plugin names,
+parameters for an unlisted plugin and bad values raise ``ValueError`` with one line that names
+the key. Loading from a path is the only I/O in ``cluster``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cluster.framework import REGISTRY, Plugin
+from cluster.params import Param, parse_params
+
+import cluster.plugins  # noqa: F401  (registers every plugin)
+
+SCHEDULER_PARAMS = {
+    "feasible_nodes": Param(4, "int", lambda v: v >= 1, "an integer >= 1"),
+    "max_nodes_examined": Param(0, "int", lambda v: v >= 0, "an integer >= 0 (0: no limit)"),
+    "max_start_failures": Param(3, "int", lambda v: v >= 1, "an integer >= 1"),
+    "start_timeout_s": Param(300.0, "float", lambda v: v >= 0, "seconds >= 0 (0: no deadline)"),
+    "restore_grace_s": Param(120.0, "float", lambda v: v >= 0, "seconds >= 0"),
+}
+TOP_KEYS = ("plugins", "plugin", "scheduler")
+ALWAYS = ("fit",)
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # FIFO order, gang, and the Kubernetes-default style of placement (emptiest node first)
+    "fifo": {"plugins": ["fifo", "gang", "spread"]},
+    # seed 000's lab scheduler without the multi-queue: FIFO + gang + bin-packing
+    "gang-binpack": {"plugins": ["fifo", "gang", "binpack"]},
+    # seed 000: small requests (<= 2 GPUs) apart from large ones
+    "multi-queue": {"plugins": ["multi_queue", "gang", "binpack"]},
+    # seed 000: EASY backfill with history-based run-time prediction
+    "backfill": {"plugins": ["fifo", "gang", "binpack", "backfill", "predictor"]},
+    # AntMan: guaranteed (gang + bin-packing) and opportunistic (least-utilized GPUs) jobs,
+    # preemption of opportunistic work for guaranteed jobs, promotion
+    "antman": {"plugins": ["multi_queue", "gang", "binpack", "opportunistic", "preemption", "promotion"]},
+    # per-tenant quotas (tenant = user, 8 GPUs each) with borrowing and reclaim
+    "quota": {"plugins": ["fifo", "gang", "binpack", "quota"],
+              "plugin": {"quota": {"tenant": "user", "default_quota": 8}}},
+}
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    name: str
+    plugins: tuple[str, ...]
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    scheduler: dict[str, Any] = field(default_factory=dict)
+
+    def instantiate(self) -> list[Plugin]:
+        """Fresh plugin objects, in config order (each core needs its own)."""
+        return [REGISTRY[n](dict(self.params[n])) for n in self.plugins]
+
+
+def _plugin_params(name: str) -> dict[str, Param]:
+    return REGISTRY[name].PARAMS
+
+
+def parse_config(raw: Any, name: str = "<config>") -> PolicyConfig:
+    """Validate a config mapping (as TOML gives it); raise ValueError naming the bad key."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{name}: expected a table at top level")
+    for key in raw:
+        if key not in TOP_KEYS:
+            raise ValueError(f"{key}: unknown key (known: {', '.join(TOP_KEYS)})")
+    names = raw.get("plugins")
+    if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"plugins: expected a non-empty list of plugin names, got {names!r}")
+    for n in names:
+        if n not in REGISTRY:
+            raise ValueError(f"plugins: unknown plugin {n!r} (known: {', '.join(sorted(REGISTRY))})")
+    if len(set(names)) != len(names):
+        raise ValueError(f"plugins: a plugin is listed twice in {list(names)!r}")
+    names = [a for a in ALWAYS if a not in names] + list(names)
+    tables = raw.get("plugin", {})
+    if not isinstance(tables, dict):
+        raise ValueError(f"plugin: expected tables [plugin.NAME], got {tables!r}")
+    for n in tables:
+        if n not in names:
+            raise ValueError(f"plugin.{n}: parameters for a plugin not in plugins")
+    params = {n: parse_params(f"plugin.{n}", _plugin_params(n), tables.get(n)) for n in names}
+    sched = parse_params("scheduler", SCHEDULER_PARAMS, raw.get("scheduler"))
+    cfg = PolicyConfig(name, tuple(names), params, sched)
+    sorters = [n for n in names if REGISTRY[n].queue_of is not Plugin.queue_of]
+    if len(sorters) != 1:
+        raise ValueError(f"plugins: exactly one queue-sort plugin (fifo or multi_queue) is needed, got {', '.join(sorters) or 'none'}")
+    cfg.instantiate()  # plugins check parameter combinations in __init__
+    return cfg
+
+
+def preset(name: str) -> PolicyConfig:
+    if name not in PRESETS:
+        raise ValueError(f"unknown policy {name!r} (presets: {', '.join(PRESETS)})")
+    return parse_config(PRESETS[name], name)
+
+
+def load_config(path: str | Path) -> PolicyConfig:
+    """Read and validate a TOML policy file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ValueError(f"{p}: cannot read ({e.strerror or e})") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        hint = " (plugin parameters go in [plugin.NAME] tables)" if "plugins" in str(e) else ""
+        raise ValueError(f"{p}: not valid TOML: {e}{hint}") from None
+    return parse_config(raw, str(p))
+
+
+def resolve(name_or_path: str) -> PolicyConfig:
+    """A preset by name, else a TOML file by path."""
+    if name_or_path in PRESETS:
+        return preset(name_or_path)
+    if not Path(name_or_path).exists():
+        raise ValueError(f"unknown policy {name_or_path!r}: neither a preset ({', '.join(PRESETS)}) nor a file")
+    return load_config(name_or_path)
+
+
+__all__ = ["PRESETS", "SCHEDULER_PARAMS", "PolicyConfig", "load_config", "parse_config", "preset", "resolve"]

@@ -1,0 +1,478 @@
+"""``SchedulerCore``: the global scheduler's pure policy core. Events in, decisions out.
+
+``handle(event, now) -> list[decision]`` applies one event at scheduler time ``now`` and, when
+the event can change what fits (submit, exit, cancel, node join/loss, a report that moves a
+GPU's utilization bucket, tick), runs one scheduling cycle. ``handle_batch`` applies several
+events at one ``now`` and runs at most one cycle. The same events at the same times give the
+same decisions: no clock, no I/O, randomness only from the injected ``random.Random``.
+
+Job states (``cluster.events``): pending -> placing -> running -> succeeded | failed | cancelled.
+  * a cycle's StartWorkers reserves the placement (id ``f"{job_id}.{attempt}"``): PLACING;
+  * RUNNING once every rank reported WorkerStarted (or a NodeReport lists it running);
+  * a rank that exits before the whole gang started, a StartRefused, or no full start within
+    ``start_timeout_s`` (Tick) fails the start: the placement is stopped everywhere and the job
+    requeued; after ``max_start_failures`` failed starts it FAILS;
+  * a rank exiting non-zero while RUNNING stops the rest: FAILED; every rank exiting 0: SUCCEEDED;
+  * NodeLost: the node goes down, every placement touching it is stopped on its other nodes
+    and requeued whole; NodeJoined with a new epoch of a known node: its next NodeReport decides,
+    placements there it does not list are lost (requeued whole); a changed spec is a loss + join;
+  * a NodeReport listing a running worker whose placement is unknown or ended: StopWorkers
+    for it on that node (reason "orphan"), on every such report;
+  * preempted jobs (StopWorkers reason "preempted") go back to pending.
+Every state change is a JobChanged emitted before the StartWorkers/StopWorkers it causes.
+
+A stopped placement keeps its slots until released rank by rank (WorkerExited), node by node
+(a NodeReport that no longer lists its workers, a StartRefused for it, NodeLost). A preempting
+job therefore gets the freed GPUs in a cycle after the stops are confirmed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+
+from cluster import events as ev
+from cluster.config import PolicyConfig
+from cluster.events import CANCELLED, FAILED, PENDING, PLACING, RUNNING, SUCCEEDED, TERMINAL
+from cluster.framework import Code, Framework, Preempt, Upgrade
+from cluster.jobs import Job
+from cluster.recovery import Recovery
+from cluster.spec import JobSpec, Placement
+from cluster.state import ClusterState
+
+
+class _Stop:
+    __slots__ = ("job", "placement", "reason")
+
+    def __init__(self, job: Job, placement: Placement, reason: str) -> None:
+        self.job, self.placement, self.reason = job, placement, reason
+
+
+class SchedulerCore:
+    """One per scheduler (live server or simulation). Not thread-safe: one caller at a time."""
+
+    def __init__(self, config: PolicyConfig, rng: random.Random) -> None:
+        self.config = config
+        self.rng = rng
+        self.state = ClusterState()
+        self.fw = Framework(config.instantiate(), config.scheduler, self.state, rng)
+        self.jobs = self.fw.jobs
+        self.holders = self.fw.holders  # pid -> job, every placement holding slots
+        self.stopping: dict[str, _Stop] = self.fw.stopping
+        self.placing: dict[str, Job] = {}  # pid -> job, PLACING, in placement order
+        self.sched = config.scheduler
+        self.recovery = Recovery(self)
+        self._seq = 0
+        self._dirty = False
+        self.stats = dict.fromkeys(("events", "decisions", "cycles", "placements", "preemptions", "promotions",
+                                    "start_failures", "requeues", "orphan_stops", "nodes_lost", "duplicates"), 0)
+        self._handlers = {
+            ev.JobSubmitted: self._submitted, ev.JobCancelled: self._cancelled, ev.NodeJoined: self._joined,
+            ev.NodeLost: self._lost, ev.NodeReport: self._report, ev.WorkerStarted: self._started,
+            ev.WorkerExited: self._exited, ev.StartRefused: self._refused, ev.Tick: self._tick,
+        }
+
+    # ------------------------------------------------------------------ entry points
+
+    def handle(self, event, now: float) -> list:
+        """Apply ``event`` at ``now``; the decisions, in the order the edge must act on them.
+        Raises TypeError for an object that is not an event; never for a stale or duplicate one
+        (those are ignored)."""
+        return self.handle_batch((event,), now)
+
+    def handle_batch(self, events: Iterable, now: float) -> list:
+        """Apply every event at ``now``, then at most one scheduling cycle."""
+        out: list = []
+        for event in events:
+            h = self._handlers.get(type(event))
+            if h is None:
+                raise TypeError(f"not a scheduler event: {type(event).__name__}")
+            self.stats["events"] += 1
+            h(event, now, out)
+        if self._dirty:
+            self._cycle(now, out)
+        self.stats["decisions"] += len(out)
+        return out
+
+    def schedule(self, now: float) -> list:
+        """Run one scheduling cycle now, whatever changed (benchmarks, tests)."""
+        out: list = []
+        self._cycle(now, out)
+        self.stats["decisions"] += len(out)
+        return out
+
+    def validate(self, spec: JobSpec) -> str | None:
+        """Why a submit of ``spec`` would be rejected now (duplicate id, unknown queue, no
+        plugin for its class), or None. For the server's reply; changes nothing."""
+        if spec.job_id in self.jobs:
+            return f"job {spec.job_id!r} already exists"
+        probe = Job(spec, -1)
+        for f in self.fw.pt["pre_enqueue"]:
+            st = f(probe)
+            if st.code != Code.SUCCESS:
+                return str(st)
+        if not self.fw.places(spec.priority):
+            return f"no plugin places {spec.priority} jobs in this policy"
+        return None
+
+    def restore(self, records: Iterable[ev.JobRecord], now: float) -> list:
+        """Rebuild from journaled job records, on a fresh core, before any event. Pending jobs are
+        queued again in record order; the placements of placing/running jobs are re-reserved as
+        their nodes register and confirmed by those nodes' next NodeReport (unlisted workers:
+        lost, requeued); a node that has not registered within ``restore_grace_s`` (Tick) counts
+        as lost. Returns JobChanged decisions for records the current config rejects."""
+        return self.recovery.restore(records, now)
+
+    # ------------------------------------------------------------------ views (read-only)
+
+    def queues(self) -> dict[str, list[str]]:
+        """Pending job ids per queue, in scheduling order."""
+        return {q: [j.job_id for j in lst] for q, lst in sorted(self.fw.queues.items())}
+
+    def job(self, job_id: str) -> Job | None:
+        """The job's record (read-only by contract), or None."""
+        return self.jobs.get(job_id)
+
+    def running(self) -> dict[str, Placement]:
+        """Placing and running jobs and their current placements."""
+        return {j.job_id: j.placement for j in self.holders.values()
+                if j.state in (PLACING, RUNNING) and j.placement is not None and j.placement_id in self.holders}
+
+    def blocked(self) -> dict[str, tuple[str, str]]:
+        """Per queue, the head that blocked it in the last cycle and why."""
+        return {q: (jid, str(st)) for q, (jid, st) in self.fw.blocked.items()}
+
+    def nodes(self) -> list[dict]:
+        """Per node: up, epoch, free whole GPUs, CPU/memory allocated, and per GPU the
+        guaranteed milli, memory allocated, placements there and the last report."""
+        out = []
+        for n in self.state.nodes.values():
+            out.append({
+                "node_id": n.node_id, "up": n.up, "epoch": n.epoch, "gpu_model": n.model, "free_gpus": n.free,
+                "cpu_milli": n.cpu, "mem_mib": n.host_mem,
+                "gpus": [{"index": g.index, "milli": g.milli, "mem": g.mem, "guaranteed": sorted(g.g),
+                          "opportunistic": sorted(g.o), "utilization": g.util, "mem_used": g.mem_used}
+                         for g in n.gpus],
+            })
+        return out
+
+    def counters(self) -> dict[str, int]:
+        c = dict(self.stats)
+        c.update(cycles=self.fw.cycles, attempts=self.fw.attempts, pending=self.fw.pending(),
+                 running=sum(1 for j in self.holders.values() if j.state == RUNNING and j.placement_id in self.holders),
+                 stopping=len(self.stopping))
+        return c
+
+    def records(self) -> list[ev.JobRecord]:
+        """Every job as a JobRecord, in arrival order (what a journal holds)."""
+        jobs = sorted(self.jobs.values(), key=lambda j: j.seq)
+        return [ev.JobRecord(j.spec, j.state, j.placement if j.state in (PLACING, RUNNING) else None,
+                             j.attempt, j.failed_starts) for j in jobs]
+
+    # ------------------------------------------------------------------ cycle
+
+    def _cycle(self, now: float, out: list) -> None:
+        self._dirty = False
+        self.stats["cycles"] += 1
+        placed, failed, actions = self.fw.run_cycle(now)
+        for job, st in failed:
+            self._set(job, FAILED, str(st), out)
+            job.ended_at = now
+            self.fw.ended(job, now)
+        for job, placement in placed:
+            self._start(job, placement, now, out)
+        for act in actions:
+            if isinstance(act, Preempt):
+                self._preempt(act, now, out)
+            elif isinstance(act, Upgrade):
+                self._upgrade(act.pid, now, out)
+
+    def _set(self, job: Job, state: str, reason: str, out: list, pid: str | None = None) -> None:
+        job.state, job.reason = state, reason
+        out.append(ev.JobChanged(job.job_id, state, reason, pid))
+
+    def _start(self, job: Job, placement: Placement, now: float, out: list) -> None:
+        job.attempt += 1
+        job.placement = placement
+        job.klass = placement.priority
+        job.started = set()
+        job.exited = {}
+        job.placed_at = now
+        pid = placement.placement_id
+        self.holders[pid] = job
+        self.placing[pid] = job
+        self.stats["placements"] += 1
+        how = "" if placement.priority == job.spec.priority else f"as {placement.priority}"
+        self._set(job, PLACING, how, out, pid)
+        out.append(ev.StartWorkers(job.spec, placement))
+        self.fw.placed(job, placement, now)
+
+    def _requeue(self, job: Job, now: float) -> None:
+        job.state = PENDING
+        job.placement = None
+        job.started = set()
+        job.exited = {}
+        job.running_since = None
+        job.enqueued_at = now
+        self.stats["requeues"] += 1
+        self.fw.enqueue(job)
+        self._dirty = True
+
+    def _stop(self, job: Job, reason: str, now: float, out: list, gone_ranks=(), gone_node: str | None = None) -> None:
+        """Stop ``job``'s current placement: slots known gone are released now, the rest wait
+        for their exits (a StopWorkers to the nodes that still hold them)."""
+        placement = job.placement
+        pid = placement.placement_id
+        self.placing.pop(pid, None)
+        for r in gone_ranks:
+            self.state.release(pid, r)
+        if gone_node is not None:
+            self.state.release_placement(pid, gone_node)
+        held = self.state.allocs.get(pid)
+        self._dirty = True
+        if held:
+            nodes = tuple(dict.fromkeys(s.node_id for s in placement.slots
+                                        if s.rank in held))
+            self.stopping[pid] = _Stop(job, placement, reason)
+            out.append(ev.StopWorkers(job.job_id, pid, nodes, reason))
+        else:
+            self._released(job, placement, now)
+
+    def _released(self, job: Job, placement: Placement, now: float) -> None:
+        pid = placement.placement_id
+        self.holders.pop(pid, None)
+        self.stopping.pop(pid, None)
+        self.fw.released(job, placement, now)
+
+    def _release_slot(self, pid: str, rank: int | None, now: float, node_id: str | None = None) -> None:
+        """Release a rank (or every rank on ``node_id``) of a placement; finish it when empty."""
+        if rank is not None:
+            self.state.release(pid, rank)
+        else:
+            self.state.release_placement(pid, node_id)
+        self._dirty = True
+        self._finish_if_empty(pid, now)
+
+    # ------------------------------------------------------------------ job events
+
+    def _submitted(self, e: ev.JobSubmitted, now: float, out: list) -> None:
+        spec = e.spec
+        if spec.job_id in self.jobs:
+            self.stats["duplicates"] += 1
+            return
+        job = Job(spec, self._seq)
+        self._seq += 1
+        self.jobs[spec.job_id] = job
+        for f in self.fw.pt["pre_enqueue"]:
+            st = f(job)
+            if st.code != Code.SUCCESS:
+                self._set(job, FAILED, str(st), out)
+                job.ended_at = now
+                return
+        if not self.fw.places(spec.priority):
+            self._set(job, FAILED, f"no plugin places {spec.priority} jobs in this policy", out)
+            job.ended_at = now
+            return
+        job.queue = self.fw.queue_of(spec)
+        job.enqueued_at = now
+        self._set(job, PENDING, "", out)
+        self.fw.enqueue(job)
+        self._dirty = True
+
+    def _cancelled(self, e: ev.JobCancelled, now: float, out: list) -> None:
+        job = self.jobs.get(e.job_id)
+        if job is None or job.state in TERMINAL:
+            return
+        if job.state == PENDING:
+            self.fw.dequeue(job)
+            self._set(job, CANCELLED, "cancelled", out)
+        else:
+            self._set(job, CANCELLED, "cancelled", out, job.placement_id)
+            self._stop(job, "cancelled", now, out)
+        job.ended_at = now
+        self.fw.ended(job, now)
+        self._dirty = True
+
+    def _current(self, job_id: str, pid: str) -> Job | None:
+        job = self.jobs.get(job_id)
+        if job is None or job.state not in (PLACING, RUNNING) or job.placement_id != pid:
+            return None
+        return job
+
+    def _started(self, e: ev.WorkerStarted, now: float, out: list) -> None:
+        job = self._current(e.job_id, e.placement_id)
+        if job is not None:
+            self._rank_started(job, e.rank, now, out)
+
+    def _rank_started(self, job: Job, rank: int, now: float, out: list) -> None:
+        if job.state != PLACING or not 0 <= rank < job.spec.workers or rank in job.exited:
+            return
+        job.started.add(rank)
+        if len(job.started) == job.spec.workers:
+            self.placing.pop(job.placement_id, None)
+            job.running_since = now
+            self._set(job, RUNNING, "", out, job.placement_id)
+            self.fw.running(job, now)
+
+    def _exited(self, e: ev.WorkerExited, now: float, out: list) -> None:
+        if e.placement_id in self.stopping:
+            self._release_slot(e.placement_id, e.rank, now)
+            return
+        job = self._current(e.job_id, e.placement_id)
+        if job is not None:
+            self._rank_exited(job, e.rank, e.exit_code, now, out)
+
+    def _rank_exited(self, job: Job, rank: int, code: int, now: float, out: list) -> None:
+        if not 0 <= rank < job.spec.workers or rank in job.exited:
+            return
+        job.exited[rank] = code
+        pid = job.placement_id
+        if job.state == PLACING:
+            self._start_failed(job, f"rank {rank} exited with code {code} before the gang started", now, out, (rank,))
+        elif code != 0:
+            self._set(job, FAILED, f"rank {rank} exited with code {code}", out, pid)
+            job.ended_at = now
+            self._stop(job, "gang member failed", now, out, gone_ranks=(rank,))
+            self.fw.ended(job, now)
+        elif len(job.exited) == job.spec.workers:
+            self._set(job, SUCCEEDED, "", out, pid)
+            job.ended_at = now
+            self._release_slot(pid, rank, now)
+            self.fw.ended(job, now)
+        else:
+            self.state.release(pid, rank)
+            self._dirty = True
+
+    def _start_failed(self, job: Job, reason: str, now: float, out: list, gone_ranks=(), gone_node=None) -> None:
+        job.failed_starts += 1
+        self.stats["start_failures"] += 1
+        limit = self.sched["max_start_failures"]
+        if job.failed_starts >= limit:
+            self._set(job, FAILED, f"start failed {job.failed_starts} times; last: {reason}", out, job.placement_id)
+            job.ended_at = now
+            self._stop(job, "start failed", now, out, gone_ranks, gone_node)
+            self.fw.ended(job, now)
+        else:
+            self._set(job, PENDING, f"start failed: {reason}", out)
+            self._stop(job, "start failed", now, out, gone_ranks, gone_node)
+            self._requeue(job, now)
+
+    def _refused(self, e: ev.StartRefused, now: float, out: list) -> None:
+        job = self._current(e.job_id, e.placement_id)
+        if job is not None and job.state == PLACING:
+            self._start_failed(job, f"node {e.node_id} refused: {e.reason}", now, out, gone_node=e.node_id)
+
+    def _preempt(self, act: Preempt, now: float, out: list) -> None:
+        job = self.holders.get(act.pid)
+        if job is None or act.pid in self.stopping or job.placement_id != act.pid:
+            return
+        self.stats["preemptions"] += 1
+        self._set(job, PENDING, act.reason, out)
+        self._stop(job, "preempted", now, out)
+        self._requeue(job, now)
+
+    def _upgrade(self, pid: str, now: float, out: list) -> None:
+        job = self.holders.get(pid)
+        if job is None or job.state != RUNNING or job.placement_id != pid or not self.state.promote(pid):
+            return
+        p = job.placement
+        job.placement = Placement(p.placement_id, p.job_id, p.slots, "guaranteed")
+        job.klass = "guaranteed"
+        self.stats["promotions"] += 1
+        self._set(job, RUNNING, "promoted to guaranteed", out, pid)
+        out.append(ev.Promote(job.job_id, pid, p.nodes()))
+        self.fw.promoted(job, job.placement, now)
+
+    def _tick(self, e: ev.Tick, now: float, out: list) -> None:
+        timeout = self.sched["start_timeout_s"]
+        if timeout > 0:
+            late = []
+            for pid, job in self.placing.items():
+                if now - job.placed_at < timeout:
+                    break
+                late.append(job)
+            for job in late:
+                self._start_failed(job, f"workers did not all start within {timeout:g} s", now, out)
+        self.recovery.tick(now, out)
+        self._dirty = True
+
+    # ------------------------------------------------------------------ node events
+
+    def _joined(self, e: ev.NodeJoined, now: float, out: list) -> None:
+        self.recovery.joined(e, now, out)
+
+    def _lost(self, e: ev.NodeLost, now: float, out: list) -> None:
+        node = self.state.nodes.get(e.node_id)
+        if node is not None and node.up:
+            self.lose_node(e.node_id, f"node {e.node_id} lost: {e.reason}", now, out)
+
+    def lose_node(self, node_id: str, reason: str, now: float, out: list) -> None:
+        """Node down: every placement touching it is stopped elsewhere and requeued whole."""
+        self.stats["nodes_lost"] += 1
+        node = self.state.nodes[node_id]
+        pids = list(dict.fromkeys(a.pid for a in node.slots.values()))
+        self.state.node_down(node_id)
+        self.recovery.forget_node(node_id)
+        for pid in pids:
+            self.placement_lost(pid, reason, now, out)
+        self._dirty = True
+
+    def placement_lost(self, pid: str, reason: str, now: float, out: list, node_id: str | None = None) -> None:
+        """Some workers of ``pid`` are gone (their slots on ``node_id`` released here, when
+        given): a stopping placement may finish; a live one is stopped and its job requeued."""
+        if pid in self.stopping:
+            if node_id:
+                self._release_slot(pid, None, now, node_id)
+            else:
+                self._finish_if_empty(pid, now)
+            return
+        job = self.holders.get(pid)
+        if job is None or job.placement_id != pid or job.state not in (PLACING, RUNNING):
+            if node_id:
+                self._release_slot(pid, None, now, node_id)
+            return
+        self._set(job, PENDING, reason, out)
+        self._stop(job, "node lost", now, out, gone_node=node_id)
+        self._requeue(job, now)
+
+    def _finish_if_empty(self, pid: str, now: float) -> None:
+        if pid not in self.state.allocs and pid in self.holders:
+            stop = self.stopping.get(pid)
+            job = self.holders[pid]
+            self._released(job, stop.placement if stop else job.placement, now)
+
+    def _report(self, e: ev.NodeReport, now: float, out: list) -> None:
+        node = self.state.nodes.get(e.node_id)
+        if node is None or not node.up or e.epoch != node.epoch:
+            return
+        moved = False
+        for g in e.gpus:
+            moved |= self.state.report_gpu(e.node_id, g.index, g.utilization, g.mem_used)
+        if moved and self.fw.places("opportunistic"):
+            self._dirty = True
+        listed: set[tuple[str, int]] = set()
+        for w in e.workers:
+            pid = w.placement_id
+            held = self.state.allocs.get(pid, {}).get(w.rank)
+            on_node = held is not None and held.node_id == e.node_id
+            if pid in self.stopping:
+                if on_node and w.running:
+                    listed.add((pid, w.rank))
+                elif on_node:
+                    self._release_slot(pid, w.rank, now)
+                continue
+            job = self._current(w.job_id, pid)
+            if job is not None and on_node:
+                listed.add((pid, w.rank))
+                if w.running:
+                    self._rank_started(job, w.rank, now, out)
+                elif w.exit_code is not None:
+                    self._rank_exited(job, w.rank, w.exit_code, now, out)
+                continue
+            if w.running and job is None:
+                self.stats["orphan_stops"] += 1
+                out.append(ev.StopWorkers(w.job_id, pid, (e.node_id,), "orphan"))
+        for (pid, rank), a in list(node.slots.items()):
+            if pid in self.stopping and (pid, rank) not in listed:
+                self._release_slot(pid, rank, now)
+        self.recovery.reported(node, listed, now, out)

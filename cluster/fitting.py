@@ -1,0 +1,87 @@
+"""Resource fit on one node and the choice of GPUs there: the helpers placement plugins share.
+
+Pure functions over ``NodeState``/``GpuState``; O(GPUs on the node). "Guaranteed fit" counts
+guaranteed milli and allocated memory (opportunistic workers' memory included: a guaranteed
+worker that states memory must find it allocatable); "opportunistic fit" follows AntMan: the GPU's
+reported utilization is under a threshold, its free memory (by the larger of allocation and
+report) fits, and it holds fewer than ``max_per_gpu`` opportunistic workers.
+"""
+
+from __future__ import annotations
+
+from cluster.spec import MILLI
+from cluster.state import GpuState, NodeState
+
+
+def node_host_fits(node: NodeState, cpu: int, host_mem: int) -> bool:
+    return (not cpu or node.cpu_free() >= cpu) and (not host_mem or node.host_mem_free() >= host_mem)
+
+
+def gpu_fits_guaranteed(gpu: GpuState, milli: int, mem: int) -> bool:
+    return gpu.milli + milli <= MILLI and (not mem or gpu.mem_free() >= mem)
+
+
+def fits_guaranteed(node: NodeState, gpus: int, milli: int, mem: int) -> bool:
+    """Whether ``gpus`` GPUs of ``milli`` each (and ``mem`` bytes each) are free on ``node``."""
+    if gpus == 0:
+        return True
+    if milli >= MILLI:
+        if node.free < gpus:
+            return False
+        if not mem or not node.spec.gpu_mem:
+            return True
+        n = 0
+        for gpu in node.gpus:
+            if gpu.milli == 0 and gpu.mem_free() >= mem:
+                n += 1
+                if n >= gpus:
+                    return True
+        return False
+    for gpu in node.gpus:
+        if gpu.milli + milli <= MILLI and (not mem or gpu.mem_free() >= mem):
+            return True
+    return False
+
+
+def pick_guaranteed(node: NodeState, gpus: int, milli: int, mem: int, best_fit: bool = True) -> tuple[int, ...] | None:
+    """GPU indices for one guaranteed worker, or None. Whole GPUs: free ones, those without
+    opportunistic workers first, then by index. A fractional share: the GPU whose free milli is
+    closest to the share (``best_fit``) or the emptiest one."""
+    if gpus == 0:
+        return ()
+    if milli >= MILLI:
+        if node.free < gpus:
+            return None
+        clean = []
+        busy = []
+        for gpu in node.gpus:
+            if gpu.milli == 0 and (not mem or gpu.mem_free() >= mem):
+                (busy if gpu.o else clean).append(gpu.index)
+                if len(clean) >= gpus:
+                    return tuple(clean)
+        got = clean + busy
+        return tuple(sorted(got[:gpus])) if len(got) >= gpus else None
+    best = None
+    for gpu in node.gpus:
+        free = MILLI - gpu.milli
+        if free >= milli and (not mem or gpu.mem_free() >= mem):
+            if best is None or (free < best[0] if best_fit else free > best[0]):
+                best = (free, gpu.index)
+    return None if best is None else (best[1],)
+
+
+def gpu_fits_opportunistic(gpu: GpuState, mem: int, max_util: float, max_per_gpu: int) -> bool:
+    return (gpu.util < max_util and (not mem or gpu.mem_free_reported() >= mem)
+            and (not max_per_gpu or sum(gpu.o.values()) < max_per_gpu))
+
+
+def pick_opportunistic(node: NodeState, gpus: int, mem: int, max_util: float, max_per_gpu: int) -> tuple[int, ...] | None:
+    """GPU indices for one opportunistic worker, least utilized first, beside a guaranteed
+    worker on ties; None when fewer than ``gpus`` qualify."""
+    if gpus == 0:
+        return ()
+    ok = [g for g in node.gpus if gpu_fits_opportunistic(g, mem, max_util, max_per_gpu)]
+    if len(ok) < gpus:
+        return None
+    ok.sort(key=lambda g: (g.util, not g.g, g.index))
+    return tuple(sorted(g.index for g in ok[:gpus]))

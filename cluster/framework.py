@@ -1,0 +1,468 @@
+"""The scheduling framework: extension points, plugin registry, and the scheduling cycle.
+
+Modelled on the Kubernetes scheduling framework (queue sort, pre-filter, filter, score,
+reserve/unreserve, permit, post-filter) and Volcano's Statement. A plugin subclasses ``Plugin``
+and overrides only the points it needs; the framework collects, per point and per placement
+class (``serves``), the bound methods of the plugins that override it, in config order.
+
+Points (``req`` is the reused ``cluster.jobs.Request`` of the attempt):
+  pre_enqueue(job) -> Status           at submit; UNRESOLVABLE rejects the job (unknown queue)
+  queue_of(spec) -> str                queue-sort point, exactly one plugin: the job's queue
+  sort_key(job) -> tuple               ... and its order there (the framework appends job.seq)
+  cycle_start(now)                     once per cycle before any job (plan, reset caches)
+  pre_filter(req) -> Status            whole-job checks; must depend only on the request's
+                                       shape, queue and the state (failures are cached per cycle)
+  node_order(req) -> iterable          candidate nodes in the plugin's preferred order, from
+                                       the state's indexes; the first plugin serving the class
+  filter(req, node) -> Status          per candidate node (same caching rule as pre_filter)
+  score(req, node) -> number           higher is better; weighted by the plugin's ``weight``
+  pick_gpus(req, node) -> tuple|None   which GPUs on the chosen node; the first plugin serving
+                                       the class, else ``fitting.pick_guaranteed``
+  reserve(req, stmt) -> Status / unreserve(req, stmt)   after every worker is placed
+  permit(req, stmt) -> Status          last word before commit (gang: all ranks placed)
+  post_filter(req, status) -> PostFilterResult|None     for a queue's blocked head: victims
+                                       to stop (preemption, quota reclaim) or a retry class
+  on_blocked(req, status) -> int       a queue's head is blocked: how many later jobs of the
+                                       queue may still be examined (0: the queue waits)
+  backfill_admit(req) -> Status        for a job behind a blocked head: may it start without
+                                       delaying the head's reservation
+  cycle_end(now) -> iterable[action]   after every queue (promotion upgrades)
+  on_placed/on_running/on_released/on_ended/on_promoted   lifecycle notices from the core
+Every status is one of ``Code``: SUCCESS, UNSCHEDULABLE (not now), UNRESOLVABLE (never).
+
+Cost per job is independent of cluster size and queue length: candidates come from indexes,
+filtering stops after ``feasible_nodes`` feasible nodes (or ``max_nodes_examined`` candidates),
+a shape that failed pre-filter/filter in a queue this cycle is not tried again there, and a
+blocked queue stops (or examines at most the budget ``on_blocked`` returned).
+"""
+
+from __future__ import annotations
+
+import enum
+from bisect import bisect_left, insort
+from collections.abc import Iterable
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any, ClassVar
+
+from cluster.fitting import pick_guaranteed
+from cluster.jobs import Job, Request
+from cluster.params import Param
+from cluster.spec import JobSpec, Placement
+from cluster.state import ClusterState, NodeState
+from cluster.statement import Statement
+
+CLASSES = frozenset(("guaranteed", "opportunistic"))
+
+
+class Code(enum.IntEnum):
+    SUCCESS = 0
+    UNSCHEDULABLE = 1  # not now: retry in a later cycle
+    UNRESOLVABLE = 2  # never: the job fails
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    code: Code
+    plugin: str = ""
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code == Code.SUCCESS
+
+    def __str__(self) -> str:
+        return f"{self.plugin}: {self.reason}" if self.plugin else self.reason or self.code.name.lower()
+
+
+SUCCESS = Status(Code.SUCCESS)
+
+
+def unschedulable(plugin: str, reason: str) -> Status:
+    return Status(Code.UNSCHEDULABLE, plugin, reason)
+
+
+def unresolvable(plugin: str, reason: str) -> Status:
+    return Status(Code.UNRESOLVABLE, plugin, reason)
+
+
+@dataclass(slots=True)
+class PostFilterResult:
+    status: Status
+    victims: tuple[str, ...] = ()  # placement ids to stop so the job fits later
+    reason: str = "preempted"
+    retry_as: str | None = None  # try the job again at once in this class
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Action: stop placement ``pid`` and requeue its job (``by`` is the job it makes room for)."""
+
+    pid: str
+    reason: str
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
+class Upgrade:
+    """Action: run opportunistic placement ``pid`` on as guaranteed (AntMan promotion)."""
+
+    pid: str
+
+
+POINTS = ("pre_enqueue", "queue_of", "sort_key", "cycle_start", "pre_filter", "node_order", "filter",
+          "score", "pick_gpus", "reserve", "unreserve", "permit", "post_filter", "on_blocked",
+          "backfill_admit", "cycle_end", "on_placed", "on_running", "on_released", "on_ended",
+          "on_promoted")
+PER_CLASS = ("pre_filter", "node_order", "filter", "score", "pick_gpus", "reserve", "unreserve",
+             "permit", "post_filter", "on_blocked", "backfill_admit")
+
+REGISTRY: dict[str, type[Plugin]] = {}
+
+
+def register(cls: type[Plugin]) -> type[Plugin]:
+    """Class decorator: make a plugin selectable by its ``name`` in the config."""
+    if not cls.name or cls.name in REGISTRY:
+        raise ValueError(f"plugin name {cls.name!r} empty or taken")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+class Plugin:
+    """Base of every policy plugin. Subclasses set ``name``, ``PARAMS`` and ``serves``, and
+    override points (see the module docstring). ``self.fw`` is the framework, set by ``bind``;
+    ``self.p`` the validated parameters. Plugins hold no clock and no global random: time is
+    ``req.now``/``now``, randomness ``self.fw.rng``."""
+
+    name: ClassVar[str] = ""
+    PARAMS: ClassVar[dict[str, Param]] = {}
+    serves: ClassVar[frozenset[str]] = CLASSES  # placement classes the per-class points apply to
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.p = params
+        self.fw: Framework = None  # type: ignore[assignment]
+
+    def bind(self, fw: Framework) -> None:
+        self.fw = fw
+
+    # extension points: the base versions are never called (the framework skips them)
+    def pre_enqueue(self, job: Job) -> Status: return SUCCESS
+    def queue_of(self, spec: JobSpec) -> str: return "default"
+    def sort_key(self, job: Job) -> tuple: return ()
+    def cycle_start(self, now: float) -> None: return None
+    def pre_filter(self, req: Request) -> Status: return SUCCESS
+    def node_order(self, req: Request) -> Iterable[NodeState]: return ()
+    def filter(self, req: Request, node: NodeState) -> Status: return SUCCESS
+    def score(self, req: Request, node: NodeState) -> float: return 0.0
+    def pick_gpus(self, req: Request, node: NodeState) -> tuple[int, ...] | None: return None
+    def reserve(self, req: Request, stmt: Statement) -> Status: return SUCCESS
+    def unreserve(self, req: Request, stmt: Statement) -> None: return None
+    def permit(self, req: Request, stmt: Statement) -> Status: return SUCCESS
+    def post_filter(self, req: Request, status: Status) -> PostFilterResult | None: return None
+    def on_blocked(self, req: Request, status: Status) -> int: return 0
+    def backfill_admit(self, req: Request) -> Status: return SUCCESS
+    def cycle_end(self, now: float) -> Iterable[Preempt | Upgrade]: return ()
+    def on_placed(self, job: Job, placement: Placement, now: float) -> None: return None
+    def on_running(self, job: Job, now: float) -> None: return None
+    def on_released(self, job: Job, placement: Placement, now: float) -> None: return None
+    def on_ended(self, job: Job, now: float) -> None: return None
+    def on_promoted(self, job: Job, placement: Placement, now: float) -> None: return None
+
+    def implements(self, point: str) -> bool:
+        return getattr(type(self), point) is not getattr(Plugin, point)
+
+
+_key = attrgetter("key")
+
+
+class Framework:
+    """Runs the cycle over the plugins. Owned by ``SchedulerCore``, which keeps ``jobs``,
+    ``holders`` (placement id -> job, for every placement still holding resources) and feeds
+    the lifecycle notices; plugins read those and ``state``."""
+
+    def __init__(self, plugins: list[Plugin], sched: dict[str, Any], state: ClusterState, rng) -> None:
+        self.state = state
+        self.rng = rng
+        self.plugins = plugins
+        self.by_name = {p.name: p for p in plugins}
+        self.feasible_nodes = sched["feasible_nodes"]
+        self.max_examined = sched["max_nodes_examined"]
+        self.weights = {p.name: p.p.get("weight", 1) for p in plugins}
+        self.jobs: dict[str, Job] = {}
+        self.holders: dict[str, Job] = {}
+        self.stopping: dict[str, Any] = {}  # placement id -> stop record, kept by the core
+        self.queues: dict[str, list[Job]] = {}
+        self.nominated: dict[str, set[str]] = {}  # job id -> victim placement ids still stopping
+        self.victim_of: dict[str, str] = {}
+        self.blocked: dict[str, tuple[str, Status]] = {}  # queue -> (job id, why), last cycle
+        self.now = 0.0
+        self.cycles = 0
+        self.attempts = 0
+        self._req = Request()
+        self._stmt = Statement(state)
+        for p in plugins:
+            p.bind(self)
+        sorters = [p for p in plugins if p.implements("queue_of")]
+        if len(sorters) != 1:
+            names = ", ".join(p.name for p in sorters) or "none"
+            raise ValueError(f"plugins: exactly one queue-sort plugin is needed (fifo, multi_queue...), got {names}")
+        self.queue_of = sorters[0].queue_of
+        self.sort_key = sorters[0].sort_key
+        self.pt: dict[str, Any] = {}
+        for point in POINTS:
+            impl = [p for p in plugins if p.implements(point)]
+            if point in PER_CLASS:
+                self.pt[point] = {k: [getattr(p, point) for p in impl if k in p.serves] for k in CLASSES}
+            else:
+                self.pt[point] = [getattr(p, point) for p in impl]
+        self._scorers = {k: [(getattr(p, "score"), self.weights[p.name]) for p in plugins
+                             if p.implements("score") and k in p.serves] for k in CLASSES}
+        self._order = {k: (v[0] if v else None) for k, v in self.pt["node_order"].items()}
+        self._pick = {k: (v[0] if v else None) for k, v in self.pt["pick_gpus"].items()}
+
+    def plugin(self, name: str) -> Plugin | None:
+        return self.by_name.get(name)
+
+    def node_order_for(self, klass: str):
+        """The node_order point serving ``klass`` (None when no plugin places that class)."""
+        return self._order.get(klass)
+
+    def places(self, klass: str) -> bool:
+        """Whether some plugin places workers of this class."""
+        return self._order.get(klass) is not None
+
+    # ------------------------------------------------------------------ queues
+
+    def enqueue(self, job: Job) -> None:
+        """Put a pending job in its queue (``job.queue``), in sort-key order."""
+        if not job.key:
+            job.key = tuple(self.sort_key(job)) + (job.seq,)
+        insort(self.queues.setdefault(job.queue, []), job, key=_key)
+
+    def dequeue(self, job: Job) -> bool:
+        lst = self.queues.get(job.queue)
+        if not lst:
+            return False
+        i = bisect_left(lst, job.key, key=_key)
+        if i < len(lst) and lst[i] is job:
+            del lst[i]
+            return True
+        return False
+
+    def pending(self) -> int:
+        return sum(len(q) for q in self.queues.values())
+
+    # ------------------------------------------------------------------ cycle
+
+    def run_cycle(self, now: float) -> tuple[list, list, list]:
+        """One scheduling cycle. Returns (placed [(job, placement)], failed [(job, status)]
+        with UNRESOLVABLE jobs, actions [Preempt|Upgrade]). Placed slots are already held in
+        the state; the caller moves the jobs' states and removes nothing from the queues (the
+        cycle did)."""
+        self.now = now
+        self.cycles += 1
+        for f in self.pt["cycle_start"]:
+            f(now)
+        placed: list = []
+        failed: list = []
+        actions: list = []
+        self.blocked = {}
+        heads = sorted((lst[0].key, name) for name, lst in self.queues.items() if lst)
+        for _, name in heads:
+            self._walk(name, now, placed, failed, actions)
+        for f in self.pt["cycle_end"]:
+            actions.extend(f(now) or ())
+        return placed, failed, actions
+
+    def _walk(self, qname: str, now: float, placed: list, failed: list, actions: list) -> None:
+        lst = self.queues[qname]
+        tried: dict[tuple, Status] = {}
+        removed: list[Job] = []
+        budget = -1  # -1: no blocked head yet; else jobs left to examine
+        req = self._req
+        admit = self.pt["backfill_admit"]
+        for job in lst:
+            if budget >= 0:
+                if budget == 0:
+                    break
+                budget -= 1
+            klass = job.spec.priority
+            req.setup(job, klass, now)
+            if budget >= 0:
+                st = self._first_failure(admit[klass], req)
+                if st is not None:
+                    continue
+            shape = (klass, job.rshape)
+            st = tried.get(shape)
+            if st is None:
+                self.attempts += 1
+                st, placement, cacheable = self._schedule(req)
+                if placement is not None:
+                    placed.append((job, placement))
+                    removed.append(job)
+                    continue
+                if st.code == Code.UNRESOLVABLE:
+                    failed.append((job, st))
+                    removed.append(job)
+                    continue
+                if cacheable:
+                    tried[shape] = st
+            if budget < 0:  # the queue's head is blocked
+                self.blocked[qname] = (job.job_id, st)
+                placement = self._post_filter(req, st, actions)
+                if placement is not None:
+                    placed.append((job, placement))
+                    removed.append(job)
+                    continue
+                req.setup(job, klass, now)
+                budget = max((f(req, st) for f in self.pt["on_blocked"][klass]), default=0)
+                if budget <= 0:
+                    break
+        if removed:
+            k = len(removed)
+            if all(a is b for a, b in zip(removed, lst)):
+                del lst[:k]
+            else:
+                gone = set(map(id, removed))
+                lst[:] = [j for j in lst if id(j) not in gone]
+            if not lst:
+                del self.queues[qname]
+
+    @staticmethod
+    def _first_failure(fns: list, *args) -> Status | None:
+        for f in fns:
+            st = f(*args)
+            if st is not SUCCESS and st.code != Code.SUCCESS:
+                return st
+        return None
+
+    def _schedule(self, req: Request) -> tuple[Status, Placement | None, bool]:
+        """Place every worker of ``req`` or none. Returns (status, placement, cacheable)."""
+        klass = req.klass
+        for f in self.pt["pre_filter"][klass]:
+            st = f(req)
+            if st is not SUCCESS and st.code != Code.SUCCESS:
+                return st, None, True
+        order = self._order[klass]
+        if order is None:
+            return unresolvable("framework", f"no plugin places {klass} jobs"), None, True
+        stmt = self._stmt.begin(req.pid, klass)
+        now = req.now
+        for rank in range(req.workers):
+            req.rank = rank
+            req.remaining = req.workers - rank
+            got = self._select(req, order)
+            if got.__class__ is Status:
+                stmt.discard()
+                return got, None, True
+            node, gpus = got
+            stmt.allocate(rank, node, gpus, req.milli, req.mem, req.cpu, req.host_mem, now)
+        reserved = []
+        for f in self.pt["reserve"][klass]:
+            st = f(req, stmt)
+            if st is not SUCCESS and st.code != Code.SUCCESS:
+                return self._undo(req, stmt, st), None, False
+            reserved.append(f)
+        st = self._first_failure(self.pt["permit"][klass], req, stmt)
+        if st is not None:
+            return self._undo(req, stmt, st), None, False
+        return SUCCESS, stmt.commit(req.job.job_id), False
+
+    def _undo(self, req: Request, stmt: Statement, st: Status) -> Status:
+        for f in reversed(self.pt["unreserve"][req.klass]):
+            f(req, stmt)
+        stmt.discard()
+        return st
+
+    def _select(self, req: Request, order) -> tuple[NodeState, tuple[int, ...]] | Status:
+        """Choose a node and GPUs for worker ``req.rank``: candidates from ``order`` filtered
+        until ``feasible_nodes`` pass, best score first; ties keep the candidate order."""
+        klass = req.klass
+        filters = self.pt["filter"][klass]
+        scorers = self._scorers[klass]
+        pick = self._pick[klass]
+        want = self.feasible_nodes if scorers else 1
+        limit = self.max_examined
+        feasible: list[NodeState] = []
+        last: Status | None = None
+        n = 0
+        for node in order(req):
+            n += 1
+            for f in filters:
+                st = f(req, node)
+                if st is not SUCCESS and st.code != Code.SUCCESS:
+                    last = st
+                    break
+            else:
+                feasible.append(node)
+                if len(feasible) >= want:
+                    break
+            if limit and n >= limit:
+                break
+        if len(feasible) > 1 and scorers:
+            sc = [(-sum(w * f(req, node) for f, w in scorers), i) for i, node in enumerate(feasible)]
+            sc.sort()
+            feasible = [feasible[i] for _, i in sc]
+        for node in feasible:
+            gpus = pick(req, node) if pick is not None else pick_guaranteed(node, req.gpus, req.milli, req.mem)
+            if gpus is not None:
+                return node, gpus
+        why = f" (last: {last})" if last is not None else ""
+        shape = f"{req.gpus} GPU" + ("s" if req.gpus != 1 else "") + (f" x {req.milli} milli" if req.milli < 1000 else "")
+        return unschedulable("framework", f"worker {req.rank} ({shape}): no feasible node among {n} examined{why}")
+
+    def _post_filter(self, req: Request, st: Status, actions: list) -> Placement | None:
+        job = req.job
+        if self.nominated.get(job.job_id):
+            return None  # victims chosen earlier are still stopping
+        for f in self.pt["post_filter"][req.klass]:
+            res = f(req, st)
+            if res is None or res.status.code != Code.SUCCESS:
+                continue
+            if res.retry_as:
+                if not self.places(res.retry_as):
+                    continue
+                req.setup(job, res.retry_as, req.now)
+                st2, placement, _ = self._schedule(req)
+                if placement is not None:
+                    return placement
+                continue
+            if res.victims:
+                self.nominated[job.job_id] = set(res.victims)
+                for v in res.victims:
+                    self.victim_of[v] = job.job_id
+                    actions.append(Preempt(v, res.reason, job.job_id))
+                return None
+        return None
+
+    # ------------------------------------------------------------------ lifecycle (core only)
+
+    def placed(self, job: Job, placement: Placement, now: float) -> None:
+        self.nominated.pop(job.job_id, None)
+        for f in self.pt["on_placed"]:
+            f(job, placement, now)
+
+    def running(self, job: Job, now: float) -> None:
+        for f in self.pt["on_running"]:
+            f(job, now)
+
+    def released(self, job: Job, placement: Placement, now: float) -> None:
+        """Every slot of ``placement`` is free again."""
+        by = self.victim_of.pop(placement.placement_id, None)
+        if by is not None:
+            vs = self.nominated.get(by)
+            if vs is not None:
+                vs.discard(placement.placement_id)
+                if not vs:
+                    del self.nominated[by]
+        for f in self.pt["on_released"]:
+            f(job, placement, now)
+
+    def ended(self, job: Job, now: float) -> None:
+        self.nominated.pop(job.job_id, None)
+        for f in self.pt["on_ended"]:
+            f(job, now)
+
+    def promoted(self, job: Job, placement: Placement, now: float) -> None:
+        for f in self.pt["on_promoted"]:
+            f(job, placement, now)

@@ -1,0 +1,129 @@
+"""``backfill`` (EASY, seed 000): when a queue's head is blocked, it gets a reserved start (the
+shadow time): the earliest expected end of running guaranteed placements at which the GPUs they
+free, with those free now, cover the head's demand. A later job of that queue may then start
+only if it does not delay that start: by its estimate it ends by the shadow time, or it uses
+only the extra GPUs the head will not need at the shadow time (which it then consumes).
+
+Estimate: the job's ``estimate_s``, else the ``predictor`` plugin's, else unknown: a job with an
+unknown estimate is not backfilled, a running one with none counts as never ending (then no
+shadow time exists and the queue just waits). A placement past its expected end is expected to
+end now. Capacity is counted in guaranteed milli of the head's GPU model (topology is not
+modelled); reservations hold per queue and per cycle (jobs of other queues are not checked).
+At most ``depth`` jobs behind a blocked head are examined per cycle."""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, insort
+
+from cluster.framework import SUCCESS, Plugin, Status, register, unschedulable
+from cluster.jobs import Job, Request
+from cluster.params import Param
+from cluster.spec import MILLI, JobSpec, Placement
+from cluster.statement import Statement
+
+
+class _Reservation:
+    __slots__ = ("head", "shadow", "extra", "model")
+
+    def __init__(self, head: str, shadow: float, extra: int, model: str) -> None:
+        self.head, self.shadow, self.extra, self.model = head, shadow, extra, model
+
+
+@register
+class Backfill(Plugin):
+    name = "backfill"
+    serves = frozenset(("guaranteed",))
+    PARAMS = {"depth": Param(100, "int", lambda v: v >= 1, "an integer >= 1")}
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self._ends: list[tuple[float, str]] = []  # (expected end, placement id), sorted
+        self._info: dict[str, tuple[float, int, str]] = {}  # pid -> (end, milli, model)
+        self._res: dict[str, _Reservation] = {}
+        self._admitted: tuple[Job, int] | None = None
+        self._unknown = unschedulable(self.name, "no run-time estimate (cannot backfill)")
+
+    def estimate(self, spec: JobSpec) -> float | None:
+        if spec.estimate_s is not None:
+            return spec.estimate_s
+        pred = self.fw.plugin("predictor")
+        return pred.predict(spec) if pred is not None else None  # type: ignore[attr-defined]
+
+    # running guaranteed placements by expected end
+    def on_placed(self, job: Job, placement: Placement, now: float) -> None:
+        if placement.priority == "guaranteed":
+            self._track(job, placement, now)
+
+    def on_promoted(self, job: Job, placement: Placement, now: float) -> None:
+        start = job.running_since if job.running_since is not None else now
+        self._track(job, placement, start)
+
+    def _track(self, job: Job, placement: Placement, start: float) -> None:
+        pid = placement.placement_id
+        if pid in self._info:
+            return
+        est = self.estimate(job.spec)
+        end = start + est if est is not None else math.inf
+        node = self.fw.state.nodes.get(placement.slots[0].node_id) if placement.slots else None
+        self._info[pid] = (end, job.spec.total_milli, node.model if node else "")
+        insort(self._ends, (end, pid))
+
+    def on_released(self, job: Job, placement: Placement, now: float) -> None:
+        pid = placement.placement_id
+        info = self._info.pop(pid, None)
+        if info is not None:
+            i = bisect_left(self._ends, (info[0], pid))
+            del self._ends[i]
+
+    def cycle_start(self, now: float) -> None:
+        self._res.clear()
+        self._admitted = None
+
+    def on_blocked(self, req: Request, status: Status) -> int:
+        need = req.spec.total_milli
+        model = req.model
+        have = self.fw.state.free_gpus(model) * MILLI
+        shadow = None
+        for end, pid in self._ends:
+            if end == math.inf:
+                break
+            _, milli, pmodel = self._info[pid]
+            if model and pmodel != model:
+                continue
+            have += milli
+            if have >= need:
+                shadow = max(end, req.now)
+                break
+        if shadow is None:
+            return 0
+        self._res[req.queue] = _Reservation(req.job.job_id, shadow, have - need, model)
+        return self.p["depth"]
+
+    def backfill_admit(self, req: Request) -> Status:
+        res = self._res.get(req.queue)
+        if res is None or (res.model and req.model and res.model != req.model):
+            return SUCCESS
+        est = self.estimate(req.spec)
+        if est is None:
+            return self._unknown
+        if req.now + est <= res.shadow:
+            self._admitted = None
+            return SUCCESS
+        milli = req.spec.total_milli
+        if milli <= res.extra:
+            self._admitted = (req.job, milli)
+            return SUCCESS
+        return unschedulable(self.name, f"would delay {res.head}, reserved to start at {res.shadow:g}")
+
+    def reserve(self, req: Request, stmt: Statement) -> Status:
+        adm = self._admitted
+        if adm is not None and adm[0] is req.job:
+            self._res[req.queue].extra -= adm[1]
+        self._admitted = None
+        return SUCCESS
+
+    def reservation(self, queue: str) -> tuple[str, float, int] | None:
+        """(head job id, shadow time, extra milli) of ``queue`` in the last cycle, if any."""
+        r = self._res.get(queue)
+        return None if r is None else (r.head, r.shadow, r.extra)

@@ -1,0 +1,66 @@
+"""``binpack`` (seed 000): a guaranteed worker goes to the node whose free GPUs are closest to
+the request, so whole nodes stay free for large jobs. For a gang the request is what its
+unplaced workers still need: first the node that holds them all with the least to spare, else
+the node with the most free GPUs below that (few nodes per gang). A fractional share goes to
+the partially used GPU with the least free milli that fits (best fit), then to the fullest node
+with a free GPU. CPU-only workers go to the nodes with the fewest free GPUs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from cluster.fitting import pick_guaranteed
+from cluster.framework import Plugin, register
+from cluster.jobs import Request
+from cluster.params import Param
+from cluster.spec import MILLI
+from cluster.state import NodeState
+
+BIG = 1 << 30
+WEIGHT = Param(1, "int", lambda v: v >= 0, "score weight >= 0")
+
+
+def closeness(free: int, target: int) -> int:
+    """Score of a node with ``free`` GPUs for ``target``: a node that holds all scores above any
+    that does not; then the less to spare (or the more it holds) the better."""
+    return 200 - (free - target) if free >= target else 100 - (target - free)
+
+
+@register
+class BinPack(Plugin):
+    name = "binpack"
+    serves = frozenset(("guaranteed",))
+    PARAMS = {"weight": WEIGHT}
+
+    def node_order(self, req: Request) -> Iterator[NodeState]:
+        state = self.fw.state
+        m = req.model
+        if req.gpus == 0:
+            yield from state.nodes_by_free(m, 0, BIG)
+        elif req.whole:
+            target = req.remaining * req.gpus
+            yield from state.nodes_by_free(m, target, BIG)
+            if target > req.gpus:
+                yield from state.nodes_by_free(m, req.gpus, target - 1, descending=True)
+        else:
+            seen = req.seen
+            seen.clear()
+            for gpu in state.partial_gpus(m, req.milli):
+                node = gpu.node
+                if node not in seen:
+                    seen.add(node)
+                    yield node
+            for node in state.nodes_by_free(m, 1, BIG):
+                if node not in seen:
+                    yield node
+
+    def score(self, req: Request, node: NodeState) -> float:
+        if req.gpus == 0:
+            return 100 - node.free
+        if req.whole:
+            return closeness(node.free, req.remaining * req.gpus)
+        least = min((MILLI - g.milli for g in node.gpus if MILLI - g.milli >= req.milli), default=MILLI)
+        return 100 - least / 10
+
+    def pick_gpus(self, req: Request, node: NodeState) -> tuple[int, ...] | None:
+        return pick_guaranteed(node, req.gpus, req.milli, req.mem, best_fit=True)

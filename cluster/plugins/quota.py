@@ -1,0 +1,133 @@
+"""``quota``: per-tenant GPU quotas (tenant = ``spec.queue``, or ``spec.user`` with
+``tenant = "user"``), in GPUs, from ``quotas``; tenants not listed get ``default_quota`` or, when
+it is -1, are rejected at submit. Usage counts guaranteed placements (milli) from placement until
+every slot is released. A job starts within its tenant's quota, or beyond it by borrowing idle
+quota of others (``borrow``) while the total usage stays within the total quota. When a job
+within its own quota is blocked, ``reclaim`` preempts placements of tenants over their quota,
+youngest first, until the GPUs they hold plus the free ones cover the job (counted in GPUs, not
+by topology); a tenant is not reclaimed below its quota by more than one placement."""
+
+from __future__ import annotations
+
+from cluster.framework import SUCCESS, Code, Plugin, PostFilterResult, Status, register, unresolvable, unschedulable
+from cluster.jobs import Job, Request
+from cluster.params import Param
+from cluster.spec import MILLI, JobSpec, Placement
+
+
+@register
+class Quota(Plugin):
+    name = "quota"
+    serves = frozenset(("guaranteed",))
+    PARAMS = {
+        "quotas": Param({}, "dict[str,int]", lambda d: all(v >= 0 for v in d.values()), "GPUs >= 0 per tenant"),
+        "tenant": Param("queue", "str", choices=("queue", "user")),
+        "default_quota": Param(-1, "int", lambda v: v >= -1, "GPUs for unlisted tenants, -1: reject them"),
+        "borrow": Param(True, "bool"),
+        "reclaim": Param(True, "bool"),
+    }
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self.quota: dict[str, int] = {t: g * MILLI for t, g in params["quotas"].items()}
+        self.used: dict[str, int] = dict.fromkeys(self.quota, 0)
+        self.total_quota = sum(self.quota.values())
+        self.total_used = 0
+        self._held: dict[str, tuple[str, int, float]] = {}  # pid -> (tenant, milli, start)
+        self._by_tenant: dict[str, dict[str, None]] = {}  # tenant -> pids, oldest first
+
+    def tenant(self, spec: JobSpec) -> str:
+        return spec.user if self.p["tenant"] == "user" else spec.queue
+
+    def _known(self, t: str) -> bool:
+        if t in self.quota:
+            return True
+        d = self.p["default_quota"]
+        if d < 0:
+            return False
+        self.quota[t] = d * MILLI
+        self.used[t] = 0
+        self.total_quota += d * MILLI
+        return True
+
+    def pre_enqueue(self, job: Job) -> Status:
+        t = self.tenant(job.spec)
+        if not self._known(t):
+            known = ", ".join(sorted(self.quota)) or "none"
+            return unresolvable(self.name, f"unknown {self.p['tenant']} {t!r} (quotas for: {known})")
+        return SUCCESS
+
+    def pre_filter(self, req: Request) -> Status:
+        t = self.tenant(req.spec)
+        if not self._known(t):
+            return unresolvable(self.name, f"unknown {self.p['tenant']} {t!r}")
+        need = req.spec.total_milli
+        if self.used[t] + need <= self.quota[t]:
+            return SUCCESS
+        if self.p["borrow"]:
+            if self.total_used + need <= self.total_quota:
+                return SUCCESS
+            return unschedulable(self.name, f"{t!r} over its quota and no idle quota to borrow")
+        if need > self.quota[t]:
+            return unresolvable(self.name, f"needs {need / MILLI:g} GPUs, quota of {t!r} is {self.quota[t] / MILLI:g}")
+        return unschedulable(self.name, f"{t!r} at its quota")
+
+    def _add(self, job: Job, placement: Placement, now: float) -> None:
+        pid = placement.placement_id
+        if pid in self._held:
+            return
+        t = self.tenant(job.spec)
+        self._known(t)
+        m = job.spec.total_milli
+        self._held[pid] = (t, m, now)
+        self._by_tenant.setdefault(t, {})[pid] = None
+        self.used[t] += m
+        self.total_used += m
+
+    def on_placed(self, job: Job, placement: Placement, now: float) -> None:
+        if placement.priority == "guaranteed":
+            self._add(job, placement, now)
+
+    def on_promoted(self, job: Job, placement: Placement, now: float) -> None:
+        self._add(job, placement, now)
+
+    def on_released(self, job: Job, placement: Placement, now: float) -> None:
+        h = self._held.pop(placement.placement_id, None)
+        if h is not None:
+            t, m, _ = h
+            del self._by_tenant[t][placement.placement_id]
+            self.used[t] -= m
+            self.total_used -= m
+
+    def post_filter(self, req: Request, status: Status) -> PostFilterResult | None:
+        if not self.p["reclaim"] or status.code != Code.UNSCHEDULABLE:
+            return None
+        t = self.tenant(req.spec)
+        need = req.spec.total_milli
+        if t not in self.quota or self.used[t] + need > self.quota[t]:
+            return None  # not entitled: nothing to reclaim for it
+        short = need - self.fw.state.free_gpus(req.model) * MILLI
+        if short <= 0:
+            return None
+        stopping = self.fw.stopping
+        cands = []
+        for o, pids in self._by_tenant.items():
+            over = self.used[o] - self.quota[o]
+            if o == t or over <= 0:
+                continue
+            for pid in reversed(pids):  # youngest first
+                if over <= 0:
+                    break
+                if pid in stopping:
+                    continue
+                _, m, start = self._held[pid]
+                cands.append((-start, pid, m))
+                over -= m
+        cands.sort()
+        victims, freed = [], 0
+        for _, pid, m in cands:
+            victims.append(pid)
+            freed += m
+            if freed >= short:
+                return PostFilterResult(SUCCESS, tuple(victims), reason=f"preempted: queue {t!r} reclaims its quota")
+        return None

@@ -1,0 +1,144 @@
+"""Rebuilding and reconciling the core's placements: ``restore`` from journaled records, node
+(re-)registration, and the NodeReport that confirms which workers a node really holds.
+
+Owned by ``SchedulerCore`` (``core.recovery``); nothing else calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from cluster import events as ev
+from cluster.events import FAILED, PENDING, PLACING, RUNNING, STATES, TERMINAL
+from cluster.fitting import gpu_fits_guaranteed
+from cluster.framework import Code
+from cluster.jobs import Job
+from cluster.spec import WorkerSlot
+from cluster.state import Alloc, NodeState
+
+if TYPE_CHECKING:
+    from cluster.core import SchedulerCore
+
+
+class Recovery:
+    def __init__(self, core: SchedulerCore) -> None:
+        self.core = core
+        self.awaiting: dict[str, list[tuple[Job, str, WorkerSlot]]] = {}  # node id -> restored slots
+        self.reconcile: set[str] = set()  # nodes whose next report decides their placements
+        self.deadline: float | None = None
+
+    def restore(self, records: Iterable[ev.JobRecord], now: float) -> list:
+        core, fw = self.core, self.core.fw
+        if core.jobs:
+            raise RuntimeError("restore() needs a fresh core (jobs already known)")
+        out: list = []
+        for rec in records:
+            spec = rec.spec
+            if rec.state not in STATES:
+                raise ValueError(f"job {spec.job_id}: unknown state {rec.state!r} in record")
+            if spec.job_id in core.jobs:
+                raise ValueError(f"job {spec.job_id}: two records")
+            job = Job(spec, core._seq)
+            core._seq += 1
+            core.jobs[spec.job_id] = job
+            job.attempt, job.failed_starts, job.state = rec.attempt, rec.failed_starts, rec.state
+            if rec.state in TERMINAL:
+                continue
+            job.queue = fw.queue_of(spec)
+            pl = rec.placement
+            if rec.state in (PLACING, RUNNING) and pl is not None:
+                pid = pl.placement_id
+                job.placement, job.klass = pl, pl.priority
+                core.holders[pid] = job
+                if rec.state == RUNNING:
+                    job.started = set(range(spec.workers))
+                    job.running_since = now
+                else:
+                    job.placed_at = now
+                    core.placing[pid] = job
+                for slot in pl.slots:
+                    self.awaiting.setdefault(slot.node_id, []).append((job, pid, slot))
+                fw.placed(job, pl, now)
+                if rec.state == RUNNING:
+                    fw.running(job, now)
+                continue
+            bad = next((st for f in fw.pt["pre_enqueue"] if (st := f(job)).code != Code.SUCCESS), None)
+            if bad is not None:
+                core._set(job, FAILED, str(bad), out)
+                continue
+            if rec.state != PENDING:
+                core._set(job, PENDING, "restored without a placement", out)
+            job.state, job.enqueued_at = PENDING, now
+            fw.enqueue(job)
+        self.deadline = now + core.sched["restore_grace_s"]
+        core._dirty = True
+        return out
+
+    def joined(self, e: ev.NodeJoined, now: float, out: list) -> None:
+        core, state = self.core, self.core.state
+        nid = e.spec.node_id
+        node = state.nodes.get(nid)
+        if node is not None:
+            if e.epoch < node.epoch or (node.up and e.epoch == node.epoch):
+                return  # stale or repeated registration
+            if node.up and e.spec == node.spec:
+                state.set_epoch(nid, e.epoch)
+                self.reconcile.add(nid)
+                core._dirty = True
+                return
+            if node.up:
+                core.lose_node(nid, f"node {nid} re-registered with a new spec", now, out)
+        state.add_node(e.spec, e.epoch)
+        self._adopt(nid, now, out)
+        core._dirty = True
+
+    def _adopt(self, nid: str, now: float, out: list) -> None:
+        """Hold the restored slots that wait for node ``nid``; its next report confirms them."""
+        items = self.awaiting.pop(nid, None)
+        if not items:
+            return
+        core, state = self.core, self.core.state
+        node = state.nodes[nid]
+        lost = []
+        for job, pid, slot in items:
+            if job.state not in (PLACING, RUNNING) or job.placement_id != pid:
+                continue
+            spec = job.spec
+            klass = job.klass
+            fits = all(0 <= i < len(node.gpus) for i in slot.gpus) and len(slot.gpus) == spec.gpus and (
+                klass != "guaranteed" or all(gpu_fits_guaranteed(node.gpus[i], spec.gpu_milli, spec.gpu_mem) for i in slot.gpus))
+            if not fits:
+                lost.append(pid)
+                continue
+            state.apply(Alloc(pid, slot.rank, nid, slot.gpus, spec.gpu_milli, spec.gpu_mem, spec.cpu_milli,
+                              spec.mem_mib, klass, now))
+        self.reconcile.add(nid)
+        for pid in dict.fromkeys(lost):
+            core.placement_lost(pid, f"restored placement does not fit node {nid}", now, out)
+
+    def reported(self, node: NodeState, listed: set[tuple[str, int]], now: float, out: list) -> None:
+        """After a report from ``node``: if it was awaited, live placements there whose workers it
+        does not list are lost."""
+        nid = node.node_id
+        if nid not in self.reconcile:
+            return
+        self.reconcile.discard(nid)
+        core = self.core
+        gone = [a.pid for a in node.slots.values()
+                if a.pid not in core.stopping and (a.pid, a.rank) not in listed]
+        for pid in dict.fromkeys(gone):
+            core.placement_lost(pid, f"workers lost on node {nid} (restarted)", now, out, node_id=nid)
+
+    def tick(self, now: float, out: list) -> None:
+        if self.deadline is None or now < self.deadline:
+            return
+        self.deadline = None
+        pending = [(nid, job, pid) for nid, items in self.awaiting.items() for job, pid, _ in items]
+        self.awaiting.clear()
+        for nid, job, pid in pending:
+            if job.placement_id == pid and job.state in (PLACING, RUNNING):
+                self.core.placement_lost(pid, f"node {nid} did not register after restart", now, out)
+
+    def forget_node(self, nid: str) -> None:
+        self.reconcile.discard(nid)

@@ -1,0 +1,482 @@
+"""The cluster's allocation state and the indexes that keep placement cost independent of size.
+
+Owned by one ``SchedulerCore``; only the core, the framework and a ``Statement`` change it. Pure:
+no clock, no I/O. Units as in ``cluster.spec``: milli-GPUs, bytes of GPU memory, milli-cores,
+MiB of host memory.
+
+Accounting rules:
+  * a GPU holds at most 1000 guaranteed milli (so at most one whole-GPU guaranteed worker);
+  * opportunistic workers never take guaranteed milli; they take GPU memory (when stated), node
+    CPU and host memory, and they are counted per GPU;
+  * GPU memory is allocated by both classes; a node or GPU with 0 capacity for a resource
+    (not stated) is never limited by it.
+
+Indexes (only nodes that are up are in them), each keyed by GPU model and by ``""`` (any model):
+  * nodes bucketed by free whole GPUs (GPUs with no guaranteed milli), plus the total of free
+    whole GPUs: ``free_gpus`` and ``worker_slots`` answer "cannot fit now" without a scan;
+  * partially allocated GPUs bucketed by free milli (fractional requests), keys kept sorted;
+  * GPUs bucketed by reported utilization (1% buckets), those beside a guaranteed worker first
+    within a bucket (opportunistic placement).
+The ``nodes_by_free``/``partial_gpus``/``gpus_by_util`` iterators are live views: finish or drop
+one before changing the state.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterator
+
+from cluster.spec import MILLI, NodeSpec
+
+UTIL_BUCKETS = 101  # 0..100 percent
+
+
+class Alloc:
+    """One worker slot held on one node: what ``release`` gives back."""
+
+    __slots__ = ("pid", "rank", "node_id", "gpus", "milli", "mem", "cpu", "host_mem", "klass", "start")
+
+    def __init__(self, pid: str, rank: int, node_id: str, gpus: tuple[int, ...], milli: int, mem: int,
+                 cpu: int, host_mem: int, klass: str, start: float = 0.0) -> None:
+        self.pid, self.rank, self.node_id, self.gpus = pid, rank, node_id, gpus
+        self.milli, self.mem, self.cpu, self.host_mem, self.klass = milli, mem, cpu, host_mem, klass
+        self.start = start  # when the slot was allocated (scheduler clock): victims' age
+
+    @property
+    def guaranteed(self) -> bool:
+        return self.klass == "guaranteed"
+
+
+class GpuState:
+    """One GPU: guaranteed milli and memory allocated, who sits there, last report."""
+
+    __slots__ = ("node", "index", "mem_total", "milli", "mem", "g", "o", "util", "mem_used", "ukey")
+
+    def __init__(self, node: NodeState, index: int, mem_total: int) -> None:
+        self.node, self.index, self.mem_total = node, index, mem_total
+        self.milli = 0  # guaranteed milli allocated, 0..1000
+        self.mem = 0  # bytes allocated (guaranteed + opportunistic)
+        self.g: dict[str, int] = {}  # guaranteed placement id -> milli
+        self.o: dict[str, int] = {}  # opportunistic placement id -> workers of it here
+        self.util = 0.0  # reported busy fraction over the last 10 s (0 until reported)
+        self.mem_used = 0  # reported bytes in use
+        self.ukey = -1  # key in the utilization index, -1 when not indexed
+
+    @property
+    def free_milli(self) -> int:
+        return MILLI - self.milli
+
+    def mem_free(self) -> float:
+        """Allocatable bytes (inf when the node states no GPU memory)."""
+        return float("inf") if not self.mem_total else self.mem_total - self.mem
+
+    def mem_free_reported(self) -> float:
+        """Free bytes by the larger of allocation and the last report (opportunistic fit)."""
+        return float("inf") if not self.mem_total else self.mem_total - max(self.mem, self.mem_used)
+
+    def opportunistic_workers(self) -> int:
+        return sum(self.o.values())
+
+
+class NodeState:
+    __slots__ = ("spec", "node_id", "model", "up", "epoch", "gpus", "free", "cpu", "host_mem", "slots", "keys")
+
+    def __init__(self, spec: NodeSpec, epoch: int) -> None:
+        self.spec, self.node_id, self.model = spec, spec.node_id, spec.gpu_model
+        self.up, self.epoch = True, epoch
+        self.gpus = [GpuState(self, i, spec.gpu_mem) for i in range(spec.gpus)]
+        self.free = spec.gpus  # GPUs with no guaranteed milli
+        self.cpu = 0  # milli-cores allocated
+        self.host_mem = 0  # MiB allocated
+        self.slots: dict[tuple[str, int], Alloc] = {}
+        self.keys = ("",) if not spec.gpu_model else ("", spec.gpu_model)
+
+    def cpu_free(self) -> float:
+        return float("inf") if not self.spec.cpu_milli else self.spec.cpu_milli - self.cpu
+
+    def host_mem_free(self) -> float:
+        return float("inf") if not self.spec.mem_mib else self.spec.mem_mib - self.host_mem
+
+
+def util_key(gpu: GpuState) -> int:
+    b = int(gpu.util * 100)
+    b = 0 if b < 0 else (100 if b > 100 else b)
+    return b * 2 + (0 if gpu.g else 1)
+
+
+class ClusterState:
+    """Nodes, GPUs, slot allocations and their indexes. Not thread-safe; one owner."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeState] = {}
+        self.allocs: dict[str, dict[int, Alloc]] = {}  # placement id -> rank -> slot
+        self._by_free: dict[str, list[dict[str, NodeState]]] = {}
+        self._free_total: dict[str, int] = {}
+        self._partial: dict[str, dict[int, dict[GpuState, None]]] = {}
+        self._partial_keys: dict[str, list[int]] = {}
+        self._util: dict[str, list[dict[GpuState, None]]] = {}
+        self._capacity: dict[str, int] = {}  # GPUs on every known node (up or down), per model
+        self._max_per_node: dict[str, int] = {}  # largest GPU count of a known node, per model
+        self.version = 0  # bumped on every change that can add capacity
+
+    # ------------------------------------------------------------------ nodes
+
+    def add_node(self, spec: NodeSpec, epoch: int) -> NodeState:
+        """Register a node (or bring back a down one, replacing its spec). Raises ValueError if
+        an up node of that id exists or a down one still holds slots."""
+        old = self.nodes.get(spec.node_id)
+        if old is not None:
+            if old.up or old.slots:
+                raise ValueError(f"node {spec.node_id}: already registered and up")
+            for k in old.keys:
+                self._capacity[k] -= old.spec.gpus
+        node = NodeState(spec, epoch)
+        self.nodes[spec.node_id] = node
+        for k in node.keys:
+            self._capacity[k] = self._capacity.get(k, 0) + spec.gpus
+            if spec.gpus > self._max_per_node.get(k, 0):
+                self._max_per_node[k] = spec.gpus
+            buckets = self._by_free.setdefault(k, [])
+            while len(buckets) <= spec.gpus:
+                buckets.append({})
+            self._free_total.setdefault(k, 0)
+            self._partial.setdefault(k, {})
+            self._partial_keys.setdefault(k, [])
+            self._util.setdefault(k, [{} for _ in range(UTIL_BUCKETS * 2)])
+        self._index_node(node)
+        self.version += 1
+        return node
+
+    def _index_node(self, node: NodeState) -> None:
+        for k in node.keys:
+            self._by_free[k][node.free][node.node_id] = node
+            self._free_total[k] += node.free
+        for gpu in node.gpus:
+            if 0 < gpu.milli < MILLI:
+                self._partial_add(node, gpu)
+            gpu.ukey = util_key(gpu)
+            for k in node.keys:
+                self._util[k][gpu.ukey][gpu] = None
+
+    def node_down(self, node_id: str) -> list[Alloc]:
+        """Mark a node down: out of every index, every slot on it released (returned)."""
+        node = self.nodes[node_id]
+        released = list(node.slots.values())
+        for a in released:
+            self.release(a.pid, a.rank)
+        if node.up:
+            node.up = False
+            for k in node.keys:
+                del self._by_free[k][node.free][node_id]
+                self._free_total[k] -= node.free
+            for gpu in node.gpus:
+                if 0 < gpu.milli < MILLI:
+                    self._partial_remove(node, gpu)
+                for k in node.keys:
+                    del self._util[k][gpu.ukey][gpu]
+                gpu.ukey = -1
+        return released
+
+    def set_epoch(self, node_id: str, epoch: int) -> None:
+        self.nodes[node_id].epoch = epoch
+
+    # ------------------------------------------------------------------ index upkeep
+
+    def _partial_add(self, node: NodeState, gpu: GpuState) -> None:
+        free = MILLI - gpu.milli
+        for k in node.keys:
+            b = self._partial[k].get(free)
+            if b is None:
+                b = self._partial[k][free] = {}
+                insort(self._partial_keys[k], free)
+            b[gpu] = None
+
+    def _partial_remove(self, node: NodeState, gpu: GpuState) -> None:
+        free = MILLI - gpu.milli
+        for k in node.keys:
+            b = self._partial[k][free]
+            del b[gpu]
+            if not b:
+                del self._partial[k][free]
+                keys = self._partial_keys[k]
+                del keys[bisect_left(keys, free)]
+
+    def _gpu_milli(self, node: NodeState, gpu: GpuState, delta: int) -> None:
+        before, after = gpu.milli, gpu.milli + delta
+        if node.up and 0 < before < MILLI:
+            self._partial_remove(node, gpu)
+        gpu.milli = after
+        if node.up and 0 < after < MILLI:
+            self._partial_add(node, gpu)
+        if (before == 0) != (after == 0):
+            step = -1 if before == 0 else 1
+            if node.up:
+                for k in node.keys:
+                    buckets = self._by_free[k]
+                    del buckets[node.free][node.node_id]
+                    buckets[node.free + step][node.node_id] = node
+                    self._free_total[k] += step
+            node.free += step
+
+    def _reindex_util(self, gpu: GpuState) -> bool:
+        node = gpu.node
+        if not node.up:
+            return False
+        key = util_key(gpu)
+        if key == gpu.ukey:
+            return False
+        for k in node.keys:
+            buckets = self._util[k]
+            del buckets[gpu.ukey][gpu]
+            buckets[key][gpu] = None
+        gpu.ukey = key
+        return True
+
+    # ------------------------------------------------------------------ allocation
+
+    def apply(self, a: Alloc) -> None:
+        """Hold one worker slot. The caller has checked it fits (``fits`` for guaranteed);
+        raises ValueError if the slot is already held or the node is unknown/down."""
+        node = self.nodes.get(a.node_id)
+        if node is None or not node.up:
+            raise ValueError(f"node {a.node_id}: not up")
+        per = self.allocs.setdefault(a.pid, {})
+        if a.rank in per:
+            raise ValueError(f"placement {a.pid} rank {a.rank}: already allocated")
+        per[a.rank] = a
+        node.slots[(a.pid, a.rank)] = a
+        node.cpu += a.cpu
+        node.host_mem += a.host_mem
+        g = a.klass == "guaranteed"
+        for i in a.gpus:
+            gpu = node.gpus[i]
+            gpu.mem += a.mem
+            if g:
+                had = bool(gpu.g)
+                gpu.g[a.pid] = gpu.g.get(a.pid, 0) + a.milli
+                self._gpu_milli(node, gpu, a.milli)
+                if not had:
+                    self._reindex_util(gpu)
+            else:
+                gpu.o[a.pid] = gpu.o.get(a.pid, 0) + 1
+
+    def release(self, pid: str, rank: int) -> Alloc | None:
+        """Give back one slot; None (and no change) if it is not held. Idempotent."""
+        per = self.allocs.get(pid)
+        a = per.pop(rank, None) if per else None
+        if a is None:
+            return None
+        if not per:
+            del self.allocs[pid]
+        node = self.nodes[a.node_id]
+        del node.slots[(pid, rank)]
+        node.cpu -= a.cpu
+        node.host_mem -= a.host_mem
+        g = a.klass == "guaranteed"
+        for i in a.gpus:
+            gpu = node.gpus[i]
+            gpu.mem -= a.mem
+            if g:
+                left = gpu.g[pid] - a.milli
+                if left:
+                    gpu.g[pid] = left
+                else:
+                    del gpu.g[pid]
+                self._gpu_milli(node, gpu, -a.milli)
+                if not gpu.g:
+                    self._reindex_util(gpu)
+            else:
+                left = gpu.o[pid] - 1
+                if left:
+                    gpu.o[pid] = left
+                else:
+                    del gpu.o[pid]
+        self.version += 1
+        return a
+
+    def release_placement(self, pid: str, node_id: str | None = None) -> list[Alloc]:
+        """Release every slot of ``pid`` (on ``node_id`` only, when given)."""
+        per = self.allocs.get(pid)
+        if not per:
+            return []
+        ranks = [r for r, a in per.items() if node_id is None or a.node_id == node_id]
+        return [a for r in ranks if (a := self.release(pid, r)) is not None]
+
+    def promote(self, pid: str) -> bool:
+        """Turn an opportunistic placement's slots into guaranteed ones in place, if every GPU
+        it sits on has the guaranteed milli free (and memory needs nothing more: it already
+        holds its memory). Returns whether it did; no change when it cannot."""
+        per = self.allocs.get(pid)
+        if not per or any(a.klass == "guaranteed" for a in per.values()):
+            return False
+        need: dict[GpuState, int] = {}
+        for a in per.values():
+            node = self.nodes[a.node_id]
+            if not node.up:
+                return False
+            for i in a.gpus:
+                gpu = node.gpus[i]
+                need[gpu] = need.get(gpu, 0) + a.milli
+        if any(gpu.milli + m > MILLI for gpu, m in need.items()):
+            return False
+        for a in list(per.values()):
+            self.release(pid, a.rank)
+            a.klass = "guaranteed"
+            self.apply(a)
+        return True
+
+    # ------------------------------------------------------------------ reports
+
+    def report_gpu(self, node_id: str, index: int, util: float, mem_used: int) -> bool:
+        """Record a GPU's last report; True when its utilization bucket changed."""
+        node = self.nodes.get(node_id)
+        if node is None or not (0 <= index < len(node.gpus)):
+            return False
+        gpu = node.gpus[index]
+        gpu.util, gpu.mem_used = float(util), int(mem_used)
+        return self._reindex_util(gpu)
+
+    # ------------------------------------------------------------------ queries
+
+    def free_gpus(self, model: str = "") -> int:
+        """Free whole GPUs on up nodes of ``model`` ("" any). O(1)."""
+        return self._free_total.get(model, 0)
+
+    def capacity(self, model: str = "") -> int:
+        """GPUs on every known node (up or down) of ``model``. O(1)."""
+        return self._capacity.get(model, 0)
+
+    def max_partial_free(self, model: str = "") -> int:
+        """The most free milli on a partially allocated up GPU of ``model`` (0: none). O(1)."""
+        keys = self._partial_keys.get(model)
+        return keys[-1] if keys else 0
+
+    def max_gpus_per_node(self, model: str = "") -> int:
+        return self._max_per_node.get(model, 0)
+
+    def worker_slots(self, model: str, gpus: int, limit: int) -> int:
+        """How many workers of ``gpus`` whole GPUs fit now by free counts alone (at most
+        ``limit``; O(largest node))."""
+        buckets = self._by_free.get(model)
+        if not buckets:
+            return 0
+        n = 0
+        for free in range(len(buckets) - 1, gpus - 1, -1):
+            b = buckets[free]
+            if b:
+                n += len(b) * (free // gpus)
+                if n >= limit:
+                    return n
+        return n
+
+    def nodes_by_free(self, model: str, lo: int, hi: int, descending: bool = False) -> Iterator[NodeState]:
+        """Up nodes with ``lo <= free whole GPUs <= hi``, by free count (ascending unless
+        ``descending``), within a count in the order they entered it."""
+        buckets = self._by_free.get(model)
+        if not buckets:
+            return
+        hi = min(hi, len(buckets) - 1)
+        rng = range(hi, lo - 1, -1) if descending else range(max(lo, 0), hi + 1)
+        for free in rng:
+            b = buckets[free]
+            if b:
+                yield from b.values()
+
+    def partial_gpus(self, model: str, min_free: int, descending: bool = False) -> Iterator[GpuState]:
+        """Up GPUs with some guaranteed milli allocated and at least ``min_free`` milli free,
+        best fit first (least free) unless ``descending``."""
+        keys = self._partial_keys.get(model)
+        if not keys:
+            return
+        part = self._partial[model]
+        start = bisect_left(keys, min_free)
+        sel = keys[start:]
+        if descending:
+            sel.reverse()
+        for free in sel:
+            b = part.get(free)
+            if b:
+                yield from b
+
+    def gpus_by_util(self, model: str, max_util: float) -> Iterator[GpuState]:
+        """Up GPUs whose reported utilization is below ``max_util``, least utilized first;
+        within a 1% bucket, GPUs beside a guaranteed worker first."""
+        buckets = self._util.get(model)
+        if not buckets:
+            return
+        top = min(UTIL_BUCKETS - 1, max(0, int(max_util * 100 + 0.999999)))
+        for key in range(0, top * 2 + 2):
+            b = buckets[key]
+            if b:
+                for gpu in b:
+                    if gpu.util < max_util:
+                        yield gpu
+
+    def up_nodes(self) -> Iterator[NodeState]:
+        return (n for n in self.nodes.values() if n.up)
+
+    # ------------------------------------------------------------------ checks
+
+    def check_invariants(self) -> None:
+        """Recompute every counter and index from the slots; raise AssertionError on the first
+        mismatch. O(cluster): for tests."""
+        cpu: dict[str, int] = {}
+        hmem: dict[str, int] = {}
+        milli: dict[tuple[str, int], int] = {}
+        mem: dict[tuple[str, int], int] = {}
+        opp: dict[tuple[str, int], int] = {}
+        whole_g: dict[tuple[str, int], int] = {}
+        for pid, per in self.allocs.items():
+            assert per, f"{pid}: empty allocation record"
+            for rank, a in per.items():
+                assert a.pid == pid and a.rank == rank
+                node = self.nodes[a.node_id]
+                assert node.up, f"{pid}/{rank}: slot on down node {a.node_id}"
+                assert node.slots.get((pid, rank)) is a
+                assert len(set(a.gpus)) == len(a.gpus), f"{pid}/{rank}: a GPU twice"
+                cpu[a.node_id] = cpu.get(a.node_id, 0) + a.cpu
+                hmem[a.node_id] = hmem.get(a.node_id, 0) + a.host_mem
+                for i in a.gpus:
+                    assert 0 <= i < len(node.gpus), f"{pid}/{rank}: no GPU {i} on {a.node_id}"
+                    key = (a.node_id, i)
+                    mem[key] = mem.get(key, 0) + a.mem
+                    if a.guaranteed:
+                        milli[key] = milli.get(key, 0) + a.milli
+                        if a.milli == MILLI:
+                            whole_g[key] = whole_g.get(key, 0) + 1
+                    else:
+                        opp[key] = opp.get(key, 0) + 1
+        for node in self.nodes.values():
+            nid, spec = node.node_id, node.spec
+            n_slots = sum(1 for (p, r) in node.slots if self.allocs.get(p, {}).get(r) is not None)
+            assert n_slots == len(node.slots), f"{nid}: stale slot records"
+            assert node.cpu == cpu.get(nid, 0), f"{nid}: cpu {node.cpu} != {cpu.get(nid, 0)}"
+            assert node.host_mem == hmem.get(nid, 0), f"{nid}: host mem mismatch"
+            assert not spec.cpu_milli or node.cpu <= spec.cpu_milli, f"{nid}: cpu over capacity"
+            assert not spec.mem_mib or node.host_mem <= spec.mem_mib, f"{nid}: host memory over capacity"
+            free = 0
+            for gpu in node.gpus:
+                key = (nid, gpu.index)
+                assert gpu.milli == milli.get(key, 0), f"{nid}/{gpu.index}: milli {gpu.milli} != {milli.get(key, 0)}"
+                assert 0 <= gpu.milli <= MILLI, f"{nid}/{gpu.index}: {gpu.milli} guaranteed milli > 1000"
+                assert whole_g.get(key, 0) <= 1, f"{nid}/{gpu.index}: two whole-GPU guaranteed workers"
+                assert gpu.milli == sum(gpu.g.values())
+                assert gpu.mem == mem.get(key, 0), f"{nid}/{gpu.index}: memory mismatch"
+                assert not gpu.mem_total or gpu.mem <= gpu.mem_total, f"{nid}/{gpu.index}: memory over capacity"
+                assert sum(gpu.o.values()) == opp.get(key, 0), f"{nid}/{gpu.index}: opportunistic count mismatch"
+                free += gpu.milli == 0
+                if node.up:
+                    assert gpu.ukey == util_key(gpu), f"{nid}/{gpu.index}: stale utilization index"
+                    for k in node.keys:
+                        assert gpu in self._util[k][gpu.ukey]
+                        in_part = gpu in self._partial[k].get(MILLI - gpu.milli, {})
+                        assert in_part == (0 < gpu.milli < MILLI), f"{nid}/{gpu.index}: partial index"
+            assert node.free == free, f"{nid}: free {node.free} != {free}"
+            for k in node.keys:
+                for count, b in enumerate(self._by_free[k]):
+                    assert (nid in b) == (node.up and count == free), f"{nid}: free-count index"
+        for k, total in self._free_total.items():
+            want = sum(n.free for n in self.nodes.values() if n.up and k in n.keys)
+            assert total == want, f"model {k!r}: free total {total} != {want}"
+            assert self._partial_keys[k] == sorted(self._partial[k]), f"model {k!r}: partial keys"
+            assert all(self._partial[k].values())
