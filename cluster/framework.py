@@ -11,7 +11,8 @@ Points (``req`` is the reused ``cluster.jobs.Request`` of the attempt):
   sort_key(job) -> tuple               ... and its order there (the framework appends job.seq)
   cycle_start(now)                     once per cycle before any job (plan, reset caches)
   pre_filter(req) -> Status            whole-job checks; must depend only on the request's
-                                       shape, queue and the state (failures are cached per cycle)
+                                       shape, queue and the state (failures are cached per
+                                       cycle); every one runs, an UNRESOLVABLE wins
   node_order(req) -> iterable          candidate nodes in the plugin's preferred order, from
                                        the state's indexes; the first plugin serving the class
   filter(req, node) -> Status          per candidate node (same caching rule as pre_filter)
@@ -339,10 +340,15 @@ class Framework:
     def _schedule(self, req: Request) -> tuple[Status, Placement | None, bool]:
         """Place every worker of ``req`` or none. Returns (status, placement, cacheable)."""
         klass = req.klass
+        first = None
         for f in self.pt["pre_filter"][klass]:
             st = f(req)
             if st is not SUCCESS and st.code != Code.SUCCESS:
-                return st, None, True
+                if st.code == Code.UNRESOLVABLE:
+                    return st, None, True
+                first = first or st
+        if first is not None:
+            return first, None, True
         order = self._order[klass]
         if order is None:
             return unresolvable("framework", f"no plugin places {klass} jobs"), None, True
@@ -357,12 +363,11 @@ class Framework:
                 return got, None, True
             node, gpus = got
             stmt.allocate(rank, node, gpus, req.milli, req.mem, req.cpu, req.host_mem, now)
-        reserved = []
+            req.gang_nodes[node] = None
         for f in self.pt["reserve"][klass]:
             st = f(req, stmt)
             if st is not SUCCESS and st.code != Code.SUCCESS:
                 return self._undo(req, stmt, st), None, False
-            reserved.append(f)
         st = self._first_failure(self.pt["permit"][klass], req, stmt)
         if st is not None:
             return self._undo(req, stmt, st), None, False

@@ -52,11 +52,12 @@ class Request:
     """One attempt to place ``job`` as ``klass``; ``rank``/``remaining`` move worker by worker."""
 
     __slots__ = ("job", "spec", "klass", "queue", "pid", "now", "workers", "gpus", "milli", "mem",
-                 "cpu", "host_mem", "model", "rank", "remaining", "seen")
+                 "cpu", "host_mem", "model", "rank", "remaining", "seen", "gang_nodes")
 
     def __init__(self) -> None:
         self.job: Job | None = None
         self.seen: set = set()
+        self.gang_nodes: dict = {}  # nodes holding workers placed so far in this attempt, in order
 
     def setup(self, job: Job, klass: str, now: float) -> Request:
         s = job.spec
@@ -65,6 +66,7 @@ class Request:
         self.workers, self.gpus, self.milli, self.mem = s.workers, s.gpus, s.gpu_milli, s.gpu_mem
         self.cpu, self.host_mem, self.model = s.cpu_milli, s.mem_mib, s.gpu_model
         self.rank, self.remaining = 0, s.workers
+        self.gang_nodes.clear()
         return self
 
     @property

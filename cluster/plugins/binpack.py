@@ -1,7 +1,8 @@
 """``binpack`` (seed 000): a guaranteed worker goes to the node whose free GPUs are closest to
 the request, so whole nodes stay free for large jobs. For a gang the request is what its
-unplaced workers still need: first the node that holds them all with the least to spare, else
-the node with the most free GPUs below that (few nodes per gang). A fractional share goes to
+unplaced workers still need: a node already holding workers of the gang first, then the node
+that holds them all with the least to spare, else the node with the most free GPUs below that
+(few nodes per gang). A fractional share goes to
 the partially used GPU with the least free milli that fits (best fit), then to the fullest node
 with a free GPU. CPU-only workers go to the nodes with the fewest free GPUs."""
 
@@ -38,6 +39,9 @@ class BinPack(Plugin):
         if req.gpus == 0:
             yield from state.nodes_by_free(m, 0, BIG)
         elif req.whole:
+            for node in req.gang_nodes:  # the gang's own nodes first: few nodes per gang
+                if node.free >= req.gpus:
+                    yield node
             target = req.remaining * req.gpus
             yield from state.nodes_by_free(m, target, BIG)
             if target > req.gpus:
@@ -58,7 +62,7 @@ class BinPack(Plugin):
         if req.gpus == 0:
             return 100 - node.free
         if req.whole:
-            return closeness(node.free, req.remaining * req.gpus)
+            return closeness(node.free, req.remaining * req.gpus) + (1000 if node in req.gang_nodes else 0)
         least = min((MILLI - g.milli for g in node.gpus if MILLI - g.milli >= req.milli), default=MILLI)
         return 100 - least / 10
 
