@@ -31,6 +31,10 @@ Points (``req`` is the reused ``cluster.jobs.Request`` of the attempt):
   on_placed/on_running/on_released/on_ended/on_promoted   lifecycle notices from the core
 Every status is one of ``Code``: SUCCESS, UNSCHEDULABLE (not now), UNRESOLVABLE (never).
 
+Preemption: victims a post-filter names keep their slots until the core releases them; the
+job they make room for is "nominated" meanwhile (no new victims for it), and in the first cycle
+after its last victim is released it is tried before every queue.
+
 Cost per job is independent of cluster size and queue length: candidates come from indexes,
 filtering stops after ``feasible_nodes`` feasible nodes (or ``max_nodes_examined`` candidates),
 a shape that failed pre-filter/filter in a queue this cycle is not tried again there, and a
@@ -201,6 +205,7 @@ class Framework:
         self.attempts = 0
         self._req = Request()
         self._stmt = Statement(state)
+        self._claims: list[str] = []  # jobs whose victims are all gone, tried first next cycle
         for p in plugins:
             p.bind(self)
         sorters = [p for p in plugins if p.implements("queue_of")]
@@ -268,12 +273,30 @@ class Framework:
         failed: list = []
         actions: list = []
         self.blocked = {}
+        if self._claims:
+            self._serve_claims(now, placed)
         heads = sorted((lst[0].key, name) for name, lst in self.queues.items() if lst)
         for _, name in heads:
             self._walk(name, now, placed, failed, actions)
         for f in self.pt["cycle_end"]:
             actions.extend(f(now) or ())
         return placed, failed, actions
+
+    def _serve_claims(self, now: float, placed: list) -> None:
+        """Jobs whose preemption victims are all gone are tried first, so the capacity freed
+        for them is not taken by a job ahead of them (their victims included)."""
+        claims, self._claims = self._claims, []
+        req = self._req
+        for job_id in claims:
+            job = self.jobs.get(job_id)
+            if job is None or job.state != "pending" or not self.dequeue(job):
+                continue
+            self.attempts += 1
+            _, placement, _ = self._schedule(req.setup(job, job.spec.priority, now))
+            if placement is not None:
+                placed.append((job, placement))
+            else:
+                self.enqueue(job)
 
     def _walk(self, qname: str, now: float, placed: list, failed: list, actions: list) -> None:
         lst = self.queues[qname]
@@ -460,6 +483,7 @@ class Framework:
                 vs.discard(placement.placement_id)
                 if not vs:
                     del self.nominated[by]
+                    self._claims.append(by)
         for f in self.pt["on_released"]:
             f(job, placement, now)
 

@@ -1,11 +1,12 @@
 """``quota``: per-tenant GPU quotas (tenant = ``spec.queue``, or ``spec.user`` with
 ``tenant = "user"``), in GPUs, from ``quotas``; tenants not listed get ``default_quota`` or, when
-it is -1, are rejected at submit. Usage counts guaranteed placements (milli) from placement until
-every slot is released. A job starts within its tenant's quota, or beyond it by borrowing idle
+it is -1, are rejected at submit. Usage counts guaranteed placements (milli) from their reserve (in the
+cycle) until every slot is released. A job starts within its tenant's quota, or beyond it by borrowing idle
 quota of others (``borrow``) while the total usage stays within the total quota. When a job
 within its own quota is blocked, ``reclaim`` preempts placements of tenants over their quota,
 youngest first, until the GPUs they hold plus the free ones cover the job (counted in GPUs, not
-by topology); a tenant is not reclaimed below its quota by more than one placement."""
+by topology); a tenant is not reclaimed below its quota by more than one placement. Until the
+reclaiming job is placed (or ends) nobody borrows, so the capacity it waits for stays free."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from cluster.framework import SUCCESS, Code, Plugin, PostFilterResult, Status, r
 from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.spec import MILLI, JobSpec, Placement
+from cluster.statement import Statement
 
 
 @register
@@ -35,6 +37,7 @@ class Quota(Plugin):
         self.total_used = 0
         self._held: dict[str, tuple[str, int, float]] = {}  # pid -> (tenant, milli, start)
         self._by_tenant: dict[str, dict[str, None]] = {}  # tenant -> pids, oldest first
+        self._reclaiming: dict[str, None] = {}  # jobs that preempted borrowers, until placed/ended
 
     def tenant(self, spec: JobSpec) -> str:
         return spec.user if self.p["tenant"] == "user" else spec.queue
@@ -65,6 +68,8 @@ class Quota(Plugin):
         if self.used[t] + need <= self.quota[t]:
             return SUCCESS
         if self.p["borrow"]:
+            if self._reclaiming:
+                return unschedulable(self.name, f"{t!r} at its quota; no borrowing while a queue reclaims")
             if self.total_used + need <= self.total_quota:
                 return SUCCESS
             return unschedulable(self.name, f"{t!r} over its quota and no idle quota to borrow")
@@ -72,8 +77,7 @@ class Quota(Plugin):
             return unresolvable(self.name, f"needs {need / MILLI:g} GPUs, quota of {t!r} is {self.quota[t] / MILLI:g}")
         return unschedulable(self.name, f"{t!r} at its quota")
 
-    def _add(self, job: Job, placement: Placement, now: float) -> None:
-        pid = placement.placement_id
+    def _add(self, job: Job, pid: str, now: float) -> None:
         if pid in self._held:
             return
         t = self.tenant(job.spec)
@@ -84,18 +88,28 @@ class Quota(Plugin):
         self.used[t] += m
         self.total_used += m
 
-    def on_placed(self, job: Job, placement: Placement, now: float) -> None:
-        if placement.priority == "guaranteed":
-            self._add(job, placement, now)
+    def reserve(self, req: Request, stmt: Statement) -> Status:
+        self._add(req.job, req.pid, req.now)  # counted at once: later jobs of this cycle see it
+        self._reclaiming.pop(req.job.job_id, None)
+        return SUCCESS
+
+    def on_ended(self, job: Job, now: float) -> None:
+        self._reclaiming.pop(job.job_id, None)
+
+    def unreserve(self, req: Request, stmt: Statement) -> None:
+        self._remove(req.pid)
 
     def on_promoted(self, job: Job, placement: Placement, now: float) -> None:
-        self._add(job, placement, now)
+        self._add(job, placement.placement_id, now)
 
     def on_released(self, job: Job, placement: Placement, now: float) -> None:
-        h = self._held.pop(placement.placement_id, None)
+        self._remove(placement.placement_id)
+
+    def _remove(self, pid: str) -> None:
+        h = self._held.pop(pid, None)
         if h is not None:
             t, m, _ = h
-            del self._by_tenant[t][placement.placement_id]
+            del self._by_tenant[t][pid]
             self.used[t] -= m
             self.total_used -= m
 
@@ -129,5 +143,6 @@ class Quota(Plugin):
             victims.append(pid)
             freed += m
             if freed >= short:
+                self._reclaiming[req.job.job_id] = None
                 return PostFilterResult(SUCCESS, tuple(victims), reason=f"preempted: queue {t!r} reclaims its quota")
         return None

@@ -1,0 +1,144 @@
+"""EASY backfill with run-time estimates, the history predictor, and per-queue quotas."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.events import PENDING, RUNNING
+
+from tests.cluster.helpers import changes, config, confirm_stops, finish, job, make_core, run, starts, stops, submit
+
+
+def backfill_core(policy="backfill"):
+    """One 8-GPU node; a 6-GPU job runs from t=0 with a 100 s estimate (shadow time 100)."""
+    core = make_core(policy, [("n0", 8)])
+    run(core, job("r", gpus=6, estimate_s=100.0))
+    return core
+
+
+@pytest.mark.parametrize("policy, head_gpus, gpus, estimate, starts_now", [
+    ("backfill", 8, 2, 50.0, True),  # ends (t=10+50) before the head's reserved start at 100
+    ("backfill", 8, 2, 500.0, False),  # would delay the head
+    ("backfill", 8, 2, None, False),  # unknown estimate: never backfilled
+    ("backfill", 6, 2, 500.0, True),  # long, but only uses GPUs the head will not need at 100
+    ("backfill", 7, 2, 500.0, False),  # the head leaves 1 spare GPU at 100, not 2
+    ("gang-binpack", 8, 2, 50.0, False),  # no backfill: the blocked head blocks the queue
+])
+def test_backfill(policy, head_gpus, gpus, estimate, starts_now):
+    core = backfill_core(policy)
+    out = submit(core, job("head", gpus=head_gpus, t=1, estimate_s=100.0),
+                 job("later", gpus=gpus, t=2, estimate_s=estimate), now=10.0)
+    assert "head" not in starts(out)
+    assert ("later" in starts(out)) is starts_now
+    if policy == "backfill":
+        head, shadow, extra = core.fw.plugin("backfill").reservation("default")
+        assert (head, shadow, extra) == ("head", 100.0, (8 - head_gpus) * 1000 - (2000 if starts_now and estimate == 500.0 else 0))
+
+
+def test_backfill_extra_capacity_is_consumed():
+    """Two long jobs each fit the spare GPU count alone, but not both."""
+    core = backfill_core()
+    out = submit(core, job("head", gpus=6, t=1, estimate_s=10.0), job("l1", gpus=1, t=2, estimate_s=500.0),
+                 job("l2", gpus=2, t=3, estimate_s=500.0), now=10.0)
+    assert sorted(starts(out)) == ["l1"]
+
+
+def test_backfill_uses_the_predictor_when_no_estimate():
+    core = backfill_core()
+    # teach the predictor: same user and name ran 20 s
+    run(core, job("p", gpus=1, user="ann", name="mnist"), now=1.0)
+    finish(core, "p", now=21.0)
+    out = submit(core, job("head", gpus=8, t=30), job("later", gpus=1, t=31, user="ann", name="mnist"), now=30.0)
+    assert "later" in starts(out)
+    assert core.fw.plugin("predictor").predict(core.job("later").spec) == pytest.approx(20.0)
+
+
+def test_backfill_no_shadow_when_running_jobs_have_no_estimate():
+    core = make_core("backfill", [("n0", 8)])
+    run(core, job("r", gpus=6))  # no estimate, predictor has no history: never expected to end
+    out = submit(core, job("head", gpus=8, t=1), job("later", gpus=1, t=2, estimate_s=1.0), now=5.0)
+    assert starts(out) == {}
+    assert core.fw.plugin("backfill").reservation("default") is None
+
+
+@pytest.mark.parametrize("history, spec, expected", [
+    ([("ann", "a", 1, 10.0), ("ann", "b", 1, 30.0)], ("ann", "a", 1), 10.0),  # same user and name
+    ([("ann", "a", 1, 10.0), ("ann", "b", 1, 30.0)], ("ann", "c", 1), 20.0),  # same user
+    ([("bob", "a", 2, 10.0), ("ann", "b", 1, 30.0)], ("cat", "x", 2), 10.0),  # same GPU count
+    ([("bob", "a", 2, 10.0), ("ann", "b", 1, 30.0)], ("cat", "x", 4), 20.0),  # everyone
+    ([], ("cat", "x", 4), None),  # no history: unknown
+])
+def test_predictor_hierarchy(history, spec, expected):
+    core = make_core(config(["fifo", "gang", "binpack", "predictor"]), [("n0", 8)])
+    t = 0.0
+    for i, (user, name, gpus, run_s) in enumerate(history):
+        run(core, job(f"h{i}", gpus=gpus, user=user, name=name), now=t)
+        finish(core, f"h{i}", now=t + run_s)
+        t += 100.0
+    user, name, gpus = spec
+    got = core.fw.plugin("predictor").predict(job("q", gpus=gpus, user=user, name=name))
+    assert got == (pytest.approx(expected) if expected is not None else None)
+
+
+def test_predictor_records_its_error_and_learns_only_successes():
+    core = make_core(config(["fifo", "gang", "binpack", "predictor"]), [("n0", 8)])
+    pred = core.fw.plugin("predictor")
+    run(core, job("a", user="u", name="n"), now=0.0)
+    finish(core, "a", now=10.0)  # learns 10 s, no prediction made at start
+    run(core, job("b", user="u", name="n"), now=20.0)  # predicted 10 s at start
+    finish(core, "b", now=40.0)  # ran 20 s
+    run(core, job("c", user="u", name="n"), now=50.0)
+    finish(core, "c", now=1000.0, code=1)  # failed: not learned
+    acc = pred.accuracy()
+    assert acc["predictions"] == 1
+    assert acc["mean_abs_error_s"] == pytest.approx(10.0)
+    assert acc["mean_abs_pct_error"] == pytest.approx(0.5)
+    assert pred.predict(job("d", user="u", name="n")) == pytest.approx(15.0)
+
+
+def quota_core(borrow=True, reclaim=True, **extra):
+    cfg = config(["fifo", "gang", "binpack", "quota"],
+                 quota={"quotas": {"a": 4, "b": 4}, "borrow": borrow, "reclaim": reclaim, **extra})
+    return make_core(cfg, [("n0", 4), ("n1", 4)])
+
+
+@pytest.mark.parametrize("borrow, started", [(True, ["a1", "a2", "a3"]), (False, ["a1", "a2"])])
+def test_quota_borrowing(borrow, started):
+    core = quota_core(borrow=borrow)
+    placed = run(core, *[job(f"a{i}", gpus=2, queue="a", t=i) for i in (1, 2, 3)])
+    assert sorted(placed) == started
+
+
+def test_quota_reclaim_preempts_the_youngest_borrower():
+    core = quota_core()
+    for i in (1, 2, 3):  # a borrows 2 GPUs of b's idle quota; a3 is the youngest
+        run(core, job(f"a{i}", gpus=2, queue="a", t=i), now=float(i))
+    out = submit(core, job("b1", gpus=4, queue="b", t=10), now=10.0)
+    assert [d.job_id for d in stops(out)] == ["a3"]
+    assert stops(out)[0].reason == "preempted"
+    assert changes(out, "a3") == [PENDING]
+    assert "b1" not in starts(out)  # the GPUs come free once the stop is confirmed
+    assert core.job("a1").state == RUNNING and core.job("a2").state == RUNNING
+    again = core.schedule(11.0)  # no second round of victims while the first is stopping
+    assert stops(again) == []
+    out = confirm_stops(core, out, now=12.0)
+    assert "b1" in starts(out)
+    assert core.job("a3").state == PENDING
+    core.state.check_invariants()
+
+
+def test_quota_no_reclaim_beyond_own_quota():
+    core = quota_core()
+    for i in (1, 2, 3):
+        run(core, job(f"a{i}", gpus=2, queue="a", t=i), now=float(i))
+    out = submit(core, job("b1", gpus=6, queue="b", t=10), now=10.0)  # beyond b's quota of 4
+    assert stops(out) == [] and "b1" not in starts(out)
+
+
+@pytest.mark.parametrize("default_quota, state", [(-1, "failed"), (2, "placing")])
+def test_quota_unknown_queue(default_quota, state):
+    core = quota_core(default_quota=default_quota)
+    submit(core, job("x", gpus=1, queue="other"))
+    assert core.job("x").state == state
+    if state == "failed":
+        assert "unknown queue 'other'" in core.job("x").reason

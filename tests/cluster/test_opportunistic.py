@@ -1,0 +1,174 @@
+"""AntMan: opportunistic placement, preemption of opportunistic work, promotion."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.events import PENDING, RUNNING, Promote, Tick
+
+from tests.cluster.helpers import changes, config, confirm_stops, job, make_core, report, run, starts, stops, submit
+
+GIB = 1 << 30
+
+
+def opp_core(nodes, threshold=None, max_per_gpu=None, extra=(), **params):
+    opp = {}
+    if threshold is not None:
+        opp["util_threshold"] = threshold
+    if max_per_gpu is not None:
+        opp["max_per_gpu"] = max_per_gpu
+    return make_core(config(["fifo", "gang", "binpack", "opportunistic", *extra], opportunistic=opp, **params), nodes)
+
+
+def opp(job_id, gpus=1, t=0.0, **kw):
+    return job(job_id, gpus=gpus, t=t, priority="opportunistic", **kw)
+
+
+@pytest.mark.parametrize("utils, threshold, gpu", [
+    ([0.9, 0.5], None, 1),  # default threshold 0.8
+    ([0.85, 0.95], None, None),  # every GPU too busy
+    ([0.85, 0.95], 0.9, 0),  # a higher threshold admits GPU 0
+    ([0.5, 0.1, 0.3], None, 1),  # least utilized first
+    ([0.8, 0.79], None, 1),  # strictly under the threshold
+])
+def test_opportunistic_threshold_and_order(utils, threshold, gpu):
+    core = opp_core([("n0", len(utils))], threshold=threshold)
+    report(core, "n0", utils)
+    out = submit(core, opp("o"))
+    placed = starts(out)
+    if gpu is None:
+        assert placed == {} and core.job("o").state == PENDING
+    else:
+        assert placed["o"].slots[0].gpus == (gpu,)
+        assert placed["o"].priority == "opportunistic"
+
+
+@pytest.mark.parametrize("mem_used, need, gpu", [
+    ([12 * GIB, 2 * GIB], 8 * GIB, 1),  # GPU 0 lacks the memory, though less utilized
+    ([12 * GIB, 10 * GIB], 8 * GIB, None),
+    ([12 * GIB, 10 * GIB], 0, 0),  # no memory stated: memory never limits
+])
+def test_opportunistic_memory(mem_used, need, gpu):
+    core = opp_core([("n0", 2, 16 * GIB)])
+    report(core, "n0", [0.1, 0.2], mem_used=mem_used)
+    placed = starts(submit(core, opp("o", gpu_mem=need)))
+    assert (placed["o"].slots[0].gpus[0] if placed else None) == gpu
+
+
+def test_opportunistic_prefers_a_gpu_beside_a_guaranteed_job_at_equal_utilization():
+    core = opp_core([("n0", 2)])
+    g = run(core, job("g"))
+    busy = g["g"].slots[0].gpus[0]
+    report(core, "n0", [0.2, 0.2])
+    placed = starts(submit(core, opp("o", t=1), now=1.0))
+    assert placed["o"].slots[0].gpus == (busy,)
+
+
+def test_opportunistic_takes_no_guaranteed_allocation():
+    core = opp_core([("n0", 1)])
+    run(core, opp("o"))
+    gpu = core.state.nodes["n0"].gpus[0]
+    assert gpu.milli == 0 and core.state.free_gpus() == 1 and list(gpu.o) == ["o.1"]
+    placed = run(core, job("g", t=1), now=1.0)  # a guaranteed job still gets the GPU
+    assert placed["g"].slots[0].gpus == (0,)
+    assert stops([]) == [] and core.job("o").state == RUNNING
+    core.state.check_invariants()
+
+
+@pytest.mark.parametrize("max_per_gpu, placed", [(1, ["o1"]), (2, ["o1", "o2"]), (0, ["o1", "o2", "o3"])])
+def test_opportunistic_max_per_gpu(max_per_gpu, placed):
+    core = opp_core([("n0", 1)], max_per_gpu=max_per_gpu)
+    got = run(core, opp("o1"), opp("o2", t=1), opp("o3", t=2))
+    assert sorted(got) == placed
+
+
+def test_opportunistic_queue_never_blocks():
+    core = opp_core([("n0", 1, 16 * GIB)])
+    got = run(core, opp("big", gpu_mem=32 * GIB), opp("small", t=1, gpu_mem=GIB))
+    assert list(got) == ["small"]
+
+
+def test_no_opportunistic_plugin_rejects_opportunistic_jobs():
+    core = make_core("gang-binpack", [("n0", 1)])
+    submit(core, opp("o"))
+    assert core.job("o").state == "failed" and "opportunistic" in core.job("o").reason
+
+
+def test_preemption_stops_opportunistic_work_for_a_guaranteed_job():
+    core = opp_core([("n0", 1, 16 * GIB)], extra=["preemption"])
+    run(core, opp("o", gpu_mem=12 * GIB))
+    out = submit(core, job("g", gpu_mem=8 * GIB, t=1), now=1.0)
+    assert [(d.job_id, d.reason) for d in stops(out)] == [("o", "preempted")]
+    assert changes(out, "o") == [PENDING]
+    assert "g" not in starts(out)  # the freed GPU is used once the stop is confirmed
+    assert core.counters()["preemptions"] == 1
+    out = confirm_stops(core, out, now=2.0)
+    assert starts(out)["g"].slots[0].gpus == (0,)
+    assert "o" not in starts(out)  # the victim does not take the memory back first
+    core.state.check_invariants()
+
+
+def test_preemption_only_frees_opportunistic_placements():
+    core = opp_core([("n0", 1, 16 * GIB)], extra=["preemption"])
+    run(core, job("g1", gpu_mem=4 * GIB), opp("o", t=1, gpu_mem=4 * GIB))
+    out = submit(core, job("g2", t=2), now=2.0)  # blocked by g1's guaranteed share: nothing to preempt
+    assert stops(out) == [] and core.job("g1").state == RUNNING and core.job("o").state == RUNNING
+
+
+@pytest.mark.parametrize("held, need, victims", [
+    ([6, 6], 8, ["o2"]),  # one victim is enough: the youngest of equal size
+    ([10, 4], 8, ["o1"]),  # fewest: the older but larger one, not the youngest two
+    ([7, 7], 16, ["o2", "o1"]),  # both needed
+    ([7, 7], 17, []),  # nothing helps: no stop at all
+])
+def test_preemption_fewest_then_youngest(held, need, victims):
+    core = opp_core([("n0", 1, 16 * GIB)], max_per_gpu=0, extra=["preemption"])
+    for i, g in enumerate(held, 1):
+        run(core, opp(f"o{i}", t=i, gpu_mem=g * GIB), now=float(i))
+    out = submit(core, job("g", gpu_mem=need * GIB, t=10), now=10.0)
+    assert [d.job_id for d in stops(out)] == victims
+
+
+def test_promotion_starts_a_long_waiting_guaranteed_job_as_opportunistic():
+    cfg = config(["fifo", "gang", "binpack", "opportunistic", "promotion"], promotion={"wait_s": 60.0})
+    core = make_core(cfg, [("n0", 1)])
+    run(core, job("g1"))
+    out = submit(core, job("g2", t=1), now=1.0)
+    assert starts(out) == {}
+    out = core.handle(Tick(), 30.0)
+    assert starts(out) == {}  # waited 29 s < 60 s
+    out = core.handle(Tick(), 70.0)
+    assert starts(out)["g2"].priority == "opportunistic"
+    assert [d.reason for d in out if getattr(d, "job_id", "") == "g2"][0] == "as opportunistic"
+    assert core.state.nodes["n0"].gpus[0].milli == 1000  # g1 only
+
+
+def test_promotion_upgrades_in_place_where_guaranteed_capacity_is_free():
+    cfg = config(["fifo", "gang", "binpack", "opportunistic", "promotion"], promotion={"interval_s": 0.0})
+    core = make_core(cfg, [("n0", 2)])
+    g = run(core, job("g"))
+    run(core, opp("o", t=1), now=1.0)
+    o_gpu = core.job("o").placement.slots[0].gpus[0]
+    shared = o_gpu == g["g"].slots[0].gpus[0]
+    out = core.handle(Tick(), 5.0)
+    promotes = [d for d in out if isinstance(d, Promote)]
+    if shared:  # beside a guaranteed job: no guaranteed capacity free there
+        assert promotes == []
+    else:
+        assert [p.job_id for p in promotes] == ["o"]
+        i = out.index(promotes[0])
+        assert out[i - 1].job_id == "o" and out[i - 1].state == RUNNING  # JobChanged first
+        assert core.job("o").placement.priority == "guaranteed"
+        assert core.state.nodes["n0"].gpus[o_gpu].milli == 1000
+    core.state.check_invariants()
+
+
+def test_promotion_upgrade_of_a_lone_opportunistic_job():
+    cfg = config(["fifo", "gang", "binpack", "opportunistic", "promotion"], promotion={"interval_s": 0.0})
+    core = make_core(cfg, [("n0", 1)])
+    run(core, opp("o"))
+    out = core.handle(Tick(), 5.0)
+    assert [d.job_id for d in out if isinstance(d, Promote)] == ["o"]
+    assert core.state.free_gpus() == 0
+    out = submit(core, job("g", t=6), now=6.0)
+    assert starts(out) == {}  # the promoted job holds the GPU as guaranteed now
