@@ -252,6 +252,8 @@ class Framework:
         i = bisect_left(lst, job.key, key=_key)
         if i < len(lst) and lst[i] is job:
             del lst[i]
+            if not lst:
+                del self.queues[job.queue]
             return True
         return False
 

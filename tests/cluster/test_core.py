@@ -1,0 +1,247 @@
+"""The job state machine: starts, exits, start failures, cancel, node loss and restart, orphans,
+restore from journal records."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from cluster import events as ev
+from cluster.core import SchedulerCore
+from cluster.events import CANCELLED, FAILED, PENDING, PLACING, RUNNING, SUCCEEDED
+from cluster.spec import NodeSpec
+
+from tests.cluster.helpers import (changes, config, confirm_stops, finish, job, make_core, report, run, start_all,
+                                   starts, stops, submit)
+
+
+def test_happy_path_and_decision_order():
+    core = make_core("gang-binpack", [("n0", 4), ("n1", 4)])
+    out = submit(core, job("g", workers=2, gpus=4))
+    assert [type(d).__name__ for d in out] == ["JobChanged", "JobChanged", "StartWorkers"]
+    assert changes(out) == [PENDING, PLACING]
+    p = starts(out)["g"]
+    assert p.placement_id == "g.1" and out[1].placement_id == "g.1"
+    assert core.handle(ev.WorkerStarted("g", "g.1", 0), 1.0) == []
+    assert changes(core.handle(ev.WorkerStarted("g", "g.1", 1), 1.0)) == [RUNNING]
+    assert core.handle(ev.WorkerExited("g", "g.1", 0, 0), 2.0) == []
+    assert changes(core.handle(ev.WorkerExited("g", "g.1", 1, 0), 2.0)) == [SUCCEEDED]
+    assert core.state.allocs == {} and core.state.free_gpus() == 8
+    # late and duplicate events change nothing
+    assert core.handle(ev.WorkerExited("g", "g.1", 1, 0), 3.0) == []
+    assert core.handle(ev.WorkerStarted("g", "g.1", 0), 3.0) == []
+    assert core.job("g").state == SUCCEEDED
+
+
+def test_nothing_changed_runs_no_cycle():
+    core = make_core("gang-binpack", [("n0", 1)])
+    out = submit(core, job("a"), job("b", t=1))
+    cycles = core.counters()["cycles"]
+    start_all(core, out)  # a start frees nothing
+    report(core, "n0", [0.5])  # utilization only matters to opportunistic placement
+    assert core.counters()["cycles"] == cycles
+    finish(core, "a", now=5.0)
+    assert core.counters()["cycles"] == cycles + 1 and core.job("b").state == PLACING
+
+
+@pytest.mark.parametrize("how", ["early_exit", "refused", "timeout"])
+def test_gang_start_failure_requeues_then_fails(how):
+    cfg = config(["fifo", "gang", "binpack"], scheduler={"max_start_failures": 2, "start_timeout_s": 60.0})
+    core = make_core(cfg, [("n0", 1), ("n1", 1)])
+    out = submit(core, job("g", workers=2))
+    for attempt in (1, 2):
+        pid = f"g.{attempt}"
+        core.handle(ev.WorkerStarted("g", pid, 0), 1.0)
+        t = 100.0 * attempt
+        if how == "early_exit":
+            out = core.handle(ev.WorkerExited("g", pid, 1, 1), t)
+        elif how == "refused":
+            node = core.job("g").placement.slots[1].node_id
+            out = core.handle(ev.StartRefused("g", pid, node, "no such GPU"), t)
+        else:
+            out = core.handle(ev.Tick(), core.job("g").placed_at + 60.0)
+        want = PENDING if attempt == 1 else FAILED
+        assert changes(out, "g")[0] == want
+        st = stops(out)
+        assert len(st) == 1 and st[0].reason == "start failed" and st[0].placement_id == pid
+        rank0_node = [s.node_id for s in core.stopping[pid].placement.slots if s.rank == 0][0]
+        assert rank0_node in st[0].nodes  # rank 0 started: it must be stopped
+        assert out.index(st[0]) > 0  # the JobChanged comes first
+        out = confirm_stops(core, out, now=t + 1)
+        if attempt == 1:
+            assert starts(out)["g"].placement_id == "g.2"  # requeued and placed again, new id
+    assert core.job("g").state == FAILED and "start failed 2 times" in core.job("g").reason
+    assert core.state.allocs == {}
+    core.state.check_invariants()
+
+
+def test_running_gang_member_failure_fails_the_job():
+    core = make_core("gang-binpack", [("n0", 1), ("n1", 1)])
+    run(core, job("g", workers=2))
+    out = core.handle(ev.WorkerExited("g", "g.1", 0, 137), 5.0)
+    assert changes(out, "g") == [FAILED] and "rank 0 exited with code 137" in core.job("g").reason
+    [st] = stops(out)
+    assert st.reason == "gang member failed"
+    held_node = core.stopping["g.1"].placement.slots[1].node_id
+    assert st.nodes == (held_node,)  # only where a worker still runs
+    confirm_stops(core, out, 6.0)
+    assert core.state.allocs == {} and core.job("g").state == FAILED
+
+
+@pytest.mark.parametrize("state", [PENDING, PLACING, RUNNING])
+def test_cancel(state):
+    core = make_core("gang-binpack", [("n0", 1)])
+    if state == PENDING:
+        run(core, job("other"))
+        submit(core, job("j", t=1))
+    elif state == PLACING:
+        submit(core, job("j"))
+    else:
+        run(core, job("j"))
+    assert core.job("j").state == state
+    out = core.handle(ev.JobCancelled("j"), 5.0)
+    assert changes(out, "j") == [CANCELLED]
+    assert [d.reason for d in stops(out)] == ([] if state == PENDING else ["cancelled"])
+    assert core.handle(ev.JobCancelled("j"), 6.0) == []
+    assert core.queues() == {}
+
+
+def test_node_lost_requeues_the_whole_gang():
+    core = make_core("gang-binpack", [("n0", 2), ("n1", 2), ("n2", 4)])
+    run(core, job("big", gpus=4))  # takes n2
+    placed = run(core, job("g", workers=2, gpus=2, t=1), now=1.0)
+    nodes = sorted({s.node_id for s in placed["g"].slots})
+    assert nodes == ["n0", "n1"]
+    out = core.handle(ev.NodeLost("n1", "missed heartbeats"), 5.0)
+    assert changes(out, "g") == [PENDING] and "node n1 lost" in core.job("g").reason
+    [st] = stops(out)
+    assert st.nodes == ("n0",) and st.reason == "node lost"
+    assert not core.state.nodes["n1"].up and core.state.free_gpus() == 0  # n0 still held until confirmed
+    out = confirm_stops(core, out, 6.0)
+    assert core.job("g").state == PENDING  # 2 workers x 2 GPUs no longer fit (n0 only)
+    out = core.handle(ev.NodeJoined(NodeSpec("n1", 2), 2), 7.0)
+    assert starts(out)["g"].placement_id == "g.2"
+    core.state.check_invariants()
+
+
+@pytest.mark.parametrize("listed, requeued", [(True, False), (False, True)])
+def test_node_restart_reconciles_on_its_next_report(listed, requeued):
+    core = make_core("gang-binpack", [("n0", 1)])
+    run(core, job("j"))
+    core.handle(ev.NodeJoined(NodeSpec("n0", 1), 2), 5.0)  # restarted: new epoch
+    assert core.job("j").state == RUNNING  # until its report says otherwise
+    workers = (ev.WorkerReport("j", "j.1", 0, True),) if listed else ()
+    out = report(core, "n0", [0.5], workers=workers, now=6.0)
+    assert (core.job("j").state == PENDING or "j" in starts(out)) is requeued
+    if requeued:
+        assert changes(out, "j")[0] == PENDING and starts(out)["j"].placement_id == "j.2"
+
+
+def test_new_spec_on_reregistration_is_a_loss():
+    core = make_core("gang-binpack", [("n0", 2)])
+    run(core, job("j", gpus=2))
+    out = core.handle(ev.NodeJoined(NodeSpec("n0", 4), 2), 5.0)
+    assert changes(out, "j") == [PENDING, PLACING]
+    assert starts(out)["j"].placement_id == "j.2" and stops(out) == []  # nothing left to stop there
+
+
+def test_stale_events_are_ignored():
+    core = make_core("gang-binpack", [("n0", 1)])
+    run(core, job("j"))
+    core.handle(ev.NodeJoined(NodeSpec("n0", 1), 3), 1.0)
+    assert report(core, "n0", [0.1], workers=(), epoch=2) == []  # an old epoch's report
+    assert core.job("j").state == RUNNING
+    assert core.handle(ev.NodeJoined(NodeSpec("n0", 1), 2), 2.0) == []  # an old registration
+    assert core.handle(ev.NodeLost("nope", "x"), 2.0) == []
+
+
+def test_orphans_are_stopped():
+    core = make_core("gang-binpack", [("n0", 2)])
+    run(core, job("j"))
+    finish(core, "j", 2.0)
+    workers = (ev.WorkerReport("j", "j.1", 0, True),  # ended placement, still running
+               ev.WorkerReport("x", "x.7", 0, True),  # never heard of
+               ev.WorkerReport("y", "y.1", 0, False, 0))  # not running: nothing to stop
+    out = report(core, "n0", [0.0, 0.0], workers=workers, now=3.0)
+    assert [(d.job_id, d.placement_id, d.nodes, d.reason) for d in out] == [
+        ("j", "j.1", ("n0",), "orphan"), ("x", "x.7", ("n0",), "orphan")]
+
+
+def test_report_confirms_starts_and_exits():
+    core = make_core("gang-binpack", [("n0", 1)])
+    submit(core, job("j"))
+    out = report(core, "n0", [0.9], workers=(ev.WorkerReport("j", "j.1", 0, True),), now=1.0)
+    assert changes(out, "j") == [RUNNING]
+    out = report(core, "n0", [0.0], workers=(ev.WorkerReport("j", "j.1", 0, False, 0),), now=2.0)
+    assert changes(out, "j") == [SUCCEEDED]
+
+
+def test_stopping_slots_released_when_the_report_no_longer_lists_them():
+    core = make_core("gang-binpack", [("n0", 1)])
+    run(core, job("j"))
+    out = core.handle(ev.JobCancelled("j"), 1.0)
+    assert stops(out) and core.state.free_gpus() == 0
+    out = submit(core, job("k", t=2), now=2.0)
+    assert starts(out) == {}
+    out = report(core, "n0", [0.0], workers=(), now=3.0)
+    assert "k" in starts(out)
+
+
+def test_duplicate_submit_and_bad_event():
+    core = make_core("gang-binpack", [("n0", 1)])
+    submit(core, job("j"))
+    assert submit(core, job("j", gpus=2)) == []
+    assert core.counters()["duplicates"] == 1
+    assert core.validate(job("j")) == "job 'j' already exists"
+    with pytest.raises(TypeError, match="not a scheduler event"):
+        core.handle(object(), 0.0)
+
+
+@pytest.mark.parametrize("report_lists, node_joins", [(True, True), (False, True), (True, False)])
+def test_restore(report_lists, node_joins):
+    core = make_core("gang-binpack", [("n0", 2), ("n1", 2)])
+    placed = run(core, job("r", workers=2, gpus=2))
+    assert sorted(s.node_id for s in placed["r"].slots) == ["n0", "n1"]
+    submit(core, job("p1", gpus=2, t=1), job("p2", gpus=1, t=2), now=1.0)
+    records = core.records()
+    assert [r.state for r in records] == [RUNNING, PENDING, PENDING]
+
+    new = SchedulerCore(core.config, random.Random(0))
+    assert new.restore(records, 10.0) == []
+    assert new.job("r").state == RUNNING and new.job("r").placement == placed["r"]
+    assert new.queues() == {"default": ["p1", "p2"]}
+    if not node_joins:
+        assert new.handle(ev.Tick(), 11.0) == []  # within the grace period
+        out = new.handle(ev.Tick(), 10.0 + new.sched["restore_grace_s"])
+        assert changes(out, "r") == [PENDING] and stops(out) == []
+        assert "did not register" in new.job("r").reason
+        return
+    out = new.handle_batch([ev.NodeJoined(NodeSpec(n, 2), 5) for n in ("n0", "n1")], 11.0)
+    assert out == [] and new.state.free_gpus() == 0  # r's slots are held again
+    for s in placed["r"].slots:
+        ws = (ev.WorkerReport("r", "r.1", s.rank, True),) if report_lists else ()
+        out = report(new, s.node_id, [0.5, 0.5], workers=ws, now=12.0)
+        if not report_lists and s.node_id == "n0":
+            assert changes(out, "r") == [PENDING] and [d.nodes for d in stops(out)] == [("n1",)]
+    if report_lists:
+        assert new.job("r").state == RUNNING and new.job("r").attempt == 1
+    else:  # n1's report released the stopped slot; r, the oldest, is placed again
+        assert new.job("r").state == PLACING and new.job("r").placement_id == "r.2"
+    new.state.check_invariants()
+
+
+def test_restore_keeps_attempts_and_needs_a_fresh_core():
+    cfg = config(["fifo", "gang", "binpack"], scheduler={"max_start_failures": 5})
+    core = make_core(cfg, [("n0", 1)])
+    submit(core, job("j"))
+    core.handle(ev.StartRefused("j", "j.1", "n0", "x"), 1.0)  # requeued, placed again as j.2
+    assert core.job("j").placement_id == "j.2"
+    new = SchedulerCore(cfg, random.Random(0))
+    new.restore(core.records(), 5.0)
+    new.handle(ev.NodeJoined(NodeSpec("n0", 1), 2), 6.0)
+    out = report(new, "n0", [0.0], workers=(), now=7.0)  # j.2 never started there: lost
+    assert starts(out)["j"].placement_id == "j.3"
+    assert new.job("j").failed_starts == 1
+    with pytest.raises(RuntimeError, match="fresh core"):
+        new.restore(core.records(), 8.0)
