@@ -61,7 +61,7 @@ def sim_core(gpu: int = 0) -> int:
     if env_core is not None and env_core.strip().isdigit():
         return int(env_core)
     try:
-        from colocate.device.sim import default_core
+        from colocate.gpus.sim import default_core
 
         return default_core(gpu)
     except Exception:

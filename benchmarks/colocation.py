@@ -40,12 +40,12 @@ KEYS = ("guaranteed_throughput_ratio", "device_utilization", "utilization_gain",
 
 
 def control_latencies(record: str) -> list[float]:
-    """Seconds from each SetLimits (node_t) to the end of the job's first batch under it."""
+    """Seconds from each SetLimits to the node's receipt of the job's first batch under it (node clock)."""
     rows = [json.loads(line) for line in open(record)]
     reports: dict[str, list[tuple[int, float]]] = {}
     for r in rows:
         if r["kind"] == "report":
-            reports.setdefault(r["job_id"], []).append((r["limits_seq"], r["t_end"]))
+            reports.setdefault(r["job_id"], []).append((r["limits_seq"], r["node_t"]))
     out = []
     for r in rows:
         if r["kind"] != "limits":

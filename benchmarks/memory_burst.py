@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import invocation, machine_info, machine_lines, markdown_table, update_results  # noqa: E402
 
-from colocate.demo import JobSpec, run_scenario  # noqa: E402
+from colocate.demo.node import JobSpec, run_scenario  # noqa: E402
 
 MiB = 1 << 20
 
@@ -56,10 +56,9 @@ def one_run(workdir: str, burst_at: int, burst_mib: int, duration: float) -> dic
     if shrink is not None:
         # in force: the job's acknowledgement (at its first boundary under the cap, or at once while paused)
         seq = shrink["limits"]["seq"]
-        applied = [r["applied_at"] for r in rows if r["kind"] == "applied" and r["job_id"] == o.job_id
+        # (node receive times: the job's own clock is not comparable with the node's)
+        applied = [r["node_t"] for r in rows if r["kind"] in ("applied", "report") and r["job_id"] == o.job_id
                    and r["limits_seq"] >= seq]
-        applied += [r["t_end"] for r in rows if r["kind"] == "report" and r["job_id"] == o.job_id
-                    and r["limits_seq"] >= seq]
         out.update(cap_after=shrink["limits"]["mem_cap"], shrink_s=shrink["node_t"] - burst["node_t"],
                    in_force_s=(min(applied) - burst["node_t"]) if applied else None,
                    o_share_at_shrink=shrink["limits"]["sm_share"])

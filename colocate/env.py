@@ -35,7 +35,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_ON_CAP", "host", "`host`: allocations over the cap are served from host memory; `error`: the job stops with one line."),
     Variable("COLOCATE_STATS_DIR", "", "Directory where each job process writes `stats-<pid>.json` at exit (the launcher merges them)."),
     Variable("COLOCATE_TOKEN", "<random>", "Secret the launcher draws per job; the node binds the job id to it, so no other process can register as this job."),
-    Variable("COLOCATE_NODE", "", "Endpoint of the node coordinator (e.g. ipc:///tmp/colocate-node.sock); empty: run standalone."),
+    Variable("COLOCATE_NODE", "", "Endpoint of the node coordinator (`colocate node` listens on ipc:///tmp/colocate-$UID/node.sock by default); empty: run standalone."),
     Variable("COLOCATE_YIELD_VIA", "priority", "How an opportunistic job gives way when the node says so (limits `gate`): `priority` runs it at low device priority (sim: the GPU core's idle scheduling class), `gate` holds its operators while the guaranteed job's device phase runs or is due (sim); comma-separated, or `none`."),
     Variable("COLOCATE_SIM_CORE", "<gpu index mod cores>", "sim: CPU core that is the simulated GPU's compute; the job is pinned to it."),
     Variable("COLOCATE_SIM_GPU_MEM", "16GiB", "sim: total memory of the simulated GPU in bytes (the cap when none is given)."),
@@ -46,7 +46,8 @@ VARIABLES: tuple[Variable, ...] = (
 
 NAMES = frozenset(v.name for v in VARIABLES)
 
-DEVICES = ("sim", "cuda")
+DEVICES = ("sim", "cuda")  # concrete device kinds
+DEVICE_CHOICES = ("auto",) + DEVICES  # what a user may ask for; auto = cuda when NVML sees a GPU
 PRIORITIES = ("guaranteed", "opportunistic")
 ON_CAP = ("host", "error")
 LOG_LEVELS = ("debug", "info", "warning", "error")

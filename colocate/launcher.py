@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import colocate
+from colocate import stats
 from colocate.env import JobEnv
 from colocate.files import write_json_atomic
 
@@ -29,9 +30,6 @@ INJECT_DIR = str(Path(__file__).with_name("_inject"))
 PROJECT_ROOT = str(Path(colocate.__file__).resolve().parent.parent)
 FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGCONT")
 
-# The fields every --stats-file carries (a job that never imported torch gets zeros).
-SUMMARY_KEYS = ("iterations", "wall_s", "device_busy_s", "busy_fraction", "mem_cap_bytes",
-                "mem_reserved_peak_bytes", "mem_allocated_peak_bytes", "host_bytes_peak")
 
 
 class LaunchError(Exception):
@@ -131,7 +129,7 @@ def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("MKL_NUM_THREADS", "1")
     else:
-        from colocate.device.cuda import visible_device
+        from colocate.gpus.nvml import visible_device
 
         # by UUID: CUDA's own device order (fastest first) need not be NVML's, whose index --gpu is
         env["CUDA_VISIBLE_DEVICES"] = visible_device(spec.gpu)
@@ -140,7 +138,7 @@ def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
 
 
 def merge_stats(stats_dir: str) -> dict:
-    """One summary for the job from its processes' ``stats-<pid>.json`` files."""
+    """One summary for the job from its processes' ``stats-<pid>.json`` files (``colocate.stats``)."""
     procs = []
     for path in sorted(glob.glob(os.path.join(stats_dir, "stats-*.json"))):
         try:
@@ -148,23 +146,7 @@ def merge_stats(stats_dir: str) -> dict:
                 procs.append(json.load(f))
         except (OSError, ValueError):
             continue
-    if not procs:
-        out = {k: 0 for k in SUMMARY_KEYS}
-        out["note"] = "no process of the job installed the runtime (it never imported torch)"
-        out["processes"] = []
-        return out
-    if len(procs) == 1:
-        out = dict(procs[0])
-    else:
-        main = max(procs, key=lambda p: p["iterations"])
-        out = dict(main)
-        out["device_busy_s"] = sum(p["device_busy_s"] for p in procs)
-        out["wall_s"] = max(p["wall_s"] for p in procs)
-        out["busy_fraction"] = out["device_busy_s"] / out["wall_s"] if out["wall_s"] > 0 else 0.0
-        for key in ("mem_reserved_peak_bytes", "mem_allocated_peak_bytes", "host_bytes_peak"):
-            out[key] = max(p[key] for p in procs)
-    out["processes"] = procs
-    return out
+    return stats.merge(procs)
 
 
 def launch(spec: RunSpec) -> int:
@@ -172,7 +154,7 @@ def launch(spec: RunSpec) -> int:
     base = dict(os.environ)
     check_command(spec.command, base.get("PATH"))
     if spec.device == "cuda":
-        from colocate.device.cuda import nvml_device_count
+        from colocate.gpus.nvml import device_count as nvml_device_count
 
         count = nvml_device_count()
         if count and spec.gpu >= count:
@@ -181,7 +163,7 @@ def launch(spec: RunSpec) -> int:
         env = job_environment(spec, base, stats_dir)
         if spec.device == "sim":
             # the launcher, and the job until its runtime pins it, stay off the simulated GPU's core
-            from colocate.device.sim import core_of, keep_off_cores
+            from colocate.gpus.sim import core_of, keep_off_cores
 
             keep_off_cores({core_of(JobEnv.from_environ(env))})
         try:

@@ -24,10 +24,25 @@ Ordering and idempotence:
     ``LimitsApplied``; every ``BatchReport.limits_seq`` names the seq in force during that batch.
   * ``Limits.gate``: the job must hold its device work while the guaranteed job's device phase runs.
 
-``decode``/``decode_json`` raise only ``ProtocolError`` (a ``ValueError``) whatever the input; ``.code`` is
-"malformed" (not a msgpack/JSON map, too big, no type), "version", "unknown_type" or "invalid" (missing,
-extra, ill-typed or out-of-range fields). Constructing a message validates it the same way, so an invalid
-message can be neither built nor received. Field rules are declared once, as dataclass field metadata.
+Liveness (zguide Paranoid Pirate): ``Welcome`` tells the job the node's ``heartbeat_s`` and ``liveness``.
+The job sends a ``Heartbeat`` every ``heartbeat_s`` and the node echoes it; either side that hears nothing
+from the other for ``heartbeat_s * liveness`` seconds treats it as gone (the job reconnects and registers
+again; the node drops the job).
+
+Error codes (``Error.code``, the one list: ``ERROR_CODES``):
+  ``malformed``     not a msgpack/JSON map, too big, no type
+  ``version``       another protocol version, or none
+  ``unknown_type``  a type this protocol does not have
+  ``invalid``       missing, extra, ill-typed or out-of-range fields
+  ``forbidden``     a valid message the receiving endpoint does not accept, or one speaking for a job
+                    the connection is not registered as
+  ``rejected``      a registration the node refuses for good (GPU taken by a guaranteed job, job id bound
+                    to another token or process); the job must not register again
+  ``unknown_job``   a job message for a job the node does not know (e.g. after a node restart): the job
+                    registers again
+``decode``/``decode_json`` raise only ``ProtocolError`` (a ``ValueError``) with one of the first four codes,
+whatever the input. Constructing a message validates it the same way, so an invalid message can be neither
+built nor received. Field rules are declared once, as dataclass field metadata.
 """
 
 from __future__ import annotations
@@ -39,7 +54,7 @@ from typing import Any, ClassVar, Optional
 
 import msgpack
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAX_MESSAGE_BYTES = 1 << 20  # inputs above this are rejected before unpacking
 MAX_ID_CHARS = 128
 MAX_TEXT_CHARS = 4096
@@ -47,7 +62,10 @@ MAX_LIST_ITEMS = 1024
 _I64 = (1 << 63) - 1
 _RESERVED_KEYS = ("v", "t")
 
-ERROR_CODES = ("malformed", "version", "unknown_type", "invalid")
+MALFORMED, VERSION, UNKNOWN_TYPE, INVALID = "malformed", "version", "unknown_type", "invalid"
+FORBIDDEN, REJECTED, UNKNOWN_JOB = "forbidden", "rejected", "unknown_job"
+DECODE_ERRORS = (MALFORMED, VERSION, UNKNOWN_TYPE, INVALID)
+ERROR_CODES = DECODE_ERRORS + (FORBIDDEN, REJECTED, UNKNOWN_JOB)
 
 
 class ProtocolError(ValueError):
@@ -66,7 +84,7 @@ def _bad(name: str, want: str, got: Any) -> ProtocolError:
     shown = repr(got)
     if len(shown) > 80:
         shown = shown[:77] + "..."
-    return ProtocolError("invalid", f"{name}: expected {want}, got {shown}")
+    return ProtocolError(INVALID, f"{name}: expected {want}, got {shown}")
 
 
 # ---------------------------------------------------------------- field rules
@@ -286,11 +304,12 @@ class Register(Message):
     pid: int = _f(PID)
     gpu: int = _f(COUNT)
     priority: str = _f(PRIORITY)
-    mem_request: Optional[int] = _f(Opt(SIZE))
-    sm_share: float = _f(SHARE)
-    mem_cap: int = _f(SIZE)
+    mem_request: Optional[int] = _f(Opt(SIZE))  # the job's --gpu-mem: the most the node may give (None: any)
+    sm_share: float = _f(SHARE)  # the share in force now (a re-registering job may be paused)
+    mem_cap: int = _f(SIZE)  # the cap in force now
     epoch: int = _f(COUNT)  # job-side incarnation counter
     token: str = _f(Str(128), default="")  # secret from the launcher; re-registering must repeat it
+    sm_request: float = _f(SHARE, default=1.0)  # the job's --sm-share: the most the node may give
 
 
 @_record("batch_report")
@@ -335,6 +354,8 @@ class Welcome(Message):
     job_id: str = _f(JOB_ID)
     node_epoch: int = _f(COUNT)
     limits: Limits = _f(Nested(Limits))
+    heartbeat_s: float = _f(Num(float, 0.01, 3600.0), default=1.0)  # the job heartbeats this often
+    liveness: int = _f(Num(int, 1, 1000), default=3)  # silent intervals before a peer counts as gone
 
 
 @_record("set_limits")
@@ -346,7 +367,7 @@ class SetLimits(Message):
 # both directions
 @_record("error")
 class Error(Message):
-    code: str = _f(Str(64, min_len=1))
+    code: str = _f(Str(64, choices=ERROR_CODES))
     message: str = _f(TEXT)
     job_id: Optional[str] = _f(Opt(JOB_ID))
 
@@ -365,7 +386,7 @@ class CtlSet(Message):
 
     def _check(self) -> None:
         if self.mem_cap is None and self.sm_share is None:
-            raise ProtocolError("invalid", "CtlSet: set at least one of mem_cap, sm_share")
+            raise ProtocolError(INVALID, "CtlSet: set at least one of mem_cap, sm_share")
 
 
 # node -> ctl/top
@@ -401,7 +422,7 @@ def _from_map(cls: type, m: dict) -> Any:
     if missing or extra:
         what = (f"missing fields {missing}" if missing else "") + (" " if missing and extra else "")
         what += f"unexpected fields {extra!r:.200}" if extra else ""
-        raise ProtocolError("invalid", f"{cls.__name__}: {what}")
+        raise ProtocolError(INVALID, f"{cls.__name__}: {what}")
     return cls(**{name: spec.load(m[name], f"{cls.__name__}.{name}") for name, spec in specs})
 
 
@@ -415,38 +436,38 @@ def to_wire(msg: Message) -> dict:
 def from_wire(obj: Any) -> Message:
     """Validate an unpacked map and build its message; raises only ``ProtocolError``."""
     if type(obj) is not dict:
-        raise ProtocolError("malformed", f"expected a map, got {type(obj).__name__}")
+        raise ProtocolError(MALFORMED, f"expected a map, got {type(obj).__name__}")
     if "v" not in obj:
-        raise ProtocolError("version", f"missing protocol version: expected {PROTOCOL_VERSION}")
+        raise ProtocolError(VERSION, f"missing protocol version: expected {PROTOCOL_VERSION}")
     v = obj["v"]
     if type(v) is not int or v != PROTOCOL_VERSION:
-        raise ProtocolError("version", f"version mismatch: expected {PROTOCOL_VERSION}, got {v!r:.40}")
+        raise ProtocolError(VERSION, f"version mismatch: expected {PROTOCOL_VERSION}, got {v!r:.40}")
     t = obj.get("t")
     if type(t) is not str:
-        raise ProtocolError("malformed", "missing message type 't'")
+        raise ProtocolError(MALFORMED, "missing message type 't'")
     cls = MESSAGE_TYPES.get(t)
     if cls is None:
-        raise ProtocolError("unknown_type", f"unknown message type {t!r:.80}")
+        raise ProtocolError(UNKNOWN_TYPE, f"unknown message type {t!r:.80}")
     return _from_map(cls, {k: x for k, x in obj.items() if k not in _RESERVED_KEYS})
 
 
 def _check_size(n: int) -> None:
     if n > MAX_MESSAGE_BYTES:
-        raise ProtocolError("malformed", f"message of {n} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
+        raise ProtocolError(MALFORMED, f"message of {n} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
 
 
 def encode(msg: Message) -> bytes:
     """msgpack bytes of ``msg``."""
     data = msgpack.packb(to_wire(msg), use_bin_type=True)
     if len(data) > MAX_MESSAGE_BYTES:
-        raise ProtocolError("invalid", f"encoded {msg.TYPE} is {len(data)} bytes, over {MAX_MESSAGE_BYTES}")
+        raise ProtocolError(INVALID, f"encoded {msg.TYPE} is {len(data)} bytes, over {MAX_MESSAGE_BYTES}")
     return data
 
 
 def decode(data: bytes) -> Message:
     """Message from msgpack bytes; raises only ``ProtocolError``, whatever ``data`` holds."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise ProtocolError("malformed", f"expected bytes, got {type(data).__name__}")
+        raise ProtocolError(MALFORMED, f"expected bytes, got {type(data).__name__}")
     _check_size(memoryview(data).nbytes)
     try:
         obj = msgpack.unpackb(
@@ -455,7 +476,7 @@ def decode(data: bytes) -> Message:
             max_array_len=MAX_LIST_ITEMS, max_map_len=64, max_ext_len=4 * MAX_TEXT_CHARS,
         )  # fmt: skip
     except Exception as e:  # msgpack raises several types (ExtraData, FormatError, ValueError, ...)
-        raise ProtocolError("malformed", f"undecodable msgpack: {type(e).__name__}: {e}"[:200]) from None
+        raise ProtocolError(MALFORMED, f"undecodable msgpack: {type(e).__name__}: {e}"[:200]) from None
     return from_wire(obj)
 
 
@@ -467,10 +488,10 @@ def encode_json(msg: Message) -> str:
 def decode_json(data: str | bytes) -> Message:
     """Message from ``encode_json`` text; raises only ``ProtocolError``."""
     if not isinstance(data, (str, bytes, bytearray)):
-        raise ProtocolError("malformed", f"expected text, got {type(data).__name__}")
+        raise ProtocolError(MALFORMED, f"expected text, got {type(data).__name__}")
     _check_size(len(data))
     try:
         obj = json.loads(data)
     except Exception as e:  # JSONDecodeError, UnicodeDecodeError, RecursionError, int-digit limit...
-        raise ProtocolError("malformed", f"undecodable JSON: {type(e).__name__}: {e}"[:200]) from None
+        raise ProtocolError(MALFORMED, f"undecodable JSON: {type(e).__name__}: {e}"[:200]) from None
     return from_wire(obj)

@@ -96,8 +96,8 @@ def test_combined_short_flags_with_c(colocate, tmp_path):
 
 
 def test_colocate_side_never_imports_torch(run_py):
-    code = ("import sys, colocate.cli, colocate.launcher, colocate.cmd_run, colocate.env, colocate.units, "
-            "colocate.device, torch_hooks, torch_hooks.throttle; print('torch' in sys.modules)")
+    code = ("import sys, colocate.cli, colocate.launcher, colocate.cli.run, colocate.env, colocate.units, "
+            "colocate.gpus, colocate.node.server, colocate.node.client, torch_hooks, torch_hooks.throttle; print('torch' in sys.modules)")
     proc = run_py(code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"

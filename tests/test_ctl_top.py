@@ -50,10 +50,12 @@ def test_ctl_list_table(setup):
     node, job, _ = setup
     res = colocate_cli("ctl", "--node", node.endpoint, "list")
     assert res.returncode == 0, res.stderr
-    lines = res.stdout.splitlines()
-    assert lines[0].split() == ["GPU", "KIND", "MEMORY", "UTIL", "JOBS"]
-    assert lines[1].split()[:4] == ["0", "sim", "16.0", "GiB"] and lines[1].split()[-1] == "1"
-    header = next(i for i, l in enumerate(lines) if l.startswith("JOB "))
+    lines = [line for line in res.stdout.splitlines() if line.strip() and not set(line.strip()) <= {"─"}]
+    assert lines[0].strip() == "GPUs"
+    assert lines[1].split() == ["GPU", "KIND", "MEMORY", "UTILIZATION", "JOBS"]
+    assert lines[2].split()[:4] == ["0", "sim", "16.0", "GiB"] and lines[2].split()[-1] == "1"
+    header = next(i for i, l in enumerate(lines) if l.split()[:1] == ["JOB"])
+    assert lines[header - 1].strip() == "Jobs"
     assert lines[header].split() == ["JOB", "GPU", "PRIORITY", "PID", "CAP", "SHARE", "RESERVED", "HOST", "IT/S",
                                      "SLO", "ITERS"]
     row = lines[header + 1].split()

@@ -1,4 +1,4 @@
-"""colocate/device/cuda.py on a real GPU. Marked ``gpu``; skipped without CUDA.
+"""torch_hooks/device/cuda.py on a real GPU. Marked ``gpu``; skipped without CUDA.
 
 The CUDA device changes process-global state (memory fraction, a wrapped
 ``torch.cuda.mem_get_info``), so it is exercised in a child process.
@@ -22,7 +22,7 @@ CHILD = r'''
 import dataclasses
 import torch
 from colocate.env import JobEnv
-from colocate.device.cuda import CudaJobDevice
+from torch_hooks.device.cuda import CudaJobDevice
 
 GiB, MiB = 1 << 30, 1 << 20
 real_free, real_total = torch.cuda.mem_get_info(0)

@@ -102,7 +102,7 @@ def test_script_may_fork_cuda_workers_after_import(colocate, tmp_path):
 EXACT = """
 import torch
 from colocate.env import JobEnv
-from colocate.device.cuda import CudaJobDevice, memory_fraction
+from torch_hooks.device.cuda import CudaJobDevice, memory_fraction
 torch.cuda.init()
 free, total = torch.cuda.mem_get_info(0)
 props_total = torch.cuda.get_device_properties(0).total_memory
@@ -207,7 +207,7 @@ def test_gpu_index_out_of_range(colocate, tmp_path):
 @pytest.mark.slow
 def test_guaranteed_and_opportunistic_jobs_share_a_cuda_node(procs, ipc_dir):
     from test_node_integration import REPO, NodeProc, cnn, finish, metric_samples, read_log, start_job, stats_of
-    from colocate import ctl_client as C
+    from colocate.node import client as C
 
     node = NodeProc(procs, ipc_dir, "--device", "cuda").start()
     g = start_job(procs, node, "g1", *cnn("--duration", 12, "--host-ms", 5, "--batch-size", 256),

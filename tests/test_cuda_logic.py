@@ -1,4 +1,4 @@
-"""colocate/device/cuda.py logic without a GPU: ``CudaJobDevice`` against a fake
+"""torch_hooks/device/cuda.py (and colocate/gpus/nvml.py) logic without a GPU: ``CudaJobDevice`` against a fake
 ``torch.cuda`` that models the parts it relies on (lazy initialization with
 ``_lazy_call`` queued calls, the caching allocator's fraction limit, memory
 statistics, events). The same behaviour on a real GPU: tests/test_cuda_device.py.
@@ -9,7 +9,8 @@ import types
 
 import pytest
 
-from colocate.device import cuda as C
+from torch_hooks.device import cuda as C
+from colocate.gpus import nvml as N
 from colocate.env import JobEnv
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -150,7 +151,7 @@ def device(torch, **env):
 
 
 def test_cuda_device_implements_the_job_device_interface():
-    from colocate.device.base import JobDevice
+    from torch_hooks.device.base import JobDevice
 
     wanted = {n for n in vars(JobDevice) if not n.startswith("_")} | set(JobDevice.__annotations__)
     missing = sorted(n for n in wanted if not hasattr(C.CudaJobDevice, n) and n not in ("index", "mem_total"))
@@ -373,9 +374,9 @@ def test_visible_device_falls_back_to_the_index(monkeypatch):
     def no_nvml():
         raise RuntimeError("no NVML")
 
-    monkeypatch.setattr(C, "_nvml", no_nvml)
-    assert C.visible_device(3) == "3"
-    assert C.nvml_memory_total(0) == 0 and C.nvml_device_count() == 0
+    monkeypatch.setattr(N, "_nvml", no_nvml)
+    assert N.visible_device(3) == "3"
+    assert N.memory_total(0) == 0 and N.device_count() == 0
 
 
 def test_visible_device_is_the_nvml_uuid(monkeypatch):
@@ -386,9 +387,9 @@ def test_visible_device_is_the_nvml_uuid(monkeypatch):
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=80 * GiB),
         nvmlDeviceGetName=lambda h: b"NVIDIA H100",
     )
-    monkeypatch.setattr(C, "_nvml", lambda: fake)
-    assert C.visible_device(0) == "GPU-aaa" and C.visible_device(1) == "GPU-bbb"
-    assert [(g.index, g.name, g.mem_total) for g in C.node_gpus()] == [(0, "NVIDIA H100", 80 * GiB), (1, "NVIDIA H100", 80 * GiB)]
+    monkeypatch.setattr(N, "_nvml", lambda: fake)
+    assert N.visible_device(0) == "GPU-aaa" and N.visible_device(1) == "GPU-bbb"
+    assert [(g.index, g.name, g.mem_total) for g in N.node_gpus()] == [(0, "NVIDIA H100", 80 * GiB), (1, "NVIDIA H100", 80 * GiB)]
 
     from colocate import launcher as L
 

@@ -1,4 +1,4 @@
-"""colocate/demo.py and colocate/evaluate.py on hand-made node records; `colocate demo` argument errors.
+"""colocate/demo/node.py and colocate/demo/evaluate.py on hand-made node records; `colocate demo` argument errors.
 
 The records are what a node writes with ``--record`` (one JSON object a line), built
 here with known batch times so every figure of ``summary.json`` can be checked by hand.
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from colocate import demo
-from colocate import evaluate as ev
+from colocate.demo import node as demo
+from colocate.demo import evaluate as ev
+from colocate import record
 
 REPO = Path(__file__).resolve().parents[1]
 PAIR = demo.PAIRS["cnn+transformer"]
@@ -46,8 +47,8 @@ def runs(tmp_path):
 
 
 def test_record_reading_skips_cut_lines(runs):
-    batches, limits = ev.read_record(runs["adaptive"].record)
-    assert {b.job_id for b in batches} == {GID, OID} and limits == []
+    rec = record.read(runs["adaptive"].record)
+    assert {b.job_id for b in rec.batches} == {GID, OID} and rec.limits == []
 
 
 def test_analyse_against_the_mean_of_both_guaranteed_solo_runs(runs):

@@ -14,8 +14,7 @@ from colocate.env import JobEnv
 
 MiB = 1 << 20
 
-SUMMARY_KEYS = ("iterations", "wall_s", "device_busy_s", "busy_fraction", "mem_cap_bytes",
-                "mem_reserved_peak_bytes", "mem_allocated_peak_bytes", "host_bytes_peak")
+from colocate.stats import NUMERIC as SUMMARY_KEYS
 
 TRAIN = """\
 import os, sys, torch, torch_hooks

@@ -9,7 +9,7 @@ import pytest
 
 from colocate import protocol as P
 from colocate.config import NodeConfig
-from colocate.device.base import GpuSpec
+from colocate.gpus import GpuSpec
 from colocate.node.core import JobLost, NodeCore, Reply, Send, Tick
 from colocate.node.policies import water_fill
 
@@ -50,9 +50,10 @@ class Node:
                     self.limits[cmd.job_id] = lim
         return out
 
-    def register(self, job_id, priority="guaranteed", pid=1000, gpu=0, mem_request=None, epoch=1, dt=0.0):
+    def register(self, job_id, priority="guaranteed", pid=1000, gpu=0, mem_request=None, epoch=1, dt=0.0,
+                 sm_share=1.0, sm_request=1.0):
         return self.handle(P.Register(job_id=job_id, pid=pid, gpu=gpu, priority=priority, mem_request=mem_request,
-                                      sm_share=1.0, mem_cap=16 * GiB, epoch=epoch), dt)
+                                      sm_share=sm_share, mem_cap=16 * GiB, epoch=epoch, sm_request=sm_request), dt)
 
     def report(self, job_id, duration=0.05, busy=0.02, reserved=32 * MiB, floor=0, host=0, dt=None):
         seq = self.seq_report.get(job_id, 0)
@@ -187,8 +188,10 @@ def test_heartbeat_is_echoed_and_limits_applied_measures_latency():
     assert [type(m) for m in replies(out)] == [P.Heartbeat]
     seq = n.limits["g"].seq
     sent_at = n.core.jobs["g"].sent_at[seq]
-    n.handle(P.LimitsApplied(job_id="g", limits_seq=seq, applied_at=sent_at + 0.02))
-    assert n.core.control_latencies == [pytest.approx(0.02)]
+    # the job's own clock (applied_at) is not the node's: latency is the node's receive time - send time
+    n.handle(P.LimitsApplied(job_id="g", limits_seq=seq, applied_at=1e6), dt=0.02)
+    assert list(n.core.control_latencies) == [pytest.approx(n.t - sent_at)] == [pytest.approx(0.52)]
+    assert n.core.control_count == 1 and n.core.control_sum_s == pytest.approx(0.52)
 
 
 def test_goodbye_and_job_lost_free_the_gpu():
@@ -198,8 +201,9 @@ def test_goodbye_and_job_lost_free_the_gpu():
     assert "g1" not in n.core.jobs and n.core.gpus[0].jobs == []
     assert sends(n.register("g2", pid=2), "g2", P.Welcome)  # the GPU is free for another guaranteed job
     n.handle(JobLost("g2", "process 2 is gone"))
-    assert n.core.jobs == {} and n.core.lost[-1] == ("g2", "process 2 is gone")
+    assert n.core.jobs == {} and n.core.left[-1] == ("g2", "process 2 is gone")
     assert n.handle(P.Goodbye(job_id="g2", exit_code=None, reason="late")) == []  # idempotent
+    assert (n.core.jobs_exited, n.core.jobs_lost) == (1, 1)  # a clean exit is not a loss
 
 
 # ---------------------------------------------------------------- adaptive policy: compute (AIMD)
@@ -339,6 +343,26 @@ def test_adaptive_opportunistic_alone_runs_at_full_share():
     assert 0 < n.cap("o") <= 16 * GiB - HEADROOM
 
 
+@pytest.mark.parametrize("policy", ["exclusive", "pack", "static", "adaptive"])
+@pytest.mark.parametrize("priority", ["guaranteed", "opportunistic"])
+def test_the_jobs_request_is_a_ceiling_under_every_policy(policy, priority):
+    n = Node(policy, **FAST)
+    n.register("j", priority=priority, mem_request=3 * GiB, sm_request=0.4)
+    for _ in range(60):
+        n.report("j")
+        n.handle(Tick(), dt=0.2)
+        assert n.cap("j") <= 3 * GiB and n.share("j") <= 0.4, (n.cap("j"), n.share("j"))
+    assert n.share("j") == pytest.approx(0.4)  # alone on the GPU: everything it asked for
+
+
+def test_a_paused_job_registering_again_gets_its_share_back():
+    """After a node restart a job registers with the share in force (0 while paused); its request is
+    what bounds it, not that."""
+    n = Node("adaptive", **FAST)
+    n.register("o", priority="opportunistic", sm_share=0.0, sm_request=1.0)
+    assert n.share("o") == 1.0
+
+
 # ---------------------------------------------------------------- adaptive policy: memory
 
 
@@ -445,7 +469,8 @@ def test_tick_drops_silent_jobs_after_heartbeat_times_liveness():
     n.report("g", dt=0.0)  # g is alive; o stays silent
     out = n.handle(Tick(), dt=0.2)  # 3.1 s after o last spoke
     assert set(n.core.jobs) == {"g"}
-    assert n.core.lost[-1][0] == "o" and "silent" in n.core.lost[-1][1]
+    assert n.core.left[-1][0] == "o" and "silent" in n.core.left[-1][1]
+    assert (n.core.jobs_exited, n.core.jobs_lost) == (0, 1)
     assert n.t - t0 > 3.0
     assert not sends(out, "o")
     n.handle(Tick(), dt=3.1)
@@ -466,10 +491,11 @@ TOTAL = 16 * GiB
      {"o": (TOTAL, 0.5), "p": (TOTAL, 0.5)}),
     ("exclusive", [("g", "guaranteed", None), ("o", "opportunistic", None)],
      {"g": (TOTAL, 1.0), "o": (0, 0.0)}),
+    # a job's own request is a ceiling under every policy (g asked for 4 GiB)
     ("pack", [("g", "guaranteed", 4 * GiB), ("o", "opportunistic", None), ("p", "opportunistic", None)],
-     {"g": (TOTAL, 1.0), "o": (TOTAL, 1.0), "p": (TOTAL, 1.0)}),
+     {"g": (4 * GiB, 1.0), "o": (TOTAL, 1.0), "p": (TOTAL, 1.0)}),
     ("static", [("g", "guaranteed", 4 * GiB), ("o", "opportunistic", None)],
-     {"g": (8 * GiB, 0.5), "o": (8 * GiB, 0.5)}),
+     {"g": (4 * GiB, 0.5), "o": (8 * GiB, 0.5)}),
     ("static", [("g", "guaranteed", None), ("o", "opportunistic", None), ("p", "opportunistic", None)],
      {"g": (8 * GiB, 0.5), "o": (4 * GiB, 0.25), "p": (4 * GiB, 0.25)}),
     ("static", [("o", "opportunistic", None)],

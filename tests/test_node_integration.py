@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from colocate import ctl_client as C
+from colocate.node import client as C
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable

@@ -72,7 +72,7 @@ def test_round_trip_json(msg):
 @pytest.mark.parametrize("msg", VALID, ids=lambda m: m.TYPE)
 def test_wire_map_carries_version_and_type(msg):
     wire = msgpack.unpackb(P.encode(msg), raw=False)
-    assert wire["v"] == P.PROTOCOL_VERSION == 1
+    assert wire["v"] == P.PROTOCOL_VERSION == 2
     assert wire["t"] == msg.TYPE
     assert set(wire) - {"v", "t"} == {f for f, _ in P._SPECS[type(msg)]}
 
@@ -96,7 +96,7 @@ def test_lists_become_tuples():
 
 def test_protocol_error_is_a_value_error_and_becomes_an_error_reply():
     with pytest.raises(ValueError) as info:
-        P.decode(_pack(_wire(VALID[0], v=2)))
+        P.decode(_pack(_wire(VALID[0], v=1)))
     err = info.value
     assert isinstance(err, ProtocolError) and err.code == "version"
     reply = err.to_error(job_id="train-a")
@@ -117,7 +117,7 @@ def test_construction_validates_like_decode():
 
 def test_encode_rejects_non_messages():
     with pytest.raises(TypeError):
-        P.encode({"v": 1, "t": "ctl_list"})  # type: ignore[arg-type]
+        P.encode({"v": 2, "t": "ctl_list"})  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         P.encode(LIMITS)  # a nested record is not a message
 
@@ -157,11 +157,11 @@ INVALID = [
     ("non-str-key", b"\x81\x01\x01", "malformed"),
     ("too-many-keys", _pack({str(i): i for i in range(100)}), "malformed"),
     ("missing-v", _pack(_wire(REG, drop=["v"])), "version"),
-    ("wrong-version", _pack(_wire(REG, v=2)), "version"),
+    ("wrong-version", _pack(_wire(REG, v=1)), "version"),
     ("version-zero", _pack(_wire(REG, v=0)), "version"),
-    ("version-as-str", _pack(_wire(REG, v="1")), "version"),
+    ("version-as-str", _pack(_wire(REG, v="2")), "version"),
     ("version-as-bool", _pack(_wire(REG, v=True)), "version"),
-    ("version-as-float", _pack(_wire(REG, v=1.0)), "version"),
+    ("version-as-float", _pack(_wire(REG, v=2.0)), "version"),
     ("wrong-version-unknown-type", _pack({"v": 99, "t": "from_the_future"}), "version"),
     ("missing-t", _pack(_wire(REG, drop=["t"])), "malformed"),
     ("t-not-str", _pack(_wire(REG, t=3)), "malformed"),
@@ -169,7 +169,7 @@ INVALID = [
     ("type-case", _pack(_wire(REG, t="Register")), "unknown_type"),
     ("missing-field", _pack(_wire(REG, drop=["epoch"])), "invalid"),
     ("extra-field", _pack(_wire(REG, color="red")), "invalid"),
-    ("bytes-key-extra", b"\x83\xa1v\x01\xa1t\xa8ctl_list\xc4\x01x\x01", "invalid"),
+    ("bytes-key-extra", b"\x83\xa1v\x02\xa1t\xa8ctl_list\xc4\x01x\x01", "invalid"),
     ("bool-as-int", _pack(_wire(REG, pid=True)), "invalid"),
     ("bool-as-float", _pack(_wire(REG, sm_share=False)), "invalid"),
     ("float-as-int", _pack(_wire(REG, mem_cap=1.0)), "invalid"),
@@ -189,7 +189,7 @@ INVALID = [
     ("nested-share-1.5", _pack(_wire(WELCOME, limits={**LIMITS_WIRE, "sm_share": 1.5})), "invalid"),
     ("nested-not-map", _pack(_wire(WELCOME, limits=[3, 0, 0.5, True])), "invalid"),
     ("nested-missing", _pack(_wire(WELCOME, limits={"seq": 1})), "invalid"),
-    ("nested-extra", _pack(_wire(WELCOME, limits={**LIMITS_WIRE, "v": 1})), "invalid"),
+    ("nested-extra", _pack(_wire(WELCOME, limits={**LIMITS_WIRE, "v": 2})), "invalid"),
     ("bad-priority", _pack(_wire(REG, priority="best-effort")), "invalid"),
     ("empty-id", _pack(_wire(REG, job_id="")), "invalid"),
     ("too-long-id", _pack(_wire(REG, job_id="x" * 129)), "invalid"),
@@ -200,10 +200,10 @@ INVALID = [
     ("list-item-bad", _pack(_wire(CTLJOBS, gpus=[{**GPU_WIRE, "kind": "tpu"}])), "invalid"),
     ("list-item-not-map", _pack(_wire(CTLJOBS, jobs=[1])), "invalid"),
     ("utilization-1.5", _pack(_wire(CTLJOBS, gpus=[{**GPU_WIRE, "utilization": 1.5}])), "invalid"),
-    ("ctlset-both-none", _pack({"v": 1, "t": "ctl_set", "job_id": "a", "mem_cap": None, "sm_share": None}),
+    ("ctlset-both-none", _pack({"v": 2, "t": "ctl_set", "job_id": "a", "mem_cap": None, "sm_share": None}),
      "invalid"),
-    ("ctllist-extra", _pack({"v": 1, "t": "ctl_list", "x": 1}), "invalid"),
-    ("error-empty-code", _pack({"v": 1, "t": "error", "code": "", "message": "", "job_id": None}), "invalid"),
+    ("ctllist-extra", _pack({"v": 2, "t": "ctl_list", "x": 1}), "invalid"),
+    ("error-empty-code", _pack({"v": 2, "t": "error", "code": "", "message": "", "job_id": None}), "invalid"),
     ("ext-type", _pack(_wire(REG, pid=msgpack.ExtType(5, b"ab"))), "invalid"),
     ("bin-as-str", _pack(_wire(REG, job_id=b"train-a")), "invalid"),
 ]  # fmt: skip
@@ -220,7 +220,7 @@ def test_invalid_input_is_rejected_with_code(data, code):
 def test_version_error_names_expected_and_got():
     with pytest.raises(ProtocolError) as info:
         P.decode(_pack(_wire(REG, v=7)))
-    assert "expected 1" in str(info.value) and "got 7" in str(info.value)
+    assert "expected 2" in str(info.value) and "got 7" in str(info.value)
 
 
 def test_field_error_names_the_field():
@@ -244,15 +244,15 @@ def test_ctlset_with_both_none_cannot_be_built():
 
 JSON_INVALID = [
     ("garbage", "{not json", "malformed"),
-    ("nan-literal", '{"v": 1, "t": "heartbeat", "job_id": "a", "sent_at": NaN}', "invalid"),
-    ("huge-float", '{"v": 1, "t": "heartbeat", "job_id": "a", "sent_at": 1e999}', "invalid"),
-    ("huge-int", '{"v": 1, "t": "heartbeat", "job_id": "a", "sent_at": ' + "9" * 400 + "}", "invalid"),
-    ("too-many-digits", '{"v": 1, "t": "heartbeat", "job_id": "a", "sent_at": ' + "9" * 5000 + "}",
+    ("nan-literal", '{"v": 2, "t": "heartbeat", "job_id": "a", "sent_at": NaN}', "invalid"),
+    ("huge-float", '{"v": 2, "t": "heartbeat", "job_id": "a", "sent_at": 1e999}', "invalid"),
+    ("huge-int", '{"v": 2, "t": "heartbeat", "job_id": "a", "sent_at": ' + "9" * 400 + "}", "invalid"),
+    ("too-many-digits", '{"v": 2, "t": "heartbeat", "job_id": "a", "sent_at": ' + "9" * 5000 + "}",
      "malformed"),
     ("deep-nesting", "[" * 100_000 + "]" * 100_000, "malformed"),
-    ("lone-surrogate", '{"v": 1, "t": "heartbeat", "job_id": "\\ud800", "sent_at": 1}', "invalid"),
-    ("wrong-version", '{"v": 2, "t": "heartbeat", "job_id": "a", "sent_at": 1}', "version"),
-    ("bad-utf8-bytes", b'{"v": 1, "t": "\xff"}', "malformed"),
+    ("lone-surrogate", '{"v": 2, "t": "heartbeat", "job_id": "\\ud800", "sent_at": 1}', "invalid"),
+    ("wrong-version", '{"v": 1, "t": "heartbeat", "job_id": "a", "sent_at": 1}', "version"),
+    ("bad-utf8-bytes", b'{"v": 2, "t": "\xff"}', "malformed"),
     ("non-map", "[1, 2]", "malformed"),
     ("oversize", " " * (P.MAX_MESSAGE_BYTES + 1), "malformed"),
 ]

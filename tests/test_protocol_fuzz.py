@@ -60,7 +60,7 @@ MESSAGES = {
     P.Heartbeat: st.builds(P.Heartbeat, job_id=ids, sent_at=seconds),
     P.Welcome: st.builds(P.Welcome, job_id=ids, node_epoch=counts, limits=limits),
     P.SetLimits: st.builds(P.SetLimits, job_id=ids, limits=limits),
-    P.Error: st.builds(P.Error, code=st.sampled_from(P.ERROR_CODES) | st.text(min_size=1, max_size=64),
+    P.Error: st.builds(P.Error, code=st.sampled_from(P.ERROR_CODES),
                        message=texts, job_id=st.none() | ids),
     P.CtlList: st.builds(P.CtlList),
     P.CtlSet: st.builds(P.CtlSet, job_id=ids, mem_cap=st.none() | sizes, sm_share=shares)

@@ -1,4 +1,4 @@
-"""colocate/device/sim.py: cores of simulated GPUs and the device priority of a job.
+"""Simulated GPUs: cores (colocate/gpus/sim.py) and the device priority of a job (torch_hooks/device/sim.py).
 
 Each case runs in a child process: scheduling classes and CPU affinity are
 per-thread process state that the test runner must not keep.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from colocate.device import sim
+from colocate.gpus import sim
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,7 +42,7 @@ def test_node_gpus_have_a_core_each_and_reject_zero():
 def test_low_priority_moves_every_thread_to_the_idle_class_and_back():
     out = run_child(r'''
 import json, os, threading
-from colocate.device.sim import SimJobDevice
+from torch_hooks.device.sim import SimJobDevice
 from colocate.env import JobEnv
 
 dev = SimJobDevice(JobEnv())
@@ -77,7 +77,8 @@ def test_low_priority_job_gets_the_core_only_while_the_other_waits():
     out = run_child(r'''
 import json, os, time
 from multiprocessing import Pipe, Process
-from colocate.device.sim import SimJobDevice, default_core
+from torch_hooks.device.sim import SimJobDevice
+from colocate.gpus.sim import default_core
 from colocate.env import JobEnv
 
 core = default_core(0)

@@ -4,8 +4,10 @@ A background thread owns the DEALER socket. It registers the job, sends one
 ``BatchReport`` per mini-batch (handed over from the training thread through an
 inproc PUSH/PULL pair), acknowledges applied limits, and applies ``SetLimits``
 to the runtime. Reliability follows the zguide's Paranoid Pirate: the job sends
-a ``Heartbeat`` every ``HEARTBEAT_S`` and the node echoes it; after ``LIVENESS`` silent intervals the link drops the socket,
-reconnects with exponential backoff and registers again (``epoch`` + 1). While
+a ``Heartbeat`` every ``heartbeat_s`` and the node echoes it; after ``liveness``
+silent intervals the link drops the socket, reconnects with exponential backoff
+and registers again (``epoch`` + 1). Both numbers are the node's: its ``Welcome``
+carries them (``DEFAULT_HEARTBEAT_S`` and ``DEFAULT_LIVENESS`` hold until then). While
 the node is away the job keeps running at its last limits. Messages from a node
 incarnation older than the one that welcomed the job are ignored.
 
@@ -29,8 +31,8 @@ from torch_hooks.gate import GateFollower, GatePublisher, gate_path
 
 log = logging.getLogger("colocate.link")
 
-HEARTBEAT_S = 1.0
-LIVENESS = 3
+DEFAULT_HEARTBEAT_S = 1.0
+DEFAULT_LIVENESS = 3
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 2.0
 
@@ -51,6 +53,8 @@ class NodeLink:
         self._push_lock = threading.Lock()
         self.epoch = 0
         self.node_epoch: int | None = None
+        self.heartbeat_s = DEFAULT_HEARTBEAT_S  # the node's, from its Welcome
+        self.liveness = DEFAULT_LIVENESS
         self.registered = threading.Event()
         self.welcomes = 0
         self.rejected = False  # the node refused the registration: stop asking
@@ -108,7 +112,7 @@ class NodeLink:
         msg = P.Register(
             job_id=self.env.job_id, pid=os.getpid(), gpu=self.env.gpu, priority=self.env.priority,
             mem_request=self.env.gpu_mem, sm_share=limits["sm_share"], mem_cap=limits["mem_cap"], epoch=self.epoch,
-            token=self.env.token[:128],
+            token=self.env.token[:128], sm_request=self.env.sm_share,
         )
         self._send(sock, msg)
 
@@ -127,7 +131,7 @@ class NodeLink:
         last_heard = last_beat = self._clock()
         backoff = BACKOFF_MIN_S
         while not self._stop.is_set():
-            events = dict(poller.poll(timeout=int(HEARTBEAT_S * 1000 / 4)))
+            events = dict(poller.poll(timeout=max(1, int(self.heartbeat_s * 1000 / 4))))
             now = self._clock()
             if sock in events:
                 while True:
@@ -152,10 +156,10 @@ class NodeLink:
                         self._report(sock, rec)
             if self.rejected:
                 last_heard = now  # not a silent node: it said no
-            elif now - last_beat >= HEARTBEAT_S:  # the node echoes it: proof of life both ways
+            elif now - last_beat >= self.heartbeat_s:  # the node echoes it: proof of life both ways
                 self._send(sock, P.Heartbeat(job_id=self.env.job_id, sent_at=now))
                 last_beat = now
-            if now - last_heard > HEARTBEAT_S * LIVENESS:
+            if now - last_heard > self.heartbeat_s * self.liveness:
                 log.warning("node %s silent for %.1fs: reconnecting", self.env.node, now - last_heard)
                 self.registered.clear()
                 poller.unregister(sock)
@@ -198,6 +202,7 @@ class NodeLink:
                 self.rt.rebase_seq()
                 self._last_acked = 0
             self.node_epoch = msg.node_epoch
+            self.heartbeat_s, self.liveness = msg.heartbeat_s, msg.liveness
             self.welcomes += 1
             self._apply(msg.limits)
             self.registered.set()
@@ -205,11 +210,11 @@ class NodeLink:
             if self.registered.is_set() and msg.job_id == self.env.job_id:
                 self._apply(msg.limits)
         elif isinstance(msg, P.Error):
-            if msg.code == "rejected":
+            if msg.code == P.REJECTED:
                 if not self.rejected:
                     log.warning("node rejected this job (%s); running on at the current limits", msg.message)
                 self.rejected = True
-            elif msg.code == "unknown_job" and not self.rejected:
+            elif msg.code == P.UNKNOWN_JOB and not self.rejected:
                 self.registered.clear()
                 self._register(sock)
             else:

@@ -1,17 +1,18 @@
-"""Per-mini-batch records and the job summary written to ``--stats-file``.
+"""Per-mini-batch records and the process summary written for ``--stats-file``.
 
-Units: seconds and bytes. ``busy_fraction`` is device busy time over wall time, both counted
-from the job's first device work (its first module forward; runtime install when it
-has none) to the summary: start-up (imports, building the model) is host work.
+Units: seconds and bytes. The summary's fields are ``colocate.stats.FIELDS`` (the one
+definition): ``busy_fraction`` is device busy time over wall time, both counted from the job's
+first device work (its first module forward; runtime install when it has none) to the summary:
+start-up (imports, building the model) is host work.
 """
 
 from __future__ import annotations
 
 import os
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 
-
+from colocate.stats import FIELDS
 
 @dataclass(frozen=True)
 class BatchRecord:
@@ -53,6 +54,7 @@ class StatsBook:
         self.max_reserved_over_cap = 0  # at boundaries, after releasing cache
         self.max_floor = 0
         self.paused_s = 0.0
+        self.boundaries: Counter = Counter()  # boundary source -> count (see colocate.stats)
 
     def add(self, rec: BatchRecord) -> None:
         self.records.append(rec)
@@ -61,7 +63,7 @@ class StatsBook:
         self.max_floor = max(self.max_floor, rec.mem_floor)
 
     def summary(self, *, job, wall_s: float, busy_s: float, mem) -> dict:
-        return {
+        out = {
             "job_id": job["job_id"],
             "pid": os.getpid(),
             "device": job["device"],
@@ -70,6 +72,7 @@ class StatsBook:
             "on_cap": job["on_cap"],
             "sm_share": job["sm_share"],
             "iterations": self.iterations,
+            "boundaries": dict(self.boundaries),
             "wall_s": wall_s,
             "device_busy_s": busy_s,
             "busy_fraction": busy_s / wall_s if wall_s > 0 else 0.0,
@@ -83,5 +86,5 @@ class StatsBook:
             "mem_floor_peak_bytes": self.max_floor,
             "boundary_reserved_over_cap_max_bytes": self.max_reserved_over_cap,
         }
-
-
+        assert out.keys() == FIELDS.keys(), "colocate.stats.FIELDS is the one list of summary fields"
+        return out

@@ -8,17 +8,20 @@ the event. ``now`` is the node's monotonic clock in seconds; the core reads no
 clock and does no I/O, so the simulator and tests drive it directly.
 
 Invariants: at most one guaranteed job per GPU; limits sent to a job carry a
-strictly increasing ``seq``; an operator override (``CtlSet``) pins the job's
-cap and/or share until the job leaves.
+strictly increasing ``seq``; a job never gets more than it asked for at
+registration (``Register.mem_request`` and ``sm_share`` are ceilings on what the
+policy gives); an operator override (``CtlSet``) pins the job's cap and/or share
+until the job leaves. Handlers are found through one explicit table (``_handlers``).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from colocate import protocol as P
 from colocate.config import NodeConfig
-from colocate.device.base import GpuSpec
+from colocate.gpus import GpuSpec
 from colocate.node.policies import POLICIES, Want
 from colocate.node.state import GpuState, JobState
 
@@ -46,58 +49,82 @@ class Reply:
 
 
 class NodeCore:
+    """Counters (only ever go up): ``jobs_exited`` (said goodbye), ``jobs_lost`` (process gone or
+    silent), ``control_count``/``control_sum_s`` (limit sent -> in force, over all updates);
+    ``control_latencies`` keeps the last ``LATENCY_WINDOW`` of them for quantiles."""
+
+    LATENCY_WINDOW = 2000
+
     def __init__(self, gpus: list[GpuSpec], cfg: NodeConfig, node_epoch: int):
         self.cfg = cfg
         self.node_epoch = node_epoch
         self.gpus = {g.index: GpuState(g) for g in gpus}
         self.jobs: dict[str, JobState] = {}
         self.policy = POLICIES[cfg.policy]()
-        self.control_latencies: list[float] = []  # seconds, limits sent -> applied at a boundary
-        self.lost: list[tuple[str, str]] = []  # (job_id, reason), for logs and metrics
+        self.control_latencies: deque[float] = deque(maxlen=self.LATENCY_WINDOW)
+        self.control_count = 0
+        self.control_sum_s = 0.0
+        self.jobs_exited = 0
+        self.jobs_lost = 0
+        self.left: deque[tuple[str, str]] = deque(maxlen=1000)  # (job_id, reason), for logs
+        self._handlers = {
+            P.Register: self._on_register,
+            P.BatchReport: self._on_batch_report,
+            P.LimitsApplied: self._on_limits_applied,
+            P.Heartbeat: self._on_heartbeat,
+            P.Goodbye: self._on_goodbye,
+            P.Error: self._on_error,
+            P.CtlSet: self._on_ctl_set,
+            P.CtlList: self._on_ctl_list,
+            JobLost: self._on_job_lost,
+            Tick: self._on_tick,
+        }
 
     # ------------------------------------------------------------------ events
     def handle(self, event, now: float) -> list:
-        fn = getattr(self, "_on_" + type(event).__name__, None)
+        fn = self._handlers.get(type(event))
         if fn is None:
-            return [Reply(P.Error(code="forbidden", message=f"{type(event).__name__} is not accepted here", job_id=None))]
+            return [Reply(P.Error(code=P.FORBIDDEN, message=f"{type(event).__name__} is not accepted here", job_id=None))]
         return fn(event, now)
 
-    def _on_Register(self, m: P.Register, now):
+    def _on_register(self, m: P.Register, now):
         if m.gpu not in self.gpus:
-            return [Reply(P.Error(code="invalid", message=f"no GPU {m.gpu} on this node (have {sorted(self.gpus)})",
+            return [Reply(P.Error(code=P.INVALID, message=f"no GPU {m.gpu} on this node (have {sorted(self.gpus)})",
                                   job_id=m.job_id))]
         gpu = self.gpus[m.gpu]
         old = self.jobs.get(m.job_id)
         if m.priority == "guaranteed":
             holder = next((j for j in gpu.jobs if j != m.job_id and self.jobs[j].guaranteed), None)
             if holder is not None:
-                return [Reply(P.Error(code="rejected", job_id=m.job_id,
+                return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id,
                                       message=f"GPU {m.gpu} already runs guaranteed job {holder}"))]
         if old is not None and old.token != m.token:
-            return [Reply(P.Error(code="rejected", job_id=m.job_id,
+            return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id,
                                   message=f"job id {m.job_id} is registered with another token"))]
         if old is not None and old.pid != m.pid:
-            return [Reply(P.Error(code="rejected", job_id=m.job_id,
+            return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id,
                                   message=f"job id {m.job_id} is in use by pid {old.pid}"))]
         if old is not None and old.gpu != m.gpu:
             self._drop(old.job_id)
             old = None
         if old is None:
             job = JobState(job_id=m.job_id, gpu=m.gpu, priority=m.priority, pid=m.pid, mem_request=m.mem_request,
-                           registered_at=now, last_seen=now, token=m.token,
+                           sm_request=m.sm_request, registered_at=now, last_seen=now, token=m.token,
                            limits=P.Limits(seq=0, mem_cap=m.mem_cap, sm_share=m.sm_share, gate=False))
             self.jobs[m.job_id] = job
             gpu.jobs.append(m.job_id)
         else:  # the same job registering again (its link reconnected)
             job = old
             job.last_seen = now
-        out = self._replan(gpu, now, exclude=job.job_id)
-        want = self._want(gpu, now).get(job.job_id)
-        job.limits = self._limits_for(job, want, bump=True)
+        wants = self._want(gpu, now)  # one plan for the whole GPU, the new job included
+        out = self._send_changes(wants, now, exclude=job.job_id)
+        job.limits = self._limits_for(job, wants.get(job.job_id), bump=True)
         job.sent_at[job.limits.seq] = now
-        return [Send(job.job_id, P.Welcome(job_id=job.job_id, node_epoch=self.node_epoch, limits=job.limits))] + out
+        welcome = P.Welcome(job_id=job.job_id, node_epoch=self.node_epoch, limits=job.limits,
+                            heartbeat_s=self.cfg.heartbeat_s, liveness=self.cfg.liveness)
+        return [Send(job.job_id, welcome)] + out
 
-    def _on_BatchReport(self, m: P.BatchReport, now):
+    def _on_batch_report(self, m: P.BatchReport, now):
         job = self.jobs.get(m.job_id)
         if job is None:
             return [Reply(_unknown(m.job_id))]
@@ -107,54 +134,58 @@ class NodeCore:
         job.recent.append(m)
         job.applied_seq = max(job.applied_seq, m.limits_seq)
         gpu = self.gpus[job.gpu]
-        gpu.busy.append((m.t_end, m.busy_s))
+        gpu.busy.append((now, m.busy_s))  # the node's receive time: the job's clock is not comparable
         return self._replan(gpu, now)
 
-    def _on_LimitsApplied(self, m: P.LimitsApplied, now):
+    def _on_limits_applied(self, m: P.LimitsApplied, now):
         job = self.jobs.get(m.job_id)
         if job is None:
             return [Reply(_unknown(m.job_id))]
         job.last_seen = now
         job.applied_seq = max(job.applied_seq, m.limits_seq)
         sent = job.sent_at.pop(m.limits_seq, None)
-        gpu = self.gpus[job.gpu]
         for seq in [s for s in job.sent_at if s < m.limits_seq]:
             job.sent_at.pop(seq)
-        if sent is not None:
-            self.control_latencies.append(max(0.0, m.applied_at - sent))
-            del self.control_latencies[:-10000]
-        return self._replan(gpu, now)
+        if sent is not None:  # both times on the node's clock: sent, and this acknowledgement's receipt
+            latency = max(0.0, now - sent)
+            self.control_latencies.append(latency)
+            self.control_count += 1
+            self.control_sum_s += latency
+        return self._replan(self.gpus[job.gpu], now)
 
-    def _on_Heartbeat(self, m: P.Heartbeat, now):
+    def _on_heartbeat(self, m: P.Heartbeat, now):
         job = self.jobs.get(m.job_id)
         if job is None:
             return [Reply(_unknown(m.job_id))]
         job.last_seen = now
         return [Reply(P.Heartbeat(job_id=m.job_id, sent_at=now))]
 
-    def _on_Goodbye(self, m: P.Goodbye, now):
+    def _on_goodbye(self, m: P.Goodbye, now):
         if m.job_id not in self.jobs:
             return []
+        self.jobs_exited += 1
         return self._leave(m.job_id, f"exited ({m.reason})", now)
 
-    def _on_JobLost(self, m: JobLost, now):
+    def _on_job_lost(self, m: JobLost, now):
         if m.job_id not in self.jobs:
             return []
+        self.jobs_lost += 1
         return self._leave(m.job_id, m.reason, now)
 
-    def _on_Error(self, m: P.Error, now):
+    def _on_error(self, m: P.Error, now):
         return []  # a job reporting trouble; the edge logs it
 
-    def _on_Tick(self, m: Tick, now):
+    def _on_tick(self, m: Tick, now):
         out = []
         limit = self.cfg.heartbeat_s * self.cfg.liveness
         for job in [j for j in self.jobs.values() if now - j.last_seen > limit]:
+            self.jobs_lost += 1
             out += self._leave(job.job_id, f"silent for {now - job.last_seen:.1f}s", now)
         for gpu in self.gpus.values():
             out += self._replan(gpu, now)
         return out
 
-    def _on_CtlSet(self, m: P.CtlSet, now):
+    def _on_ctl_set(self, m: P.CtlSet, now):
         job = self.jobs.get(m.job_id)
         if job is None:
             return [Reply(_unknown(m.job_id))]
@@ -166,7 +197,7 @@ class NodeCore:
         return out + [Reply(P.CtlOk(message=f"{job.job_id}: cap={job.limits.mem_cap} share={job.limits.sm_share:g} "
                                             f"(seq {job.limits.seq})"))]
 
-    def _on_CtlList(self, m: P.CtlList, now):
+    def _on_ctl_list(self, m: P.CtlList, now):
         return [Reply(self.snapshot(now))]
 
     # ----------------------------------------------------------------- helpers
@@ -187,12 +218,17 @@ class NodeCore:
         return self.policy.plan(gpu, [self.jobs[j] for j in gpu.jobs], self.cfg, now)
 
     def _limits_for(self, job: JobState, want: Want | None, bump: bool = False) -> P.Limits:
+        """The policy's wish, within the job's own request (``--gpu-mem``/``--sm-share`` are ceilings),
+        then the operator's override; ``seq`` goes up when anything changed (or ``bump``)."""
         cur = job.limits
         cap = cur.mem_cap if want is None else want.mem_cap
         share = cur.sm_share if want is None else want.sm_share
         gate = cur.gate if want is None else want.gate
         if want is not None and want.slo_state:
             job.slo_state = want.slo_state
+        if job.mem_request is not None:
+            cap = min(cap, job.mem_request)
+        share = min(share, job.sm_request)
         if job.override_cap is not None:
             cap = job.override_cap
         if job.override_share is not None:
@@ -203,12 +239,15 @@ class NodeCore:
             new = P.Limits(seq=cur.seq + 1, mem_cap=new.mem_cap, sm_share=new.sm_share, gate=new.gate)
         return new
 
-    def _replan(self, gpu: GpuState, now: float, exclude: str | None = None) -> list:
+    def _replan(self, gpu: GpuState, now: float) -> list:
+        return self._send_changes(self._want(gpu, now), now)
+
+    def _send_changes(self, wants: dict, now: float, exclude: str | None = None) -> list:
         out = []
-        for job_id, want in self._want(gpu, now).items():
-            job = self.jobs[job_id]
+        for job_id, want in wants.items():
             if job_id == exclude:
                 continue
+            job = self.jobs[job_id]
             new = self._limits_for(job, want)
             if new.seq != job.limits.seq:
                 job.limits = new
@@ -223,10 +262,9 @@ class NodeCore:
 
     def _leave(self, job_id: str, reason: str, now: float) -> list:
         job = self._drop(job_id)
-        self.lost.append((job_id, reason))
-        del self.lost[:-1000]
+        self.left.append((job_id, reason))
         return self._replan(self.gpus[job.gpu], now)
 
 
 def _unknown(job_id: str) -> P.Error:
-    return P.Error(code="unknown_job", message=f"job {job_id} is not registered with this node", job_id=job_id)
+    return P.Error(code=P.UNKNOWN_JOB, message=f"job {job_id} is not registered with this node", job_id=job_id)

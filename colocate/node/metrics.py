@@ -20,8 +20,10 @@ time under the server's lock, so a scrape never sees a half-applied event.
 | colocate_job_limit_updates_total | job, gpu, priority | limit updates sent (the limits seq) |
 | colocate_node_messages_total | type | messages received |
 | colocate_node_bad_messages_total | code | messages rejected (malformed, version, ...) |
-| colocate_node_jobs_lost_total | | jobs that left without saying goodbye or exited |
-| colocate_node_control_latency_seconds | quantile | limit sent -> in force at the job's boundary |
+| colocate_node_jobs_exited_total | | jobs that said goodbye (their process ended) |
+| colocate_node_jobs_lost_total | | jobs whose process vanished or that fell silent |
+| colocate_node_control_latency_seconds | | summary (count, sum): limit sent -> the job's acknowledgement received |
+| colocate_node_control_latency_quantile_seconds | quantile | p50, p99 over the last 2000 updates |
 """
 
 from __future__ import annotations
@@ -77,13 +79,15 @@ class NodeCollector:
             bad = CounterMetricFamily("colocate_node_bad_messages", "Messages rejected", labels=["code"])
             for c, n in sorted(srv.bad_counts.items()):
                 bad.add_metric([c], n)
-            lost = CounterMetricFamily("colocate_node_jobs_lost", "Jobs that left the node")
-            lost.add_metric([], srv.jobs_left)
-            lat = sorted(core.control_latencies[-2000:])
+            exited = CounterMetricFamily("colocate_node_jobs_exited", "Jobs that said goodbye")
+            exited.add_metric([], core.jobs_exited)
+            lost = CounterMetricFamily("colocate_node_jobs_lost", "Jobs whose process vanished or fell silent")
+            lost.add_metric([], core.jobs_lost)
+            lat = sorted(core.control_latencies)
             summ = SummaryMetricFamily("colocate_node_control_latency_seconds",
-                                       "Limit change to in force at the job's boundary",
-                                       count_value=len(core.control_latencies), sum_value=sum(core.control_latencies))
-        yield from [gpu_mem, gpu_util, gpu_jobs, *fam.values(), msgs, bad, lost, summ]
+                                       "Limit sent to the job's acknowledgement received (node clock)",
+                                       count_value=core.control_count, sum_value=core.control_sum_s)
+        yield from [gpu_mem, gpu_util, gpu_jobs, *fam.values(), msgs, bad, exited, lost, summ]
         if lat:
             q = GaugeMetricFamily("colocate_node_control_latency_quantile_seconds",
                                   "Control latency quantiles over the last 2000 updates", labels=["quantile"])

@@ -17,6 +17,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from colocate.config import POLICY_NAMES
+
 
 @dataclass(frozen=True)
 class Want:
@@ -214,3 +216,4 @@ class Adaptive:
 
 
 POLICIES = {"exclusive": Exclusive, "pack": Pack, "static": Static, "adaptive": Adaptive}
+assert tuple(POLICIES) == POLICY_NAMES, "colocate.config.POLICY_NAMES is the one list of names"

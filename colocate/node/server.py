@@ -11,7 +11,6 @@ its job id at registration, so a job cannot speak (or set limits) for another.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import socket
@@ -23,23 +22,15 @@ import psutil
 import zmq
 
 from colocate import protocol as P
+from colocate import record
+from colocate.endpoints import ctl_endpoint as default_ctl_endpoint
+from colocate.endpoints import ipc_path
 from colocate.node.core import JobLost, NodeCore, Reply, Send, Tick
 
 log = logging.getLogger("colocate.node")
 
 TICK_S = 0.1
 MAX_BAD_LOGS_PER_S = 20
-
-
-def ipc_path(endpoint: str) -> str | None:
-    return endpoint[len("ipc://"):] if endpoint.startswith("ipc://") else None
-
-
-def default_ctl_endpoint(endpoint: str) -> str:
-    path = ipc_path(endpoint)
-    if path is not None:
-        return f"ipc://{path}.ctl"
-    raise ValueError("give --ctl ENDPOINT when the job endpoint is not ipc://")
 
 
 class NodeServer:
@@ -52,7 +43,6 @@ class NodeServer:
         self.lock = threading.Lock()
         self.counts: Counter = Counter()
         self.bad_counts: Counter = Counter()
-        self.jobs_left = 0
         self._identity: dict[str, bytes] = {}  # job id -> ROUTER identity
         self._stop = threading.Event()
         self._bad_log_window = (0.0, 0)
@@ -116,7 +106,7 @@ class NodeServer:
             except zmq.Again:
                 return
             if len(frames) != 2:
-                self._bad(sock, frames[0], P.ProtocolError("malformed", f"expected 1 frame, got {len(frames) - 1}"))
+                self._bad(sock, frames[0], P.ProtocolError(P.MALFORMED, f"expected 1 frame, got {len(frames) - 1}"))
                 continue
             ident, data = frames
             try:
@@ -134,7 +124,7 @@ class NodeServer:
     def _on_job(self, ident: bytes, msg) -> None:
         if not isinstance(msg, P.JOB_TO_NODE):
             self._bad(self.jobs_sock, ident, P.ProtocolError(
-                "forbidden", f"{msg.TYPE} is not accepted on the job endpoint"))
+                P.FORBIDDEN, f"{msg.TYPE} is not accepted on the job endpoint"))
             return
         job_id = getattr(msg, "job_id", None)
         bound = self._identity.get(job_id) if job_id else None
@@ -142,7 +132,7 @@ class NodeServer:
             pass  # binding happens once the core accepts it
         elif bound is not None and bound != ident:
             self._bad(self.jobs_sock, ident, P.ProtocolError(
-                "forbidden", f"this connection is not registered as job {job_id}"))
+                P.FORBIDDEN, f"this connection is not registered as job {job_id}"))
             return
         if isinstance(msg, P.Error):
             log.warning("job %s reports error %s: %s", msg.job_id, msg.code, msg.message)
@@ -151,7 +141,7 @@ class NodeServer:
     def _on_ctl(self, ident: bytes, msg) -> None:
         if not isinstance(msg, P.CTL_TO_NODE):
             self._bad(self.ctl_sock, ident, P.ProtocolError(
-                "forbidden", f"{msg.TYPE} is not accepted on the operator endpoint"))
+                P.FORBIDDEN, f"{msg.TYPE} is not accepted on the operator endpoint"))
             return
         if isinstance(msg, P.CtlSet):
             log.info("operator override: %s cap=%s share=%s", msg.job_id, msg.mem_cap, msg.sm_share)
@@ -171,26 +161,24 @@ class NodeServer:
                          event.priority, event.pid, event.epoch)
         for job_id in before - after:
             self._identity.pop(job_id, None)
-            with self.lock:
-                self.jobs_left += 1
-            reason = next((r for j, r in reversed(self.core.lost) if j == job_id), "left")
+            reason = next((r for j, r in reversed(self.core.left) if j == job_id), "left")
             log.info("job %s left: %s", job_id, reason)
         if isinstance(event, P.BatchReport) and self._record:
-            self._write_record("report", now, event)
+            self._write_record(record.REPORT, now, event)
         elif isinstance(event, P.LimitsApplied) and self._record:
-            self._write_record("applied", now, event)
+            self._write_record(record.APPLIED, now, event)
         for cmd in commands:
             if isinstance(cmd, Send):
                 target = self._identity.get(cmd.job_id)
                 if target is not None:
                     self.jobs_sock.send_multipart([target, P.encode(cmd.msg)])
                 if isinstance(cmd.msg, P.SetLimits) and self._record:
-                    self._write_record("limits", now, cmd.msg)
+                    self._write_record(record.LIMITS, now, cmd.msg)
             elif isinstance(cmd, Reply) and ident is not None:
                 if isinstance(cmd.msg, P.Error):
                     with self.lock:
                         self.bad_counts[cmd.msg.code] += 1
-                    if cmd.msg.code != "unknown_job":
+                    if cmd.msg.code != P.UNKNOWN_JOB:
                         log.warning("rejected %s: %s", type(event).__name__, cmd.msg.message)
                 sock.send_multipart([ident, P.encode(cmd.msg)])
 
@@ -217,12 +205,12 @@ class NodeServer:
             pass
 
     def _write_record(self, kind: str, now: float, msg) -> None:
-        row = {"kind": kind, "node_t": now, **P.to_wire(msg)}
-        if kind == "report":
+        extra = {}
+        if kind == record.REPORT:
             job = self.core.jobs.get(msg.job_id)
             if job is not None:
-                row.update(gpu=job.gpu, priority=job.priority)
-        self._record.write(json.dumps(row) + "\n")
+                extra = {"gpu": job.gpu, "priority": job.priority}
+        self._record.write(record.row(kind, now, msg, **extra) + "\n")
 
 
 def _ipc_in_use(endpoint: str) -> bool:

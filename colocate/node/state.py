@@ -6,7 +6,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from colocate import protocol as P
-from colocate.device.base import GpuSpec
+from colocate.gpus import GpuSpec
 
 RECENT = 64  # reports kept per job
 
@@ -17,7 +17,8 @@ class JobState:
     gpu: int
     priority: str
     pid: int
-    mem_request: int | None
+    mem_request: int | None  # bytes; the most the policy may give (None: no limit)
+    sm_request: float  # the most compute share the policy may give
     registered_at: float
     last_seen: float
     limits: P.Limits
@@ -55,7 +56,7 @@ class JobState:
 class GpuState:
     spec: GpuSpec
     jobs: list = field(default_factory=list)  # job ids, registration order
-    busy: deque = field(default_factory=lambda: deque(maxlen=4096))  # (t_end, busy_s) of every report
+    busy: deque = field(default_factory=lambda: deque(maxlen=4096))  # (node receive time, busy_s) per report
     policy: dict = field(default_factory=dict)  # the policy's own per-GPU state
 
     def utilization(self, now: float, window_s: float = 2.0) -> float:

@@ -1,4 +1,4 @@
-"""``colocate demo``: simulated GPU, co-located example jobs, four modes side by side."""
+"""``colocate demo``: simulated GPU, co-located example jobs, the node policies side by side."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ job more than adaptive does."""
 
 
 def register(sub) -> None:
-    from colocate.demo import MODES, PAIRS
+    from colocate.demo.node import MODES, PAIRS
 
     p = sub.add_parser(
         "demo", help="co-locate two example jobs on a simulated GPU under four policies and report",
@@ -29,14 +29,14 @@ def register(sub) -> None:
                    help="seconds each job trains per run (default %(default)s; 7 runs with all modes)")
     p.add_argument("--pair", default="cnn+transformer", choices=sorted(PAIRS), help="example pair (default %(default)s)")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
-    p.set_defaults(func=run)
+    p.set_defaults(func=main)
 
 
-def run(args) -> int:
+def main(args) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from colocate import demo
+    from colocate.demo import node as demo
     from colocate.files import write_json_atomic
 
     console = Console(stderr=True)
@@ -84,19 +84,16 @@ def run(args) -> int:
 
 
 def print_table(rows: list[dict], pair) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from colocate.cli._tables import print_table as show
 
-    t = Table(title=f"colocate demo: {pair.guaranteed.job_id} (guaranteed) + {pair.opportunistic.job_id} "
-                    f"(opportunistic) on one simulated GPU")
-    for col in ("mode", "guaranteed\nvs solo", "device\nutilization", "util vs\nG solo", "opportunistic\nvs solo",
-                "idle share\nused", "G host\nbytes peak"):
-        t.add_column(col, justify="right")
-    for r in rows:
-        t.add_row(r["mode"], f"{r['guaranteed_throughput_ratio']:.3f}", f"{r['device_utilization']:.3f}",
-                  f"{r['utilization_gain']:.2f}x", f"{r['opportunistic_throughput_ratio']:.3f}",
-                  f"{r['idle_share_used']:.3f}", str(r["guaranteed_host_bytes_peak"]))
-    Console().print(t)
+    headers = ("mode", "guaranteed\nvs solo", "device\nutilization", "util vs\nG solo", "opportunistic\nvs solo",
+               "idle share\nused", "G host\nbytes peak")
+    body = [(r["mode"], f"{r['guaranteed_throughput_ratio']:.3f}", f"{r['device_utilization']:.3f}",
+             f"{r['utilization_gain']:.2f}x", f"{r['opportunistic_throughput_ratio']:.3f}",
+             f"{r['idle_share_used']:.3f}", str(r["guaranteed_host_bytes_peak"])) for r in rows]
+    show(headers, body, right=headers[1:],
+         title=f"colocate demo: {pair.guaranteed.job_id} (guaranteed) + {pair.opportunistic.job_id} "
+               f"(opportunistic) on one simulated GPU")
     if rows:
         runs = ", ".join(f"{x:.1f}" for x in rows[0]["guaranteed_solo_runs_it_s"])
         print(f"guaranteed solo utilization {rows[0]['guaranteed_solo_utilization']:.3f}, "

@@ -12,42 +12,12 @@ from __future__ import annotations
 import os
 import time
 
-from colocate.device.base import GpuSpec, MemoryStats
-
-
-def default_core(index: int, ncores: int | None = None) -> int:
-    """CPU core of sim GPU ``index``: counted down from the last core."""
-    n = ncores or os.cpu_count() or 1
-    return (n - 1 - index) % n
-
-
-def core_of(env) -> int:
-    """The core a job with this JobEnv runs on: COLOCATE_SIM_CORE, else its GPU's."""
-    return env.sim_core if env.sim_core is not None else default_core(env.gpu)
-
-
-def node_gpus(count: int, mem_total: int) -> list[GpuSpec]:
-    if count < 1:
-        raise ValueError(f"need at least one simulated GPU, got {count}")
-    return [
-        GpuSpec(index=i, kind="sim", mem_total=mem_total, name="colocate-sim", core=default_core(i))
-        for i in range(count)
-    ]
-
-
-def keep_off_cores(cores: set[int]) -> None:
-    """Pin the calling process to the cores that are not simulated GPUs (if any
-    are left), so host-side work does not steal simulated device time."""
-    try:
-        allowed = os.sched_getaffinity(0) - set(cores)
-        if allowed:
-            os.sched_setaffinity(0, allowed)
-    except (AttributeError, OSError):
-        pass
+from colocate.gpus.sim import core_of
+from torch_hooks.device.base import MemoryStats
 
 
 class SimJobDevice:
-    """In-job side of a simulated GPU (see ``colocate.device.base.JobDevice``)."""
+    """In-job side of a simulated GPU (see ``torch_hooks.device.base.JobDevice``)."""
 
     kind = "sim"
 

@@ -1,4 +1,4 @@
-"""The CUDA device: NVML for the node side, torch.cuda for the job side.
+"""The CUDA device inside a job: torch.cuda for caps, statistics and busy time.
 
 Job-side contract on CUDA (the launcher sets CUDA_VISIBLE_DEVICES to the job's
 GPU, by NVML UUID, so it is device 0 inside the job):
@@ -32,68 +32,10 @@ import logging
 import sys
 import threading
 
-from colocate.device.base import GpuSpec, MemoryStats
+from colocate.gpus.nvml import memory_total as nvml_memory_total
+from torch_hooks.device.base import MemoryStats
 
 log = logging.getLogger("colocate.cuda")
-
-
-def _nvml():
-    import pynvml
-
-    pynvml.nvmlInit()
-    return pynvml
-
-
-def nvml_device_count() -> int:
-    try:
-        return int(_nvml().nvmlDeviceGetCount())
-    except Exception:
-        return 0
-
-
-def node_gpus() -> list[GpuSpec]:
-    pynvml = _nvml()
-    out = []
-    for i in range(pynvml.nvmlDeviceGetCount()):
-        h = pynvml.nvmlDeviceGetHandleByIndex(i)
-        mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-        name = pynvml.nvmlDeviceGetName(h)
-        if isinstance(name, bytes):  # older nvidia-ml-py
-            name = name.decode(errors="replace")
-        out.append(GpuSpec(index=i, kind="cuda", mem_total=int(mem.total), name=str(name)))
-    return out
-
-
-def nvml_memory_total(index: int) -> int:
-    """Total memory of NVML device ``index`` in bytes; 0 when NVML cannot tell."""
-    try:
-        pynvml = _nvml()
-        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).total)
-    except Exception:
-        return 0
-
-
-def visible_device(index: int) -> str:
-    """The CUDA_VISIBLE_DEVICES value that selects NVML device ``index``.
-
-    CUDA numbers devices fastest-first unless CUDA_DEVICE_ORDER=PCI_BUS_ID,
-    NVML in its own order: the UUID names the same GPU for both. Falls back to
-    the index when NVML cannot tell."""
-    try:
-        pynvml = _nvml()
-        uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(index))
-        if isinstance(uuid, bytes):
-            uuid = uuid.decode()
-        return str(uuid) if uuid else str(index)
-    except Exception:
-        return str(index)
-
-
-def nvml_utilization(index: int) -> float:
-    """Device utilization 0..1 over NVML's last sample period."""
-    pynvml = _nvml()
-    h = pynvml.nvmlDeviceGetHandleByIndex(index)
-    return pynvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0
 
 
 def memory_fraction(limit: int, total: int) -> float:
@@ -117,7 +59,7 @@ def _next_up(x: float) -> float:
 
 
 class CudaJobDevice:
-    """In-job side of a CUDA GPU (see ``colocate.device.base.JobDevice``)."""
+    """In-job side of a CUDA GPU (see ``torch_hooks.device.base.JobDevice``)."""
 
     kind = "cuda"
 

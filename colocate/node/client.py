@@ -1,4 +1,4 @@
-"""A small request/reply client for the node's operator endpoint (``colocate ctl``, ``colocate top``).
+"""A small request/reply client for a node's operator endpoint (``colocate ctl``, ``colocate top``).
 
 One request, one reply: ``request(endpoint, msg, timeout_s)`` opens a DEALER, sends the message,
 waits at most ``timeout_s`` for the answer and decodes it. A node that is away (no socket, dead
@@ -6,8 +6,7 @@ process, or a reply that never comes) raises ``NoAnswer``; an undecodable reply 
 ``BadReply``; an ``Error`` reply is returned as is (the caller decides how to show it). A fresh
 socket per request means a late answer to an earlier request can never be taken for the current one.
 
-``resolve_ctl_endpoint`` derives the operator endpoint from the job endpoint; ``format_*`` and
-``job_columns`` are the shared text forms of sizes, shares and job rows used by both commands.
+``resolve_ctl_endpoint`` picks the operator endpoint (``colocate.endpoints`` holds the rule).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from __future__ import annotations
 import zmq
 
 from colocate import protocol as P
-from colocate.units import format_size
+from colocate import endpoints
 
 DEFAULT_TIMEOUT_S = 2.0
 
@@ -44,11 +43,8 @@ def resolve_ctl_endpoint(node: str | None, ctl: str | None) -> str:
     Raises ``BadEndpoint`` when it cannot be derived (a non-ipc job endpoint and no ``ctl``)."""
     if ctl:
         return ctl
-    from colocate.cmd_node import default_endpoint
-    from colocate.node.server import default_ctl_endpoint
-
     try:
-        return default_ctl_endpoint(node or default_endpoint())
+        return endpoints.ctl_endpoint(node or endpoints.node_endpoint())
     except ValueError as exc:
         raise BadEndpoint(str(exc)) from None
 
@@ -97,46 +93,7 @@ def list_jobs(endpoint: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> P.CtlJobs:
     return reply
 
 
-# ---------------------------------------------------------------- text forms
-
-
 def listing_dict(jobs: P.CtlJobs) -> dict:
     """The listing as plain JSON-able data (``colocate ctl list --json``)."""
     wire = P.to_wire(jobs)
     return {"node_epoch": wire["node_epoch"], "gpus": wire["gpus"], "jobs": wire["jobs"]}
-
-
-def fmt_share(x: float) -> str:
-    return f"{x:.2f}"
-
-
-def fmt_rate(x: float) -> str:
-    return f"{x:.1f}"
-
-
-def fmt_size(n: int) -> str:
-    return format_size(n)
-
-
-JOB_HEADERS = ("JOB", "GPU", "PRIORITY", "PID", "CAP", "SHARE", "RESERVED", "HOST", "IT/S", "SLO", "ITERS")
-GPU_HEADERS = ("GPU", "KIND", "MEMORY", "UTIL", "JOBS")
-
-
-def job_columns(j: P.JobInfo) -> tuple[str, ...]:
-    return (j.job_id, str(j.gpu), j.priority, str(j.pid), fmt_size(j.mem_cap), fmt_share(j.sm_share),
-            fmt_size(j.mem_reserved), fmt_size(j.host_bytes), fmt_rate(j.throughput), j.slo_state or "-",
-            str(j.iterations))
-
-
-def gpu_columns(g: P.GpuInfo, jobs: tuple) -> tuple[str, ...]:
-    n = sum(1 for j in jobs if j.gpu == g.index)
-    return (str(g.index), g.kind, fmt_size(g.mem_total), f"{g.utilization * 100:.0f}%", str(n))
-
-
-def text_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    """A plain left-aligned column table (stable for scripts and tests)."""
-    widths = [len(h) for h in headers]
-    for r in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, r)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [headers, *rows]]
-    return "\n".join(lines)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 def register(sub) -> None:
     p = sub.add_parser("env", help="list the COLOCATE_* environment variables a job sees",
-                       description="Print the table of COLOCATE_* variables that `colocate run` sets for a job.")
-    p.set_defaults(func=run)
+                       description="Print the table of COLOCATE_* variables that `colocate run` sets for a job "
+                       "(markdown, the same table as the README's).")
+    p.set_defaults(func=main)
 
 
-def run(args) -> int:
+def main(args) -> int:
     from colocate.env import markdown_table
 
     print(markdown_table())

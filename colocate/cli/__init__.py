@@ -1,24 +1,31 @@
-"""The ``colocate`` command line: one entry point, one module per subcommand.
+"""The ``colocate`` command line: one entry point, one thin module per command.
 
-Every subcommand module exposes ``register(subparsers)`` which adds its parser
-and sets ``func``; ``func(args) -> int`` is the exit code. Usage errors exit 2
-with one clear line, never a traceback.
+``COMMANDS`` is the table of commands: name -> module. Each module exposes
+``register(subparsers)``, which adds its parser with ``set_defaults(func=main)``, and
+``main(args) -> int``, the exit code: it parses nothing more, calls the library and prints.
+A command never imports another command; what several share lives in ``_common`` and
+``_tables``. Usage errors exit 2 with one clear line, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from colocate import __version__
 
-SUBCOMMANDS = ("colocate.cmd_run", "colocate.cmd_node", "colocate.cmd_env", "colocate.cmd_demo",
-               "colocate.cmd_ctl", "colocate.cmd_top")
+COMMANDS = {
+    "run": "colocate.cli.run",
+    "node": "colocate.cli.node",
+    "ctl": "colocate.cli.ctl",
+    "top": "colocate.cli.top",
+    "env": "colocate.cli.env",
+    "demo": "colocate.cli.demo",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import importlib
-
     parser = argparse.ArgumentParser(
         prog="colocate",
         description="Co-locate deep-learning jobs on shared GPUs: memory caps and compute shares "
@@ -26,8 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"colocate {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMANDS:
-        importlib.import_module(name).register(sub)
+    for module in COMMANDS.values():
+        importlib.import_module(module).register(sub)
     return parser
 
 
@@ -42,7 +49,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("colocate: interrupted", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,20 +1,9 @@
-"""Types shared by both device implementations."""
+"""The in-job device interface both implementations (sim, cuda) follow."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    """One GPU as a node coordinator sees it. ``core`` is the CPU core of a sim GPU."""
-
-    index: int
-    kind: str  # "sim" | "cuda"
-    mem_total: int  # bytes
-    name: str = ""
-    core: int | None = None
 
 
 @dataclass(frozen=True)

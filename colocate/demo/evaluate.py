@@ -1,8 +1,8 @@
-"""Turning a node's ``--record`` log into co-location figures (pure, no I/O but reading).
+"""Turning a node's ``--record`` log (``colocate.record``) into co-location figures (pure).
 
-Every figure is computed over one window of the node's clock: from the
-guaranteed job's first report plus a warm-up to its last report. A batch counts
-in the window when its boundary (``t_end``) falls inside it, with its busy time.
+Every figure is computed over one window of the node's clock: from the guaranteed job's first
+report plus a warm-up to its last report. A batch counts in the window when the node received
+its report (``node_t``) inside it, with its busy time.
 
 * throughput: batches per second of the job in the window;
 * device utilization: busy seconds of all jobs in the window / window length;
@@ -12,41 +12,12 @@ in the window when its boundary (``t_end``) falls inside it, with its busy time.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Batch:
-    job_id: str
-    priority: str
-    t_end: float
-    duration_s: float
-    busy_s: float
-    mem_reserved: int
-    host_bytes: int
-
-
-def read_record(path: str) -> tuple[list[Batch], list[dict]]:
-    """(batches, limit changes) from a node's JSON-lines record."""
-    batches, limits = [], []
-    with open(path) as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue  # a line cut by a crash
-            if row.get("kind") == "report":
-                batches.append(Batch(row["job_id"], row.get("priority", "?"), row["t_end"], row["duration_s"],
-                                     row["busy_s"], row["mem_reserved"], row["host_bytes"]))
-            elif row.get("kind") == "limits":
-                limits.append(row)
-    return batches, limits
+from colocate.record import Batch
 
 
 def window(batches: list[Batch], warmup_s: float) -> tuple[float, float]:
-    g = [b.t_end for b in batches if b.priority == "guaranteed"]
-    src = g or [b.t_end for b in batches]
+    g = [b.node_t for b in batches if b.priority == "guaranteed"]
+    src = g or [b.node_t for b in batches]
     if not src:
         return 0.0, 0.0
     return min(src) + warmup_s, max(src)
@@ -57,7 +28,7 @@ def job_figures(batches: list[Batch], t0: float, t1: float) -> dict:
     span = max(1e-9, t1 - t0)
     out: dict[str, dict] = {}
     for b in batches:
-        if not (t0 < b.t_end <= t1):
+        if not (t0 < b.node_t <= t1):
             continue
         f = out.setdefault(b.job_id, {"priority": b.priority, "batches": 0, "busy_s": 0.0})
         f["batches"] += 1
@@ -74,7 +45,7 @@ def timeline(batches: list[Batch], t0: float, t1: float, bin_s: float = 0.5) -> 
     util = [0.0] * n
     tput: dict[str, list[float]] = {}
     for b in batches:
-        i = int((b.t_end - t0) / bin_s)
+        i = int((b.node_t - t0) / bin_s)
         if 0 <= i < n:
             util[i] += b.busy_s / bin_s
             tput.setdefault(b.job_id, [0.0] * n)[i] += 1.0 / bin_s

@@ -1,11 +1,11 @@
-"""``colocate demo``: one simulated GPU, one pair of example jobs, four co-location modes.
+"""The node part of ``colocate demo``: one simulated GPU, one pair of example jobs, four co-location modes.
 
 For each mode a real node coordinator (``colocate node --device sim --policy
 MODE``) runs with a real guaranteed job (with host-side gaps) and a real
 opportunistic job, both unmodified example scripts under ``colocate run``.
 Solo runs give the references: the guaranteed job alone first and last (their
 mean), the opportunistic job alone once. Figures come from the node's record of
-every mini-batch (``colocate.evaluate``); ``summary.json`` and PNG plots go to
+every mini-batch (``colocate.record``, ``colocate.demo.evaluate``); ``summary.json`` and PNG plots go to
 ``--out``.
 """
 
@@ -20,10 +20,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from colocate import evaluate as ev
+from colocate import record
+from colocate.config import POLICY_NAMES
+from colocate.demo import evaluate as ev
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-MODES = ("exclusive", "pack", "static", "adaptive")
+EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
+MODES = POLICY_NAMES  # one run per node policy
 SOLO_G = ("solo-guaranteed", "solo-guaranteed-after")  # first and last run of a pair
 
 
@@ -129,7 +131,7 @@ def analyse(pair: Pair, runs: dict[str, Run], warmup_s: float = 1.0) -> tuple[li
     gid, oid = pair.guaranteed.job_id, pair.opportunistic.job_id
 
     def figures(run):
-        batches, _ = ev.read_record(run.record)
+        batches = record.read(run.record).batches
         t0, t1 = ev.window(batches, warmup_s)
         return batches, t0, t1, ev.job_figures(batches, t0, t1)
 

@@ -1,0 +1,92 @@
+"""Argument types and options shared by several commands (not a command itself).
+
+Every type turns a bad value into ``argparse.ArgumentTypeError`` with one clear line, so the
+command exits 2 with ``colocate CMD: error: ...`` and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from colocate.units import parse_fraction, parse_size
+
+
+def argtype(fn, what: str):
+    """An argparse ``type=`` from a parser that raises ValueError; ``what`` names it in errors."""
+
+    def parse(text):
+        try:
+            return fn(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = what
+    return parse
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"must be a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise ValueError(f"must be a non-negative integer, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _seconds(lo: float, hi: float):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"must be a number of seconds, got {text!r}") from None
+        if not (lo <= value <= hi):  # also rejects NaN
+            raise ValueError(f"must be between {lo:g} and {hi:g} seconds, got {text}")
+        return value
+
+    return parse
+
+
+SIZE = argtype(parse_size, "size")
+SHARE = argtype(lambda t: parse_fraction(t, "share"), "share")
+NONNEG_INT = argtype(_nonneg_int, "index")
+POSITIVE_INT = argtype(_positive_int, "count")
+PORT = argtype(lambda t: _check_port(_nonneg_int(t)), "port")
+
+
+def seconds(lo: float, hi: float):
+    """An argparse type for a number of seconds in [lo, hi]."""
+    return argtype(_seconds(lo, hi), "seconds")
+
+
+def _check_port(port: int) -> int:
+    if not 1 <= port <= 65535:
+        raise ValueError(f"must be a TCP port 1..65535, got {port}")
+    return port
+
+
+def add_node_options(p: argparse.ArgumentParser) -> None:
+    """``--node`` / ``--ctl`` / ``--timeout``: how an operator command reaches a node."""
+    p.add_argument("--node", default=None, metavar="ENDPOINT",
+                   help="the node's job endpoint (default: the one `colocate node` binds by default)")
+    p.add_argument("--ctl", default=None, metavar="ENDPOINT",
+                   help="the node's operator endpoint (default: the job endpoint + '.ctl')")
+    p.add_argument("--timeout", type=seconds(0.001, 3600), default=2.0, metavar="S",
+                   help="seconds to wait for the node's answer (default 2)")
+
+
+def fail(prog: str, text: str, code: int = 1) -> int:
+    """Print ``colocate PROG: TEXT`` on stderr and return ``code``."""
+    print(f"colocate {prog}: {text}", file=sys.stderr)
+    return code

@@ -1,0 +1,83 @@
+"""The one way commands print tables: ``rich``, readable in a terminal, a pipe and a CI log.
+
+In a terminal the console takes the terminal's width; elsewhere (a pipe, a file, a CI log) it is
+wide enough for any table, so headers and cells are never cut ("guarant…"). Tables have no wrap
+in their cells; a column's header may span two lines where the caller gives a newline.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from colocate import protocol as P
+from colocate.units import format_size
+
+WIDE = 400  # columns of the console when output is not a terminal
+
+
+def console(stderr: bool = False) -> Console:
+    c = Console(stderr=stderr)
+    if not c.is_terminal:
+        c = Console(stderr=stderr, width=WIDE)
+    return c
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence], title: str | None = None,
+          right: Iterable[str] = ()) -> Table:
+    """A table of ``rows`` (cells are str or rich Text); headers in ``right`` align right."""
+    right = set(right)
+    t = Table(title=title, title_justify="left", expand=False, box=box.SIMPLE_HEAD)
+    for h in headers:
+        t.add_column(h, justify="right" if h in right else "left", no_wrap=True)
+    for r in rows:
+        t.add_row(*[c if isinstance(c, Text) else str(c) for c in r])
+    return t
+
+
+def print_table(headers, rows, title: str | None = None, right=(), out: Console | None = None) -> None:
+    (out or console()).print(table(headers, rows, title, right))
+
+
+# ---- a node's GPUs and jobs (ctl list, top) --------------------------------------------------
+
+GPU_HEADERS = ("GPU", "KIND", "MEMORY", "UTILIZATION", "JOBS")
+JOB_HEADERS = ("JOB", "GPU", "PRIORITY", "PID", "CAP", "SHARE", "RESERVED", "HOST", "IT/S", "SLO", "ITERS")
+_RIGHT = {"GPU", "MEMORY", "JOBS", "PID", "CAP", "SHARE", "RESERVED", "HOST", "IT/S", "ITERS"}
+SLO_STYLES = {"ok": "green", "violated": "bold red", "baseline": "yellow", "paused-mem": "red",
+              "waiting": "yellow", "backoff": "yellow", "holding": "yellow", "growing": "green", "full": "cyan",
+              "override": "magenta", "idle": "dim"}
+
+
+def util_bar(ratio: float, width: int = 20) -> Text:
+    ratio = min(1.0, max(0.0, ratio))
+    full = int(round(ratio * width))
+    style = "green" if ratio < 0.7 else ("yellow" if ratio < 0.9 else "red")
+    bar = Text()
+    bar.append("█" * full, style=style)
+    bar.append("░" * (width - full), style="dim")
+    bar.append(f" {ratio * 100:5.1f}%")
+    return bar
+
+
+def gpu_table(listing: P.CtlJobs, bars: bool = False) -> Table:
+    rows = []
+    for g in listing.gpus:
+        n = sum(1 for j in listing.jobs if j.gpu == g.index)
+        util = util_bar(g.utilization) if bars else f"{g.utilization * 100:.0f}%"
+        rows.append((str(g.index), g.kind, format_size(g.mem_total), util, str(n)))
+    return table(GPU_HEADERS, rows, title="GPUs", right=_RIGHT)
+
+
+def job_table(listing: P.CtlJobs) -> Table:
+    rows = []
+    for j in sorted(listing.jobs, key=lambda j: (j.gpu, j.priority != "guaranteed", j.job_id)):
+        rows.append((j.job_id, str(j.gpu), Text(j.priority, style="bold" if j.priority == "guaranteed" else ""),
+                     str(j.pid), format_size(j.mem_cap), f"{j.sm_share:.2f}", format_size(j.mem_reserved),
+                     Text(format_size(j.host_bytes), style="red" if j.host_bytes else ""), f"{j.throughput:.1f}",
+                     Text(j.slo_state or "-", style=SLO_STYLES.get(j.slo_state, "")), str(j.iterations)))
+    return table(JOB_HEADERS, rows, title="Jobs", right=_RIGHT)

@@ -1,0 +1,73 @@
+"""``colocate run [options] -- CMD ...``: run a command as a co-located job."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from colocate.cli._common import NONNEG_INT, SHARE, SIZE
+from colocate.env import DEVICE_CHOICES, LOG_LEVELS, ON_CAP, PRIORITIES
+
+EPILOG = """\
+examples:
+  colocate run --gpu-mem 2GiB --sm-share 0.5 -- python train.py --epochs 3
+  colocate run --priority opportunistic --on-cap error --stats-file s.json -- python -m mypkg.train
+  colocate run --node ipc:///tmp/colocate-$UID/node.sock --gpu 1 -- python train.py
+
+The command is not modified: every Python process it starts gets the runtime
+through an injected sitecustomize and the COLOCATE_* variables (`colocate env`).
+Under a node (--node), --gpu-mem and --sm-share are the job's request: the node's
+policy never gives the job more than them (it may give less to an opportunistic job).
+Exit code: the command's own (128+N if it died of signal N); 2 on bad options.
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "run", help="run a training command under the co-location runtime",
+        description="Run an unmodified training command with a GPU memory cap and a compute share "
+        "that can change while it runs.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--device", default="auto", choices=DEVICE_CHOICES,
+                   help="device kind: cuda, sim (a simulated GPU on one CPU core), or auto (cuda when available; default)")
+    p.add_argument("--gpu", type=NONNEG_INT, default=0, metavar="INDEX", help="GPU index (default 0)")
+    p.add_argument("--gpu-mem", type=SIZE, default=None, metavar="SIZE",
+                   help="device memory cap, e.g. 2GiB, 512MiB, 4GB (default: the whole device); under a node, "
+                        "the most the node will give")
+    p.add_argument("--sm-share", type=SHARE, default=1.0, metavar="F",
+                   help="compute share 0..1: the job's device busy fraction is held at or below F (default 1); "
+                        "under a node, the most the node will give")
+    p.add_argument("--priority", choices=PRIORITIES, default="guaranteed",
+                   help="guaranteed (default) or opportunistic")
+    p.add_argument("--on-cap", choices=ON_CAP, default="host",
+                   help="over the memory cap: serve from host memory (default) or stop with an error")
+    p.add_argument("--job-id", default=None, help="job identifier (default: job-<launcher pid>)")
+    p.add_argument("--stats-file", default=None, metavar="PATH",
+                   help="write a JSON summary of the job here at exit (iterations, busy fraction, memory peaks)")
+    p.add_argument("--node", default=None, metavar="ENDPOINT",
+                   help="node coordinator endpoint to register with (e.g. ipc:///tmp/colocate-$UID/node.sock)")
+    p.add_argument("--sim-gpu-mem", type=SIZE, default=None, metavar="SIZE",
+                   help="sim only: total memory of the simulated GPU (default 16GiB)")
+    p.add_argument("--log", default="warning", choices=LOG_LEVELS, help="runtime log level inside the job")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command to run")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from colocate.gpus import resolve
+    from colocate.launcher import LaunchError, RunSpec, launch
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    try:
+        spec = RunSpec(
+            command=tuple(command), device=resolve(args.device), gpu=args.gpu, gpu_mem=args.gpu_mem,
+            sm_share=args.sm_share, priority=args.priority, on_cap=args.on_cap, stats_file=args.stats_file,
+            job_id=args.job_id, node=args.node, sim_gpu_mem=args.sim_gpu_mem, log=args.log,
+        )
+        return launch(spec)
+    except (LaunchError, ValueError) as exc:
+        print(f"colocate run: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,39 @@
+"""Default endpoints and the rules that derive one endpoint from another (the one place for them).
+
+* a node coordinator takes jobs on ``node_endpoint()`` (``ipc:///tmp/colocate-$UID/node.sock``)
+  and operators (``colocate ctl``, ``colocate top``) on ``ctl_endpoint(job endpoint)``: the same
+  ipc path with ``.ctl`` appended;
+* the global scheduler listens on ``SCHEDULER_ENDPOINT`` unless ``--bind`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+
+SCHEDULER_ENDPOINT = "tcp://127.0.0.1:5555"
+
+
+def runtime_dir() -> str:
+    """Per-user folder for ipc sockets: ``/tmp/colocate-$UID``."""
+    return f"/tmp/colocate-{os.getuid()}"
+
+
+def node_endpoint() -> str:
+    """The job endpoint ``colocate node`` binds by default."""
+    return f"ipc://{runtime_dir()}/node.sock"
+
+
+def ipc_path(endpoint: str) -> str | None:
+    """The filesystem path of an ``ipc://`` endpoint, else None."""
+    return endpoint[len("ipc://"):] if endpoint.startswith("ipc://") else None
+
+
+def ctl_endpoint(job_endpoint: str) -> str:
+    """The operator endpoint of the node whose job endpoint is ``job_endpoint``.
+
+    Raises ValueError when it cannot be derived (the job endpoint is not ``ipc://``)."""
+    path = ipc_path(job_endpoint)
+    if path is None:
+        raise ValueError(f"cannot derive the operator endpoint from {job_endpoint!r}: give --ctl ENDPOINT "
+                         "when the job endpoint is not ipc://")
+    return f"ipc://{path}.ctl"

@@ -1,0 +1,56 @@
+"""The GPUs of this machine, as the node side sees them (no torch).
+
+``resolve(kind)`` turns ``auto`` into ``cuda`` when NVML sees a GPU and ``sim`` otherwise;
+``node_gpus(kind, ...)`` lists the GPUs a node coordinator owns as ``GpuSpec`` records. The
+job side (memory caps, busy clocks inside the training process) is ``torch_hooks.device``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from colocate.env import DEVICE_CHOICES, DEVICES
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU as a node coordinator sees it. ``core`` is the CPU core of a sim GPU."""
+
+    index: int
+    kind: str  # one of colocate.env.DEVICES
+    mem_total: int  # bytes
+    name: str = ""
+    core: int | None = None
+
+
+def cuda_available() -> bool:
+    """True when NVML reports at least one NVIDIA GPU."""
+    from colocate.gpus import nvml
+
+    return nvml.device_count() > 0
+
+
+def resolve(kind: str) -> str:
+    """Map ``auto|cuda|sim`` to a concrete kind; ValueError on anything else."""
+    if kind not in DEVICE_CHOICES:
+        raise ValueError(f"unknown device {kind!r}: use one of {', '.join(DEVICE_CHOICES)}")
+    if kind == "auto":
+        return "cuda" if cuda_available() else "sim"
+    if kind == "cuda" and not cuda_available():
+        raise ValueError("--device cuda: no CUDA GPU is visible (NVML found none); use --device sim or auto")
+    return kind
+
+
+def node_gpus(kind: str, sim_gpus: int = 1, sim_gpu_mem: int = 16 << 30) -> list[GpuSpec]:
+    """The GPUs of this machine for a node coordinator."""
+    kind = resolve(kind)
+    if kind == "cuda":
+        from colocate.gpus import nvml
+
+        return nvml.node_gpus()
+    from colocate.gpus import sim
+
+    return sim.node_gpus(sim_gpus, sim_gpu_mem)
+
+
+__all__ = ["GpuSpec", "DEVICES", "DEVICE_CHOICES", "resolve", "node_gpus", "cuda_available"]

@@ -1,0 +1,68 @@
+"""NVIDIA GPUs through NVML (``nvidia-ml-py``, imported as ``pynvml``), for the node side.
+
+Every function degrades quietly where NVML is missing or fails: counts and totals become 0 and
+``visible_device`` falls back to the index. Indices are NVML's (the order ``nvidia-smi`` shows).
+"""
+
+from __future__ import annotations
+
+from colocate.gpus import GpuSpec
+
+
+def _nvml():
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml
+
+
+def device_count() -> int:
+    try:
+        return int(_nvml().nvmlDeviceGetCount())
+    except Exception:
+        return 0
+
+
+def node_gpus() -> list[GpuSpec]:
+    pynvml = _nvml()
+    out = []
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+        name = pynvml.nvmlDeviceGetName(h)
+        if isinstance(name, bytes):  # older nvidia-ml-py
+            name = name.decode(errors="replace")
+        out.append(GpuSpec(index=i, kind="cuda", mem_total=int(mem.total), name=str(name)))
+    return out
+
+
+def memory_total(index: int) -> int:
+    """Total memory of NVML device ``index`` in bytes; 0 when NVML cannot tell."""
+    try:
+        pynvml = _nvml()
+        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).total)
+    except Exception:
+        return 0
+
+
+def visible_device(index: int) -> str:
+    """The CUDA_VISIBLE_DEVICES value that selects NVML device ``index``.
+
+    CUDA numbers devices fastest-first unless CUDA_DEVICE_ORDER=PCI_BUS_ID,
+    NVML in its own order: the UUID names the same GPU for both. Falls back to
+    the index when NVML cannot tell."""
+    try:
+        pynvml = _nvml()
+        uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(index))
+        if isinstance(uuid, bytes):
+            uuid = uuid.decode()
+        return str(uuid) if uuid else str(index)
+    except Exception:
+        return str(index)
+
+
+def utilization(index: int) -> float:
+    """Device utilization 0..1 over NVML's last sample period."""
+    pynvml = _nvml()
+    h = pynvml.nvmlDeviceGetHandleByIndex(index)
+    return pynvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0

@@ -1,0 +1,43 @@
+"""Simulated GPUs on the node side: which CPU core is each one's compute.
+
+A simulated GPU is one CPU core of compute and a byte budget of memory. Jobs placed on the same
+simulated GPU are pinned to the same core (``torch_hooks.device.sim``), so their device work
+time-shares it as kernels of different processes time-share a GPU. Daemons and launchers keep
+off those cores (``keep_off_cores``) so host-side work does not steal simulated device time.
+"""
+
+from __future__ import annotations
+
+import os
+
+from colocate.gpus import GpuSpec
+
+
+def default_core(index: int, ncores: int | None = None) -> int:
+    """CPU core of sim GPU ``index``: counted down from the last core."""
+    n = ncores or os.cpu_count() or 1
+    return (n - 1 - index) % n
+
+
+def core_of(env) -> int:
+    """The core a job with this ``JobEnv`` runs on: COLOCATE_SIM_CORE, else its GPU's."""
+    return env.sim_core if env.sim_core is not None else default_core(env.gpu)
+
+
+def node_gpus(count: int, mem_total: int) -> list[GpuSpec]:
+    if count < 1:
+        raise ValueError(f"need at least one simulated GPU, got {count}")
+    return [
+        GpuSpec(index=i, kind="sim", mem_total=mem_total, name="colocate-sim", core=default_core(i))
+        for i in range(count)
+    ]
+
+
+def keep_off_cores(cores: set[int]) -> None:
+    """Pin the calling process to the cores that are not simulated GPUs (if any are left)."""
+    try:
+        allowed = os.sched_getaffinity(0) - set(cores)
+        if allowed:
+            os.sched_setaffinity(0, allowed)
+    except (AttributeError, OSError):
+        pass
