@@ -142,3 +142,13 @@ def test_quota_unknown_queue(default_quota, state):
     assert core.job("x").state == state
     if state == "failed":
         assert "unknown queue 'other'" in core.job("x").reason
+
+
+def test_quota_reclaim_takes_the_youngest_borrower_across_queues():
+    cfg = config(["fifo", "gang", "binpack", "quota"], quota={"quotas": {"a": 2, "b": 2, "c": 2}})
+    core = make_core(cfg, [("n0", 3), ("n1", 3)])
+    for i, (name, q, g) in enumerate([("a1", "a", 2), ("a2", "a", 1), ("b1", "b", 2), ("b2", "b", 1)]):
+        run(core, job(name, gpus=g, queue=q, t=i), now=float(i))
+    assert core.state.free_gpus() == 0
+    out = submit(core, job("c1", gpus=1, queue="c", t=10), now=10.0)
+    assert [d.job_id for d in stops(out)] == ["b2"]

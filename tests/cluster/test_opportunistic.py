@@ -30,6 +30,7 @@ def opp(job_id, gpus=1, t=0.0, **kw):
     ([0.85, 0.95], 0.9, 0),  # a higher threshold admits GPU 0
     ([0.5, 0.1, 0.3], None, 1),  # least utilized first
     ([0.8, 0.79], None, 1),  # strictly under the threshold
+    ([0.8, 0.9], None, None),  # exactly at the threshold is too busy
 ])
 def test_opportunistic_threshold_and_order(utils, threshold, gpu):
     core = opp_core([("n0", len(utils))], threshold=threshold)
@@ -108,11 +109,16 @@ def test_preemption_stops_opportunistic_work_for_a_guaranteed_job():
     core.state.check_invariants()
 
 
-def test_preemption_only_frees_opportunistic_placements():
+@pytest.mark.parametrize("g1_milli, g2_mem", [
+    (1000, 0),  # g2 blocked by g1's whole-GPU share
+    (500, 8),  # room for g2's share, but g1's guaranteed memory is in the way
+])
+def test_preemption_only_frees_opportunistic_placements(g1_milli, g2_mem):
     core = opp_core([("n0", 1, 16 * GIB)], extra=["preemption"])
-    run(core, job("g1", gpu_mem=4 * GIB), opp("o", t=1, gpu_mem=4 * GIB))
-    out = submit(core, job("g2", t=2), now=2.0)  # blocked by g1's guaranteed share: nothing to preempt
+    run(core, job("g1", gpu_milli=g1_milli, gpu_mem=12 * GIB), opp("o", t=1, gpu_mem=GIB))
+    out = submit(core, job("g2", gpu_milli=500, gpu_mem=g2_mem * GIB, t=2), now=2.0)
     assert stops(out) == [] and core.job("g1").state == RUNNING and core.job("o").state == RUNNING
+    assert core.job("g2").state == PENDING
 
 
 @pytest.mark.parametrize("held, need, victims", [

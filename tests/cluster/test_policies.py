@@ -67,6 +67,13 @@ def test_binpack_closest_spread_emptiest(policy, gpus, node):
     assert nodes_of(placed["j"]) == [node]
 
 
+@pytest.mark.parametrize("plugin, gpus, node", [("binpack", 1, "n2"), ("binpack", 3, "n4"), ("spread", 1, "n8")])
+def test_candidate_order_alone_without_scoring(plugin, gpus, node):
+    """With one feasible node wanted, the plugin's candidate order decides by itself."""
+    core = make_core(config(["fifo", plugin], scheduler={"feasible_nodes": 1}), [("n8", 8), ("n2", 2), ("n4", 4)])
+    assert nodes_of(run(core, job("j", gpus=gpus))["j"]) == [node]
+
+
 @pytest.mark.parametrize("policy, distinct_nodes", [("gang-binpack", 1), ("fifo", 2)])
 def test_gang_packed_or_spread(policy, distinct_nodes):
     core = make_core(policy, [("n0", 4), ("n1", 4), ("n2", 4)])
