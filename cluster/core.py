@@ -80,8 +80,9 @@ class SchedulerCore:
         (those are ignored)."""
         return self.handle_batch((event,), now)
 
-    def handle_batch(self, events: Iterable, now: float) -> list:
-        """Apply every event at ``now``, then at most one scheduling cycle."""
+    def handle_batch(self, events: Iterable, now: float, schedule: bool = True) -> list:
+        """Apply every event at ``now``, then at most one scheduling cycle (none with
+        ``schedule=False``: the change is remembered and the next call's cycle covers it)."""
         out: list = []
         for event in events:
             h = self._handlers.get(type(event))
@@ -89,7 +90,7 @@ class SchedulerCore:
                 raise TypeError(f"not a scheduler event: {type(event).__name__}")
             self.stats["events"] += 1
             h(event, now, out)
-        if self._dirty:
+        if self._dirty and schedule:
             self._cycle(now, out)
         self.stats["decisions"] += len(out)
         return out

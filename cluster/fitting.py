@@ -72,7 +72,7 @@ def pick_guaranteed(node: NodeState, gpus: int, milli: int, mem: int, best_fit: 
 
 def gpu_fits_opportunistic(gpu: GpuState, mem: int, max_util: float, max_per_gpu: int) -> bool:
     return (gpu.util < max_util and (not mem or gpu.mem_free_reported() >= mem)
-            and (not max_per_gpu or sum(gpu.o.values()) < max_per_gpu))
+            and (not max_per_gpu or gpu.nopp < max_per_gpu))
 
 
 def pick_opportunistic(node: NodeState, gpus: int, mem: int, max_util: float, max_per_gpu: int) -> tuple[int, ...] | None:

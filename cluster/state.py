@@ -16,7 +16,8 @@ Indexes (only nodes that are up are in them), each keyed by GPU model and by ``"
     whole GPUs: ``free_gpus`` and ``worker_slots`` answer "cannot fit now" without a scan;
   * partially allocated GPUs bucketed by free milli (fractional requests), keys kept sorted;
   * GPUs bucketed by reported utilization (1% buckets), those beside a guaranteed worker first
-    within a bucket (opportunistic placement).
+    within a bucket, GPUs already holding ``opp_cap`` opportunistic workers left out
+    (opportunistic placement).
 The ``nodes_by_free``/``partial_gpus``/``gpus_by_util`` iterators are live views: finish or drop
 one before changing the state.
 """
@@ -50,7 +51,7 @@ class Alloc:
 class GpuState:
     """One GPU: guaranteed milli and memory allocated, who sits there, last report."""
 
-    __slots__ = ("node", "index", "mem_total", "milli", "mem", "g", "o", "util", "mem_used", "ukey")
+    __slots__ = ("node", "index", "mem_total", "milli", "mem", "g", "o", "nopp", "util", "mem_used", "ukey")
 
     def __init__(self, node: NodeState, index: int, mem_total: int) -> None:
         self.node, self.index, self.mem_total = node, index, mem_total
@@ -58,6 +59,7 @@ class GpuState:
         self.mem = 0  # bytes allocated (guaranteed + opportunistic)
         self.g: dict[str, int] = {}  # guaranteed placement id -> milli
         self.o: dict[str, int] = {}  # opportunistic placement id -> workers of it here
+        self.nopp = 0  # opportunistic workers here
         self.util = 0.0  # reported busy fraction over the last 10 s (0 until reported)
         self.mem_used = 0  # reported bytes in use
         self.ukey = -1  # key in the utilization index, -1 when not indexed
@@ -74,8 +76,6 @@ class GpuState:
         """Free bytes by the larger of allocation and the last report (opportunistic fit)."""
         return float("inf") if not self.mem_total else self.mem_total - max(self.mem, self.mem_used)
 
-    def opportunistic_workers(self) -> int:
-        return sum(self.o.values())
 
 
 class NodeState:
@@ -98,7 +98,11 @@ class NodeState:
         return float("inf") if not self.spec.mem_mib else self.spec.mem_mib - self.host_mem
 
 
-def util_key(gpu: GpuState) -> int:
+def util_key(gpu: GpuState, cap: int = 0) -> int:
+    """The GPU's bucket in the utilization index; -1 (not indexed) when it holds ``cap``
+    opportunistic workers already."""
+    if cap and gpu.nopp >= cap:
+        return -1
     b = int(gpu.util * 100)
     b = 0 if b < 0 else (100 if b > 100 else b)
     return b * 2 + (0 if gpu.g else 1)
@@ -118,6 +122,14 @@ class ClusterState:
         self._capacity: dict[str, int] = {}  # GPUs on every known node (up or down), per model
         self._max_per_node: dict[str, int] = {}  # largest GPU count of a known node, per model
         self.version = 0  # bumped on every change that can add capacity
+        self.opp_cap = 0  # opportunistic workers per GPU that take a GPU out of the utilization index
+
+    def set_opportunistic_cap(self, cap: int) -> None:
+        """GPUs holding ``cap`` opportunistic workers (0: no limit) leave the utilization index."""
+        self.opp_cap = cap
+        for node in self.nodes.values():
+            for gpu in node.gpus:
+                self._reindex_util(gpu)
 
     # ------------------------------------------------------------------ nodes
 
@@ -154,9 +166,10 @@ class ClusterState:
         for gpu in node.gpus:
             if 0 < gpu.milli < MILLI:
                 self._partial_add(node, gpu)
-            gpu.ukey = util_key(gpu)
-            for k in node.keys:
-                self._util[k][gpu.ukey][gpu] = None
+            gpu.ukey = util_key(gpu, self.opp_cap)
+            if gpu.ukey >= 0:
+                for k in node.keys:
+                    self._util[k][gpu.ukey][gpu] = None
 
     def node_down(self, node_id: str) -> list[Alloc]:
         """Mark a node down: out of every index, every slot on it released (returned)."""
@@ -172,8 +185,9 @@ class ClusterState:
             for gpu in node.gpus:
                 if 0 < gpu.milli < MILLI:
                     self._partial_remove(node, gpu)
-                for k in node.keys:
-                    del self._util[k][gpu.ukey][gpu]
+                if gpu.ukey >= 0:
+                    for k in node.keys:
+                        del self._util[k][gpu.ukey][gpu]
                 gpu.ukey = -1
         return released
 
@@ -222,13 +236,15 @@ class ClusterState:
         node = gpu.node
         if not node.up:
             return False
-        key = util_key(gpu)
+        key = util_key(gpu, self.opp_cap)
         if key == gpu.ukey:
             return False
         for k in node.keys:
             buckets = self._util[k]
-            del buckets[gpu.ukey][gpu]
-            buckets[key][gpu] = None
+            if gpu.ukey >= 0:
+                del buckets[gpu.ukey][gpu]
+            if key >= 0:
+                buckets[key][gpu] = None
         gpu.ukey = key
         return True
 
@@ -259,6 +275,9 @@ class ClusterState:
                     self._reindex_util(gpu)
             else:
                 gpu.o[a.pid] = gpu.o.get(a.pid, 0) + 1
+                gpu.nopp += 1
+                if self.opp_cap:
+                    self._reindex_util(gpu)
 
     def release(self, pid: str, rank: int) -> Alloc | None:
         """Give back one slot; None (and no change) if it is not held. Idempotent."""
@@ -291,6 +310,9 @@ class ClusterState:
                     gpu.o[pid] = left
                 else:
                     del gpu.o[pid]
+                gpu.nopp -= 1
+                if self.opp_cap:
+                    self._reindex_util(gpu)
         self.version += 1
         return a
 
@@ -463,12 +485,13 @@ class ClusterState:
                 assert gpu.milli == sum(gpu.g.values())
                 assert gpu.mem == mem.get(key, 0), f"{nid}/{gpu.index}: memory mismatch"
                 assert not gpu.mem_total or gpu.mem <= gpu.mem_total, f"{nid}/{gpu.index}: memory over capacity"
-                assert sum(gpu.o.values()) == opp.get(key, 0), f"{nid}/{gpu.index}: opportunistic count mismatch"
+                assert sum(gpu.o.values()) == opp.get(key, 0) == gpu.nopp, f"{nid}/{gpu.index}: opportunistic count"
                 free += gpu.milli == 0
                 if node.up:
-                    assert gpu.ukey == util_key(gpu), f"{nid}/{gpu.index}: stale utilization index"
+                    assert gpu.ukey == util_key(gpu, self.opp_cap), f"{nid}/{gpu.index}: stale utilization index"
                     for k in node.keys:
-                        assert gpu in self._util[k][gpu.ukey]
+                        assert gpu.ukey < 0 or gpu in self._util[k][gpu.ukey]
+                        assert sum(gpu in b for b in self._util[k]) == (gpu.ukey >= 0)
                         in_part = gpu in self._partial[k].get(MILLI - gpu.milli, {})
                         assert in_part == (0 < gpu.milli < MILLI), f"{nid}/{gpu.index}: partial index"
             assert node.free == free, f"{nid}: free {node.free} != {free}"

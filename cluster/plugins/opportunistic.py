@@ -31,6 +31,7 @@ class Opportunistic(Plugin):
         super().bind(fw)
         self.threshold = self.p["util_threshold"]
         self.max_per_gpu = self.p["max_per_gpu"]
+        fw.state.set_opportunistic_cap(self.max_per_gpu)  # full GPUs leave the utilization index
         self._no = unschedulable(self.name, f"no GPU under {self.threshold:g} utilization with room")
 
     def node_order(self, req: Request) -> Iterator[NodeState]:
