@@ -90,7 +90,7 @@ def _check_decisions(out, ended):
         elif isinstance(d, ev.StartWorkers):
             assert d.placement.job_id in seen_changed, "StartWorkers before its JobChanged"
             assert sorted(s.rank for s in d.placement.slots) == list(range(d.spec.workers))
-        elif isinstance(d, ev.StopWorkers) and d.reason != "orphan" and d.reason != "preempted":
+        elif isinstance(d, ev.StopWorkers) and d.reason != "orphan":
             assert d.job_id in seen_changed, f"StopWorkers ({d.reason}) before its JobChanged"
 
 
