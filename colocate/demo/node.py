@@ -24,7 +24,7 @@ from colocate import record
 from colocate.config import POLICY_NAMES
 from colocate.demo import evaluate as ev
 
-EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parent.parent / "_examples"  # examples/, shipped in the package
 MODES = POLICY_NAMES  # one run per node policy
 SOLO_G = ("solo-guaranteed", "solo-guaranteed-after")  # first and last run of a pair
 

@@ -31,9 +31,17 @@ def cuda_available() -> bool:
 
 
 def resolve(kind: str) -> str:
-    """Map ``auto|cuda|sim`` to a concrete kind; ValueError on anything else."""
+    """Map ``auto|cuda|sim`` to a concrete kind; ValueError on anything else.
+
+    ``auto`` on a machine with an NVIDIA driver but without ``nvidia-ml-py`` is an error too: it
+    would otherwise fall back to simulated GPUs without a word."""
+    from colocate.gpus import nvml
+
     if kind not in DEVICE_CHOICES:
         raise ValueError(f"unknown device {kind!r}: use one of {', '.join(DEVICE_CHOICES)}")
+    if kind != "sim" and nvml.missing_binding():
+        raise ValueError(f"--device {kind}: this machine has an NVIDIA driver but nvidia-ml-py is not installed: "
+                         "pip install 'colocate[gpu]' (or use --device sim)")
     if kind == "auto":
         return "cuda" if cuda_available() else "sim"
     if kind == "cuda" and not cuda_available():

@@ -23,6 +23,15 @@ def device_count() -> int:
         return 0
 
 
+def missing_binding() -> bool:
+    """True when this machine has an NVIDIA driver but ``nvidia-ml-py`` is not installed
+    (the CUDA path then cannot see the GPUs: ``pip install 'colocate[gpu]'``)."""
+    import importlib.util
+    import os
+
+    return importlib.util.find_spec("pynvml") is None and os.path.exists("/dev/nvidiactl")
+
+
 def node_gpus() -> list[GpuSpec]:
     pynvml = _nvml()
     out = []

@@ -1,0 +1,87 @@
+"""The architecture rules of pyproject.toml's ``[tool.importlinter]`` hold, and each one can fail.
+
+``lint-imports`` (import-linter) checks the contracts on the real tree. To show that every
+contract really guards something, each is broken on purpose in a copy of the packages (one
+violating import added) and must be reported BROKEN there, while the others stay kept.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from colocate.cli import COMMANDS
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("colocate", "torch_hooks", "cluster")
+LINT = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; "
+        "sys.exit(lint_imports_command())", "--no-cache", "--config", "pyproject.toml"]
+
+
+def contracts() -> list[dict]:
+    with open(REPO / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["tool"]["importlinter"]["contracts"]
+
+
+def lint(root: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run(LINT, cwd=root, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_tree_keeps_every_contract():
+    res = lint(REPO)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert f"{len(contracts())} kept, 0 broken" in res.stdout
+
+
+def test_every_command_is_in_the_independence_contract():
+    independent = next(c for c in contracts() if c["id"] == "commands-independent")["modules"]
+    on_disk = {f"colocate.cli.{p.stem}" for p in (REPO / "colocate" / "cli").glob("*.py")
+               if not p.stem.startswith("_")}
+    assert set(independent) == on_disk == set(COMMANDS.values())
+
+
+# (contract id, file to edit, the violating import added to it)
+VIOLATIONS = [
+    ("no-torch-outside-the-job", "colocate/units.py", "import torch_hooks"),
+    ("no-torch-outside-the-job", "cluster/spec.py", "import torch"),
+    ("colocate-layers", "colocate/units.py", "import colocate.cli"),
+    ("colocate-layers", "colocate/node/core.py", "import colocate.demo"),
+    ("commands-independent", "colocate/cli/ctl.py", "import colocate.cli.run"),
+    ("job-runtime-uses-the-base-only", "torch_hooks/throttle.py", "import colocate.node.core"),
+]
+
+
+@pytest.fixture(scope="module")
+def tree_copy(tmp_path_factory):
+    root = tmp_path_factory.mktemp("arch")
+    for pkg in PACKAGES:
+        shutil.copytree(REPO / pkg, root / pkg, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.o"))
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+@pytest.mark.parametrize("contract, path, line", VIOLATIONS, ids=[f"{c}:{p}" for c, p, _ in VIOLATIONS])
+def test_each_contract_fails_when_broken_on_purpose(tree_copy, contract, path, line):
+    assert contract in {c["id"] for c in contracts()}
+    target = tree_copy / path
+    original = target.read_text()
+    target.write_text(original + f"\n{line}  # broken on purpose\n")
+    try:
+        res = lint(tree_copy)
+    finally:
+        target.write_text(original)
+    name = next(c["name"] for c in contracts() if c["id"] == contract)
+    assert res.returncode != 0, res.stdout[-2000:]
+    # the summary line "<name> BROKEN" (wrapped at 80 columns, so compare without whitespace); an indirect
+    # import may break other contracts too
+    flat = re.sub(r"\s", "", res.stdout)
+    assert re.sub(r"\s", "", name) + "BROKEN" in flat, res.stdout[-3000:]
