@@ -2,11 +2,11 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
+
 SCRIPTS = ["train_cnn.py", "train_transformer.py", "train_recsys.py"]
 FAST = ["--iters", "5", "--host-ms", "0", "--log-every", "0", "--threads", "1"]
 

@@ -1,7 +1,7 @@
 """torch_hooks/device/cuda.py (and colocate/gpus/nvml.py) logic without a GPU: ``CudaJobDevice`` against a fake
 ``torch.cuda`` that models the parts it relies on (lazy initialization with
 ``_lazy_call`` queued calls, the caching allocator's fraction limit, memory
-statistics, events). The same behaviour on a real GPU: tests/test_cuda_device.py.
+statistics, events). The same behaviour on a real GPU: tests/torch_hooks/test_cuda_device.py.
 """
 from __future__ import annotations
 

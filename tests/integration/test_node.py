@@ -1,256 +1,20 @@
 """The node coordinator end to end: real `colocate node` and `colocate run` processes on real ipc sockets.
 
 Each test gets its own short temporary directory for its endpoints, its own node process and jobs, and kills
-every process it started (process groups, SIGKILL) when it ends, pass or fail. Waits poll with deadlines.
-The helpers here (``Procs``, ``NodeProc``, ``start_job``, ``wait_for``) are reused by the fuzz and ctl/top tests.
+every process it started (process groups, SIGKILL) when it ends, pass or fail. Waits poll with deadlines;
+deadlines that are the specification (re-registration, a memory burst) are measured on the node's own clock
+(its ``--record`` rows' ``node_t``).
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-from colocate.node import client as C
-
-REPO = Path(__file__).resolve().parents[1]
-PY = sys.executable
-MiB = 1 << 20
-GiB = 1 << 30
-JOB_START_S = 120  # a job registers once torch is imported (longer when the allocator extension is built)
-
-
-# ---------------------------------------------------------------- helpers (shared with other test modules)
-
-
-def child_env(extra: dict | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COLOCATE_")}
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env.update(extra or {})
-    return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(pred, timeout: float, interval: float = 0.05, what: str = "condition"):
-    """Poll ``pred()`` until it returns a truthy value; returns it, or fails after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(interval)
-
-
-def colocate_cli(*args, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "colocate", *map(str, args)], cwd=REPO, env=child_env(),
-                          capture_output=True, text=True, timeout=timeout)
-
-
-class Procs:
-    """Every process a test starts, each in its own session; ``cleanup`` SIGKILLs the groups still alive."""
-
-    def __init__(self, tmp: Path):
-        self.tmp = tmp
-        self.all: list[subprocess.Popen] = []
-
-    def start(self, argv, log_name: str, **kw) -> subprocess.Popen:
-        log = open(self.tmp / log_name, "ab")
-        try:
-            proc = subprocess.Popen([str(a) for a in argv], cwd=REPO, env=child_env(), stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True, **kw)
-        finally:
-            log.close()
-        proc.log_path = self.tmp / log_name
-        self.all.append(proc)
-        return proc
-
-    def cleanup(self) -> None:
-        for proc in self.all:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        for proc in self.all:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-
-
-def read_log(proc) -> str:
-    try:
-        return Path(proc.log_path).read_text(errors="replace")
-    except OSError:
-        return ""
-
-
-class NodeProc:
-    """A `colocate node --device sim` subprocess on ``ipc://DIR/node.sock``."""
-
-    def __init__(self, procs: Procs, tmp: Path, *extra, metrics: bool = True, record: bool = True,
-                 config: dict | None = None):
-        self.procs, self.tmp, self.extra = procs, tmp, [str(e) for e in extra]
-        self.endpoint = f"ipc://{tmp}/node.sock"
-        self.ctl = self.endpoint + ".ctl"
-        self.metrics_port = free_port() if metrics else None
-        self.record = tmp / "record.jsonl" if record else None
-        self.config = None
-        if config:
-            self.config = tmp / "node-config.json"
-            self.config.write_text(json.dumps(config))
-        self.proc = None
-        self.starts = 0
-
-    def start(self, timeout: float = 30.0) -> "NodeProc":
-        argv = [PY, "-m", "colocate", "node", "--device", "sim", "--endpoint", self.endpoint, "--log-level", "info"]
-        if self.metrics_port is not None:
-            argv += ["--metrics-port", self.metrics_port]
-        if self.record is not None:
-            argv += ["--record", self.record]
-        if self.config is not None:
-            argv += ["--config", self.config]
-        self.starts += 1
-        self.proc = self.procs.start(argv + self.extra, f"node-{self.starts}.log")
-        wait_for(lambda: self.listing() is not None or self.proc.poll() is not None, timeout, what="the node to answer")
-        assert self.proc.poll() is None, f"node exited with {self.proc.returncode}:\n{read_log(self.proc)}"
-        return self
-
-    def listing(self, timeout: float = 0.5):
-        try:
-            return C.list_jobs(self.ctl, timeout)
-        except C.CtlClientError:
-            return None
-
-    def jobs(self) -> dict:
-        listing = self.listing(timeout=1.0)
-        return {} if listing is None else {j.job_id: j for j in listing.jobs}
-
-    def log(self) -> str:
-        return "".join(Path(self.tmp / f"node-{i}.log").read_text(errors="replace") for i in range(1, self.starts + 1))
-
-    def kill9(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-    def records(self) -> list[dict]:
-        if self.record is None or not self.record.exists():
-            return []
-        rows = []
-        for line in self.record.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except ValueError:  # a line being written
-                pass
-        return rows
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
-            assert resp.status == 200
-            return resp.read().decode()
-
-
-def start_job(procs: Procs, node: NodeProc | str, job_id: str, *script, priority: str = "guaranteed",
-              run_opts=(), stats: bool = True) -> subprocess.Popen:
-    """`colocate run --device sim --node ENDPOINT --job-id ID ... -- python SCRIPT...` in the background."""
-    endpoint = node.endpoint if isinstance(node, NodeProc) else node
-    argv = [PY, "-m", "colocate", "run", "--device", "sim", "--node", endpoint, "--job-id", job_id,
-            "--priority", priority, "--log", "info", *run_opts]
-    stats_path = procs.tmp / f"{job_id}.stats.json"
-    if stats:
-        argv += ["--stats-file", stats_path]
-    proc = procs.start(argv + ["--", PY, *script], f"{job_id}.log")
-    proc.stats_path = stats_path
-    proc.job_id = job_id
-    return proc
-
-
-def cnn(*args) -> list[str]:
-    return [str(REPO / "examples" / "train_cnn.py"), "--log-every", "0", *map(str, args)]
-
-
-def finish(proc, timeout: float = 120) -> int:
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise AssertionError(f"{getattr(proc, 'job_id', proc.args)} did not finish in {timeout}s:\n"
-                             f"{read_log(proc)[-3000:]}") from None
-
-
-def stats_of(proc) -> dict:
-    return json.loads(Path(proc.stats_path).read_text())
-
-
-def metric_samples(text: str) -> dict:
-    """{(name, frozenset(labels.items())): value} from Prometheus text."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def sample(samples: dict, name: str, **labels):
-    """The value of the one sample of ``name`` whose labels include ``labels``."""
-    hits = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls)]
-    assert len(hits) == 1, f"{name}{labels}: {len(hits)} samples"
-    return hits[0]
-
-
-@pytest.fixture(scope="session")
-def sim_ext():
-    """Build (or find cached) the simulated-GPU allocator once, so job start-up times below are short."""
-    proc = subprocess.run([PY, "-c", "from torch_hooks import _ext; _ext.load()"], cwd=REPO, env=child_env(),
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-
-@pytest.fixture
-def ipc_dir():
-    """A short private directory (ipc socket paths are limited to ~100 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="cl-"))
-    yield path
-    from torch_hooks.gate import gate_path
-
-    for gpu in range(4):
-        try:
-            os.unlink(gate_path(f"ipc://{path}/node.sock", gpu))
-        except OSError:
-            pass
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def procs(ipc_dir):
-    p = Procs(ipc_dir)
-    yield p
-    p.cleanup()
+from tests.support import (GiB, JOB_START_S, MiB, PY, NodeProc, alive, cnn, colocate_cli, finish, metric_samples,
+                           read_log, sample, start_job, stats_of, wait_for)
 
 
 # ---------------------------------------------------------------- tests
@@ -401,7 +165,7 @@ def test_crashing_jobs_are_removed_and_the_neighbour_keeps_running(sim_ext, proc
     removal = time.monotonic() - t_dead
     assert removal < 2.5
     for pid in pids.values():
-        assert not _alive(pid)
+        assert not alive(pid)
     log = node.log()
     assert "job c-exit left" in log and "job c-raise left" in log
 
@@ -412,21 +176,6 @@ def test_crashing_jobs_are_removed_and_the_neighbour_keeps_running(sim_ext, proc
     assert g.poll() is None
     assert finish(g) == 0, read_log(g)[-3000:]
     assert stats_of(g)["iterations"] > 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie awaiting its parent counts as gone
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.slow

@@ -7,13 +7,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from colocate.gpus import sim
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
+
 
 linux_only = pytest.mark.skipif(not hasattr(os, "SCHED_IDLE") or not os.path.isdir("/proc/self/task"),
                                 reason="needs Linux scheduling classes")

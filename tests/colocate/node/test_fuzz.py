@@ -8,14 +8,13 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-import msgpack
 import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from colocate import protocol as P
-from tests.test_node_integration import NodeProc, Procs, wait_for
+from tests.support import NodeProc, Procs, ask, dealer, pack, wait_for
 
 GiB = 1 << 30
 
@@ -42,13 +41,6 @@ def ctx():
     c.destroy(linger=0)
 
 
-def dealer(ctx, endpoint):
-    s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
-    s.connect(endpoint)
-    return s
-
-
 @pytest.fixture(scope="module")
 def job_sock(ctx, node):
     s = dealer(ctx, node.endpoint)
@@ -63,23 +55,10 @@ def ctl_sock(ctx, node):
     s.close(0)
 
 
-def ask(sock, data, timeout_s: float = 5.0):
-    """Send one frame (or several) and return the decoded reply."""
-    if isinstance(data, list):
-        sock.send_multipart(data)
-    else:
-        sock.send(data)
-    assert sock.poll(int(timeout_s * 1000)), "the node did not answer"
-    return P.decode(sock.recv())
-
-
-def pack(obj) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
-
-
 def register_map(**over):
     m = {"v": P.PROTOCOL_VERSION, "t": "register", "job_id": "fz-job", "pid": os.getpid(), "gpu": 0,
-         "priority": "opportunistic", "mem_request": None, "sm_share": 0.5, "mem_cap": GiB, "epoch": 1, "token": ""}
+         "priority": "opportunistic", "mem_request": None, "sm_share": 0.5, "mem_cap": GiB, "epoch": 1, "token": "",
+         "sm_request": 1.0}
     m.update(over)
     return m
 

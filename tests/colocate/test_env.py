@@ -1,14 +1,14 @@
 """colocate.env: the one table of COLOCATE_* variables and its typed view."""
 import os
 from dataclasses import fields
-from pathlib import Path
 
 import pytest
 
 from colocate import env as envmod
 from colocate.env import DEFAULT_SIM_GPU_MEM, NAMES, PREFIX, VARIABLES, JobEnv, markdown_table
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
+
 
 
 def test_variables_are_prefixed_unique_and_documented():

@@ -2,13 +2,13 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from colocate.config import NodeConfig
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
+
 
 
 def test_defaults_are_valid_and_adaptive():

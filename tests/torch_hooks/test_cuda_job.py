@@ -20,6 +20,8 @@ import time
 
 import pytest
 
+from tests.support import REPO, NodeProc, cnn, finish, metric_samples, read_log, start_job, stats_of
+
 torch = pytest.importorskip("torch")
 
 pytestmark = [
@@ -206,7 +208,6 @@ def test_gpu_index_out_of_range(colocate, tmp_path):
 
 @pytest.mark.slow
 def test_guaranteed_and_opportunistic_jobs_share_a_cuda_node(procs, ipc_dir):
-    from test_node_integration import REPO, NodeProc, cnn, finish, metric_samples, read_log, start_job, stats_of
     from colocate.node import client as C
 
     node = NodeProc(procs, ipc_dir, "--device", "cuda").start()
@@ -240,6 +241,3 @@ def test_guaranteed_and_opportunistic_jobs_share_a_cuda_node(procs, ipc_dir):
     limits = [r for r in node.records() if r["kind"] == "limits" and r["job_id"] == "o1"]
     assert limits, "the node never set the opportunistic job's limits"
 
-
-# the node fixtures (procs, ipc_dir) live with the node integration tests
-from tests.test_node_integration import ipc_dir, procs  # noqa: E402,F401

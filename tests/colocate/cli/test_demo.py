@@ -14,7 +14,8 @@ from colocate.demo import node as demo
 from colocate.demo import evaluate as ev
 from colocate import record
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
+
 PAIR = demo.PAIRS["cnn+transformer"]
 GID, OID = PAIR.guaranteed.job_id, PAIR.opportunistic.job_id
 

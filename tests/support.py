@@ -1,0 +1,340 @@
+"""Helpers shared by the test modules (fixtures live in ``tests/conftest.py``; no test module imports another).
+
+* processes: ``clean_env``/``child_env``, ``run_py``/``run_py_json`` (code in a fresh interpreter),
+  ``colocate_run`` and ``colocate_cli`` (the real command), ``Procs`` (every background process of a
+  test, killed by group at the end), ``NodeProc`` (a real ``colocate node``), ``start_job``, ``finish``;
+* waiting: ``wait_for`` polls a condition with a deadline; there is no other way to wait in this suite;
+* Prometheus: ``metric_samples`` and ``sample`` parse the text format with ``prometheus_client``;
+* ZeroMQ: ``dealer``, ``ask`` and ``pack`` speak to a node's sockets frame by frame.
+
+Anything that installs the simulated allocator or the runtime into a process is process-global and
+irreversible, so those tests run their code in a fresh Python subprocess or under the real launcher,
+never in the pytest process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+RESULT_MARK = "@@RESULT@@"
+# Generous: the first process on a fresh machine compiles the allocator extension.
+SUBPROCESS_TIMEOUT = 300
+JOB_START_S = 120  # a job registers once torch is imported (longer when the allocator extension is built)
+
+
+# ---------------------------------------------------------------- environments and one-shot processes
+
+
+def clean_env(extra: dict | None = None) -> dict:
+    """os.environ without any COLOCATE_* variable, one intra-op thread (unless set), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COLOCATE_")}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MKL_NUM_THREADS", "1")
+    env.update(extra or {})
+    return env
+
+
+def child_env(extra: dict | None = None) -> dict:
+    """os.environ without any COLOCATE_* variable, one intra-op thread, unbuffered output, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COLOCATE_")}
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(extra or {})
+    return env
+
+
+def run_py(code: str, *, env: dict | None = None, cwd=None, timeout: float = SUBPROCESS_TIMEOUT):
+    """Run ``code`` with ``python -c`` in a fresh interpreter; returns CompletedProcess."""
+    return subprocess.run([PY, "-c", code], cwd=str(cwd or REPO), env=clean_env(env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def run_py_json(code: str, **kw) -> dict:
+    """Run ``code``; it must exit 0 and print one line ``@@RESULT@@<json>``; returns the object.
+
+    The code may call ``emit(obj)`` (predefined) to print that line.
+    """
+    prelude = (
+        "import json as _json, sys as _sys\n"
+        f"def emit(obj):\n    print({RESULT_MARK!r} + _json.dumps(obj), flush=True)\n"
+    )
+    proc = run_py(prelude + code, **kw)
+    assert proc.returncode == 0, f"subprocess failed (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return result_of(proc.stdout, proc.stderr)
+
+
+def result_of(stdout: str, stderr: str = "") -> dict:
+    """The object of the last ``@@RESULT@@<json>`` line of ``stdout``."""
+    lines = [line for line in stdout.splitlines() if line.startswith(RESULT_MARK)]
+    assert lines, f"the process printed no result:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+    return json.loads(lines[-1][len(RESULT_MARK):])
+
+
+def colocate_run(args, *, cwd=None, env: dict | None = None, timeout: float = SUBPROCESS_TIMEOUT):
+    """``python -m colocate ARGS...`` as a real subprocess (clean environment); returns CompletedProcess."""
+    return subprocess.run([PY, "-m", "colocate", *map(str, args)], cwd=str(cwd or REPO), env=clean_env(env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def colocate_cli(*args, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``python -m colocate ARGS...`` for the node/ctl/top tests (``child_env``); returns CompletedProcess."""
+    return subprocess.run([PY, "-m", "colocate", *map(str, args)], cwd=REPO, env=child_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- waiting
+
+
+def wait_for(pred, timeout: float, interval: float = 0.05, what: str = "condition"):
+    """Poll ``pred()`` until it returns a truthy value; returns it, or fails after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------- background processes
+
+
+class Procs:
+    """Every process a test starts, each in its own session; ``cleanup`` SIGKILLs the groups still alive."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.all: list[subprocess.Popen] = []
+
+    def start(self, argv, log_name: str, **kw) -> subprocess.Popen:
+        log = open(self.tmp / log_name, "ab")
+        try:
+            proc = subprocess.Popen([str(a) for a in argv], cwd=REPO, env=child_env(), stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True, **kw)
+        finally:
+            log.close()
+        proc.log_path = self.tmp / log_name
+        self.all.append(proc)
+        return proc
+
+    def cleanup(self) -> None:
+        for proc in self.all:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for proc in self.all:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def read_log(proc) -> str:
+    try:
+        return Path(proc.log_path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+class NodeProc:
+    """A `colocate node --device sim` subprocess on ``ipc://DIR/node.sock``."""
+
+    def __init__(self, procs: Procs, tmp: Path, *extra, metrics: bool = True, record: bool = True,
+                 config: dict | None = None):
+        self.procs, self.tmp, self.extra = procs, tmp, [str(e) for e in extra]
+        self.endpoint = f"ipc://{tmp}/node.sock"
+        self.ctl = self.endpoint + ".ctl"
+        self.metrics_port = free_port() if metrics else None
+        self.record = tmp / "record.jsonl" if record else None
+        self.config = None
+        if config:
+            self.config = tmp / "node-config.json"
+            self.config.write_text(json.dumps(config))
+        self.proc = None
+        self.starts = 0
+
+    def start(self, timeout: float = 30.0) -> "NodeProc":
+        argv = [PY, "-m", "colocate", "node", "--device", "sim", "--endpoint", self.endpoint, "--log-level", "info"]
+        if self.metrics_port is not None:
+            argv += ["--metrics-port", self.metrics_port]
+        if self.record is not None:
+            argv += ["--record", self.record]
+        if self.config is not None:
+            argv += ["--config", self.config]
+        self.starts += 1
+        self.proc = self.procs.start(argv + self.extra, f"node-{self.starts}.log")
+        wait_for(lambda: self.listing() is not None or self.proc.poll() is not None, timeout, what="the node to answer")
+        assert self.proc.poll() is None, f"node exited with {self.proc.returncode}:\n{read_log(self.proc)}"
+        return self
+
+    def listing(self, timeout: float = 0.5):
+        from colocate.node import client as C
+
+        try:
+            return C.list_jobs(self.ctl, timeout)
+        except C.CtlClientError:
+            return None
+
+    def jobs(self) -> dict:
+        listing = self.listing(timeout=1.0)
+        return {} if listing is None else {j.job_id: j for j in listing.jobs}
+
+    def log(self) -> str:
+        return "".join(Path(self.tmp / f"node-{i}.log").read_text(errors="replace") for i in range(1, self.starts + 1))
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def records(self) -> list[dict]:
+        if self.record is None or not self.record.exists():
+            return []
+        rows = []
+        for line in self.record.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:  # a line being written
+                pass
+        return rows
+
+    def metrics(self) -> str:
+        return scrape(self.metrics_port)
+
+
+def start_job(procs: Procs, node: NodeProc | str, job_id: str, *script, priority: str = "guaranteed",
+              run_opts=(), stats: bool = True) -> subprocess.Popen:
+    """`colocate run --device sim --node ENDPOINT --job-id ID ... -- python SCRIPT...` in the background."""
+    endpoint = node.endpoint if isinstance(node, NodeProc) else node
+    argv = [PY, "-m", "colocate", "run", "--device", "sim", "--node", endpoint, "--job-id", job_id,
+            "--priority", priority, "--log", "info", *run_opts]
+    stats_path = procs.tmp / f"{job_id}.stats.json"
+    if stats:
+        argv += ["--stats-file", stats_path]
+    proc = procs.start(argv + ["--", PY, *script], f"{job_id}.log")
+    proc.stats_path = stats_path
+    proc.job_id = job_id
+    return proc
+
+
+def cnn(*args) -> list[str]:
+    """``examples/train_cnn.py`` without progress lines, plus ``args``."""
+    return [str(REPO / "examples" / "train_cnn.py"), "--log-every", "0", *map(str, args)]
+
+
+def finish(proc, timeout: float = 120) -> int:
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"{getattr(proc, 'job_id', proc.args)} did not finish in {timeout}s:\n"
+                             f"{read_log(proc)[-3000:]}") from None
+
+
+def stats_of(proc) -> dict:
+    return json.loads(Path(proc.stats_path).read_text())
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie awaiting its parent counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- Prometheus
+
+
+def scrape(port: int) -> str:
+    """GET http://127.0.0.1:PORT/metrics; the text."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        assert resp.status == 200
+        return resp.read().decode()
+
+
+def metric_samples(text: str) -> dict:
+    """{(name, frozenset(labels.items())): value} from Prometheus text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def sample(samples: dict, name: str, **labels):
+    """The value of the one sample of ``name`` whose labels include ``labels``."""
+    hits = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls)]
+    assert len(hits) == 1, f"{name}{labels}: {len(hits)} samples"
+    return hits[0]
+
+
+# ---------------------------------------------------------------- raw ZeroMQ frames
+
+
+def dealer(ctx, endpoint: str):
+    """A DEALER socket connected to ``endpoint`` (no linger)."""
+    import zmq
+
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(endpoint)
+    return s
+
+
+def ask(sock, data, timeout_s: float = 5.0):
+    """Send one frame (bytes or a protocol message; a list sends several) and return the decoded reply."""
+    from colocate import protocol as P
+
+    if isinstance(data, list):
+        sock.send_multipart(data)
+    else:
+        sock.send(data if isinstance(data, bytes) else P.encode(data))
+    return receive(sock, timeout_s)
+
+
+def receive(sock, timeout_s: float = 5.0):
+    """The next message on ``sock``, decoded; fails when none comes within ``timeout_s``."""
+    from colocate import protocol as P
+
+    assert sock.poll(int(timeout_s * 1000)), f"no message within {timeout_s}s"
+    return P.decode(sock.recv())
+
+
+def pack(obj) -> bytes:
+    import msgpack
+
+    return msgpack.packb(obj, use_bin_type=True)
