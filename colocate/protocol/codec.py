@@ -1,48 +1,18 @@
-"""Every message of the node coordinator <-> job runtime <-> ctl/top link, its version and its codec.
+"""The wire codec every colocate link shares: field rules, message records, version, errors.
 
 Wire format: one msgpack map per ZeroMQ frame, ``{"v": PROTOCOL_VERSION, "t": TYPE, <field>: <value>, ...}``;
-nested records (``Limits``, ``GpuInfo``, ``JobInfo``) are maps of their fields. ``encode_json`` and
-``decode_json`` give the same map as JSON, for debugging only. Every message carries ``"v"``; a peer that
-receives another version (or none) must answer ``Error(code="version")``; ``ProtocolError.to_error()`` builds
-that reply (and the ``Error`` reply to any other message it cannot decode).
+nested records are maps of their fields. ``encode_json`` and ``decode_json`` give the same map as JSON, for
+debugging only. Every message carries ``"v"``; a peer that receives another version (or none) answers
+``Error(code="version")``; ``ProtocolError.to_error()`` builds that reply (and the ``Error`` reply to any
+other message it cannot decode).
 
-Units: sizes are bytes (int >= 0); times and durations are seconds (finite float >= 0; ints are accepted and
-become floats); shares and utilization are fractions in [0, 1]; ``t_end``/``applied_at``/``sent_at`` are read
-from the *sender's* ``time.monotonic()`` and are only comparable with each other.
+Units: sizes are bytes (int >= 0); times and durations are seconds (finite float >= 0; ints are accepted
+and become floats); shares and utilization are fractions in [0, 1].
 
-Who sends what:
-  job -> node   Register, BatchReport (once per mini-batch), LimitsApplied, Heartbeat, Goodbye, Error
-  node -> job   Welcome (the reply to Register), SetLimits, Error
-  ctl -> node   CtlList, CtlSet                      node -> ctl   CtlJobs, CtlOk, Error
-
-Ordering and idempotence:
-  * ``Register.epoch`` counts the job runtime's incarnations; after a coordinator restart the job registers
-    again with the same ``job_id``. ``Welcome.node_epoch`` counts coordinator incarnations; a job drops
-    node messages whose epoch is older than the one it was welcomed with (stale messages are fenced off).
-  * ``Limits.seq`` increases monotonically per job. A job applies a ``SetLimits`` only if its seq is greater
-    than the seq it already has (duplicates and reordered messages are harmless), then answers
-    ``LimitsApplied``; every ``BatchReport.limits_seq`` names the seq in force during that batch.
-  * ``Limits.gate``: the job must hold its device work while the guaranteed job's device phase runs.
-
-Liveness (zguide Paranoid Pirate): ``Welcome`` tells the job the node's ``heartbeat_s`` and ``liveness``.
-The job sends a ``Heartbeat`` every ``heartbeat_s`` and the node echoes it; either side that hears nothing
-from the other for ``heartbeat_s * liveness`` seconds treats it as gone (the job reconnects and registers
-again; the node drops the job).
-
-Error codes (``Error.code``, the one list: ``ERROR_CODES``):
-  ``malformed``     not a msgpack/JSON map, too big, no type
-  ``version``       another protocol version, or none
-  ``unknown_type``  a type this protocol does not have
-  ``invalid``       missing, extra, ill-typed or out-of-range fields
-  ``forbidden``     a valid message the receiving endpoint does not accept, or one speaking for a job
-                    the connection is not registered as
-  ``rejected``      a registration the node refuses for good (GPU taken by a guaranteed job, job id bound
-                    to another token or process); the job must not register again
-  ``unknown_job``   a job message for a job the node does not know (e.g. after a node restart): the job
-                    registers again
-``decode``/``decode_json`` raise only ``ProtocolError`` (a ``ValueError``) with one of the first four codes,
-whatever the input. Constructing a message validates it the same way, so an invalid message can be neither
-built nor received. Field rules are declared once, as dataclass field metadata.
+``decode``/``decode_json`` raise only ``ProtocolError`` (a ``ValueError``) with one of the
+``DECODE_ERRORS`` codes, whatever the input. Constructing a message validates it the same way, so an
+invalid message can be neither built nor received. Field rules are declared once, as dataclass field
+metadata (``_f(spec)``); a message class is declared with ``@_record("wire_name")``.
 """
 
 from __future__ import annotations
@@ -64,8 +34,9 @@ _RESERVED_KEYS = ("v", "t")
 
 MALFORMED, VERSION, UNKNOWN_TYPE, INVALID = "malformed", "version", "unknown_type", "invalid"
 FORBIDDEN, REJECTED, UNKNOWN_JOB = "forbidden", "rejected", "unknown_job"
+UNKNOWN_NODE, NOT_FOUND = "unknown_node", "not_found"
 DECODE_ERRORS = (MALFORMED, VERSION, UNKNOWN_TYPE, INVALID)
-ERROR_CODES = DECODE_ERRORS + (FORBIDDEN, REJECTED, UNKNOWN_JOB)
+ERROR_CODES = DECODE_ERRORS + (FORBIDDEN, REJECTED, UNKNOWN_JOB, UNKNOWN_NODE, NOT_FOUND)  # meanings: colocate.protocol
 
 
 class ProtocolError(ValueError):
@@ -265,147 +236,13 @@ def _record(type_name: str = ""):
     return wrap
 
 
-@_record()
-class Limits(_Record):
-    seq: int = _f(COUNT)
-    mem_cap: int = _f(SIZE)
-    sm_share: float = _f(SHARE)
-    gate: bool = _f(Bool())
-
-
-@_record()
-class GpuInfo(_Record):
-    index: int = _f(COUNT)
-    mem_total: int = _f(SIZE)
-    utilization: float = _f(SHARE)
-    kind: str = _f(Str(choices=("sim", "cuda")))
-
-
-@_record()
-class JobInfo(_Record):
-    job_id: str = _f(JOB_ID)
-    gpu: int = _f(COUNT)
-    priority: str = _f(PRIORITY)
-    pid: int = _f(PID)
-    mem_cap: int = _f(SIZE)
-    sm_share: float = _f(SHARE)
-    mem_reserved: int = _f(SIZE)
-    mem_allocated_peak: int = _f(SIZE)
-    host_bytes: int = _f(SIZE)
-    throughput: float = _f(Num(float, 0.0, math.inf))  # iterations per second
-    slo_state: str = _f(Str(32))
-    iterations: int = _f(COUNT)
-
-
-# job -> node
-@_record("register")
-class Register(Message):
-    job_id: str = _f(JOB_ID)
-    pid: int = _f(PID)
-    gpu: int = _f(COUNT)
-    priority: str = _f(PRIORITY)
-    mem_request: Optional[int] = _f(Opt(SIZE))  # the job's --gpu-mem: the most the node may give (None: any)
-    sm_share: float = _f(SHARE)  # the share in force now (a re-registering job may be paused)
-    mem_cap: int = _f(SIZE)  # the cap in force now
-    epoch: int = _f(COUNT)  # job-side incarnation counter
-    token: str = _f(Str(128), default="")  # secret from the launcher; re-registering must repeat it
-    sm_request: float = _f(SHARE, default=1.0)  # the job's --sm-share: the most the node may give
-
-
-@_record("batch_report")
-class BatchReport(Message):
-    job_id: str = _f(JOB_ID)
-    seq: int = _f(COUNT)
-    t_end: float = _f(SECONDS)  # job's monotonic clock at the batch boundary
-    duration_s: float = _f(SECONDS)
-    busy_s: float = _f(SECONDS)  # device busy time within the batch
-    device_start_s: float = _f(SECONDS)  # offset within the batch where device work began
-    mem_allocated_peak: int = _f(SIZE)
-    mem_reserved: int = _f(SIZE)
-    mem_floor: int = _f(SIZE)  # 0 when none
-    host_bytes: int = _f(SIZE)
-    host_bytes_touched: int = _f(SIZE)
-    limits_seq: int = _f(COUNT)  # seq of the last SetLimits applied
-
-
-@_record("limits_applied")
-class LimitsApplied(Message):
-    job_id: str = _f(JOB_ID)
-    limits_seq: int = _f(COUNT)
-    applied_at: float = _f(SECONDS)
-
-
-@_record("goodbye")
-class Goodbye(Message):
-    job_id: str = _f(JOB_ID)
-    exit_code: Optional[int] = _f(Opt(EXIT_CODE))
-    reason: str = _f(TEXT)
-
-
-@_record("heartbeat")
-class Heartbeat(Message):
-    job_id: str = _f(JOB_ID)
-    sent_at: float = _f(SECONDS)  # job's monotonic clock ("t" is the wire key of the type)
-
-
-# node -> job
-@_record("welcome")
-class Welcome(Message):
-    job_id: str = _f(JOB_ID)
-    node_epoch: int = _f(COUNT)
-    limits: Limits = _f(Nested(Limits))
-    heartbeat_s: float = _f(Num(float, 0.01, 3600.0), default=1.0)  # the job heartbeats this often
-    liveness: int = _f(Num(int, 1, 1000), default=3)  # silent intervals before a peer counts as gone
-
-
-@_record("set_limits")
-class SetLimits(Message):
-    job_id: str = _f(JOB_ID)
-    limits: Limits = _f(Nested(Limits))
-
-
-# both directions
+# every link, both directions
 @_record("error")
 class Error(Message):
     code: str = _f(Str(64, choices=ERROR_CODES))
     message: str = _f(TEXT)
     job_id: Optional[str] = _f(Opt(JOB_ID))
 
-
-# ctl/top -> node
-@_record("ctl_list")
-class CtlList(Message):
-    pass
-
-
-@_record("ctl_set")
-class CtlSet(Message):
-    job_id: str = _f(JOB_ID)
-    mem_cap: Optional[int] = _f(Opt(SIZE))
-    sm_share: Optional[float] = _f(Opt(SHARE))
-
-    def _check(self) -> None:
-        if self.mem_cap is None and self.sm_share is None:
-            raise ProtocolError(INVALID, "CtlSet: set at least one of mem_cap, sm_share")
-
-
-# node -> ctl/top
-@_record("ctl_jobs")
-class CtlJobs(Message):
-    node_epoch: int = _f(COUNT)
-    gpus: tuple = _f(ListOf(Nested(GpuInfo), 64))
-    jobs: tuple = _f(ListOf(Nested(JobInfo)))
-
-
-@_record("ctl_ok")
-class CtlOk(Message):
-    message: str = _f(TEXT)
-
-
-JOB_TO_NODE = (Register, BatchReport, LimitsApplied, Goodbye, Heartbeat, Error)
-NODE_TO_JOB = (Welcome, SetLimits, Error)
-CTL_TO_NODE = (CtlList, CtlSet)
-NODE_TO_CTL = (CtlJobs, CtlOk, Error)
 
 # ---------------------------------------------------------------- codec
 
