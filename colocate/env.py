@@ -41,7 +41,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_SIM_GPU_MEM", "16GiB", "sim: total memory of the simulated GPU in bytes (the cap when none is given)."),
     Variable("COLOCATE_SIM_HOST_GBPS", "2.0", "sim: modelled host-memory bandwidth (GB/s); host-served bytes touched per mini-batch cost bytes/bandwidth of device time."),
     Variable("COLOCATE_CHAIN_SITECUSTOMIZE", "", "Set by the launcher: the sys.path entries searched for a pre-existing sitecustomize to run first."),
+    Variable("COLOCATE_BOUNDARY_WARN_S", "60", "Seconds of device work with no mini-batch boundary after which the job says so once on stderr, naming `torch_hooks.step()`; 0 disables."),
     Variable("COLOCATE_LOG", "warning", "Log level of the runtime inside the job (debug, info, warning)."),
+    Variable("COLOCATE_SCHEDULER", "tcp://127.0.0.1:5555", "Clients and nodes: the scheduler's endpoint when `--scheduler` is not given."),
+    Variable("COLOCATE_KEYS", "", "Clients and nodes: folder of CURVE keys (`colocate keys generate`) when `--keys` is not given; empty: no CURVE."),
 )
 
 NAMES = frozenset(v.name for v in VARIABLES)
@@ -55,6 +58,7 @@ YIELD_MODES = ("priority", "gate")
 DEFAULT_YIELD = ("priority",)  # measured: the gate's polling adds nothing on top of priority (benchmarks/RESULTS.md)
 
 DEFAULT_SIM_GPU_MEM = 16 << 30
+DEFAULT_BOUNDARY_WARN_S = 60.0
 
 
 def _get(env: Mapping[str, str], name: str) -> str | None:
@@ -82,6 +86,7 @@ class JobEnv:
     sim_gpu_mem: int = DEFAULT_SIM_GPU_MEM
     sim_host_gbps: float = 2.0
     log: str = "warning"
+    boundary_warn_s: float = DEFAULT_BOUNDARY_WARN_S
     yield_via: tuple[str, ...] = DEFAULT_YIELD
     extra: dict = field(default_factory=dict, compare=False)
 
@@ -112,6 +117,12 @@ class JobEnv:
                 raise ValueError("must be a non-negative integer")
             return value
 
+        def nonneg_float(raw):
+            value = float(raw)
+            if not value >= 0 or value == float("inf"):
+                raise ValueError("must be a non-negative number of seconds")
+            return value
+
         def positive_float(raw):
             value = float(raw)
             if not value > 0:
@@ -134,6 +145,7 @@ class JobEnv:
             sim_gpu_mem=parsed("COLOCATE_SIM_GPU_MEM", parse_size, DEFAULT_SIM_GPU_MEM),
             sim_host_gbps=parsed("COLOCATE_SIM_HOST_GBPS", positive_float, 2.0),
             log=parsed("COLOCATE_LOG", choice(LOG_LEVELS), "warning"),
+            boundary_warn_s=parsed("COLOCATE_BOUNDARY_WARN_S", nonneg_float, DEFAULT_BOUNDARY_WARN_S),
             yield_via=parsed("COLOCATE_YIELD_VIA", parse_yield, DEFAULT_YIELD),
         )
 
@@ -161,6 +173,8 @@ class JobEnv:
             out["COLOCATE_NODE"] = self.node
         if self.sim_core is not None:
             out["COLOCATE_SIM_CORE"] = str(self.sim_core)
+        if self.boundary_warn_s != DEFAULT_BOUNDARY_WARN_S:
+            out["COLOCATE_BOUNDARY_WARN_S"] = repr(float(self.boundary_warn_s))
         if self.yield_via != DEFAULT_YIELD:
             out["COLOCATE_YIELD_VIA"] = ",".join(self.yield_via) or "none"
         assert set(out) <= NAMES

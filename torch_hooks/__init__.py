@@ -6,7 +6,7 @@ Nothing happens on import. ``install()`` (called by the launcher's injected
 mini-batch hooks and the statistics writer. Public, thread-safe API::
 
     torch_hooks.install(env=None) -> Runtime    # idempotent
-    torch_hooks.step()                          # explicit boundary for loops without an optimizer
+    torch_hooks.step()                          # explicit boundary (loops the hooks cannot see)
     torch_hooks.set_limits(mem_cap=None, sm_share=None)
     torch_hooks.limits() -> {"mem_cap", "sm_share", "seq"}
     torch_hooks.stats() -> dict                 # the --stats-file summary so far
@@ -71,8 +71,9 @@ def _require():
 
 
 def step() -> None:
-    """Mark a mini-batch boundary (for loops that call no optimizer)."""
-    _require().on_boundary()
+    """Mark a mini-batch boundary (source ``step``) for a loop the hooks cannot see:
+    no optimizer and no ``backward()`` (see ``torch_hooks.hooks``)."""
+    _require().on_boundary("step")
 
 
 def set_limits(mem_cap: int | None = None, sm_share: float | None = None) -> None:

@@ -1,26 +1,126 @@
 """Finding the mini-batch boundary in an unmodified script.
 
-* boundary: a global optimizer-step post hook (every ``torch.optim`` optimizer).
-  With several optimizers (GANs, sparse + dense) a mini-batch ends when every
-  optimizer seen so far has stepped once; an optimizer stepping twice before
-  that also ends it (some optimizers do not step every iteration);
-  AMP's GradScaler may skip ``optimizer.step()`` on inf/NaN gradients, so a
-  ``GradScaler.update()`` with no optimizer step since ``GradScaler.step()``
-  also counts as a boundary;
-* device-phase start: a global module forward pre-hook (first module call after
-  a boundary).
+Each boundary is counted by its source in ``StatsBook.boundaries``:
 
-``install_hooks(rt)`` is idempotent per process and returns handles that
-``remove_hooks`` undoes (tests use it).
+* ``optimizer``: a global optimizer-step post hook (every ``torch.optim``
+  optimizer). With several optimizers (GANs, sparse + dense) a mini-batch ends
+  when every optimizer seen so far has stepped once; an optimizer stepping twice
+  before that also ends it (some optimizers do not step every iteration).
+* ``scaler``: AMP's GradScaler may skip ``optimizer.step()`` on inf/NaN
+  gradients, so a ``GradScaler.update()`` with no optimizer step since
+  ``GradScaler.step()`` also counts as a boundary.
+* ``backward``: for loops with no optimizer (parameters updated by hand, e.g.
+  ``p.data.add_(p.grad, alpha=-lr)``): the first module forward, with grad
+  enabled, that starts after a completed ``loss.backward()`` /
+  ``torch.autograd.backward()`` with no boundary of any kind in between ends
+  the mini-batch of that backward. Rules:
+
+  - only while no optimizer is known: from the moment any ``torch.optim.Optimizer``
+    is constructed (or, for one built before ``install``, first steps), only
+    optimizer steps (and the GradScaler rule) mark boundaries, so gradient
+    accumulation never adds boundaries. A script that builds its optimizer
+    after some hand-updated iterations gets ``backward`` boundaries up to then;
+  - a forward under ``torch.no_grad()`` / ``inference_mode`` (evaluation) never
+    makes one: the pending backward waits for the next grad-enabled forward,
+    so a training batch followed by an evaluation pass is one long mini-batch;
+  - only the outermost backward counts (a backward run inside another, as
+    reentrant activation checkpointing does, is part of it) and no boundary is
+    made while a backward runs. A reentrant checkpoint runs its forward under
+    no_grad: a model whose every module sits inside one has no grad-enabled
+    forward to end a batch at (the no-boundary warning then says so);
+  - ``torch.autograd.grad`` does not count; the last backward of a job (no
+    forward after it) ends no mini-batch; a loop that hand-accumulates
+    gradients over several backward/forward pairs gets one boundary per pair.
+
+  ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is replaced by a
+  thin wrapper: a depth counter and a flag, measured at well under a microsecond
+  per call (``benchmarks/overhead.py`` reports it), against tens of microseconds
+  for the smallest real backward;
+* ``step``: ``torch_hooks.step()``, for loops none of these see. It works with
+  every other source; a pending backward is then not counted again.
+
+Device-phase start: a global module forward pre-hook (first module call after a
+boundary). The forward hook does one flag test per module call beyond that.
+
+``install_hooks(rt)`` is idempotent per process; ``remove_hooks()`` undoes it
+(tests and the overhead benchmark use it). ``install_hooks(rt, timer=counter)``
+installs the same hooks wrapped so that each adds the nanoseconds spent in its
+own code to ``counter`` (a ``HookTimer``): the overhead benchmark's direct
+measurement. Without a timer nothing is timed and nothing extra runs.
 """
 
 from __future__ import annotations
 
+import functools
+import time
+
 _handles: list = []
-_patched: list = []
+_patched: list = []  # (owner, attribute, original) restored by remove_hooks
 
 
-def install_hooks(rt) -> None:
+class HookTimer:
+    """Nanoseconds spent inside the runtime's hooks, by hook (benchmark use only).
+
+    ``ns[name]`` and ``calls[name]`` for ``forward`` (module forward pre-hook,
+    including any boundary it makes), ``optimizer`` (step post hook, including the
+    boundary), ``backward`` (the wrapper's own work, the backward itself excluded)
+    and ``scaler`` (the GradScaler patch's own work). Each timed call also pays two
+    ``perf_counter_ns`` reads, which ``clock_cost_ns()`` estimates."""
+
+    def __init__(self):
+        self.ns: dict[str, int] = {"forward": 0, "optimizer": 0, "backward": 0, "scaler": 0}
+        self.calls: dict[str, int] = {k: 0 for k in self.ns}
+        self._inner = [0]  # ns spent in wrapped torch functions (excluded from the hooks' own time)
+
+    def total_ns(self) -> int:
+        return sum(self.ns.values())
+
+    def total_calls(self) -> int:
+        return sum(self.calls.values())
+
+    def timed(self, fn, key: str):
+        """``fn`` wrapped: its time, less the time of the wrapped originals it calls
+        through ``inner``, is added to ``ns[key]``."""
+        clock, ns, calls, inner = time.perf_counter_ns, self.ns, self.calls, self._inner
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            t0, in0 = clock(), inner[0]
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                ns[key] += clock() - t0 - (inner[0] - in0)
+                calls[key] += 1
+
+        return timed
+
+    def inner(self, orig):
+        """``orig`` (the torch function a hook wraps) timed apart, so ``timed`` can leave it out."""
+        clock, inner = time.perf_counter_ns, self._inner
+
+        @functools.wraps(orig)
+        def call(*args, **kwargs):
+            t0 = clock()
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                inner[0] += clock() - t0
+
+        return call
+
+    @staticmethod
+    def clock_cost_ns(n: int = 200_000) -> float:
+        """Mean cost of one timed empty section (two ``perf_counter_ns`` reads and the sum)."""
+        clock = time.perf_counter_ns
+        acc = 0
+        t0 = clock()
+        for _ in range(n):
+            a = clock()
+            acc += clock() - a
+        return (clock() - t0) / n
+
+
+def install_hooks(rt, timer: HookTimer | None = None) -> None:
     import torch
     from torch.nn.modules.module import register_module_forward_pre_hook
     from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -31,50 +131,106 @@ def install_hooks(rt) -> None:
     import weakref
 
     known, pending = weakref.WeakSet(), weakref.WeakSet()
+    book = rt.book
+    grad_enabled = torch.is_grad_enabled
+    # backward-boundary state (one training thread; see the module docstring)
+    backward_on = True  # no optimizer known yet
+    backward_done = False  # an outermost backward completed ...
+    backward_at = 0  # ... when book.iterations was this
+    depth = 0  # backward calls in progress
+
+    def no_backward_boundaries() -> None:
+        nonlocal backward_on, backward_done
+        backward_on = backward_done = False
 
     def on_step(optimizer, args, kwargs):
+        if backward_on:
+            no_backward_boundaries()
         if optimizer in pending:  # a new cycle began before all known ones stepped
             known.clear()
             known.update(pending)
             pending.clear()
             pending.add(optimizer)
-            rt.on_boundary()
+            rt.on_boundary("optimizer")
             return
         known.add(optimizer)
         pending.add(optimizer)
         if all(o in pending for o in known):
             pending.clear()
-            rt.on_boundary()
+            rt.on_boundary("optimizer")
 
     def on_forward(module, args):
+        nonlocal backward_done
+        if backward_done and not depth and grad_enabled():
+            backward_done = False
+            if book.iterations == backward_at:  # no other boundary since that backward
+                rt.on_boundary("backward")
         rt.on_device_start()
+
+    orig_backward = torch.autograd.backward
+    call_backward = orig_backward if timer is None else timer.inner(orig_backward)
+
+    @functools.wraps(orig_backward)
+    def backward(*args, **kwargs):
+        nonlocal depth, backward_done, backward_at
+        depth += 1
+        try:
+            out = call_backward(*args, **kwargs)
+        finally:
+            depth -= 1
+        if not depth and backward_on:
+            backward_done, backward_at = True, book.iterations
+        return out
+
+    orig_opt_init = torch.optim.Optimizer.__init__
+
+    @functools.wraps(orig_opt_init)
+    def optimizer_init(self, *args, **kwargs):
+        if backward_on:
+            no_backward_boundaries()
+        return orig_opt_init(self, *args, **kwargs)
+
+    if timer is not None:
+        on_step, on_forward = timer.timed(on_step, "optimizer"), timer.timed(on_forward, "forward")
+        backward = timer.timed(backward, "backward")
 
     _handles.append(register_optimizer_step_post_hook(on_step))
     _handles.append(register_module_forward_pre_hook(on_forward))
+    _patch(torch.autograd, "backward", backward)
+    _patch(torch.optim.Optimizer, "__init__", optimizer_init)
 
     scaler_cls = getattr(getattr(torch, "amp", None), "GradScaler", None)
     if scaler_cls is not None:
         orig_step, orig_update = scaler_cls.step, scaler_cls.update
+        call_step = orig_step if timer is None else timer.inner(orig_step)
+        call_update = orig_update if timer is None else timer.inner(orig_update)
 
         def step(self, optimizer, *args, **kwargs):
             self._colocate_iters = rt.book.iterations
-            return orig_step(self, optimizer, *args, **kwargs)
+            return call_step(self, optimizer, *args, **kwargs)
 
         def update(self, *args, **kwargs):
-            out = orig_update(self, *args, **kwargs)
+            out = call_update(self, *args, **kwargs)
             before = getattr(self, "_colocate_iters", None)
             if before is not None and rt.book.iterations == before:  # step() was skipped
-                rt.on_boundary()
+                rt.on_boundary("scaler")
             self._colocate_iters = None
             return out
 
-        scaler_cls.step, scaler_cls.update = step, update
-        _patched.append((scaler_cls, orig_step, orig_update))
+        if timer is not None:
+            step, update = timer.timed(step, "scaler"), timer.timed(update, "scaler")
+        _patch(scaler_cls, "step", step)
+        _patch(scaler_cls, "update", update)
+
+
+def _patch(owner, name: str, value) -> None:
+    _patched.append((owner, name, getattr(owner, name)))
+    setattr(owner, name, value)
 
 
 def remove_hooks() -> None:
     while _handles:
         _handles.pop().remove()
     while _patched:
-        cls, step, update = _patched.pop()
-        cls.step, cls.update = step, update
+        owner, name, original = _patched.pop()
+        setattr(owner, name, original)

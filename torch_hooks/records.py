@@ -56,9 +56,11 @@ class StatsBook:
         self.paused_s = 0.0
         self.boundaries: Counter = Counter()  # boundary source -> count (see colocate.stats)
 
-    def add(self, rec: BatchRecord) -> None:
+    def add(self, rec: BatchRecord, source: str = "step") -> None:
+        """Count ``rec``, a boundary found by ``source`` (see ``torch_hooks.hooks``)."""
         self.records.append(rec)
         self.iterations += 1
+        self.boundaries[source] += 1
         self.host_penalty_s += rec.host_penalty_s
         self.max_floor = max(self.max_floor, rec.mem_floor)
 

@@ -1,11 +1,22 @@
 """The in-job runtime: live limits, mini-batch boundaries, throttle and statistics.
 
 One ``Runtime`` per job process. The training thread calls ``on_device_start``
-(first module forward of a mini-batch) and ``on_boundary`` (optimizer step or
-``torch_hooks.step()``); any thread may call ``set_limits``, ``limits`` and
+(first module forward of a mini-batch) and ``on_boundary(source)`` (optimizer
+step, backward with no optimizer, GradScaler skip or ``torch_hooks.step()``:
+see ``torch_hooks.hooks``); any thread may call ``set_limits``, ``limits`` and
 ``summary`` at any time (all thread-safe). Listeners get every ``BatchRecord``
-on the training thread, after the boundary's idle time; a node link plugs in
+on the training thread, before the boundary's idle time; a node link plugs in
 as a listener plus ``set_limits`` calls.
+
+No-boundary warning: from the job's first device work a daemon thread watches
+the current mini-batch's device start (``_device_start``, set by
+``on_device_start`` anyway). When ``env.boundary_warn_s`` seconds
+(``COLOCATE_BOUNDARY_WARN_S``, default 60; 0 disables) pass after a mini-batch's
+first device work with no boundary, it prints one line on stderr naming
+``torch_hooks.step()``, once per process, and ends. A job idling at a boundary
+(throttle, pause) or in a host-only phase has no device start pending and is
+never warned about. The thread wakes about once per that period: it costs
+nothing per operator or per mini-batch.
 
 Limits contract:
 
@@ -22,6 +33,7 @@ Limits contract:
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from typing import Callable
@@ -61,6 +73,8 @@ class Runtime:
         self._seen_device = False
         self._prev_boundary = self._t0  # boundary times, before idling
         self._last_idle = 0.0
+        self._watch_stop = threading.Event()
+        self.no_boundary_warned = False
 
     # ---- limits (any thread) -------------------------------------------------
     def set_limits(self, mem_cap: int | None = None, sm_share: float | None = None, seq: int | None = None) -> bool:
@@ -130,14 +144,18 @@ class Runtime:
             self._seen_device = True
             self._t0 = self._resume_t = self._prev_boundary = self._device_start
             self._busy0 = self._resume_busy = self.device.busy_time()
+            self._start_watch()
         self.device.phase_start()
 
-    def on_boundary(self) -> BatchRecord:
-        """End of a mini-batch: charge host traffic, enforce memory, throttle, record."""
-        with self._boundary_lock:
-            return self._boundary()
+    def on_boundary(self, source: str = "step") -> BatchRecord:
+        """End of a mini-batch: charge host traffic, enforce memory, throttle, record.
 
-    def _boundary(self) -> BatchRecord:
+        ``source`` says how it was found (``optimizer``, ``backward``, ``scaler``,
+        ``step``); it is counted in ``book.boundaries``."""
+        with self._boundary_lock:
+            return self._boundary(source)
+
+    def _boundary(self, source: str) -> BatchRecord:
         self.device.phase_end()
         dev_start = None if self._device_start is None else max(0.0, self._device_start - self._resume_t)
         if self._end_hooks:
@@ -180,7 +198,7 @@ class Runtime:
             sm_share=share,
             limits_seq=seq,
         )
-        self.book.add(rec)
+        self.book.add(rec, source)
         self.device.reset_window()
         self._device_start = None
         # listeners hear of the batch before the job idles, so a node learns at once
@@ -255,7 +273,38 @@ class Runtime:
         return self.book.summary(job=job, wall_s=wall, busy_s=busy, mem=self.device.memory())
 
     def close(self) -> None:
-        """Release a paused training thread; later boundaries do not idle."""
+        """Release a paused training thread; later boundaries do not idle; the
+        no-boundary watch ends."""
+        self._watch_stop.set()
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+    # ---- no-boundary watch (its own thread) --------------------------------------
+    def _start_watch(self) -> None:
+        period = float(getattr(self.env, "boundary_warn_s", 0.0) or 0.0)
+        if period > 0 and not self._watch_stop.is_set():
+            threading.Thread(target=self._watch, args=(period,), name="colocate-boundary-watch",
+                             daemon=True).start()
+
+    def _watch(self, period: float) -> None:
+        while True:
+            start = self._device_start  # None while idling at a boundary or before a batch's device work
+            wait = period
+            if start is not None:
+                waited = self._clock() - start
+                if waited >= period:
+                    self._warn_no_boundary(waited)
+                    return
+                wait = period - waited
+            if self._watch_stop.wait(wait):
+                return
+
+    def _warn_no_boundary(self, waited: float) -> None:
+        self.no_boundary_warned = True
+        print(f"colocate: no mini-batch boundary in {waited:.0f} s of device work "
+              f"({self.book.iterations} found so far): the SM share and memory-cap shrinking apply only at "
+              "boundaries. They are found at optimizer.step() and, with no optimizer, at the first forward "
+              "after loss.backward(); a loop with neither (or a long evaluation loop) should call "
+              "torch_hooks.step() once per mini-batch (COLOCATE_BOUNDARY_WARN_S=0 silences this).",
+              file=sys.stderr, flush=True)
