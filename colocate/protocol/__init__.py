@@ -26,3 +26,4 @@ Error codes (``Error.code``, the one list: ``ERROR_CODES``):
 from colocate.protocol.codec import *  # noqa: F401,F403
 from colocate.protocol.codec import _SPECS  # noqa: F401  (tests walk every message's field rules)
 from colocate.protocol.job import *  # noqa: F401,F403
+from colocate.protocol.cluster import *  # noqa: F401,F403

@@ -176,6 +176,40 @@ class ListOf(_Spec):
         return [self.item.dump(x) for x in v]
 
 
+@dataclass(frozen=True)
+class MapOf(_Spec):
+    """A map of string keys on the wire, a tuple of sorted (key, value) pairs in Python (messages stay
+    hashable); ``dict(...)`` of it gives the mapping back. A dict is accepted on construction."""
+
+    key: _Spec
+    value: _Spec
+    max_len: int = MAX_LIST_ITEMS
+
+    def check(self, v: Any, name: str) -> tuple:
+        items = v.items() if isinstance(v, dict) else v
+        if not isinstance(items, (list, tuple, type({}.items()))):
+            raise _bad(name, f"a map of at most {self.max_len} entries", v)
+        pairs = []
+        for i, kv in enumerate(items):
+            if not (isinstance(kv, (tuple, list)) and len(kv) == 2):
+                raise _bad(name, "(key, value) pairs", kv)
+            pairs.append((self.key.check(kv[0], f"{name} key"), self.value.check(kv[1], f"{name}[{kv[0]!r:.40}]")))
+        if len(pairs) > self.max_len:
+            raise _bad(name, f"a map of at most {self.max_len} entries", f"{len(pairs)} entries")
+        keys = [k for k, _ in pairs]
+        if len(set(keys)) != len(keys):
+            raise _bad(name, "unique keys", keys)
+        return tuple(sorted(pairs))
+
+    def load(self, v: Any, name: str) -> Any:
+        if type(v) is not dict:
+            raise _bad(name, "a map", v)
+        return list(v.items())
+
+    def dump(self, v: Any) -> Any:
+        return {k: x for k, x in v}
+
+
 def _f(spec: _Spec, **kw) -> Any:
     """Declare a dataclass field with its wire rule (a default only eases construction:
     on the wire every field is required)."""
@@ -191,6 +225,7 @@ EXIT_CODE = Num(int, -(1 << 31), (1 << 31) - 1)
 SECONDS = Num(float, 0.0, math.inf)
 SHARE = Num(float, 0.0, 1.0)
 PRIORITY = Str(choices=("guaranteed", "opportunistic"))
+NAME = Str(MAX_ID_CHARS)  # node ids, placement ids, queue, user and job names (may be empty where optional)
 
 # ---------------------------------------------------------------- message classes
 
@@ -309,8 +344,8 @@ def decode(data: bytes) -> Message:
     try:
         obj = msgpack.unpackb(
             data, raw=False, strict_map_key=True, use_list=True,
-            max_str_len=4 * MAX_TEXT_CHARS, max_bin_len=4 * MAX_TEXT_CHARS,
-            max_array_len=MAX_LIST_ITEMS, max_map_len=64, max_ext_len=4 * MAX_TEXT_CHARS,
+            max_str_len=MAX_MESSAGE_BYTES, max_bin_len=4 * MAX_TEXT_CHARS,
+            max_array_len=MAX_LIST_ITEMS, max_map_len=MAX_LIST_ITEMS, max_ext_len=4 * MAX_TEXT_CHARS,
         )  # fmt: skip
     except Exception as e:  # msgpack raises several types (ExtraData, FormatError, ValueError, ...)
         raise ProtocolError(MALFORMED, f"undecodable msgpack: {type(e).__name__}: {e}"[:200]) from None

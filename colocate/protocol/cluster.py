@@ -1,0 +1,294 @@
+"""Messages of the node <-> scheduler link and of the client <-> scheduler requests.
+
+The scheduler binds one ROUTER endpoint (``colocate scheduler --bind``); nodes (``colocate node
+--scheduler``) and clients (``colocate submit``, ``status``, ...) connect DEALER sockets to it.
+
+Who sends what:
+  node -> scheduler   NodeHello (register; the reply is NodeWelcome), NodeHeartbeat, NodeStatus,
+                      WorkerStarted, WorkerExited, StartRefused
+  scheduler -> node   NodeWelcome, NodeHeartbeat (the echo), StartPlacement, StopPlacement,
+                      PromotePlacement, Error
+  client -> scheduler Submit, JobsRequest, NodesRequest, Cancel, LogsRequest
+  scheduler -> client Submitted, JobsReply, NodesReply, Ok, LogsReply, Error
+
+Rules:
+  * ``NodeHello.epoch`` counts node incarnations (a restarted node has a new one); every later node
+    message repeats it, and the scheduler drops messages of an older epoch. A node message from a node
+    the scheduler does not know (it restarted) gets ``Error(code="unknown_node")``: the node says
+    ``NodeHello`` and its ``NodeStatus`` again, and the scheduler re-adopts its running workers.
+  * Liveness (zguide Paranoid Pirate): the node sends ``NodeHeartbeat`` every ``heartbeat_s`` of the
+    ``NodeWelcome`` and the scheduler echoes it; a node silent for ``heartbeat_s * liveness`` is down; a
+    node that hears nothing for as long reconnects with exponential backoff and says hello again.
+  * ``StartPlacement`` is idempotent per ``placement_id``: a node that has seen the id starts nothing
+    twice. ``StopPlacement`` and ``PromotePlacement`` are idempotent too.
+  * Each worker of a placement is one process with torchrun's contract (``RANK``, ``LOCAL_RANK``,
+    ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) on its GPUs.
+  * Times in views (``submitted_at`` ...) are the scheduler's wall clock, seconds since the epoch.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from colocate.protocol.codec import (
+    COUNT, EXIT_CODE, JOB_ID, NAME, PID, PRIORITY, SECONDS, SHARE, SIZE, TEXT, Bool, ListOf, MapOf, Message,
+    Nested, Num, Opt, Str, _f, _record, _Record,
+)
+
+PORT = Num(int, 0, 65535)
+STATE = Str(choices=("pending", "placing", "running", "succeeded", "failed", "cancelled"))
+GPU_INDICES = ListOf(COUNT, 64)
+MAX_PAGE = 1000  # jobs per JobsReply
+
+
+# ---------------------------------------------------------------- nested records
+
+
+@_record()
+class NodeGpu(_Record):
+    index: int = _f(COUNT)
+    model: str = _f(NAME)
+    mem_total: int = _f(SIZE)
+
+
+@_record()
+class GpuStatus(_Record):
+    index: int = _f(COUNT)
+    utilization: float = _f(SHARE)  # device busy fraction over the last 10 s
+    mem_used: int = _f(SIZE)
+
+
+@_record()
+class WorkerStatus(_Record):
+    job_id: str = _f(JOB_ID)
+    placement_id: str = _f(NAME)
+    rank: int = _f(COUNT)
+    pid: int = _f(PID)
+    running: bool = _f(Bool())
+    exit_code: Optional[int] = _f(Opt(EXIT_CODE), default=None)
+
+
+@_record()
+class WorkerLaunch(_Record):
+    rank: int = _f(COUNT)
+    local_rank: int = _f(COUNT)
+    gpus: tuple = _f(GPU_INDICES)
+
+
+@_record()
+class JobRequest(_Record):
+    """What a user submits: resources per worker, the command, and where and how it runs."""
+
+    command: tuple = _f(ListOf(TEXT, 256))
+    cwd: str = _f(TEXT)
+    env: tuple = _f(MapOf(Str(256, min_len=1), Str(65536)))  # the submitter's environment, COLOCATE_*-free
+    workers: int = _f(Num(int, 1, 4096), default=1)
+    gpus: int = _f(Num(int, 0, 64), default=1)  # per worker
+    gpu_mem: int = _f(SIZE, default=0)  # bytes per GPU; 0: not stated
+    priority: str = _f(PRIORITY, default="guaranteed")
+    queue: str = _f(NAME, default="")  # "": the policy's default queue
+    name: str = _f(NAME, default="")
+    user: str = _f(NAME, default="")
+    estimate_s: Optional[float] = _f(Opt(SECONDS), default=None)
+
+
+@_record()
+class JobView(_Record):
+    job_id: str = _f(JOB_ID)
+    name: str = _f(NAME)
+    user: str = _f(NAME)
+    queue: str = _f(NAME)
+    priority: str = _f(PRIORITY)
+    state: str = _f(STATE)
+    workers: int = _f(COUNT)
+    gpus: int = _f(COUNT)
+    submitted_at: float = _f(SECONDS)
+    started_at: Optional[float] = _f(Opt(SECONDS))
+    ended_at: Optional[float] = _f(Opt(SECONDS))
+    reason: str = _f(TEXT)
+    placement_id: str = _f(NAME)  # "" when none
+    nodes: tuple = _f(ListOf(NAME))
+    attempts: int = _f(COUNT)
+    exit_code: Optional[int] = _f(Opt(EXIT_CODE))
+
+
+@_record()
+class NodeView(_Record):
+    node_id: str = _f(NAME)
+    host: str = _f(NAME)
+    up: bool = _f(Bool())
+    gpu_model: str = _f(NAME)
+    gpus: int = _f(COUNT)
+    gpus_allocated: int = _f(COUNT)  # GPUs holding a guaranteed worker
+    gpus_shared: int = _f(COUNT)  # GPUs holding an opportunistic worker
+    utilization: float = _f(SHARE)  # mean over the node's GPUs, last 10 s
+    workers: int = _f(COUNT)
+
+
+@_record()
+class LogRef(_Record):
+    rank: int = _f(COUNT)
+    node_id: str = _f(NAME)
+    path: str = _f(TEXT)
+
+
+# ---------------------------------------------------------------- node -> scheduler
+
+
+@_record("node_hello")
+class NodeHello(Message):
+    node_id: str = _f(Str(128, min_len=1))
+    epoch: int = _f(COUNT)
+    host: str = _f(NAME)  # the address workers on other nodes reach this node at (MASTER_ADDR)
+    gpus: tuple = _f(ListOf(Nested(NodeGpu), 64))
+    cpu_milli: int = _f(COUNT, default=0)
+    mem_mib: int = _f(COUNT, default=0)
+
+
+@_record("node_heartbeat")
+class NodeHeartbeat(Message):
+    node_id: str = _f(Str(128, min_len=1))
+    epoch: int = _f(COUNT)  # the sender's incarnation (the node's, or the scheduler's in the echo)
+
+
+@_record("node_status")
+class NodeStatus(Message):
+    node_id: str = _f(Str(128, min_len=1))
+    epoch: int = _f(COUNT)
+    gpus: tuple = _f(ListOf(Nested(GpuStatus), 64))
+    workers: tuple = _f(ListOf(Nested(WorkerStatus)))
+
+
+@_record("worker_started")
+class WorkerStarted(Message):
+    node_id: str = _f(Str(128, min_len=1))
+    epoch: int = _f(COUNT)
+    job_id: str = _f(JOB_ID)
+    placement_id: str = _f(NAME)
+    rank: int = _f(COUNT)
+    pid: int = _f(PID)
+    log_path: str = _f(TEXT)
+
+
+@_record("worker_exited")
+class WorkerExited(Message):
+    node_id: str = _f(Str(128, min_len=1))
+    epoch: int = _f(COUNT)
+    job_id: str = _f(JOB_ID)
+    placement_id: str = _f(NAME)
+    rank: int = _f(COUNT)
+    exit_code: int = _f(EXIT_CODE)  # 128+N when killed by signal N
+
+
+@_record("start_refused")
+class StartRefused(Message):
+    node_id: str = _f(Str(128, min_len=1))
+    epoch: int = _f(COUNT)
+    job_id: str = _f(JOB_ID)
+    placement_id: str = _f(NAME)
+    reason: str = _f(TEXT)
+
+
+# ---------------------------------------------------------------- scheduler -> node
+
+
+@_record("node_welcome")
+class NodeWelcome(Message):
+    node_id: str = _f(Str(128, min_len=1))
+    scheduler_epoch: int = _f(COUNT)
+    heartbeat_s: float = _f(Num(float, 0.01, 3600.0))
+    liveness: int = _f(Num(int, 1, 1000))
+
+
+@_record("start_placement")
+class StartPlacement(Message):
+    placement_id: str = _f(NAME)
+    job_id: str = _f(JOB_ID)
+    priority: str = _f(PRIORITY)
+    request: JobRequest = _f(Nested(JobRequest))
+    workers: tuple = _f(ListOf(Nested(WorkerLaunch)))  # this node's workers
+    world_size: int = _f(Num(int, 1, 1 << 20))
+    group_rank: int = _f(COUNT)  # this node's index among the placement's nodes
+    master_addr: str = _f(NAME)
+    master_port: int = _f(PORT)
+
+
+@_record("stop_placement")
+class StopPlacement(Message):
+    placement_id: str = _f(NAME)
+    job_id: str = _f(JOB_ID)
+    reason: str = _f(TEXT)
+    grace_s: float = _f(Num(float, 0.0, 3600.0), default=10.0)  # SIGTERM, then SIGKILL after this
+
+
+@_record("promote_placement")
+class PromotePlacement(Message):
+    placement_id: str = _f(NAME)
+    job_id: str = _f(JOB_ID)
+
+
+# ---------------------------------------------------------------- client <-> scheduler
+
+
+@_record("submit")
+class Submit(Message):
+    request: JobRequest = _f(Nested(JobRequest))
+
+
+@_record("submitted")
+class Submitted(Message):
+    job_id: str = _f(JOB_ID)
+
+
+@_record("jobs_request")
+class JobsRequest(Message):
+    job_id: Optional[str] = _f(Opt(JOB_ID), default=None)  # one job, or all
+    active_only: bool = _f(Bool(), default=False)  # pending, placing and running only
+    offset: int = _f(COUNT, default=0)
+    limit: int = _f(Num(int, 1, MAX_PAGE), default=MAX_PAGE)
+
+
+@_record("jobs_reply")
+class JobsReply(Message):
+    jobs: tuple = _f(ListOf(Nested(JobView), MAX_PAGE))
+    total: int = _f(COUNT)  # jobs matching the request (all pages)
+    queued: tuple = _f(MapOf(NAME, COUNT), default=())  # queue -> pending jobs
+
+
+@_record("nodes_request")
+class NodesRequest(Message):
+    pass
+
+
+@_record("nodes_reply")
+class NodesReply(Message):
+    nodes: tuple = _f(ListOf(Nested(NodeView)))
+    scheduler_epoch: int = _f(COUNT)
+
+
+@_record("cancel")
+class Cancel(Message):
+    job_id: str = _f(JOB_ID)
+
+
+@_record("ok")
+class Ok(Message):
+    message: str = _f(TEXT)
+
+
+@_record("logs_request")
+class LogsRequest(Message):
+    job_id: str = _f(JOB_ID)
+    rank: Optional[int] = _f(Opt(COUNT), default=None)
+
+
+@_record("logs_reply")
+class LogsReply(Message):
+    job_id: str = _f(JOB_ID)
+    logs: tuple = _f(ListOf(Nested(LogRef)))
+
+
+NODE_TO_SCHEDULER = (NodeHello, NodeHeartbeat, NodeStatus, WorkerStarted, WorkerExited, StartRefused)
+SCHEDULER_TO_NODE = (NodeWelcome, NodeHeartbeat, StartPlacement, StopPlacement, PromotePlacement)
+CLIENT_TO_SCHEDULER = (Submit, JobsRequest, NodesRequest, Cancel, LogsRequest)
+SCHEDULER_TO_CLIENT = (Submitted, JobsReply, NodesReply, Ok, LogsReply)
