@@ -3,7 +3,8 @@
 * a node coordinator takes jobs on ``node_endpoint()`` (``ipc:///tmp/colocate-$UID/node.sock``)
   and operators (``colocate ctl``, ``colocate top``) on ``ctl_endpoint(job endpoint)``: the same
   ipc path with ``.ctl`` appended;
-* the global scheduler listens on ``SCHEDULER_ENDPOINT`` unless ``--bind`` says otherwise.
+* the global scheduler listens on ``SCHEDULER_ENDPOINT`` unless ``--bind`` says otherwise; clients
+  and nodes look for it at ``scheduler_endpoint()`` (``COLOCATE_SCHEDULER`` overrides).
 """
 
 from __future__ import annotations
@@ -11,6 +12,12 @@ from __future__ import annotations
 import os
 
 SCHEDULER_ENDPOINT = "tcp://127.0.0.1:5555"
+
+
+def scheduler_endpoint(environ=None) -> str:
+    """Where clients and nodes find the scheduler: ``COLOCATE_SCHEDULER``, else ``SCHEDULER_ENDPOINT``."""
+    environ = os.environ if environ is None else environ
+    return environ.get("COLOCATE_SCHEDULER") or SCHEDULER_ENDPOINT
 
 
 def runtime_dir() -> str:

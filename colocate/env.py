@@ -22,6 +22,7 @@ class Variable:
     name: str
     default: str
     meaning: str
+    scope: str = "job"  # job: set by the launcher, read by the runtime (JobEnv); client: read by commands/daemons
 
 
 VARIABLES: tuple[Variable, ...] = (
@@ -43,11 +44,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_CHAIN_SITECUSTOMIZE", "", "Set by the launcher: the sys.path entries searched for a pre-existing sitecustomize to run first."),
     Variable("COLOCATE_BOUNDARY_WARN_S", "60", "Seconds of device work with no mini-batch boundary after which the job says so once on stderr, naming `torch_hooks.step()`; 0 disables."),
     Variable("COLOCATE_LOG", "warning", "Log level of the runtime inside the job (debug, info, warning)."),
-    Variable("COLOCATE_SCHEDULER", "tcp://127.0.0.1:5555", "Clients and nodes: the scheduler's endpoint when `--scheduler` is not given."),
-    Variable("COLOCATE_KEYS", "", "Clients and nodes: folder of CURVE keys (`colocate keys generate`) when `--keys` is not given; empty: no CURVE."),
+    Variable("COLOCATE_SCHEDULER", "tcp://127.0.0.1:5555", "Clients and nodes: the scheduler's endpoint when `--scheduler` is not given.", "client"),
+    Variable("COLOCATE_KEYS", "", "Clients and nodes: folder of CURVE keys (`colocate keys generate`) when `--keys` is not given; empty: no CURVE.", "client"),
 )
 
 NAMES = frozenset(v.name for v in VARIABLES)
+JOB_NAMES = frozenset(v.name for v in VARIABLES if v.scope == "job")
 
 DEVICES = ("sim", "cuda")  # concrete device kinds
 DEVICE_CHOICES = ("auto",) + DEVICES  # what a user may ask for; auto = cuda when NVML sees a GPU

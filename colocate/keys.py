@@ -97,6 +97,12 @@ def connect(sock, directory: str, name: str = DEFAULT_PEER) -> None:
     sock.curve_serverkey = server_public
 
 
+def default_dir(environ=None) -> str | None:
+    """A peer's key folder when none is given: ``COLOCATE_KEYS``, else None (no CURVE)."""
+    environ = os.environ if environ is None else environ
+    return environ.get("COLOCATE_KEYS") or None
+
+
 def is_loopback(endpoint: str) -> bool:
     """True for ``ipc://``/``inproc://`` endpoints and TCP endpoints on a loopback address."""
     if not endpoint.startswith("tcp://"):
