@@ -11,6 +11,7 @@ import pytest
 
 from colocate import launcher as L  # colocate never imports torch: cheap in-process
 from colocate.env import JobEnv
+from colocate.gpus import nvml as N
 
 MiB = 1 << 20
 
@@ -293,7 +294,27 @@ def test_check_command(tmp_path):
         L.check_command(("no-such-prog-xyz",), None)
 
 
-def test_job_environment(tmp_path):
+class FakeNvml:
+    """pynvml as far as ``visible_device`` uses it: device handles and their UUIDs (bytes, as older bindings)."""
+
+    def __init__(self, uuids):
+        self.uuids = uuids
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        if index not in self.uuids:
+            raise RuntimeError(f"NVML: no device {index}")
+        return index
+
+    def nvmlDeviceGetUUID(self, handle):
+        return self.uuids[handle].encode()
+
+
+def no_nvml():
+    raise ImportError("No module named 'pynvml'")
+
+
+def test_job_environment(tmp_path, monkeypatch):
+    monkeypatch.setattr(N, "_nvml", no_nvml)  # the same on every machine, with or without NVML
     base = {"PATH": "/usr/bin", "PYTHONPATH": "/user/site", "COLOCATE_SIM_CORE": "0", "OMP_NUM_THREADS": "4"}
     spec = L.RunSpec(command=("python", "x.py"), device="sim", gpu=1, gpu_mem=3 << 20, sm_share=0.5,
                      priority="opportunistic", on_cap="error", job_id="j")
@@ -308,8 +329,23 @@ def test_job_environment(tmp_path):
     assert env["OMP_NUM_THREADS"] == "4"  # the user's own setting wins
     assert "CUDA_VISIBLE_DEVICES" not in env
     cuda = L.job_environment(L.RunSpec(command=("x",), device="cuda", gpu=2), {"PATH": "/usr/bin"}, str(tmp_path))
-    assert cuda["CUDA_VISIBLE_DEVICES"] == "2"
+    assert cuda["CUDA_VISIBLE_DEVICES"] == "2"  # NVML cannot tell: the index
+    assert cuda["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert L.job_environment(L.RunSpec(command=("x",)), {}, str(tmp_path))["COLOCATE_JOB_ID"].startswith("job-")
+
+
+@pytest.mark.parametrize("uuids, gpu, want", [
+    ({0: "GPU-aaaa", 2: "GPU-cccc"}, 2, "GPU-cccc"),  # NVML's device 2, named so CUDA's order cannot differ
+    ({0: "GPU-aaaa"}, 2, "2"),  # NVML has no such device: the index
+    ({2: ""}, 2, "2"),  # no UUID: the index
+])
+def test_cuda_job_is_pinned_to_its_gpu_by_nvml_uuid(tmp_path, monkeypatch, uuids, gpu, want):
+    monkeypatch.setattr(N, "_nvml", lambda: FakeNvml(uuids))
+    env = L.job_environment(L.RunSpec(command=("x",), device="cuda", gpu=gpu), {"PATH": "/usr/bin"}, str(tmp_path))
+    assert env["CUDA_VISIBLE_DEVICES"] == want
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    sim = L.job_environment(L.RunSpec(command=("x",), device="sim", gpu=gpu), {"PATH": "/usr/bin"}, str(tmp_path))
+    assert "CUDA_VISIBLE_DEVICES" not in sim  # the simulated GPU never touches CUDA's view
 
 
 def test_merge_stats_of_several_processes(tmp_path):

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tests.support import REPO
+from tests.support import MiB, REPO, result_of
 
 SCRIPTS = ["train_cnn.py", "train_transformer.py", "train_recsys.py"]
 FAST = ["--iters", "5", "--host-ms", "0", "--log-every", "0", "--threads", "1"]
@@ -41,10 +41,38 @@ def test_progress_lines():
     assert all(" loss " in l and " it/s " in l for l in lines)
 
 
-def test_mem_burst():
-    proc = run_script("train_recsys.py", *FAST, "--mem-burst-at", "2", "--mem-burst-mib", "8")
-    assert proc.returncode == 0, proc.stderr
-    assert "done: 5 iterations" in proc.stdout
+# Runs an example under `colocate run --device sim` and prints each mini-batch's memory as the runtime saw it.
+PER_BATCH = """\
+import json, runpy, sys
+import torch, torch_hooks  # the launcher installs the runtime as torch is imported
+seen = []
+torch_hooks.runtime().add_listener(lambda r: seen.append([r.index, r.mem_allocated_peak, r.mem_reserved]))
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print("@@RESULT@@" + json.dumps(seen), flush=True)
+"""
+
+
+def test_mem_burst_holds_the_extra_buffer_from_the_burst_iteration_on(colocate, tmp_path):
+    # (train_cnn.py's burst is checked by the node's memory-burst test, tests/integration/test_node.py)
+    at, mib, iters = 3, 8, 6
+    wrapper = tmp_path / "per_batch.py"
+    wrapper.write_text(PER_BATCH)
+    proc = colocate(["run", "--device", "sim", "--", sys.executable, wrapper, REPO / "examples" / "train_recsys.py",
+                     "--iters", iters, "--host-ms", 0, "--log-every", 0, "--threads", 1,
+                     "--mem-burst-at", at, "--mem-burst-mib", mib], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"done: {iters} iterations" in proc.stdout
+    batches = result_of(proc.stdout, proc.stderr)
+    assert [b[0] for b in batches] == list(range(iters))
+    peak = [b[1] for b in batches]  # allocated peak of each mini-batch on the simulated GPU
+    # batch `at` is the first to hold the buffer: it jumps by its size there and keeps it after
+    assert peak[at] - peak[at - 1] >= mib * MiB, peak
+    assert min(peak[at:]) - max(peak[1:at]) >= mib * MiB, peak
+    assert max(peak[1:at]) - min(peak[1:at]) < mib * MiB, peak  # steady before the burst (batch 0 builds state)
 
 
 def test_duration_only_stops():

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import time
+import re
+from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -62,28 +64,52 @@ def test_two_jobs_register_adapt_report_metrics_and_obey_ctl(sim_ext, procs, ipc
     assert 'colocate_job_memory_cap_bytes{gpu="0",job="g1",priority="guaranteed"}' in text
 
     # operator override, seen by ctl list --json and the metrics
+    seq_before = max(r["limits"]["seq"] for r in node.records() if r["kind"] == "limits" and r["job_id"] == "o1")
     res = colocate_cli("ctl", "--node", node.endpoint, "set", "o1", "--sm-share", "0.3")
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("o1:") and "share=0.3" in res.stdout
+    m = re.search(r"\(seq (\d+)\)", res.stdout)
+    assert m, res.stdout
+    seq_override = int(m.group(1))
+    assert seq_override > seq_before  # a new limits update, not the one the job already had
     res = colocate_cli("ctl", "--node", node.endpoint, "list", "--json")
     assert res.returncode == 0, res.stderr
     listed = {j["job_id"]: j for j in json.loads(res.stdout)["jobs"]}
     assert listed["o1"]["sm_share"] == 0.3 and listed["o1"]["slo_state"] == "override"
     assert listed["g1"]["sm_share"] == 1.0
     assert sample(metric_samples(node.metrics()), "colocate_job_sm_share_ratio", job="o1") == 0.3
-    # the job applies it at its next boundary: reports name the new limits seq
-    seq = node.jobs()["o1"]
-    wait_for(lambda: any(r["kind"] == "report" and r["job_id"] == "o1" and r["limits_seq"] >= 1
+    # the node sent it, and the job applies it at its next boundary: its reports name the override's seq
+    sent = [r for r in node.records() if r["kind"] == "limits" and r["job_id"] == "o1"
+            and r["limits"]["seq"] == seq_override]
+    assert [r["limits"]["sm_share"] for r in sent] == [0.3], sent
+    wait_for(lambda: any(r["kind"] == "report" and r["job_id"] == "o1" and r["limits_seq"] >= seq_override
                          for r in node.records()), 30, what="o1 reports under the override")
-    assert seq.sm_share == 0.3
+    assert node.jobs()["o1"].sm_share == 0.3
 
     assert finish(g) == 0, read_log(g)[-3000:]
     assert finish(o) == 0, read_log(o)[-3000:]
     assert stats_of(g)["iterations"] > 0 and stats_of(o)["iterations"] > 0
+    # the override held until the job ended (it pins the share): every later update and the job's own share
+    later = [r["limits"]["sm_share"] for r in node.records() if r["kind"] == "limits" and r["job_id"] == "o1"
+             and r["limits"]["seq"] >= seq_override]
+    assert later and set(later) == {0.3}, later
+    assert stats_of(o)["sm_share"] == 0.3
     wait_for(lambda: node.listing() is not None and not node.listing().jobs, 10, what="jobs to leave the node")
     assert node.proc.poll() is None
     node.stop()
     assert node.proc.returncode == 0
+
+
+def log_times(text: str, pattern: str) -> list[tuple[float, re.Match]]:
+    """(wall-clock seconds, match) of each node log line whose message matches ``pattern``."""
+    out = []
+    for line in text.splitlines():
+        head = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) colocate-node \w+ (.*)$", line)
+        if head:
+            m = re.search(pattern, head.group(2))
+            if m:
+                out.append((datetime.strptime(head.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp(), m))
+    return out
 
 
 @pytest.mark.slow
@@ -96,26 +122,32 @@ def test_node_kill9_and_restart_jobs_keep_running_and_reregister(sim_ext, procs,
     epoch = node.listing().node_epoch
 
     node.kill9()
-    t_kill = time.monotonic()
     assert g.poll() is None and o.poll() is None  # the jobs do not notice yet
     node.start()
-    t_up = time.monotonic()
-    assert t_up - t_kill < 5.0, "restart took too long"
-    assert node.listing().node_epoch != epoch
+    new_epoch = node.listing().node_epoch
+    assert new_epoch != epoch
 
-    after = wait_for(lambda: (lambda js: js if {"g1", "o1"} <= set(js) else None)(node.jobs()), 5.0,
+    after = wait_for(lambda: (lambda js: js if {"g1", "o1"} <= set(js) else None)(node.jobs()), 30,
                      what="every job to register again with the restarted node")
-    t_back = time.monotonic() - t_up
     assert {j: after[j].pid for j in after} == {j: before[j].pid for j in before}  # the same processes
     assert g.poll() is None and o.poll() is None
+    # the specification: each job registers again within 5 s of the restarted node serving (its own log's clock)
+    log = Path(ipc_dir / f"node-{node.starts}.log").read_text(errors="replace")
+    (t_up, _), = log_times(log, rf"^node epoch {new_epoch}: jobs on ")
+    registered = {}
+    for t, m in log_times(log, r"^job (\S+) registered: "):
+        registered.setdefault(m.group(1), t)
+    assert set(registered) == {"g1", "o1"}, log[-3000:]
+    for job_id, t in registered.items():
+        assert -0.01 <= t - t_up <= 5.0, f"{job_id} registered {t - t_up:.2f}s after the restart"
     wait_for(lambda: node.jobs().get("g1") and node.jobs()["g1"].iterations >= 3, 20,
              what="reports to the restarted node")
-    assert "registered" in node.log()
 
     assert finish(g) == 0, read_log(g)[-3000:]
     assert finish(o) == 0, read_log(o)[-3000:]
     assert stats_of(g)["iterations"] > 0 and stats_of(o)["iterations"] > 0
-    print(f"re-registered {t_back:.2f}s after the restart")
+    print("re-registered " + ", ".join(f"{j} {t - t_up:.2f}s" for j, t in sorted(registered.items()))
+          + " after the restart")
 
 
 CRASHER = """\
@@ -132,6 +164,7 @@ while not os.path.exists(go) and time.monotonic() < deadline:
     model(x).pow(2).mean().backward()
     opt.step()
     time.sleep(0.02)
+print(f"crashing at {time.time():.6f}", flush=True)
 if mode == "exit":
     os._exit(1)
 raise RuntimeError("simulated crash in the training loop")
@@ -157,17 +190,18 @@ def test_crashing_jobs_are_removed_and_the_neighbour_keeps_running(sim_ext, proc
     go.write_text("now")
     assert finish(crash_exit, 60) == 1
     assert finish(crash_raise, 60) == 1
-    t_dead = time.monotonic()
     assert "simulated crash" in read_log(crash_raise)
 
-    wait_for(lambda: (lambda js: set(js) == {"g1"} and js)(node.jobs()), 3.0,
+    wait_for(lambda: (lambda js: set(js) == {"g1"} and js)(node.jobs()), 20,
              what="crashed jobs to be removed from the node")
-    removal = time.monotonic() - t_dead
-    assert removal < 2.5
     for pid in pids.values():
         assert not alive(pid)
-    log = node.log()
-    assert "job c-exit left" in log and "job c-raise left" in log
+    # each is removed within 2.5 s of its crash: the crash time the job printed, the removal time the node logged
+    left = {m.group(1): t for t, m in log_times(node.log(), r"^job (c-\S+) left: ")}
+    assert set(left) == {"c-exit", "c-raise"}, node.log()[-3000:]
+    for proc in (crash_exit, crash_raise):
+        (crashed,) = [float(x) for x in re.findall(r"^crashing at (\S+)$", read_log(proc), re.M)]
+        assert -0.01 <= left[proc.job_id] - crashed < 2.5, (proc.job_id, left[proc.job_id] - crashed)
 
     # the neighbour was not disturbed: still registered, still reporting, exits 0
     it0 = node.jobs()["g1"].iterations

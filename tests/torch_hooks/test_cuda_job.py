@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import pytest
 
-from tests.support import REPO, NodeProc, cnn, finish, metric_samples, read_log, start_job, stats_of
+from tests.support import REPO, NodeProc, cnn, finish, metric_samples, read_log, start_job, stats_of, wait_for
 
 torch = pytest.importorskip("torch")
 
@@ -217,15 +216,17 @@ def test_guaranteed_and_opportunistic_jobs_share_a_cuda_node(procs, ipc_dir):
                   "--duration", 12, "--host-ms", 0, "--batch-size", 32, priority="opportunistic",
                   run_opts=("--device", "cuda"))
     seen = {}
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (g.poll() is None or o.poll() is None):
+
+    def both_seen():  # the node's listing and metrics while both jobs run
         for j in node.jobs().values():
             seen[j.job_id] = j
-        if len(seen) == 2 and "gpu" not in seen:
+        if {"g1", "o1"} <= set(seen) and "gpu" not in seen:
             listing = node.listing(timeout=1.0)
             seen["gpu"] = listing.gpus[0] if listing else None
             seen["metrics"] = metric_samples(node.metrics())
-        time.sleep(0.5)
+        return "metrics" in seen or (g.poll() is not None and o.poll() is not None)
+
+    wait_for(both_seen, 120, interval=0.5, what="both jobs in the node's listing")
     assert finish(g) == 0, read_log(g)[-3000:]
     assert finish(o) == 0, read_log(o)[-3000:]
     assert {"g1", "o1"} <= set(seen), node.log()[-3000:]

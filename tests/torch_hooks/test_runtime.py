@@ -47,6 +47,7 @@ class FakeDevice:
         self.peak = [allocated, reserved, 0]
         self.busy = 0.0
         self.calls = []
+        self.on_set_cap = None  # a test's hook, run inside set_cap
         self._lock = threading.Lock()
 
     def _log(self, *call):
@@ -63,6 +64,8 @@ class FakeDevice:
     def set_cap(self, cap_bytes):
         self._log("set_cap", cap_bytes)
         self.cap = min(int(cap_bytes), self.mem_total)
+        if self.on_set_cap is not None:
+            self.on_set_cap(cap_bytes)
 
     def release_cache(self):
         self._log("release_cache")
@@ -115,6 +118,44 @@ def boundary_in_thread(rt):
     t = threading.Thread(target=target, daemon=True)
     t.start()
     return t, box
+
+
+class PausedApplies:
+    """The runtime's paused-apply hook: which limit seqs reached the training thread while it was paused.
+
+    The hook runs on the paused training thread, holding the runtime's limits lock, right before it waits
+    again; so once ``wait(seq)`` returns, the thread has seen ``seq`` while paused, and the next
+    ``set_limits`` can only take the lock when that thread waits again (or has left the pause).
+    """
+
+    def __init__(self, rt):
+        self.seqs = []
+        self._cond = threading.Condition()
+        rt.add_paused_apply_hook(self._hook)
+
+    def _hook(self, seq, now):
+        with self._cond:
+            self.seqs.append(seq)
+            self._cond.notify_all()
+
+    def wait(self, seq, timeout=5.0) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: seq in self.seqs, timeout)
+
+
+def wait_paused(rt, applies, timeout=5.0) -> int:
+    """Handshake: returns once the boundary thread is known to be paused (share 0), with the seq it saw.
+
+    A neutral update (share 0 again) reaches a paused thread through the paused-apply hook; one sent before
+    the thread got to its pause is absorbed silently, so it is repeated until one is heard (bounded).
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rt.set_limits(sm_share=0.0)
+        seq = rt.limits()["seq"]
+        if applies.wait(seq, timeout=0.05):
+            return seq
+    raise AssertionError("the boundary thread never paused")
 
 
 # ---------------------------------------------------------------- limits -----
@@ -277,55 +318,53 @@ def test_busy_is_measured_per_batch():
 
 
 def test_share_zero_pauses_until_raised():
-    rt, dev, _ = make(share=1.0)
+    rt, dev, clock = make(share=1.0)
+    applies = PausedApplies(rt)
     rt.set_limits(sm_share=0.0)
     dev.busy += 0.01
     t, box = boundary_in_thread(rt)
-    time.sleep(0.3)
+    wait_paused(rt, applies)
     assert t.is_alive(), "share 0 must pause at the boundary"
-    # a memory-only update does not resume a paused job
-    rt.set_limits(mem_cap=256 * MiB)
-    time.sleep(0.1)
-    assert t.is_alive()
-    rt.set_limits(sm_share=0.5)
+    # a memory-only update reaches the paused thread and does not resume it: the next one reaches it paused too
+    for cap in (256 * MiB, 128 * MiB):
+        rt.set_limits(mem_cap=cap)
+        assert applies.wait(rt.limits()["seq"]), "a memory-only update must leave the job paused"
+        assert t.is_alive()
+    # 0.5 s pass while the thread waits (set_cap runs under the lock the paused thread released)
+    dev.on_set_cap = lambda cap: clock.advance(0.5)
+    rt.set_limits(mem_cap=256 * MiB, sm_share=0.5)
     t.join(5)
     assert not t.is_alive(), "raising the share must resume the job"
     rec = box["rec"]
     assert rec.sm_share == 0.0  # the share in force when the batch ended; the pause followed
-    assert rt.book.idle_s >= 0.35
-    assert rt.book.paused_s >= 0.35
-    assert rt.summary()["paused_s"] >= 0.35
+    assert rt.book.paused_s >= 0.5
+    assert rt.book.idle_s >= rt.book.paused_s
+    assert rt.summary()["paused_s"] == rt.book.paused_s
 
 
 def test_paused_job_releases_its_cache_at_once_when_its_cap_drops():
     rt, dev, _ = make(share=1.0, cap=512 * MiB, allocated=50 * MiB, reserved=300 * MiB)
-    applied = []
-    rt.add_paused_apply_hook(lambda seq, t: applied.append(seq))
-    rt.set_limits(sm_share=0.0, seq=1)
+    applies = PausedApplies(rt)
+    rt.set_limits(sm_share=0.0)
     t, _ = boundary_in_thread(rt)
-    wait = time.monotonic() + 5
-    while dev.count("release_cache") == 0 and time.monotonic() < wait:  # the boundary itself: over no cap yet
-        if not t.is_alive():
-            break
-        time.sleep(0.01)
-    releases = dev.count("release_cache")
-    rt.set_limits(mem_cap=100 * MiB, seq=2)  # the node shrinks the paused job
-    wait = time.monotonic() + 5
-    while 2 not in applied and time.monotonic() < wait:
-        time.sleep(0.01)
+    seq = wait_paused(rt, applies)
+    assert dev.count("release_cache") == 0  # the boundary itself: under its cap, the cache is kept
+    rt.set_limits(mem_cap=100 * MiB, seq=seq + 1)  # the node shrinks the paused job
+    assert applies.wait(seq + 1), "the hook hears that the new seq is in force without a batch"
     assert t.is_alive(), "still paused"
-    assert applied[-1] == 2  # the hook hears that seq 2 is in force without a batch
-    assert dev.count("release_cache") == releases + 1 and dev.reserved == 50 * MiB
-    rt.set_limits(sm_share=0.7, seq=3)  # a share-only change: no release, the hook still hears of it
+    assert dev.count("release_cache") == 1 and dev.reserved == 50 * MiB
+    rt.set_limits(sm_share=0.7, seq=seq + 2)  # a share-only change: no release, the hook still hears of it
     t.join(5)
     assert not t.is_alive()
-    assert dev.count("release_cache") == releases + 1
+    assert applies.seqs[-1] == seq + 2
+    assert dev.count("release_cache") == 1
 
 
 def test_share_zero_from_env_pauses_first_boundary():
     rt, dev, _ = make(share=0.0)
+    applies = PausedApplies(rt)
     t, box = boundary_in_thread(rt)
-    time.sleep(0.2)
+    wait_paused(rt, applies)
     assert t.is_alive()
     rt.set_limits(sm_share=1.0)
     t.join(5)
@@ -335,8 +374,9 @@ def test_share_zero_from_env_pauses_first_boundary():
 
 def test_close_releases_a_paused_job_and_stops_idling():
     rt, dev, _ = make(share=0.0)
+    applies = PausedApplies(rt)
     t, box = boundary_in_thread(rt)
-    time.sleep(0.2)
+    wait_paused(rt, applies)
     assert t.is_alive()
     rt.close()
     t.join(5)
@@ -349,13 +389,17 @@ def test_close_releases_a_paused_job_and_stops_idling():
 
 
 def test_share_change_during_idle_is_re_evaluated():
-    rt, dev, _ = make(share=0.05)
-    dev.busy += 1.0  # wants ~19 s of idle
+    rt, dev, _ = make(share=0.0)
+    applies = PausedApplies(rt)
+    dev.busy += 1.0
     t, box = boundary_in_thread(rt)
-    time.sleep(0.2)
-    assert t.is_alive()
+    seq = wait_paused(rt, applies)
+    # share 0.05 resumes into an idle of ~19 s; the hook hears it while the thread holds the lock, so the
+    # next update can only land once that idle's wait has begun
+    rt.set_limits(sm_share=0.05, seq=seq + 1)
+    assert applies.wait(seq + 1)
     t0 = time.monotonic()
-    rt.set_limits(sm_share=1.0)
+    rt.set_limits(sm_share=1.0, seq=seq + 2)
     t.join(5)
     assert not t.is_alive()
     assert time.monotonic() - t0 < 2.0

@@ -87,6 +87,7 @@ def spin(low, seconds, conn):
     os.sched_setaffinity(0, {core})
     if low:
         SimJobDevice(JobEnv()).set_low_priority(True)
+    conn.send("ready")
     conn.recv()  # start together
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -98,7 +99,8 @@ for name, low in (("mixed", True), ("equal", False)):
     pipes = [Pipe() for _ in range(2)]
     procs = [Process(target=spin, args=(flag, 1.0, child)) for flag, (_, child) in zip((False, low), pipes)]
     for p in procs: p.start()
-    time.sleep(0.5)
+    for parent, _ in pipes:  # both pinned (and one in the idle class) before either spins
+        assert parent.poll(60) and parent.recv() == "ready"
     for parent, _ in pipes: parent.send("go")
     cpu = [parent.recv() for parent, _ in pipes]
     for p in procs: p.join()

@@ -38,9 +38,13 @@ def test_idle_after_table(busy, elapsed, share, idle):
 
 
 def test_idle_after_is_bounded():
+    # a batch that would need more idle than one boundary may take gets exactly the bound
     assert idle_after(100.0, 0.0, 0.5) == MAX_IDLE_S
     assert idle_after(1.0, 0.0, 1e-9) == MAX_IDLE_S
-    assert MAX_IDLE_S > 0
+    assert idle_after(MAX_IDLE_S + 0.5, MAX_IDLE_S + 0.5, 0.5) == MAX_IDLE_S
+    # just under the bound nothing is cut: busy x (1/share - 1), a long idle a boundary really takes
+    assert idle_after(MAX_IDLE_S - 0.5, MAX_IDLE_S - 0.5, 0.5) == pytest.approx(MAX_IDLE_S - 0.5, abs=1e-9)
+    assert idle_after(10.0, 10.0, 0.5) == pytest.approx(10.0, abs=1e-9)
 
 
 @pytest.mark.parametrize("share", [0.0, -0.1, 1.0000001, 2.0, float("nan"), float("inf"), -float("inf")])

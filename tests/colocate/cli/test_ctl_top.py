@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -25,7 +27,7 @@ def setup(sim_ext):
     tmp = Path(tempfile.mkdtemp(prefix="clt-"))
     procs = Procs(tmp)
     try:
-        node = NodeProc(procs, tmp, metrics=False, record=False).start()
+        node = NodeProc(procs, tmp, metrics=False).start()
         job = start_job(procs, node, "g1", *cnn("--duration", 120, "--host-ms", 10), stats=False)
         wait_for(lambda: node.jobs().get("g1") and node.jobs()["g1"].iterations >= 3 or job.poll() is not None,
                  JOB_START_S, what="the job to register and report")
@@ -98,8 +100,12 @@ def test_ctl_set_and_errors_from_the_node(setup):
     assert res.stdout.strip().startswith(f"g1: cap={8 * GiB}")
     data = json.loads(colocate_cli("ctl", "--node", node.endpoint, "list", "--json").stdout)
     assert data["jobs"][0]["mem_cap"] == 8 * GiB
-    # the job applies it: its reports name the new limits and it keeps running
-    wait_for(lambda: node.jobs()["g1"].mem_cap == 8 * GiB, 5, what="the override in the listing")
+    # the job applies it: its reports name the override's limits seq, and it keeps running
+    seq = int(re.search(r"\(seq (\d+)\)", res.stdout).group(1))
+    assert [r["limits"]["mem_cap"] for r in node.records() if r["kind"] == "limits" and r["limits"]["seq"] == seq] \
+        == [8 * GiB]
+    wait_for(lambda: any(r["kind"] == "report" and r["limits_seq"] >= seq for r in node.records()), 30,
+             what="a report under the override")
     assert job.poll() is None
 
     res = colocate_cli("ctl", "--node", node.endpoint, "set", "no-such-job", "--sm-share", "0.5")
@@ -155,25 +161,73 @@ def test_ctl_bad_endpoints_exit_2(tmp_path):
     no_traceback(res)
 
 
+class FakeCtl:
+    """A node's operator endpoint played by the test: a ROUTER thread that counts the ``CtlList`` requests it
+    gets and answers each with a one-job listing (``answer=True``) or never (a node that is not there)."""
+
+    LISTING = P.CtlJobs(node_epoch=5, gpus=(P.GpuInfo(index=0, mem_total=16 * GiB, utilization=0.5, kind="sim"),),
+                        jobs=(P.JobInfo(job_id="fake-g1", gpu=0, priority="guaranteed", pid=1, mem_cap=16 * GiB,
+                                        sm_share=1.0, mem_reserved=GiB, mem_allocated_peak=GiB, host_bytes=0,
+                                        throughput=10.0, slo_state="ok", iterations=7),))
+
+    def __init__(self, endpoint: str, answer: bool):
+        import zmq
+
+        self.endpoint, self.answer = endpoint, answer
+        self.requests = 0
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._sock = zmq.Context.instance().socket(zmq.ROUTER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.bind(endpoint)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        try:
+            while not self._stop.is_set():
+                if not self._sock.poll(50):
+                    continue
+                ident, data = self._sock.recv_multipart()
+                assert isinstance(P.decode(data), P.CtlList)
+                if self.answer:
+                    self._sock.send_multipart([ident, P.encode(self.LISTING)])
+                with self._cond:
+                    self.requests += 1
+                    self._cond.notify_all()
+        finally:
+            self._sock.close(0)
+
+    def wait_requests(self, n: int, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self.requests >= n, timeout)
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(5)
+
+
 @pytest.mark.parametrize("with_node", [True, False], ids=["node", "no-node"])
-def test_top_live_exits_0_on_ctrl_c(setup, tmp_path, with_node):
-    node, _, _ = setup
-    endpoint = node.endpoint if with_node else f"ipc://{tmp_path}/none.sock"
+def test_top_live_exits_0_on_ctrl_c(tmp_path, with_node):
+    endpoint = f"ipc://{tmp_path}/n.sock"
+    fake = FakeCtl(endpoint + ".ctl", answer=with_node)
     proc = subprocess.Popen([PY, "-m", "colocate", "top", "--node", endpoint, "--interval", "0.2", "--timeout", "0.3"],
                             cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        time.sleep(2.0)  # several refreshes
+        # Ctrl-C once top is in its live loop: it has refreshed three times (three requests reached the node)
+        assert fake.wait_requests(3, 60), f"top made {fake.requests} requests"
         assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=10)
     finally:
+        fake.close()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, err
     assert "Traceback" not in out + err
     if with_node:
-        assert "g1" in out
+        assert "fake-g1" in out and "node not reachable" not in out
     else:
         assert "node not reachable, retrying" in out
