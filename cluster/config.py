@@ -56,6 +56,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     # per-tenant quotas (tenant = user, 8 GPUs each) with borrowing and reclaim
     "quota": {"plugins": ["fifo", "gang", "binpack", "quota"],
               "plugin": {"quota": {"tenant": "user", "default_quota": 8}}},
+    # placement baselines and policies of seeds 004 (GA) and the FGD paper (ATC'23), FIFO + gang
+    "first-fit": {"plugins": ["fifo", "gang", "first_fit"]},
+    "round-robin": {"plugins": ["fifo", "gang", "round_robin"]},
+    "best-fit": {"plugins": ["fifo", "gang", "best_fit"]},
+    "tetris": {"plugins": ["fifo", "gang", "tetris"]},
+    "fgd": {"plugins": ["fifo", "gang", "fgd"]},
+    "genetic": {"plugins": ["fifo", "gang", "genetic"]},
 }
 
 

@@ -9,6 +9,15 @@ Points (``req`` is the reused ``cluster.jobs.Request`` of the attempt):
   pre_enqueue(job) -> Status           at submit; UNRESOLVABLE rejects the job (unknown queue)
   queue_of(spec) -> str                queue-sort point, exactly one plugin: the job's queue
   sort_key(job) -> tuple               ... and its order there (the framework appends job.seq)
+  queue_order(queue, jobs) -> iterable this cycle's order of examination of one queue's pending
+                                       jobs (``jobs`` in sort-key order, read-only); the first
+                                       plugin implementing it, else the sort-key order. It must
+                                       yield only jobs of ``jobs``, each at most once; jobs it
+                                       leaves out are not examined this cycle. Blocking rules
+                                       (on_blocked, backfill) apply in the order it gives. For
+                                       policies that choose the next job per cycle (a plan made
+                                       in cycle_start, e.g. the genetic placement), since the
+                                       sort key is fixed when a job is queued
   cycle_start(now)                     once per cycle before any job (plan, reset caches)
   pre_filter(req) -> Status            whole-job checks; must depend only on the request's
                                        shape, queue and the state (failures are cached per
@@ -115,7 +124,7 @@ class Upgrade:
     pid: str
 
 
-POINTS = ("pre_enqueue", "queue_of", "sort_key", "cycle_start", "pre_filter", "node_order", "filter",
+POINTS = ("pre_enqueue", "queue_of", "sort_key", "queue_order", "cycle_start", "pre_filter", "node_order", "filter",
           "score", "pick_gpus", "reserve", "unreserve", "permit", "post_filter", "on_blocked",
           "backfill_admit", "cycle_end", "on_placed", "on_running", "on_released", "on_ended",
           "on_promoted")
@@ -154,6 +163,7 @@ class Plugin:
     def pre_enqueue(self, job: Job) -> Status: return SUCCESS
     def queue_of(self, spec: JobSpec) -> str: return "default"
     def sort_key(self, job: Job) -> tuple: return ()
+    def queue_order(self, queue: str, jobs: list[Job]) -> Iterable[Job]: return jobs
     def cycle_start(self, now: float) -> None: return None
     def pre_filter(self, req: Request) -> Status: return SUCCESS
     def node_order(self, req: Request) -> Iterable[NodeState]: return ()
@@ -225,6 +235,7 @@ class Framework:
                              if p.implements("score") and k in p.serves] for k in CLASSES}
         self._order = {k: (v[0] if v else None) for k, v in self.pt["node_order"].items()}
         self._pick = {k: (v[0] if v else None) for k, v in self.pt["pick_gpus"].items()}
+        self._queue_order = self.pt["queue_order"][0] if self.pt["queue_order"] else None
 
     def plugin(self, name: str) -> Plugin | None:
         return self.by_name.get(name)
@@ -307,7 +318,8 @@ class Framework:
         budget = -1  # -1: no blocked head yet; else jobs left to examine
         req = self._req
         admit = self.pt["backfill_admit"]
-        for job in lst:
+        order = lst if self._queue_order is None else self._queue_order(qname, lst)
+        for job in order:
             if budget >= 0:
                 if budget == 0:
                     break

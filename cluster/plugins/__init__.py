@@ -11,7 +11,8 @@ import importlib
 from cluster.framework import REGISTRY
 
 _MODULES = ("fit", "fifo", "multi_queue", "gang", "binpack", "spread", "opportunistic", "preemption",
-            "promotion", "quota", "predictor", "backfill")
+            "promotion", "quota", "predictor", "backfill", "first_fit", "round_robin", "best_fit", "tetris",
+            "fgd", "genetic")
 
 for _m in _MODULES:
     importlib.import_module(f"{__name__}.{_m}")
