@@ -40,7 +40,7 @@ def test_load_toml(tmp_path):
 
 @pytest.mark.parametrize("raw, message", [
     ({"plugins": ["fifo"], "nope": 1}, "nope: unknown key"),
-    ({"plugins": ["fifo", "tetris"]}, "plugins: unknown plugin 'tetris'"),
+    ({"plugins": ["fifo", "nonesuch"]}, "plugins: unknown plugin 'nonesuch'"),
     ({"plugins": []}, "plugins: expected a non-empty list"),
     ({"plugins": ["fifo", "fifo"]}, "listed twice"),
     ({"plugins": ["gang", "binpack"]}, "exactly one queue-sort plugin"),
