@@ -150,7 +150,7 @@ class SchedulerCore:
         for n in self.state.nodes.values():
             out.append({
                 "node_id": n.node_id, "up": n.up, "epoch": n.epoch, "gpu_model": n.model, "free_gpus": n.free,
-                "cpu_milli": n.cpu, "mem_mib": n.host_mem,
+                "cpu_milli": n.cpu, "mem_mib": n.host_mem, "workers": len(n.slots),
                 "gpus": [{"index": g.index, "milli": g.milli, "mem": g.mem, "guaranteed": sorted(g.g),
                           "opportunistic": sorted(g.o), "utilization": g.util, "mem_used": g.mem_used}
                          for g in n.gpus],

@@ -63,12 +63,12 @@ def check_command(command: tuple[str, ...], path: str | None) -> None:
     elif shutil.which(program, path=path) is None:
         raise LaunchError(f"command not found: {program}")
     if os.path.basename(program).startswith("python"):
-        script = _python_script(command[1:])
+        script = python_script(command[1:])
         if script is not None and script != "-" and not os.path.exists(script):
             raise LaunchError(f"script not found: {script}")
 
 
-def _python_script(args) -> str | None:
+def python_script(args) -> str | None:
     """The script argument of a python command line, or None for -c/-m/interactive.
 
     Short flags may be combined (``-uc``, ``-Bm``); ``-W``/``-X`` take a value,

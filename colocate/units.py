@@ -79,3 +79,51 @@ def parse_fraction(text: str | float, name: str = "value") -> float:
     if not (0.0 <= value <= 1.0):  # also rejects NaN
         raise ValueError(f"{name} must be between 0 and 1, got {text!r}")
     return value
+
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(d|h|m|min|s|sec)?", re.I)
+_DURATION_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "min": 60.0, "s": 1.0, "sec": 1.0, None: 1.0}
+
+
+def parse_duration(text: str | int | float) -> float:
+    """Seconds that ``text`` names: ``90``, ``90s``, ``45m``, ``2h``, ``1h30m``, ``1d``, ``1:30:00``
+    (h:m:s) or ``30:00`` (m:s). Raise ValueError with a clear message; the result is > 0."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    elif isinstance(text, str) and ":" in text:
+        parts = text.strip().split(":")
+        if not 2 <= len(parts) <= 3 or not all(p.strip().isdigit() for p in parts):
+            raise ValueError(f"malformed duration {text!r}: expected h:mm:ss or mm:ss")
+        value = 0.0
+        for p in parts:
+            value = value * 60 + int(p)
+    elif isinstance(text, str):
+        t = text.strip().replace(" ", "")
+        pos, value, parts, bare = 0, 0.0, 0, False
+        for m in _DURATION_RE.finditer(t):
+            if m.start() != pos:
+                break
+            value += float(m.group(1)) * _DURATION_UNITS[(m.group(2) or "").lower() or None]
+            pos, parts, bare = m.end(), parts + 1, bare or m.group(2) is None
+        if not t or pos != len(t) or (parts > 1 and bare):  # "1h30": 30 what? a unit on every part
+            raise ValueError(f"malformed duration {text!r}: expected e.g. 90, 90s, 45m, 2h, 1h30m, 1d or 1:30:00")
+    else:
+        raise ValueError(f"not a duration: {text!r}")
+    if not (value > 0 and value < float("inf")):
+        raise ValueError(f"duration must be positive, got {text!r}")
+    return value
+
+
+def format_duration(seconds: float | None) -> str:
+    """Slurm-style elapsed time: ``0:05``, ``12:34``, ``1:02:03``, ``2-01:00:00``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    s = max(0, int(seconds))
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{s:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{s:02d}"
+    return f"{minutes}:{s:02d}"

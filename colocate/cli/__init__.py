@@ -22,6 +22,14 @@ COMMANDS = {
     "top": "colocate.cli.top",
     "env": "colocate.cli.env",
     "demo": "colocate.cli.demo",
+    "scheduler": "colocate.cli.scheduler",
+    "submit": "colocate.cli.submit",
+    "status": "colocate.cli.status",
+    "queue": "colocate.cli.queue",
+    "nodes": "colocate.cli.nodes",
+    "cancel": "colocate.cli.cancel",
+    "logs": "colocate.cli.logs",
+    "keys": "colocate.cli.keys",
 }
 
 

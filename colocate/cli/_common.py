@@ -90,3 +90,39 @@ def fail(prog: str, text: str, code: int = 1) -> int:
     """Print ``colocate PROG: TEXT`` on stderr and return ``code``."""
     print(f"colocate {prog}: {text}", file=sys.stderr)
     return code
+
+
+def _duration(text: str) -> float:
+    from colocate.units import parse_duration
+
+    return parse_duration(text)
+
+
+DURATION = argtype(_duration, "duration")
+
+
+def add_scheduler_options(p: argparse.ArgumentParser) -> None:
+    """``--scheduler`` / ``--keys`` / ``--timeout``: how a client reaches the scheduler."""
+    p.add_argument("--scheduler", default=None, metavar="ENDPOINT",
+                   help="the scheduler's endpoint (default: $COLOCATE_SCHEDULER, else tcp://127.0.0.1:5555)")
+    p.add_argument("--keys", default=None, metavar="DIR",
+                   help="CURVE key folder (`colocate keys generate`; default: $COLOCATE_KEYS, else no CURVE)")
+    p.add_argument("--timeout", type=seconds(0.001, 3600), default=5.0, metavar="S",
+                   help="seconds to wait for the scheduler's answer (default 5)")
+
+
+def scheduler_client(args):
+    from cluster.client import SchedulerClient
+
+    return SchedulerClient(args.scheduler, args.keys, args.timeout)
+
+
+def client_failure(prog: str, exc: Exception) -> int:
+    """Print a client failure in one line; exit 2 for a request the scheduler found invalid, else 1."""
+    from colocate import protocol as P
+    from colocate import rpc
+
+    code = getattr(exc, "code", None)
+    if isinstance(exc, rpc.BadEndpoint) or code == P.INVALID:
+        return fail(prog, f"error: {exc}", 2)
+    return fail(prog, f"error: {exc}", 1)

@@ -1,40 +1,20 @@
 """A small request/reply client for a node's operator endpoint (``colocate ctl``, ``colocate top``).
 
-One request, one reply: ``request(endpoint, msg, timeout_s)`` opens a DEALER, sends the message,
-waits at most ``timeout_s`` for the answer and decodes it. A node that is away (no socket, dead
-process, or a reply that never comes) raises ``NoAnswer``; an undecodable reply raises
-``BadReply``; an ``Error`` reply is returned as is (the caller decides how to show it). A fresh
-socket per request means a late answer to an earlier request can never be taken for the current one.
+``request(endpoint, msg, timeout_s)`` is ``colocate.rpc.request`` (one request, one reply; ``NoAnswer``
+when the node is away, ``BadReply`` for an undecodable answer, ``Error`` replies returned as is).
 
 ``resolve_ctl_endpoint`` picks the operator endpoint (``colocate.endpoints`` holds the rule).
 """
 
 from __future__ import annotations
 
-import zmq
-
-from colocate import protocol as P
 from colocate import endpoints
+from colocate import protocol as P
+from colocate import rpc
+from colocate.rpc import BadEndpoint, BadReply, NoAnswer
+from colocate.rpc import RpcError as CtlClientError
 
 DEFAULT_TIMEOUT_S = 2.0
-
-
-class CtlClientError(Exception):
-    """Base of the client's failures; ``str()`` is one line for the user."""
-
-
-class NoAnswer(CtlClientError):
-    def __init__(self, endpoint: str):
-        super().__init__(f"no answer from the node at {endpoint}")
-        self.endpoint = endpoint
-
-
-class BadReply(CtlClientError):
-    pass
-
-
-class BadEndpoint(CtlClientError):
-    pass
 
 
 def resolve_ctl_endpoint(node: str | None, ctl: str | None) -> str:
@@ -49,38 +29,9 @@ def resolve_ctl_endpoint(node: str | None, ctl: str | None) -> str:
         raise BadEndpoint(str(exc)) from None
 
 
-def request(endpoint: str, msg: P.Message, timeout_s: float = DEFAULT_TIMEOUT_S,
-            context: zmq.Context | None = None) -> P.Message:
+def request(endpoint: str, msg: P.Message, timeout_s: float = DEFAULT_TIMEOUT_S, context=None) -> P.Message:
     """Send ``msg`` to the operator endpoint and return the decoded reply (``Error`` replies included)."""
-    ctx = context or zmq.Context.instance()
-    try:
-        sock = ctx.socket(zmq.DEALER)
-    except zmq.ZMQError as exc:
-        raise CtlClientError(f"cannot open a socket: {exc}") from None
-    try:
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SNDTIMEO, max(1, int(timeout_s * 1000)))
-        sock.setsockopt(zmq.RCVTIMEO, max(1, int(timeout_s * 1000)))
-        try:
-            sock.connect(endpoint)
-        except zmq.ZMQError as exc:
-            raise BadEndpoint(f"bad endpoint {endpoint!r}: {exc}") from None
-        try:
-            sock.send(P.encode(msg))
-        except zmq.Again:
-            raise NoAnswer(endpoint) from None
-        if not sock.poll(max(1, int(timeout_s * 1000)), zmq.POLLIN):
-            raise NoAnswer(endpoint)
-        try:
-            data = sock.recv(zmq.NOBLOCK)
-        except zmq.Again:
-            raise NoAnswer(endpoint) from None
-    finally:
-        sock.close(linger=0)
-    try:
-        return P.decode(data)
-    except P.ProtocolError as exc:
-        raise BadReply(f"bad reply from the node at {endpoint} ({exc.code}): {exc}") from None
+    return rpc.request(endpoint, msg, timeout_s, peer="node", context=context)
 
 
 def list_jobs(endpoint: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> P.CtlJobs:

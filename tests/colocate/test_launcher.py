@@ -277,8 +277,8 @@ def test_sm_share_half_holds_busy_fraction(colocate, tmp_path):
         (["-"], "-"),
     ],
 )
-def test_python_script_detection(args, script):
-    assert L._python_script(args) == script
+def testpython_script_detection(args, script):
+    assert L.python_script(args) == script
 
 
 def test_check_command(tmp_path):

@@ -1,0 +1,97 @@
+"""Talking to the scheduler from a program or a command: submit, status, queue, nodes, cancel, logs.
+
+``SchedulerClient(endpoint=None, keys_dir=None, timeout_s=5.0)``: ``endpoint`` defaults to
+``COLOCATE_SCHEDULER`` (else ``tcp://127.0.0.1:5555``), ``keys_dir`` to ``COLOCATE_KEYS`` (CURVE when
+set). Every call is one request and one reply (``colocate.rpc``). Failures raise, with a one-line
+``str()`` for the user: ``rpc.NoAnswer`` (scheduler away, or it refused our keys), ``rpc.BadEndpoint``,
+``rpc.BadReply``, or ``Refused`` for an ``Error`` reply (``.code`` from ``colocate.protocol``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from colocate import endpoints
+from colocate import keys as K
+from colocate import protocol as P
+from colocate import rpc
+
+
+class Refused(rpc.RpcError):
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def request_from_here(command, *, workers: int = 1, gpus: int = 1, gpu_mem: int = 0, priority: str = "guaranteed",
+                      queue: str = "", name: str = "", estimate_s: float | None = None,
+                      environ=None, cwd: str | None = None) -> P.JobRequest:
+    """A ``JobRequest`` that runs ``command`` in this process's working directory with its environment,
+    minus every ``COLOCATE_*`` variable (a shared filesystem is assumed, as with Slurm)."""
+    import getpass
+
+    environ = os.environ if environ is None else environ
+    env = {k: v for k, v in environ.items() if not k.startswith("COLOCATE_") and k and len(v) <= 65536}
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = ""
+    return P.JobRequest(command=tuple(command), cwd=cwd or os.getcwd(), env=env, workers=workers, gpus=gpus,
+                        gpu_mem=gpu_mem, priority=priority, queue=queue, name=(name or default_name(command))[:128],
+                        user=user[:128], estimate_s=estimate_s)
+
+
+def default_name(command) -> str:
+    """A job's name when none is given: the script of a python command, else the program."""
+    from colocate.launcher import python_script
+
+    prog = os.path.basename(command[0]) if command else "job"
+    if prog.startswith("python"):
+        script = python_script(list(command[1:]))
+        if script and script != "-":
+            return os.path.basename(script)
+        if "-m" in command[1:]:
+            i = list(command).index("-m")
+            if i + 1 < len(command):
+                return command[i + 1]
+    return prog
+
+
+class SchedulerClient:
+    def __init__(self, endpoint: str | None = None, keys_dir: str | None = None, timeout_s: float = 5.0):
+        self.endpoint = endpoint or endpoints.scheduler_endpoint()
+        self.keys_dir = keys_dir if keys_dir is not None else K.default_dir()
+        self.timeout_s = timeout_s
+
+    def call(self, msg: P.Message, want: type) -> P.Message:
+        reply = rpc.request(self.endpoint, msg, self.timeout_s, keys_dir=self.keys_dir, peer="scheduler")
+        if isinstance(reply, P.Error):
+            raise Refused(reply.code, reply.message)
+        if not isinstance(reply, want):
+            raise rpc.BadReply(f"unexpected reply {reply.TYPE!r} to {msg.TYPE}")
+        return reply
+
+    def submit(self, request: P.JobRequest) -> str:
+        return self.call(P.Submit(request=request), P.Submitted).job_id
+
+    def job(self, job_id: str) -> P.JobView:
+        return self.call(P.JobsRequest(job_id=job_id), P.JobsReply).jobs[0]
+
+    def jobs(self, active_only: bool = False) -> tuple[list[P.JobView], dict]:
+        """Every job (all pages), and pending jobs per queue."""
+        out, offset = [], 0
+        while True:
+            reply = self.call(P.JobsRequest(active_only=active_only, offset=offset), P.JobsReply)
+            out += reply.jobs
+            offset += len(reply.jobs)
+            if not reply.jobs or offset >= reply.total:
+                return out, dict(reply.queued)
+
+    def nodes(self) -> P.NodesReply:
+        return self.call(P.NodesRequest(), P.NodesReply)
+
+    def cancel(self, job_id: str) -> str:
+        return self.call(P.Cancel(job_id=job_id), P.Ok).message
+
+    def logs(self, job_id: str, rank: int | None = None) -> list[P.LogRef]:
+        return list(self.call(P.LogsRequest(job_id=job_id, rank=rank), P.LogsReply).logs)

@@ -1,0 +1,91 @@
+"""Assembling and running the scheduler: config, journal, core (restored), service, server.
+
+``run(SchedulerOptions) -> exit code`` is what ``colocate scheduler`` calls. It raises
+``StartError`` (with the exit code: 2 for bad options, config or keys; 1 for a start-up failure
+such as an endpoint in use or an unusable state file) before serving; once serving, SIGTERM/SIGINT
+stop it cleanly (exit 0). After kill -9, starting it again on the same state file restores every
+job and re-adopts running workers from the nodes' reports.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import time
+from dataclasses import dataclass
+
+
+class StartError(Exception):
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class SchedulerOptions:
+    bind: str
+    state: str
+    config: str = "antman"  # a preset name or a TOML file
+    keys: str | None = None
+    metrics_port: int | None = None
+    heartbeat_s: float = 1.0
+    liveness: int = 3
+    seed: int = 0
+    log_level: str = "info"
+
+
+def build(opts: SchedulerOptions, clock=time.time):
+    """The server, ready to serve (restored from the state file); raises StartError."""
+    import zmq
+
+    from colocate import keys as K
+    from cluster.config import resolve
+    from cluster.core import SchedulerCore
+    from cluster.server.journal import Journal, JournalError
+    from cluster.server.server import SchedulerServer
+    from cluster.server.service import SchedulerService
+
+    try:
+        config = resolve(opts.config)
+        K.require_keys(opts.bind, opts.keys)
+    except ValueError as exc:
+        raise StartError(f"error: {exc}", 2) from None
+    try:
+        journal = Journal(opts.state)
+    except JournalError as exc:
+        raise StartError(f"cannot start: {exc}", 1) from None
+    with journal.transaction():
+        epoch = journal.next_epoch()
+    core = SchedulerCore(config, random.Random(opts.seed))
+    service = SchedulerService(core, journal, epoch, heartbeat_s=opts.heartbeat_s, liveness=opts.liveness)
+    try:
+        service.restore(clock())
+    except ValueError as exc:
+        journal.close()
+        raise StartError(f"cannot restore {opts.state}: {exc}", 1) from None
+    try:
+        return SchedulerServer(service, opts.bind, opts.keys, clock=clock)
+    except zmq.ZMQError as exc:
+        journal.close()
+        raise StartError(f"cannot bind {opts.bind}: {exc}", 1) from None
+
+
+def run(opts: SchedulerOptions) -> int:
+    logging.basicConfig(level=opts.log_level.upper(), format="%(asctime)s colocate-scheduler %(levelname)s %(message)s")
+    server = build(opts)
+    if opts.metrics_port is not None:
+        from cluster.server.metrics import serve
+
+        try:
+            serve(server, opts.metrics_port)
+        except OSError as exc:
+            server.close()
+            raise StartError(f"cannot serve metrics on port {opts.metrics_port}: {exc.strerror}", 1) from None
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda s, f: server.stop())
+    try:
+        server.serve_forever()
+    finally:
+        server.service.journal.close()
+    return 0

@@ -1,0 +1,207 @@
+"""The scheduler's journal: every job and every state change, in one SQLite file (WAL).
+
+Contract (the live server's write-ahead rule): a change is committed here *before* it is
+acknowledged to a client or acted on (a message sent to a node). So after a crash (kill -9) the
+journal holds every submitted job with its last committed state and placement, and
+``records()`` rebuilds the scheduler core (``SchedulerCore.restore``) to the same state: no job is
+lost, and a placement is never started twice (its id is journaled with it, and nodes start a
+placement id once).
+
+Tables:
+  ``meta``    key -> value: ``schema``, ``next_job`` (job numbers), ``epoch`` (scheduler incarnations)
+  ``jobs``    one row per job: the spec and the request (JSON), state, reason, current placement
+              (JSON or NULL), attempt, failed starts, times (scheduler wall clock), exit code
+  ``logs``    the log file of each worker of a job's latest placement (node, path)
+  ``stopping``  placements being stopped (preempted, failed, lost elsewhere), until their workers
+              are gone: after a restart they are stopped again instead of forgotten
+
+One writer (the scheduler process); ``sqlite3`` in WAL mode with ``synchronous=FULL``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from contextlib import contextmanager
+from dataclasses import asdict
+
+from cluster.events import JobRecord
+from cluster.spec import JobSpec, Placement, WorkerSlot
+
+SCHEMA = 1
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    spec TEXT NOT NULL,
+    request TEXT NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    placement TEXT,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    failed_starts INTEGER NOT NULL DEFAULT 0,
+    submitted_at REAL NOT NULL,
+    started_at REAL,
+    ended_at REAL,
+    exit_code INTEGER
+);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE TABLE IF NOT EXISTS logs (
+    job_id TEXT NOT NULL, rank INTEGER NOT NULL, placement_id TEXT NOT NULL, node_id TEXT NOT NULL,
+    path TEXT NOT NULL, PRIMARY KEY (job_id, rank)
+);
+CREATE TABLE IF NOT EXISTS stopping (
+    placement_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, nodes TEXT NOT NULL, reason TEXT NOT NULL
+);
+"""
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+class JournalError(Exception):
+    """The state file cannot be used (not a journal, a newer schema, unwritable)."""
+
+
+def spec_to_json(spec: JobSpec) -> str:
+    return json.dumps(asdict(spec), sort_keys=True)
+
+
+def spec_from_json(text: str) -> JobSpec:
+    return JobSpec(**json.loads(text))
+
+
+def placement_to_json(p: Placement | None) -> str | None:
+    if p is None:
+        return None
+    return json.dumps({"placement_id": p.placement_id, "job_id": p.job_id, "priority": p.priority,
+                       "slots": [[s.rank, s.node_id, list(s.gpus)] for s in p.slots]}, sort_keys=True)
+
+
+def placement_from_json(text: str | None) -> Placement | None:
+    if not text:
+        return None
+    d = json.loads(text)
+    return Placement(d["placement_id"], d["job_id"],
+                     tuple(WorkerSlot(r, n, tuple(g)) for r, n, g in d["slots"]), d["priority"])
+
+
+class Journal:
+    def __init__(self, path: str):
+        self.path = path
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise JournalError(f"cannot create the state file {path}: folder {folder} does not exist")
+        try:
+            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.executescript(_DDL)
+            version = self._meta("schema")
+        except sqlite3.DatabaseError as exc:
+            raise JournalError(f"{path} is not a colocate scheduler state file: {exc}") from None
+        if version is None:
+            self._set_meta("schema", str(SCHEMA))
+        elif int(version) > SCHEMA:
+            raise JournalError(f"{path} was written by a newer colocate (schema {version} > {SCHEMA})")
+
+    # ---- meta ----------------------------------------------------------------------------------
+    def _meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self.db.execute("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                        (key, value))
+
+    def next_epoch(self) -> int:
+        """This incarnation's number (committed)."""
+        epoch = int(self._meta("epoch") or 0) + 1
+        self._set_meta("epoch", str(epoch))
+        return epoch
+
+    # ---- writes (each a committed transaction) ---------------------------------------------------
+    @contextmanager
+    def transaction(self):
+        """Group writes; committed (durably) on exit, rolled back on an exception."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def new_job_id(self) -> str:
+        """The next job id (``1``, ``2``, ...), reserved inside the caller's transaction."""
+        n = int(self._meta("next_job") or 1)
+        self._set_meta("next_job", str(n + 1))
+        return str(n)
+
+    def insert_job(self, spec: JobSpec, request_json: str, now: float) -> None:
+        seq = self.db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
+        self.db.execute("INSERT INTO jobs(job_id, seq, spec, request, state, submitted_at) VALUES(?, ?, ?, ?, ?, ?)",
+                        (spec.job_id, seq, spec_to_json(spec), request_json, "pending", now))
+
+    def set_state(self, job_id: str, state: str, reason: str, now: float) -> None:
+        sets = ["state = ?", "reason = ?"]
+        args: list = [state, reason]
+        if state == "running":
+            sets.append("started_at = COALESCE(started_at, ?)")
+            args.append(now)
+        if state in TERMINAL:
+            sets += ["ended_at = ?", "placement = NULL"]
+            args.append(now)
+        if state == "pending":
+            sets.append("placement = NULL")
+        self.db.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE job_id = ?", (*args, job_id))
+
+    def set_placement(self, job_id: str, placement: Placement, attempt: int, failed_starts: int) -> None:
+        self.db.execute("UPDATE jobs SET placement = ?, attempt = ?, failed_starts = ? WHERE job_id = ?",
+                        (placement_to_json(placement), attempt, failed_starts, job_id))
+        self.db.execute("DELETE FROM logs WHERE job_id = ?", (job_id,))
+
+    def set_exit_code(self, job_id: str, code: int) -> None:
+        self.db.execute("UPDATE jobs SET exit_code = ? WHERE job_id = ?", (code, job_id))
+
+    def add_log(self, job_id: str, rank: int, placement_id: str, node_id: str, path: str) -> None:
+        self.db.execute("INSERT INTO logs(job_id, rank, placement_id, node_id, path) VALUES(?, ?, ?, ?, ?) "
+                        "ON CONFLICT(job_id, rank) DO UPDATE SET placement_id = excluded.placement_id, "
+                        "node_id = excluded.node_id, path = excluded.path", (job_id, rank, placement_id, node_id, path))
+
+    def add_stopping(self, placement_id: str, job_id: str, nodes: tuple[str, ...], reason: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO stopping(placement_id, job_id, nodes, reason) VALUES(?, ?, ?, ?)",
+                        (placement_id, job_id, json.dumps(list(nodes)), reason))
+
+    def drop_stopping(self, placement_id: str) -> None:
+        self.db.execute("DELETE FROM stopping WHERE placement_id = ?", (placement_id,))
+
+    # ---- reads -----------------------------------------------------------------------------------
+    def records(self) -> list[JobRecord]:
+        """Every job, in submission order, as the core's restore takes them."""
+        rows = self.db.execute("SELECT spec, state, placement, attempt, failed_starts FROM jobs ORDER BY seq")
+        return [JobRecord(spec_from_json(s), st, placement_from_json(p), a, f) for s, st, p, a, f in rows]
+
+    def job(self, job_id: str) -> dict | None:
+        cur = self.db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,))
+        row = cur.fetchone()
+        return dict(zip([c[0] for c in cur.description], row)) if row else None
+
+    def jobs(self, active_only: bool, offset: int, limit: int) -> tuple[list[dict], int]:
+        where = "WHERE state IN ('pending', 'placing', 'running')" if active_only else ""
+        total = self.db.execute(f"SELECT COUNT(*) FROM jobs {where}").fetchone()[0]
+        cur = self.db.execute(f"SELECT * FROM jobs {where} ORDER BY seq LIMIT ? OFFSET ?", (limit, offset))
+        cols = [c[0] for c in cur.description]
+        return [dict(zip(cols, r)) for r in cur.fetchall()], total
+
+    def logs(self, job_id: str) -> list[tuple[int, str, str]]:
+        return list(self.db.execute("SELECT rank, node_id, path FROM logs WHERE job_id = ? ORDER BY rank", (job_id,)))
+
+    def stopping(self) -> list[tuple[str, str, tuple[str, ...], str]]:
+        return [(p, j, tuple(json.loads(n)), r) for p, j, n, r in
+                self.db.execute("SELECT placement_id, job_id, nodes, reason FROM stopping")]
+
+    def close(self) -> None:
+        self.db.close()

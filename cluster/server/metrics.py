@@ -1,0 +1,84 @@
+"""Prometheus exporter of the scheduler, read from the service at scrape time under the server's lock.
+
+| metric | labels | meaning |
+| --- | --- | --- |
+| colocate_scheduler_queue_jobs | queue | pending jobs per queue |
+| colocate_scheduler_jobs | state | jobs the core holds, by state |
+| colocate_scheduler_gpus | state | GPUs: total, allocated (a guaranteed worker), shared (an opportunistic worker) |
+| colocate_scheduler_nodes | state | nodes up / down |
+| colocate_scheduler_node_up | node | 1 while the node is up |
+| colocate_scheduler_decisions_total | type | decisions made (JobChanged, StartWorkers, StopWorkers, Promote) |
+| colocate_scheduler_preemptions_total | | opportunistic placements stopped for guaranteed jobs |
+| colocate_scheduler_messages_total | type | messages received |
+| colocate_scheduler_bad_messages_total | code | errors replied (malformed, version, unknown_node, ...) |
+| colocate_scheduler_decision_latency_seconds | | summary: a message in -> its decisions journaled and sent |
+| colocate_scheduler_decision_latency_quantile_seconds | quantile | p50, p99 over the last 5000 |
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+
+STATES = ("pending", "placing", "running", "succeeded", "failed", "cancelled")
+
+
+class SchedulerCollector:
+    def __init__(self, server):
+        self.server = server
+
+    def collect(self):
+        srv = self.server
+        with srv.lock:
+            svc = srv.service
+            core = svc.core
+            queue = GaugeMetricFamily("colocate_scheduler_queue_jobs", "Pending jobs per queue", labels=["queue"])
+            for q, ids in core.queues().items():
+                queue.add_metric([q], len(ids))
+            states = Counter(j.state for j in core.jobs.values())
+            jobs = GaugeMetricFamily("colocate_scheduler_jobs", "Jobs by state", labels=["state"])
+            for st in STATES:
+                jobs.add_metric([st], states.get(st, 0))
+            nodes = core.nodes()
+            gpus = GaugeMetricFamily("colocate_scheduler_gpus", "GPUs by state", labels=["state"])
+            gpus.add_metric(["total"], sum(len(n["gpus"]) for n in nodes if n["up"]))
+            gpus.add_metric(["allocated"], sum(1 for n in nodes if n["up"] for g in n["gpus"] if g["guaranteed"]))
+            gpus.add_metric(["shared"], sum(1 for n in nodes if n["up"] for g in n["gpus"] if g["opportunistic"]))
+            up = GaugeMetricFamily("colocate_scheduler_node_up", "1 while the node is up", labels=["node"])
+            count = GaugeMetricFamily("colocate_scheduler_nodes", "Nodes by state", labels=["state"])
+            for n in nodes:
+                up.add_metric([n["node_id"]], 1.0 if n["up"] else 0.0)
+            count.add_metric(["up"], sum(1 for n in nodes if n["up"]))
+            count.add_metric(["down"], sum(1 for n in nodes if not n["up"]))
+            decisions = CounterMetricFamily("colocate_scheduler_decisions", "Decisions made", labels=["type"])
+            for t, n in sorted(svc.decided.items()):
+                decisions.add_metric([t], n)
+            pre = CounterMetricFamily("colocate_scheduler_preemptions", "Opportunistic placements preempted")
+            pre.add_metric([], core.counters()["preemptions"])
+            msgs = CounterMetricFamily("colocate_scheduler_messages", "Messages received", labels=["type"])
+            for t, n in sorted(svc.counts.items()):
+                msgs.add_metric([t], n)
+            bad = CounterMetricFamily("colocate_scheduler_bad_messages", "Errors replied", labels=["code"])
+            for c, n in sorted(svc.bad.items()):
+                bad.add_metric([c], n)
+            lat = sorted(svc.latency)
+            summ = SummaryMetricFamily("colocate_scheduler_decision_latency_seconds",
+                                       "A message in to its decisions journaled and sent",
+                                       count_value=svc.latency_count, sum_value=svc.latency_sum)
+        yield from [queue, jobs, gpus, count, up, decisions, pre, msgs, bad, summ]
+        if lat:
+            q = GaugeMetricFamily("colocate_scheduler_decision_latency_quantile_seconds",
+                                  "Decision latency quantiles over the last 5000 decisions", labels=["quantile"])
+            for p in (0.5, 0.99):
+                q.add_metric([str(p)], lat[min(len(lat) - 1, int(p * len(lat)))])
+            yield q
+
+
+def serve(server, port: int, addr: str = "127.0.0.1"):
+    """Start the HTTP endpoint in a daemon thread; returns the registry."""
+    registry = CollectorRegistry()
+    registry.register(SchedulerCollector(server))
+    start_http_server(port, addr=addr, registry=registry)
+    return registry

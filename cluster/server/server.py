@@ -1,0 +1,134 @@
+"""The scheduler's ZeroMQ edge: one ROUTER for nodes and clients, the clock, decoding, sending.
+
+Every frame is decoded by ``colocate.protocol``; anything malformed, of another version, of an
+unknown type, or a message only the scheduler sends, is answered with ``Error`` and logged (at most
+``MAX_BAD_LOGS_PER_S`` lines a second), and the daemon carries on. With CURVE (``keys``), a peer
+whose public key is not admitted never gets past the handshake: nothing of it reaches this loop.
+
+The loop: poll the socket until the next tick (``TICK_S``), handle every waiting frame, then tick
+the service (liveness, the core's Tick). The service is called under ``lock`` so the metrics thread
+never reads half an update.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import zmq
+
+from colocate import keys as K
+from colocate import protocol as P
+from cluster.server.service import SchedulerService
+
+log = logging.getLogger("colocate.scheduler")
+
+TICK_S = 0.25
+MAX_BAD_LOGS_PER_S = 20
+
+
+class SchedulerServer:
+    def __init__(self, service: SchedulerService, bind: str, keys_dir: str | None = None, clock=time.time):
+        K.require_keys(bind, keys_dir)
+        self.service = service
+        self.bind = bind
+        self.clock = clock
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._bad_window = (0.0, 0)
+        self.ctx = zmq.Context()
+        self.auth = K.start_authenticator(self.ctx, keys_dir) if keys_dir else None
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting node may reuse its identity
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a gone peer raises, it is not dropped silently
+        if keys_dir:
+            K.serve(self.sock, keys_dir)
+        try:
+            self.sock.bind(bind)
+        except zmq.ZMQError:
+            self.close()
+            raise
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def serve_forever(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        next_tick = time.monotonic()
+        log.info("scheduler epoch %d listening on %s%s", self.service.epoch, self.bind,
+                 " (CURVE)" if self.auth else "")
+        try:
+            while not self._stop.is_set():
+                timeout = max(0.0, next_tick - time.monotonic())
+                if poller.poll(timeout=int(timeout * 1000) + 1):
+                    self._drain()
+                if time.monotonic() >= next_tick:
+                    with self.lock:
+                        out = self.service.tick(self.clock())
+                    self._send(out)
+                    next_tick = time.monotonic() + TICK_S
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+        if self.auth is not None:
+            self.auth.stop()
+            self.auth = None
+        self.ctx.term()
+
+    def _drain(self) -> None:
+        for _ in range(1000):  # bounded, so ticks still run under a flood
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) != 2:
+                self._bad(frames[0], P.ProtocolError(P.MALFORMED, f"expected 1 frame, got {len(frames) - 1}"))
+                continue
+            ident, data = frames
+            try:
+                msg = P.decode(data)
+            except P.ProtocolError as exc:
+                self._bad(ident, exc)
+                continue
+            t0 = time.perf_counter()
+            with self.lock:
+                try:
+                    out = self.service.on_message(ident, msg, self.clock())
+                except Exception:  # a bug must not take the scheduler down; the peer hears of it
+                    log.exception("handling %s failed", msg.TYPE)
+                    out = [(ident, P.Error(code=P.INVALID, message=f"the scheduler could not handle {msg.TYPE}",
+                                           job_id=None))]
+            self._send(out)
+            if len(out) > 1 or (out and not isinstance(out[0][1], (P.NodeHeartbeat, P.Error))):
+                self._latency(time.perf_counter() - t0)
+
+    def _latency(self, seconds: float) -> None:
+        s = self.service
+        with self.lock:
+            s.latency.append(seconds)
+            s.latency_count += 1
+            s.latency_sum += seconds
+
+    def _send(self, out) -> None:
+        for ident, msg in out:
+            try:
+                self.sock.send_multipart([ident, P.encode(msg)], zmq.NOBLOCK)
+            except zmq.ZMQError as exc:  # the peer is gone (ROUTER_MANDATORY) or its queue is full
+                log.warning("could not send %s: %s", msg.TYPE, exc)
+
+    def _bad(self, ident: bytes, exc: P.ProtocolError) -> None:
+        with self.lock:
+            self.service.bad[exc.code] += 1
+        now = time.monotonic()
+        start, n = self._bad_window
+        if now - start > 1.0:
+            start, n = now, 0
+        if n < MAX_BAD_LOGS_PER_S:
+            log.warning("bad message (%s): %s", exc.code, exc)
+        self._bad_window = (start, n + 1)
+        self._send([(ident, exc.to_error())])

@@ -1,0 +1,45 @@
+"""What clients see of jobs and nodes: ``JobView`` from a journal row (plus the core's live reason
+for a pending job), ``NodeView`` from the core's node state."""
+
+from __future__ import annotations
+
+import json
+
+from colocate import protocol as P
+from cluster.core import SchedulerCore
+from cluster.server.journal import placement_from_json
+
+
+def job_view(row: dict, core: SchedulerCore) -> P.JobView:
+    spec = json.loads(row["spec"])
+    placement = placement_from_json(row["placement"])
+    reason = row["reason"] or ""
+    job = core.job(row["job_id"])
+    if job is not None and row["state"] == "pending":
+        blocked = {jid: why for jid, why in core.blocked().values()}
+        queue = next((q for q, ids in core.queues().items() if row["job_id"] in ids), None)
+        if row["job_id"] in blocked:
+            reason = f"blocked: {blocked[row['job_id']]}"
+        elif queue is not None:
+            position = core.queues()[queue].index(row["job_id"]) + 1
+            reason = f"queued in {queue} (position {position})" + (f"; {reason}" if reason else "")
+    return P.JobView(
+        job_id=row["job_id"], name=spec.get("name", ""), user=spec.get("user", ""),
+        queue=job.queue if job is not None and job.queue else spec.get("queue", ""),
+        priority=placement.priority if placement else spec.get("priority", "guaranteed"), state=row["state"],
+        workers=spec["workers"], gpus=spec["gpus"], submitted_at=row["submitted_at"], started_at=row["started_at"],
+        ended_at=row["ended_at"], reason=reason[:P.MAX_TEXT_CHARS], placement_id=placement.placement_id if placement else "",
+        nodes=placement.nodes() if placement else (), attempts=row["attempt"], exit_code=row["exit_code"])
+
+
+def node_views(core: SchedulerCore, hosts: dict[str, str]) -> list[P.NodeView]:
+    out = []
+    for n in core.nodes():
+        gpus = n["gpus"]
+        util = sum(g["utilization"] for g in gpus) / len(gpus) if gpus else 0.0
+        out.append(P.NodeView(
+            node_id=n["node_id"], host=hosts.get(n["node_id"], ""), up=n["up"], gpu_model=n["gpu_model"],
+            gpus=len(gpus), gpus_allocated=sum(1 for g in gpus if g["guaranteed"]),
+            gpus_shared=sum(1 for g in gpus if g["opportunistic"]), utilization=min(1.0, max(0.0, util)),
+            workers=n["workers"]))
+    return out

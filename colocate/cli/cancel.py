@@ -1,0 +1,25 @@
+"""``colocate cancel JOB [JOB ...]``: cancel jobs (running workers get SIGTERM, then SIGKILL)."""
+
+from __future__ import annotations
+
+from colocate.cli._common import add_scheduler_options, client_failure, scheduler_client
+
+
+def register(sub) -> None:
+    p = sub.add_parser("cancel", help="cancel jobs", description="Cancel pending or running jobs. Exit code: 0 all "
+                       "cancelled; 1 some were unknown, already finished, or the scheduler did not answer.")
+    p.add_argument("jobs", nargs="+", metavar="JOB")
+    add_scheduler_options(p)
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from colocate import rpc
+
+    client, rc = scheduler_client(args), 0
+    for job_id in args.jobs:
+        try:
+            print(client.cancel(job_id))
+        except rpc.RpcError as exc:
+            rc = max(rc, 1 if client_failure("cancel", exc) else 0)
+    return rc

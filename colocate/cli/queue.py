@@ -1,0 +1,37 @@
+"""``colocate queue``: pending and running jobs, squeue-like (queue order, why a job waits)."""
+
+from __future__ import annotations
+
+import time
+
+from colocate.cli._common import add_scheduler_options, client_failure, scheduler_client
+
+
+def register(sub) -> None:
+    p = sub.add_parser("queue", help="pending and running jobs (like squeue)",
+                       description="Jobs not finished yet: running ones with their nodes, pending ones with why "
+                       "they wait (their queue position, or what blocks them). Exit code: 0; 1 no answer.")
+    add_scheduler_options(p)
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from colocate import rpc
+    from colocate.cli._tables import print_table
+    from colocate.units import format_duration
+
+    try:
+        jobs, queued = scheduler_client(args).jobs(active_only=True)
+    except rpc.RpcError as exc:
+        return client_failure("queue", exc)
+    now = time.time()
+    order = {"running": 0, "placing": 1, "pending": 2}
+    jobs.sort(key=lambda j: (order.get(j.state, 3), j.submitted_at))
+    rows = [(j.job_id, j.name, j.user, j.queue, j.priority, j.state, f"{j.workers}x{j.gpus}",
+             format_duration(now - (j.started_at or j.submitted_at)),
+             ",".join(j.nodes) if j.state != "pending" else f"({j.reason})") for j in jobs]
+    print_table(("JOBID", "NAME", "USER", "QUEUE", "CLASS", "STATE", "GPUS", "TIME", "NODES(REASON)"), rows,
+                right=("GPUS", "TIME"))
+    if queued:
+        print("pending per queue: " + ", ".join(f"{q} {n}" for q, n in sorted(queued.items())))
+    return 0

@@ -1,0 +1,59 @@
+"""``colocate scheduler``: run the global scheduler daemon."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from colocate.cli._common import PORT, POSITIVE_INT, seconds
+from colocate.env import LOG_LEVELS
+
+EPILOG = """\
+examples:
+  colocate scheduler --bind tcp://127.0.0.1:5555 --state sched.db
+  colocate scheduler --bind tcp://0.0.0.0:5555 --state /var/lib/colocate/sched.db --keys /etc/colocate/keys \\
+                     --config policy.toml --metrics-port 9465
+
+--config takes a policy preset (fifo, gang-binpack, multi-queue, backfill, antman, quota, ...)
+or a TOML file (see docs/scheduler.md). Nodes join with `colocate node --scheduler ENDPOINT`;
+users submit with `colocate submit`. Every job state change is committed to the state file
+before it is acted on: after a crash, start it again on the same file. Bound beyond loopback,
+it refuses to start without CURVE keys (`colocate keys generate`).
+Exit code: 0 after a clean stop (SIGTERM/SIGINT), 1 if it cannot start, 2 on bad options.
+"""
+
+
+def register(sub) -> None:
+    from colocate.endpoints import SCHEDULER_ENDPOINT
+
+    p = sub.add_parser("scheduler", help="run the global scheduler (one per cluster)",
+                       description="Place jobs on the nodes that join it: gang and bin-packing for guaranteed jobs, "
+                       "idle capacity for opportunistic ones, with the queueing policy of --config.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bind", default=SCHEDULER_ENDPOINT, metavar="ENDPOINT", help="endpoint (default %(default)s)")
+    p.add_argument("--state", required=True, metavar="PATH.db", help="SQLite state file (created if missing)")
+    p.add_argument("--config", default="antman", metavar="NAME|FILE",
+                   help="policy preset or TOML file (default %(default)s)")
+    p.add_argument("--keys", default=None, metavar="DIR", help="CURVE key folder (required beyond loopback)")
+    p.add_argument("--metrics-port", type=PORT, default=None, metavar="PORT",
+                   help="serve Prometheus metrics on 127.0.0.1:PORT/metrics")
+    p.add_argument("--heartbeat", type=seconds(0.05, 60), default=1.0, metavar="S",
+                   help="node heartbeat interval in seconds (default 1)")
+    p.add_argument("--liveness", type=POSITIVE_INT, default=3, metavar="N",
+                   help="missed heartbeats before a node is down (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the policy's random choices (default 0)")
+    p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from cluster.server.daemon import SchedulerOptions, StartError, run
+
+    opts = SchedulerOptions(bind=args.bind, state=args.state, config=args.config, keys=args.keys,
+                            metrics_port=args.metrics_port, heartbeat_s=args.heartbeat, liveness=args.liveness,
+                            seed=args.seed, log_level=args.log_level)
+    try:
+        return run(opts)
+    except StartError as exc:
+        print(f"colocate scheduler: {exc}", file=sys.stderr)
+        return exc.code

@@ -1,0 +1,61 @@
+"""``colocate status [JOB] [--json]``: one job in detail, or every job the scheduler knows (sacct-like)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from colocate.cli._common import add_scheduler_options, client_failure, scheduler_client
+
+
+def register(sub) -> None:
+    p = sub.add_parser("status", help="show one job, or every job (finished ones too)",
+                       description="The state of one job (pending/placing/running/succeeded/failed/cancelled, "
+                       "why, where, attempts, exit code) or of every job. Exit code: 0; 1 unknown job or no answer.")
+    p.add_argument("job", nargs="?", metavar="JOB")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_scheduler_options(p)
+    p.set_defaults(func=main)
+
+
+def view_dict(v) -> dict:
+    from colocate import protocol as P
+
+    return {k: (list(x) if isinstance(x, tuple) else x) for k, x in P.to_wire(v).items()}
+
+
+def main(args) -> int:
+    from colocate import rpc
+    from colocate.cli._tables import print_table
+    from colocate.units import format_duration
+
+    client = scheduler_client(args)
+    try:
+        jobs = [client.job(args.job)] if args.job else client.jobs()[0]
+    except rpc.RpcError as exc:
+        return client_failure("status", exc)
+    if args.json:
+        print(json.dumps([view_dict(j) for j in jobs] if not args.job else view_dict(jobs[0]), indent=2))
+        return 0
+    now = time.time()
+    if args.job:
+        j = jobs[0]
+        ran = (j.ended_at or now) - j.started_at if j.started_at else None
+        fields = [("job", j.job_id), ("name", j.name), ("user", j.user), ("queue", j.queue), ("class", j.priority),
+                  ("state", j.state), ("workers", f"{j.workers} x {j.gpus} GPU(s)"),
+                  ("submitted", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j.submitted_at))),
+                  ("waited", format_duration((j.started_at or now) - j.submitted_at)),
+                  ("ran", format_duration(ran)), ("placement", j.placement_id or "-"),
+                  ("nodes", ",".join(j.nodes) or "-"), ("attempts", str(j.attempts)),
+                  ("exit code", "-" if j.exit_code is None else str(j.exit_code)), ("reason", j.reason or "-")]
+        width = max(len(k) for k, _ in fields)
+        for k, v in fields:
+            print(f"{k:>{width}}: {v}")
+        return 0
+    rows = [(j.job_id, j.name, j.user, j.queue, j.priority, j.state, str(j.workers), str(j.gpus),
+             format_duration((j.started_at or now) - j.submitted_at),
+             format_duration((j.ended_at or now) - j.started_at if j.started_at else None),
+             "-" if j.exit_code is None else str(j.exit_code)) for j in jobs]
+    print_table(("JOBID", "NAME", "USER", "QUEUE", "CLASS", "STATE", "WORKERS", "GPUS", "WAITED", "RAN", "EXIT"),
+                rows, right=("WORKERS", "GPUS", "WAITED", "RAN", "EXIT"))
+    return 0
