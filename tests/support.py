@@ -338,3 +338,147 @@ def pack(obj) -> bytes:
     import msgpack
 
     return msgpack.packb(obj, use_bin_type=True)
+
+
+# ---------------------------------------------------------------- in-process clock, node server and sockets
+
+
+class FakeClock:
+    """A clock that moves only when a test says so (``advance``); it counts its reads, so a test can wait
+    until another thread has looked at it again (``wait_reads``) instead of sleeping."""
+
+    def __init__(self, t: float = 1000.0):
+        import threading
+
+        self.t = t
+        self.reads = 0
+        self._cond = threading.Condition()
+
+    def __call__(self) -> float:
+        with self._cond:
+            self.reads += 1
+            self._cond.notify_all()
+            return self.t
+
+    def advance(self, dt: float) -> float:
+        with self._cond:
+            self.t += dt
+            return self.t
+
+    def wait_reads(self, n: int, timeout: float = 5.0) -> None:
+        """Wait until the clock has been read ``n`` more times (by any thread)."""
+        with self._cond:
+            target = self.reads + n
+            assert self._cond.wait_for(lambda: self.reads >= target, timeout), \
+                f"the clock was read {self.reads - target + n} of {n} times in {timeout}s"
+
+
+class Conn:
+    """A DEALER connection to a node endpoint. ``ask`` sends and returns the reply; ``SetLimits`` the node
+    pushes on its own are kept apart in ``limits`` (a job's socket gets them at any time)."""
+
+    def __init__(self, ctx, endpoint: str):
+        self.sock = dealer(ctx, endpoint)
+        self.limits: list = []
+
+    def send(self, data) -> None:
+        from colocate import protocol as P
+
+        if isinstance(data, list):
+            self.sock.send_multipart(data)
+        else:
+            self.sock.send(data if isinstance(data, bytes) else P.encode(data))
+
+    def next(self, timeout_s: float = 5.0):
+        """The next message that is not a pushed ``SetLimits``."""
+        from colocate import protocol as P
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            msg = receive(self.sock, max(0.0, deadline - time.monotonic()))
+            if not isinstance(msg, P.SetLimits):
+                return msg
+            self.limits.append(msg)
+
+    def ask(self, data, timeout_s: float = 5.0):
+        self.send(data)
+        return self.next(timeout_s)
+
+    def wait_limits(self, pred, timeout_s: float = 5.0):
+        """The first pushed ``SetLimits`` (kept or arriving) for which ``pred`` holds."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for m in self.limits:
+                if pred(m):
+                    return m
+            self.limits.append(receive(self.sock, max(0.0, deadline - time.monotonic())))
+
+    def close(self) -> None:
+        self.sock.close(0)
+
+
+class ServerHarness:
+    """A real ``NodeServer`` (real ROUTER sockets on ``ipc://DIR/node.sock`` and ``.ctl``) serving in a thread,
+    on a ``FakeClock``: nothing time-driven happens (ticks, silence) until the test advances the clock. Its
+    core and counters are read under the server's lock (``state``)."""
+
+    def __init__(self, tmp: Path, policy: str = "static", mem: int = 16 << 30, node_epoch: int = 42, **cfg):
+        import threading
+
+        import zmq
+
+        from colocate.config import NodeConfig
+        from colocate.gpus import GpuSpec
+        from colocate.node.core import NodeCore
+        from colocate.node.server import NodeServer
+
+        self.clock = FakeClock()
+        self.core = NodeCore([GpuSpec(index=0, kind="sim", mem_total=mem)], NodeConfig(policy=policy, **cfg),
+                             node_epoch=node_epoch)
+        self.endpoint = f"ipc://{tmp}/node.sock"
+        self.record_path = tmp / "record.jsonl"
+        self.ticks = 0
+        self._tick_cond = threading.Condition()
+        harness = self
+
+        class TickCountingServer(NodeServer):  # the real server; the test only learns when a tick has run
+            def _tick(self):
+                super()._tick()
+                with harness._tick_cond:
+                    harness.ticks += 1
+                    harness._tick_cond.notify_all()
+
+        self.server = TickCountingServer(self.core, self.endpoint, record_path=str(self.record_path),
+                                         clock=self.clock)
+        self.ctx = zmq.Context()
+        self._conns: list[Conn] = []
+        self._thread = threading.Thread(target=self.server.serve_forever, name="node-server", daemon=True)
+        self._thread.start()
+        with self._tick_cond:  # the loop's first tick runs at once; later ones only when the clock moves
+            assert self._tick_cond.wait_for(lambda: self.ticks >= 1, 10), "the server never started"
+
+    def connect(self, ctl: bool = False) -> Conn:
+        conn = Conn(self.ctx, self.server.ctl_endpoint if ctl else self.endpoint)
+        self._conns.append(conn)
+        return conn
+
+    def state(self, fn):
+        with self.server.lock:
+            return fn(self.core)
+
+    def tick(self, dt: float | None = None, timeout: float = 5.0) -> None:
+        """Advance the clock by ``dt`` (default: past the next tick) and wait until the server has ticked."""
+        from colocate.node.server import TICK_S
+
+        with self._tick_cond:
+            seen = self.ticks
+            self.clock.advance(TICK_S * 1.5 if dt is None else max(dt, TICK_S * 1.5))
+            assert self._tick_cond.wait_for(lambda: self.ticks > seen, timeout), "the server did not tick"
+
+    def close(self) -> None:
+        self.server.stop()
+        self._thread.join(10)
+        assert not self._thread.is_alive(), "the server did not stop"
+        for conn in self._conns:
+            conn.close()
+        self.ctx.destroy(linger=0)

@@ -1,17 +1,27 @@
-"""torch_hooks/link.py without a node: how applied limits turn the job's yielding on and off.
+"""torch_hooks/link.py: the job's link to its node.
 
-The link's socket thread is never started; ``_apply`` is called as the thread
-would call it on a ``Welcome`` or ``SetLimits``.
+First without a node: how applied limits turn the job's yielding on and off (the link's socket thread is
+never started; ``_apply`` is called as the thread would call it on a ``Welcome`` or ``SetLimits``).
+
+Then against a node played by the test (a ROUTER socket on an ipc path): registration, reconnection after
+the node's silence (Paranoid Pirate, with the Welcome's heartbeat and liveness), fencing of an older node
+incarnation and of stale limits, and a refused registration. The link runs its real thread on a
+``FakeClock``: time moves only when the test says, and the clock's reads tell when the link has looked.
+The runtime is the real one over a minimal device, since it is what the link applies limits to.
 """
 import logging
 import os
 
 import pytest
+import zmq
 
 from colocate import protocol as P
 from colocate.env import JobEnv
+from torch_hooks.device.base import MemoryStats
 from torch_hooks.gate import gate_path
 from torch_hooks.link import NodeLink
+from torch_hooks.runtime import Runtime
+from tests.support import GiB, FakeClock, wait_for
 
 
 class FakeDevice:
@@ -100,3 +110,180 @@ def test_a_device_that_refuses_low_priority_is_logged(make_link, caplog):
     assert rt.device.calls == [True]
     assert "cuda device could not take low priority" in caplog.text
     assert link.yielding  # the node's request stands; the gate (where there is one) still applies
+
+
+# ---------------------------------------------------------------- against a node played by the test
+
+
+class MiniDevice:
+    """Just enough of a JobDevice for ``Runtime`` limits (no boundaries happen in these tests)."""
+
+    kind, index = "sim", 0
+
+    def __init__(self):
+        self.cap = 16 * GiB
+
+    def memory(self):
+        return MemoryStats(cap=self.cap, allocated=0, reserved=0, host=0, peak_allocated=0, peak_reserved=0,
+                           peak_host=0, win_peak_allocated=0, win_peak_reserved=0, win_host_touched=0)
+
+    def busy_time(self):
+        return 0.0
+
+    def set_cap(self, cap):
+        self.cap = int(cap)
+
+    def set_low_priority(self, on):
+        return True
+
+
+class FakeNode:
+    """The node's job endpoint: a ROUTER the test reads and answers by hand."""
+
+    def __init__(self, endpoint):
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.seen = []  # (identity, message) in arrival order
+
+    def recv(self, timeout=5.0, skip=(P.Heartbeat,)):
+        """The next message that is not of a ``skip`` type: (identity, message)."""
+        while True:
+            assert self.sock.poll(int(timeout * 1000)), f"the link sent nothing for {timeout}s"
+            ident, data = self.sock.recv_multipart()
+            msg = P.decode(data)
+            self.seen.append((ident, msg))
+            if not isinstance(msg, skip):
+                return ident, msg
+
+    def send(self, ident, msg):
+        self.sock.send_multipart([ident, P.encode(msg)])
+
+    def close(self):
+        self.sock.close(0)
+        self.ctx.destroy(0)
+
+
+@pytest.fixture
+def wired(ipc_dir):
+    """(link, runtime, node, clock): an opportunistic job's link to a fake node, started."""
+    endpoint = f"ipc://{ipc_dir}/node.sock"
+    node = FakeNode(endpoint)
+    clock = FakeClock()
+    env = JobEnv(job_id="j", priority="opportunistic", device="sim", node=endpoint, yield_via=(), token="tok")
+    rt = Runtime(env, MiniDevice())
+    link = NodeLink(env, rt, clock=clock)
+    link.start()
+    yield link, rt, node, clock
+    link.stop(timeout=5)
+    assert not link._thread.is_alive(), "the link thread did not stop"
+    link._ctx.destroy(linger=0)
+    node.close()
+
+
+def welcome(node_epoch, seq, share, heartbeat_s=0.05, liveness=3):
+    return P.Welcome(job_id="j", node_epoch=node_epoch, limits=P.Limits(seq=seq, mem_cap=GiB, sm_share=share, gate=False),
+                     heartbeat_s=heartbeat_s, liveness=liveness)
+
+
+def set_limits(seq, share, job_id="j"):
+    return P.SetLimits(job_id=job_id, limits=P.Limits(seq=seq, mem_cap=GiB, sm_share=share, gate=False))
+
+
+def registered(wired, node_epoch=5, seq=1, share=0.5, **kw):
+    """Receive the link's Register and welcome it; returns (identity, register)."""
+    link, rt, node, clock = wired
+    ident, reg = node.recv()
+    assert isinstance(reg, P.Register), reg
+    node.send(ident, welcome(node_epoch, seq, share, **kw))
+    assert link.registered.wait(5), "the Welcome was not taken"
+    return ident, reg
+
+
+def limits_in_force(link, node, ident):
+    """Handshake: the limits the runtime has now, as the link reports them when it registers again (the node
+    says it does not know the job); everything the node sent before was handled by then."""
+    node.send(ident, P.Error(code=P.UNKNOWN_JOB, message="who?", job_id="j"))
+    _, reg = node.recv()
+    assert isinstance(reg, P.Register), reg
+    return reg
+
+
+def test_the_link_registers_and_takes_the_welcomes_limits_and_timing(wired):
+    link, rt, node, clock = wired
+    ident, reg = registered(wired, share=0.5, heartbeat_s=0.05, liveness=3)
+    assert (reg.job_id, reg.pid, reg.epoch, reg.priority, reg.token) == ("j", os.getpid(), 1, "opportunistic", "tok")
+    assert rt.limits() == {"mem_cap": GiB, "sm_share": 0.5, "seq": 1}
+    assert (link.node_epoch, link.heartbeat_s, link.liveness) == (5, 0.05, 3)
+    # it heartbeats on the Welcome's period (not the default 1 s): 0.06 s of its clock is enough
+    clock.advance(0.06)
+    _, beat = node.recv(skip=())
+    assert isinstance(beat, P.Heartbeat) and beat.job_id == "j"
+
+
+def test_the_link_registers_again_with_epoch_plus_1_after_the_node_stays_silent(wired):
+    link, rt, node, clock = wired
+    ident, reg = registered(wired, heartbeat_s=0.05, liveness=3)
+    # 2 heartbeat periods of silence: not yet gone (0.1 s < 0.05 x 3); the link heartbeats each period
+    for _ in range(2):
+        clock.advance(0.06)
+        i, beat = node.recv(skip=())
+        assert isinstance(beat, P.Heartbeat) and i == ident
+    clock.wait_reads(2)
+    assert link.epoch == 1 and link.registered.is_set()
+    # past heartbeat_s x liveness without a word from the node: a new socket registers again, epoch + 1
+    clock.advance(0.06)
+    ident2, reg2 = node.recv()
+    assert isinstance(reg2, P.Register) and reg2.epoch == reg.epoch + 1 and ident2 != ident
+    assert not link.registered.is_set()
+    assert [m.epoch for _, m in node.seen if isinstance(m, P.Register)] == [1, 2]
+    assert rt.limits()["sm_share"] == 0.5  # meanwhile the job runs on at its last limits
+    node.send(ident2, welcome(5, 2, 0.75))
+    assert link.registered.wait(5)
+
+
+def test_a_welcome_from_an_older_node_incarnation_is_ignored(wired):
+    link, rt, node, clock = wired
+    ident, _ = registered(wired, node_epoch=5, seq=1, share=0.5)
+    node.send(ident, welcome(4, 9, 0.125, heartbeat_s=7.0, liveness=9))  # an older node's late Welcome
+    node.send(ident, set_limits(2, 0.75))  # this node's next limits still apply after it
+    reg = limits_in_force(link, node, ident)
+    assert (reg.sm_share, rt.limits()["seq"]) == (0.75, 2)
+    assert (link.node_epoch, link.heartbeat_s, link.liveness) == (5, 0.05, 3)
+    # a newer incarnation (the node restarted) numbers its limits from scratch: seq 1 applies again
+    node.send(ident, welcome(6, 1, 0.25))
+    reg = limits_in_force(link, node, ident)
+    assert (reg.sm_share, link.node_epoch, rt.limits()["seq"]) == (0.25, 6, 1)
+
+
+def test_set_limits_with_a_stale_seq_or_for_another_job_are_not_applied(wired):
+    link, rt, node, clock = wired
+    ident, _ = registered(wired, seq=1, share=0.5)
+    node.send(ident, set_limits(3, 0.75))
+    node.send(ident, set_limits(2, 0.125))  # older than what is in force (reordered or repeated)
+    node.send(ident, set_limits(3, 0.25))  # the same seq again
+    node.send(ident, set_limits(4, 0.375, job_id="someone-else"))
+    reg = limits_in_force(link, node, ident)
+    assert reg.sm_share == 0.75 and rt.limits() == {"mem_cap": GiB, "sm_share": 0.75, "seq": 3}
+
+
+def test_a_rejected_job_stops_registering(wired, caplog):
+    link, rt, node, clock = wired
+    ident, reg = node.recv()
+    assert isinstance(reg, P.Register)
+    with caplog.at_level(logging.WARNING, logger="colocate.link"):
+        node.send(ident, P.Error(code=P.REJECTED, message="job id j is in use by pid 1", job_id="j"))
+        node.send(ident, P.Error(code=P.UNKNOWN_JOB, message="who?", job_id="j"))  # would make it register again
+        node.send(ident, P.Error(code=P.INVALID, message="probe", job_id="j"))  # logged: both before it were handled
+        wait_for(lambda: "node error (invalid): probe" in caplog.text, 5, what="the link to handle the errors")
+    assert link.rejected and not link.registered.is_set()
+    assert "node rejected this job (job id j is in use by pid 1)" in caplog.text
+    # far past the default liveness (no Welcome came: 1 s x 3) the link has looked at its clock and stays put
+    clock.advance(60.0)
+    clock.wait_reads(3)
+    assert rt.limits()["seq"] == 0  # it runs on at its own limits
+    link.stop(timeout=5)
+    _, bye = node.recv()
+    assert isinstance(bye, P.Goodbye)
+    assert [type(m).__name__ for _, m in node.seen] == ["Register", "Goodbye"]  # no heartbeat, no register again
