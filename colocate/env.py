@@ -29,7 +29,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_ENABLED", "0", "1 in a process started by `colocate run`: install the runtime when torch is imported."),
     Variable("COLOCATE_JOB_ID", "<pid>", "Job identifier used in statistics, logs and the node protocol."),
     Variable("COLOCATE_DEVICE", "sim", "Device kind the job runs on: `sim` or `cuda` (the launcher resolves `auto`)."),
-    Variable("COLOCATE_GPU", "0", "Index of the (simulated or CUDA) GPU the job is placed on."),
+    Variable("COLOCATE_GPUS", "0", "The job's GPUs, comma-separated node indices (simulated or NVML), written by `colocate run --gpus`; a process with torchrun's `LOCAL_RANK` uses GPU number LOCAL_RANK of the list (modulo its length; on CUDA, `CUDA_VISIBLE_DEVICES` lists the same GPUs in the same order, so it is device `cuda:LOCAL_RANK`), any other process the first."),
+    Variable("COLOCATE_GPU", "<from COLOCATE_GPUS>", "This process's GPU (a node index), when it must differ from what COLOCATE_GPUS and LOCAL_RANK give; it must be one of COLOCATE_GPUS when both are set. The launcher never writes it."),
     Variable("COLOCATE_GPU_MEM", "<device total>", "Device memory cap in bytes; over it, allocations go to host or fail (COLOCATE_ON_CAP)."),
     Variable("COLOCATE_SM_SHARE", "1.0", "Compute share 0..1: the job's device busy fraction is held at or below it; 0 pauses at the next mini-batch."),
     Variable("COLOCATE_PRIORITY", "guaranteed", "`guaranteed` or `opportunistic`."),
@@ -77,7 +78,8 @@ class JobEnv:
     job_id: str = ""
     token: str = ""
     device: str = "sim"
-    gpu: int = 0
+    gpu: int = 0  # this process's GPU (a node index)
+    gpus: tuple[int, ...] = ()  # the job's GPUs (COLOCATE_GPUS), in CUDA_VISIBLE_DEVICES order; () = just (gpu,)
     gpu_mem: int | None = None
     sm_share: float = 1.0
     priority: str = "guaranteed"
@@ -90,7 +92,20 @@ class JobEnv:
     log: str = "warning"
     boundary_warn_s: float = DEFAULT_BOUNDARY_WARN_S
     yield_via: tuple[str, ...] = DEFAULT_YIELD
+    rank: int | None = None  # torchrun's RANK, LOCAL_RANK and WORLD_SIZE (not COLOCATE_* variables; None: unset)
+    local_rank: int | None = None
+    world_size: int | None = None
     extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def worker_id(self) -> str:
+        """This process's id on the node link: ``JOB/RANK`` when torchrun's ``RANK`` is set, else ``JOB``."""
+        return self.job_id if self.rank is None else f"{self.job_id}/{self.rank}"
+
+    @property
+    def device_index(self) -> int:
+        """This process's GPU as the job's device ordinal: its position in ``gpus`` (CUDA: ``cuda:N``)."""
+        return self.gpus.index(self.gpu) if self.gpu in self.gpus else 0
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str] | None = None) -> "JobEnv":
@@ -131,12 +146,19 @@ class JobEnv:
                 raise ValueError("must be a positive number")
             return value
 
+        gpus = parsed("COLOCATE_GPUS", parse_gpus, ())
+        explicit = parsed("COLOCATE_GPU", nonneg_int, None)
+        local_rank = _torchrun_int(env, "LOCAL_RANK")
+        if gpus and explicit is not None and explicit not in gpus:
+            raise ValueError(f"COLOCATE_GPU={explicit}: must be one of COLOCATE_GPUS ({','.join(map(str, gpus))})")
+        gpu = explicit if explicit is not None else (gpus[(local_rank or 0) % len(gpus)] if gpus else 0)
         return cls(
             enabled=_get(env, "COLOCATE_ENABLED") == "1",
             job_id=_get(env, "COLOCATE_JOB_ID") or str(os.getpid()),
             token=_get(env, "COLOCATE_TOKEN") or "",
             device=parsed("COLOCATE_DEVICE", choice(DEVICES), "sim"),
-            gpu=parsed("COLOCATE_GPU", nonneg_int, 0),
+            gpu=gpu,
+            gpus=gpus,
             gpu_mem=parsed("COLOCATE_GPU_MEM", parse_size, None),
             sm_share=parsed("COLOCATE_SM_SHARE", lambda r: parse_fraction(r, "share"), 1.0),
             priority=parsed("COLOCATE_PRIORITY", choice(PRIORITIES), "guaranteed"),
@@ -149,15 +171,18 @@ class JobEnv:
             log=parsed("COLOCATE_LOG", choice(LOG_LEVELS), "warning"),
             boundary_warn_s=parsed("COLOCATE_BOUNDARY_WARN_S", nonneg_float, DEFAULT_BOUNDARY_WARN_S),
             yield_via=parsed("COLOCATE_YIELD_VIA", parse_yield, DEFAULT_YIELD),
+            rank=_torchrun_int(env, "RANK"),
+            local_rank=local_rank,
+            world_size=_torchrun_int(env, "WORLD_SIZE"),
         )
 
     def to_environ(self) -> dict[str, str]:
-        """The variables that reproduce this value (only those that are set)."""
+        """The variables that reproduce this value (only those that are set; ``COLOCATE_GPU`` only where
+        ``gpus`` does not give ``gpu``). torchrun's ``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` are not written."""
         out = {
             "COLOCATE_ENABLED": "1" if self.enabled else "0",
             "COLOCATE_JOB_ID": self.job_id,
             "COLOCATE_DEVICE": self.device,
-            "COLOCATE_GPU": str(self.gpu),
             "COLOCATE_SM_SHARE": repr(float(self.sm_share)),
             "COLOCATE_PRIORITY": self.priority,
             "COLOCATE_ON_CAP": self.on_cap,
@@ -165,6 +190,10 @@ class JobEnv:
             "COLOCATE_SIM_HOST_GBPS": repr(float(self.sim_host_gbps)),
             "COLOCATE_LOG": self.log,
         }
+        if self.gpus:
+            out["COLOCATE_GPUS"] = format_gpus(self.gpus)
+        if not self.gpus or self.gpu != self.gpus[0]:
+            out["COLOCATE_GPU"] = str(self.gpu)
         if self.gpu_mem is not None:
             out["COLOCATE_GPU_MEM"] = str(self.gpu_mem)
         if self.token:
@@ -181,6 +210,36 @@ class JobEnv:
             out["COLOCATE_YIELD_VIA"] = ",".join(self.yield_via) or "none"
         assert set(out) <= NAMES
         return out
+
+
+def _torchrun_int(env: Mapping[str, str], name: str) -> int | None:
+    """torchrun's ``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` as a non-negative int; None when unset or not one
+    (they are not colocate's to reject)."""
+    raw = env.get(name)
+    try:
+        value = int(raw) if raw not in (None, "") else None
+    except ValueError:
+        return None
+    return value if value is None or value >= 0 else None
+
+
+def parse_gpus(raw: str) -> tuple[int, ...]:
+    """``0,1`` -> (0, 1): distinct non-negative GPU indices, in the order given (at least one)."""
+    words = [w.strip() for w in raw.split(",")]
+    try:
+        gpus = tuple(int(w) for w in words)
+    except ValueError:
+        raise ValueError("must be comma-separated GPU indices, like 0,1") from None
+    if any(g < 0 for g in gpus):
+        raise ValueError("must be comma-separated non-negative GPU indices, like 0,1")
+    if len(set(gpus)) != len(gpus):
+        raise ValueError("lists a GPU twice")
+    return gpus
+
+
+def format_gpus(gpus) -> str:
+    """(0, 1) -> ``0,1`` (what ``parse_gpus`` reads)."""
+    return ",".join(str(int(g)) for g in gpus)
 
 
 def parse_yield(raw: str) -> tuple[str, ...]:

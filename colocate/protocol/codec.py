@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Optional
 
 import msgpack
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3  # 3: Register.rank and world_size (torchrun workers)
 MAX_MESSAGE_BYTES = 1 << 20  # inputs above this are rejected before unpacking
 MAX_ID_CHARS = 128
 MAX_TEXT_CHARS = 4096

@@ -8,6 +8,11 @@ Who sends what:
 ``t_end``/``applied_at``/``sent_at`` are read from the *sender's* ``time.monotonic()`` and are only
 comparable with each other (a node uses its own receive time).
 
+Workers: a job may be several processes (torchrun's workers), each on its own GPU. Each registers on its own,
+as ``job_id = "JOB/RANK"`` with ``Register.rank``/``world_size`` when torchrun's ``RANK`` is set, else as
+``job_id = "JOB"`` with ``rank=None``; the node treats each worker as one of its jobs (one GPU, its own
+limits) and knows the job of each (``Register.job``). Every later message of a worker names it by that id.
+
 Ordering and idempotence:
   * ``Register.epoch`` counts the job runtime's incarnations; after a coordinator restart the job registers
     again with the same ``job_id``. ``Welcome.node_epoch`` counts coordinator incarnations; a job drops
@@ -78,6 +83,20 @@ class Register(Message):
     epoch: int = _f(COUNT)  # job-side incarnation counter
     token: str = _f(Str(128), default="")  # secret from the launcher; re-registering must repeat it
     sm_request: float = _f(SHARE, default=1.0)  # the job's --sm-share: the most the node may give
+    rank: Optional[int] = _f(Opt(COUNT), default=None)  # torchrun's RANK of this worker; None: not a torchrun worker
+    world_size: int = _f(Num(int, 1, 1 << 20), default=1)  # torchrun's WORLD_SIZE (1 without one)
+
+    def _check(self) -> None:
+        if self.rank is not None and not self.job_id.endswith(f"/{self.rank}"):
+            raise ProtocolError(INVALID, f"Register: a worker of rank {self.rank} registers as JOB/{self.rank}, "
+                                         f"not {self.job_id!r:.80}")
+        if self.rank is not None and self.rank >= self.world_size:
+            raise ProtocolError(INVALID, f"Register: rank {self.rank} outside world size {self.world_size}")
+
+    @property
+    def job(self) -> str:
+        """The job this worker belongs to: ``job_id`` without the ``/RANK`` of a torchrun worker."""
+        return self.job_id if self.rank is None else self.job_id[: -len(f"/{self.rank}")]
 
 
 @_record("batch_report")

@@ -44,11 +44,60 @@ VALID = [
     P.CtlOk(message="opp-b: mem_cap set to 512 MiB"),
     P.Register("ü-ジョブ-" + "x" * 120, pid=1, gpu=0, priority="guaranteed", mem_request=0, sm_share=0,
                mem_cap=0, epoch=0),
+    P.Register("ddp-1/1", pid=9, gpu=1, priority="guaranteed", mem_request=None, sm_share=1.0, mem_cap=8 << 30,
+               epoch=1, token="t" * 32, sm_request=1.0, rank=1, world_size=2),  # a torchrun worker: JOB/RANK
+    P.Register("a/b/0", pid=9, gpu=0, priority="opportunistic", mem_request=None, sm_share=1.0, mem_cap=0,
+               epoch=1, rank=0, world_size=4),  # a job id may itself hold "/"
 ]  # fmt: skip
 
 
+REQUEST = P.JobRequest(command=("torchrun", "--nproc-per-node", "2", "train.py"), cwd="/home/u/proj",
+                       env={"PATH": "/usr/bin", "HOME": "/home/u"}, workers=2, gpus=1, gpu_mem=8 << 30,
+                       priority="opportunistic", queue="research", name="ddp", user="u", estimate_s=3600.0)
+CLUSTER = [
+    P.NodeHello("n1", epoch=1700000000000, host="10.0.0.5", gpus=(P.NodeGpu(0, "NVIDIA H100", 80 << 30),),
+                cpu_milli=16000, mem_mib=131072),
+    P.NodeHello("n2", epoch=0, host="", gpus=()),
+    P.NodeHeartbeat("n1", epoch=3),
+    P.NodeStatus("n1", epoch=3, gpus=(P.GpuStatus(0, 0.5, 1 << 30), P.GpuStatus(1, 0.0, 0)),
+                 workers=(P.WorkerStatus("ddp-1", "p-1", 0, 4242, True),
+                          P.WorkerStatus("ddp-1", "p-1", 1, 4243, False, exit_code=143))),
+    P.WorkerStarted("n1", epoch=3, job_id="ddp-1", placement_id="p-1", rank=1, pid=4243,
+                    log_path="/var/log/colocate/ddp-1/worker-1.log"),
+    P.WorkerExited("n1", epoch=3, job_id="ddp-1", placement_id="p-1", rank=1, exit_code=-1),
+    P.StartRefused("n1", epoch=3, job_id="ddp-1", placement_id="p-1", reason="GPU 7 is not on this node"),
+    P.NodeWelcome("n1", scheduler_epoch=9, heartbeat_s=1.0, liveness=3),
+    P.StartPlacement("p-1", job_id="ddp-1", priority="opportunistic", request=REQUEST,
+                     workers=(P.WorkerLaunch(0, 0, (0,)), P.WorkerLaunch(1, 1, (1,))), world_size=2, group_rank=0,
+                     master_addr="10.0.0.5", master_port=29500),
+    P.StopPlacement("p-1", job_id="ddp-1", reason="preempted"),
+    P.StopPlacement("p-1", job_id="ddp-1", reason="", grace_s=0.0),
+    P.PromotePlacement("p-1", job_id="ddp-1"),
+    P.Submit(REQUEST),
+    P.Submit(P.JobRequest(command=("python", "t.py"), cwd="/", env={})),
+    P.Submitted("ddp-1"),
+    P.JobsRequest(),
+    P.JobsRequest(job_id="ddp-1", active_only=True, offset=10, limit=5),
+    P.JobsReply(jobs=(P.JobView("ddp-1", "ddp", "u", "research", "opportunistic", "running", 2, 1, 1.7e9, 1.7e9 + 5,
+                                None, "", "p-1", ("n1",), 1, None),), total=1, queued={"research": 3}),
+    P.NodesRequest(),
+    P.NodesReply(nodes=(P.NodeView("n1", "10.0.0.5", True, "NVIDIA H100", 8, 2, 1, 0.25, 3),), scheduler_epoch=9),
+    P.Cancel("ddp-1"),
+    P.Ok("cancelled"),
+    P.LogsRequest("ddp-1"),
+    P.LogsRequest("ddp-1", rank=1),
+    P.LogsReply("ddp-1", logs=(P.LogRef(1, "n1", "/var/log/colocate/ddp-1/worker-1.log"),)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("msg", CLUSTER, ids=lambda m: m.TYPE)
+def test_round_trip_cluster_messages(msg):
+    assert P.decode(P.encode(msg)) == msg
+    assert P.decode_json(P.encode_json(msg)) == msg
+
+
 def test_every_message_type_has_a_sample():
-    assert {type(m) for m in VALID} == set(P.MESSAGE_TYPES.values())
+    assert {type(m) for m in VALID + CLUSTER} == set(P.MESSAGE_TYPES.values())
     for name, cls in P.MESSAGE_TYPES.items():
         assert cls.TYPE == name
 
@@ -72,7 +121,7 @@ def test_round_trip_json(msg):
 @pytest.mark.parametrize("msg", VALID, ids=lambda m: m.TYPE)
 def test_wire_map_carries_version_and_type(msg):
     wire = msgpack.unpackb(P.encode(msg), raw=False)
-    assert wire["v"] == P.PROTOCOL_VERSION == 2
+    assert wire["v"] == P.PROTOCOL_VERSION == 3
     assert wire["t"] == msg.TYPE
     assert set(wire) - {"v", "t"} == {f for f, _ in P._SPECS[type(msg)]}
 
@@ -117,7 +166,7 @@ def test_construction_validates_like_decode():
 
 def test_encode_rejects_non_messages():
     with pytest.raises(TypeError):
-        P.encode({"v": 2, "t": "ctl_list"})  # type: ignore[arg-type]
+        P.encode({"v": 3, "t": "ctl_list"})  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         P.encode(LIMITS)  # a nested record is not a message
 
@@ -155,13 +204,13 @@ INVALID = [
     ("non-map-nil", _pack(None), "malformed"),
     ("bad-utf8", b"\x82\xa1v\x01\xa1t\xa2\xff\xfe", "malformed"),
     ("non-str-key", b"\x81\x01\x01", "malformed"),
-    ("too-many-keys", _pack({str(i): i for i in range(100)}), "malformed"),
+    ("too-many-keys", _pack({str(i): i for i in range(P.MAX_LIST_ITEMS + 1)}), "malformed"),
     ("missing-v", _pack(_wire(REG, drop=["v"])), "version"),
     ("wrong-version", _pack(_wire(REG, v=1)), "version"),
     ("version-zero", _pack(_wire(REG, v=0)), "version"),
     ("version-as-str", _pack(_wire(REG, v="2")), "version"),
     ("version-as-bool", _pack(_wire(REG, v=True)), "version"),
-    ("version-as-float", _pack(_wire(REG, v=2.0)), "version"),
+    ("version-as-float", _pack(_wire(REG, v=3.0)), "version"),
     ("wrong-version-unknown-type", _pack({"v": 99, "t": "from_the_future"}), "version"),
     ("missing-t", _pack(_wire(REG, drop=["t"])), "malformed"),
     ("t-not-str", _pack(_wire(REG, t=3)), "malformed"),
@@ -169,7 +218,7 @@ INVALID = [
     ("type-case", _pack(_wire(REG, t="Register")), "unknown_type"),
     ("missing-field", _pack(_wire(REG, drop=["epoch"])), "invalid"),
     ("extra-field", _pack(_wire(REG, color="red")), "invalid"),
-    ("bytes-key-extra", b"\x83\xa1v\x02\xa1t\xa8ctl_list\xc4\x01x\x01", "invalid"),
+    ("bytes-key-extra", b"\x83\xa1v\x03\xa1t\xa8ctl_list\xc4\x01x\x01", "invalid"),
     ("bool-as-int", _pack(_wire(REG, pid=True)), "invalid"),
     ("bool-as-float", _pack(_wire(REG, sm_share=False)), "invalid"),
     ("float-as-int", _pack(_wire(REG, mem_cap=1.0)), "invalid"),
@@ -189,7 +238,7 @@ INVALID = [
     ("nested-share-1.5", _pack(_wire(WELCOME, limits={**LIMITS_WIRE, "sm_share": 1.5})), "invalid"),
     ("nested-not-map", _pack(_wire(WELCOME, limits=[3, 0, 0.5, True])), "invalid"),
     ("nested-missing", _pack(_wire(WELCOME, limits={"seq": 1})), "invalid"),
-    ("nested-extra", _pack(_wire(WELCOME, limits={**LIMITS_WIRE, "v": 2})), "invalid"),
+    ("nested-extra", _pack(_wire(WELCOME, limits={**LIMITS_WIRE, "v": 3})), "invalid"),
     ("bad-priority", _pack(_wire(REG, priority="best-effort")), "invalid"),
     ("empty-id", _pack(_wire(REG, job_id="")), "invalid"),
     ("too-long-id", _pack(_wire(REG, job_id="x" * 129)), "invalid"),
@@ -200,12 +249,17 @@ INVALID = [
     ("list-item-bad", _pack(_wire(CTLJOBS, gpus=[{**GPU_WIRE, "kind": "tpu"}])), "invalid"),
     ("list-item-not-map", _pack(_wire(CTLJOBS, jobs=[1])), "invalid"),
     ("utilization-1.5", _pack(_wire(CTLJOBS, gpus=[{**GPU_WIRE, "utilization": 1.5}])), "invalid"),
-    ("ctlset-both-none", _pack({"v": 2, "t": "ctl_set", "job_id": "a", "mem_cap": None, "sm_share": None}),
+    ("ctlset-both-none", _pack({"v": 3, "t": "ctl_set", "job_id": "a", "mem_cap": None, "sm_share": None}),
      "invalid"),
-    ("ctllist-extra", _pack({"v": 2, "t": "ctl_list", "x": 1}), "invalid"),
-    ("error-empty-code", _pack({"v": 2, "t": "error", "code": "", "message": "", "job_id": None}), "invalid"),
+    ("ctllist-extra", _pack({"v": 3, "t": "ctl_list", "x": 1}), "invalid"),
+    ("error-empty-code", _pack({"v": 3, "t": "error", "code": "", "message": "", "job_id": None}), "invalid"),
     ("ext-type", _pack(_wire(REG, pid=msgpack.ExtType(5, b"ab"))), "invalid"),
     ("bin-as-str", _pack(_wire(REG, job_id=b"train-a")), "invalid"),
+    ("register-missing-rank", _pack(_wire(REG, drop=["rank"])), "invalid"),  # protocol 2's Register
+    ("rank-not-in-id", _pack(_wire(REG, rank=1, world_size=2)), "invalid"),  # "train-a" is no "JOB/1"
+    ("rank-outside-world", _pack(_wire(REG, job_id="j/2", rank=2, world_size=2)), "invalid"),
+    ("world-size-zero", _pack(_wire(REG, world_size=0)), "invalid"),
+    ("negative-rank", _pack(_wire(REG, job_id="j/-1", rank=-1)), "invalid"),
 ]  # fmt: skip
 
 
@@ -220,7 +274,7 @@ def test_invalid_input_is_rejected_with_code(data, code):
 def test_version_error_names_expected_and_got():
     with pytest.raises(ProtocolError) as info:
         P.decode(_pack(_wire(REG, v=7)))
-    assert "expected 2" in str(info.value) and "got 7" in str(info.value)
+    assert f"expected {P.PROTOCOL_VERSION}" in str(info.value) and "got 7" in str(info.value)
 
 
 def test_field_error_names_the_field():
@@ -244,15 +298,15 @@ def test_ctlset_with_both_none_cannot_be_built():
 
 JSON_INVALID = [
     ("garbage", "{not json", "malformed"),
-    ("nan-literal", '{"v": 2, "t": "heartbeat", "job_id": "a", "sent_at": NaN}', "invalid"),
-    ("huge-float", '{"v": 2, "t": "heartbeat", "job_id": "a", "sent_at": 1e999}', "invalid"),
-    ("huge-int", '{"v": 2, "t": "heartbeat", "job_id": "a", "sent_at": ' + "9" * 400 + "}", "invalid"),
-    ("too-many-digits", '{"v": 2, "t": "heartbeat", "job_id": "a", "sent_at": ' + "9" * 5000 + "}",
+    ("nan-literal", '{"v": 3, "t": "heartbeat", "job_id": "a", "sent_at": NaN}', "invalid"),
+    ("huge-float", '{"v": 3, "t": "heartbeat", "job_id": "a", "sent_at": 1e999}', "invalid"),
+    ("huge-int", '{"v": 3, "t": "heartbeat", "job_id": "a", "sent_at": ' + "9" * 400 + "}", "invalid"),
+    ("too-many-digits", '{"v": 3, "t": "heartbeat", "job_id": "a", "sent_at": ' + "9" * 5000 + "}",
      "malformed"),
     ("deep-nesting", "[" * 100_000 + "]" * 100_000, "malformed"),
-    ("lone-surrogate", '{"v": 2, "t": "heartbeat", "job_id": "\\ud800", "sent_at": 1}', "invalid"),
+    ("lone-surrogate", '{"v": 3, "t": "heartbeat", "job_id": "\\ud800", "sent_at": 1}', "invalid"),
     ("wrong-version", '{"v": 1, "t": "heartbeat", "job_id": "a", "sent_at": 1}', "version"),
-    ("bad-utf8-bytes", b'{"v": 2, "t": "\xff"}', "malformed"),
+    ("bad-utf8-bytes", b'{"v": 3, "t": "\xff"}', "malformed"),
     ("non-map", "[1, 2]", "malformed"),
     ("oversize", " " * (P.MAX_MESSAGE_BYTES + 1), "malformed"),
 ]
@@ -266,6 +320,11 @@ def test_invalid_json_is_rejected_with_code(data, code):
 
 
 def test_direction_groups_cover_every_message():
-    groups = P.JOB_TO_NODE + P.NODE_TO_JOB + P.CTL_TO_NODE + P.NODE_TO_CTL
+    groups = (P.JOB_TO_NODE + P.NODE_TO_JOB + P.CTL_TO_NODE + P.NODE_TO_CTL + P.NODE_TO_SCHEDULER
+              + P.SCHEDULER_TO_NODE + P.CLIENT_TO_SCHEDULER + P.SCHEDULER_TO_CLIENT)
     assert set(groups) == set(P.MESSAGE_TYPES.values())
     assert P.Error in P.JOB_TO_NODE and P.Error in P.NODE_TO_JOB and P.Error in P.NODE_TO_CTL
+
+
+def test_register_names_the_job_of_a_worker():
+    assert VALID[-2].job == "ddp-1" and VALID[-1].job == "a/b" and REG.job == "train-a" and REG.rank is None

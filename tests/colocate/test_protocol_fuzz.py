@@ -47,9 +47,72 @@ job_infos = st.builds(
     throughput=st.floats(0.0, 1e9), slo_state=st.text(max_size=32), iterations=counts,
 )  # fmt: skip
 
+names = st.text(max_size=P.MAX_ID_CHARS)
+node_ids = st.text(min_size=1, max_size=128)
+exit_codes = st.integers(-(2**31), 2**31 - 1)
+worker_registers = st.integers(0, 63).flatmap(lambda r: st.builds(
+    P.Register, job_id=st.text(min_size=1, max_size=100).map(lambda j: f"{j}/{r}"), pid=pids, gpu=st.integers(0, 64),
+    priority=priorities, mem_request=st.none() | sizes, sm_share=shares, mem_cap=sizes, epoch=counts,
+    token=st.text(max_size=128), sm_request=shares, rank=st.just(r), world_size=st.integers(r + 1, 1 << 20)))
+requests = st.builds(
+    P.JobRequest, command=st.lists(st.text(max_size=40), max_size=6), cwd=texts,
+    env=st.dictionaries(st.text(min_size=1, max_size=20), st.text(max_size=60), max_size=6),
+    workers=st.integers(1, 4096), gpus=st.integers(0, 64), gpu_mem=sizes, priority=priorities, queue=names,
+    name=names, user=names, estimate_s=st.none() | seconds)
+worker_statuses = st.builds(P.WorkerStatus, job_id=ids, placement_id=names, rank=counts, pid=pids,
+                            running=st.booleans(), exit_code=st.none() | exit_codes)
+job_views = st.builds(
+    P.JobView, job_id=ids, name=names, user=names, queue=names, priority=priorities,
+    state=st.sampled_from(["pending", "placing", "running", "succeeded", "failed", "cancelled"]), workers=counts,
+    gpus=counts, submitted_at=seconds, started_at=st.none() | seconds, ended_at=st.none() | seconds, reason=texts,
+    placement_id=names, nodes=st.lists(names, max_size=4), attempts=counts, exit_code=st.none() | exit_codes)
+node_views = st.builds(P.NodeView, node_id=names, host=names, up=st.booleans(), gpu_model=names, gpus=counts,
+                       gpus_allocated=counts, gpus_shared=counts, utilization=shares, workers=counts)
+
+CLUSTER_MESSAGES = {
+    P.NodeHello: st.builds(P.NodeHello, node_id=node_ids, epoch=counts, host=names,
+                           gpus=st.lists(st.builds(P.NodeGpu, index=counts, model=names, mem_total=sizes), max_size=8),
+                           cpu_milli=counts, mem_mib=counts),
+    P.NodeHeartbeat: st.builds(P.NodeHeartbeat, node_id=node_ids, epoch=counts),
+    P.NodeStatus: st.builds(P.NodeStatus, node_id=node_ids, epoch=counts,
+                            gpus=st.lists(st.builds(P.GpuStatus, index=counts, utilization=shares, mem_used=sizes),
+                                          max_size=8),
+                            workers=st.lists(worker_statuses, max_size=8)),
+    P.WorkerStarted: st.builds(P.WorkerStarted, node_id=node_ids, epoch=counts, job_id=ids, placement_id=names,
+                               rank=counts, pid=pids, log_path=texts),
+    P.WorkerExited: st.builds(P.WorkerExited, node_id=node_ids, epoch=counts, job_id=ids, placement_id=names,
+                              rank=counts, exit_code=exit_codes),
+    P.StartRefused: st.builds(P.StartRefused, node_id=node_ids, epoch=counts, job_id=ids, placement_id=names,
+                              reason=texts),
+    P.NodeWelcome: st.builds(P.NodeWelcome, node_id=node_ids, scheduler_epoch=counts,
+                             heartbeat_s=st.floats(0.01, 3600.0), liveness=st.integers(1, 1000)),
+    P.StartPlacement: st.builds(
+        P.StartPlacement, placement_id=names, job_id=ids, priority=priorities, request=requests,
+        workers=st.lists(st.builds(P.WorkerLaunch, rank=counts, local_rank=counts,
+                                   gpus=st.lists(counts, max_size=8)), max_size=8),
+        world_size=st.integers(1, 1 << 20), group_rank=counts, master_addr=names, master_port=st.integers(0, 65535)),
+    P.StopPlacement: st.builds(P.StopPlacement, placement_id=names, job_id=ids, reason=texts,
+                               grace_s=st.floats(0.0, 3600.0)),
+    P.PromotePlacement: st.builds(P.PromotePlacement, placement_id=names, job_id=ids),
+    P.Submit: st.builds(P.Submit, request=requests),
+    P.Submitted: st.builds(P.Submitted, job_id=ids),
+    P.JobsRequest: st.builds(P.JobsRequest, job_id=st.none() | ids, active_only=st.booleans(), offset=counts,
+                             limit=st.integers(1, P.MAX_PAGE)),
+    P.JobsReply: st.builds(P.JobsReply, jobs=st.lists(job_views, max_size=4), total=counts,
+                           queued=st.dictionaries(names, counts, max_size=4)),
+    P.NodesRequest: st.builds(P.NodesRequest),
+    P.NodesReply: st.builds(P.NodesReply, nodes=st.lists(node_views, max_size=4), scheduler_epoch=counts),
+    P.Cancel: st.builds(P.Cancel, job_id=ids),
+    P.Ok: st.builds(P.Ok, message=texts),
+    P.LogsRequest: st.builds(P.LogsRequest, job_id=ids, rank=st.none() | counts),
+    P.LogsReply: st.builds(P.LogsReply, job_id=ids,
+                           logs=st.lists(st.builds(P.LogRef, rank=counts, node_id=names, path=texts), max_size=4)),
+}  # fmt: skip
+
 MESSAGES = {
     P.Register: st.builds(P.Register, job_id=ids, pid=pids, gpu=st.integers(0, 64), priority=priorities,
-                          mem_request=st.none() | sizes, sm_share=shares, mem_cap=sizes, epoch=counts),
+                          mem_request=st.none() | sizes, sm_share=shares, mem_cap=sizes, epoch=counts)
+    | worker_registers,
     P.BatchReport: st.builds(P.BatchReport, job_id=ids, seq=counts, t_end=seconds, duration_s=seconds,
                              busy_s=seconds, device_start_s=seconds, mem_allocated_peak=sizes,
                              mem_reserved=sizes, mem_floor=sizes, host_bytes=sizes, host_bytes_touched=sizes,
@@ -68,6 +131,7 @@ MESSAGES = {
     P.CtlJobs: st.builds(P.CtlJobs, node_epoch=counts, gpus=st.lists(gpu_infos, max_size=8),
                          jobs=st.lists(job_infos, max_size=8)),
     P.CtlOk: st.builds(P.CtlOk, message=texts),
+    **CLUSTER_MESSAGES,
 }  # fmt: skip
 messages = st.one_of(*MESSAGES.values())
 
