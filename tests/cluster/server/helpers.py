@@ -1,0 +1,108 @@
+"""Driving a ``SchedulerService`` in-process: a fake clock, fake nodes and a client identity."""
+
+from __future__ import annotations
+
+import random
+
+from colocate import protocol as P
+from cluster.config import resolve
+from cluster.core import SchedulerCore
+from cluster.server.journal import Journal
+from cluster.server.service import SchedulerService
+
+GiB = 1 << 30
+CLIENT = b"client-1"
+
+
+class Harness:
+    """One service on a journal file; ``restart()`` builds a fresh one on the same file (a crash)."""
+
+    def __init__(self, path, policy: str = "gang-binpack", t0: float = 1_000_000.0):
+        self.path, self.policy, self.now = str(path), policy, t0
+        self.sent: list[tuple[bytes, P.Message]] = []
+        self.start()
+
+    def start(self) -> None:
+        self.journal = Journal(self.path)
+        with self.journal.transaction():
+            epoch = self.journal.next_epoch()
+        self.svc = SchedulerService(SchedulerCore(resolve(self.policy), random.Random(0)), self.journal, epoch)
+        self.svc.restore(self.now)
+
+    def restart(self) -> None:
+        self.journal.close()
+        self.start()
+
+    def advance(self, dt: float) -> list:
+        self.now += dt
+        out = self.svc.tick(self.now)
+        self.sent += out
+        return out
+
+    def send(self, ident: bytes, msg: P.Message, dt: float = 0.0) -> list:
+        self.now += dt
+        # every message crosses the wire in production: encode/decode here too
+        out = self.svc.on_message(ident, P.decode(P.encode(msg)), self.now)
+        for _, m in out:
+            P.decode(P.encode(m))
+        self.sent += out
+        return out
+
+    def submit(self, workers=1, gpus=1, priority="guaranteed", **kw):
+        req = P.JobRequest(command=("python", "train.py"), cwd="/tmp", env={"PATH": "/usr/bin"}, workers=workers,
+                           gpus=gpus, priority=priority, **kw)
+        return self.send(CLIENT, P.Submit(request=req))
+
+
+class FakeNode:
+    def __init__(self, h: Harness, node_id: str, gpus: int = 2, epoch: int = 1, host: str = "127.0.0.1"):
+        self.h, self.node_id, self.ngpus, self.epoch, self.host = h, node_id, gpus, epoch, host
+        self.ident = f"ident-{node_id}-{epoch}".encode()
+        self.workers: dict[tuple[str, int], P.WorkerStatus] = {}
+
+    def hello(self) -> list:
+        gpus = tuple(P.NodeGpu(index=i, model="sim", mem_total=16 * GiB) for i in range(self.ngpus))
+        return self.h.send(self.ident, P.NodeHello(node_id=self.node_id, epoch=self.epoch, host=self.host, gpus=gpus))
+
+    def inbox(self, kind=None) -> list[P.Message]:
+        return [m for ident, m in self.h.sent if ident == self.ident and (kind is None or isinstance(m, kind))]
+
+    def start_all(self) -> list:
+        """Start the workers of every StartPlacement received and not started yet."""
+        out = []
+        for m in self.inbox(P.StartPlacement):
+            for w in m.workers:
+                if (m.placement_id, w.rank) in self.workers:
+                    continue
+                self.workers[(m.placement_id, w.rank)] = P.WorkerStatus(job_id=m.job_id, placement_id=m.placement_id,
+                                                                        rank=w.rank, pid=1000 + w.rank, running=True)
+                out += self.h.send(self.ident, P.WorkerStarted(
+                    node_id=self.node_id, epoch=self.epoch, job_id=m.job_id, placement_id=m.placement_id,
+                    rank=w.rank, pid=1000 + w.rank, log_path=f"/logs/{m.job_id}/worker-{w.rank}.log"))
+        return out
+
+    def exit(self, placement_id: str, code: int = 0) -> list:
+        out = []
+        for (pid, rank), w in list(self.workers.items()):
+            if pid == placement_id and w.running:
+                self.workers[(pid, rank)] = P.WorkerStatus(job_id=w.job_id, placement_id=pid, rank=rank, pid=w.pid,
+                                                           running=False, exit_code=code)
+                out += self.h.send(self.ident, P.WorkerExited(node_id=self.node_id, epoch=self.epoch, job_id=w.job_id,
+                                                              placement_id=pid, rank=rank, exit_code=code))
+        return out
+
+    def status(self) -> list:
+        gpus = tuple(P.GpuStatus(index=i, utilization=0.0, mem_used=0) for i in range(self.ngpus))
+        return self.h.send(self.ident, P.NodeStatus(node_id=self.node_id, epoch=self.epoch, gpus=gpus,
+                                                    workers=tuple(w for w in self.workers.values() if w.running)))
+
+    def heartbeat(self, dt: float = 0.0) -> list:
+        return self.h.send(self.ident, P.NodeHeartbeat(node_id=self.node_id, epoch=self.epoch), dt)
+
+
+def replies(out, kind=None, ident=CLIENT):
+    return [m for i, m in out if i == ident and (kind is None or isinstance(m, kind))]
+
+
+def job_row(h: Harness, job_id: str) -> dict:
+    return h.journal.job(job_id)

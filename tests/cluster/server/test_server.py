@@ -1,0 +1,168 @@
+"""A real ``colocate scheduler`` process over real ZeroMQ sockets: bad input, fuzz, CURVE, metrics,
+start-up errors."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+
+import pytest
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from colocate import keys as K
+from colocate import protocol as P
+from colocate import rpc
+from tests.support import PY, Procs, ask, child_env, dealer, free_port, metric_samples, pack, read_log, sample, scrape, wait_for
+
+
+class SchedulerProc:
+    def __init__(self, procs: Procs, tmp, *extra, metrics: bool = True):
+        self.port = free_port()
+        self.endpoint = f"tcp://127.0.0.1:{self.port}"
+        self.metrics_port = free_port() if metrics else None
+        self.state = tmp / "sched.db"
+        argv = [PY, "-m", "colocate", "scheduler", "--bind", self.endpoint, "--state", self.state, *extra]
+        if metrics:
+            argv += ["--metrics-port", self.metrics_port]
+        self.proc = procs.start(argv, "scheduler.log")
+
+    def wait_ready(self, keys_dir=None):
+        def answers():
+            try:
+                return rpc.request(self.endpoint, P.NodesRequest(), 0.5, keys_dir=keys_dir)
+            except rpc.NoAnswer:
+                assert self.proc.poll() is None, read_log(self.proc)
+                return None
+        return wait_for(answers, 30, what="the scheduler to answer")
+
+
+@pytest.fixture
+def procs(tmp_path):
+    p = Procs(tmp_path)
+    yield p
+    p.cleanup()
+
+
+@pytest.fixture
+def sched(procs, tmp_path):
+    s = SchedulerProc(procs, tmp_path)
+    s.wait_ready()
+    return s
+
+
+@pytest.fixture
+def ctx():
+    c = zmq.Context()
+    yield c
+    c.destroy(linger=0)
+
+
+BAD = [
+    ("garbage", b"\xff\x00garbage", P.MALFORMED),
+    ("not a map", pack([1, 2, 3]), P.MALFORMED),
+    ("no version", pack({"t": "nodes_request"}), P.VERSION),
+    ("old version", pack({"v": 1, "t": "nodes_request"}), P.VERSION),
+    ("unknown type", pack({"v": P.PROTOCOL_VERSION, "t": "launch_missiles"}), P.UNKNOWN_TYPE),
+    ("missing field", pack({"v": P.PROTOCOL_VERSION, "t": "cancel"}), P.INVALID),
+    ("bad submit", pack({"v": P.PROTOCOL_VERSION, "t": "submit", "request": {"command": []}}), P.INVALID),
+    ("a node message before hello", P.encode(P.NodeHeartbeat(node_id="n", epoch=1)), P.UNKNOWN_NODE),
+    ("a message only the scheduler sends", P.encode(P.Ok(message="x")), P.FORBIDDEN),
+]
+
+
+@pytest.mark.parametrize("name, data, code", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_gets_an_error_and_the_scheduler_stays_up(sched, ctx, name, data, code):
+    sock = dealer(ctx, sched.endpoint)
+    reply = ask(sock, data)
+    assert isinstance(reply, P.Error) and reply.code == code, reply
+    assert isinstance(ask(sock, P.NodesRequest()), P.NodesReply)
+    assert sched.proc.poll() is None
+
+
+def test_two_frames_are_malformed(sched, ctx):
+    sock = dealer(ctx, sched.endpoint)
+    reply = ask(sock, [b"one", b"two"])
+    assert isinstance(reply, P.Error) and reply.code == P.MALFORMED
+
+
+anything = st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=20)
+                        | st.binary(max_size=20), lambda c: st.lists(c, max_size=4)
+                        | st.dictionaries(st.text(max_size=8), c, max_size=4), max_leaves=12)
+types = st.sampled_from(sorted(P.MESSAGE_TYPES))
+
+
+def test_fuzz_thousands_of_messages_never_crash_it(sched, ctx):
+    sock = dealer(ctx, sched.endpoint)
+
+    @settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(data=st.one_of(
+        st.binary(max_size=200),
+        st.builds(lambda t, fields: pack({"v": P.PROTOCOL_VERSION, "t": t, **fields}), types,
+                  st.dictionaries(st.text(max_size=12), anything, max_size=6)),
+    ))
+    def run(data):
+        sock.send(data)
+        if sock.poll(5000):  # node messages of an unknown node, or anything else, get an answer
+            P.decode(sock.recv())
+
+    run()
+    assert sched.proc.poll() is None
+    assert isinstance(ask(sock, P.NodesRequest()), P.NodesReply)
+    s = metric_samples(scrape(sched.metrics_port))
+    assert sample(s, "colocate_scheduler_bad_messages_total", code="malformed") > 0
+
+
+def test_metrics_over_http(sched, ctx):
+    sock = dealer(ctx, sched.endpoint)
+    ask(sock, P.NodesRequest())
+    s = metric_samples(scrape(sched.metrics_port))
+    assert sample(s, "colocate_scheduler_messages_total", type="nodes_request") >= 1
+    assert sample(s, "colocate_scheduler_nodes", state="up") == 0
+    assert sample(s, "colocate_scheduler_gpus", state="total") == 0
+
+
+def test_curve_admits_known_keys_only(procs, tmp_path):
+    keys = tmp_path / "keys"
+    K.generate(str(keys))
+    intruder = tmp_path / "intruder"
+    K.generate(str(intruder))  # its own "client" key, never admitted by the scheduler's folder
+    (intruder / "scheduler.key").write_bytes((keys / "scheduler.key").read_bytes())  # knows the server key
+    s = SchedulerProc(procs, tmp_path, "--keys", keys)
+    assert isinstance(s.wait_ready(keys_dir=str(keys)), P.NodesReply)
+    with pytest.raises(rpc.NoAnswer):  # an unadmitted client gets nothing
+        rpc.request(s.endpoint, P.NodesRequest(), 1.5, keys_dir=str(intruder))
+    with pytest.raises(rpc.NoAnswer):  # nor does a peer without CURVE, a node saying hello included
+        rpc.request(s.endpoint, P.NodeHello(node_id="evil", epoch=1, host="x", gpus=()), 1.5)
+    reply = rpc.request(s.endpoint, P.NodesRequest(), 5, keys_dir=str(keys))
+    assert reply.nodes == ()  # the unauthenticated hello never reached it
+
+
+@pytest.mark.parametrize("extra, fragment, code", [
+    (("--bind", "tcp://0.0.0.0:{port}"), "beyond loopback without CURVE keys", 2),
+    (("--config", "no-such-policy"), "no-such-policy", 2),
+    (("--keys", "{tmp}/none"), "missing key file", 2),
+])
+def test_start_up_errors_are_one_line(tmp_path, extra, fragment, code):
+    port = free_port()
+    argv = [PY, "-m", "colocate", "scheduler", "--state", str(tmp_path / "s.db"), "--bind", f"tcp://127.0.0.1:{port}"]
+    argv += [a.format(port=port, tmp=tmp_path) for a in extra]
+    res = subprocess.run(argv, env=child_env(), capture_output=True, text=True, timeout=60)
+    assert res.returncode == code, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0] and lines[0].startswith("colocate scheduler:"), res.stderr
+
+
+def test_a_state_file_that_is_not_a_journal_is_refused(tmp_path):
+    bad = tmp_path / "s.db"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    res = subprocess.run([PY, "-m", "colocate", "scheduler", "--state", str(bad), "--bind",
+                          f"tcp://127.0.0.1:{free_port()}"], env=child_env(), capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "not a colocate scheduler state file" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_sigterm_stops_it_cleanly(sched):
+    sched.proc.send_signal(signal.SIGTERM)
+    assert sched.proc.wait(timeout=20) == 0
