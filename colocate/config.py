@@ -11,38 +11,43 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 
 
 POLICY_NAMES = ("exclusive", "pack", "static", "adaptive")
 
 
+def _c(default, doc: str):
+    """A config field with its meaning (the README's table is generated from these)."""
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass(frozen=True)
 class NodeConfig:
-    policy: str = "adaptive"  # exclusive | pack | static | adaptive
+    policy: str = _c("adaptive", "co-location policy: " + ", ".join(POLICY_NAMES))
     # --- adaptive (AIMD on the opportunistic share, guarded by the guaranteed job's SLO)
-    slo_slowdown: float = 0.05  # guaranteed mini-batch time may exceed its solo baseline by this fraction
-    baseline_batches: int = 30  # guaranteed batches profiled alone (opportunistic jobs paused)
-    baseline_warmup_batches: int = 10  # a new guaranteed job's first batches (warm-up) are never profiled
-    baseline_quiet_timeout_s: float = 5.0  # start profiling anyway if a paused job has not confirmed by then
-    rebaseline_s: float = 120.0  # re-profile the baseline this often (0: never)
-    window_batches: int = 16  # guaranteed batches per AIMD decision
-    slo_grow_fraction: float = 0.5  # grow only while the slowdown is within this part of the SLO margin; hold above
-    slo_patience_windows: int = 2  # windows over the SLO in a row before backing off (beyond 2x the margin: at once)
-    opp_start_share: float = 0.25  # an opportunistic job starts here
-    opp_share_step: float = 0.25  # additive increase per good window
-    opp_backoff: float = 0.7  # multiplicative decrease on an SLO break
-    opp_min_share: float = 0.05  # no running opportunistic job gets less (no starvation)
-    opp_start_mem_fraction: float = 0.25  # first opportunistic cap: this part of what is free
-    mem_headroom_bytes: int = 256 << 20  # kept free between the guaranteed job's use and opportunistic caps
-    gate: bool = True  # opportunistic device work yields to the guaranteed job's device phases
-    guaranteed_idle_s: float = 1.0  # no guaranteed batch for this long: treat its GPU as free
+    slo_slowdown: float = _c(0.05, "adaptive: the guaranteed job's mini-batch time may exceed its solo baseline by this fraction")
+    baseline_batches: int = _c(30, "adaptive: guaranteed batches profiled alone (opportunistic jobs paused) for the baseline")
+    baseline_warmup_batches: int = _c(10, "adaptive: a new guaranteed job's first batches (warm-up) are never profiled")
+    baseline_quiet_timeout_s: float = _c(5.0, "adaptive: start profiling anyway if a paused job has not confirmed by then")
+    rebaseline_s: float = _c(120.0, "adaptive: re-profile the baseline this often (0: never)")
+    window_batches: int = _c(16, "adaptive: guaranteed batches per AIMD decision")
+    slo_grow_fraction: float = _c(0.5, "adaptive: grow only while the slowdown is within this part of the SLO margin; hold above")
+    slo_patience_windows: int = _c(2, "adaptive: windows over the SLO in a row before backing off (beyond twice the margin: at once)")
+    opp_start_share: float = _c(0.25, "adaptive: an opportunistic job's first compute share")
+    opp_share_step: float = _c(0.25, "adaptive: additive increase per good window")
+    opp_backoff: float = _c(0.7, "adaptive: multiplicative decrease on an SLO break")
+    opp_min_share: float = _c(0.05, "adaptive: no running opportunistic job gets less (no starvation)")
+    opp_start_mem_fraction: float = _c(0.25, "adaptive: an opportunistic job's first memory cap, as a part of what is free")
+    mem_headroom_bytes: int = _c(256 << 20, "adaptive: bytes kept free between the guaranteed job's use and opportunistic caps")
+    gate: bool = _c(True, "adaptive: opportunistic jobs yield the device to the guaranteed job (how: COLOCATE_YIELD_VIA)")
+    guaranteed_idle_s: float = _c(1.0, "adaptive: no guaranteed batch for this long: its GPU counts as free")
     # --- static
-    static_share: float = 0.5
-    static_mem_fraction: float = 0.5
-    # --- liveness (zguide Paranoid Pirate)
-    heartbeat_s: float = 1.0
-    liveness: int = 3
+    static_share: float = _c(0.5, "static: the guaranteed job's compute share (opportunistic jobs split the rest)")
+    static_mem_fraction: float = _c(0.5, "static: the guaranteed job's part of the GPU's memory")
+    # --- liveness (zguide Paranoid Pirate); told to every job in its Welcome
+    heartbeat_s: float = _c(1.0, "seconds between a job's heartbeats")
+    liveness: int = _c(3, "silent heartbeat intervals before a job (or the node, for the job) counts as gone")
 
     def __post_init__(self):
         if self.policy not in POLICY_NAMES:
@@ -95,3 +100,12 @@ class NodeConfig:
 
     def with_overrides(self, **kw) -> "NodeConfig":
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
+
+
+def markdown_table() -> str:
+    """The README's table of node config fields (``colocate node --config FILE``, JSON)."""
+    rows = ["| field | default | meaning |", "| --- | --- | --- |"]
+    for f in fields(NodeConfig):
+        default = f.default if f.default is not MISSING else ""
+        rows.append(f"| `{f.name}` | `{json.dumps(default)}` | {f.metadata['doc']} |")
+    return "\n".join(rows)

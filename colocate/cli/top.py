@@ -1,9 +1,12 @@
-"""``colocate top``: a live, nvidia-smi/htop-like view of a node's GPUs and jobs.
+"""``colocate top``: a live, nvidia-smi/htop-like view of a node's GPUs and jobs, or of the cluster.
 
-Polls the node's operator endpoint (``CtlList``) every ``--interval`` seconds and redraws: per GPU its
-index, kind, memory and a utilization bar; per job its priority, memory cap, compute share, reserved and
-host bytes, throughput, SLO state and iterations. When the node is away it says so and keeps retrying.
-``--once`` prints one frame and exits (0 when the node answered, 1 when it did not). Ctrl-C exits 0.
+Node view (default): polls the node's operator endpoint (``CtlList``) every ``--interval`` seconds and
+redraws: per GPU its index, kind, memory and a utilization bar; per job its priority, memory cap,
+compute share, reserved and host bytes, throughput, SLO state and iterations.
+Cluster view (``--scheduler``): polls the scheduler: per node its state, GPUs allocated and shared and
+a utilization bar; the running and pending jobs with their nodes or why they wait.
+When the daemon is away it says so and keeps retrying. ``--once`` prints one frame and exits (0 when it
+answered, 1 when it did not). Ctrl-C exits 0.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ def register(sub) -> None:
         description="An nvidia-smi/htop-like live view of a running node coordinator. Ctrl-C quits.",
     )
     add_node_options(p)
+    p.add_argument("--scheduler", default=None, metavar="ENDPOINT",
+                   help="show the cluster as this scheduler sees it instead of one node")
+    p.add_argument("--keys", default=None, metavar="DIR", help="CURVE key folder for --scheduler (default $COLOCATE_KEYS)")
     p.add_argument("--interval", type=seconds(0.05, 3600), default=1.0, metavar="S",
                    help="refresh period in seconds (default 1)")
     p.add_argument("--once", action="store_true", help="print one frame and exit (for scripts)")
@@ -49,6 +55,54 @@ def render(endpoint: str, listing, error: str | None, now_wall: float, interval:
     return Group(*parts)
 
 
+def render_cluster(endpoint: str, snap, error: str | None, now_wall: float, interval: float):
+    """One cluster frame: nodes (utilization bars) and active jobs (``snap`` = (NodesReply, jobs) or None)."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from colocate.cli import _tables as T
+    from colocate.units import format_duration
+
+    header = Text()
+    header.append("colocate top", style="bold")
+    header.append(f"  scheduler {endpoint}  {time.strftime('%H:%M:%S', time.localtime(now_wall))}")
+    parts = [header]
+    if error is not None:
+        parts.append(Text(f"scheduler not reachable, retrying every {interval:g}s ({error})", style="bold red"))
+    if snap is None:
+        return Group(*parts)
+    nodes, jobs = snap
+    total = sum(n.gpus for n in nodes.nodes if n.up)
+    alloc = sum(n.gpus_allocated for n in nodes.nodes if n.up)
+    shared = sum(n.gpus_shared for n in nodes.nodes if n.up)
+    parts.append(Text(f"{sum(1 for n in nodes.nodes if n.up)}/{len(nodes.nodes)} nodes up, {total} GPUs: "
+                      f"{alloc} allocated, {shared} shared; {sum(1 for j in jobs if j.state == 'running')} running, "
+                      f"{sum(1 for j in jobs if j.state == 'pending')} pending"))
+    rows = [(n.node_id, Text("up", style="green") if n.up else Text("down", style="bold red"), str(n.gpus),
+             str(n.gpus_allocated), str(n.gpus_shared), T.util_bar(n.utilization), str(n.workers)) for n in nodes.nodes]
+    parts.append(T.table(("NODE", "STATE", "GPUS", "ALLOC", "SHARED", "UTILIZATION", "WORKERS"), rows, title="Nodes",
+                         right=("GPUS", "ALLOC", "SHARED", "WORKERS")))
+    order = {"running": 0, "placing": 1, "pending": 2}
+    rows = [(j.job_id, j.name, j.priority, j.state, f"{j.workers}x{j.gpus}",
+             format_duration(now_wall - (j.started_at or j.submitted_at)),
+             ",".join(j.nodes) if j.state != "pending" else j.reason)
+            for j in sorted(jobs, key=lambda j: (order.get(j.state, 3), j.submitted_at))]
+    parts.append(T.table(("JOB", "NAME", "CLASS", "STATE", "GPUS", "TIME", "NODES / WHY WAITING"), rows,
+                         title="Jobs", right=("GPUS", "TIME")) if rows else Text("no jobs", style="dim"))
+    return Group(*parts)
+
+
+def _poll_cluster(client):
+    from colocate import rpc
+
+    try:
+        return (client.nodes(), client.jobs(active_only=True)[0]), None
+    except rpc.BadEndpoint:
+        raise
+    except rpc.RpcError as exc:
+        return None, str(exc)
+
+
 def _poll(endpoint: str, timeout_s: float):
     from colocate.node import client as C
 
@@ -66,6 +120,8 @@ def main(args) -> int:
     from colocate.cli import _tables as T
     from colocate.node import client as C
 
+    if args.scheduler:
+        return _cluster(args)
     try:
         endpoint = C.resolve_ctl_endpoint(args.node, args.ctl)
     except C.BadEndpoint as exc:
@@ -80,6 +136,36 @@ def main(args) -> int:
             return 0 if error is None else 1
         return _live(console, endpoint, args.interval, timeout)
     except C.BadEndpoint as exc:
+        print(f"colocate top: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+
+
+def _cluster(args) -> int:
+    from rich.live import Live
+
+    from colocate import rpc
+    from colocate.cli import _tables as T
+    from cluster.client import SchedulerClient
+
+    client = SchedulerClient(args.scheduler, args.keys, min(args.timeout, max(0.5, args.interval)))
+    console = T.console()
+    try:
+        if args.once:
+            snap, error = _poll_cluster(client)
+            console.print(render_cluster(client.endpoint, snap, error, time.time(), args.interval))
+            return 0 if error is None else 1
+        last = None
+        with Live(render_cluster(client.endpoint, None, None, time.time(), args.interval), console=console,
+                  refresh_per_second=max(1, min(10, int(2 / args.interval) + 1)), screen=False) as live:
+            while True:
+                t0 = time.monotonic()
+                snap, error = _poll_cluster(client)
+                last = snap or last
+                live.update(render_cluster(client.endpoint, snap or last, error, time.time(), args.interval))
+                time.sleep(max(0.0, args.interval - (time.monotonic() - t0)))
+    except rpc.BadEndpoint as exc:
         print(f"colocate top: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
