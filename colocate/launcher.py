@@ -5,6 +5,12 @@ immutable description of the job; ``launch(spec)`` is the runtime that builds
 the environment, starts the command, forwards signals, merges the per-process
 statistics into ``--stats-file`` and returns the child's exit code
 (128 + N when the child died of signal N).
+
+A job may be several processes (``torchrun --nproc-per-node N``): ``RunSpec.gpus``
+lists the job's GPUs (``COLOCATE_GPUS``; on CUDA, ``CUDA_VISIBLE_DEVICES`` names the
+same GPUs by NVML UUID in the same order), and each process with torchrun's
+``LOCAL_RANK`` manages GPU number LOCAL_RANK of the list, which is its
+``cuda:LOCAL_RANK``. Under a node each such worker registers as ``JOB/RANK``.
 """
 
 from __future__ import annotations
@@ -18,18 +24,18 @@ import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import colocate
 from colocate import stats
-from colocate.env import JobEnv
+from colocate.env import JobEnv, format_gpus
 from colocate.files import write_json_atomic
 
 INJECT_DIR = str(Path(__file__).with_name("_inject"))
 PROJECT_ROOT = str(Path(colocate.__file__).resolve().parent.parent)
 FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGCONT")
-
+MAX_JOB_ID_CHARS = 112  # the wire allows 128: room for a worker's "/RANK"
 
 
 class LaunchError(Exception):
@@ -40,7 +46,8 @@ class LaunchError(Exception):
 class RunSpec:
     command: tuple[str, ...]
     device: str = "sim"  # resolved: sim | cuda
-    gpu: int = 0
+    gpu: int = 0  # the job's one GPU when ``gpus`` is empty (the older single-GPU form)
+    gpus: tuple[int, ...] = ()  # the job's GPUs, distinct node indices in order; () = (gpu,)
     gpu_mem: int | None = None
     sm_share: float = 1.0
     priority: str = "guaranteed"
@@ -50,21 +57,31 @@ class RunSpec:
     node: str | None = None
     sim_gpu_mem: int | None = None
     log: str = "warning"
+    exit_file: str | None = None  # where the exit code is written when the command ends
+
+    @property
+    def job_gpus(self) -> tuple[int, ...]:
+        return tuple(self.gpus) or (self.gpu,)
 
 
-def check_command(command: tuple[str, ...], path: str | None) -> None:
-    """Raise LaunchError if the program or the Python script cannot be found."""
+def check_command(command: tuple[str, ...], path: str | None, cwd: str | None = None) -> None:
+    """Raise LaunchError if the program or the Python script cannot be found (relative paths are taken
+    from ``cwd``, default the current directory; bare names are searched on ``path``)."""
     if not command:
         raise LaunchError("no command given: usage is `colocate run [options] -- CMD [ARGS...]`")
+
+    def here(p: str) -> str:
+        return os.path.join(cwd, p) if cwd else p
+
     program = command[0]
     if os.sep in program:
-        if not os.path.exists(program):
+        if not os.path.exists(here(program)):
             raise LaunchError(f"command not found: {program}")
     elif shutil.which(program, path=path) is None:
         raise LaunchError(f"command not found: {program}")
     if os.path.basename(program).startswith("python"):
         script = python_script(command[1:])
-        if script is not None and script != "-" and not os.path.exists(script):
+        if script is not None and script != "-" and not os.path.exists(here(script)):
             raise LaunchError(f"script not found: {script}")
 
 
@@ -103,14 +120,16 @@ def python_script(args) -> str | None:
 
 def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
     """The child's environment: ``base`` plus the COLOCATE_* table and injection."""
-    env = dict(base)
-    inherited = JobEnv.from_environ(base)
+    env = {k: v for k, v in base.items() if k not in ("COLOCATE_GPU", "COLOCATE_GPUS")}  # this job's own only
+    inherited = JobEnv.from_environ(env)
+    gpus = spec.job_gpus
     job = JobEnv(
         enabled=True,
         job_id=spec.job_id or f"job-{os.getpid()}",
         token=secrets.token_hex(16),
         device=spec.device,
-        gpu=spec.gpu,
+        gpu=gpus[0],
+        gpus=gpus,
         gpu_mem=spec.gpu_mem,
         sm_share=spec.sm_share,
         priority=spec.priority,
@@ -131,8 +150,9 @@ def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
     else:
         from colocate.gpus.nvml import visible_device
 
-        # by UUID: CUDA's own device order (fastest first) need not be NVML's, whose index --gpu is
-        env["CUDA_VISIBLE_DEVICES"] = visible_device(spec.gpu)
+        # by UUID: CUDA's own device order (fastest first) need not be NVML's, whose indices --gpus are;
+        # in --gpus order, so a worker's cuda:LOCAL_RANK is GPU number LOCAL_RANK of the list
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(visible_device(g) for g in gpus)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env
 
@@ -153,19 +173,26 @@ def launch(spec: RunSpec) -> int:
     """Run the job to completion; returns the exit code for the launcher."""
     base = dict(os.environ)
     check_command(spec.command, base.get("PATH"))
+    gpus = spec.job_gpus
+    if len(set(gpus)) != len(gpus):
+        raise LaunchError(f"--gpus {format_gpus(gpus)}: lists a GPU twice")
+    if spec.job_id is not None and not 1 <= len(spec.job_id) <= MAX_JOB_ID_CHARS:
+        raise LaunchError(f"--job-id: 1 to {MAX_JOB_ID_CHARS} characters, got {len(spec.job_id)}")
     if spec.device == "cuda":
         from colocate.gpus.nvml import device_count as nvml_device_count
 
         count = nvml_device_count()
-        if count and spec.gpu >= count:
-            raise LaunchError(f"--gpu {spec.gpu}: this machine has {count} CUDA GPU(s), indices 0..{count - 1}")
+        if count and max(gpus) >= count:
+            raise LaunchError(f"--gpus {format_gpus(gpus)}: this machine has {count} CUDA GPU(s), "
+                              f"indices 0..{count - 1}")
     with tempfile.TemporaryDirectory(prefix="colocate-stats-") as stats_dir:
         env = job_environment(spec, base, stats_dir)
         if spec.device == "sim":
             # the launcher, and the job until its runtime pins it, stay off the simulated GPU's core
             from colocate.gpus.sim import core_of, keep_off_cores
 
-            keep_off_cores({core_of(JobEnv.from_environ(env))})
+            job = JobEnv.from_environ(env)
+            keep_off_cores({core_of(replace(job, gpu=g)) for g in gpus})
         try:
             child = subprocess.Popen(list(spec.command), env=env)
         except OSError as exc:
@@ -183,7 +210,22 @@ def launch(spec: RunSpec) -> int:
                 write_json_atomic(spec.stats_file, summary)
             except OSError as exc:
                 print(f"colocate run: cannot write --stats-file {spec.stats_file}: {exc.strerror}", file=sys.stderr)
-    return 128 - code if code < 0 else code
+    code = 128 - code if code < 0 else code
+    write_exit_file(spec.exit_file, code)
+    return code
+
+
+def write_exit_file(path: str | None, code: int) -> None:
+    """Record the launcher's exit code in ``path`` (atomically; a node reads it for workers it re-adopted)."""
+    if not path:
+        return
+    try:
+        tmp = f"{path}.tmp.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(f"{code}\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        print(f"colocate run: cannot write the exit file {path}: {exc.strerror}", file=sys.stderr)
 
 
 def _forward_signals(child: subprocess.Popen) -> dict:

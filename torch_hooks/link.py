@@ -1,5 +1,8 @@
 """The job's link to its node coordinator (ZeroMQ DEALER over ``ipc://``).
 
+Each process of a job has its own link and speaks as its worker id (``JobEnv.worker_id``:
+``JOB/RANK`` for a torchrun worker, with ``Register.rank``/``world_size``; else ``JOB``).
+
 A background thread owns the DEALER socket. It registers the job, sends one
 ``BatchReport`` per mini-batch (handed over from the training thread through an
 inproc PUSH/PULL pair), acknowledges applied limits, and applies ``SetLimits``
@@ -41,6 +44,7 @@ class NodeLink:
     def __init__(self, env, rt, clock=time.monotonic):
         self.env = env
         self.rt = rt
+        self.worker_id = env.worker_id  # JOB/RANK for a torchrun worker, else JOB: this process on the link
         self._clock = clock
         self._ctx = zmq.Context()
         self._stop = threading.Event()
@@ -110,9 +114,10 @@ class NodeLink:
         self.epoch += 1
         limits = self.rt.limits()
         msg = P.Register(
-            job_id=self.env.job_id, pid=os.getpid(), gpu=self.env.gpu, priority=self.env.priority,
+            job_id=self.worker_id, pid=os.getpid(), gpu=self.env.gpu, priority=self.env.priority,
             mem_request=self.env.gpu_mem, sm_share=limits["sm_share"], mem_cap=limits["mem_cap"], epoch=self.epoch,
-            token=self.env.token[:128], sm_request=self.env.sm_share,
+            token=self.env.token[:128], sm_request=self.env.sm_share, rank=self.env.rank,
+            world_size=max(self.env.world_size or 1, (self.env.rank or 0) + 1),
         )
         self._send(sock, msg)
 
@@ -157,7 +162,7 @@ class NodeLink:
             if self.rejected:
                 last_heard = now  # not a silent node: it said no
             elif now - last_beat >= self.heartbeat_s:  # the node echoes it: proof of life both ways
-                self._send(sock, P.Heartbeat(job_id=self.env.job_id, sent_at=now))
+                self._send(sock, P.Heartbeat(job_id=self.worker_id, sent_at=now))
                 last_beat = now
             if now - last_heard > self.heartbeat_s * self.liveness:
                 log.warning("node %s silent for %.1fs: reconnecting", self.env.node, now - last_heard)
@@ -171,12 +176,12 @@ class NodeLink:
                 self._register(sock)
                 last_heard = last_beat = self._clock()
         reason = getattr(self, "_goodbye_reason", "exit")
-        self._send(sock, P.Goodbye(job_id=self.env.job_id, exit_code=None, reason=reason))
+        self._send(sock, P.Goodbye(job_id=self.worker_id, exit_code=None, reason=reason))
         sock.close(linger=200)
 
     def _report(self, sock, rec) -> None:
         self._send(sock, P.BatchReport(
-            job_id=self.env.job_id, seq=rec.index, t_end=rec.t_end, duration_s=rec.duration_s,
+            job_id=self.worker_id, seq=rec.index, t_end=rec.t_end, duration_s=rec.duration_s,
             busy_s=max(0.0, rec.busy_s), device_start_s=rec.device_start_s or 0.0,
             mem_allocated_peak=rec.mem_allocated_peak, mem_reserved=rec.mem_reserved, mem_floor=rec.mem_floor,
             host_bytes=rec.host_bytes, host_bytes_touched=rec.host_bytes_touched, limits_seq=rec.limits_seq,
@@ -187,7 +192,7 @@ class NodeLink:
         """Tell the node that limits ``seq`` are in force (once per seq)."""
         if seq > self._last_acked:
             self._last_acked = seq
-            self._send(sock, P.LimitsApplied(job_id=self.env.job_id, limits_seq=seq, applied_at=applied_at))
+            self._send(sock, P.LimitsApplied(job_id=self.worker_id, limits_seq=seq, applied_at=applied_at))
 
     def _handle(self, sock, data: bytes) -> None:
         try:
@@ -207,7 +212,7 @@ class NodeLink:
             self._apply(msg.limits)
             self.registered.set()
         elif isinstance(msg, P.SetLimits):
-            if self.registered.is_set() and msg.job_id == self.env.job_id:
+            if self.registered.is_set() and msg.job_id == self.worker_id:
                 self._apply(msg.limits)
         elif isinstance(msg, P.Error):
             if msg.code == P.REJECTED:

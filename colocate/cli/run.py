@@ -5,14 +5,23 @@ from __future__ import annotations
 import argparse
 import sys
 
-from colocate.cli._common import NONNEG_INT, SHARE, SIZE
-from colocate.env import DEVICE_CHOICES, LOG_LEVELS, ON_CAP, PRIORITIES
+from colocate.cli._common import NONNEG_INT, SHARE, SIZE, argtype
+from colocate.env import DEVICE_CHOICES, LOG_LEVELS, ON_CAP, PRIORITIES, parse_gpus
+
+GPU_LIST = argtype(parse_gpus, "gpus")
+ONE_GPU = argtype(lambda text: (NONNEG_INT(text),), "index")
 
 EPILOG = """\
 examples:
   colocate run --gpu-mem 2GiB --sm-share 0.5 -- python train.py --epochs 3
   colocate run --priority opportunistic --on-cap error --stats-file s.json -- python -m mypkg.train
-  colocate run --node ipc:///tmp/colocate-$UID/node.sock --gpu 1 -- python train.py
+  colocate run --node ipc:///tmp/colocate-$UID/node.sock --gpus 1 -- python train.py
+  colocate run --gpus 0,1 -- torchrun --nproc-per-node 2 train.py
+
+--gpus lists the job's GPUs. A job of several processes (torchrun's workers) is one job:
+the worker with LOCAL_RANK=i runs on GPU number i of the list (its cuda:i; on CUDA,
+CUDA_VISIBLE_DEVICES lists the job's GPUs in this order), and under a node it registers
+as JOB/RANK on its own GPU.
 
 The command is not modified: every Python process it starts gets the runtime
 through an injected sitecustomize and the COLOCATE_* variables (`colocate env`).
@@ -31,7 +40,10 @@ def register(sub) -> None:
     )
     p.add_argument("--device", default="auto", choices=DEVICE_CHOICES,
                    help="device kind: cuda, sim (a simulated GPU on one CPU core), or auto (cuda when available; default)")
-    p.add_argument("--gpu", type=NONNEG_INT, default=0, metavar="INDEX", help="GPU index (default 0)")
+    p.add_argument("--gpus", type=GPU_LIST, default=(0,), metavar="LIST",
+                   help="the job's GPUs, comma-separated indices, e.g. 0,1 (default 0); a torchrun worker with "
+                        "LOCAL_RANK=i uses GPU number i of the list")
+    p.add_argument("--gpu", dest="gpus", type=ONE_GPU, metavar="INDEX", help="one GPU: the same as --gpus INDEX")
     p.add_argument("--gpu-mem", type=SIZE, default=None, metavar="SIZE",
                    help="device memory cap, e.g. 2GiB, 512MiB, 4GB (default: the whole device); under a node, "
                         "the most the node will give")
@@ -50,24 +62,28 @@ def register(sub) -> None:
     p.add_argument("--sim-gpu-mem", type=SIZE, default=None, metavar="SIZE",
                    help="sim only: total memory of the simulated GPU (default 16GiB)")
     p.add_argument("--log", default="warning", choices=LOG_LEVELS, help="runtime log level inside the job")
+    p.add_argument("--exit-file", default=None, metavar="PATH",
+                   help="write the exit code to PATH when the command ends (how `colocate node` learns the exit "
+                        "code of a worker it re-adopted after a restart)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command to run")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
     from colocate.gpus import resolve
-    from colocate.launcher import LaunchError, RunSpec, launch
+    from colocate.launcher import LaunchError, RunSpec, launch, write_exit_file
 
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     try:
         spec = RunSpec(
-            command=tuple(command), device=resolve(args.device), gpu=args.gpu, gpu_mem=args.gpu_mem,
+            command=tuple(command), device=resolve(args.device), gpus=tuple(args.gpus), gpu_mem=args.gpu_mem,
             sm_share=args.sm_share, priority=args.priority, on_cap=args.on_cap, stats_file=args.stats_file,
-            job_id=args.job_id, node=args.node, sim_gpu_mem=args.sim_gpu_mem, log=args.log,
+            job_id=args.job_id, node=args.node, sim_gpu_mem=args.sim_gpu_mem, log=args.log, exit_file=args.exit_file,
         )
         return launch(spec)
     except (LaunchError, ValueError) as exc:
         print(f"colocate run: error: {exc}", file=sys.stderr)
+        write_exit_file(args.exit_file, 2)
         return 2

@@ -36,6 +36,7 @@ class FakeCuda:
         self.peak_allocated = self.peak_reserved = 0
         self.clock = 0.0
         self.memory = types.SimpleNamespace(mem_get_info=self.mem_get_info)
+        self.devices = set()  # every device index a call named (None: the current device)
         fake = self
 
         class Event:
@@ -43,7 +44,8 @@ class FakeCuda:
                 fake._lazy_init()
                 self.t = None
 
-            def record(self):
+            def record(self, stream=None):
+                fake.devices.add(None if stream is None else stream.device)
                 self.t = fake.clock
 
             def synchronize(self):
@@ -79,12 +81,18 @@ class FakeCuda:
     def is_initialized(self):
         return self.initialized
 
+    def current_stream(self, device=None):
+        self.devices.add(device)
+        return types.SimpleNamespace(device=device)
+
     # memory API
     def mem_get_info(self, device=None):
+        self.devices.add(device)
         self._lazy_init()
         return self.total - self.reserved, self.total
 
     def set_per_process_memory_fraction(self, fraction, device=None):
+        self.devices.add(device)
         self._lazy_init()
         if not isinstance(fraction, float):
             raise TypeError("Invalid type for fraction argument, must be `float`")
@@ -93,22 +101,26 @@ class FakeCuda:
         self.allowed = None if fraction >= 1.0 else int(fraction * float(self.total))
 
     def memory_stats(self, device=None):
+        self.devices.add(device)
         if not self.initialized:
             return {}
         return {"allocated_bytes.all.current": self.allocated, "reserved_bytes.all.current": self.reserved,
                 "allocated_bytes.all.peak": self.peak_allocated, "reserved_bytes.all.peak": self.peak_reserved}
 
     def memory_reserved(self, device=None):
-        return self.memory_stats().get("reserved_bytes.all.current", 0)
+        self.devices.add(device)
+        return self.memory_stats(device).get("reserved_bytes.all.current", 0)
 
     def memory_allocated(self, device=None):
-        return self.memory_stats().get("allocated_bytes.all.current", 0)
+        self.devices.add(device)
+        return self.memory_stats(device).get("allocated_bytes.all.current", 0)
 
     def empty_cache(self):
         if self.initialized:
             self.reserved = self.allocated
 
     def reset_peak_memory_stats(self, device=None):
+        self.devices.add(device)
         assert self.initialized, "resetPeakStats before the allocator exists"
         self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
 
@@ -395,5 +407,28 @@ def test_visible_device_is_the_nvml_uuid(monkeypatch):
 
     env = L.job_environment(L.RunSpec(command=("x",), device="cuda", gpu=1), {"PATH": "/usr/bin"}, "/tmp/s")
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-bbb" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    with pytest.raises(L.LaunchError, match="--gpu 2: this machine has 2 CUDA GPU"):
+    with pytest.raises(L.LaunchError, match="--gpus 2: this machine has 2 CUDA GPU"):
         L.launch(L.RunSpec(command=("true",), device="cuda", gpu=2))
+
+
+def test_a_torchrun_worker_manages_its_own_device_index(nvml):
+    """COLOCATE_GPUS=2,5 and LOCAL_RANK=1: NVML GPU 5, which is cuda:1 in the job; every call names device 1."""
+    torch = fake_torch()
+    env = JobEnv.from_environ({"COLOCATE_DEVICE": "cuda", "COLOCATE_GPUS": "2,5", "COLOCATE_GPU_MEM": str(GiB),
+                               "LOCAL_RANK": "1", "RANK": "3", "WORLD_SIZE": "4", "COLOCATE_JOB_ID": "ddp"})
+    assert (env.gpu, env.device_index, env.worker_id) == (5, 1, "ddp/3")
+    dev = C.CudaJobDevice(env, torch_module=torch)
+    dev.install()
+    torch.cuda.alloc(256 * MiB)
+    dev.phase_start()
+    torch.cuda.clock += 0.25
+    dev.phase_end()
+    dev.set_cap(512 * MiB)
+    dev.release_cache()
+    dev.memory()
+    dev.reset_window()
+    dev.mem_get_info()
+    assert torch.cuda.devices == {1}, torch.cuda.devices
+    assert dev.index == 5 and dev.busy_time() == pytest.approx(0.25)
+    single = C.CudaJobDevice(JobEnv.from_environ({"COLOCATE_DEVICE": "cuda", "COLOCATE_GPUS": "2,5"}), torch_module=torch)
+    assert (single.index, single.cuda_index) == (2, 0)  # no LOCAL_RANK: the first GPU, cuda:0

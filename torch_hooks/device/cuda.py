@@ -1,7 +1,9 @@
 """The CUDA device inside a job: torch.cuda for caps, statistics and busy time.
 
 Job-side contract on CUDA (the launcher sets CUDA_VISIBLE_DEVICES to the job's
-GPU, by NVML UUID, so it is device 0 inside the job):
+GPUs, by NVML UUID, in ``--gpus`` order; this process's GPU is device
+``JobEnv.device_index`` inside the job: ``cuda:LOCAL_RANK`` for torchrun's workers,
+``cuda:0`` for a single process). Every call below names that device:
 
 * lazy: installing the runtime does not start CUDA. ``import torch`` in a job
   process that never touches the GPU costs no CUDA context, and a script may
@@ -64,7 +66,8 @@ class CudaJobDevice:
     kind = "cuda"
 
     def __init__(self, env, torch_module=None):
-        self.index = env.gpu  # the NVML index; inside the job the GPU is CUDA device 0
+        self.index = env.gpu  # the NVML index
+        self.cuda_index = env.device_index  # the same GPU as this process's CUDA device ordinal
         self._requested = env.gpu_mem  # None: the whole device
         self._soft = env.on_cap != "error"
         self._torch = torch_module
@@ -125,7 +128,7 @@ class CudaJobDevice:
         if self._ready:
             return
         try:
-            _, total = self._real_mem_get_info(0)
+            _, total = self._real_mem_get_info(self.cuda_index)
             with self._mem_lock:
                 self.mem_total = int(total)
                 self._cap = self._clip(self._requested)
@@ -142,13 +145,13 @@ class CudaJobDevice:
         return min(cap, self.mem_total) if self.mem_total > 0 else cap
 
     def _apply(self, limit: int) -> None:
-        self._torch.cuda.set_per_process_memory_fraction(memory_fraction(limit, self.mem_total), 0)
+        self._torch.cuda.set_per_process_memory_fraction(memory_fraction(limit, self.mem_total), self.cuda_index)
 
     def _reserved(self) -> tuple[int, int]:
         """(reserved now, reserved peak of the current window)."""
         if not self._ready:
             return 0, 0
-        s = self._torch.cuda.memory_stats(0)
+        s = self._torch.cuda.memory_stats(self.cuda_index)
         return int(s.get("reserved_bytes.all.current", 0)), int(s.get("reserved_bytes.all.peak", 0))
 
     # ---- limits -----------------------------------------------------------------
@@ -193,7 +196,7 @@ class CudaJobDevice:
                 peak_allocated=self._peaks[0], peak_reserved=self._peaks[1], peak_host=0,
                 win_peak_allocated=0, win_peak_reserved=0, win_host_touched=0,
             )
-        s = self._torch.cuda.memory_stats(0)
+        s = self._torch.cuda.memory_stats(self.cuda_index)
         alloc, res = s.get("allocated_bytes.all.current", 0), s.get("reserved_bytes.all.current", 0)
         win_alloc, win_res = s.get("allocated_bytes.all.peak", 0), s.get("reserved_bytes.all.peak", 0)
         self._peaks = [max(self._peaks[0], win_alloc), max(self._peaks[1], win_res)]
@@ -208,20 +211,20 @@ class CudaJobDevice:
             return
         m = self.memory()  # fold the window peaks into the lifetime peaks first
         self._last_win_peak = m.win_peak_reserved
-        self._torch.cuda.reset_peak_memory_stats(0)
+        self._torch.cuda.reset_peak_memory_stats(self.cuda_index)
 
     def phase_start(self) -> None:
         if not self._ready:  # a forward before CUDA started is not device work
             return
         ev = self._torch.cuda.Event(enable_timing=True)
-        ev.record()
+        ev.record(self._torch.cuda.current_stream(self.cuda_index))  # this process's GPU, whatever the current one
         self._start_event = ev
 
     def phase_end(self) -> None:
         if self._start_event is None:
             return
         end = self._torch.cuda.Event(enable_timing=True)
-        end.record()
+        end.record(self._torch.cuda.current_stream(self.cuda_index))
         end.synchronize()
         with self._lock:
             self._busy += self._start_event.elapsed_time(end) / 1000.0
@@ -234,13 +237,13 @@ class CudaJobDevice:
     def mem_get_info_from(self, card_free: int) -> tuple[int, int]:
         if not self._ready:
             return max(0, min(self._cap, card_free)), self._cap
-        reserved = self._torch.cuda.memory_reserved(0)
-        allocated = self._torch.cuda.memory_allocated(0)
+        reserved = self._torch.cuda.memory_reserved(self.cuda_index)
+        allocated = self._torch.cuda.memory_allocated(self.cuda_index)
         free = max(0, min(self._cap - reserved, card_free)) + (reserved - allocated)
         return free, self._cap
 
     def mem_get_info(self) -> tuple[int, int]:
-        free, _ = self._real_mem_get_info(0)
+        free, _ = self._real_mem_get_info(self.cuda_index)
         return self.mem_get_info_from(free)
 
     def charge(self, seconds: float) -> None:

@@ -34,6 +34,11 @@ def error_lines(stderr):
         (["--priority", "urgent", "--", "python", "-c", "pass"], "urgent"),
         (["--on-cap", "swap", "--", "python", "-c", "pass"], "swap"),
         (["--gpu", "-1", "--", "python", "-c", "pass"], "--gpu"),
+        (["--gpus", "0,0", "--", "python", "-c", "pass"], "--gpus"),
+        (["--gpus", "0,x", "--", "python", "-c", "pass"], "--gpus"),
+        (["--gpus", "-1", "--", "python", "-c", "pass"], "--gpus"),
+        (["--gpus", "", "--", "python", "-c", "pass"], "--gpus"),
+        (["--job-id", "j" * 113, "--", "python", "-c", "pass"], "--job-id"),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
 )
@@ -108,3 +113,30 @@ def test_job_that_never_imports_torch_pays_nothing(colocate, tmp_path):
     proc = colocate(["run", "--device", "sim", "--", sys.executable, "-c", code], cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "False"]
+
+
+def test_gpus_reach_the_job_and_local_rank_picks_a_process_gpu(colocate, tmp_path):
+    """--gpus 1,0: the job's list in order; a process with LOCAL_RANK=i sees GPU number i, a worker id JOB/RANK."""
+    code = ("import os, subprocess, sys\n"
+            "from colocate.env import JobEnv\n"
+            "print(os.environ['COLOCATE_GPUS'], os.environ.get('COLOCATE_GPU'))\n"
+            "for lr in ('0', '1', '2'):\n"
+            "    e = JobEnv.from_environ({**os.environ, 'LOCAL_RANK': lr, 'RANK': str(4 + int(lr))})\n"
+            "    print(e.gpu, e.device_index, e.worker_id)\n")
+    proc = colocate(["run", "--device", "sim", "--gpus", "1,0", "--job-id", "w", "--exit-file", tmp_path / "rc",
+                     "--", sys.executable, "-c", code], cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["1,0 None", "1 0 w/4", "0 1 w/5", "1 0 w/6"]  # modulo the list's length
+    assert (tmp_path / "rc").read_text() == "0\n"
+    alias = colocate(["run", "--device", "sim", "--gpu", "1", "--", sys.executable, "-c",
+                      "import os; print(os.environ['COLOCATE_GPUS'])"], cwd=tmp_path, timeout=60)
+    assert alias.stdout.strip() == "1", alias.stderr
+
+
+def test_exit_file_records_the_code_even_when_the_command_is_missing(colocate, tmp_path):
+    proc = colocate(["run", "--device", "sim", "--exit-file", tmp_path / "rc", "--", sys.executable, "-c",
+                     "raise SystemExit(7)"], cwd=tmp_path, timeout=60)
+    assert proc.returncode == 7 and (tmp_path / "rc").read_text() == "7\n"
+    proc = colocate(["run", "--device", "sim", "--exit-file", tmp_path / "rc2", "--", "no-such-prog-xyz"],
+                    cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and (tmp_path / "rc2").read_text() == "2\n"
