@@ -25,24 +25,21 @@ def argtype(fn, what: str):
     return parse
 
 
-def _nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"must be a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise ValueError(f"must be a non-negative integer, got {text}")
-    return value
+def _int_at_least(lo: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"must be {what} integer, got {text!r}") from None
+        if value < lo:
+            raise ValueError(f"must be {what} integer, got {text}")
+        return value
+
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise ValueError(f"must be a positive integer, got {text}")
-    return value
+_nonneg_int = _int_at_least(0, "a non-negative")
+_positive_int = _int_at_least(1, "a positive")
 
 
 def _seconds(lo: float, hi: float):
