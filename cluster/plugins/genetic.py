@@ -38,7 +38,7 @@ from cluster.framework import register
 from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.plugins.nodetable import TablePlugin, pick_first
-from cluster.spec import MILLI
+from cluster.spec import MILLI, JobSpec
 from cluster.state import NodeState
 
 PROB = (lambda v: 0 <= v <= 1, "a probability 0..1")
@@ -48,7 +48,7 @@ class Search:
     """The GA's view of one cycle: pending workers (arrays over jobs) and a planning copy of the
     node table (arrays over rows), with the fitness of pairs vectorized."""
 
-    def __init__(self, table, jobs: list[Job]) -> None:
+    def __init__(self, table, specs: list[JobSpec]) -> None:
         n = table.rows
         self.free = table.free[:n].copy()
         self.whole = table.whole[:n].copy()
@@ -57,7 +57,6 @@ class Search:
         self.ngpu = table.ngpu[:n]
         self.maxfree = self.free.max(axis=1) if self.free.shape[1] else np.zeros(n, dtype=np.int32)
         self.up_rows = np.flatnonzero(table.up[:n])
-        specs = [j.spec for j in jobs]
         self.gpus = np.array([s.gpus for s in specs], dtype=np.int64)
         self.milli = np.array([s.gpu_milli for s in specs], dtype=np.int64)
         self.tcpu = np.array([s.cpu_milli for s in specs], dtype=float)
@@ -149,7 +148,7 @@ class Genetic(TablePlugin):
         if not jobs:
             return
         self.table.sync(self.fw.state)
-        s = Search(self.table, jobs)
+        s = Search(self.table, [j.spec for j in jobs])
         if not len(s.up_rows):
             return
         rng = np.random.default_rng(self.fw.rng.getrandbits(64))

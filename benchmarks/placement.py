@@ -1,0 +1,356 @@
+"""Placement policies on the Alibaba traces, fed straight to ``SchedulerCore`` (no simulator).
+
+(b) seed 004 (GA vs First-Fit / Round-Robin / Tetris): the openb pods that ran
+    (``openb_pod_list_default.csv``, 7,255 with durations) arrive at their creation times and
+    run for their recorded durations on a PAI-shaped cluster: a stratified sample of
+    ``pai_machine_spec_with_header.csv`` (every machine group in proportion, file order), small
+    enough to be loaded (the pods' concurrent demand peaks at 65 GPUs). A placed pod starts at
+    once and exits after its duration; FIFO queue, gang plugin (every pod is one worker).
+    Reported: GPU allocation (allocated GPU milli over capacity) after each placement, its mean
+    over placements and over time, and job completion times (end - submit) and waits.
+(c) the FGD paper's method (ATC'23): pods of ``openb_pod_list_default.csv`` (all 8,152, times
+    ignored) shuffled with a seed and submitted one at a time, each placed at once or dropped,
+    no departures, until the submitted GPU requests reach 1.3x the cluster's GPU capacity
+    (``openb_node_list_gpu_node.csv``: 1,213 nodes, 6,212 GPUs); one pass over the pods
+    requests only 0.98x, so further passes, each reshuffled, follow (a repeated pod gets a new
+    id). Reported: GPU allocation rate against the arrived workload, unallocated GPUs and the
+    fragmentation (FGD's measure, with the trace's task types) at the end, over several seeds.
+
+Every pod is submitted as guaranteed (the BE/LS qos of the trace plays no part in either paper).
+``--policies`` takes preset names (``cluster.config.PRESETS``). FGD's task-type popularity is the
+pod list's (its simulator's typical pods: the most common types covering 95%).
+
+    python benchmarks/placement.py c                  # 5 policies x 10 seeds, ~10 min on 2 cores
+    python benchmarks/placement.py b                  # 4 policies, ~2 min
+    python benchmarks/placement.py c --seeds 3 --policies fgd,best-fit
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import random
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+from multiprocessing import Pool
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cluster import events as ev  # noqa: E402
+from cluster.config import PRESETS, parse_config  # noqa: E402
+from cluster.core import SchedulerCore  # noqa: E402
+from cluster.plugins.fgd import Workload, fragmentation, type_of, typical  # noqa: E402
+from cluster.plugins.nodetable import NodeTable  # noqa: E402
+from cluster.spec import NodeSpec  # noqa: E402
+from cluster.traces import load_nodes, read_alibaba_pods  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES = Path("/work/shared/traces")
+PODS = TRACES / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
+OPENB_NODES = TRACES / "alibaba-gpu-v2023" / "openb_node_list_gpu_node.csv"
+PAI_NODES = TRACES / "alibaba-pai-v2020" / "pai_machine_spec_with_header.csv"
+IMG = ROOT / "docs" / "img"
+OUT = ROOT / "benchmarks" / "out"
+COVERAGE = 1.0  # FGD task types kept: all (see cluster/plugins/fgd.py)
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def load_pods(path: Path, durations: bool) -> list:
+    """(JobSpec, duration or None) per pod, every pod guaranteed, in the trace's order."""
+    res = read_alibaba_pods(str(path), allow_no_duration=not durations)
+    return [(replace(j.spec, priority="guaranteed"), j.duration_s) for j in res.jobs]
+
+
+def popularity(specs) -> dict[str, float]:
+    """FGD's task types of a pod list, as the ``popularity`` parameter."""
+    counts = Counter(type_of(s) for s in specs)
+    return {f"{c}:{g}:{m}" + (f":{mod}" if mod else ""): float(n) for (c, g, m, mod), n in counts.items()}
+
+
+def config(policy: str, specs, generations: int | None = None):
+    raw = json.loads(json.dumps(PRESETS[policy]))
+    if "fgd" in raw["plugins"]:
+        raw.setdefault("plugin", {})["fgd"] = {"popularity": popularity(specs), "coverage": COVERAGE}
+    if "genetic" in raw["plugins"] and generations is not None:
+        raw.setdefault("plugin", {}).setdefault("genetic", {})["generations"] = generations
+    return parse_config(raw, policy)
+
+
+def pai_sample(machines: int) -> list[NodeSpec]:
+    """A stratified sample of the PAI machine table: each (GPUs, model, CPU, memory) group gets
+    its share of ``machines`` (largest remainder), its first machines in file order; groups in
+    file order."""
+    nodes = load_nodes(str(PAI_NODES)).nodes
+    groups: dict[tuple, list[NodeSpec]] = {}
+    for n in nodes:
+        groups.setdefault((n.gpus, n.gpu_model, n.cpu_milli, n.mem_mib), []).append(n)
+    total = len(nodes)
+    exact = {k: machines * len(v) / total for k, v in groups.items()}
+    take = {k: int(x) for k, x in exact.items()}
+    for k in sorted(exact, key=lambda k: -(exact[k] - take[k]))[:machines - sum(take.values())]:
+        take[k] += 1
+    return [n for k, v in groups.items() for n in v[:take[k]]]
+
+
+def capacity_milli(nodes) -> int:
+    return sum(n.gpus for n in nodes) * 1000
+
+
+def allocated_milli(core: SchedulerCore) -> int:
+    return sum(g.milli for n in core.state.nodes.values() for g in n.gpus)
+
+
+def frag_milli(core: SchedulerCore, wl: Workload) -> float:
+    table = NodeTable()
+    table.sync(core.state)
+    return float(fragmentation(table, wl).sum())
+
+
+# ---------------------------------------------------------------- (c) FGD method
+
+
+def arrivals(pods, seed: int, target_milli: float) -> list:
+    """Shuffled passes over the pods until their GPU requests reach ``target_milli``."""
+    rng = random.Random(seed)
+    out, total, rnd = [], 0, 0
+    while total < target_milli:
+        order = list(range(len(pods)))
+        rng.shuffle(order)
+        for i in order:
+            spec = pods[i]
+            if rnd:
+                spec = replace(spec, job_id=f"{spec.job_id}#{rnd}")
+            out.append(spec)
+            total += spec.total_milli if spec.gpus else 0
+            if total >= target_milli:
+                break
+        rnd += 1
+    return out
+
+
+def run_c(job: tuple) -> dict:
+    policy, seed, ratio = job
+    pods = [s for s, _ in load_pods(PODS, durations=False)]
+    nodes = load_nodes(str(OPENB_NODES)).nodes
+    cap = capacity_milli(nodes)
+    wl = Workload(typical(Counter(type_of(s) for s in pods), COVERAGE))
+    core = SchedulerCore(config(policy, pods), random.Random(seed))
+    core.handle_batch([ev.NodeJoined(n, 1) for n in nodes], 0.0)
+    arrived = alloc = 0
+    failed = 0
+    curve, frag_curve = [], []
+    step = 1
+    t0 = time.perf_counter()
+    for i, spec in enumerate(arrivals(pods, seed, ratio * cap)):
+        out = core.handle(ev.JobSubmitted(spec), float(i))
+        demand = spec.total_milli if spec.gpus else 0
+        arrived += demand
+        if any(isinstance(d, ev.StartWorkers) for d in out):
+            alloc += demand
+        else:
+            failed += 1
+            core.handle(ev.JobCancelled(spec.job_id), float(i))
+        while arrived >= step * cap / 100:
+            curve.append((step, 100.0 * alloc / cap))
+            if step % 10 == 0:
+                frag_curve.append((step, frag_milli(core, wl) / 1000))
+            step += 1
+    seconds = time.perf_counter() - t0
+    assert alloc == allocated_milli(core)
+    core.state.check_invariants()
+    frag = frag_milli(core, wl)
+    free = cap - alloc
+    return {"policy": policy, "seed": seed, "alloc_pct": 100.0 * alloc / cap, "unalloc_gpus": free / 1000,
+            "frag_gpus": frag / 1000, "frag_pct_of_free": 100.0 * frag / free if free else 0.0,
+            "failed": failed, "pods": i + 1, "curve": curve, "frag_curve": frag_curve, "seconds": seconds}
+
+
+# ---------------------------------------------------------------- (b) seed 004
+
+
+def run_b(job: tuple) -> dict:
+    policy, machines, generations = job
+    pods = load_pods(PODS, durations=True)
+    nodes = pai_sample(machines)
+    cap = capacity_milli(nodes)
+    core = SchedulerCore(config(policy, [s for s, _ in pods], generations), random.Random(0))
+    core.handle_batch([ev.NodeJoined(n, 1) for n in nodes], 0.0)
+    duration = {s.job_id: d for s, d in pods}
+    submit = {s.job_id: s.submit_time for s, _ in pods}
+    heap: list = []
+    seq = 0
+    for s, _ in pods:
+        heap.append((s.submit_time, seq, ev.JobSubmitted(s)))
+        seq += 1
+    heapq.heapify(heap)
+    demand = {s.job_id: (s.total_milli if s.gpus else 0) for s, _ in pods}
+    started: dict[str, float] = {}
+    ended: dict[str, float] = {}
+    alloc = 0
+    curve = []  # (placements so far, allocation % after it)
+    area, first_t, last_t = 0.0, heap[0][0], heap[0][0]
+    t0 = time.perf_counter()
+    while heap:
+        now = heap[0][0]
+        batch = []
+        while heap and heap[0][0] == now:
+            batch.append(heapq.heappop(heap)[2])
+        area += alloc * (now - last_t)
+        last_t = now
+        for e in batch:
+            if isinstance(e, ev.WorkerExited):
+                alloc -= demand[e.job_id]
+                ended[e.job_id] = now
+        out = core.handle_batch(batch, now)
+        while out:
+            follow = []
+            for d in out:
+                if isinstance(d, ev.StartWorkers):
+                    p = d.placement
+                    started[p.job_id] = now
+                    alloc += demand[p.job_id]
+                    curve.append((len(started), 100.0 * alloc / cap))
+                    follow += [ev.WorkerStarted(p.job_id, p.placement_id, s.rank) for s in p.slots]
+                    heapq.heappush(heap, (now + duration[p.job_id], seq, ev.WorkerExited(p.job_id, p.placement_id, 0, 0)))
+                    seq += 1
+            out = core.handle_batch(follow, now) if follow else []
+    seconds = time.perf_counter() - t0
+    core.state.check_invariants()
+    jct = sorted(ended[j] - submit[j] for j in ended)
+    wait = sorted(started[j] - submit[j] for j in started)
+    span = (last_t - first_t) or 1.0
+    return {"policy": policy, "machines": len(nodes), "gpus": cap // 1000, "placed": len(started),
+            "finished": len(ended), "mean_alloc_placements": statistics.fmean(u for _, u in curve),
+            "mean_alloc_time": 100.0 * area / cap / span, "curve": curve[::max(1, len(curve) // 2000)],
+            "jct_mean": statistics.fmean(jct), "jct_median": statistics.median(jct),
+            "jct_p95": jct[int(0.95 * (len(jct) - 1))], "wait_mean": statistics.fmean(wait),
+            "wait_p95": wait[int(0.95 * (len(wait) - 1))], "seconds": seconds}
+
+
+# ---------------------------------------------------------------- report
+
+
+def spread(values: list[float]) -> str:
+    m = statistics.fmean(values)
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{m:.2f} ± {sd:.2f}"
+
+
+def report_c(results: list[dict], policies: list[str]) -> str:
+    lines = ["| policy | GPU allocation % | unallocated GPUs | fragmentation (GPUs) | frag. % of free | pods dropped | s/run |",
+             "|---|---|---|---|---|---|---|"]
+    for pol in policies:
+        rs = [r for r in results if r["policy"] == pol]
+        lines.append(f"| {pol} | {spread([r['alloc_pct'] for r in rs])} | {spread([r['unalloc_gpus'] for r in rs])} | "
+                     f"{spread([r['frag_gpus'] for r in rs])} | {spread([r['frag_pct_of_free'] for r in rs])} | "
+                     f"{spread([r['failed'] for r in rs])} | {statistics.fmean(r['seconds'] for r in rs):.1f} |")
+    return "\n".join(lines)
+
+
+def report_b(results: list[dict]) -> str:
+    lines = ["| policy | mean allocation % (over placements) | mean allocation % (over time) | JCT mean / median / p95 (s) | wait mean / p95 (s) | placed | s/run |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['policy']} | {r['mean_alloc_placements']:.2f} | {r['mean_alloc_time']:.2f} | "
+                     f"{r['jct_mean']:.0f} / {r['jct_median']:.0f} / {r['jct_p95']:.0f} | {r['wait_mean']:.0f} / {r['wait_p95']:.0f} | "
+                     f"{r['placed']} | {r['seconds']:.1f} |")
+    return "\n".join(lines)
+
+
+def plot_c(results: list[dict], policies: list[str], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for pol in policies:
+        rs = [r for r in results if r["policy"] == pol]
+        n = min(len(r["curve"]) for r in rs)
+        x = [p for p, _ in rs[0]["curve"][:n]]
+        ys = np.array([[a for _, a in r["curve"][:n]] for r in rs])
+        line, = ax.plot(x, ys.mean(axis=0), label=pol)
+        ax.fill_between(x, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.2)
+        ax2.plot(x, ys.mean(axis=0), color=line.get_color(), label=pol)
+        ax2.fill_between(x, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.2)
+    ax.plot([0, 100], [0, 100], ":", color="grey", lw=0.8)
+    ax.set(xlabel="arrived workload (% of cluster GPU capacity)", ylabel="GPU allocation rate (%)",
+           title="(c) openb default on openb GPU nodes, no departures")
+    ax2.set(xlim=(80, 130), ylim=(80, 100), xlabel="arrived workload (%)", ylabel="GPU allocation rate (%)",
+            title=f"zoom; line: mean of {len(rs)} seeds, band: min..max")
+    ax.legend(loc="lower right")
+    ax2.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_b(results: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [2, 1]})
+    for r in results:
+        xs = [k for k, _ in r["curve"]]
+        ys = [u for _, u in r["curve"]]
+        ax.plot(xs, ys, lw=0.8, label=f"{r['policy']} (mean {r['mean_alloc_placements']:.1f}%)")
+    ax.set(xlabel="tasks scheduled", ylabel="GPU allocation after scheduling (%)",
+           title=f"(b) openb pods with departures on a {results[0]['machines']}-machine PAI sample ({results[0]['gpus']} GPUs)")
+    ax.legend(loc="upper left", fontsize=8)
+    names = [r["policy"] for r in results]
+    ax2.bar(names, [r["jct_mean"] / 3600 for r in results], label="mean")
+    ax2.bar(names, [r["jct_median"] / 3600 for r in results], label="median", alpha=0.7)
+    ax2.set(ylabel="job completion time (h)", title="JCT (end - submit)")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    c = sub.add_parser("c", help="the FGD paper's method")
+    c.add_argument("--policies", default="fgd,best-fit,first-fit,tetris,round-robin")
+    c.add_argument("--seeds", type=int, default=10, help="seeds 42.. (the FGD artifact's)")
+    c.add_argument("--ratio", type=float, default=1.3)
+    b = sub.add_parser("b", help="seed 004's comparison")
+    b.add_argument("--policies", default="genetic,first-fit,round-robin,tetris")
+    b.add_argument("--machines", type=int, default=16, help="PAI machines in the stratified sample")
+    b.add_argument("--generations", type=int, default=None, help="GA generations (default: the plugin's)")
+    for p in (b, c):
+        p.add_argument("--procs", type=int, default=2)
+        p.add_argument("--tag", default="", help="suffix of the output files")
+    args = ap.parse_args(argv)
+    policies = args.policies.split(",")
+    OUT.mkdir(parents=True, exist_ok=True)
+    IMG.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if args.what == "c":
+        jobs = [(pol, seed, args.ratio) for pol in policies for seed in range(42, 42 + args.seeds)]
+        with Pool(args.procs) as pool:
+            results = pool.map(run_c, jobs, chunksize=1)
+        table = report_c(results, policies)
+        plot_c(results, policies, IMG / f"placement_c{args.tag}.png")
+    else:
+        jobs = [(pol, args.machines, args.generations) for pol in policies]
+        with Pool(args.procs) as pool:
+            results = pool.map(run_b, jobs, chunksize=1)
+        table = report_b(results)
+        plot_b(results, IMG / f"placement_b{args.tag}.png")
+    (OUT / f"placement_{args.what}{args.tag}.json").write_text(json.dumps(results))
+    print(table)
+    print(f"\n{len(jobs)} runs in {time.perf_counter() - t0:.0f} s; raw: {OUT / f'placement_{args.what}{args.tag}.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
