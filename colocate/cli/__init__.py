@@ -22,6 +22,7 @@ COMMANDS = {
     "top": "colocate.cli.top",
     "env": "colocate.cli.env",
     "demo": "colocate.cli.demo",
+    "simulate": "colocate.cli.simulate",
     "scheduler": "colocate.cli.scheduler",
     "submit": "colocate.cli.submit",
     "status": "colocate.cli.status",

@@ -1,0 +1,584 @@
+"""The discrete-event engine: drives a real ``SchedulerCore`` (the live scheduler's policy code,
+plugins and all) on simulated time.
+
+Contract. ``Simulation(core, jobs, nodes, model, config).run()`` feeds the core only events the
+live edge would send and acts on its decisions as the nodes would; nothing in ``cluster.core``,
+``cluster.framework`` or ``cluster.plugins`` knows it is simulated. Time is the simulation's
+own clock (never the wall clock); every event of one instant goes to ``core.handle_batch`` at
+once (one scheduling cycle); events caused by that batch at the same instant (a start with no
+delay) form the next batch at that instant. Within a batch: engine events in the order they were
+scheduled, then submissions in trace order.
+
+Events in:
+  * ``NodeJoined(spec, epoch=1)`` for every node, in one batch at t = 0;
+  * ``JobSubmitted`` at each job's ``submit_time``;
+  * ``StartWorkers`` -> ``WorkerStarted`` for every rank, together, ``start_delay_s`` later (the
+    workers start whole or not at all); from then the job progresses at the rate the
+    co-location model gives it, and when its remaining work is done every rank exits 0 together
+    (``WorkerExited(0)``); a job without a duration never finishes;
+  * ``StopWorkers`` (preemption, a failed gang, cancel, orphan) -> the ranks on the named nodes
+    stop progressing at once and exit 143 ``stop_delay_s`` later; the job keeps the work it has
+    done (it resumes from a checkpoint taken at the stop) plus ``restart_overhead_s`` of solo
+    work added at its next start (0: start-up and checkpoint costs ignored);
+  * ``Promote`` -> the placement's class becomes guaranteed (its GPU shares are re-rated);
+  * ``Tick`` every ``tick_s`` only when some configured plugin is time-driven (implements
+    ``cycle_end``, e.g. promotion) or workers may start later than the start deadline; a tick is
+    skipped when a cycle ran within the last period (it would decide nothing new), and ticking
+    stops ``idle_horizon_s`` after the last real event when nothing else is scheduled;
+  * ``NodeReport`` (utilization of each GPU over the last ``report_s`` seconds, the node's live
+    workers) only when some plugin places opportunistic work (the only reader of utilization), or
+    ``reports="always"``: at the report grid point after a GPU's modelled utilization changed,
+    and again until the window has settled.
+When the GPUs a job shares change, the rates of every job there change: its completion event is
+re-timed (events carry a version; a stale completion is ignored).
+
+Determinism: the engine has no randomness of its own (the core's comes from its injected
+``random.Random``); the same inputs give the same events, decisions and results.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from heapq import heappop, heappush
+
+from cluster import events as ev
+from cluster.events import PENDING, PLACING, RUNNING
+from cluster.sim.colocation import ColocationModel
+from cluster.spec import MILLI, NodeSpec
+
+K_STARTED, K_DONE, K_STOPPED, K_TICK, K_REPORT = range(5)
+REPORT_MODES = ("auto", "always", "never")
+_JobChanged, _StartWorkers, _StopWorkers, _Promote = ev.JobChanged, ev.StartWorkers, ev.StopWorkers, ev.Promote
+_WorkerStarted, _WorkerExited, _JobSubmitted = ev.WorkerStarted, ev.WorkerExited, ev.JobSubmitted
+_TERMINAL = ev.TERMINAL
+
+
+@dataclass
+class SimConfig:
+    start_delay_s: float = 0.0  # StartWorkers -> WorkerStarted
+    stop_delay_s: float = 0.0  # StopWorkers -> WorkerExited(143)
+    restart_overhead_s: float = 0.0  # solo work added to a job at each restart after a stop
+    tick_s: float | None = None  # None: 30 s when a policy needs ticks; 0: never
+    report_s: float = 10.0  # NodeReport grid and utilization window
+    reports: str = "auto"  # auto | always | never
+    idle_horizon_s: float = 86400.0
+    record: bool = False  # keep (time, events, decisions) of every batch in ``log``
+    samples: int = 2000  # time-series points over the submission span (plots)
+
+    def __post_init__(self) -> None:
+        for name in ("start_delay_s", "stop_delay_s", "restart_overhead_s", "idle_horizon_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0")
+        if self.tick_s is not None and not self.tick_s >= 0:
+            raise ValueError("tick_s must be >= 0")
+        if not self.report_s > 0:
+            raise ValueError("report_s must be > 0")
+        if self.reports not in REPORT_MODES:
+            raise ValueError(f"reports must be one of {', '.join(REPORT_MODES)}")
+
+
+class SimGpu:
+    __slots__ = ("node", "index", "jobs", "rates", "util", "u0", "hist")
+
+    def __init__(self, node: SimNode, index: int) -> None:
+        self.node, self.index = node, index
+        self.jobs: list[SimJob] = []  # resident (running) jobs
+        self.rates: list[float] = []  # their rates here, same order
+        self.util = 0.0  # modelled busy fraction now
+        self.u0 = 0.0  # utilization before the first change kept in ``hist``
+        self.hist: list[tuple[float, float]] = []  # (time, utilization from then), last report window
+
+
+class SimNode:
+    __slots__ = ("spec", "node_id", "gpus", "live", "report_at")
+
+    def __init__(self, spec: NodeSpec) -> None:
+        self.spec, self.node_id = spec, spec.node_id
+        self.gpus = [SimGpu(self, i) for i in range(spec.gpus)]
+        self.live: dict[SimJob, None] = {}  # jobs with started workers here (reports only)
+        self.report_at: float | None = None
+
+
+class SimJob:
+    """The simulator's view of one job: its remaining work and current placement."""
+
+    __slots__ = ("spec", "job_id", "duration", "work", "busy", "cfg", "klass", "label", "submit", "placement",
+                 "pid", "gpus", "nodes", "held", "live", "milli", "rate", "t_rate", "version", "due", "state",
+                 "first_start", "running_at", "end", "pending_since", "wait", "requeues", "preemptions", "starts",
+                 "run_s", "queue")
+
+    def __init__(self, spec, duration: float | None, cfg: int, busy: float, label: str) -> None:
+        self.spec, self.job_id, self.duration = spec, spec.job_id, duration
+        self.work = duration if duration is not None else math.inf  # solo seconds left
+        self.busy, self.cfg, self.label = busy, cfg, label
+        self.klass = spec.priority
+        self.submit = spec.submit_time
+        self.placement = None
+        self.pid: str | None = None
+        self.gpus: list[SimGpu] = ()  # type: ignore[assignment]
+        self.nodes: list[SimNode] = ()  # type: ignore[assignment]
+        self.held: tuple[int, ...] | range = ()  # ranks of the current placement not yet exited
+        self.live = False  # workers started and progressing
+        self.milli = 0  # guaranteed milli the placement holds per GPU
+        self.rate = 0.0
+        self.t_rate = 0.0
+        self.version = 0
+        self.due = False  # a current completion event is scheduled
+        self.state = ""
+        self.first_start: float | None = None
+        self.running_at: float | None = None
+        self.end: float | None = None
+        self.pending_since = 0.0
+        self.wait = 0.0  # total time pending
+        self.requeues = 0
+        self.preemptions = 0
+        self.starts = 0
+        self.run_s = 0.0  # time with workers started
+        self.queue = ""
+
+
+class Simulation:
+    """One run of one policy over one workload (``run()`` once)."""
+
+    def __init__(self, core, jobs, nodes: list[NodeSpec], model: ColocationModel, config: SimConfig | None = None,
+                 progress=None, observer=None) -> None:
+        self.core = core
+        self.model = model
+        self.cfg = cfg = config or SimConfig()
+        self.progress = progress  # progress(finished, total), now and then
+        self.observer = observer  # observer(sim, now, events, decisions) after every batch (tests)
+        self.node_specs = list(nodes)
+        self.nodes = {n.node_id: SimNode(n) for n in self.node_specs}
+        self.jobs = [SimJob(j.spec, j.duration, j.cfg, j.busy, j.label) for j in jobs]
+        self.jobs.sort(key=lambda j: j.submit)  # stable: trace order on ties
+        self.by_id = {j.job_id: j for j in self.jobs}
+        if len(self.by_id) != len(self.jobs):
+            raise ValueError("two jobs with the same id in the workload")
+        self.capacity = sum(n.gpus for n in self.node_specs)
+        self._heap: list = []
+        self._seq = 0
+        self._live_events = 0  # STARTED/DONE/STOPPED entries in the heap
+        fw = core.fw
+        self.reports = cfg.reports == "always" or (cfg.reports == "auto" and fw.places("opportunistic"))
+        timed = any(p.implements("cycle_end") for p in fw.plugins)
+        late = cfg.start_delay_s > 0 and 0 < core.sched["start_timeout_s"] <= cfg.start_delay_s
+        self.tick_s = (30.0 if (timed or late) else 0.0) if cfg.tick_s is None else cfg.tick_s
+        # metrics
+        self.t = 0.0
+        self.pending = 0
+        self.running = 0
+        self.finished = 0
+        self.alloc_milli = 0  # guaranteed milli held (placements from start decision to exit)
+        self.occupied = 0  # GPUs with a resident job
+        self.busy_total = 0.0  # sum of modelled GPU utilization
+        self.acc_alloc = self.acc_occ = self.acc_busy = 0.0
+        self.samples: list[tuple[float, int, float, float, int]] = []  # (t, pending, alloc GPUs, busy, running)
+        span = self.jobs[-1].submit if self.jobs else 0.0
+        self._sample_dt = max(span / max(cfg.samples, 1), 1.0)
+        self._next_sample = 0.0
+        self.log: list = []
+        self.batches = 0
+        self.ticks_sent = 0
+        self.reports_sent = 0
+        self.makespan = 0.0
+        self.wall_s = 0.0
+        self._last_cycle_t = -math.inf
+        self._t_active = 0.0
+        self._next_sub = 0
+
+    # ------------------------------------------------------------------ the loop
+
+    def _push(self, t: float, kind: int, a, b=None) -> None:
+        self._seq += 1
+        heappush(self._heap, (t, self._seq, kind, a, b))
+        if kind <= K_STOPPED:
+            self._live_events += 1  # real work ahead (a DONE stops counting once stale)
+
+    def run(self) -> Simulation:
+        wall0 = time.perf_counter()
+        core = self.core
+        heap, subs = self._heap, self.jobs
+        ns, i = len(subs), 0
+        apply, record, observer, progress = self._apply, self.cfg.record, self.observer, self.progress
+        inf = math.inf
+        joins = [ev.NodeJoined(n, 1) for n in self.node_specs]
+        self._batch(0.0, joins)
+        if self.tick_s > 0:
+            first = subs[0].submit if subs else 0.0
+            self._push(math.floor(first / self.tick_s) * self.tick_s + self.tick_s, K_TICK, None)
+        total = ns
+        while True:
+            t = heap[0][0] if heap else inf
+            if i < ns and subs[i].submit <= t:
+                t = subs[i].submit
+            if t == inf:
+                break
+            if t != self.t:
+                self._advance(t)
+            events: list = []
+            real = False
+            while heap and heap[0][0] == t:
+                _, _, kind, a, b = heappop(heap)
+                if kind == K_DONE:
+                    if a.version == b and a.due:
+                        self._live_events -= 1
+                        a.due = False
+                        self._done(a, t, events)
+                        real = True
+                elif kind == K_STARTED:
+                    self._live_events -= 1
+                    if a.pid == b and not a.live and a.held:
+                        self._started(a, t, events)
+                        real = True
+                elif kind == K_STOPPED:
+                    self._live_events -= 1
+                    self._stopped(a, b, t, events)
+                    real = True
+                elif kind == K_TICK:
+                    self._next_sub = i
+                    self._tick(t, events, i < ns)
+                else:
+                    self._report(a, t, events)
+            while i < ns and subs[i].submit == t:
+                events.append(_JobSubmitted(subs[i].spec))
+                i += 1
+                real = True
+            if not events:
+                continue
+            cycles = core.stats["cycles"]
+            out = core.handle_batch(events, t)
+            if core.stats["cycles"] != cycles:
+                self._last_cycle_t = t
+            self.batches += 1
+            if real or out:
+                self._t_active = t
+            if out:
+                apply(out, t)
+            if record:
+                self.log.append((t, tuple(events), tuple(out)))
+            if observer is not None:
+                observer(self, t, events, out)
+            if progress is not None and not self.batches & 2047:
+                progress(self.finished, total)
+        # the values were constant since the last real event: end the integrals there
+        end = self._t_active
+        if self.t > end:
+            dt = self.t - end
+            self.acc_alloc -= self.alloc_milli * dt
+            self.acc_occ -= self.occupied * dt
+            self.acc_busy -= self.busy_total * dt
+            self.t = end
+        self.samples.append((end, self.pending, self.alloc_milli / MILLI, self.busy_total, self.running))
+        ends = [j.end for j in self.jobs if j.end is not None]
+        self.makespan = max(ends) if ends else 0.0
+        for j in self.jobs:
+            if j.live:
+                j.run_s += end - j.running_at
+        self.wall_s = time.perf_counter() - wall0
+        if progress is not None:
+            progress(self.finished, total)
+        return self
+
+    def _batch(self, t: float, events: list) -> None:
+        out = self.core.handle_batch(events, t)
+        if self.cfg.record:
+            self.log.append((t, tuple(events), tuple(out)))
+        if out:
+            self._apply(out, t)
+
+    def _advance(self, t: float) -> None:
+        dt = t - self.t
+        if dt > 0:
+            self.acc_alloc += self.alloc_milli * dt
+            self.acc_occ += self.occupied * dt
+            self.acc_busy += self.busy_total * dt
+        if t >= self._next_sample:
+            self.samples.append((t, self.pending, self.alloc_milli / MILLI, self.busy_total, self.running))
+            self._next_sample = t + self._sample_dt
+        self.t = t
+
+    # ------------------------------------------------------------------ decisions
+
+    def _apply(self, out: list, t: float) -> None:
+        by_id = self.by_id
+        for d in out:
+            c = d.__class__
+            if c is _JobChanged:  # the common case, inline (see _changed)
+                job = by_id.get(d.job_id)
+                if job is None:
+                    continue
+                s, old = d.state, job.state
+                if s == PLACING and old == PENDING:
+                    self.pending -= 1
+                    job.wait += t - job.pending_since
+                    if job.first_start is None:
+                        job.first_start = t
+                    job.starts += 1
+                    job.state = s
+                elif s == RUNNING:
+                    job.state = s
+                else:
+                    self._changed(job, d, t)
+            elif c is _StartWorkers:
+                self._start(d, t)
+            elif c is _StopWorkers:
+                self._stop(d, t)
+            elif c is _Promote:
+                self._promote(d, t)
+
+    def _changed(self, job: SimJob, d, t: float) -> None:
+        s, old = d.state, job.state
+        if s == PENDING:
+            if old != PENDING:
+                if old in (PLACING, RUNNING):
+                    job.requeues += 1
+                    if "preempt" in d.reason:
+                        job.preemptions += 1
+                self.pending += 1
+                job.pending_since = t
+        elif s == PLACING:
+            if old == PENDING:
+                self.pending -= 1
+                job.wait += t - job.pending_since
+            if job.first_start is None:
+                job.first_start = t
+            job.starts += 1
+        elif s in _TERMINAL:
+            if old == PENDING:
+                self.pending -= 1
+                job.wait += t - job.pending_since
+            if job.end is None:
+                job.end = t
+                self.finished += 1
+        job.state = s
+
+    def _start(self, d, t: float) -> None:
+        job = self.by_id[d.spec.job_id]
+        p = d.placement
+        nodes = self.nodes
+        job.placement, job.pid, job.klass = p, p.placement_id, p.priority
+        job.held = range(len(p.slots))
+        job.live = False
+        gpus = []
+        for s in p.slots:
+            ng = nodes[s.node_id].gpus
+            for g in s.gpus:
+                gpus.append(ng[g])
+        job.gpus = gpus
+        if self.reports:
+            job.nodes = [nodes[n] for n in p.nodes()]
+        job.milli = job.spec.gpu_milli if p.priority == "guaranteed" else 0
+        self.alloc_milli += job.milli * len(gpus)
+        if job.starts > 1 and self.cfg.restart_overhead_s:
+            job.work += self.cfg.restart_overhead_s
+        job.queue = self.core.job(job.job_id).queue
+        self._push(t + self.cfg.start_delay_s, K_STARTED, job, job.pid)
+
+    def _started(self, job: SimJob, t: float, events: list) -> None:
+        pid = job.pid
+        for r in range(len(job.placement.slots)):
+            events.append(_WorkerStarted(job.job_id, pid, r))
+        job.live = True
+        job.running_at = t
+        self.running += 1
+        if self.reports:
+            for n in job.nodes:
+                n.live[job] = None
+        self._attach(job, t)
+
+    def _done(self, job: SimJob, t: float, events: list) -> None:
+        pid = job.pid
+        for r in job.held:
+            events.append(_WorkerExited(job.job_id, pid, r, 0))
+        self._halt(job, t)
+        job.work = 0.0
+        self.alloc_milli -= job.milli * len(job.gpus)
+        job.held = ()
+
+    def _halt(self, job: SimJob, t: float) -> None:
+        """The job's workers stop progressing now (done or stopped)."""
+        if job.live:
+            job.work -= job.rate * (t - job.t_rate)
+            if job.work < 0:
+                job.work = 0.0
+            job.live = False
+            job.run_s += t - job.running_at
+            self.running -= 1
+            if self.reports:
+                for n in job.nodes:
+                    n.live.pop(job, None)
+            self._detach(job, t)
+        self._stale(job)
+        job.rate = 0.0
+
+    def _stop(self, d, t: float) -> None:
+        job = self.by_id.get(d.job_id)
+        if job is None or job.pid != d.placement_id or not job.held:
+            return
+        nodes = set(d.nodes)
+        held = job.held
+        ranks = [s.rank for s in job.placement.slots if s.node_id in nodes and s.rank in held]
+        if not ranks:
+            return
+        self._halt(job, t)
+        job.held = tuple(r for r in held if r not in ranks)
+        self._push(t + self.cfg.stop_delay_s, K_STOPPED, job, (job.pid, ranks, job.milli * job.spec.gpus))
+
+    def _stopped(self, job: SimJob, info, t: float, events: list) -> None:
+        pid, ranks, per_rank = info
+        for r in ranks:
+            events.append(_WorkerExited(job.job_id, pid, r, 143))
+            self.alloc_milli -= per_rank
+
+    def _promote(self, d, t: float) -> None:
+        job = self.by_id.get(d.job_id)
+        if job is None or job.pid != d.placement_id:
+            return
+        job.klass = "guaranteed"
+        job.milli = job.spec.gpu_milli
+        self.alloc_milli += job.milli * job.spec.gpus * len(job.held)
+        if job.live:
+            self._rerate(job.gpus, t, None)
+
+    # ------------------------------------------------------------------ co-location
+
+    def _attach(self, job: SimJob, t: float) -> None:
+        shared = []
+        for g in job.gpus:
+            if g.jobs:
+                g.jobs.append(job)
+                g.rates.append(1.0)
+                shared.append(g)
+            else:
+                g.jobs.append(job)
+                g.rates.append(1.0)
+                self.occupied += 1
+                self._set_util(g, job.busy if job.busy < 1.0 else 1.0, t)
+        job.t_rate = t
+        job.rate = 0.0
+        if shared:
+            self._rerate(shared, t, job)
+        self._retime(job, self._rate_of(job) if shared else 1.0, t)
+
+    def _detach(self, job: SimJob, t: float) -> None:
+        shared = []
+        for g in job.gpus:
+            k = g.jobs.index(job)
+            del g.jobs[k]
+            del g.rates[k]
+            if g.jobs:
+                shared.append(g)
+            else:
+                self.occupied -= 1
+                self._set_util(g, 0.0, t)
+        if shared:
+            self._rerate(shared, t, job)
+
+    def _rerate(self, gpus: list[SimGpu], t: float, skip: SimJob | None) -> None:
+        """Recompute the rates on ``gpus`` and re-time every job there (but ``skip``)."""
+        affected: dict[SimJob, None] = {}
+        rates_of = self.model.gpu_rates
+        for g in gpus:
+            g.rates, util = rates_of(g.jobs)
+            self._set_util(g, util, t)
+            for j in g.jobs:
+                if j is not skip:
+                    affected[j] = None
+        for j in affected:
+            if j.live:
+                self._retime(j, self._rate_of(j), t)
+
+    @staticmethod
+    def _rate_of(job: SimJob) -> float:
+        """A gang progresses at the pace of its slowest GPU share."""
+        r = 1.0
+        for g in job.gpus:
+            x = g.rates[g.jobs.index(job)]
+            if x < r:
+                r = x
+        return r
+
+    def _retime(self, job: SimJob, r: float, t: float) -> None:
+        if r == job.rate:
+            return
+        job.work -= job.rate * (t - job.t_rate)
+        if job.work < 0:
+            job.work = 0.0
+        job.rate, job.t_rate = r, t
+        self._stale(job)
+        if job.duration is not None and r > 0:
+            job.due = True
+            self._push(t + job.work / r, K_DONE, job, job.version)
+
+    def _stale(self, job: SimJob) -> None:
+        """Any completion event scheduled for ``job`` no longer counts."""
+        job.version += 1
+        if job.due:
+            job.due = False
+            self._live_events -= 1
+
+    def _set_util(self, g: SimGpu, u: float, t: float) -> None:
+        old = g.util
+        if u == old:
+            return
+        self.busy_total += u - old
+        g.util = u
+        if self.reports:
+            if not g.hist:
+                g.u0 = old
+            g.hist.append((t, u))
+            node = g.node
+            if node.report_at is None:
+                p = self.cfg.report_s
+                node.report_at = (math.floor(t / p) + 1) * p
+                self._push(node.report_at, K_REPORT, node)
+
+    # ------------------------------------------------------------------ clock-driven events
+
+    def _window(self, g: SimGpu, now: float) -> float:
+        """Mean modelled utilization of ``g`` over the last report window."""
+        p = self.cfg.report_s
+        a = now - p
+        hist = g.hist
+        k = 0
+        while k < len(hist) and hist[k][0] <= a:
+            g.u0 = hist[k][1]
+            k += 1
+        if k:
+            del hist[:k]
+        if not hist:
+            return g.u0
+        total, pt, pu = 0.0, a, g.u0
+        for tc, u in hist:
+            total += pu * (tc - pt)
+            pt, pu = tc, u
+        total += pu * (now - pt)
+        return total / p
+
+    def _report(self, node: SimNode, t: float, events: list) -> None:
+        gpus = tuple(ev.GpuReport(g.index, self._window(g, t), 0) for g in node.gpus)
+        workers = []
+        for job in node.live:
+            for s in job.placement.slots:
+                if s.node_id == node.node_id and s.rank in job.held:
+                    workers.append(ev.WorkerReport(job.job_id, job.pid, s.rank, True))
+        events.append(ev.NodeReport(node.node_id, 1, gpus, tuple(workers)))
+        self.reports_sent += 1
+        if any(g.hist for g in node.gpus):
+            node.report_at = t + self.cfg.report_s
+            self._push(node.report_at, K_REPORT, node)
+        else:
+            node.report_at = None
+
+    def _tick(self, t: float, events: list, more_submits: bool) -> None:
+        if t - self._last_cycle_t >= self.tick_s:
+            events.append(ev.Tick())
+            self.ticks_sent += 1
+        busy = self.pending > 0 or self.running > 0 or self._live_events > 0
+        if busy and (more_submits or self._live_events > 0 or t - self._t_active < self.cfg.idle_horizon_s):
+            self._push(t + self.tick_s, K_TICK, None)
+        elif more_submits:  # nothing to tick for until the next submission
+            nxt = self.jobs[self._next_sub].submit
+            self._push(max(t, math.floor(nxt / self.tick_s) * self.tick_s) + self.tick_s, K_TICK, None)

@@ -1,0 +1,154 @@
+"""Results of one simulated policy: per-job rows and the summary figures.
+
+Definitions (times in seconds of simulated time):
+  * queue delay: first start (the placement decision) minus submission; ``wait_s`` adds every
+    later period pending (after a preemption or requeue);
+  * JCT: end minus submission, for jobs that succeeded; failed, cancelled and unfinished jobs
+    (no duration, or still waiting at the end) are counted apart and left out of JCT figures;
+  * makespan: the last job end; averages over time run from 0 to the simulation's end (the last
+    real event);
+  * ``gpu_allocation_rate``: time-averaged share of GPUs held by guaranteed placements (their
+    milli-GPUs / 1000; opportunistic workers take no share, as the scheduler counts them);
+    ``gpu_occupancy``: share of GPUs with at least one running worker of any class;
+    ``gpu_utilization``: time-averaged modelled busy fraction of all GPUs (co-location model);
+  * percentiles: linear interpolation between order statistics.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+from cluster.events import SUCCEEDED
+
+CSV_FIELDS = ("job_id", "class", "ran_as", "queue", "workers", "gpus", "gpu_milli", "submit_s", "start_s", "end_s",
+              "queue_delay_s", "wait_s", "jct_s", "run_s", "duration_s", "slowdown", "starts", "requeues",
+              "preemptions", "state", "lucid_config")
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (0..100) of ``values`` (sorted or not); None when empty."""
+    if not values:
+        return None
+    v = sorted(values)
+    k = (len(v) - 1) * q / 100
+    lo = math.floor(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def job_rows(sim) -> list[dict]:
+    """One dict per job (CSV_FIELDS), in submission order."""
+    table = sim.model.table
+    rows = []
+    for j in sim.jobs:
+        s = j.spec
+        done = j.state == SUCCEEDED
+        jct = j.end - j.submit if done else None
+        q = j.first_start - j.submit if j.first_start is not None else None
+        wait = j.wait + ((sim.t - j.pending_since) if j.state == "pending" else 0.0)
+        rows.append({
+            "job_id": j.job_id, "class": j.label, "ran_as": j.klass if j.starts else "", "queue": j.queue,
+            "workers": s.workers, "gpus": s.total_gpus, "gpu_milli": s.gpu_milli, "submit_s": j.submit,
+            "start_s": j.first_start, "end_s": j.end, "queue_delay_s": q, "wait_s": wait, "jct_s": jct,
+            "run_s": j.run_s, "duration_s": j.duration,
+            "slowdown": (j.run_s / j.duration if done and j.duration else None),
+            "starts": j.starts, "requeues": j.requeues, "preemptions": j.preemptions, "state": j.state or "unsubmitted",
+            "lucid_config": "/".join(table.configs[j.cfg]) if j.cfg >= 0 else "",
+        })
+    return rows
+
+
+def _figures(rows: list[dict]) -> dict:
+    done = [r for r in rows if r["state"] == SUCCEEDED]
+    jct = [r["jct_s"] for r in done]
+    q = [r["queue_delay_s"] for r in rows if r["queue_delay_s"] is not None]
+    slow = [r["slowdown"] for r in done if r["slowdown"] is not None]
+    return {
+        "jobs": len(rows), "succeeded": len(done),
+        "failed": sum(1 for r in rows if r["state"] == "failed"),
+        "unfinished": sum(1 for r in rows if r["state"] not in ("succeeded", "failed", "cancelled")),
+        "never_started": sum(1 for r in rows if r["start_s"] is None),
+        "mean_jct_s": _mean(jct), "p50_jct_s": percentile(jct, 50), "p99_jct_s": percentile(jct, 99),
+        "mean_queue_s": _mean(q), "p50_queue_s": percentile(q, 50), "p99_queue_s": percentile(q, 99),
+        "mean_slowdown": _mean(slow),
+        "preemptions": sum(r["preemptions"] for r in rows),
+    }
+
+
+def predictor_accuracy(core) -> dict | None:
+    """Accuracy of the ``predictor`` plugin's predictions at start (None when it did not run):
+    median absolute percentage error, share within 2x, within 25%, and the plugin's own means."""
+    pred = core.fw.plugin("predictor")
+    if pred is None:
+        return None
+    errs = [(p, a) for p, a in pred.errors if a > 0]
+    out = {"predictions": len(errs)}
+    if errs:
+        ape = [abs(p - a) / a for p, a in errs]
+        ratio = [max(p / a, a / p) if p > 0 else math.inf for p, a in errs]
+        out.update({
+            "median_abs_pct_error": percentile(ape, 50),
+            "mean_abs_pct_error": _mean(ape),
+            "within_2x": sum(1 for r in ratio if r <= 2) / len(errs),
+            "within_25pct": sum(1 for x in ape if x <= 0.25) / len(errs),
+            "median_ratio_pred_over_actual": percentile([p / a for p, a in errs], 50),
+        })
+    return out
+
+
+def summarize(sim, policy: str, rows: list[dict] | None = None, skipped: dict | None = None,
+              load_wall_s: float | None = None) -> dict:
+    """The summary object of one policy run (``summary.json`` holds a list of these)."""
+    rows = rows if rows is not None else job_rows(sim)
+    end = sim.t
+    cap = sim.capacity
+    denom = cap * end if cap and end > 0 else 0.0
+    out = {"policy": policy}
+    out.update(_figures(rows))
+    out.update({
+        "makespan_s": sim.makespan,
+        "sim_end_s": end,
+        "gpus": cap,
+        "gpu_allocation_rate": sim.acc_alloc / 1000 / denom if denom else None,
+        "gpu_occupancy": sim.acc_occ / denom if denom else None,
+        "gpu_utilization": sim.acc_busy / denom if denom else None,
+        "skipped_rows": dict(sorted((skipped or {}).items())),
+        "sim_wall_s": round(sim.wall_s, 3),
+        "load_wall_s": None if load_wall_s is None else round(load_wall_s, 3),
+        "jobs_per_s": round(len(rows) / sim.wall_s) if sim.wall_s > 0 else None,
+        "batches": sim.batches, "ticks": sim.ticks_sent, "node_reports": sim.reports_sent,
+        "core": {k: v for k, v in sim.core.stats.items() if v},
+    })
+    labels = {r["class"] for r in rows}
+    if "opportunistic" in labels:
+        out["by_class"] = {k: _figures([r for r in rows if r["class"] == k]) for k in sorted(labels)}
+        for k, v in out["by_class"].items():
+            v["gpu_seconds_run"] = sum(r["run_s"] * (r["gpus"] or 0) for r in rows if r["class"] == k)
+    acc = predictor_accuracy(sim.core)
+    if acc is not None:
+        out["predictor"] = acc
+    return out
+
+
+def write_jobs_csv(rows: list[dict], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: _fmt(v) for k, v in r.items()})
+
+
+def _fmt(v):
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "inf"
+        return str(int(v)) if v.is_integer() else f"{v:.3f}".rstrip("0").rstrip(".")
+    return v

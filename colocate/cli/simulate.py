@@ -1,0 +1,220 @@
+"""``colocate simulate``: replay a cluster trace through the scheduler's own policies.
+
+A thin command: it parses the options, calls ``cluster.sim.simulate`` (the discrete-event engine
+driving the real ``SchedulerCore`` and plugins; see docs/simulator.md), shows a progress bar
+(jobs finished / total, per policy) and prints the summary as a table. Results go to ``--out``:
+``summary.json``, ``jobs-POLICY.csv``, ``cdf.png``, ``timeline.png``. Bad options or files exit 2
+with one line; a bad trace row is counted in ``skipped_rows``, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from colocate.cli._common import argtype, fail
+
+EPILOG = """\
+examples:
+  colocate simulate --trace ../shared/traces/philly-pollux/philly.csv --cluster 128x8 \\
+      --policy fifo,multi-queue,backfill --out results/philly
+  colocate simulate --trace philly.csv --cluster 64x8 --policy multi-queue,antman \\
+      --opportunistic-fraction 0.2 --out results/antman
+  colocate simulate --trace openb_pod_list_default.csv --nodes openb_node_list_gpu_node.csv \\
+      --policy gang-binpack --out results/alibaba
+
+policies: a preset name (fifo, gang-binpack, multi-queue, backfill, antman, quota, ...) or a
+TOML policy file; a policy that places no opportunistic jobs runs every job as guaranteed.
+Philly has no classes, users or run-time estimates: --opportunistic-fraction labels a seeded
+share of jobs opportunistic; --estimates says what backfill knows of run times.
+"""
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise ValueError(f"must be a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= v <= 1.0:
+        raise ValueError(f"must be a number in [0, 1], got {text}")
+    return v
+
+
+def _number(lo: float, what: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise ValueError(f"must be {what}, got {text!r}") from None
+        if not v >= lo or v == float("inf"):
+            raise ValueError(f"must be {what}, got {text}")
+        return v
+
+    return parse
+
+
+def _count(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise ValueError(f"must be a positive integer, got {text!r}") from None
+    if v < 1:
+        raise ValueError(f"must be a positive integer, got {text}")
+    return v
+
+
+def _seed(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"must be an integer, got {text!r}") from None
+
+
+FRACTION = argtype(_fraction, "fraction")
+SECONDS = argtype(_number(0.0, "a number of seconds >= 0"), "seconds")
+POSITIVE = argtype(_number(1e-12, "a number > 0"), "number")
+NONNEG = argtype(_number(0.0, "a number >= 0"), "number")
+COUNT = argtype(_count, "count")
+SEED = argtype(_seed, "seed")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "simulate", help="replay a cluster trace through the scheduler's policies (trace-driven simulator)",
+        description="Replay a job trace through the scheduler's own policy code on simulated time and report "
+        "job completion times, queueing delays, GPU allocation and (modelled) utilization per policy.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--trace", required=True, metavar="PATH", help="the job trace (CSV)")
+    p.add_argument("--format", choices=("philly", "alibaba2023", "csv"), default=None,
+                   help="trace format (default: guessed from the header)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--nodes", metavar="PATH", help="node list file (Alibaba 2023, PAI 2020 or generic CSV)")
+    where.add_argument("--cluster", metavar="SHAPE", help="cluster shape, e.g. 64x8 or 32x8:V100+16x2:T4")
+    p.add_argument("--policy", default="", metavar="NAME[,NAME...]",
+                   help="policies to compare: preset names or TOML files, comma-separated")
+    p.add_argument("--config", metavar="FILE", help="one more policy from a TOML file (named by the file)")
+    p.add_argument("--out", required=True, metavar="DIR", help="where to write summary.json, jobs-*.csv and plots")
+    p.add_argument("--seed", type=SEED, default=0, metavar="N",
+                   help="seed of every random choice (policies, class labels, estimates, model mapping); default 0")
+    p.add_argument("--limit", type=COUNT, default=None, metavar="N", help="only the first N jobs by submit time")
+    p.add_argument("--node-gpus", type=COUNT, default=8, metavar="G",
+                   help="GPUs per worker when splitting a trace job into a gang (Philly, csv); default 8")
+    p.add_argument("--opportunistic-fraction", type=FRACTION, default=None, metavar="F",
+                   help="label a seeded share F of the jobs opportunistic (Philly has no classes; AntMan study)")
+    p.add_argument("--estimates", choices=("oracle", "user", "predicted"), default="predicted",
+                   help="run-time estimates for backfill: oracle = the true duration; user = the trace's estimate, "
+                   "else the true duration times a seeded lognormal over-estimate (median --user-factor, "
+                   "sigma --user-noise); predicted = none, the predictor plugin learns from history (default)")
+    p.add_argument("--user-factor", type=POSITIVE, default=2.0, metavar="X",
+                   help="median user over-estimate factor for --estimates user (default 2)")
+    p.add_argument("--user-noise", type=NONNEG, default=0.8, metavar="SIGMA",
+                   help="sigma of the lognormal user estimate noise (default 0.8)")
+    p.add_argument("--queues", choices=("default", "trace"), default="default",
+                   help="default: every job in queue 'default' (the presets know no other); trace: keep the "
+                   "trace's queue column (Philly: the virtual cluster)")
+    p.add_argument("--allow-no-duration", action="store_true",
+                   help="keep jobs without a duration (Alibaba pods never scheduled); they never finish")
+    p.add_argument("--sharing", choices=("adaptive", "pack"), default="adaptive",
+                   help="how nodes share a GPU between co-located jobs: adaptive = colocate's node policy "
+                   "(guaranteed job keeps ~0.99, opportunistic fills ~0.74 of its idle time; measured), "
+                   "pack = unmanaged, Lucid's measured pair speeds (default adaptive)")
+    p.add_argument("--colocation-data", metavar="PATH",
+                   help="Lucid lucid_colocate_info.csv (default: $COLOCATE_LUCID_CSV or "
+                   "../shared/traces/measured/); 'none': no data, every job counts as fully busy")
+    p.add_argument("--start-delay", type=SECONDS, default=0.0, metavar="S",
+                   help="seconds from a start decision to the workers running (default 0)")
+    p.add_argument("--stop-delay", type=SECONDS, default=0.0, metavar="S",
+                   help="seconds from a stop decision to the workers' exit (default 0)")
+    p.add_argument("--restart-overhead", type=SECONDS, default=0.0, metavar="S",
+                   help="solo seconds of work a stopped job redoes when it starts again (default 0: resumes "
+                   "exactly from a checkpoint)")
+    p.add_argument("--tick", type=SECONDS, default=None, metavar="S",
+                   help="tick period (default 30 s, only when a policy is time-driven; 0: never)")
+    p.add_argument("--reports", choices=("auto", "always", "never"), default="auto",
+                   help="node utilization reports: auto = when a policy places opportunistic work (default)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from cluster.sim import SimConfig, SimOptions, simulate
+
+    try:
+        opts = SimOptions(
+            trace=args.trace, policies=args.policy.split(","), out=args.out, format=args.format, nodes=args.nodes,
+            cluster=args.cluster, config=args.config, seed=args.seed, limit=args.limit, node_gpus=args.node_gpus,
+            opportunistic_fraction=args.opportunistic_fraction, estimates=args.estimates,
+            user_factor=args.user_factor, user_noise=args.user_noise, queues=args.queues,
+            allow_no_duration=args.allow_no_duration, sharing=args.sharing, colocation_data=args.colocation_data,
+            sim=SimConfig(start_delay_s=args.start_delay, stop_delay_s=args.stop_delay,
+                          restart_overhead_s=args.restart_overhead, tick_s=args.tick, reports=args.reports),
+            plots=not args.no_plots)
+        if args.quiet or not sys.stderr.isatty():
+            summaries = simulate(opts)
+        else:
+            summaries = _with_progress(simulate, opts)
+    except ValueError as exc:
+        return fail("simulate", f"error: {exc}", 2)
+    _print_summary(summaries, args.out)
+    return 0
+
+
+def _with_progress(simulate, opts):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    tasks: dict = {}
+    with Progress(TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs"),
+                  TimeElapsedColumn(), transient=False) as bar:
+        def progress(policy, done, total):
+            t = tasks.get(policy)
+            if t is None:
+                t = tasks[policy] = bar.add_task(policy, total=total)
+            bar.update(t, completed=done)
+
+        return simulate(opts, progress)
+
+
+def _h(seconds) -> str:
+    return "-" if seconds is None else f"{seconds / 3600:.2f}"
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _print_summary(summaries: list[dict], out: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(title="simulated policies (times in hours)")
+    for col in ("policy", "jobs", "done", "mean JCT", "p99 JCT", "mean queue", "p99 queue", "makespan (d)",
+                "GPU alloc", "GPU util", "sim s"):
+        t.add_column(col, justify="left" if col == "policy" else "right")
+    for s in summaries:
+        t.add_row(s["policy"], str(s["jobs"]), str(s["succeeded"]), _h(s["mean_jct_s"]), _h(s["p99_jct_s"]),
+                  _h(s["mean_queue_s"]), _h(s["p99_queue_s"]), f"{s['makespan_s'] / 86400:.1f}",
+                  _pct(s["gpu_allocation_rate"]), _pct(s["gpu_utilization"]), f"{s['sim_wall_s']:.1f}")
+    console.print(t)
+    classes = [s for s in summaries if "by_class" in s]
+    if classes:
+        c = Table(title="by job class (trace label)")
+        for col in ("policy", "class", "jobs", "mean JCT", "p99 JCT", "mean queue", "slowdown", "preemptions"):
+            c.add_column(col, justify="left" if col in ("policy", "class") else "right")
+        for s in classes:
+            for k, v in s["by_class"].items():
+                c.add_row(s["policy"], k, str(v["jobs"]), _h(v["mean_jct_s"]), _h(v["p99_jct_s"]),
+                          _h(v["mean_queue_s"]), "-" if v["mean_slowdown"] is None else f"{v['mean_slowdown']:.2f}",
+                          str(v["preemptions"]))
+        console.print(c)
+    for s in summaries:
+        p = s.get("predictor")
+        if p and p.get("predictions"):
+            console.print(f"{s['policy']}: predictor on {p['predictions']} jobs: median abs error "
+                          f"{p['median_abs_pct_error']:.0%}, within 2x {p['within_2x']:.0%}")
+    skipped = summaries[0]["skipped_rows"] if summaries else {}
+    if skipped:
+        console.print("skipped trace rows: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
+    console.print(f"results in {out}/ (summary.json, jobs-*.csv, cdf.png, timeline.png)")
