@@ -13,10 +13,16 @@ EPILOG = """\
 examples:
   colocate node --device sim --sim-gpus 2 --sim-gpu-mem 8GiB --metrics-port 9464
   colocate node --policy exclusive --record /tmp/node.jsonl
+  colocate node --scheduler tcp://sched:5555 --node-id gpu7 --host 10.0.0.7 --keys ~/.colocate/keys
+
+With --scheduler (or COLOCATE_SCHEDULER set) the node joins the global scheduler and starts the
+workers it places there (docs/node-placements.md): each under `colocate run`, logs in
+--log-dir, its table in --state-dir. Without either it runs standalone.
 
 Jobs join with `colocate run --node ENDPOINT ...`; operators use `colocate ctl` and
 `colocate top`. SIGTERM or SIGINT stops the node; running jobs keep running at their
-last limits and register again when a node comes back on the same endpoint.
+last limits and register again when a node comes back on the same endpoint (a node
+started again with the same --state-dir re-adopts the workers it had started).
 Exit code: 0 after a clean stop, 1 if it cannot start, 2 on bad options or config.
 """
 
@@ -46,15 +52,35 @@ def register(sub) -> None:
     p.add_argument("--record", default=None, metavar="PATH",
                    help="append every batch report and limit change as JSON lines (format: colocate/record.py)")
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    g = p.add_argument_group("scheduler link")
+    g.add_argument("--scheduler", default=None, metavar="ENDPOINT",
+                   help="join the global scheduler at ENDPOINT, e.g. tcp://HOST:5555 (default: COLOCATE_SCHEDULER "
+                        "if set, else run standalone)")
+    g.add_argument("--node-id", default=None, metavar="ID", help="this node's name at the scheduler (default: host name)")
+    g.add_argument("--host", default=None, metavar="ADDR",
+                   help="address other nodes reach this one at, MASTER_ADDR of its gangs (default: host name)")
+    g.add_argument("--log-dir", default=None, metavar="DIR",
+                   help="worker logs, DIR/JOB/worker-RANK.log (default: STATE_DIR/logs)")
+    g.add_argument("--state-dir", default=None, metavar="DIR",
+                   help="the node's worker table, kept across restarts (default: ~/.local/state/colocate/node-ID)")
+    g.add_argument("--keys", default=None, metavar="DIR",
+                   help="CURVE key folder for the scheduler link (default: COLOCATE_KEYS; none: no CURVE)")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
+    import os
+
+    from colocate import keys
+    from colocate.endpoints import scheduler_endpoint
     from colocate.node.daemon import NodeOptions, StartError, run
 
+    scheduler = args.scheduler or (scheduler_endpoint() if os.environ.get("COLOCATE_SCHEDULER") else None)
     opts = NodeOptions(endpoint=args.endpoint, ctl=args.ctl, device=args.device, sim_gpus=args.sim_gpus,
                        sim_gpu_mem=args.sim_gpu_mem, policy=args.policy, config=args.config,
-                       metrics_port=args.metrics_port, record=args.record, log_level=args.log_level)
+                       metrics_port=args.metrics_port, record=args.record, log_level=args.log_level,
+                       scheduler=scheduler, node_id=args.node_id, host=args.host, log_dir=args.log_dir,
+                       state_dir=args.state_dir, keys=args.keys or keys.default_dir())
     try:
         return run(opts)
     except StartError as exc:

@@ -75,3 +75,12 @@ def utilization(index: int) -> float:
     pynvml = _nvml()
     h = pynvml.nvmlDeviceGetHandleByIndex(index)
     return pynvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0
+
+
+def memory_used(index: int) -> int:
+    """Bytes in use on NVML device ``index`` (every process on it); 0 when NVML cannot tell."""
+    try:
+        pynvml = _nvml()
+        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).used)
+    except Exception:
+        return 0

@@ -2,10 +2,16 @@
 
 Events are decoded protocol messages from jobs (``Register``, ``BatchReport``,
 ``LimitsApplied``, ``Heartbeat``, ``Goodbye``), operator messages (``CtlSet``,
-``CtlList``), and the edge's own ``Tick`` and ``JobLost``. Commands tell the edge
+``CtlList``), the edge's own ``Tick`` and ``JobLost``, and ``Promote`` (the scheduler's
+``PromotePlacement``, through the node's agent). The core's unit is one worker process on
+one GPU: a torchrun worker registers as ``JOB/RANK`` and ``JobState.job`` names its job. Commands tell the edge
 what to send: ``Send(job_id, msg)`` to a job, ``Reply(msg)`` to the sender of
 the event. ``now`` is the node's monotonic clock in seconds; the core reads no
 clock and does no I/O, so the simulator and tests drive it directly.
+
+A promoted job's workers are guaranteed from then on, those registered and those that
+register later (whatever priority they started with), where their GPU holds no other
+guaranteed worker; ``Promote(job, on=False)`` forgets the promotion (a new placement).
 
 Invariants: at most one guaranteed job per GPU; limits sent to a job carry a
 strictly increasing ``seq``; a job never gets more than it asked for at
@@ -38,6 +44,14 @@ class JobLost:
 
 
 @dataclass(frozen=True)
+class Promote:
+    """Job ``job``'s workers on this node count as guaranteed from now on (``on=False``: forget that)."""
+
+    job: str
+    on: bool = True
+
+
+@dataclass(frozen=True)
 class Send:
     job_id: str
     msg: P.Message
@@ -67,6 +81,8 @@ class NodeCore:
         self.jobs_exited = 0
         self.jobs_lost = 0
         self.left: deque[tuple[str, str]] = deque(maxlen=1000)  # (job_id, reason), for logs
+        self.promoted: set[str] = set()  # jobs (not worker ids) the scheduler promoted to guaranteed
+        self.notes: deque[str] = deque(maxlen=100)  # what the edge should log (e.g. a promotion that cannot hold)
         self._handlers = {
             P.Register: self._on_register,
             P.BatchReport: self._on_batch_report,
@@ -78,6 +94,7 @@ class NodeCore:
             P.CtlList: self._on_ctl_list,
             JobLost: self._on_job_lost,
             Tick: self._on_tick,
+            Promote: self._on_promote,
         }
 
     # ------------------------------------------------------------------ events
@@ -93,8 +110,9 @@ class NodeCore:
                                   job_id=m.job_id))]
         gpu = self.gpus[m.gpu]
         old = self.jobs.get(m.job_id)
-        if m.priority == "guaranteed":
-            holder = next((j for j in gpu.jobs if j != m.job_id and self.jobs[j].guaranteed), None)
+        holder = next((j for j in gpu.jobs if j != m.job_id and self.jobs[j].guaranteed), None)
+        priority = "guaranteed" if m.job in self.promoted and holder is None else m.priority
+        if priority == "guaranteed":
             if holder is not None:
                 return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id,
                                       message=f"GPU {m.gpu} already runs guaranteed job {holder}"))]
@@ -108,9 +126,10 @@ class NodeCore:
             self._drop(old.job_id)
             old = None
         if old is None:
-            job = JobState(job_id=m.job_id, gpu=m.gpu, priority=m.priority, pid=m.pid, mem_request=m.mem_request,
+            job = JobState(job_id=m.job_id, gpu=m.gpu, priority=priority, pid=m.pid, mem_request=m.mem_request,
                            sm_request=m.sm_request, registered_at=now, last_seen=now, token=m.token,
-                           limits=P.Limits(seq=0, mem_cap=m.mem_cap, sm_share=m.sm_share, gate=False))
+                           limits=P.Limits(seq=0, mem_cap=m.mem_cap, sm_share=m.sm_share, gate=False),
+                           job=m.job, rank=m.rank)
             self.jobs[m.job_id] = job
             gpu.jobs.append(m.job_id)
         else:  # the same job registering again (its link reconnected)
@@ -182,6 +201,22 @@ class NodeCore:
             self.jobs_lost += 1
             out += self._leave(job.job_id, f"silent for {now - job.last_seen:.1f}s", now)
         for gpu in self.gpus.values():
+            out += self._replan(gpu, now)
+        return out
+
+    def _on_promote(self, m: Promote, now):
+        if not m.on:
+            self.promoted.discard(m.job)
+            return []
+        self.promoted.add(m.job)
+        out = []
+        for job in [j for j in self.jobs.values() if j.job == m.job and not j.guaranteed]:
+            gpu = self.gpus[job.gpu]
+            holder = next((j for j in gpu.jobs if j != job.job_id and self.jobs[j].guaranteed), None)
+            if holder is not None:
+                self.notes.append(f"{job.job_id} stays opportunistic: GPU {job.gpu} runs guaranteed job {holder}")
+                continue
+            job.priority = "guaranteed"
             out += self._replan(gpu, now)
         return out
 

@@ -3,12 +3,18 @@
 ``run(NodeOptions) -> exit code`` is what ``colocate node`` calls. It raises ``StartError``
 (with the exit code: 2 for bad options or config, 1 for a start-up failure such as an endpoint
 in use or a port taken) before serving; once serving, SIGTERM/SIGINT stop it cleanly (exit 0).
+
+With ``scheduler`` set, the node also joins the global scheduler: a ``WorkerManager`` (its table in
+``state_dir``, worker logs in ``log_dir``) and a ``SchedulerAgent`` in the server's loop. Stopping the
+node leaves its workers running; a node started again on the same ``state_dir`` re-adopts them.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import time
 from dataclasses import dataclass
 
@@ -31,6 +37,18 @@ class NodeOptions:
     metrics_port: int | None = None
     record: str | None = None
     log_level: str = "info"
+    scheduler: str | None = None  # the scheduler's endpoint; None: a standalone node
+    node_id: str | None = None  # default: this machine's host name
+    host: str | None = None  # where other nodes reach this one (MASTER_ADDR); default: the host name
+    log_dir: str | None = None  # default: STATE_DIR/logs
+    state_dir: str | None = None  # default: default_state_dir(node id)
+    keys: str | None = None  # CURVE key folder for the scheduler link; None: no CURVE
+
+
+def default_state_dir(node_id: str) -> str:
+    """``$XDG_STATE_HOME/colocate/node-ID`` (``~/.local/state/colocate/node-ID`` without it)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "colocate", f"node-{node_id}")
 
 
 def run(opts: NodeOptions) -> int:
@@ -65,6 +83,12 @@ def run(opts: NodeOptions) -> int:
     sim_cores = {g.core for g in gpus if g.core is not None}
     if sim_cores:  # the daemon stays off the simulated GPUs' cores
         keep_off_cores(sim_cores)
+    if opts.scheduler:
+        try:
+            server.agent = _agent(opts, core, server, gpus)
+        except StartError:
+            server.close()
+            raise
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda s, f: server.stop())
     for g in gpus:
@@ -72,3 +96,32 @@ def run(opts: NodeOptions) -> int:
                      f", core {g.core}" if g.core is not None else "")
     server.serve_forever()
     return 0
+
+
+def _agent(opts: NodeOptions, core, server, gpus):
+    """The scheduler link and its worker manager (started: table recovered, hello sent)."""
+    from colocate.node.agent import SchedulerAgent
+    from colocate.node.gpustatus import NvmlSampler
+    from colocate.node.workers import StateDirError, WorkerConfig, WorkerManager
+
+    node_id = opts.node_id or socket.gethostname()
+    state_dir = os.path.abspath(opts.state_dir or default_state_dir(node_id))
+    log_dir = os.path.abspath(opts.log_dir or os.path.join(state_dir, "logs"))
+    kind = gpus[0].kind if gpus else "sim"
+    try:
+        workers = WorkerManager(WorkerConfig(node_id=node_id, epoch=core.node_epoch, job_endpoint=opts.endpoint,
+                                             device=kind, gpus={g.index: g.mem_total for g in gpus},
+                                             log_dir=log_dir, state_dir=state_dir))
+    except StateDirError as exc:
+        raise StartError(str(exc), 1) from None
+    gpu_status = server.gpu_status if kind == "sim" else NvmlSampler([g.index for g in gpus])
+    try:
+        agent = SchedulerAgent(opts.scheduler, node_id, core.node_epoch, opts.host or socket.gethostname(), gpus,
+                               workers, gpu_status, server.apply, keys_dir=opts.keys)
+        agent.start()
+    except Exception as exc:  # bad keys (KeyError_ is a ValueError), a malformed endpoint (ZMQError)
+        workers.close()
+        raise StartError(f"error: scheduler link: {exc}", 2) from None
+    logging.info("node %s joins the scheduler at %s (state %s, worker logs %s)", node_id, opts.scheduler, state_dir,
+                 log_dir)
+    return agent

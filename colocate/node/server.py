@@ -6,6 +6,11 @@ by ``colocate.protocol``; anything malformed, of another version, of a type not
 accepted on that socket, or claiming another connection's job is answered with
 ``Error`` and logged, and the daemon carries on. A job's connection is bound to
 its job id at registration, so a job cannot speak (or set limits) for another.
+
+With a scheduler (``agent``: ``colocate.node.agent.SchedulerAgent``), the same single loop also
+polls the agent's socket and ticks it every ``TICK_S``; the agent hands node-core events
+(``Promote``) back through ``apply``. Nothing in the loop blocks, so the job endpoint stays
+responsive whatever the scheduler link does.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class NodeServer:
     def __init__(self, core: NodeCore, endpoint: str, ctl_endpoint: str | None = None,
                  record_path: str | None = None, clock=time.monotonic):
         self.core = core
+        self.agent = None  # a SchedulerAgent, set before serve_forever when the node has a scheduler
         self.endpoint = endpoint
         self.ctl_endpoint = ctl_endpoint or default_ctl_endpoint(endpoint)
         self.clock = clock
@@ -72,21 +78,46 @@ class NodeServer:
         poller = zmq.Poller()
         poller.register(self.jobs_sock, zmq.POLLIN)
         poller.register(self.ctl_sock, zmq.POLLIN)
+        agent_sock = None
         next_tick = self.clock()
         log.info("node epoch %d: jobs on %s, operators on %s, policy %s", self.core.node_epoch, self.endpoint,
                  self.ctl_endpoint, self.core.cfg.policy)
         try:
             while not self._stop.is_set():
+                if self.agent is not None and self.agent.sock is not agent_sock:  # the agent reconnected
+                    if agent_sock is not None:
+                        poller.unregister(agent_sock)
+                    agent_sock = self.agent.sock
+                    if agent_sock is not None:
+                        poller.register(agent_sock, zmq.POLLIN)
                 timeout = max(0.0, next_tick - self.clock())
                 for sock, _ in poller.poll(timeout=int(timeout * 1000) + 1):
-                    self._drain(sock)
+                    if sock is agent_sock:
+                        self.agent.on_readable()
+                    else:
+                        self._drain(sock)
                 if self.clock() >= next_tick:
                     self._tick()
                     next_tick = self.clock() + TICK_S
         finally:
             self.close()
 
+    def apply(self, event) -> None:
+        """Run a node-core event that comes from inside the node (the agent's ``Promote``)."""
+        self._run(event, None, self.jobs_sock)
+        while self.core.notes:
+            log.warning("%s", self.core.notes.popleft())
+
+    def gpu_status(self, now: float | None = None) -> list:
+        """Each GPU's utilization over the last 10 s and memory in use, from the core (sim GPUs)."""
+        from colocate.node.gpustatus import core_gpu_status
+
+        with self.lock:
+            return core_gpu_status(self.core, self.clock() if now is None else now)
+
     def close(self) -> None:
+        if self.agent is not None:
+            self.agent.close()
         for sock in (self.jobs_sock, self.ctl_sock):
             sock.close(linger=0)
         for ep in (self.endpoint, self.ctl_endpoint):
@@ -187,6 +218,11 @@ class NodeServer:
             if not _pid_alive(job.pid):
                 self._run(JobLost(job.job_id, f"process {job.pid} is gone"), None, self.jobs_sock)
         self._run(Tick(), None, self.jobs_sock)
+        if self.agent is not None:
+            try:
+                self.agent.tick()
+            except Exception:  # a bug in the scheduler link must not stop the jobs' node
+                log.exception("scheduler link: tick failed")
 
     def _bad(self, sock, ident: bytes, exc: P.ProtocolError) -> None:
         with self.lock:

@@ -31,6 +31,11 @@ class JobState:
     slo_state: str = "new"
     applied_seq: int = 0  # the newest limits seq the job has reported in force
     last_report_at: float | None = None
+    job: str = ""  # the job this worker belongs to (``Register.job``; job_id itself for a one-process job)
+    rank: int | None = None  # torchrun's RANK, None for a one-process job
+
+    def __post_init__(self) -> None:
+        self.job = self.job or self.job_id
 
     @property
     def guaranteed(self) -> bool:

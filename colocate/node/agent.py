@@ -1,0 +1,269 @@
+"""The node's link to the global scheduler (zguide Paranoid Pirate over one DEALER).
+
+``SchedulerAgent`` lives inside the node's single poll loop (``NodeServer``): the loop polls
+``agent.sock`` with its own sockets, calls ``agent.on_readable()`` when it has input and
+``agent.tick()`` every loop tick. Nothing here blocks: sends are non-blocking, a reconnect is
+scheduled for later rather than slept for, and worker processes are started by ``WorkerManager``
+without waiting.
+
+Behaviour:
+  * connect (a CURVE client with ``colocate.keys.connect`` when a key folder is given; the node's
+    certificate is ``DIR/NODE_ID.key_secret`` if present, else ``DIR/client.key_secret``) and say
+    ``NodeHello`` with this node incarnation's epoch, its host (MASTER_ADDR for others) and GPUs;
+  * ``NodeWelcome`` gives ``heartbeat_s`` and ``liveness``; from then on a ``NodeHeartbeat`` goes out
+    every ``heartbeat_s`` (the scheduler echoes it) and a full ``NodeStatus`` every ``status_every_s``
+    and at once on a change (GPU utilization over the last 10 s and memory in use, every worker);
+  * any message from the scheduler is proof of life; silence for ``heartbeat_s * liveness`` (before
+    the first welcome: the defaults 1 s x 3) drops the socket and reconnects after a backoff that
+    doubles from ``backoff_min_s`` to ``backoff_max_s`` (reset by a welcome), then says hello again;
+  * ``Error(code="unknown_node")`` (the scheduler restarted or forgot this node): hello again, and a
+    full ``NodeStatus`` right after the welcome;
+  * ``StartPlacement``/``StopPlacement``/``PromotePlacement`` go to the ``WorkerManager``; its events
+    (``WorkerStarted``, ``WorkerExited``, ``StartRefused``) are sent as they happen. Events produced
+    while not welcomed, and those sent since the scheduler was last heard from when the link is
+    dropped, are (re)sent after the next welcome: the scheduler may see one twice;
+  * a promoted placement's job becomes guaranteed in the node core: ``apply(Promote(job))``; a new
+    placement of a job forgets an old promotion (``Promote(job, on=False)``), and so does its end;
+  * bad input never stops the node: an undecodable message is logged and answered with ``Error``
+    (its code), a valid message the node does not take (a client request) with ``Error(forbidden)``,
+    a ``NodeWelcome`` for another node id is logged and ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+
+import psutil
+import zmq
+
+from colocate import protocol as P
+from colocate.node.core import Promote
+from colocate.node.workers import WorkerManager
+
+log = logging.getLogger("colocate.node.agent")
+
+DEFAULT_HEARTBEAT_S = 1.0
+DEFAULT_LIVENESS = 3
+MAX_PENDING = 10000
+MAX_BAD_LOGS_PER_S = 20
+
+
+class SchedulerAgent:
+    def __init__(self, endpoint: str, node_id: str, epoch: int, host: str, gpus, workers: WorkerManager,
+                 gpu_status, apply, keys_dir: str | None = None, context: zmq.Context | None = None,
+                 clock=time.monotonic, wall=time.time, backoff_min_s: float = 0.25, backoff_max_s: float = 30.0,
+                 status_every_s: float = 1.0):
+        """``gpus``: the node's ``GpuSpec`` list; ``gpu_status(now) -> [GpuStatus]``; ``apply(event)`` hands a
+        node-core event (``Promote``) to the node's loop."""
+        self.endpoint, self.node_id, self.epoch, self.host = endpoint, node_id, epoch, host
+        self.gpus, self.workers, self.gpu_status, self.apply = list(gpus), workers, gpu_status, apply
+        self.keys_dir = keys_dir
+        self.ctx = context or zmq.Context.instance()
+        self.clock, self.wall = clock, wall
+        self.backoff_min_s, self.backoff_max_s, self.status_every_s = backoff_min_s, backoff_max_s, status_every_s
+        self.backoff_s = backoff_min_s
+        self.heartbeat_s, self.liveness = DEFAULT_HEARTBEAT_S, DEFAULT_LIVENESS
+        self.sock = None
+        self.welcomed = False
+        self.scheduler_epoch: int | None = None
+        self.connects = self.welcomes = 0
+        self.pending: deque = deque(maxlen=MAX_PENDING)  # events to send after the next welcome
+        self._since_heard: list = []  # events sent since the scheduler was last heard from
+        self._reconnect_at = 0.0
+        self._last_heard = self._last_beat = self._last_status = 0.0
+        self._dirty = True
+        self._bad_window = (0.0, 0)
+        self._check_keys()
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Recover the worker table (its events wait for the welcome) and connect."""
+        self.pending.extend(self.workers.recover())
+        for p in self.workers.placements():
+            if p.promoted and p.running:  # this node's core is new: tell it again
+                self.apply(Promote(p.job_id))
+        self._connect(self.clock())
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close(linger=0)
+            self.sock = None
+        self.workers.close()
+
+    def _check_keys(self) -> None:
+        if self.keys_dir:
+            from colocate import keys as K
+
+            probe = self.ctx.socket(zmq.DEALER)
+            try:
+                K.connect(probe, self.keys_dir, self._key_name())  # raises KeyError_ (a ValueError) now, not later
+            finally:
+                probe.close(linger=0)
+
+    def _key_name(self) -> str:
+        own = os.path.join(self.keys_dir, f"{self.node_id}.key_secret")
+        return self.node_id if os.path.exists(own) else "client"
+
+    def _connect(self, now: float) -> None:
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 10000)
+        sock.setsockopt(zmq.RECONNECT_IVL, 100)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+        if self.keys_dir:
+            from colocate import keys as K
+
+            K.connect(sock, self.keys_dir, self._key_name())
+        sock.connect(self.endpoint)
+        self.sock, self.connects = sock, self.connects + 1
+        self._last_heard = now
+        self._hello()
+
+    def _hello(self) -> None:
+        self.welcomed = False
+        gpus = tuple(P.NodeGpu(index=g.index, model=(g.name or g.kind)[: P.MAX_ID_CHARS], mem_total=g.mem_total)
+                     for g in self.gpus)
+        self._send(P.NodeHello(node_id=self.node_id, epoch=self.epoch, host=self.host, gpus=gpus,
+                               cpu_milli=(os.cpu_count() or 1) * 1000, mem_mib=psutil.virtual_memory().total >> 20))
+        log.info("hello to the scheduler at %s as node %s (epoch %d)", self.endpoint, self.node_id, self.epoch)
+
+    def _drop(self, now: float, why: str) -> None:
+        log.warning("scheduler link: %s; reconnecting in %.2f s", why, self.backoff_s)
+        self.sock.close(linger=0)
+        self.sock, self.welcomed = None, False
+        self.pending.extendleft(reversed(self._since_heard))  # possibly lost with the socket
+        self._since_heard = []
+        self._reconnect_at = now + self.backoff_s
+        self.backoff_s = min(self.backoff_max_s, self.backoff_s * 2)
+
+    # ------------------------------------------------------------------ loop entry points
+    def tick(self) -> None:
+        now = self.clock()
+        if self.sock is None:
+            if now >= self._reconnect_at:
+                self._connect(now)
+            self._queue(self.workers.poll(self.wall()))
+            return
+        self._queue(self.workers.poll(self.wall()))
+        if now - self._last_heard > self.heartbeat_s * self.liveness:
+            self._drop(now, f"no word from {self.endpoint} for {now - self._last_heard:.1f} s")
+            return
+        if not self.welcomed:
+            return
+        if now - self._last_beat >= self.heartbeat_s:
+            self._send(P.NodeHeartbeat(node_id=self.node_id, epoch=self.epoch))
+            self._last_beat = now
+        if self._dirty or now - self._last_status >= self.status_every_s:
+            self.send_status(now)
+
+    def on_readable(self) -> None:
+        for _ in range(1000):  # bounded: the job endpoint gets its turn under a flood
+            if self.sock is None:
+                return
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._last_heard = self.clock()
+            self._since_heard = []
+            if len(frames) != 1:
+                self._bad(P.ProtocolError(P.MALFORMED, f"expected 1 frame, got {len(frames)}"))
+                continue
+            try:
+                msg = P.decode(frames[0])
+            except P.ProtocolError as exc:
+                self._bad(exc)
+                continue
+            try:
+                self._handle(msg)
+            except Exception:  # a bug must not take the node down: log it and go on
+                log.exception("scheduler link: handling %s failed", msg.TYPE)
+
+    def send_status(self, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        workers = tuple(self.workers.status())[: P.MAX_LIST_ITEMS]
+        self._send(P.NodeStatus(node_id=self.node_id, epoch=self.epoch, gpus=tuple(self.gpu_status(now)),
+                                workers=workers))
+        self._last_status, self._dirty = now, False
+
+    # ------------------------------------------------------------------ messages
+    def _handle(self, msg) -> None:
+        if isinstance(msg, P.NodeWelcome):
+            if msg.node_id != self.node_id:
+                log.warning("scheduler welcomed node %r, but this is node %r: ignored", msg.node_id, self.node_id)
+                return
+            if self.scheduler_epoch is not None and msg.scheduler_epoch != self.scheduler_epoch:
+                log.info("the scheduler restarted (epoch %d -> %d)", self.scheduler_epoch, msg.scheduler_epoch)
+            self.scheduler_epoch = msg.scheduler_epoch
+            self.heartbeat_s, self.liveness = msg.heartbeat_s, msg.liveness
+            self.welcomed, self.welcomes, self.backoff_s = True, self.welcomes + 1, self.backoff_min_s
+            log.info("welcomed by the scheduler (epoch %d): heartbeat %.2f s, liveness %d", msg.scheduler_epoch,
+                     msg.heartbeat_s, msg.liveness)
+            while self.pending:
+                self._send(self.pending.popleft())
+            self._last_beat = self.clock()
+            self.send_status()
+        elif isinstance(msg, P.NodeHeartbeat):
+            pass  # the echo: proof of life, already counted
+        elif isinstance(msg, P.StartPlacement):
+            events = self.workers.start(msg)
+            if any(isinstance(e, P.WorkerStarted) for e in events):
+                self.apply(Promote(msg.job_id, on=False))  # a new placement starts as placed
+            self._queue(events)
+        elif isinstance(msg, P.StopPlacement):
+            log.info("stop placement %s of job %s (%s), grace %.1f s", msg.placement_id, msg.job_id,
+                     msg.reason or "no reason given", msg.grace_s)
+            self.workers.stop(msg.placement_id, msg.grace_s, msg.job_id)
+            self._dirty = True
+        elif isinstance(msg, P.PromotePlacement):
+            job = self.workers.promote(msg.placement_id)
+            if job is None:
+                log.warning("promote: placement %s is not running here", msg.placement_id)
+            else:
+                log.info("placement %s of job %s promoted: guaranteed from now on", msg.placement_id, job)
+                self.apply(Promote(job))
+                self._dirty = True
+        elif isinstance(msg, P.Error):
+            if msg.code == P.UNKNOWN_NODE:
+                log.warning("the scheduler does not know this node (%s): hello again", msg.message)
+                self._hello()
+            else:
+                log.warning("scheduler error (%s): %s", msg.code, msg.message)
+        else:
+            self._bad(P.ProtocolError(P.FORBIDDEN, f"{msg.TYPE} is not accepted by a node"))
+
+    def _queue(self, events) -> None:
+        for event in events:
+            if isinstance(event, P.WorkerExited):
+                p = next((p for p in self.workers.placements() if p.placement_id == event.placement_id), None)
+                if p is not None and not p.running:
+                    self.apply(Promote(p.job_id, on=False))
+            if self.welcomed:
+                self._send(event)
+            else:
+                self.pending.append(event)
+            self._dirty = True
+
+    def _send(self, msg) -> None:
+        if self.sock is None:
+            return
+        try:
+            self.sock.send(P.encode(msg), zmq.NOBLOCK)
+        except zmq.Again:
+            log.warning("scheduler link: send queue full, dropped %s", msg.TYPE)
+            return
+        if isinstance(msg, (P.WorkerStarted, P.WorkerExited, P.StartRefused)):
+            self._since_heard.append(msg)
+
+    def _bad(self, exc: P.ProtocolError) -> None:
+        now = self.clock()
+        start, n = self._bad_window
+        if now - start > 1.0:
+            start, n = now, 0
+        if n < MAX_BAD_LOGS_PER_S:
+            log.warning("bad message from the scheduler (%s): %s", exc.code, exc)
+        self._bad_window = (start, n + 1)
+        self._send(exc.to_error())
