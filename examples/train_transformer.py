@@ -5,11 +5,17 @@ learned positions + nn.TransformerEncoder with a causal mask, next-token cross-e
 Each iteration sleeps --host-ms milliseconds to mimic waiting on a data loader, then moves
 a batch to the device and runs zero_grad / forward / backward / optimizer.step().
 
+With --checkpoint PATH, SIGTERM makes it stop after the current iteration, save the model, the
+optimizer and the iteration count to PATH and exit with 143 (128+SIGTERM); started again with the
+same PATH it prints "resumed from iteration N" and goes on from there (a completed run saves too).
+
     python examples/train_transformer.py --iters 200 --batch-size 8
     colocate run -- python examples/train_transformer.py --duration 60
 """
 import argparse
 import itertools
+import os
+import signal
 import time
 
 import torch
@@ -32,6 +38,9 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--seq-len", type=int, default=32)
     p.add_argument("--vocab", type=int, default=1000)
+    p.add_argument("--checkpoint", default=None, metavar="PATH",
+                   help="checkpoint file, relative to the working directory: resume from it if it exists; "
+                        "on SIGTERM save to it and exit 143")
     args = p.parse_args(argv)
     if args.iters is None and args.duration is None:
         args.iters = 200
@@ -69,8 +78,27 @@ def make_pool(batch_size, seq_len, vocab, pool_size=8):
     return pool
 
 
+def load_checkpoint(path, model, optimizer) -> int:
+    """The iteration to resume from (0 without a checkpoint file)."""
+    if not path or not os.path.exists(path):
+        return 0
+    state = torch.load(path, map_location="cpu")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return int(state["iteration"])
+
+
+def save_checkpoint(path, model, optimizer, iteration) -> None:
+    tmp = f"{path}.tmp"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration}, tmp)
+    os.replace(tmp, path)  # readers never see a torn file
+
+
 def main(argv=None):
     args = parse_args(argv)
+    stop = {"term": False}
+    if args.checkpoint:  # SIGTERM: finish the current iteration, save, exit 143
+        signal.signal(signal.SIGTERM, lambda signum, frame: stop.update(term=True))
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -78,15 +106,22 @@ def main(argv=None):
 
     model = TinyLM(args.vocab, args.seq_len).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    start_iter = load_checkpoint(args.checkpoint, model, optimizer)
+    if start_iter:
+        print(f"resumed from iteration {start_iter}", flush=True)
     loss_fn = nn.CrossEntropyLoss()
     pool = make_pool(args.batch_size, args.seq_len, args.vocab)
     burst = []  # extra activation memory kept alive once --mem-burst-at is reached
 
     model.train()
     start = time.perf_counter()
-    last_t, last_i, done = start, 0, 0
+    last_t, last_i, done = start, start_iter, start_iter
+    code = 0
     total = "inf" if args.iters is None else args.iters
-    for i in itertools.count() if args.iters is None else range(args.iters):
+    for i in itertools.count(start_iter) if args.iters is None else range(start_iter, args.iters):
+        if stop["term"]:
+            code = 128 + signal.SIGTERM
+            break
         if args.duration is not None and time.perf_counter() - start >= args.duration:
             break
         if args.host_ms > 0:
@@ -115,8 +150,13 @@ def main(argv=None):
     if device == "cuda":
         torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
-    print(f"done: {done} iterations in {elapsed:.2f} s ({done / max(elapsed, 1e-9):.2f} it/s)", flush=True)
-    return 0
+    if args.checkpoint:
+        save_checkpoint(args.checkpoint, model, optimizer, done)
+        if code:
+            print(f"SIGTERM: checkpoint saved at iteration {done}", flush=True)
+    print(f"done: {done} iterations in {elapsed:.2f} s ({(done - start_iter) / max(elapsed, 1e-9):.2f} it/s)",
+          flush=True)
+    return code
 
 
 if __name__ == "__main__":
