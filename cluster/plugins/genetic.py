@@ -100,6 +100,12 @@ class Search:
         return True
 
 
+def mutation_rate(child_fit: np.ndarray, mean_fit: float, p: dict) -> np.ndarray:
+    """The paper's adaptive mutation: ``mutation_above`` for a child fitter than the population's
+    mean, ``mutation_below`` otherwise (per gene)."""
+    return np.where(child_fit > mean_fit, p["mutation_above"], p["mutation_below"])
+
+
 def evolve(s: Search, tasks: np.ndarray, rng: np.random.Generator, p: dict) -> tuple[int, int, float]:
     """One GA search over pairs (row in ``s.up_rows``, job in ``tasks``): the fittest pair."""
     size = p["population"]
@@ -114,7 +120,7 @@ def evolve(s: Search, tasks: np.ndarray, rng: np.random.Generator, p: dict) -> t
         sample = rng.permuted(base, axis=1)[:, :k]
         winners = sample[np.arange(2 * nrep), fit[sample].argmax(axis=1)]
         cm, ct = pm[winners[:nrep]], pt[winners[nrep:]]
-        rate = np.where(s.fitness(cm, ct) > fit.mean(), p["mutation_above"], p["mutation_below"])
+        rate = mutation_rate(s.fitness(cm, ct), fit.mean(), p)
         mm, mt = rng.random(nrep) < rate, rng.random(nrep) < rate
         cm = np.where(mm, rows[rng.integers(len(rows), size=nrep)], cm)
         ct = np.where(mt, tasks[rng.integers(len(tasks), size=nrep)], ct)

@@ -11,7 +11,7 @@ import pytest
 from cluster import events as ev
 from cluster.framework import Plugin, register, REGISTRY
 from cluster.plugins.fgd import Workload, deltas, fragmentation, node_fragment, typical
-from cluster.plugins.genetic import Search, evolve
+from cluster.plugins.genetic import Search, evolve, mutation_rate
 from cluster.plugins.nodetable import NodeTable
 from cluster.spec import NodeSpec
 from cluster.state import Alloc, ClusterState
@@ -286,6 +286,42 @@ def test_ga_search_without_generations_is_the_best_of_the_random_population():
     assert (m, t, f) == (int(pm[fit.argmax()]), int(pt[fit.argmax()]), float(fit.max()))
     m, t, f = evolve(s, np.arange(2), np.random.default_rng(7), {**params, "generations": 20})
     assert f == 1.0  # 20 generations find a pair that fills a machine (a 1- or 2-GPU job on n0/n1)
+
+
+def test_ga_mutation_is_adaptive_and_brings_new_genes():
+    p = dict(population=4, tournament=0.5, replace=0.5, mutation_above=0.25, mutation_below=0.1, generations=100)
+    assert mutation_rate(np.array([0.5, 0.1, 0.3]), 0.3, p).tolist() == [0.25, 0.1, 0.1]  # above the mean: 0.25
+    st = ClusterState()
+    for i in range(50):
+        st.add_node(NodeSpec(f"n{i}", 1 if i == 37 else 8), 1)
+    table = NodeTable()
+    table.sync(st)
+    s = Search(table, [job("a", 1)])
+    first = set(np.random.default_rng(5).integers(50, size=4).tolist())  # the initial population's nodes
+    assert 37 not in first
+    m, _, f = evolve(s, np.arange(1), np.random.default_rng(5), {**p, "mutation_above": 0.0, "mutation_below": 0.0})
+    assert m in first and f == 0.125  # crossover alone never leaves the initial gene pool
+    m, _, f = evolve(s, np.arange(1), np.random.default_rng(5), {**p, "mutation_above": 1.0, "mutation_below": 1.0})
+    assert (m, f) == (37, 1.0)  # mutation reaches the 1-GPU machine the task fills
+
+
+def test_ga_crossover_joins_a_machine_and_a_task_from_different_parents():
+    """Without mutation the best pair (the whole GPU job on the 1-GPU machine) must be built from
+    the machine gene of one solution and the task gene of another."""
+    p = dict(population=20, tournament=0.2, replace=0.4, mutation_above=0.0, mutation_below=0.0, generations=50)
+    st = ClusterState()
+    for i in range(50):
+        st.add_node(NodeSpec(f"n{i}", 1 if i == 37 else 8), 1)
+    table = NodeTable()
+    table.sync(st)
+    s = Search(table, [job(f"s{i}", gpu_milli=900) for i in range(9)] + [job("whole", 1)])
+    for seed in range(200):  # a population holding machine 37 and task 9, never together
+        rng = np.random.default_rng(seed)
+        pm, pt = rng.integers(50, size=20), rng.integers(10, size=20)
+        if 37 in pm and 9 in pt and not ((pm == 37) & (pt == 9)).any():
+            break
+    m, t, f = evolve(s, np.arange(10), np.random.default_rng(seed), p)
+    assert (m, t, f) == (37, 9, 1.0)
 
 
 # ---------------------------------------------------------------- queue_order (framework)
