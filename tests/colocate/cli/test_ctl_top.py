@@ -20,6 +20,9 @@ from tests.support import (JOB_START_S, PY, REPO, NodeProc, Procs, child_env, cn
 GiB = 1 << 30
 JOB_FIELDS = set(P.JobInfo.__dataclass_fields__)
 
+# a job starts in here: on a fresh machine the first one also builds the allocator extension
+pytestmark = pytest.mark.timeout(300)
+
 
 @pytest.fixture(scope="module")
 def setup(sim_ext):

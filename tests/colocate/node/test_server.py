@@ -162,11 +162,14 @@ def test_a_job_that_leaves_is_unbound_and_its_id_free(node):
     # unknown job now: the core's answer, not the edge's
     assert error_code(owner.ask(P.Heartbeat(job_id="j1", sent_at=1.0))) == P.UNKNOWN_JOB
     assert node.state(lambda core: (dict(core.jobs), core.jobs_exited)) == ({}, 1)
+    # nor is any other connection refused for it: the node does not know the job (a link that hears this
+    # registers again)
+    assert error_code(other.ask(P.Heartbeat(job_id="j1", sent_at=1.0))) == P.UNKNOWN_JOB
     # another process may take the id, from another connection
     assert isinstance(other.ask(register(pid=os.getppid())), P.Welcome)
     assert error_code(owner.ask(report())) == P.FORBIDDEN
     _, bad = counts(node)
-    assert bad == Counter({P.UNKNOWN_JOB: 1, P.FORBIDDEN: 1})
+    assert bad == Counter({P.UNKNOWN_JOB: 2, P.FORBIDDEN: 1})
 
 
 def test_error_replies_of_the_core_are_counted_by_code(node, caplog):
