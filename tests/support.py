@@ -5,7 +5,9 @@
   test, killed by group at the end), ``NodeProc`` (a real ``colocate node``), ``start_job``, ``finish``;
 * waiting: ``wait_for`` polls a condition with a deadline; there is no other way to wait in this suite;
 * Prometheus: ``metric_samples`` and ``sample`` parse the text format with ``prometheus_client``;
-* ZeroMQ: ``dealer``, ``ask`` and ``pack`` speak to a node's sockets frame by frame.
+* ZeroMQ: ``dealer``, ``ask`` and ``pack`` speak to a node's sockets frame by frame; ``FakeScheduler`` is a
+  scheduler ROUTER a node's agent connects to (the test decides every answer);
+* files: ``tiny_script`` writes a small Python script for worker processes.
 
 Anything that installs the simulated allocator or the runtime into a process is process-global and
 irreversible, so those tests run their code in a fresh Python subprocess or under the real launcher,
@@ -482,3 +484,85 @@ class ServerHarness:
         for conn in self._conns:
             conn.close()
         self.ctx.destroy(linger=0)
+
+
+# ---------------------------------------------------------------- a fake scheduler for node tests
+
+
+class FakeScheduler:
+    """A ROUTER on ``tcp://127.0.0.1:PORT`` playing the scheduler: it records every message a node sends
+    (``log``: (identity, message)) and answers only what the test tells it to, except that ``expect``
+    echoes heartbeats while it waits (``echo=False`` to stay silent)."""
+
+    def __init__(self, ctx=None, port: int | None = None):
+        import zmq
+
+        self.ctx = ctx or zmq.Context.instance()
+        self.port = port or free_port()
+        self.endpoint = f"tcp://127.0.0.1:{self.port}"
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(self.endpoint)
+        self.log: list = []
+        self.epoch = 1
+
+    def recv(self, timeout_s: float):
+        """The next (identity, message) within ``timeout_s``, else None. Undecodable frames are recorded as
+        (identity, ProtocolError)."""
+        from colocate import protocol as P
+
+        if not self.sock.poll(max(1, int(timeout_s * 1000))):
+            return None
+        ident, data = self.sock.recv_multipart()[:2]
+        try:
+            msg = P.decode(data)
+        except P.ProtocolError as exc:
+            msg = exc
+        self.log.append((ident, msg))
+        return ident, msg
+
+    def expect(self, cls, timeout_s: float = 10.0, pred=None, echo: bool = True, between=None):
+        """Receive until a message of type ``cls`` (and ``pred(msg)``) arrives; returns (identity, message).
+        Heartbeats are echoed while waiting unless ``echo`` is False; ``between()`` runs after each poll
+        (e.g. to pump an agent driven by the test). Fails after ``timeout_s``."""
+        from colocate import protocol as P
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if between is not None:
+                between()
+            got = self.recv(0.02 if between is not None else min(0.2, max(0.001, deadline - time.monotonic())))
+            if got is None:
+                continue
+            ident, msg = got
+            if echo and isinstance(msg, P.NodeHeartbeat) and cls is not P.NodeHeartbeat:
+                self.send(ident, P.NodeHeartbeat(node_id=msg.node_id, epoch=self.epoch))
+            if isinstance(msg, cls) and (pred is None or pred(msg)):
+                return ident, msg
+        raise AssertionError(f"no {cls.__name__} within {timeout_s}s; got "
+                             f"{[type(m).__name__ for _, m in self.log[-12:]]}")
+
+    def send(self, ident: bytes, msg) -> None:
+        from colocate import protocol as P
+
+        self.sock.send_multipart([ident, msg if isinstance(msg, bytes) else P.encode(msg)])
+
+    def welcome(self, ident: bytes, node_id: str, heartbeat_s: float = 0.2, liveness: int = 3) -> None:
+        from colocate import protocol as P
+
+        self.send(ident, P.NodeWelcome(node_id=node_id, scheduler_epoch=self.epoch, heartbeat_s=heartbeat_s,
+                                       liveness=liveness))
+
+    def of(self, cls) -> list:
+        """Every recorded message of type ``cls``."""
+        return [m for _, m in self.log if isinstance(m, cls)]
+
+    def close(self) -> None:
+        self.sock.close(0)
+
+
+def tiny_script(folder: Path, name: str, body: str) -> Path:
+    """Write ``body`` as ``folder/name`` (a Python script a worker runs); returns its path."""
+    path = Path(folder) / name
+    path.write_text(body)
+    return path

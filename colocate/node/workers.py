@@ -20,7 +20,8 @@ kill deadlines are persisted and survive a restart.
 Rules:
   * idempotent per ``placement_id``: a placement the node has seen (running, ended, refused, or stopped
     before it started) never starts a worker again, across restarts too; a repeated start of a refused
-    placement gets the same ``StartRefused`` again, any other repeat gets nothing;
+    placement gets the same ``StartRefused`` again, a start after its own stop a ``StartRefused``, any
+    other repeat gets nothing (``status()`` and ``NodeStatus`` show its workers);
   * each worker runs under the launcher, in its own session (process group), from the request's ``cwd``
     with the request's environment (``COLOCATE_*`` removed) plus torchrun's variables::
 
@@ -108,6 +109,8 @@ class WorkerManager:
         t = self.table
         if msg.placement_id in t.refused:
             return [self._refusal(msg, t.refused[msg.placement_id][1])]
+        if msg.placement_id in t.stopped_unknown:
+            return [self._refusal(msg, "the placement was stopped before it started")]
         if t.known(msg.placement_id):
             log.info("placement %s is known: nothing started again", msg.placement_id)
             return []

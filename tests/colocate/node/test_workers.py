@@ -1,0 +1,360 @@
+"""WorkerManager with real processes: each worker is a tiny Python script started under the real launcher.
+
+Every wait polls ``WorkerManager.poll`` (or a file the script writes) with a deadline; the scripts write a
+"ready" file once their signal handlers are installed, so stop tests signal only prepared processes. Every
+process a test starts is SIGKILLed by process group at the end.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from colocate import protocol as P
+from colocate.node.worker_table import StateDirError
+from colocate.node.workers import WorkerConfig, WorkerManager, port_in_use
+from tests.support import GiB, PY, alive, child_env, free_port, tiny_script, wait_for
+
+ENV_DUMP = """\
+import json, os, sys
+names = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
+         "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "COLOCATE_GPUS", "COLOCATE_JOB_ID", "COLOCATE_PRIORITY",
+         "COLOCATE_DEVICE", "COLOCATE_NODE", "COLOCATE_GPU_MEM", "COLOCATE_SIM_GPU_MEM", "COLOCATE_LEAK", "FROM_REQUEST"]
+rank = os.environ["RANK"]
+with open(f"env-{rank}.json", "w") as f:
+    json.dump({"cwd": os.getcwd(), **{n: os.environ.get(n) for n in names}}, f)
+print(f"hello from rank {rank}", flush=True)
+with open("starts.txt", "a") as f:
+    f.write(rank + "\\n")
+raise SystemExit(int(sys.argv[1]) + int(rank))
+"""
+
+# runs until RELEASE-<rank> exists; "term" handles SIGTERM (exit 143), "ignore" ignores it
+WAITER = """\
+import os, signal, sys, time
+rank, mode = os.environ["RANK"], sys.argv[1]
+if mode == "term":
+    signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
+elif mode == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+open(f"ready-{rank}", "w").close()
+deadline = time.monotonic() + 120
+while not os.path.exists(f"release-{rank}") and time.monotonic() < deadline:
+    time.sleep(0.02)
+raise SystemExit(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
+"""
+
+
+class Managers:
+    """The test's WorkerManagers; at the end every worker process group they started is SIGKILLed."""
+
+    def __init__(self, tmp: Path):
+        self.tmp, self.all = tmp, []
+        (tmp / "work").mkdir()
+
+    def new(self, epoch: int = 1, gpus=(0, 1), state: str = "state") -> WorkerManager:
+        cfg = WorkerConfig(node_id="n1", epoch=epoch, job_endpoint=f"ipc://{self.tmp}/no-node.sock", device="sim",
+                           gpus={g: GiB for g in gpus}, log_dir=str(self.tmp / "logs"), state_dir=str(self.tmp / state))
+        wm = WorkerManager(cfg)
+        self.all.append(wm)
+        return wm
+
+    def cleanup(self) -> None:
+        for wm in self.all:
+            for p in wm.placements():
+                for w in p.workers:
+                    try:
+                        os.killpg(w.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+            wm.table.unlock()
+
+
+@pytest.fixture
+def mgrs(tmp_path):
+    m = Managers(tmp_path)
+    yield m
+    m.cleanup()
+
+
+def placement(tmp: Path, pid: str, command, workers=((0, 0, (0,)), (1, 1, (1,))), priority="guaranteed", port=0,
+              cwd=None, group_rank=0, job="job-a", env=None) -> P.StartPlacement:
+    req = P.JobRequest(command=tuple(map(str, command)), cwd=str(cwd or tmp / "work"),
+                       env=env if env is not None else child_env({"FROM_REQUEST": "yes", "COLOCATE_LEAK": "1"}),
+                       workers=max(len(workers), 1))
+    return P.StartPlacement(placement_id=pid, job_id=job, priority=priority, request=req,
+                            workers=tuple(P.WorkerLaunch(rank=r, local_rank=lr, gpus=g) for r, lr, g in workers),
+                            world_size=max([r for r, _, _ in workers], default=0) + 1, group_rank=group_rank,
+                            master_addr="127.0.0.1",
+                            master_port=port)
+
+
+def poll_until(wm: WorkerManager, pred, timeout: float = 60.0, events=None) -> list:
+    """Poll ``wm`` until ``pred(events so far)``; returns the events."""
+    events = [] if events is None else events
+
+    def step():
+        events.extend(wm.poll())
+        return pred(events)
+
+    wait_for(step, timeout, what="the worker manager's events")
+    return events
+
+
+def exits(events) -> dict:
+    return {e.rank: e.exit_code for e in events if isinstance(e, P.WorkerExited)}
+
+
+def ready(tmp: Path, *ranks, timeout: float = 60.0) -> None:
+    wait_for(lambda: all((tmp / "work" / f"ready-{r}").exists() for r in ranks), timeout, what=f"workers {ranks} ready")
+
+
+# ---------------------------------------------------------------- start
+
+
+def test_workers_run_under_the_launcher_with_torchruns_variables_and_their_own_logs(mgrs, tmp_path):
+    wm = mgrs.new()
+    script = tiny_script(tmp_path, "dump.py", ENV_DUMP)
+    port = free_port()
+    started = wm.start(placement(tmp_path, "p1", [PY, script, 3], port=port))
+    assert [(e.rank, e.job_id, e.placement_id, e.node_id, e.epoch) for e in started] == \
+        [(0, "job-a", "p1", "n1", 1), (1, "job-a", "p1", "n1", 1)]
+    assert [e.log_path for e in started] == [str(tmp_path / "logs" / "job-a" / f"worker-{r}.log") for r in (0, 1)]
+    events = poll_until(wm, lambda ev: len(exits(ev)) == 2)
+    assert exits(events) == {0: 3, 1: 4}  # the command's own code, through the launcher
+    for rank in (0, 1):
+        env = json.loads((tmp_path / "work" / f"env-{rank}.json").read_text())
+        assert env["cwd"] == str(tmp_path / "work")
+        assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"], env["GROUP_RANK"]) == \
+            (str(rank), str(rank), "2", "2", "0")
+        assert (env["ROLE_RANK"], env["ROLE_WORLD_SIZE"], env["TORCHELASTIC_RUN_ID"]) == (str(rank), "2", "job-a")
+        assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", str(port))
+        assert env["COLOCATE_GPUS"] == "0,1"  # torchrun's layout: worker LOCAL_RANK=i is on GPU number i
+        assert (env["COLOCATE_JOB_ID"], env["COLOCATE_PRIORITY"], env["COLOCATE_DEVICE"]) == ("job-a", "guaranteed", "sim")
+        assert env["COLOCATE_NODE"] == f"ipc://{tmp_path}/no-node.sock" and env["COLOCATE_SIM_GPU_MEM"] == str(GiB)
+        assert env["FROM_REQUEST"] == "yes" and env["COLOCATE_LEAK"] is None  # the request's COLOCATE_* are dropped
+        text = Path(started[rank].log_path).read_text()
+        assert text.startswith("=== ") and "placement p1 of job job-a" in text and f"hello from rank {rank}" in text
+    assert {(s.rank, s.running, s.exit_code) for s in wm.status()} == {(0, False, 3), (1, False, 4)}
+
+
+def test_workers_with_several_gpus_each_get_their_own_and_gpu_mem_is_passed(mgrs, tmp_path):
+    wm = mgrs.new(gpus=(0, 1, 2, 3))
+    script = tiny_script(tmp_path, "dump.py", ENV_DUMP)
+    msg = placement(tmp_path, "p1", [PY, script, 0], workers=((5, 0, (2, 3)), (4, 1, (0, 1))), group_rank=1)
+    msg = P.StartPlacement(**{**{f: getattr(msg, f) for f in ("placement_id", "job_id", "priority", "workers",
+                                                               "group_rank", "master_addr", "master_port")},
+                              "request": P.JobRequest(**{**{f: getattr(msg.request, f) for f in
+                                                            ("command", "cwd", "env", "workers")}, "gpu_mem": 3 * GiB}),
+                              "world_size": 8})
+    assert len(wm.start(msg)) == 2
+    poll_until(wm, lambda ev: len(exits(ev)) == 2)
+    envs = {r: json.loads((tmp_path / "work" / f"env-{r}.json").read_text()) for r in (4, 5)}
+    assert envs[5]["COLOCATE_GPUS"] == "2,3" and envs[4]["COLOCATE_GPUS"] == "0,1"
+    assert envs[5]["GROUP_RANK"] == "1" and envs[5]["WORLD_SIZE"] == "8" and envs[5]["COLOCATE_GPU_MEM"] == str(3 * GiB)
+    assert envs[5]["MASTER_PORT"] is None  # no port given: none set
+
+
+def test_a_placement_id_never_starts_twice(mgrs, tmp_path):
+    wm = mgrs.new()
+    script = tiny_script(tmp_path, "dump.py", ENV_DUMP)
+    msg = placement(tmp_path, "p1", [PY, script, 0])
+    assert len(wm.start(msg)) == 2
+    assert wm.start(msg) == []  # while it runs
+    poll_until(wm, lambda ev: len(exits(ev)) == 2)
+    assert wm.start(msg) == []  # after it ended
+    wm.close()
+    again = mgrs.new(epoch=2)  # a restarted node
+    assert again.recover() == [] and again.start(msg) == []
+    assert sorted((tmp_path / "work" / "starts.txt").read_text().split()) == ["0", "1"]  # each worker ran once
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def _listener():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    return s
+
+
+REFUSALS = [
+    ("missing cwd", dict(cwd="/no/such/dir"), "does not exist"),
+    ("relative cwd", dict(cwd="work"), "does not exist"),
+    ("command not found", dict(command=["no-such-prog-xyz"]), "command not found: no-such-prog-xyz"),
+    ("script not found", dict(command=[PY, "nope.py"]), "script not found: nope.py"),
+    ("unknown GPU", dict(workers=((0, 0, (0,)), (1, 1, (7,)))), "GPU 7 is not on this node (it has 0,1)"),
+    ("shared GPU", dict(workers=((0, 0, (1,)), (1, 1, (1,)))), "two workers share a GPU"),
+    ("no GPU", dict(workers=((0, 0, ()),)), "without a GPU"),
+    ("no workers", dict(workers=()), "no workers"),
+    ("same rank", dict(workers=((0, 0, (0,)), (0, 1, (1,)))), "same rank"),
+    ("master port bound", dict(port="bound"), "master port"),
+]
+
+
+@pytest.mark.parametrize("over, reason", [r[1:] for r in REFUSALS], ids=[r[0] for r in REFUSALS])
+def test_refused_starts_say_why_and_start_nothing(mgrs, tmp_path, over, reason):
+    wm = mgrs.new()
+    listener = _listener() if over.get("port") == "bound" else None
+    if listener is not None:
+        over = {**over, "port": listener.getsockname()[1]}
+    over.setdefault("command", [PY, tiny_script(tmp_path, "dump.py", ENV_DUMP), 0])
+    try:
+        msg = placement(tmp_path, "p1", **over)
+        out = wm.start(msg)
+        assert len(out) == 1 and isinstance(out[0], P.StartRefused), out
+        assert reason in out[0].reason and (out[0].placement_id, out[0].job_id) == ("p1", "job-a")
+        assert wm.start(msg) == out  # a repeat gets the same answer
+        assert wm.status() == [] and not (tmp_path / "work" / "starts.txt").exists()
+    finally:
+        if listener is not None:
+            listener.close()
+
+
+def test_master_port_is_checked_only_on_the_node_of_group_rank_0(mgrs, tmp_path):
+    listener = _listener()
+    try:
+        port = listener.getsockname()[1]
+        assert port_in_use(port)
+        wm = mgrs.new()
+        msg = placement(tmp_path, "p1", [PY, tiny_script(tmp_path, "dump.py", ENV_DUMP), 0], port=port, group_rank=1)
+        assert all(isinstance(e, P.WorkerStarted) for e in wm.start(msg))
+        poll_until(wm, lambda ev: len(exits(ev)) == 2)
+    finally:
+        listener.close()
+    assert not port_in_use(port)
+
+
+def test_a_guaranteed_placement_is_refused_a_gpu_another_guaranteed_one_runs_on(mgrs, tmp_path):
+    wm = mgrs.new()
+    waiter = tiny_script(tmp_path, "wait.py", WAITER)
+    assert len(wm.start(placement(tmp_path, "g1", [PY, waiter, "term"], workers=((0, 0, (0,)),), job="g"))) == 1
+    clash = wm.start(placement(tmp_path, "g2", [PY, waiter, "term"], workers=((0, 0, (0,)),), job="h"))
+    assert "GPU 0 already runs guaranteed job g (placement g1)" in clash[0].reason
+    opp = wm.start(placement(tmp_path, "o1", [PY, waiter, "term"], workers=((0, 0, (0,)),), job="o",
+                             priority="opportunistic"))
+    assert isinstance(opp[0], P.WorkerStarted)  # opportunistic work may share the GPU
+
+
+def test_a_start_after_its_own_stop_is_refused(mgrs, tmp_path):
+    wm = mgrs.new()
+    wm.stop("p9", 1.0, "job-a")  # the stop overtook the start
+    out = wm.start(placement(tmp_path, "p9", [PY, tiny_script(tmp_path, "dump.py", ENV_DUMP), 0]))
+    assert isinstance(out[0], P.StartRefused) and "stopped before it started" in out[0].reason
+
+
+# ---------------------------------------------------------------- stop
+
+
+@pytest.mark.slow
+def test_stop_sends_sigterm_then_sigkill_after_the_grace_period_without_blocking(mgrs, tmp_path):
+    wm = mgrs.new()
+    waiter = tiny_script(tmp_path, "wait.py", WAITER)
+    wm.start(placement(tmp_path, "p1", [PY, waiter, "term"], workers=((0, 0, (0,)),), job="t"))
+    wm.start(placement(tmp_path, "p2", [PY, waiter, "ignore"], workers=((1, 0, (1,)),), job="i"))
+    ready(tmp_path, 0, 1)
+    grace = 2.0
+    t0 = time.monotonic()
+    wm.stop("p1", grace)
+    wm.stop("p2", grace)
+    assert time.monotonic() - t0 < 0.5  # signals only, no waiting
+    events, times = [], {}
+
+    def seen(ev):
+        for rank in exits(ev):
+            times.setdefault(rank, time.monotonic())
+        return len(exits(ev)) == 2
+
+    poll_until(wm, seen, timeout=30, events=events)
+    assert exits(events) == {0: 143, 1: 137}  # handled SIGTERM; ignored it and got SIGKILL
+    assert times[0] - t0 < grace  # SIGTERM works at once
+    assert times[1] - t0 >= grace  # SIGKILL only after the grace period
+    wm.stop("p1", grace)  # idempotent: nothing left to signal
+    assert wm.poll() == []
+
+
+# ---------------------------------------------------------------- restart
+
+
+@pytest.mark.slow
+def test_a_restarted_manager_readopts_live_workers_and_reports_the_dead(mgrs, tmp_path):
+    a = mgrs.new(gpus=(0, 1, 2))
+    waiter = tiny_script(tmp_path, "wait.py", WAITER)
+    msg = placement(tmp_path, "p1", [PY, waiter, "term", 5], workers=((0, 0, (0,)), (1, 1, (1,)), (2, 2, (2,))))
+    started = {e.rank: e.pid for e in a.start(msg)}
+    ready(tmp_path, 0, 1, 2)
+    with pytest.raises(StateDirError):
+        WorkerManager(a.cfg)  # while a node holds the folder, no second node takes it
+    a.close()  # the node "crashes": its workers keep running (they never held the folder's lock)
+    os.killpg(started[1], signal.SIGKILL)  # rank 1 dies while no node watches: no exit status left
+    (tmp_path / "work" / "release-2").touch()  # rank 2 ends by itself with code 5: its launcher records it
+    wait_for(lambda: not alive(started[1]) and not alive(started[2]), 30, what="ranks 1 and 2 to end")
+
+    b = mgrs.new(epoch=2, gpus=(0, 1, 2))
+    recovered = b.recover()
+    assert exits(recovered) == {1: -1, 2: 5} and {e.epoch for e in recovered} == {2}
+    status = {s.rank: s for s in b.status()}
+    assert status[0].running and status[0].pid == started[0]  # re-adopted, same process
+    assert b.start(msg) == []  # a known placement never starts again
+    b.stop("p1", 10.0)
+    events = poll_until(b, lambda ev: 0 in exits(ev), timeout=30)
+    assert exits(events) == {0: 143}  # not its child: the code comes from the launcher's exit file
+
+
+def test_a_reused_pid_is_never_adopted_or_signalled(mgrs, tmp_path):
+    a = mgrs.new()
+    waiter = tiny_script(tmp_path, "wait.py", WAITER)
+    a.start(placement(tmp_path, "p1", [PY, waiter, "term"], workers=((0, 0, (0,)),)))
+    ready(tmp_path, 0)
+    a.close()
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        state = tmp_path / "state" / "workers.json"
+        data = json.loads(state.read_text())
+        worker = data["placements"][0]["workers"][0]
+        os.killpg(worker["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(worker["pid"]), 30, what="the old worker to die")
+        # as if the pid had been reused: the table names a live process, but not the one it started
+        worker["pid"] = stranger.pid
+        assert abs(psutil.Process(stranger.pid).create_time() - worker["create_time"]) > 0.05
+        state.write_text(json.dumps(data))
+        b = mgrs.new(epoch=2)
+        assert exits(b.recover()) == {0: -1}
+        b.stop("p1", 0.0)
+        b.poll()
+        assert stranger.poll() is None  # never signalled
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_an_unreadable_table_is_moved_aside(mgrs, tmp_path):
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "workers.json").write_text("{ torn")
+    wm = mgrs.new()
+    assert wm.recover() == [] and wm.status() == []
+    assert any(p.name.startswith("workers.json.unreadable-") for p in (tmp_path / "state").iterdir())
+
+
+def test_promote_marks_the_placement_and_survives_a_restart(mgrs, tmp_path):
+    a = mgrs.new()
+    waiter = tiny_script(tmp_path, "wait.py", WAITER)
+    a.start(placement(tmp_path, "p1", [PY, waiter, "term"], workers=((0, 0, (0,)),), priority="opportunistic"))
+    assert a.promote("nope") is None
+    assert a.promote("p1") == "job-a" and a.promote("p1") == "job-a"  # idempotent
+    ready(tmp_path, 0)
+    a.close()
+    b = mgrs.new(epoch=2)
+    b.recover()
+    (p,) = b.placements()
+    assert p.promoted and p.priority == "guaranteed"
+    clash = b.start(placement(tmp_path, "p2", [PY, waiter, "term"], workers=((0, 0, (0,)),), job="g"))
+    assert "already runs guaranteed job job-a" in clash[0].reason  # promoted: it holds its GPU now
