@@ -1,0 +1,297 @@
+"""SchedulerAgent against a fake scheduler ROUTER (tests/support.FakeScheduler) on real TCP sockets.
+
+The agent runs on a fake clock the test moves, so liveness and backoff are exact; the ZeroMQ traffic is
+real, and every wait is ``FakeScheduler.expect`` (a deadline) while the test pumps the agent the way the
+node's loop does (input, then a tick). The worker manager is a recording fake: what the agent does with
+scheduler messages is the subject here (tests/colocate/node/test_workers.py covers the real one).
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import zmq
+
+from colocate import protocol as P
+from colocate.gpus import GpuSpec
+from colocate.node.agent import SchedulerAgent
+from colocate.node.core import Promote
+from colocate.node.worker_table import Placement
+from tests.support import GiB, FakeScheduler, wait_for
+
+GPU_STATUS = [P.GpuStatus(index=0, utilization=0.25, mem_used=123), P.GpuStatus(index=1, utilization=0.0, mem_used=0)]
+REQUEST = P.JobRequest(command=("python", "t.py"), cwd="/", env={})
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class FakeWorkers:
+    """Records what the agent asks; returns what the test sets."""
+
+    def __init__(self):
+        self.calls, self.recovered, self.events, self.placed = [], [], [], []
+
+    def recover(self):
+        return list(self.recovered)
+
+    def start(self, msg):
+        self.calls.append(("start", msg.placement_id))
+        return [P.WorkerStarted(node_id="n1", epoch=7, job_id=msg.job_id, placement_id=msg.placement_id, rank=w.rank,
+                                pid=100 + w.rank, log_path=f"/logs/{w.rank}") for w in msg.workers]
+
+    def stop(self, placement_id, grace_s, job_id=""):
+        self.calls.append(("stop", placement_id, grace_s, job_id))
+
+    def promote(self, placement_id):
+        self.calls.append(("promote", placement_id))
+        return "job-a" if placement_id == "p1" else None
+
+    def poll(self, now):
+        out, self.events = self.events, []
+        return out
+
+    def status(self):
+        return [P.WorkerStatus(job_id="job-a", placement_id="p1", rank=0, pid=100, running=True)]
+
+    def placements(self):
+        return list(self.placed)
+
+    def close(self):
+        self.calls.append(("close",))
+
+
+class Rig:
+    def __init__(self, keys_dir=None, start=True, workers=None):
+        self.sched = FakeScheduler()
+        self.clock = Clock()
+        self.workers = workers or FakeWorkers()
+        self.applied = []
+        self.agent = SchedulerAgent(
+            self.sched.endpoint, "n1", epoch=7, host="10.0.0.7",
+            gpus=[GpuSpec(0, "sim", GiB, "colocate-sim", 1), GpuSpec(1, "sim", GiB, "colocate-sim", 0)],
+            workers=self.workers, gpu_status=lambda now: list(GPU_STATUS), apply=self.applied.append,
+            keys_dir=keys_dir, clock=self.clock, wall=self.clock, backoff_min_s=0.5, backoff_max_s=4.0)
+        if start:
+            self.agent.start()
+
+    def pump(self) -> None:
+        """One turn of the node's loop: the agent's input, then its tick."""
+        if self.agent.sock is not None and self.agent.sock.poll(0):
+            self.agent.on_readable()
+        self.agent.tick()
+
+    def expect(self, cls, timeout_s=10.0, **kw):
+        return self.sched.expect(cls, timeout_s, between=self.pump, **kw)
+
+    def joined(self, heartbeat_s=1.0, liveness=3) -> bytes:
+        """Hello, welcome, and the full status that follows; returns the node's identity."""
+        ident, _ = self.expect(P.NodeHello)
+        self.sched.welcome(ident, "n1", heartbeat_s=heartbeat_s, liveness=liveness)
+        self.expect(P.NodeStatus)
+        return ident
+
+    def quiet(self, seconds=0.3) -> list:
+        """Pump for a while (real time, the fake clock still) and return what the scheduler got."""
+        got, deadline = [], __import__("time").monotonic() + seconds
+        while __import__("time").monotonic() < deadline:
+            self.pump()
+            m = self.sched.recv(0.02)
+            if m is not None:
+                got.append(m[1])
+        return got
+
+    def close(self):
+        self.agent.close()
+        self.sched.close()
+
+
+@pytest.fixture
+def rig():
+    r = Rig()
+    yield r
+    r.close()
+
+
+def test_hello_welcome_then_heartbeats_and_status(rig):
+    ident, hello = rig.expect(P.NodeHello)
+    assert (hello.node_id, hello.epoch, hello.host) == ("n1", 7, "10.0.0.7")
+    assert hello.gpus == (P.NodeGpu(0, "colocate-sim", GiB), P.NodeGpu(1, "colocate-sim", GiB))
+    assert hello.cpu_milli >= 1000 and hello.mem_mib > 0
+    rig.clock.t += 2.0  # within the default liveness (1 s x 3) before a welcome
+    assert not [m for m in rig.quiet() if isinstance(m, (P.NodeHeartbeat, P.NodeStatus))]  # nothing before a welcome
+    rig.sched.welcome(ident, "n1", heartbeat_s=1.0, liveness=3)
+    _, status = rig.expect(P.NodeStatus)  # a full status right after the welcome
+    assert status.gpus == tuple(GPU_STATUS) and status.epoch == 7
+    assert status.workers == (P.WorkerStatus(job_id="job-a", placement_id="p1", rank=0, pid=100, running=True),)
+    assert rig.agent.welcomed and (rig.agent.heartbeat_s, rig.agent.liveness) == (1.0, 3)
+    assert not [m for m in rig.quiet() if isinstance(m, P.NodeHeartbeat)]  # not due yet
+    rig.clock.t += 1.0
+    _, beat = rig.expect(P.NodeHeartbeat)
+    assert (beat.node_id, beat.epoch) == ("n1", 7)
+    rig.sched.send(ident, P.NodeHeartbeat(node_id="n1", epoch=1))
+    rig.expect(P.NodeStatus)  # and a status every second
+
+
+def test_silence_reconnects_with_a_doubling_backoff_and_hello_again(rig):
+    first = rig.joined(heartbeat_s=1.0, liveness=3)
+    sock = rig.agent.sock
+    rig.clock.t += 2.9
+    rig.quiet(0.1)
+    assert rig.agent.sock is sock  # 2.9 s of silence < heartbeat_s x liveness
+    rig.clock.t += 0.2
+    rig.pump()
+    assert rig.agent.sock is None and not rig.agent.welcomed  # dropped after 3.1 s
+    rig.quiet(0.2)
+    assert rig.agent.sock is None  # waiting out the backoff (0.5 s on the agent's clock)
+    rig.clock.t += 0.5
+    second, hello = rig.expect(P.NodeHello)
+    assert second != first and hello.epoch == 7  # a new connection, the same incarnation
+    rig.clock.t += 3.1  # no welcome: silent again
+    rig.pump()
+    assert rig.agent.sock is None
+    rig.clock.t += 0.9
+    rig.quiet(0.2)
+    assert rig.agent.sock is None  # the backoff doubled to 1.0 s
+    rig.clock.t += 0.2
+    third, _ = rig.expect(P.NodeHello)
+    rig.sched.welcome(third, "n1")
+    rig.expect(P.NodeStatus)
+    assert rig.agent.backoff_s == 0.5 and rig.agent.connects == 3 and rig.agent.welcomes == 2  # reset by a welcome
+
+
+def test_unknown_node_error_means_hello_again_and_a_full_status(rig):
+    ident = rig.joined()
+    rig.sched.send(ident, P.Error(code=P.UNKNOWN_NODE, message="node n1 is not registered: say hello", job_id=None))
+    again, hello = rig.expect(P.NodeHello)
+    assert again == ident and hello.epoch == 7 and not rig.agent.welcomed
+    rig.sched.welcome(ident, "n1")
+    _, status = rig.expect(P.NodeStatus)
+    assert status.workers and status.gpus == tuple(GPU_STATUS)
+
+
+def test_start_stop_and_promote_reach_the_worker_manager_and_the_core(rig):
+    ident = rig.joined()
+    start = P.StartPlacement(placement_id="p1", job_id="job-a", priority="opportunistic", request=REQUEST,
+                             workers=(P.WorkerLaunch(0, 0, (0,)), P.WorkerLaunch(1, 1, (1,))), world_size=2,
+                             group_rank=0, master_addr="10.0.0.7", master_port=29500)
+    rig.sched.send(ident, start)
+    _, started = rig.expect(P.WorkerStarted, pred=lambda m: m.rank == 1)
+    assert started.placement_id == "p1" and started.log_path == "/logs/1"
+    assert Promote("job-a", on=False) in rig.applied  # a new placement starts as placed
+    rig.sched.send(ident, P.StopPlacement(placement_id="p1", job_id="job-a", reason="preempted", grace_s=3.0))
+    rig.expect(P.NodeStatus)  # a change: the status goes out at once
+    assert ("stop", "p1", 3.0, "job-a") in rig.workers.calls
+    rig.sched.send(ident, P.PromotePlacement(placement_id="p1", job_id="job-a"))
+    wait_for(lambda: (rig.pump(), Promote("job-a") in rig.applied)[1], 10, what="the promotion to reach the core")
+    rig.sched.send(ident, P.PromotePlacement(placement_id="nope", job_id="job-b"))
+    wait_for(lambda: (rig.pump(), ("promote", "nope") in rig.workers.calls)[1], 10, what="the second promote")
+    assert [a for a in rig.applied if a.on] == [Promote("job-a")]  # nothing for a placement not running here
+    rig.workers.events = [P.WorkerExited(node_id="n1", epoch=7, job_id="job-a", placement_id="p1", rank=0,
+                                         exit_code=143)]
+    _, gone = rig.expect(P.WorkerExited)
+    assert gone.exit_code == 143
+
+
+def test_bad_input_is_answered_and_the_link_carries_on(rig):
+    ident = rig.joined()
+    rig.sched.send(ident, b"\xc1 not msgpack")
+    _, err = rig.expect(P.Error)
+    assert err.code == P.MALFORMED
+    rig.sched.send(ident, P.Submit(request=REQUEST))
+    _, err = rig.expect(P.Error)
+    assert err.code == P.FORBIDDEN and "submit" in err.message
+    rig.sched.sock.send_multipart([ident, b"a", b"b"])
+    _, err = rig.expect(P.Error)
+    assert err.code == P.MALFORMED
+    rig.sched.send(ident, P.NodeWelcome(node_id="someone-else", scheduler_epoch=9, heartbeat_s=0.01, liveness=1))
+    rig.quiet(0.2)
+    assert rig.agent.heartbeat_s == 1.0 and rig.agent.scheduler_epoch == 1  # ignored
+    rig.clock.t += 1.0
+    rig.expect(P.NodeHeartbeat)  # still beating
+
+
+def test_events_wait_for_the_welcome_and_promotions_are_told_to_a_new_core():
+    workers = FakeWorkers()
+    workers.recovered = [P.WorkerExited(node_id="n1", epoch=7, job_id="job-a", placement_id="p0", rank=1, exit_code=-1)]
+    workers.placed = [Placement("p1", "job-a", "guaranteed", promoted=True,
+                                workers=[__import__("colocate.node.worker_table", fromlist=["Worker"]).Worker(
+                                    rank=0, local_rank=0, gpus=[0], pid=os.getpid(), create_time=0.0, log_path="",
+                                    exit_file="")])]
+    r = Rig(workers=workers)
+    try:
+        assert Promote("job-a") in r.applied  # re-adopted promoted placement: the new core hears it again
+        ident, _ = r.expect(P.NodeHello)
+        workers.events = [P.WorkerExited(node_id="n1", epoch=7, job_id="job-a", placement_id="p0", rank=2, exit_code=0)]
+        assert not r.sched.of(P.WorkerExited) and not [m for m in r.quiet() if isinstance(m, P.WorkerExited)]
+        r.sched.welcome(ident, "n1")
+        r.expect(P.WorkerExited, pred=lambda m: m.rank == 2)
+        assert [m.rank for m in r.sched.of(P.WorkerExited)] == [1, 2]  # in order, after the welcome
+    finally:
+        r.close()
+
+
+def test_events_sent_into_silence_are_sent_again_after_the_next_welcome(rig):
+    ident = rig.joined()
+    rig.workers.events = [P.WorkerExited(node_id="n1", epoch=7, job_id="job-a", placement_id="p1", rank=0, exit_code=0)]
+    rig.expect(P.WorkerExited)
+    rig.clock.t += 3.5  # the scheduler never answered after that: maybe it never got it
+    rig.pump()
+    assert rig.agent.sock is None and len(rig.agent.pending) == 1
+    rig.clock.t += 0.5
+    ident, _ = rig.expect(P.NodeHello)
+    rig.sched.welcome(ident, "n1")
+    rig.expect(P.WorkerExited)
+    assert len(rig.sched.of(P.WorkerExited)) == 2
+
+
+def test_curve_the_node_connects_with_its_own_certificate(tmp_path):
+    from zmq.auth.thread import ThreadAuthenticator  # noqa: F401  (pyzmq with CURVE)
+
+    from colocate import keys as K
+
+    if not zmq.has("curve"):
+        pytest.skip("libzmq without CURVE")
+    keys = tmp_path / "keys"
+    K.generate(str(keys), "n1")
+    sched = FakeScheduler.__new__(FakeScheduler)
+    ctx = zmq.Context()
+    auth = K.start_authenticator(ctx, str(keys))
+    try:
+        from tests.support import free_port
+
+        sched.ctx, sched.port, sched.log, sched.epoch = ctx, free_port(), [], 1
+        sched.endpoint = f"tcp://127.0.0.1:{sched.port}"
+        sched.sock = ctx.socket(zmq.ROUTER)
+        sched.sock.setsockopt(zmq.LINGER, 0)
+        K.serve(sched.sock, str(keys))
+        sched.sock.bind(sched.endpoint)
+        r = Rig(keys_dir=str(keys), start=False)
+        r.sched.close()
+        r.sched, r.agent.endpoint = sched, sched.endpoint
+        r.agent.start()
+        ident, hello = r.expect(P.NodeHello)
+        assert hello.node_id == "n1" and r.agent._key_name() == "n1"
+        r.agent.close()
+        os.unlink(keys / "authorized" / "n1.key")  # no longer admitted: the handshake fails, nothing arrives
+        auth.configure_curve(domain="*", location=str(keys / "authorized"))
+        r2 = Rig(keys_dir=str(keys), start=False)
+        r2.sched.close()
+        r2.sched, r2.agent.endpoint = sched, sched.endpoint
+        r2.agent.start()
+        assert not [m for m in r2.quiet(1.0) if isinstance(m, P.NodeHello)]
+        r2.agent.close()
+    finally:
+        sched.sock.close(0)
+        auth.stop()
+        ctx.term()
+
+
+def test_a_missing_key_folder_fails_at_once(tmp_path):
+    with pytest.raises(ValueError, match="missing key file"):
+        Rig(keys_dir=str(tmp_path / "nokeys"), start=False)

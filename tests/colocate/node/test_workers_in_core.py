@@ -1,0 +1,79 @@
+"""The node core with multi-worker jobs: torchrun workers register as JOB/RANK on their own GPUs, and a
+promotion (``Promote``, the scheduler's PromotePlacement) makes a job's workers guaranteed."""
+from __future__ import annotations
+
+from colocate import protocol as P
+from colocate.config import NodeConfig
+from colocate.gpus import GpuSpec
+from colocate.node.core import NodeCore, Promote, Reply, Send
+
+GiB = 1 << 30
+
+
+def core(gpus=2, policy="exclusive") -> NodeCore:
+    return NodeCore([GpuSpec(index=i, kind="sim", mem_total=16 * GiB) for i in range(gpus)], NodeConfig(policy=policy),
+                    node_epoch=7)
+
+
+def register(c: NodeCore, worker: str, gpu: int, priority="opportunistic", pid=None, rank=None, world=2, now=1.0):
+    return c.handle(P.Register(job_id=worker, pid=pid or 1000 + gpu, gpu=gpu, priority=priority, mem_request=None,
+                               sm_share=1.0, mem_cap=16 * GiB, epoch=1, token="t", rank=rank,
+                               world_size=world if rank is not None else 1), now)
+
+
+def welcomed(out, worker) -> P.Limits | None:
+    return next((c.msg.limits for c in out if isinstance(c, Send) and c.job_id == worker
+                 and isinstance(c.msg, P.Welcome)), None)
+
+
+def errors(out):
+    return [c.msg for c in out if isinstance(c, Reply) and isinstance(c.msg, P.Error)]
+
+
+def test_two_workers_of_one_job_register_on_their_own_gpus():
+    c = core()
+    assert welcomed(register(c, "ddp/0", 0, "guaranteed", pid=11, rank=0), "ddp/0")
+    assert welcomed(register(c, "ddp/1", 1, "guaranteed", pid=12, rank=1), "ddp/1")  # not "in use by pid 11"
+    assert {j.job_id: (j.job, j.rank, j.gpu) for j in c.jobs.values()} == {"ddp/0": ("ddp", 0, 0),
+                                                                           "ddp/1": ("ddp", 1, 1)}
+    assert [j.job_id for j in c.snapshot(2.0).jobs] == ["ddp/0", "ddp/1"]
+    out = register(c, "solo", 0, "opportunistic", pid=13)
+    assert c.jobs["solo"].job == "solo" and c.jobs["solo"].rank is None and welcomed(out, "solo")
+
+
+def test_promotion_makes_registered_and_later_workers_guaranteed():
+    c = core()  # exclusive: opportunistic jobs run only while no guaranteed job is on their GPU
+    register(c, "j/0", 0, rank=0)
+    register(c, "o", 0, pid=40)
+    register(c, "g", 1, "guaranteed", pid=50)
+    assert c.jobs["o"].limits.sm_share > 0 and c.jobs["j/0"].limits.sm_share > 0  # two opportunistic jobs share it
+    out = c.handle(Promote("j"), 2.0)
+    assert c.jobs["j/0"].guaranteed and c.jobs["j/0"].priority == "guaranteed"
+    sent = {cmd.job_id: cmd.msg.limits for cmd in out if isinstance(cmd, Send)}
+    assert sent["o"].sm_share == 0.0  # the policy now treats j/0 as the GPU's guaranteed job
+    assert c.snapshot(2.0).jobs[0].priority == "guaranteed"
+    # rank 1 starts later, still saying "opportunistic" (its launcher was told so): guaranteed here, unless its GPU
+    # holds another guaranteed job
+    out = register(c, "j/1", 1, rank=1, pid=60)
+    assert welcomed(out, "j/1") and not c.jobs["j/1"].guaranteed
+    c2 = core()
+    c2.handle(Promote("j"), 1.0)
+    assert welcomed(register(c2, "j/1", 1, rank=1), "j/1").sm_share == 1.0 and c2.jobs["j/1"].guaranteed
+
+
+def test_a_promotion_never_puts_two_guaranteed_jobs_on_one_gpu():
+    c = core(gpus=1)
+    register(c, "g", 0, "guaranteed", pid=1)
+    register(c, "j/0", 0, rank=0, pid=2)
+    assert c.handle(Promote("j"), 2.0) == []
+    assert not c.jobs["j/0"].guaranteed and "GPU 0 runs guaranteed job g" in c.notes[-1]
+    assert errors(c.handle(P.Goodbye(job_id="g", exit_code=0, reason="done"), 3.0)) == []
+
+
+def test_promotion_can_be_forgotten_for_a_new_placement():
+    c = core()
+    c.handle(Promote("j"), 1.0)
+    c.handle(Promote("j", on=False), 1.5)
+    register(c, "j/0", 0, rank=0)
+    assert not c.jobs["j/0"].guaranteed
+    assert c.handle(Promote("nobody-here"), 2.0) == [] and "nobody-here" in c.promoted
