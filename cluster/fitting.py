@@ -70,17 +70,20 @@ def pick_guaranteed(node: NodeState, gpus: int, milli: int, mem: int, best_fit: 
     return None if best is None else (best[1],)
 
 
-def gpu_fits_opportunistic(gpu: GpuState, mem: int, max_util: float, max_per_gpu: int) -> bool:
+def gpu_fits_opportunistic(gpu: GpuState, mem: int, max_util: float, max_per_gpu: int, pid: str | None = None) -> bool:
+    """... and the GPU holds no worker of placement ``pid`` yet (a gang's ranks need distinct GPUs)."""
     return (gpu.util < max_util and (not mem or gpu.mem_free_reported() >= mem)
-            and (not max_per_gpu or gpu.nopp < max_per_gpu))
+            and (not max_per_gpu or gpu.nopp < max_per_gpu) and (pid is None or pid not in gpu.o))
 
 
-def pick_opportunistic(node: NodeState, gpus: int, mem: int, max_util: float, max_per_gpu: int) -> tuple[int, ...] | None:
+def pick_opportunistic(node: NodeState, gpus: int, mem: int, max_util: float, max_per_gpu: int,
+                       pid: str | None = None) -> tuple[int, ...] | None:
     """GPU indices for one opportunistic worker, least utilized first, beside a guaranteed
-    worker on ties; None when fewer than ``gpus`` qualify."""
+    worker on ties, none already holding a worker of placement ``pid``; None when fewer than
+    ``gpus`` qualify."""
     if gpus == 0:
         return ()
-    ok = [g for g in node.gpus if gpu_fits_opportunistic(g, mem, max_util, max_per_gpu)]
+    ok = [g for g in node.gpus if gpu_fits_opportunistic(g, mem, max_util, max_per_gpu, pid)]
     if len(ok) < gpus:
         return None
     ok.sort(key=lambda g: (g.util, not g.g, g.index))

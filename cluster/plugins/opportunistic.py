@@ -2,8 +2,8 @@
 utilization over the last 10 s is under ``util_threshold`` (0.8) and whose free memory (by the
 larger of allocation and report) fits its ``gpu_mem``, least utilized first and, at equal
 utilization, beside a guaranteed worker; at most ``max_per_gpu`` opportunistic workers per GPU
-(0: no limit). It takes no guaranteed milli. Its queue never blocks: a job that does not fit is
-passed over (up to ``depth`` jobs per cycle)."""
+(0: no limit), and never two ranks of one gang on one GPU. It takes no guaranteed milli. Its
+queue never blocks: a job that does not fit is passed over (up to ``depth`` jobs per cycle)."""
 
 from __future__ import annotations
 
@@ -41,10 +41,10 @@ class Opportunistic(Plugin):
             return
         seen = req.seen
         seen.clear()
-        mem, th, cap = req.mem, self.threshold, self.max_per_gpu
+        mem, th, cap, pid = req.mem, self.threshold, self.max_per_gpu, req.pid
         for gpu in state.gpus_by_util(req.model, th):
             node = gpu.node
-            if node not in seen and gpu_fits_opportunistic(gpu, mem, th, cap):
+            if node not in seen and gpu_fits_opportunistic(gpu, mem, th, cap, pid):
                 seen.add(node)
                 yield node
 
@@ -53,14 +53,14 @@ class Opportunistic(Plugin):
             return SUCCESS
         n = 0
         for gpu in node.gpus:
-            if gpu_fits_opportunistic(gpu, req.mem, self.threshold, self.max_per_gpu):
+            if gpu_fits_opportunistic(gpu, req.mem, self.threshold, self.max_per_gpu, req.pid):
                 n += 1
                 if n >= req.gpus:
                     return SUCCESS
         return self._no
 
     def pick_gpus(self, req: Request, node: NodeState) -> tuple[int, ...] | None:
-        return pick_opportunistic(node, req.gpus, req.mem, self.threshold, self.max_per_gpu)
+        return pick_opportunistic(node, req.gpus, req.mem, self.threshold, self.max_per_gpu, req.pid)
 
     def on_blocked(self, req: Request, status: Status) -> int:
         return self.p["depth"]

@@ -125,13 +125,17 @@ class LucidTable:
             raise ValueError(f"{p}: no measured pairs")
         configs = sorted({r[0] for r in rows} | {r[2] for r in rows})
         idx = {c: i for i, c in enumerate(configs)}
-        pairs: dict[tuple[int, int], float] = {}
+        pairs: dict[tuple[int, int], float] = {}  # as Lucid looks a pair up: the row (i, j) first,
+        reverse: dict[tuple[int, int], float] = {}  # else the row (j, i) read backwards
         by_model: dict[tuple[str, str], list[float]] = {}
         for a, s1, b, s2, _ in rows:
             i, j = idx[a], idx[b]
-            pairs[(i, j)], pairs[(j, i)] = s1, s2
+            pairs.setdefault((i, j), s1)
+            reverse.setdefault((j, i), s2)
             by_model.setdefault((a[0], b[0]), []).append(s1)
             by_model.setdefault((b[0], a[0]), []).append(s2)
+        for k, v in reverse.items():
+            pairs.setdefault(k, v)
         model_pairs = {k: statistics.median(v) for k, v in by_model.items()}
         eqs = [(idx[a], s1, idx[b], s2, u) for a, s1, b, s2, u in rows if u < UNSATURATED]
         solo, residual = fit_solo(len(configs), eqs)

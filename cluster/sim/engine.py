@@ -60,7 +60,7 @@ class SimConfig:
     start_delay_s: float = 0.0  # StartWorkers -> WorkerStarted
     stop_delay_s: float = 0.0  # StopWorkers -> WorkerExited(143)
     restart_overhead_s: float = 0.0  # solo work added to a job at each restart after a stop
-    tick_s: float | None = None  # None: 30 s when a policy needs ticks; 0: never
+    tick_s: float | None = None  # tick period when a policy needs ticks (None: 30 s); 0: never
     report_s: float = 10.0  # NodeReport grid and utilization window
     reports: str = "auto"  # auto | always | never
     idle_horizon_s: float = 86400.0
@@ -164,7 +164,8 @@ class Simulation:
         self.reports = cfg.reports == "always" or (cfg.reports == "auto" and fw.places("opportunistic"))
         timed = any(p.implements("cycle_end") for p in fw.plugins)
         late = cfg.start_delay_s > 0 and 0 < core.sched["start_timeout_s"] <= cfg.start_delay_s
-        self.tick_s = (30.0 if (timed or late) else 0.0) if cfg.tick_s is None else cfg.tick_s
+        period = 30.0 if cfg.tick_s is None else cfg.tick_s
+        self.tick_s = period if (timed or late) else 0.0
         # metrics
         self.t = 0.0
         self.pending = 0
@@ -174,6 +175,7 @@ class Simulation:
         self.occupied = 0  # GPUs with a resident job
         self.busy_total = 0.0  # sum of modelled GPU utilization
         self.acc_alloc = self.acc_occ = self.acc_busy = 0.0
+        self.loaded_s = self.acc_busy_loaded = self.acc_occ_loaded = 0.0  # while some job is pending
         self.samples: list[tuple[float, int, float, float, int]] = []  # (t, pending, alloc GPUs, busy, running)
         span = self.jobs[-1].submit if self.jobs else 0.0
         self._sample_dt = max(span / max(cfg.samples, 1), 1.0)
@@ -215,14 +217,20 @@ class Simulation:
                 t = subs[i].submit
             if t == inf:
                 break
+            due = []
+            while heap and heap[0][0] == t:
+                e = heappop(heap)
+                if e[2] != K_DONE or (e[3].version == e[4] and e[3].due):
+                    due.append(e)
+            if not due and not (i < ns and subs[i].submit == t):
+                continue  # only stale completions: nothing happens at t
             if t != self.t:
                 self._advance(t)
             events: list = []
             real = False
-            while heap and heap[0][0] == t:
-                _, _, kind, a, b = heappop(heap)
+            for _, _, kind, a, b in due:
                 if kind == K_DONE:
-                    if a.version == b and a.due:
+                    if a.version == b and a.due:  # an earlier entry of this batch may have re-timed it
                         self._live_events -= 1
                         a.due = False
                         self._done(a, t, events)
@@ -294,6 +302,10 @@ class Simulation:
             self.acc_alloc += self.alloc_milli * dt
             self.acc_occ += self.occupied * dt
             self.acc_busy += self.busy_total * dt
+            if self.pending:
+                self.loaded_s += dt
+                self.acc_busy_loaded += self.busy_total * dt
+                self.acc_occ_loaded += self.occupied * dt
         if t >= self._next_sample:
             self.samples.append((t, self.pending, self.alloc_milli / MILLI, self.busy_total, self.running))
             self._next_sample = t + self._sample_dt

@@ -11,6 +11,9 @@ Definitions (times in seconds of simulated time):
     milli-GPUs / 1000; opportunistic workers take no share, as the scheduler counts them);
     ``gpu_occupancy``: share of GPUs with at least one running worker of any class;
     ``gpu_utilization``: time-averaged modelled busy fraction of all GPUs (co-location model);
+    the model conserves work (a job keeps a GPU busy ``busy x duration`` seconds in all), so over
+    the whole run these differ between policies only through the run's length: ``*_loaded``
+    averages only over the time some job was pending (``loaded_s``), where policies differ;
   * percentiles: linear interpolation between order statistics.
 """
 
@@ -118,6 +121,9 @@ def summarize(sim, policy: str, rows: list[dict] | None = None, skipped: dict | 
         "gpu_allocation_rate": sim.acc_alloc / 1000 / denom if denom else None,
         "gpu_occupancy": sim.acc_occ / denom if denom else None,
         "gpu_utilization": sim.acc_busy / denom if denom else None,
+        "loaded_s": sim.loaded_s,
+        "gpu_occupancy_loaded": sim.acc_occ_loaded / (cap * sim.loaded_s) if cap and sim.loaded_s else None,
+        "gpu_utilization_loaded": sim.acc_busy_loaded / (cap * sim.loaded_s) if cap and sim.loaded_s else None,
         "skipped_rows": dict(sorted((skipped or {}).items())),
         "sim_wall_s": round(sim.wall_s, 3),
         "load_wall_s": None if load_wall_s is None else round(load_wall_s, 3),

@@ -86,7 +86,7 @@ def plot_timeline(results: list[tuple[str, list[tuple]]], capacity: int, path: P
         axes[0].step(days, [s[1] for s in samples], where="post", color=color, linewidth=1.2, label=policy)
         axes[1].step(days, [s[2] / capacity if capacity else 0 for s in samples], where="post", color=color,
                      linewidth=1.0, label=policy)
-        axes[2].step(days, [s[3] / capacity if capacity else 0 for s in samples], where="post", color=color,
+        axes[2].step(days, [max(s[3], 0.0) / capacity if capacity else 0 for s in samples], where="post", color=color,
                      linewidth=1.0, label=policy)
     axes[0].set_ylabel("pending jobs")
     axes[0].set_yscale("symlog", linthresh=10)
@@ -99,6 +99,9 @@ def plot_timeline(results: list[tuple[str, list[tuple]]], capacity: int, path: P
         ax.grid(True, alpha=0.3)
     axes[0].legend(loc="upper left", fontsize=9, ncol=min(4, len(results)))
     axes[2].set_xlabel("simulated time (days)")
+    end = max((s[-1][0] for _, s in results if s), default=0.0) / 86400
+    if end > 0:
+        axes[2].set_xlim(0, end * 1.01)
     if title:
         fig.suptitle(title, fontsize=12)
     fig.tight_layout()

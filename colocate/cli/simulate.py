@@ -130,7 +130,7 @@ def register(sub) -> None:
                    help="solo seconds of work a stopped job redoes when it starts again (default 0: resumes "
                    "exactly from a checkpoint)")
     p.add_argument("--tick", type=SECONDS, default=None, metavar="S",
-                   help="tick period (default 30 s, only when a policy is time-driven; 0: never)")
+                   help="tick period when a policy is time-driven, e.g. promotion (default 30; 0: never)")
     p.add_argument("--reports", choices=("auto", "always", "never"), default="auto",
                    help="node utilization reports: auto = when a policy places opportunistic work (default)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -188,7 +188,7 @@ def _print_summary(summaries: list[dict], out: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=150)
     t = Table(title="simulated policies (times in hours)")
     for col in ("policy", "jobs", "done", "mean JCT", "p99 JCT", "mean queue", "p99 queue", "makespan (d)",
                 "GPU alloc", "GPU util", "sim s"):

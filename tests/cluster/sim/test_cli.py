@@ -1,0 +1,149 @@
+"""``colocate simulate`` end to end (in-process) and the workload preparation behind it: outputs,
+bad input as one-line errors (exit 2), bad rows counted, estimates, queues and class labels."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+
+import pytest
+
+from colocate.cli import main
+from cluster.sim import load_workload
+
+from tests.cluster.sim.helpers import lucid_csv
+
+SUMMARY_KEYS = {"policy", "jobs", "mean_jct_s", "p50_jct_s", "p99_jct_s", "mean_queue_s", "p99_queue_s",
+                "makespan_s", "gpu_allocation_rate", "gpu_utilization", "skipped_rows", "sim_wall_s"}
+
+
+def philly_file(path, n=60, bad=True, seed=2):
+    rng = random.Random(seed)
+    lines = ["timestamp,duration,num_gpus,gpu_time,cluster"]
+    for i in range(n):
+        g = rng.choice((1, 1, 1, 2, 4, 8, 16))
+        d = rng.randrange(60, 7200)
+        lines.append(f"2017-10-01 {8 + i // 60:02d}:{i % 60:02d}:00,{d},{g},{d * g},vc{i % 3}")
+    if bad:
+        lines.append("2017-10-01 12:00:00,soon,1,0,vc1")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def sim(tmp_path, *extra, trace=None, lucid=True):
+    trace = trace or philly_file(tmp_path / "philly.csv")
+    args = ["simulate", "--trace", str(trace), "--cluster", "4x8", "--out", str(tmp_path / "out"), "--quiet"]
+    if lucid:
+        args += ["--colocation-data", str(lucid_csv(tmp_path / "lucid.csv"))]
+    return main(args + list(extra))
+
+
+def test_a_run_writes_every_output(tmp_path, capsys):
+    rc = sim(tmp_path, "--policy", "fifo,multi-queue,backfill,antman", "--opportunistic-fraction", "0.3",
+             "--estimates", "user")
+    out = capsys.readouterr().out
+    assert rc == 0 and "simulated policies" in out and "by job class" in out
+    d = tmp_path / "out"
+    summary = json.loads((d / "summary.json").read_text())
+    assert [s["policy"] for s in summary] == ["fifo", "multi-queue", "backfill", "antman"]
+    for s in summary:
+        assert SUMMARY_KEYS <= set(s)
+        assert s["skipped_rows"] == {"bad duration": 1} and s["jobs"] == 60
+        assert set(s["by_class"]) == {"guaranteed", "opportunistic"}
+        assert 0 < s["gpu_utilization"] <= s["gpu_occupancy"] <= 1
+        assert (d / f"jobs-{s['policy']}.csv").read_text().count("\n") == 61
+    assert "predictor" in summary[2] and summary[2]["predictor"]["predictions"] > 0
+    for png in ("cdf.png", "timeline.png"):
+        assert (d / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--policy", "fifo", "--cluster", "8by8"], "malformed cluster shape"),
+    (["--policy", "nosuch"], "unknown policy 'nosuch'"),
+    (["--policy", "fifo,fifo"], "given twice"),
+    (["--policy", ""], "no policy given"),
+    (["--policy", "fifo", "--trace", "/nonexistent/trace.csv"], "cannot"),
+    (["--policy", "fifo", "--colocation-data", "/nonexistent.csv"], "cannot read"),
+    (["--policy", "fifo", "--nodes", "/nonexistent/nodes.csv"], "cannot"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
+    trace = philly_file(tmp_path / "philly.csv")
+    base = ["simulate", "--trace", str(trace), "--out", str(tmp_path / "out"), "--quiet"]
+    if "--cluster" not in args and "--nodes" not in args:
+        base += ["--cluster", "2x8"]
+    if "--trace" in args:
+        base = [a for a in base if a != str(trace)]
+        base.remove("--trace")
+    rc = main(base + args)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args", [["--opportunistic-fraction", "1.5"], ["--seed", "x"], ["--limit", "0"],
+                                  ["--estimates", "psychic"], ["--cluster", "2x8", "--nodes", "n.csv"]])
+def test_bad_option_values_exit_2(tmp_path, capsys, args):
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", "--trace", "t.csv", "--out", str(tmp_path), "--policy", "fifo"]
+             + (["--cluster", "2x8"] if "--cluster" not in args else []) + args)
+    assert e.value.code == 2 and "Traceback" not in capsys.readouterr().err
+
+
+def test_a_trace_of_bad_rows_only(tmp_path, capsys):
+    p = tmp_path / "bad.csv"
+    p.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-01 08:00:00,-5,1,0,a\nnot a row\n")
+    rc = sim(tmp_path, "--policy", "fifo", trace=p)
+    err = capsys.readouterr().err
+    assert rc == 2 and "no usable jobs (2 bad rows)" in err
+
+
+# ---------------------------------------------------------------- workload preparation
+
+
+def test_estimates_queues_and_labels(tmp_path):
+    trace = philly_file(tmp_path / "p.csv", n=400, bad=False)
+    base = load_workload(str(trace), cluster="2x8", estimates="predicted", seed=1)
+    assert {j.spec.queue for j in base.jobs} == {"default"}
+    assert all(j.spec.estimate_s is None for j in base.jobs)
+    kept = load_workload(str(trace), cluster="2x8", queues="trace")
+    assert {j.spec.queue for j in kept.jobs} == {"vc0", "vc1", "vc2"}
+    oracle = load_workload(str(trace), cluster="2x8", estimates="oracle")
+    assert all(j.spec.estimate_s == j.duration for j in oracle.jobs)
+    user = load_workload(str(trace), cluster="2x8", estimates="user", user_factor=2.0, user_noise=0.5, seed=1)
+    ratios = [j.spec.estimate_s / j.duration for j in user.jobs]
+    assert 1.6 < statistics.median(ratios) < 2.5 and min(ratios) < 1 < max(ratios)
+    again = load_workload(str(trace), cluster="2x8", estimates="user", user_factor=2.0, user_noise=0.5, seed=1)
+    assert [j.spec.estimate_s for j in again.jobs] == [j.spec.estimate_s for j in user.jobs]
+    low = load_workload(str(trace), cluster="2x8", opportunistic_fraction=0.2, seed=5)
+    high = load_workload(str(trace), cluster="2x8", opportunistic_fraction=0.5, seed=5)
+    lo = {j.spec.job_id for j in low.jobs if j.label == "opportunistic"}
+    hi = {j.spec.job_id for j in high.jobs if j.label == "opportunistic"}
+    assert lo < hi and math.isclose(len(hi) / 400, 0.5, abs_tol=0.08)
+    assert all(j.spec.priority == "guaranteed" and j.label == "opportunistic"
+               for j in high.as_guaranteed() if j.spec.job_id in hi)
+
+
+def test_csv_trace_keeps_user_estimates_and_draws_classes_itself(tmp_path):
+    p = tmp_path / "jobs.csv"
+    rows = ["job_id,submit_time,duration,num_gpus,estimate_s,priority"]
+    rows += [f"j{i},{i},{100 + i},1,{500 if i % 2 else ''},guaranteed" for i in range(200)]
+    p.write_text("\n".join(rows) + "\n")
+    wl = load_workload(str(p), cluster="1x8", estimates="user", opportunistic_fraction=0.25, seed=3)
+    assert all(j.spec.estimate_s == 500 for j in wl.jobs if int(j.spec.job_id[1:]) % 2)
+    assert all(j.spec.estimate_s != 500 for j in wl.jobs if not int(j.spec.job_id[1:]) % 2)
+    share = sum(j.label == "opportunistic" for j in wl.jobs) / 200
+    assert 0.15 < share < 0.35
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"estimates": "psychic"}, "--estimates"), ({"queues": "mine"}, "--queues"),
+    ({"opportunistic_fraction": 2.0}, "--opportunistic-fraction"), ({"user_factor": 0.0}, "--user-factor"),
+    ({"cluster": None}, "exactly one of --nodes"), ({"limit": 0}, "--limit"),
+])
+def test_bad_workload_options(tmp_path, kw, message):
+    trace = philly_file(tmp_path / "p.csv", n=5, bad=False)
+    args = {"cluster": "1x8", **kw}
+    with pytest.raises(ValueError, match=message):
+        load_workload(str(trace), **args)
