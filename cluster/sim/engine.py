@@ -40,103 +40,18 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from heapq import heappop, heappush
 
 from cluster import events as ev
 from cluster.events import PENDING, PLACING, RUNNING
 from cluster.sim.colocation import ColocationModel
+from cluster.sim.records import SimConfig, SimGpu, SimJob, SimNode
 from cluster.spec import MILLI, NodeSpec
 
 K_STARTED, K_DONE, K_STOPPED, K_TICK, K_REPORT = range(5)
-REPORT_MODES = ("auto", "always", "never")
 _JobChanged, _StartWorkers, _StopWorkers, _Promote = ev.JobChanged, ev.StartWorkers, ev.StopWorkers, ev.Promote
 _WorkerStarted, _WorkerExited, _JobSubmitted = ev.WorkerStarted, ev.WorkerExited, ev.JobSubmitted
 _TERMINAL = ev.TERMINAL
-
-
-@dataclass
-class SimConfig:
-    start_delay_s: float = 0.0  # StartWorkers -> WorkerStarted
-    stop_delay_s: float = 0.0  # StopWorkers -> WorkerExited(143)
-    restart_overhead_s: float = 0.0  # solo work added to a job at each restart after a stop
-    tick_s: float | None = None  # tick period when a policy needs ticks (None: 30 s); 0: never
-    report_s: float = 10.0  # NodeReport grid and utilization window
-    reports: str = "auto"  # auto | always | never
-    idle_horizon_s: float = 86400.0
-    record: bool = False  # keep (time, events, decisions) of every batch in ``log``
-    samples: int = 2000  # time-series points over the submission span (plots)
-
-    def __post_init__(self) -> None:
-        for name in ("start_delay_s", "stop_delay_s", "restart_overhead_s", "idle_horizon_s"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0")
-        if self.tick_s is not None and not self.tick_s >= 0:
-            raise ValueError("tick_s must be >= 0")
-        if not self.report_s > 0:
-            raise ValueError("report_s must be > 0")
-        if self.reports not in REPORT_MODES:
-            raise ValueError(f"reports must be one of {', '.join(REPORT_MODES)}")
-
-
-class SimGpu:
-    __slots__ = ("node", "index", "jobs", "rates", "util", "u0", "hist")
-
-    def __init__(self, node: SimNode, index: int) -> None:
-        self.node, self.index = node, index
-        self.jobs: list[SimJob] = []  # resident (running) jobs
-        self.rates: list[float] = []  # their rates here, same order
-        self.util = 0.0  # modelled busy fraction now
-        self.u0 = 0.0  # utilization before the first change kept in ``hist``
-        self.hist: list[tuple[float, float]] = []  # (time, utilization from then), last report window
-
-
-class SimNode:
-    __slots__ = ("spec", "node_id", "gpus", "live", "report_at")
-
-    def __init__(self, spec: NodeSpec) -> None:
-        self.spec, self.node_id = spec, spec.node_id
-        self.gpus = [SimGpu(self, i) for i in range(spec.gpus)]
-        self.live: dict[SimJob, None] = {}  # jobs with started workers here (reports only)
-        self.report_at: float | None = None
-
-
-class SimJob:
-    """The simulator's view of one job: its remaining work and current placement."""
-
-    __slots__ = ("spec", "job_id", "duration", "work", "busy", "cfg", "klass", "label", "submit", "placement",
-                 "pid", "gpus", "nodes", "held", "live", "milli", "rate", "t_rate", "version", "due", "state",
-                 "first_start", "running_at", "end", "pending_since", "wait", "requeues", "preemptions", "starts",
-                 "run_s", "queue")
-
-    def __init__(self, spec, duration: float | None, cfg: int, busy: float, label: str) -> None:
-        self.spec, self.job_id, self.duration = spec, spec.job_id, duration
-        self.work = duration if duration is not None else math.inf  # solo seconds left
-        self.busy, self.cfg, self.label = busy, cfg, label
-        self.klass = spec.priority
-        self.submit = spec.submit_time
-        self.placement = None
-        self.pid: str | None = None
-        self.gpus: list[SimGpu] = ()  # type: ignore[assignment]
-        self.nodes: list[SimNode] = ()  # type: ignore[assignment]
-        self.held: tuple[int, ...] | range = ()  # ranks of the current placement not yet exited
-        self.live = False  # workers started and progressing
-        self.milli = 0  # guaranteed milli the placement holds per GPU
-        self.rate = 0.0
-        self.t_rate = 0.0
-        self.version = 0
-        self.due = False  # a current completion event is scheduled
-        self.state = ""
-        self.first_start: float | None = None
-        self.running_at: float | None = None
-        self.end: float | None = None
-        self.pending_since = 0.0
-        self.wait = 0.0  # total time pending
-        self.requeues = 0
-        self.preemptions = 0
-        self.starts = 0
-        self.run_s = 0.0  # time with workers started
-        self.queue = ""
 
 
 class Simulation:
