@@ -4,8 +4,9 @@
     (``openb_pod_list_default.csv``, 7,255 with durations) arrive at their creation times and
     run for their recorded durations on a PAI-shaped cluster: a stratified sample of
     ``pai_machine_spec_with_header.csv`` (every machine group in proportion, file order), small
-    enough to be loaded (the pods' concurrent demand peaks at 65 GPUs). A placed pod starts at
-    once and exits after its duration; FIFO queue, gang plugin (every pod is one worker).
+    enough to be loaded (the pods' concurrent demand peaks at 65 GPUs). Driven by the trace
+    simulator (``cluster.sim``): a placed pod starts at once and exits after its duration (no
+    co-location slowdown: every pod is guaranteed, shares are exclusive); FIFO queue, gang plugin.
     Reported: GPU allocation (allocated GPU milli over capacity) after each placement, its mean
     over placements and over time, and job completion times (end - submit) and waits.
 (c) the FGD paper's method (ATC'23): pods of ``openb_pod_list_default.csv`` (all 8,152, times
@@ -28,7 +29,6 @@ pod list's (its simulator's typical pods: the most common types covering 95%).
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 import random
 import statistics
@@ -97,6 +97,12 @@ def pai_sample(machines: int) -> list[NodeSpec]:
     for k in sorted(exact, key=lambda k: -(exact[k] - take[k]))[:machines - sum(take.values())]:
         take[k] += 1
     return [n for k, v in groups.items() for n in v[:take[k]]]
+
+
+def fits_some(spec, nodes) -> bool:
+    """Whether one worker of ``spec`` fits some empty node (5 openb pods, 8 GPUs with 120 cores,
+    fit no PAI machine: they would block a FIFO queue for ever)."""
+    return any(n.gpus >= spec.gpus and n.cpu_milli >= spec.cpu_milli and n.mem_mib >= spec.mem_mib for n in nodes)
 
 
 def capacity_milli(nodes) -> int:
@@ -175,60 +181,67 @@ def run_c(job: tuple) -> dict:
 # ---------------------------------------------------------------- (b) seed 004
 
 
-def run_b(job: tuple) -> dict:
+def run_b_pack(job: tuple) -> dict:
+    """Fig. 3 of seed 004 without departures: every pod in creation-time order, placed at once or
+    dropped, on a PAI sample; GPU allocation after each task scheduled."""
     policy, machines, generations = job
-    pods = load_pods(PODS, durations=True)
     nodes = pai_sample(machines)
+    pods = [s for s, _ in load_pods(PODS, durations=False) if fits_some(s, nodes)]
+    cap = capacity_milli(nodes)
+    core = SchedulerCore(config(policy, pods, generations), random.Random(0))
+    core.handle_batch([ev.NodeJoined(n, 1) for n in nodes], 0.0)
+    alloc = placed = 0
+    curve = []
+    t0 = time.perf_counter()
+    for spec in pods:
+        out = core.handle(ev.JobSubmitted(spec), spec.submit_time)
+        if any(isinstance(d, ev.StartWorkers) for d in out):
+            placed += 1
+            alloc += spec.total_milli if spec.gpus else 0
+            curve.append((placed, 100.0 * alloc / cap))
+        else:
+            core.handle(ev.JobCancelled(spec.job_id), spec.submit_time)
+    seconds = time.perf_counter() - t0
+    assert alloc == allocated_milli(core)
+    core.state.check_invariants()
+    return {"policy": policy, "machines": len(nodes), "gpus": cap // 1000, "pods": len(pods), "placed": placed,
+            "alloc_pct": 100.0 * alloc / cap, "curve": curve[::max(1, len(curve) // 2000)] + curve[-1:],
+            "seconds": seconds}
+
+
+def run_b(job: tuple) -> dict:
+    """One policy through the trace simulator (``cluster.sim``): exclusive guaranteed jobs (rate 1,
+    no co-location model), workers start at once and end after their recorded duration."""
+    from cluster.sim import ColocationModel, JobInput, LucidTable, Simulation, job_rows, summarize
+
+    policy, machines, generations = job
+    nodes = pai_sample(machines)
+    pods = [(s, d) for s, d in load_pods(PODS, durations=True) if fits_some(s, nodes)]
     cap = capacity_milli(nodes)
     core = SchedulerCore(config(policy, [s for s, _ in pods], generations), random.Random(0))
-    core.handle_batch([ev.NodeJoined(n, 1) for n in nodes], 0.0)
-    duration = {s.job_id: d for s, d in pods}
-    submit = {s.job_id: s.submit_time for s, _ in pods}
-    heap: list = []
-    seq = 0
-    for s, _ in pods:
-        heap.append((s.submit_time, seq, ev.JobSubmitted(s)))
-        seq += 1
-    heapq.heapify(heap)
-    demand = {s.job_id: (s.total_milli if s.gpus else 0) for s, _ in pods}
-    started: dict[str, float] = {}
-    ended: dict[str, float] = {}
-    alloc = 0
-    curve = []  # (placements so far, allocation % after it)
-    area, first_t, last_t = 0.0, heap[0][0], heap[0][0]
+    jobs = [JobInput(s, d, -1, 1.0, "guaranteed") for s, d in pods]
+    curve = []  # (tasks scheduled so far, GPU allocation % after the batch that placed them)
+    placed = [0]
+
+    def observe(sim, now, events, out):
+        n = sum(1 for d in out if isinstance(d, ev.StartWorkers))
+        if n:
+            placed[0] += n
+            curve.append((placed[0], 100.0 * sim.alloc_milli / cap))
+
     t0 = time.perf_counter()
-    while heap:
-        now = heap[0][0]
-        batch = []
-        while heap and heap[0][0] == now:
-            batch.append(heapq.heappop(heap)[2])
-        area += alloc * (now - last_t)
-        last_t = now
-        for e in batch:
-            if isinstance(e, ev.WorkerExited):
-                alloc -= demand[e.job_id]
-                ended[e.job_id] = now
-        out = core.handle_batch(batch, now)
-        while out:
-            follow = []
-            for d in out:
-                if isinstance(d, ev.StartWorkers):
-                    p = d.placement
-                    started[p.job_id] = now
-                    alloc += demand[p.job_id]
-                    curve.append((len(started), 100.0 * alloc / cap))
-                    follow += [ev.WorkerStarted(p.job_id, p.placement_id, s.rank) for s in p.slots]
-                    heapq.heappush(heap, (now + duration[p.job_id], seq, ev.WorkerExited(p.job_id, p.placement_id, 0, 0)))
-                    seq += 1
-            out = core.handle_batch(follow, now) if follow else []
+    sim = Simulation(core, jobs, nodes, ColocationModel(LucidTable.empty()), observer=observe).run()
     seconds = time.perf_counter() - t0
     core.state.check_invariants()
-    jct = sorted(ended[j] - submit[j] for j in ended)
-    wait = sorted(started[j] - submit[j] for j in started)
-    span = (last_t - first_t) or 1.0
-    return {"policy": policy, "machines": len(nodes), "gpus": cap // 1000, "placed": len(started),
-            "finished": len(ended), "mean_alloc_placements": statistics.fmean(u for _, u in curve),
-            "mean_alloc_time": 100.0 * area / cap / span, "curve": curve[::max(1, len(curve) // 2000)],
+    rows = job_rows(sim)
+    summ = summarize(sim, policy, rows)
+    jct = sorted(r["jct_s"] for r in rows if r["jct_s"] is not None)
+    wait = sorted(r["queue_delay_s"] for r in rows if r["queue_delay_s"] is not None)
+    return {"policy": policy, "machines": len(nodes), "gpus": cap // 1000, "pods": len(pods),
+            "placed": curve[-1][0] if curve else 0,
+            "finished": summ["succeeded"], "mean_alloc_placements": statistics.fmean(u for _, u in curve),
+            "mean_alloc_time": 100.0 * summ["gpu_allocation_rate"],
+            "curve": curve[::max(1, len(curve) // 2000)],
             "jct_mean": statistics.fmean(jct), "jct_median": statistics.median(jct),
             "jct_p95": jct[int(0.95 * (len(jct) - 1))], "wait_mean": statistics.fmean(wait),
             "wait_p95": wait[int(0.95 * (len(wait) - 1))], "seconds": seconds}
@@ -254,13 +267,23 @@ def report_c(results: list[dict], policies: list[str]) -> str:
     return "\n".join(lines)
 
 
-def report_b(results: list[dict]) -> str:
-    lines = ["| policy | mean allocation % (over placements) | mean allocation % (over time) | JCT mean / median / p95 (s) | wait mean / p95 (s) | placed | s/run |",
-             "|---|---|---|---|---|---|---|"]
-    for r in results:
-        lines.append(f"| {r['policy']} | {r['mean_alloc_placements']:.2f} | {r['mean_alloc_time']:.2f} | "
+def report_b(pack: list[dict], sim: list[dict]) -> str:
+    lines = [f"Packing, no departures ({pack[0]['machines']} PAI machines, {pack[0]['gpus']} GPUs, {pack[0]['pods']} pods in "
+             "creation order):", "",
+             "| policy | GPU allocation at the end % | tasks scheduled | allocation after 2,000 / 4,000 tasks % | s/run |",
+             "|---|---|---|---|---|"]
+    for r in pack:
+        at = dict(r["curve"])
+        near = [at.get(k) or next((u for j, u in r["curve"] if j >= k), float("nan")) for k in (2000, 4000)]
+        lines.append(f"| {r['policy']} | {r['alloc_pct']:.2f} | {r['placed']} | {near[0]:.1f} / {near[1]:.1f} | {r['seconds']:.1f} |")
+    lines += ["", f"With departures, trace simulator ({sim[0]['machines']} PAI machines, {sim[0]['gpus']} GPUs, "
+              f"{sim[0]['pods']} pods at their creation times):", "",
+              "| policy | mean allocation % (over time) | mean allocation % (after each placement) | JCT mean / median / p95 (s) | "
+              "queue delay mean / p95 (s) | s/run |", "|---|---|---|---|---|---|"]
+    for r in sim:
+        lines.append(f"| {r['policy']} | {r['mean_alloc_time']:.2f} | {r['mean_alloc_placements']:.2f} | "
                      f"{r['jct_mean']:.0f} / {r['jct_median']:.0f} / {r['jct_p95']:.0f} | {r['wait_mean']:.0f} / {r['wait_p95']:.0f} | "
-                     f"{r['placed']} | {r['seconds']:.1f} |")
+                     f"{r['seconds']:.1f} |")
     return "\n".join(lines)
 
 
@@ -292,24 +315,32 @@ def plot_c(results: list[dict], policies: list[str], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_b(results: list[dict], path: Path) -> None:
+def plot_b(pack: list[dict], sim: list[dict], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [2, 1]})
-    for r in results:
-        xs = [k for k, _ in r["curve"]]
-        ys = [u for _, u in r["curve"]]
-        ax.plot(xs, ys, lw=0.8, label=f"{r['policy']} (mean {r['mean_alloc_placements']:.1f}%)")
+    fig, (ax, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 4.5), gridspec_kw={"width_ratios": [3, 3, 2]})
+    for r in pack:
+        ax.plot([k for k, _ in r["curve"]], [u for _, u in r["curve"]], label=f"{r['policy']} ({r['alloc_pct']:.1f}%)")
     ax.set(xlabel="tasks scheduled", ylabel="GPU allocation after scheduling (%)",
-           title=f"(b) openb pods with departures on a {results[0]['machines']}-machine PAI sample ({results[0]['gpus']} GPUs)")
-    ax.legend(loc="upper left", fontsize=8)
-    names = [r["policy"] for r in results]
-    ax2.bar(names, [r["jct_mean"] / 3600 for r in results], label="mean")
-    ax2.bar(names, [r["jct_median"] / 3600 for r in results], label="median", alpha=0.7)
-    ax2.set(ylabel="job completion time (h)", title="JCT (end - submit)")
-    ax2.legend()
+           title=f"no departures: {pack[0]['machines']} PAI machines ({pack[0]['gpus']} GPUs)")
+    ax.legend(loc="lower right", fontsize=8)
+    for r in sim:
+        xs, ys = [k for k, _ in r["curve"]], [u for _, u in r["curve"]]
+        w = max(1, len(ys) // 100)
+        smooth = [sum(ys[max(0, i - w):i + 1]) / len(ys[max(0, i - w):i + 1]) for i in range(len(ys))]
+        ax2.plot(xs, smooth, lw=0.9, label=f"{r['policy']} (time avg {r['mean_alloc_time']:.1f}%)")
+    ax2.set(xlabel="tasks scheduled", ylabel="GPU allocation after scheduling (%), running mean",
+            title=f"with departures: {sim[0]['machines']} PAI machines ({sim[0]['gpus']} GPUs)")
+    ax2.legend(loc="upper left", fontsize=8)
+    names = [r["policy"] for r in sim]
+    x = range(len(names))
+    ax3.bar([i - 0.2 for i in x], [r["jct_mean"] / 3600 for r in sim], width=0.4, label="mean")
+    ax3.bar([i + 0.2 for i in x], [r["jct_p95"] / 3600 for r in sim], width=0.4, label="p95")
+    ax3.set_xticks(list(x), names, rotation=20)
+    ax3.set(ylabel="job completion time (h)", title="JCT (end - submit), with departures")
+    ax3.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -323,8 +354,9 @@ def main(argv=None) -> int:
     c.add_argument("--seeds", type=int, default=10, help="seeds 42.. (the FGD artifact's)")
     c.add_argument("--ratio", type=float, default=1.3)
     b = sub.add_parser("b", help="seed 004's comparison")
-    b.add_argument("--policies", default="genetic,first-fit,round-robin,tetris")
-    b.add_argument("--machines", type=int, default=16, help="PAI machines in the stratified sample")
+    b.add_argument("--policies", default="genetic,genetic-after,first-fit,round-robin,tetris")
+    b.add_argument("--machines", type=int, default=20, help="PAI machines in the sample, with departures")
+    b.add_argument("--pack-machines", type=int, default=948, help="PAI machines in the sample, no departures")
     b.add_argument("--generations", type=int, default=None, help="GA generations (default: the plugin's)")
     for p in (b, c):
         p.add_argument("--procs", type=int, default=2)
@@ -343,9 +375,12 @@ def main(argv=None) -> int:
     else:
         jobs = [(pol, args.machines, args.generations) for pol in policies]
         with Pool(args.procs) as pool:
-            results = pool.map(run_b, jobs, chunksize=1)
-        table = report_b(results)
-        plot_b(results, IMG / f"placement_b{args.tag}.png")
+            sim = pool.map_async(run_b, jobs, chunksize=1)
+            pack = pool.map(run_b_pack, [(pol, args.pack_machines, args.generations) for pol in policies], chunksize=1)
+            sim = sim.get()
+        results = {"pack": pack, "sim": sim}
+        table = report_b(pack, sim)
+        plot_b(pack, sim, IMG / f"placement_b{args.tag}.png")
     (OUT / f"placement_{args.what}{args.tag}.json").write_text(json.dumps(results))
     print(table)
     print(f"\n{len(jobs)} runs in {time.perf_counter() - t0:.0f} s; raw: {OUT / f'placement_{args.what}{args.tag}.json'}")

@@ -63,6 +63,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tetris": {"plugins": ["fifo", "gang", "tetris"]},
     "fgd": {"plugins": ["fifo", "gang", "fgd"]},
     "genetic": {"plugins": ["fifo", "gang", "genetic"]},
+    # the same GA with fitness = the machine's utilization with the task (prefers fuller machines)
+    "genetic-after": {"plugins": ["fifo", "gang", "genetic"], "plugin": {"genetic": {"fitness": "after"}}},
 }
 
 

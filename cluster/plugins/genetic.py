@@ -6,6 +6,9 @@ utilization the pair adds to that machine: the job's worker demand (GPUs x milli
 machine's GPU capacity (its GPUs x 1000), so a task on a small machine raises that machine's
 utilization more; 0 for a CPU-only worker that fits, -1 when the worker does not fit (model
 constraint, CPU, host memory, whole GPUs or one GPU's free milli, on the planning copy).
+``fitness = "after"`` reads the paper's "increased GPU utilization" as the machine's utilization
+with the task (allocated + demand over capacity) instead: it prefers fuller machines (packing),
+where "gain" is blind to a machine's load and spreads tasks over machines of one size.
 One search: ``population`` random pairs (100); per generation ``replace`` (40%) of the population
 is replaced, its lowest-fitness members, by children; each child takes its machine from one
 parent and its job from another (one-point crossover: the only cut of a two-gene chromosome),
@@ -48,14 +51,16 @@ class Search:
     """The GA's view of one cycle: pending workers (arrays over jobs) and a planning copy of the
     node table (arrays over rows), with the fitness of pairs vectorized."""
 
-    def __init__(self, table, specs: list[JobSpec]) -> None:
+    def __init__(self, table, specs: list[JobSpec], after: bool = False) -> None:
         n = table.rows
+        self.after = after
         self.free = table.free[:n].copy()
         self.whole = table.whole[:n].copy()
         self.cpu = table.cpu[:n].copy()
         self.mem = table.mem[:n].copy()
         self.ngpu = table.ngpu[:n]
         self.maxfree = self.free.max(axis=1) if self.free.shape[1] else np.zeros(n, dtype=np.int32)
+        self.used = (self.ngpu * MILLI - self.free.sum(axis=1)).astype(float)  # GPU milli allocated
         self.up_rows = np.flatnonzero(table.up[:n])
         self.gpus = np.array([s.gpus for s in specs], dtype=np.int64)
         self.milli = np.array([s.gpu_milli for s in specs], dtype=np.int64)
@@ -76,7 +81,8 @@ class Search:
         ok = self.okm[self.cidx[t], m] & (self.cpu[m] >= self.tcpu[t]) & (self.mem[m] >= self.tmem[t])
         ok &= (g == 0) | np.where(milli >= MILLI, self.whole[m] >= g, self.maxfree[m] >= milli)
         cap = self.ngpu[m] * float(MILLI)
-        gain = np.where(cap > 0, self.demand[t] / np.where(cap > 0, cap, 1.0), 0.0)
+        gained = self.demand[t] + self.used[m] if self.after else self.demand[t]
+        gain = np.where(cap > 0, gained / np.where(cap > 0, cap, 1.0), 0.0)
         return np.where(ok, gain, -1.0)
 
     def place(self, m: int, t: int, workers: int) -> bool:
@@ -92,6 +98,7 @@ class Search:
                 if len(idx) < g:
                     return False
                 row[idx] -= milli
+        self.used[m] += float(self.free[m].sum() - row.sum())
         self.free[m] = row
         self.whole[m] = int((row[:self.ngpu[m]] == MILLI).sum())
         self.maxfree[m] = row.max() if len(row) else 0
@@ -141,6 +148,8 @@ class Genetic(TablePlugin):
         "mutation_below": Param(0.1, "float", *PROB),
         "generations": Param(30, "int", lambda v: v >= 0, "generations per search, >= 0"),
         "max_plan": Param(0, "int", lambda v: v >= 0, "jobs planned per cycle at most (0: no limit)"),
+        "fitness": Param("gain", "str", doc="gain: utilization the task adds to the machine; after: the "
+                         "machine's utilization with the task", choices=("gain", "after")),
     }
 
     def bind(self, fw) -> None:
@@ -154,7 +163,7 @@ class Genetic(TablePlugin):
         if not jobs:
             return
         self.table.sync(self.fw.state)
-        s = Search(self.table, [j.spec for j in jobs])
+        s = Search(self.table, [j.spec for j in jobs], self.p["fitness"] == "after")
         if not len(s.up_rows):
             return
         rng = np.random.default_rng(self.fw.rng.getrandbits(64))

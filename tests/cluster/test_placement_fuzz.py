@@ -17,7 +17,7 @@ from cluster.spec import JobSpec, NodeSpec
 
 from tests.cluster.helpers import make_core
 
-PRESETS = ["first-fit", "round-robin", "best-fit", "tetris", "fgd", "genetic"]
+PRESETS = ["first-fit", "round-robin", "best-fit", "tetris", "fgd", "genetic", "genetic-after"]
 NODES = [NodeSpec("n0", 4, gpu_model="A", cpu_milli=16000, mem_mib=65536),
          NodeSpec("n1", 2, gpu_model="B", cpu_milli=8000, mem_mib=32768),
          NodeSpec("n2", 8, gpu_model="A", cpu_milli=32000),

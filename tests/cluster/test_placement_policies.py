@@ -270,6 +270,19 @@ def test_ga_fitness_is_machine_utilization_gain_or_minus_one():
     assert s.place(1, 0, 1) and s.fitness(np.array([1]), np.array([1]))[0] == -1.0  # b is full now
 
 
+def test_ga_fitness_after_prefers_the_fuller_machine():
+    core = make_core("genetic-after", [("a", 2), ("b", 2)])
+    run(core, job("first", gpu_milli=500))  # equal machines, empty: the tie goes to either
+    used = nodes_of(core.job("first").placement)[0]
+    assert where(core, job("second", gpu_milli=500), now=1)["second"][0] == used  # 0.5 after on it, 0.25 elsewhere
+    plugin = core.fw.plugin("genetic")
+    plugin.table.sync(core.state)
+    s = Search(plugin.table, [job("x", gpu_milli=500)], after=True)
+    row = plugin.table.row_of[used]
+    assert s.fitness(np.array([row, 1 - row]), np.array([0, 0])).tolist() == [0.75, 0.25]
+    assert s.place(row, 0, 1) and s.fitness(np.array([row]), np.array([0])).tolist() == [1.0]  # the copy counts it
+
+
 def test_ga_search_without_generations_is_the_best_of_the_random_population():
     st = ClusterState()
     for i in range(6):
