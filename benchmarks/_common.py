@@ -5,11 +5,14 @@
 * ``update_results(name, body)``: replace (or append) the section of
   ``benchmarks/RESULTS.md`` delimited by ``<!-- bench:NAME -->`` ...
   ``<!-- /bench:NAME -->``, leaving every other section untouched;
-* ``markdown_table(headers, rows)``.
+* ``markdown_table(headers, rows)``;
+* ``median_ci(values)``: a sign-test confidence interval for a median (medians
+  themselves: ``statistics.median``).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import re
@@ -164,12 +167,26 @@ def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
     return path
 
 
-def median(values: list[float]) -> float:
+def median_ci(values, level: float = 0.95) -> tuple[float, float, float]:
+    """Distribution-free confidence interval for the median of ``values`` (sign test).
+
+    Returns ``(low, high, coverage)``: order statistics ``x_(k) .. x_(n+1-k)`` with
+    ``k`` the largest rank whose two-sided binomial(n, 1/2) coverage is still >=
+    ``level``; ``coverage`` is that exact coverage. With fewer than 6 values no
+    95% interval exists: the whole range is returned with its (lower) coverage.
+    """
     vals = sorted(values)
-    if not vals:
-        return float("nan")
-    mid = len(vals) // 2
-    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+    n = len(vals)
+    if n == 0:
+        return float("nan"), float("nan"), 0.0
+
+    def tail(k: int) -> float:  # P(X <= k - 1), X ~ Binomial(n, 1/2)
+        return sum(math.comb(n, i) for i in range(k)) / 2 ** n
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and 1 - 2 * tail(k + 1) >= level:
+        k += 1
+    return vals[k - 1], vals[n - k], 1 - 2 * tail(k)
 
 
 def run_measured(cmd: list[str], *, cwd, env=None, timeout: float):
@@ -190,24 +207,3 @@ def run_measured(cmd: list[str], *, cwd, env=None, timeout: float):
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return proc, wall, cpu
-
-
-def busy_cores_note(exclude_pids: set[int] | None = None, core: int | None = None) -> list[str]:
-    """Other processes currently running (state R) on ``core`` (or any core): a contention hint."""
-    exclude = set(exclude_pids or ()) | {os.getpid()}
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in exclude:
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        state, cpu_on = fields[0], int(fields[36])
-        if state == "R" and (core is None or cpu_on == core) and cmdline:
-            found.append(f"pid {entry} on core {cpu_on}: {cmdline[:100]}")
-    return found

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -177,18 +178,18 @@ def main(argv=None) -> int:
     rows, all_pass = [], True
     for e in args.examples:
         ref = results.get((e, 1.0))
-        ref_rate = C.median([x["rate"] for x in ref]) if ref else None
+        ref_rate = statistics.median([x["rate"] for x in ref]) if ref else None
         for s in args.shares:
             runs = results[(e, s)]
-            busy = C.median([x["busy_fraction"] for x in runs])
+            busy = statistics.median([x["busy_fraction"] for x in runs])
             errs = [abs(x["busy_fraction"] - s) for x in runs]
             ok = max(errs) <= args.tolerance + 1e-12
             all_pass &= ok
-            rate = C.median([x["rate"] for x in runs])
+            rate = statistics.median([x["rate"] for x in runs])
             rel = f"{rate / ref_rate:.3f}" if ref_rate else "-"
             label = f"{s:g}" + (" (ref)" if s == 1.0 else "")
-            rows.append([e, label, f"{busy:.3f}", f"{C.median(errs):.3f}", f"{max(errs):.3f}", rel,
-                         f"{int(C.median([x['iterations'] for x in runs]))}",
+            rows.append([e, label, f"{busy:.3f}", f"{statistics.median(errs):.3f}", f"{max(errs):.3f}", rel,
+                         f"{int(statistics.median([x['iterations'] for x in runs]))}",
                          f"{discarded[(e, s)]} / {sum(x['contended'] for x in runs)}", "PASS" if ok else "FAIL"])
 
     table = Table(title=f"busy_fraction vs --sm-share (sim, {args.duration:g} s runs, {args.repeats} repeat(s))")

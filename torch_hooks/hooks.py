@@ -33,14 +33,24 @@ Each boundary is counted by its source in ``StatsBook.boundaries``:
     gradients over several backward/forward pairs gets one boundary per pair.
 
   ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is replaced by a
-  thin wrapper: a depth counter and a flag, measured at well under a microsecond
-  per call (``benchmarks/overhead.py`` reports it), against tens of microseconds
-  for the smallest real backward;
+  thin wrapper (a depth counter and a flag; ``benchmarks/overhead.py`` reports its
+  cost per call, against tens of microseconds for the smallest real backward),
+  and ``torch.optim.Optimizer.__init__`` by one that notes an optimizer exists;
+  both are put back once one does;
 * ``step``: ``torch_hooks.step()``, for loops none of these see. It works with
   every other source; a pending backward is then not counted again.
 
 Device-phase start: a global module forward pre-hook (first module call after a
-boundary). The forward hook does one flag test per module call beyond that.
+boundary). It is registered only while it has work to do (after a boundary,
+until the next module call; after a backward with no optimizer, until the next
+grad-enabled one), so the other module calls of a mini-batch take torch's
+hook-free fast path: the forward-hook cost is one call per mini-batch, whatever
+the model's size.
+
+Cost (``benchmarks/overhead.py`` measures it): per mini-batch one boundary
+(memory statistics, one busy-time read, the record) and one pre-hook call; the
+``torch.autograd.backward`` and ``Optimizer.__init__`` patches are removed as
+soon as an optimizer is known, so a loop with an optimizer pays nothing there.
 
 ``install_hooks(rt)`` is idempotent per process; ``remove_hooks()`` undoes it
 (tests and the overhead benchmark use it). ``install_hooks(rt, timer=counter)``
@@ -56,6 +66,7 @@ import time
 
 _handles: list = []
 _patched: list = []  # (owner, attribute, original) restored by remove_hooks
+_rt: list = []  # the runtime whose after_boundary the hooks set
 
 
 class HookTimer:
@@ -131,6 +142,7 @@ def install_hooks(rt, timer: HookTimer | None = None) -> None:
     import weakref
 
     known, pending = weakref.WeakSet(), weakref.WeakSet()
+    solo = None  # weakref to the only known optimizer while one steps alone (the fast path)
     book = rt.book
     grad_enabled = torch.is_grad_enabled
     # backward-boundary state (one training thread; see the module docstring)
@@ -138,12 +150,31 @@ def install_hooks(rt, timer: HookTimer | None = None) -> None:
     backward_done = False  # an outermost backward completed ...
     backward_at = 0  # ... when book.iterations was this
     depth = 0  # backward calls in progress
+    # The device-start pre-hook is registered only while it has work: from a boundary (or
+    # install) to the next module forward, and from a backward to the next grad-enabled
+    # forward. In between, module calls take torch's hook-free fast path. Arming is one
+    # insertion into torch's dict of global pre-hooks under the id of a handle registered
+    # once (so `RemovableHandle` bookkeeping is not paid per mini-batch).
+    handle = register_module_forward_pre_hook(_placeholder)
+    hooks_dict, hook_id = handle.hooks_dict_ref(), handle.id
+
+    def arm() -> None:
+        hooks_dict[hook_id] = on_forward
+
+    def disarm() -> None:
+        hooks_dict.pop(hook_id, None)
 
     def no_backward_boundaries() -> None:
         nonlocal backward_on, backward_done
         backward_on = backward_done = False
+        _unpatch(torch.autograd, "backward")  # nothing left to do there: cost nothing from now on
+        _unpatch(torch.optim.Optimizer, "__init__")
 
     def on_step(optimizer, args, kwargs):
+        nonlocal solo
+        if solo is not None and solo() is optimizer:  # one optimizer, stepping once per mini-batch
+            rt.on_boundary("optimizer")
+            return
         if backward_on:
             no_backward_boundaries()
         if optimizer in pending:  # a new cycle began before all known ones stepped
@@ -151,21 +182,30 @@ def install_hooks(rt, timer: HookTimer | None = None) -> None:
             known.update(pending)
             pending.clear()
             pending.add(optimizer)
+            solo = None
             rt.on_boundary("optimizer")
             return
         known.add(optimizer)
         pending.add(optimizer)
         if all(o in pending for o in known):
             pending.clear()
+            solo = weakref.ref(optimizer) if len(known) == 1 else None
             rt.on_boundary("optimizer")
+        else:
+            solo = None
 
     def on_forward(module, args):
         nonlocal backward_done
-        if backward_done and not depth and grad_enabled():
-            backward_done = False
-            if book.iterations == backward_at:  # no other boundary since that backward
+        if backward_done:
+            if book.iterations != backward_at:  # another boundary already ended that batch
+                backward_done = False
+            elif not depth and grad_enabled():
+                backward_done = False
                 rt.on_boundary("backward")
-        rt.on_device_start()
+        if rt._device_start is None:
+            rt.on_device_start()
+        if not backward_done:
+            disarm()
 
     orig_backward = torch.autograd.backward
     call_backward = orig_backward if timer is None else timer.inner(orig_backward)
@@ -180,6 +220,7 @@ def install_hooks(rt, timer: HookTimer | None = None) -> None:
             depth -= 1
         if not depth and backward_on:
             backward_done, backward_at = True, book.iterations
+            arm()
         return out
 
     orig_opt_init = torch.optim.Optimizer.__init__
@@ -195,7 +236,10 @@ def install_hooks(rt, timer: HookTimer | None = None) -> None:
         backward = timer.timed(backward, "backward")
 
     _handles.append(register_optimizer_step_post_hook(on_step))
-    _handles.append(register_module_forward_pre_hook(on_forward))
+    _handles.append(handle)
+    _rt.append(rt)
+    rt.after_boundary = arm  # every boundary, whatever found it, re-arms the device-start hook
+    arm()
     _patch(torch.autograd, "backward", backward)
     _patch(torch.optim.Optimizer, "__init__", optimizer_init)
 
@@ -223,14 +267,28 @@ def install_hooks(rt, timer: HookTimer | None = None) -> None:
         _patch(scaler_cls, "update", update)
 
 
+def _placeholder(module, args) -> None:
+    """Stands in for the device-start hook until ``install_hooks`` arms it."""
+
+
 def _patch(owner, name: str, value) -> None:
     _patched.append((owner, name, getattr(owner, name)))
     setattr(owner, name, value)
 
 
+def _unpatch(owner, name: str) -> None:
+    for i, (o, n, original) in enumerate(_patched):
+        if o is owner and n == name:
+            setattr(owner, name, original)
+            del _patched[i]
+            return
+
+
 def remove_hooks() -> None:
     while _handles:
         _handles.pop().remove()
+    if _rt:
+        _rt.pop().after_boundary = None
     while _patched:
         owner, name, original = _patched.pop()
         setattr(owner, name, original)

@@ -61,8 +61,10 @@ class StatsBook:
         self.records.append(rec)
         self.iterations += 1
         self.boundaries[source] += 1
-        self.host_penalty_s += rec.host_penalty_s
-        self.max_floor = max(self.max_floor, rec.mem_floor)
+        if rec.host_penalty_s:
+            self.host_penalty_s += rec.host_penalty_s
+        if rec.mem_floor > self.max_floor:
+            self.max_floor = rec.mem_floor
 
     def summary(self, *, job, wall_s: float, busy_s: float, mem) -> dict:
         out = {

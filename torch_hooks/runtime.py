@@ -75,6 +75,9 @@ class Runtime:
         self._last_idle = 0.0
         self._watch_stop = threading.Event()
         self.no_boundary_warned = False
+        self._sim = device.kind == "sim"
+        # set by torch_hooks.hooks: called on the training thread at the end of every boundary
+        self.after_boundary: Callable[[], None] | None = None
 
     # ---- limits (any thread) -------------------------------------------------
     def set_limits(self, mem_cap: int | None = None, sm_share: float | None = None, seq: int | None = None) -> bool:
@@ -84,12 +87,10 @@ class Runtime:
         if sm_share is not None:
             sm_share = parse_fraction(sm_share, "share")
         with self._cond:
-            if seq is not None:
-                if seq <= self._limits_seq:
-                    return False
-                self._limits_seq = seq
-            else:
-                self._limits_seq += 1
+            if seq is not None and seq <= self._limits_seq:
+                return False
+            self._limits_changed += 1  # odd while an update is half-written (see _limits_now)
+            self._limits_seq = seq if seq is not None else self._limits_seq + 1
             if mem_cap is not None:
                 mem_cap = int(mem_cap)
                 if mem_cap < self._cap:
@@ -98,7 +99,7 @@ class Runtime:
                 self._cap = self.device.memory().cap
             if sm_share is not None:
                 self._share = sm_share
-            self._limits_changed += 1
+            self._limits_changed += 1  # even again: the update is whole
             self._cond.notify_all()
         log.info("limits seq=%s cap=%s share=%s", self._limits_seq, self._cap, self._share)
         return True
@@ -156,32 +157,34 @@ class Runtime:
             return self._boundary(source)
 
     def _boundary(self, source: str) -> BatchRecord:
-        self.device.phase_end()
+        # one boundary per mini-batch runs with cold caches after the batch's device work:
+        # every call here costs several microseconds (benchmarks/overhead.py), so do only what
+        # the limits and the record need
+        device, clock = self.device, self._clock
+        device.phase_end()
         dev_start = None if self._device_start is None else max(0.0, self._device_start - self._resume_t)
         if self._end_hooks:
-            now = self._clock()
+            now = clock()
             for hook in self._end_hooks:
                 hook(now, dev_start)
-        mem = self.device.memory()
+        mem = device.memory()
         penalty = 0.0
-        if self.device.kind == "sim":
+        if self._sim and mem.win_host_touched:
             penalty = host_penalty_s(mem.win_host_touched, self.env.sim_host_gbps)
-            self.device.charge(penalty)
-        busy_b = self.device.busy_time() - self._resume_busy
+            device.charge(penalty)
+        busy_now = device.busy_time()
+        busy_b = busy_now - self._resume_busy
 
-        with self._cond:
-            cap, shrink = self._cap, self._shrink_pending
-            self._shrink_pending = False
+        cap, shrink, share, seq = self._limits_now()
         after = mem  # the host-penalty charge changes no memory; within the cap nothing is over it
         if shrink or mem.reserved > cap:
             after = self._release_to(cap)
         floor = after.reserved if after.reserved > cap else 0
 
-        end = self._clock()
-        with self._cond:
-            share, seq = self._share, self._limits_seq
+        end = clock()
+        book = self.book
         rec = BatchRecord(
-            index=self.book.iterations,
+            index=book.iterations,
             t_end=end,
             duration_s=end - self._prev_boundary,
             busy_s=busy_b,
@@ -198,26 +201,49 @@ class Runtime:
             sm_share=share,
             limits_seq=seq,
         )
-        self.book.add(rec, source)
-        self.device.reset_window()
+        book.add(rec, source)
+        device.reset_window()
         self._device_start = None
         # listeners hear of the batch before the job idles, so a node learns at once
         # that a pause (share 0) has been reached
-        for fn in list(self._listeners):
-            try:
-                fn(rec)
-            except Exception:  # a listener must never break training
-                log.exception("statistics listener failed")
+        if self._listeners:
+            for fn in list(self._listeners):
+                try:
+                    fn(rec)
+                except Exception:  # a listener must never break training
+                    log.exception("statistics listener failed")
         idle = self._throttle(busy_b)
-        self.book.idle_s += idle
+        if idle:
+            book.idle_s += idle
         self._last_idle = idle
         self._prev_boundary = end
-        self._resume_t = self._clock()
-        self._resume_busy = self.device.busy_time()
+        if idle or self._listeners:
+            self._resume_t, self._resume_busy = clock(), device.busy_time()
+        else:  # nothing ran since `end`: the rest of this boundary counts into the next batch
+            self._resume_t, self._resume_busy = end, busy_now
+        if self.after_boundary is not None:
+            self.after_boundary()
         return rec
 
+    def _limits_now(self) -> tuple[int, bool, float, int]:
+        """(cap, shrink pending, share, seq) as one consistent snapshot; clears the pending
+        shrink. Without the lock in a boundary's common case: ``set_limits`` makes
+        ``_limits_changed`` odd while it writes and even again after, so an even value
+        unchanged around the reads means they saw one whole update."""
+        changed = self._limits_changed
+        if not changed & 1:
+            cap, shrink, share, seq = self._cap, self._shrink_pending, self._share, self._limits_seq
+            if not shrink and changed == self._limits_changed:
+                return cap, False, share, seq
+        with self._cond:
+            cap, shrink, share, seq = self._cap, self._shrink_pending, self._share, self._limits_seq
+            self._shrink_pending = False
+        return cap, shrink, share, seq
+
     def _throttle(self, busy_b: float) -> float:
-        """Idle as the share requires; returns seconds idled (pauses included)."""
+        """Idle as the share requires; returns seconds idled (pauses included, 0.0 at share 1)."""
+        if self._share >= 1.0:  # never idles (a racing share change is seen at the next boundary)
+            return 0.0
         start = self._clock()
         with self._cond:
             while not self._closed:
