@@ -491,10 +491,18 @@ class ServerHarness:
 
 class FakeScheduler:
     """A ROUTER on ``tcp://127.0.0.1:PORT`` playing the scheduler: it records every message a node sends
-    (``log``: (identity, message)) and answers only what the test tells it to, except that ``expect``
-    echoes heartbeats while it waits (``echo=False`` to stay silent)."""
+    (``log``: (identity, message), undecodable frames as their ProtocolError) and answers only what the test
+    tells it to, except heartbeats: ``expect`` echoes them while it waits (``echo=False`` to stay silent).
 
-    def __init__(self, ctx=None, port: int | None = None):
+    ``background=True`` gives the socket to a thread that receives all the time and echoes every heartbeat at
+    once (while ``echoing`` is set), so a real node stays connected while the test waits on something else;
+    ``recv``/``expect``/``send`` then go through queues. Without it the test's own thread does everything
+    (for an agent the test pumps itself). ``keys_dir`` makes it a CURVE server with that folder's keys."""
+
+    def __init__(self, ctx=None, port: int | None = None, background: bool = False, keys_dir: str | None = None):
+        import queue
+        import threading
+
         import zmq
 
         self.ctx = ctx or zmq.Context.instance()
@@ -502,18 +510,27 @@ class FakeScheduler:
         self.endpoint = f"tcp://127.0.0.1:{self.port}"
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if keys_dir is not None:  # a CURVE server (the context needs an authenticator: keys.start_authenticator)
+            from colocate import keys
+
+            keys.serve(self.sock, keys_dir)
         self.sock.bind(self.endpoint)
         self.log: list = []
         self.epoch = 1
+        self.echoing = threading.Event()
+        self.echoing.set()
+        self._inbox, self._outbox = queue.Queue(), queue.Queue()
+        self._stop = threading.Event()
+        self._thread = None
+        if background:
+            self._thread = threading.Thread(target=self._serve, name="fake-scheduler", daemon=True)
+            self._thread.start()
 
-    def recv(self, timeout_s: float):
-        """The next (identity, message) within ``timeout_s``, else None. Undecodable frames are recorded as
-        (identity, ProtocolError)."""
+    def _take(self):
         from colocate import protocol as P
 
-        if not self.sock.poll(max(1, int(timeout_s * 1000))):
-            return None
-        ident, data = self.sock.recv_multipart()[:2]
+        frames = self.sock.recv_multipart()
+        ident, data = frames[0], b"".join(frames[1:2])
         try:
             msg = P.decode(data)
         except P.ProtocolError as exc:
@@ -521,10 +538,41 @@ class FakeScheduler:
         self.log.append((ident, msg))
         return ident, msg
 
+    def _serve(self) -> None:
+        import queue
+
+        from colocate import protocol as P
+
+        while not self._stop.is_set():
+            while True:
+                try:
+                    self.sock.send_multipart(self._outbox.get_nowait())
+                except queue.Empty:
+                    break
+            if self.sock.poll(10):
+                ident, msg = self._take()
+                if isinstance(msg, P.NodeHeartbeat) and self.echoing.is_set():
+                    self.sock.send_multipart([ident, P.encode(P.NodeHeartbeat(node_id=msg.node_id, epoch=self.epoch))])
+                self._inbox.put((ident, msg))
+
+    def recv(self, timeout_s: float):
+        """The next (identity, message) within ``timeout_s``, else None."""
+        import queue
+
+        if self._thread is not None:
+            try:
+                return self._inbox.get(timeout=max(0.001, timeout_s))
+            except queue.Empty:
+                return None
+        if not self.sock.poll(max(1, int(timeout_s * 1000))):
+            return None
+        return self._take()
+
     def expect(self, cls, timeout_s: float = 10.0, pred=None, echo: bool = True, between=None):
         """Receive until a message of type ``cls`` (and ``pred(msg)``) arrives; returns (identity, message).
-        Heartbeats are echoed while waiting unless ``echo`` is False; ``between()`` runs after each poll
-        (e.g. to pump an agent driven by the test). Fails after ``timeout_s``."""
+        Heartbeats are echoed while waiting unless ``echo`` is False (the background thread echoes on its
+        own); ``between()`` runs after each poll (e.g. to pump an agent driven by the test). Fails after
+        ``timeout_s``."""
         from colocate import protocol as P
 
         deadline = time.monotonic() + timeout_s
@@ -535,7 +583,8 @@ class FakeScheduler:
             if got is None:
                 continue
             ident, msg = got
-            if echo and isinstance(msg, P.NodeHeartbeat) and cls is not P.NodeHeartbeat:
+            if (echo and self._thread is None and isinstance(msg, P.NodeHeartbeat)
+                    and cls is not P.NodeHeartbeat):
                 self.send(ident, P.NodeHeartbeat(node_id=msg.node_id, epoch=self.epoch))
             if isinstance(msg, cls) and (pred is None or pred(msg)):
                 return ident, msg
@@ -545,7 +594,11 @@ class FakeScheduler:
     def send(self, ident: bytes, msg) -> None:
         from colocate import protocol as P
 
-        self.sock.send_multipart([ident, msg if isinstance(msg, bytes) else P.encode(msg)])
+        frames = [ident, msg if isinstance(msg, bytes) else P.encode(msg)]
+        if self._thread is not None:
+            self._outbox.put(frames)
+        else:
+            self.sock.send_multipart(frames)
 
     def welcome(self, ident: bytes, node_id: str, heartbeat_s: float = 0.2, liveness: int = 3) -> None:
         from colocate import protocol as P
@@ -555,9 +608,12 @@ class FakeScheduler:
 
     def of(self, cls) -> list:
         """Every recorded message of type ``cls``."""
-        return [m for _, m in self.log if isinstance(m, cls)]
+        return [m for _, m in list(self.log) if isinstance(m, cls)]
 
     def close(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(5)
         self.sock.close(0)
 
 

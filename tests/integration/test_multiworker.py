@@ -26,6 +26,7 @@ def torchrun(nproc: int, *args) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)
 def test_torchrun_job_of_two_workers_registers_one_worker_per_gpu(sim_ext, procs, ipc_dir):
     node = NodeProc(procs, ipc_dir, "--sim-gpus", 2).start()
     stats = ipc_dir / "ddp.stats.json"
@@ -54,6 +55,7 @@ def test_torchrun_job_of_two_workers_registers_one_worker_per_gpu(sim_ext, procs
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)
 def test_train_ddp_saves_on_sigterm_and_resumes_from_the_saved_iteration(procs, ipc_dir):
     ckpt = ipc_dir / "ddp.pt"
     first = procs.start(torchrun(2, "--duration", 300, "--log-every", 20, "--checkpoint", ckpt), "first.log")

@@ -251,43 +251,32 @@ def test_events_sent_into_silence_are_sent_again_after_the_next_welcome(rig):
 
 
 def test_curve_the_node_connects_with_its_own_certificate(tmp_path):
-    from zmq.auth.thread import ThreadAuthenticator  # noqa: F401  (pyzmq with CURVE)
-
     from colocate import keys as K
 
     if not zmq.has("curve"):
         pytest.skip("libzmq without CURVE")
     keys = tmp_path / "keys"
     K.generate(str(keys), "n1")
-    sched = FakeScheduler.__new__(FakeScheduler)
     ctx = zmq.Context()
     auth = K.start_authenticator(ctx, str(keys))
+    sched = FakeScheduler(ctx=ctx, keys_dir=str(keys))
     try:
-        from tests.support import free_port
-
-        sched.ctx, sched.port, sched.log, sched.epoch = ctx, free_port(), [], 1
-        sched.endpoint = f"tcp://127.0.0.1:{sched.port}"
-        sched.sock = ctx.socket(zmq.ROUTER)
-        sched.sock.setsockopt(zmq.LINGER, 0)
-        K.serve(sched.sock, str(keys))
-        sched.sock.bind(sched.endpoint)
-        r = Rig(keys_dir=str(keys), start=False)
-        r.sched.close()
-        r.sched, r.agent.endpoint = sched, sched.endpoint
-        r.agent.start()
-        ident, hello = r.expect(P.NodeHello)
-        assert hello.node_id == "n1" and r.agent._key_name() == "n1"
-        r.agent.close()
-        os.unlink(keys / "authorized" / "n1.key")  # no longer admitted: the handshake fails, nothing arrives
-        auth.configure_curve(domain="*", location=str(keys / "authorized"))
-        r2 = Rig(keys_dir=str(keys), start=False)
-        r2.sched.close()
-        r2.sched, r2.agent.endpoint = sched, sched.endpoint
-        r2.agent.start()
-        assert not [m for m in r2.quiet(1.0) if isinstance(m, P.NodeHello)]
-        r2.agent.close()
+        for admitted in (True, False):
+            if not admitted:  # no longer admitted: the handshake fails and nothing of the node arrives
+                os.unlink(keys / "authorized" / "n1.key")
+                auth.configure_curve(domain="*", location=str(keys / "authorized"))
+            r = Rig(keys_dir=str(keys), start=False)
+            r.sched.close()
+            r.sched, r.agent.endpoint = sched, sched.endpoint
+            r.agent.start()
+            if admitted:
+                _, hello = r.expect(P.NodeHello)
+                assert hello.node_id == "n1" and r.agent._key_name() == "n1"
+            else:
+                assert not [m for m in r.quiet(1.0) if isinstance(m, P.NodeHello)]
+            r.agent.close()
     finally:
-        sched.sock.close(0)
+        sched.close()
         auth.stop()
         ctx.term()
 
