@@ -2,5 +2,8 @@
 
 ``core`` is the pure state machine (``NodeCore.handle(event, now) -> commands``),
 ``policies`` the plug-in policies it runs (exclusive, pack, static, adaptive),
-``server`` the ZeroMQ edge, ``metrics`` the Prometheus exporter.
+``server`` the ZeroMQ edge, ``metrics`` the Prometheus exporter; with a scheduler,
+``agent`` is the link to it (in the server's loop) and ``workers`` the worker manager that
+starts, stops and re-adopts placements' processes (``worker_table`` its persisted table;
+``gpustatus`` the GPUs' state for ``NodeStatus``). ``docs/node-placements.md`` is the contract.
 """
