@@ -23,9 +23,9 @@ Each boundary is counted by its source in ``StatsBook.boundaries``:
   - a forward under ``torch.no_grad()`` / ``inference_mode`` (evaluation) never
     makes one: the pending backward waits for the next grad-enabled forward,
     so a training batch followed by an evaluation pass is one long mini-batch;
-  - only the outermost backward counts (a backward run inside another, as
-    reentrant activation checkpointing does, is part of it) and no boundary is
-    made while a backward runs. A reentrant checkpoint runs its forward under
+  - no boundary is made while a backward runs (activation checkpointing runs
+    module forwards, and reentrant checkpointing ``torch.autograd.backward``,
+    inside the outer backward). A reentrant checkpoint runs its forward under
     no_grad: a model whose every module sits inside one has no grad-enabled
     forward to end a batch at (the no-boundary warning then says so);
   - ``torch.autograd.grad`` does not count; the last backward of a job (no
@@ -218,7 +218,7 @@ def install_hooks(rt, timer: HookTimer | None = None) -> None:
             out = call_backward(*args, **kwargs)
         finally:
             depth -= 1
-        if not depth and backward_on:
+        if backward_on:
             backward_done, backward_at = True, book.iterations
             arm()
         return out

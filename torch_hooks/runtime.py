@@ -328,7 +328,7 @@ class Runtime:
 
     def _warn_no_boundary(self, waited: float) -> None:
         self.no_boundary_warned = True
-        print(f"colocate: no mini-batch boundary in {waited:.0f} s of device work "
+        print(f"colocate: no mini-batch boundary in {waited:.3g} s of device work "
               f"({self.book.iterations} found so far): the SM share and memory-cap shrinking apply only at "
               "boundaries. They are found at optimizer.step() and, with no optimizer, at the first forward "
               "after loss.backward(); a loop with neither (or a long evaluation loop) should call "

@@ -155,21 +155,21 @@ print("done")
 '''
 
 # activation checkpointing runs module forwards (and, reentrant, torch.autograd.backward) inside the
-# outer backward: none of them may end a mini-batch there. (A reentrant checkpoint runs its forward
-# under no_grad, so the stem outside it is what starts the next batch.)
+# outer backward: none of them may end a mini-batch there, not even in a second backward right after a
+# first one (two losses). A reentrant checkpoint runs its forward under no_grad, so the stem outside it
+# is what starts the next batch.
 CHECKPOINT = r'''
-import sys, torch, torch.nn as nn
+import os, torch, torch.nn as nn
 from torch.utils.checkpoint import checkpoint
-import os
 reentrant = os.environ["REENTRANT"] == "1"
 stem = nn.Linear(32, 32)
-blocks = nn.ModuleList(nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(3))
-params = list(stem.parameters()) + list(blocks.parameters())
+branches = nn.ModuleList(nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(2))
+params = list(stem.parameters()) + list(branches.parameters())
 for i in range(5):
     h = stem(torch.randn(8, 32))
-    for b in blocks:
-        h = checkpoint(b, h, use_reentrant=reentrant)
-    h.pow(2).mean().backward()
+    losses = [checkpoint(b, h, use_reentrant=reentrant).pow(2).mean() for b in branches]
+    losses[0].backward(retain_graph=True)
+    losses[1].backward()  # recomputes branch 1's forward, with grad, after a completed backward
     with torch.no_grad():
         for p in params:
             p -= 0.01 * p.grad
