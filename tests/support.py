@@ -124,10 +124,10 @@ class Procs:
         self.tmp = tmp
         self.all: list[subprocess.Popen] = []
 
-    def start(self, argv, log_name: str, **kw) -> subprocess.Popen:
+    def start(self, argv, log_name: str, env_extra: dict | None = None, **kw) -> subprocess.Popen:
         log = open(self.tmp / log_name, "ab")
         try:
-            proc = subprocess.Popen([str(a) for a in argv], cwd=REPO, env=child_env(), stdout=log,
+            proc = subprocess.Popen([str(a) for a in argv], cwd=REPO, env=child_env(env_extra), stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True, **kw)
         finally:
             log.close()
