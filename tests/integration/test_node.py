@@ -22,14 +22,44 @@ from tests.support import (GiB, JOB_START_S, MiB, PY, NodeProc, alive, cnn, colo
 pytestmark = pytest.mark.timeout(300)
 
 
+# A job that trains until the test says stop: its life is the test's to end, not a wall-clock duration
+# (on a loaded machine a job with --duration may end before the test has checked what it needs).
+STEADY = """\
+import os, sys, time
+import torch
+stop = sys.argv[1]
+device = "cuda" if torch.cuda.is_available() else "cpu"  # the simulated GPU under colocate run
+model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256)).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(64, 256, device=device)
+deadline = time.monotonic() + 240
+while not os.path.exists(stop):
+    if time.monotonic() > deadline:
+        sys.exit("never told to stop")
+    time.sleep(0.01)  # the host phase of a mini-batch (a data loader)
+    opt.zero_grad()
+    model(x).square().mean().backward()
+    opt.step()
+"""
+
+
+def steady(tmp: Path, stop: Path) -> list:
+    """The arguments of a STEADY job that runs until ``stop`` exists."""
+    script = tmp / "steady.py"
+    if not script.exists():
+        script.write_text(STEADY)
+    return [script, stop]
+
+
 # ---------------------------------------------------------------- tests
 
 
 @pytest.mark.slow
 def test_two_jobs_register_adapt_report_metrics_and_obey_ctl(sim_ext, procs, ipc_dir):
     node = NodeProc(procs, ipc_dir).start()
-    g = start_job(procs, node, "g1", *cnn("--duration", 8, "--host-ms", 10))
-    o = start_job(procs, node, "o1", *cnn("--duration", 8, "--host-ms", 10), priority="opportunistic")
+    stop = ipc_dir / "stop"
+    g = start_job(procs, node, "g1", *steady(ipc_dir, stop))
+    o = start_job(procs, node, "o1", *steady(ipc_dir, stop), priority="opportunistic")
 
     jobs = wait_for(lambda: (lambda js: js if {"g1", "o1"} <= set(js) else None)(node.jobs()), JOB_START_S,
                     what="both jobs in the node's listing")
@@ -89,6 +119,7 @@ def test_two_jobs_register_adapt_report_metrics_and_obey_ctl(sim_ext, procs, ipc
                          for r in node.records()), 30, what="o1 reports under the override")
     assert node.jobs()["o1"].sm_share == 0.3
 
+    stop.write_text("")
     assert finish(g) == 0, read_log(g)[-3000:]
     assert finish(o) == 0, read_log(o)[-3000:]
     assert stats_of(g)["iterations"] > 0 and stats_of(o)["iterations"] > 0
@@ -118,8 +149,9 @@ def log_times(text: str, pattern: str) -> list[tuple[float, re.Match]]:
 @pytest.mark.slow
 def test_node_kill9_and_restart_jobs_keep_running_and_reregister(sim_ext, procs, ipc_dir):
     node = NodeProc(procs, ipc_dir, metrics=False).start()
-    g = start_job(procs, node, "g1", *cnn("--duration", 10, "--host-ms", 10))
-    o = start_job(procs, node, "o1", *cnn("--duration", 10, "--host-ms", 10), priority="opportunistic")
+    stop = ipc_dir / "stop"
+    g = start_job(procs, node, "g1", *steady(ipc_dir, stop))
+    o = start_job(procs, node, "o1", *steady(ipc_dir, stop), priority="opportunistic")
     before = wait_for(lambda: (lambda js: js if {"g1", "o1"} <= set(js) and js["g1"].iterations >= 3 else None)(
         node.jobs()), JOB_START_S, what="both jobs registered and reporting")
     epoch = node.listing().node_epoch
@@ -146,6 +178,7 @@ def test_node_kill9_and_restart_jobs_keep_running_and_reregister(sim_ext, procs,
     wait_for(lambda: node.jobs().get("g1") and node.jobs()["g1"].iterations >= 3, 20,
              what="reports to the restarted node")
 
+    stop.write_text("")
     assert finish(g) == 0, read_log(g)[-3000:]
     assert finish(o) == 0, read_log(o)[-3000:]
     assert stats_of(g)["iterations"] > 0 and stats_of(o)["iterations"] > 0
@@ -180,7 +213,8 @@ def test_crashing_jobs_are_removed_and_the_neighbour_keeps_running(sim_ext, proc
     script = ipc_dir / "crasher.py"
     script.write_text(CRASHER)
     go = ipc_dir / "crash-now"
-    g = start_job(procs, node, "g1", *cnn("--duration", 12, "--host-ms", 10))
+    stop = ipc_dir / "stop"
+    g = start_job(procs, node, "g1", *steady(ipc_dir, stop))
     crash_exit = start_job(procs, node, "c-exit", script, go, "exit", priority="opportunistic")
     crash_raise = start_job(procs, node, "c-raise", script, go, "raise", priority="opportunistic")
 
@@ -211,6 +245,7 @@ def test_crashing_jobs_are_removed_and_the_neighbour_keeps_running(sim_ext, proc
     wait_for(lambda: node.jobs().get("g1") and node.jobs()["g1"].iterations > it0 + 3, 20,
              what="the guaranteed job to keep reporting")
     assert g.poll() is None
+    stop.write_text("")
     assert finish(g) == 0, read_log(g)[-3000:]
     assert stats_of(g)["iterations"] > 0
 
@@ -222,14 +257,15 @@ def test_guaranteed_memory_burst_shrinks_opportunistic_cap_within_1s(sim_ext, pr
     # so the guaranteed job's burst must take memory back from it.
     node = NodeProc(procs, ipc_dir, "--sim-gpu-mem", "4GiB", metrics=False,
                     config={"opp_start_mem_fraction": 1.0, "mem_headroom_bytes": headroom}).start()
-    o = start_job(procs, node, "o1", *cnn("--duration", 12, "--host-ms", 10), priority="opportunistic",
+    stop = ipc_dir / "stop"
+    o = start_job(procs, node, "o1", *steady(ipc_dir, stop), priority="opportunistic",
                   run_opts=["--sim-gpu-mem", "4GiB"])
     wait_for(lambda: "o1" in node.jobs(), JOB_START_S, what="the opportunistic job to register")
-    g = start_job(procs, node, "g1", *cnn("--duration", 6, "--host-ms", 10, "--mem-burst-at", 40,
+    g = start_job(procs, node, "g1", *cnn("--iters", 60, "--host-ms", 10, "--mem-burst-at", 40,
                                           "--mem-burst-mib", 512),
                   run_opts=["--gpu-mem", "2GiB", "--sim-gpu-mem", "4GiB"])
     assert finish(g) == 0, read_log(g)[-3000:]
-    assert finish(o) == 0, read_log(o)[-3000:]
+    assert o.poll() is None, read_log(o)[-3000:]  # the opportunistic job lives through the shrink
 
     rows = node.records()
     g_reports = [r for r in rows if r["kind"] == "report" and r["job_id"] == "g1"]
@@ -249,6 +285,12 @@ def test_guaranteed_memory_burst_shrinks_opportunistic_cap_within_1s(sim_ext, pr
     assert drops, f"no cap drop within 1 s of the burst (cap {cap_before}, limits after: {after})"
     assert drops[0]["limits"]["mem_cap"] <= fits
     assert drops[0]["node_t"] - t_jump <= 1.0
+    # and the opportunistic job applies the lowered cap: it reports under it
+    wait_for(lambda: any(r["kind"] == "report" and r["job_id"] == "o1"
+                         and r["limits_seq"] >= drops[0]["limits"]["seq"] for r in node.records()), 30,
+             what="the opportunistic job to report under the lowered cap")
+    stop.write_text("")
+    assert finish(o) == 0, read_log(o)[-3000:]
 
     gs = stats_of(g)
     assert gs["host_bytes_peak"] == 0
