@@ -55,7 +55,7 @@ PODS = TRACES / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
 OPENB_NODES = TRACES / "alibaba-gpu-v2023" / "openb_node_list_gpu_node.csv"
 PAI_NODES = TRACES / "alibaba-pai-v2020" / "pai_machine_spec_with_header.csv"
 IMG = ROOT / "docs" / "img"
-OUT = ROOT / "benchmarks" / "out"
+OUT = ROOT / "out" / "placement"  # raw results (git-ignored)
 COVERAGE = 1.0  # FGD task types kept: all (see cluster/plugins/fgd.py)
 
 
@@ -75,12 +75,15 @@ def popularity(specs) -> dict[str, float]:
 
 
 def config(policy: str, specs, generations: int | None = None):
-    raw = json.loads(json.dumps(PRESETS[policy]))
+    """The preset's config; ``fgd`` gets the pod list's task types (``fgd@0.95``: keep the most
+    popular types covering 95% of the pods, as the FGD simulator's typical pods)."""
+    name, _, cover = policy.partition("@")
+    raw = json.loads(json.dumps(PRESETS[name]))
     if "fgd" in raw["plugins"]:
-        raw.setdefault("plugin", {})["fgd"] = {"popularity": popularity(specs), "coverage": COVERAGE}
+        raw.setdefault("plugin", {})["fgd"] = {"popularity": popularity(specs), "coverage": float(cover or COVERAGE)}
     if "genetic" in raw["plugins"] and generations is not None:
         raw.setdefault("plugin", {}).setdefault("genetic", {})["generations"] = generations
-    return parse_config(raw, policy)
+    return parse_config(raw, name)
 
 
 def pai_sample(machines: int) -> list[NodeSpec]:
@@ -339,7 +342,8 @@ def plot_b(pack: list[dict], sim: list[dict], path: Path) -> None:
     ax3.bar([i - 0.2 for i in x], [r["jct_mean"] / 3600 for r in sim], width=0.4, label="mean")
     ax3.bar([i + 0.2 for i in x], [r["jct_p95"] / 3600 for r in sim], width=0.4, label="p95")
     ax3.set_xticks(list(x), names, rotation=20)
-    ax3.set(ylabel="job completion time (h)", title="JCT (end - submit), with departures")
+    ax3.set_yscale("log")
+    ax3.set(ylabel="job completion time (h, log scale)", title="JCT (end - submit), with departures")
     ax3.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -359,6 +363,7 @@ def main(argv=None) -> int:
     b.add_argument("--pack-machines", type=int, default=948, help="PAI machines in the sample, no departures")
     b.add_argument("--generations", type=int, default=None, help="GA generations (default: the plugin's)")
     for p in (b, c):
+        p.add_argument("--replot", action="store_true", help="redo the table and plot from the last raw results")
         p.add_argument("--procs", type=int, default=2)
         p.add_argument("--tag", default="", help="suffix of the output files")
     args = ap.parse_args(argv)
@@ -366,24 +371,34 @@ def main(argv=None) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     IMG.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    raw = OUT / f"placement_{args.what}{args.tag}.json"
+    if args.replot:
+        results = json.loads(raw.read_text())
+        jobs = []
     if args.what == "c":
-        jobs = [(pol, seed, args.ratio) for pol in policies for seed in range(42, 42 + args.seeds)]
-        with Pool(args.procs) as pool:
-            results = pool.map(run_c, jobs, chunksize=1)
+        if not args.replot:
+            jobs = [(pol, seed, args.ratio) for pol in policies for seed in range(42, 42 + args.seeds)]
+            with Pool(args.procs) as pool:
+                results = pool.map(run_c, jobs, chunksize=1)
+        policies = list(dict.fromkeys(r["policy"] for r in results))
         table = report_c(results, policies)
         plot_c(results, policies, IMG / f"placement_c{args.tag}.png")
     else:
-        jobs = [(pol, args.machines, args.generations) for pol in policies]
-        with Pool(args.procs) as pool:
-            sim = pool.map_async(run_b, jobs, chunksize=1)
-            pack = pool.map(run_b_pack, [(pol, args.pack_machines, args.generations) for pol in policies], chunksize=1)
-            sim = sim.get()
-        results = {"pack": pack, "sim": sim}
+        if not args.replot:
+            jobs = [(pol, args.machines, args.generations) for pol in policies]
+            with Pool(args.procs) as pool:
+                sim = pool.map_async(run_b, jobs, chunksize=1)
+                pack = pool.map(run_b_pack, [(pol, args.pack_machines, args.generations) for pol in policies], chunksize=1)
+                sim = sim.get()
+            results = {"pack": pack, "sim": sim}
+        pack, sim = results["pack"], results["sim"]
         table = report_b(pack, sim)
         plot_b(pack, sim, IMG / f"placement_b{args.tag}.png")
-    (OUT / f"placement_{args.what}{args.tag}.json").write_text(json.dumps(results))
     print(table)
-    print(f"\n{len(jobs)} runs in {time.perf_counter() - t0:.0f} s; raw: {OUT / f'placement_{args.what}{args.tag}.json'}")
+    if not args.replot:
+        OUT.mkdir(parents=True, exist_ok=True)
+        raw.write_text(json.dumps(results))
+    print(f"\n{len(jobs)} runs in {time.perf_counter() - t0:.0f} s; raw: {raw}")
     return 0
 
 

@@ -20,7 +20,7 @@ The workload M: ``popularity`` (a table ``"CPU:GPUS:MILLI[:MODELS]" = weight``) 
 else learned online from every job submitted so far (pre_enqueue). The most popular types are
 kept until they cover ``coverage`` of the jobs, weights renormalized; the default keeps them all.
 (The simulator's "typical pods" stop at 95%: on the openb trace that drops every 2/4/8-GPU type,
-rare by count but 6% of the GPU demand, and FGD then spreads single-GPU pods over the 8-GPU
+0.9% of the pods but 7% of the GPU demand, and FGD then spreads single-GPU pods over the 8-GPU
 nodes: 90.7% allocation instead of 94.7% in ``benchmarks/placement.py c``.) Departures from the
 simulator: Delta is used exactly (it squashes it through a sigmoid into an integer 0..100 score
 and breaks ties at random; both tried, no better).
