@@ -187,3 +187,38 @@ def test_jobenv_fields_cover_the_table():
         attr = v.name[len(PREFIX):].lower()
         assert attr in field_names, v.name
     assert envmod.DEVICES == ("sim", "cuda")
+
+
+@pytest.mark.parametrize("env, gpu, gpus, index", [
+    ({"COLOCATE_GPUS": "2,5"}, 2, (2, 5), 0),  # no LOCAL_RANK: the first
+    ({"COLOCATE_GPUS": "2,5", "LOCAL_RANK": "1"}, 5, (2, 5), 1),  # torchrun's worker 1: GPU number 1, cuda:1
+    ({"COLOCATE_GPUS": "2,5", "LOCAL_RANK": "3"}, 5, (2, 5), 1),  # more workers than GPUs: modulo the list
+    ({"COLOCATE_GPUS": "2,5", "COLOCATE_GPU": "5"}, 5, (2, 5), 1),  # an explicit one wins
+    ({"COLOCATE_GPU": "3", "LOCAL_RANK": "1"}, 3, (), 0),  # the single-GPU form
+    ({"COLOCATE_GPUS": " 1 , 0 "}, 1, (1, 0), 0),
+])
+def test_a_process_gpu_comes_from_the_job_gpus_and_local_rank(env, gpu, gpus, index):
+    e = JobEnv.from_environ(env)
+    assert (e.gpu, e.gpus, e.device_index) == (gpu, gpus, index)
+    back = JobEnv.from_environ({**e.to_environ(), **{k: v for k, v in env.items() if not k.startswith("COLOCATE_")}})
+    assert (back.gpu, back.gpus) == (gpu, gpus)
+
+
+@pytest.mark.parametrize("name, value", [("COLOCATE_GPUS", "0,0"), ("COLOCATE_GPUS", "x"), ("COLOCATE_GPUS", "-1"),
+                                         ("COLOCATE_GPUS", "0,,1")])
+def test_bad_gpu_lists_name_the_variable(name, value):
+    with pytest.raises(ValueError) as info:
+        JobEnv.from_environ({name: value})
+    assert str(info.value).startswith(f"{name}={value!r}: ")
+
+
+def test_an_explicit_gpu_outside_the_job_gpus_is_an_error():
+    with pytest.raises(ValueError, match="COLOCATE_GPU=3: must be one of COLOCATE_GPUS"):
+        JobEnv.from_environ({"COLOCATE_GPUS": "0,1", "COLOCATE_GPU": "3"})
+
+
+def test_torchrun_variables_give_the_worker_id():
+    e = JobEnv.from_environ({"COLOCATE_JOB_ID": "j", "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"})
+    assert (e.rank, e.local_rank, e.world_size, e.worker_id) == (3, 1, 4, "j/3")
+    assert JobEnv.from_environ({"COLOCATE_JOB_ID": "j"}).worker_id == "j"
+    assert JobEnv.from_environ({"COLOCATE_JOB_ID": "j", "RANK": "x"}).worker_id == "j"  # not ours to reject
