@@ -38,6 +38,7 @@ Determinism: the engine has no randomness of its own (the core's comes from its 
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from heapq import heappop, heappush
@@ -114,6 +115,18 @@ class Simulation:
             self._live_events += 1  # real work ahead (a DONE stops counting once stale)
 
     def run(self) -> Simulation:
+        """Run to the end (no events left). The cyclic garbage collector is paused meanwhile: the
+        loop creates no reference cycles of its own, and collections scanning the hundreds of
+        thousands of live job records cost a fifth of the run."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _run(self) -> Simulation:
         wall0 = time.perf_counter()
         core = self.core
         heap, subs = self._heap, self.jobs

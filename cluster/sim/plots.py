@@ -64,18 +64,20 @@ def plot_cdfs(results: list[tuple[str, list[dict]]], path: Path, title: str = ""
         ax.set_ylabel("share of jobs")
         ax.grid(True, which="major", alpha=0.3)
         ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:.0%}"))
-    axes[0].legend(loc="lower right", fontsize=9)
     axes[1].set_title("delays under 1 s drawn at 1 s", fontsize=9, loc="left", color="#555")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=9, frameon=False)
     if title:
         fig.suptitle(title, fontsize=12)
-    fig.tight_layout()
+    rows = -(-len(labels) // 4)
+    fig.tight_layout(rect=(0, 0.035 + 0.035 * rows, 1, 1))
     fig.savefig(path)
     return path
 
 
 def plot_timeline(results: list[tuple[str, list[tuple]]], capacity: int, path: Path, title: str = "") -> Path:
     """``results``: (policy, samples) with samples (t, pending, allocated GPUs, busy GPUs, running)."""
-    fig = Figure(figsize=(13, 8), dpi=110)
+    fig = Figure(figsize=(13, 8.3), dpi=110)
     FigureCanvasAgg(fig)
     axes = fig.subplots(3, 1, sharex=True)
     for n, (policy, samples) in enumerate(results):
@@ -97,7 +99,7 @@ def plot_timeline(results: list[tuple[str, list[tuple]]], capacity: int, path: P
         ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:.0%}"))
     for ax in axes:
         ax.grid(True, alpha=0.3)
-    axes[0].legend(loc="upper left", fontsize=9, ncol=min(4, len(results)))
+    axes[0].legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), fontsize=9, ncol=min(6, len(results)), frameon=False)
     axes[2].set_xlabel("simulated time (days)")
     end = max((s[-1][0] for _, s in results if s), default=0.0) / 86400
     if end > 0:
