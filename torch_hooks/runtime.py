@@ -8,6 +8,10 @@ see ``torch_hooks.hooks``); any thread may call ``set_limits``, ``limits`` and
 on the training thread, before the boundary's idle time; a node link plugs in
 as a listener plus ``set_limits`` calls.
 
+``after_boundary`` (internal, set by ``torch_hooks.hooks``): called on the training
+thread at the end of every boundary, whatever found it (it re-arms the device-start
+hook). Unset (None), nothing is called.
+
 No-boundary warning: from the job's first device work a daemon thread watches
 the current mini-batch's device start (``_device_start``, set by
 ``on_device_start`` anyway). When ``env.boundary_warn_s`` seconds
