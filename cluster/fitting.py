@@ -86,5 +86,5 @@ def pick_opportunistic(node: NodeState, gpus: int, mem: int, max_util: float, ma
     ok = [g for g in node.gpus if gpu_fits_opportunistic(g, mem, max_util, max_per_gpu, pid)]
     if len(ok) < gpus:
         return None
-    ok.sort(key=lambda g: (g.util, not g.g, g.index))
+    ok.sort(key=lambda g: (g.util, not g.g, g.nopp, g.index))
     return tuple(sorted(g.index for g in ok[:gpus]))

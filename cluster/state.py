@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from cluster.spec import MILLI, NodeSpec
 
 UTIL_BUCKETS = 101  # 0..100 percent
+NOPP_LEVELS = 4  # opportunistic workers on a GPU, as a tie-break within a utilization bucket (3 = 3 or more)
 
 
 class Alloc:
@@ -105,7 +106,8 @@ def util_key(gpu: GpuState, cap: int = 0) -> int:
         return -1
     b = int(gpu.util * 100)
     b = 0 if b < 0 else (100 if b > 100 else b)
-    return b * 2 + (0 if gpu.g else 1)
+    # reports lag placements: at equal utilization, fewer opportunistic workers first
+    return (b * 2 + (0 if gpu.g else 1)) * NOPP_LEVELS + min(gpu.nopp, NOPP_LEVELS - 1)
 
 
 class ClusterState:
@@ -154,7 +156,7 @@ class ClusterState:
             self._free_total.setdefault(k, 0)
             self._partial.setdefault(k, {})
             self._partial_keys.setdefault(k, [])
-            self._util.setdefault(k, [{} for _ in range(UTIL_BUCKETS * 2)])
+            self._util.setdefault(k, [{} for _ in range(UTIL_BUCKETS * 2 * NOPP_LEVELS)])
         self._index_node(node)
         self.version += 1
         return node
@@ -276,7 +278,7 @@ class ClusterState:
             else:
                 gpu.o[a.pid] = gpu.o.get(a.pid, 0) + 1
                 gpu.nopp += 1
-                if self.opp_cap:
+                if self.opp_cap or gpu.nopp < NOPP_LEVELS:  # the count is part of the index key
                     self._reindex_util(gpu)
 
     def release(self, pid: str, rank: int) -> Alloc | None:
@@ -311,7 +313,7 @@ class ClusterState:
                 else:
                     del gpu.o[pid]
                 gpu.nopp -= 1
-                if self.opp_cap:
+                if self.opp_cap or gpu.nopp < NOPP_LEVELS - 1:
                     self._reindex_util(gpu)
         self.version += 1
         return a
@@ -422,12 +424,13 @@ class ClusterState:
 
     def gpus_by_util(self, model: str, max_util: float) -> Iterator[GpuState]:
         """Up GPUs whose reported utilization is below ``max_util``, least utilized first;
-        within a 1% bucket, GPUs beside a guaranteed worker first."""
+        within a 1% bucket, GPUs beside a guaranteed worker first, then those holding fewer
+        opportunistic workers."""
         buckets = self._util.get(model)
         if not buckets:
             return
         top = min(UTIL_BUCKETS - 1, max(0, int(max_util * 100 + 0.999999)))
-        for key in range(0, top * 2 + 2):
+        for key in range(0, (top * 2 + 2) * NOPP_LEVELS):
             b = buckets[key]
             if b:
                 for gpu in b:

@@ -10,7 +10,8 @@ placement id once).
 Tables:
   ``meta``    key -> value: ``schema``, ``next_job`` (job numbers), ``epoch`` (scheduler incarnations)
   ``jobs``    one row per job: the spec and the request (JSON), state, reason, current placement
-              (JSON or NULL), attempt, failed starts, times (scheduler wall clock), exit code
+              (JSON; NULL while pending; a finished job keeps its last), attempt, failed starts, times
+              (scheduler wall clock), exit code
   ``logs``    the log file of each worker of a job's latest placement (node, path)
   ``stopping``  placements being stopped (preempted, failed, lost elsewhere), until their workers
               are gone: after a restart they are stopped again instead of forgotten
@@ -151,8 +152,8 @@ class Journal:
         if state == "running":
             sets.append("started_at = COALESCE(started_at, ?)")
             args.append(now)
-        if state in TERMINAL:
-            sets += ["ended_at = ?", "placement = NULL"]
+        if state in TERMINAL:  # the last placement stays: where it ran (restore ignores it)
+            sets.append("ended_at = ?")
             args.append(now)
         if state == "pending":
             sets.append("placement = NULL")

@@ -33,13 +33,20 @@ def job_view(row: dict, core: SchedulerCore) -> P.JobView:
 
 
 def node_views(core: SchedulerCore, hosts: dict[str, str]) -> list[P.NodeView]:
+    def job_of(pid: str) -> str:
+        holder = core.holders.get(pid)
+        return holder.job_id if holder is not None else pid.rsplit(".", 1)[0]
+
     out = []
     for n in core.nodes():
         gpus = n["gpus"]
+        views = tuple(P.GpuView(index=g["index"], utilization=min(1.0, max(0.0, g["utilization"])),
+                                guaranteed=tuple(job_of(p) for p in g["guaranteed"]),
+                                opportunistic=tuple(job_of(p) for p in g["opportunistic"])) for g in gpus)
         util = sum(g["utilization"] for g in gpus) / len(gpus) if gpus else 0.0
         out.append(P.NodeView(
             node_id=n["node_id"], host=hosts.get(n["node_id"], ""), up=n["up"], gpu_model=n["gpu_model"],
             gpus=len(gpus), gpus_allocated=sum(1 for g in gpus if g["guaranteed"]),
             gpus_shared=sum(1 for g in gpus if g["opportunistic"]), utilization=min(1.0, max(0.0, util)),
-            workers=n["workers"]))
+            workers=n["workers"], gpu_views=views))
     return out

@@ -7,6 +7,7 @@ in their cells; a column's header may span two lines where the caller gives a ne
 
 from __future__ import annotations
 
+import time
 from typing import Iterable, Sequence
 
 from rich import box
@@ -81,3 +82,41 @@ def job_table(listing: P.CtlJobs) -> Table:
                      Text(format_size(j.host_bytes), style="red" if j.host_bytes else ""), f"{j.throughput:.1f}",
                      Text(j.slo_state or "-", style=SLO_STYLES.get(j.slo_state, "")), str(j.iterations)))
     return table(JOB_HEADERS, rows, title="Jobs", right=_RIGHT)
+
+
+# ---- the cluster as the scheduler sees it (top --scheduler, demo) ---------------------------------
+
+
+def render_cluster(endpoint: str, snap, error: str | None, now_wall: float, interval: float):
+    """One cluster frame: nodes (utilization bars) and active jobs (``snap`` = (NodesReply, jobs) or None)."""
+    from rich.console import Group
+
+    from colocate.units import format_duration
+
+    header = Text()
+    header.append("colocate top", style="bold")
+    header.append(f"  scheduler {endpoint}  {time.strftime('%H:%M:%S', time.localtime(now_wall))}")
+    parts = [header]
+    if error is not None:
+        parts.append(Text(f"scheduler not reachable, retrying every {interval:g}s ({error})", style="bold red"))
+    if snap is None:
+        return Group(*parts)
+    nodes, jobs = snap
+    total = sum(n.gpus for n in nodes.nodes if n.up)
+    alloc = sum(n.gpus_allocated for n in nodes.nodes if n.up)
+    shared = sum(n.gpus_shared for n in nodes.nodes if n.up)
+    parts.append(Text(f"{sum(1 for n in nodes.nodes if n.up)}/{len(nodes.nodes)} nodes up, {total} GPUs: "
+                      f"{alloc} allocated, {shared} shared; {sum(1 for j in jobs if j.state == 'running')} running, "
+                      f"{sum(1 for j in jobs if j.state == 'pending')} pending"))
+    rows = [(n.node_id, Text("up", style="green") if n.up else Text("down", style="bold red"), str(n.gpus),
+             str(n.gpus_allocated), str(n.gpus_shared), util_bar(n.utilization), str(n.workers)) for n in nodes.nodes]
+    parts.append(table(("NODE", "STATE", "GPUS", "ALLOC", "SHARED", "UTILIZATION", "WORKERS"), rows, title="Nodes",
+                         right=("GPUS", "ALLOC", "SHARED", "WORKERS")))
+    order = {"running": 0, "placing": 1, "pending": 2}
+    rows = [(j.job_id, j.name, j.priority, j.state, f"{j.workers}x{j.gpus}",
+             format_duration(now_wall - (j.started_at or j.submitted_at)),
+             ",".join(j.nodes) if j.state != "pending" else j.reason)
+            for j in sorted(jobs, key=lambda j: (order.get(j.state, 3), j.submitted_at))]
+    parts.append(table(("JOB", "NAME", "CLASS", "STATE", "GPUS", "TIME", "NODES / WHY WAITING"), rows,
+                         title="Jobs", right=("GPUS", "TIME")) if rows else Text("no jobs", style="dim"))
+    return Group(*parts)

@@ -1,4 +1,9 @@
-"""``colocate demo``: simulated GPU, co-located example jobs, the node policies side by side."""
+"""``colocate demo [node|cluster]``: simulated GPUs running co-located example jobs, and a report.
+
+``node``: one simulated GPU, a guaranteed and an opportunistic example job under each node policy side by
+side; ``cluster``: a scheduler and two nodes of simulated GPUs with a stream of example jobs (a DDP gang,
+guaranteed and opportunistic jobs), a live view while it runs. Both by default.
+"""
 
 from __future__ import annotations
 
@@ -9,78 +14,149 @@ import tempfile
 import time
 
 TARGETS = """\
-targets (adaptive): guaranteed >= 0.95 of solo, utilization >= 1.3x the guaranteed job's solo
-utilization, opportunistic job uses >= half of the idle device time, and pack slows the guaranteed
-job more than adaptive does."""
+node part, targets (adaptive): guaranteed >= 0.95 of solo, utilization >= 1.3x the guaranteed
+job's solo utilization, opportunistic job uses >= half of the idle device time, and pack slows
+the guaranteed job more than adaptive does.
+cluster part: per-job queue wait and completion time, GPU allocation and utilization over time
+(cluster-gpus.png), and the share of each opportunistic job's run spent beside a guaranteed job.
+Exit code: 0; 1 when a job failed; 2 on bad options."""
 
 
 def register(sub) -> None:
     from colocate.demo.node import MODES, PAIRS
 
     p = sub.add_parser(
-        "demo", help="co-locate two example jobs on a simulated GPU under four policies and report",
-        description="Start a node with one simulated GPU and run the same guaranteed/opportunistic pair of "
-        "example jobs under exclusive, pack, static and adaptive co-location, plus solo references. "
-        "Prints a table and writes summary.json and PNG plots.",
+        "demo", help="simulated GPUs running co-located example jobs: one node's policies, then a cluster",
+        description="node: start a node with one simulated GPU and run the same guaranteed/opportunistic pair of "
+        "example jobs under each node policy, plus solo references. cluster: a scheduler and two nodes of "
+        "simulated GPUs run a stream of example jobs. Prints tables; writes summary.json and PNG plots.",
         epilog=TARGETS, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("part", nargs="?", choices=("node", "cluster"), default=None,
+                   help="run only this part (default: both)")
     p.add_argument("--out", default="colocate-demo", metavar="DIR", help="output directory (default %(default)s)")
     p.add_argument("--duration", type=float, default=12.0, metavar="S",
-                   help="seconds each job trains per run (default %(default)s; 7 runs with all modes)")
-    p.add_argument("--pair", default="cnn+transformer", choices=sorted(PAIRS), help="example pair (default %(default)s)")
-    p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
+                   help="node part: seconds each job trains per run (default %(default)s; 7 runs with all modes)")
+    p.add_argument("--pair", default="cnn+transformer", choices=sorted(PAIRS), help="node part: example pair")
+    p.add_argument("--modes", default=",".join(MODES), help="node part: comma-separated subset of " + ",".join(MODES))
+    p.add_argument("--cluster-duration", type=float, default=20.0, metavar="S",
+                   help="cluster part: the base training time of the stream's jobs (default %(default)s)")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from colocate.demo import node as demo
     from colocate.files import write_json_atomic
 
-    console = Console(stderr=True)
+    from colocate.demo import node as demo
+
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     bad = [m for m in modes if m not in demo.MODES]
     if bad or not modes:
         print(f"colocate demo: error: unknown mode(s) {', '.join(bad) or '(none)'}; use {','.join(demo.MODES)}",
               file=sys.stderr)
         return 2
-    if not (1.0 <= args.duration <= 3600):
-        print("colocate demo: error: --duration must be between 1 and 3600 seconds", file=sys.stderr)
-        return 2
+    for name, value in (("--duration", args.duration), ("--cluster-duration", args.cluster_duration)):
+        if not (1.0 <= value <= 3600):
+            print(f"colocate demo: error: {name} must be between 1 and 3600 seconds", file=sys.stderr)
+            return 2
     try:
         os.makedirs(args.out, exist_ok=True)
     except OSError as exc:
         print(f"colocate demo: error: cannot create {args.out}: {exc.strerror}", file=sys.stderr)
         return 2
+    summary, files, rc = {}, [], 0
+    if args.part in (None, "node"):
+        summary["node"], node_files, failed = _node_part(args, modes)
+        files += node_files
+        rc = max(rc, 1 if failed else 0)
+    if args.part in (None, "cluster"):
+        summary["cluster"], cluster_files, failed = _cluster_part(args)
+        files += cluster_files
+        rc = max(rc, 1 if failed else 0)
+    write_json_atomic(os.path.join(args.out, "summary.json"), summary)
+    print(f"wrote {', '.join([os.path.join(args.out, 'summary.json')] + files)}")
+    return rc
+
+
+def _node_part(args, modes):
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from colocate.demo import node as demo
+
+    console = Console(stderr=True)
     pair = demo.PAIRS[args.pair]
-    workdir = tempfile.mkdtemp(prefix="colocate-demo-", dir=None)
+    workdir = tempfile.mkdtemp(prefix="colocate-demo-node-")
     steps = 3 + len(modes)
     start = time.monotonic()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console) as progress:
-        task = progress.add_task("starting", total=steps)
+        task = progress.add_task("node part: starting", total=steps)
         done = {"n": 0}
 
         def step(name):
-            progress.update(task, completed=done["n"], description=f"running {name} ({args.duration:g} s)")
+            progress.update(task, completed=done["n"], description=f"node part: {name} ({args.duration:g} s)")
             done["n"] += 1
 
         runs = demo.run_pair(pair, args.duration, modes, progress=step, workdir=workdir)
-        progress.update(task, completed=steps, description="analysing")
+        progress.update(task, completed=steps, description="node part: analysing")
     failed = {n: r.exit_codes for n, r in runs.items() if any(c != 0 for c in r.exit_codes.values())}
     rows, lines = demo.analyse(pair, runs)
     summary = {"pair": pair.name, "duration_s": args.duration, "modes": rows, "failed_runs": failed,
                "logs": workdir, "elapsed_s": time.monotonic() - start}
-    write_json_atomic(os.path.join(args.out, "summary.json"), summary)
     plots = demo.plot(lines, pair, args.out)
     print_table(rows, pair)
-    print(f"wrote {os.path.join(args.out, 'summary.json')}, {', '.join(plots)} (logs in {workdir})")
     if failed:
-        print(f"colocate demo: some jobs failed: {failed}", file=sys.stderr)
-        return 1
-    return 0
+        print(f"colocate demo: some node-part jobs failed: {failed}", file=sys.stderr)
+    return summary, plots, bool(failed)
+
+
+def _cluster_part(args):
+    import types
+
+    from rich.live import Live
+
+    from colocate.cli import _tables as T
+    from colocate.demo import cluster as C
+
+    workdir = tempfile.mkdtemp(prefix="colocate-demo-cluster-")
+    console = T.console(stderr=True)
+    with Live(console=console, refresh_per_second=4, transient=not console.is_terminal) as live:
+        def show(sample, run):
+            snap = (types.SimpleNamespace(nodes=sample.nodes), list(sample.jobs))
+            live.update(T.render_cluster(f"cluster part, t={sample.t:.0f}s", snap, None, time.time(), C.SAMPLE_S))
+
+        try:
+            run = C.run_cluster(workdir, args.cluster_duration, progress=show)
+        except RuntimeError as exc:
+            print(f"colocate demo: cluster part: {exc} (logs in {workdir})", file=sys.stderr)
+            return {"error": str(exc), "logs": workdir}, [], True
+    rows, series = C.analyse(run)
+    plot = C.plot(series, args.out)
+    _print_cluster(rows)
+    failed = [r["name"] for r in rows if r["state"] != "succeeded"] + (["(timed out)"] if run.timed_out else [])
+    if failed:
+        print(f"colocate demo: cluster part: not succeeded: {', '.join(failed)} (logs in {workdir})", file=sys.stderr)
+    n = max(1, len(series["t"]))
+    summary = {"jobs": rows, "elapsed_s": run.elapsed_s, "logs": workdir, "timed_out": run.timed_out,
+               "mean_gpus_allocated": sum(series["allocated"]) / n, "mean_gpus_shared": sum(series["shared"]) / n,
+               "mean_gpu_utilization": sum(series["utilization"]) / n}
+    return summary, [plot], bool(failed)
+
+
+def _print_cluster(rows: list[dict]) -> None:
+    from colocate.cli._tables import print_table as show
+    from colocate.units import format_duration
+
+    def secs(x):
+        return "-" if x is None else format_duration(x)
+
+    body = [(r["job"], r["name"], r["class"], r["state"], str(r["workers"]), secs(r["queue_wait_s"]),
+             secs(r["completion_s"]), str(r["attempts"]), ",".join(r["nodes"]) or "-",
+             "-" if r["beside_guaranteed"] is None else f"{r['beside_guaranteed']:.0%}") for r in rows]
+    show(("job", "name", "class", "state", "workers", "queue\nwait", "completion\ntime", "attempts", "nodes",
+          "ran beside a\nguaranteed job"), body, right=("workers", "queue\nwait", "completion\ntime", "attempts"),
+         title="colocate demo: cluster of 2 nodes x 2 simulated GPUs, stream of example jobs")
 
 
 def print_table(rows: list[dict], pair) -> None:

@@ -55,43 +55,6 @@ def render(endpoint: str, listing, error: str | None, now_wall: float, interval:
     return Group(*parts)
 
 
-def render_cluster(endpoint: str, snap, error: str | None, now_wall: float, interval: float):
-    """One cluster frame: nodes (utilization bars) and active jobs (``snap`` = (NodesReply, jobs) or None)."""
-    from rich.console import Group
-    from rich.text import Text
-
-    from colocate.cli import _tables as T
-    from colocate.units import format_duration
-
-    header = Text()
-    header.append("colocate top", style="bold")
-    header.append(f"  scheduler {endpoint}  {time.strftime('%H:%M:%S', time.localtime(now_wall))}")
-    parts = [header]
-    if error is not None:
-        parts.append(Text(f"scheduler not reachable, retrying every {interval:g}s ({error})", style="bold red"))
-    if snap is None:
-        return Group(*parts)
-    nodes, jobs = snap
-    total = sum(n.gpus for n in nodes.nodes if n.up)
-    alloc = sum(n.gpus_allocated for n in nodes.nodes if n.up)
-    shared = sum(n.gpus_shared for n in nodes.nodes if n.up)
-    parts.append(Text(f"{sum(1 for n in nodes.nodes if n.up)}/{len(nodes.nodes)} nodes up, {total} GPUs: "
-                      f"{alloc} allocated, {shared} shared; {sum(1 for j in jobs if j.state == 'running')} running, "
-                      f"{sum(1 for j in jobs if j.state == 'pending')} pending"))
-    rows = [(n.node_id, Text("up", style="green") if n.up else Text("down", style="bold red"), str(n.gpus),
-             str(n.gpus_allocated), str(n.gpus_shared), T.util_bar(n.utilization), str(n.workers)) for n in nodes.nodes]
-    parts.append(T.table(("NODE", "STATE", "GPUS", "ALLOC", "SHARED", "UTILIZATION", "WORKERS"), rows, title="Nodes",
-                         right=("GPUS", "ALLOC", "SHARED", "WORKERS")))
-    order = {"running": 0, "placing": 1, "pending": 2}
-    rows = [(j.job_id, j.name, j.priority, j.state, f"{j.workers}x{j.gpus}",
-             format_duration(now_wall - (j.started_at or j.submitted_at)),
-             ",".join(j.nodes) if j.state != "pending" else j.reason)
-            for j in sorted(jobs, key=lambda j: (order.get(j.state, 3), j.submitted_at))]
-    parts.append(T.table(("JOB", "NAME", "CLASS", "STATE", "GPUS", "TIME", "NODES / WHY WAITING"), rows,
-                         title="Jobs", right=("GPUS", "TIME")) if rows else Text("no jobs", style="dim"))
-    return Group(*parts)
-
-
 def _poll_cluster(client):
     from colocate import rpc
 
@@ -154,16 +117,16 @@ def _cluster(args) -> int:
     try:
         if args.once:
             snap, error = _poll_cluster(client)
-            console.print(render_cluster(client.endpoint, snap, error, time.time(), args.interval))
+            console.print(T.render_cluster(client.endpoint, snap, error, time.time(), args.interval))
             return 0 if error is None else 1
         last = None
-        with Live(render_cluster(client.endpoint, None, None, time.time(), args.interval), console=console,
+        with Live(T.render_cluster(client.endpoint, None, None, time.time(), args.interval), console=console,
                   refresh_per_second=max(1, min(10, int(2 / args.interval) + 1)), screen=False) as live:
             while True:
                 t0 = time.monotonic()
                 snap, error = _poll_cluster(client)
                 last = snap or last
-                live.update(render_cluster(client.endpoint, snap or last, error, time.time(), args.interval))
+                live.update(T.render_cluster(client.endpoint, snap or last, error, time.time(), args.interval))
                 time.sleep(max(0.0, args.interval - (time.monotonic() - t0)))
     except rpc.BadEndpoint as exc:
         print(f"colocate top: {exc}", file=sys.stderr)

@@ -113,6 +113,14 @@ class JobView(_Record):
 
 
 @_record()
+class GpuView(_Record):
+    index: int = _f(COUNT)
+    utilization: float = _f(SHARE)  # last 10 s, as the node reported it
+    guaranteed: tuple = _f(ListOf(JOB_ID, 64))  # job ids holding a guaranteed share of this GPU
+    opportunistic: tuple = _f(ListOf(JOB_ID, 64))  # job ids running opportunistically on it
+
+
+@_record()
 class NodeView(_Record):
     node_id: str = _f(NAME)
     host: str = _f(NAME)
@@ -123,6 +131,7 @@ class NodeView(_Record):
     gpus_shared: int = _f(COUNT)  # GPUs holding an opportunistic worker
     utilization: float = _f(SHARE)  # mean over the node's GPUs, last 10 s
     workers: int = _f(COUNT)
+    gpu_views: tuple = _f(ListOf(Nested(GpuView), 64), default=())
 
 
 @_record()

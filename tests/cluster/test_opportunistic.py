@@ -56,6 +56,17 @@ def test_opportunistic_memory(mem_used, need, gpu):
     assert (placed["o"].slots[0].gpus[0] if placed else None) == gpu
 
 
+@pytest.mark.parametrize("max_per_gpu", [2, 0])
+def test_opportunistic_jobs_of_one_cycle_spread_over_gpus_of_equal_utilization(max_per_gpu):
+    """Utilization reports lag placements: within one cycle every GPU still reports 0, so the
+    number of opportunistic workers a GPU already holds breaks the tie."""
+    core = opp_core([("n0", 2), ("n1", 2)], max_per_gpu=max_per_gpu)
+    run(core, job("g0", gpus=2), job("g1", gpus=2))  # every GPU beside a guaranteed job
+    placed = starts(submit(core, opp("o1"), opp("o2"), opp("o3"), opp("o4")))
+    gpus = [(p.slots[0].node_id, p.slots[0].gpus[0]) for p in placed.values()]
+    assert len(placed) == 4 and len(set(gpus)) == 4, gpus
+
+
 def test_opportunistic_prefers_a_gpu_beside_a_guaranteed_job_at_equal_utilization():
     core = opp_core([("n0", 2)])
     g = run(core, job("g"))
