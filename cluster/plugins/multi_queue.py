@@ -3,14 +3,20 @@ of the gang; a fractional worker counts as one): ``size_queues`` maps names to u
 ascending order, the last ``inf`` (default small <= 2, large). Each queue is FIFO on its own, so
 a blocked large job never blocks small ones. Queues named in ``queues`` are user queues, FIFO
 each; any other ``spec.queue`` is rejected at submit. Opportunistic jobs: queue "opportunistic".
+
+Aging (no starvation): separate queues let a stream of small jobs take every GPU a large gang
+would need, forever. So once a queue's head has been blocked for ``starvation_s`` seconds since it
+became pending, no guaranteed job of another queue starts (its pre-filter says why) until that
+head has started: the GPUs that free up drain towards it. ``starvation_s = inf`` turns aging off
+(seed 000's plain multi-queue).
 """
 
 from __future__ import annotations
 
 import math
 
-from cluster.framework import SUCCESS, Plugin, Status, register, unresolvable
-from cluster.jobs import Job
+from cluster.framework import SUCCESS, Plugin, Status, register, unresolvable, unschedulable
+from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.plugins.fifo import OPPORTUNISTIC_QUEUE
 from cluster.spec import JobSpec
@@ -29,12 +35,16 @@ class MultiQueue(Plugin):
                              "queue = largest total GPUs, ascending, the last inf"),
         "queues": Param((), "list[str]", lambda v: "default" not in v and OPPORTUNISTIC_QUEUE not in v,
                         "user queue names; not 'default' or 'opportunistic'"),
+        "starvation_s": Param(300.0, "float", lambda v: v >= 0, "seconds >= 0 a blocked head waits before the "
+                              "other queues hold for it (inf: never)"),
     }
 
     def __init__(self, params) -> None:
         super().__init__(params)
         self._limits = list(params["size_queues"].items())
         self._named = frozenset(params["queues"])
+        self._starve = params["starvation_s"]
+        self._hold: tuple[str, str, Status] | None = None  # (queue, job id, why others wait) while aging
         clash = self._named & set(params["size_queues"]) | ({OPPORTUNISTIC_QUEUE} & set(params["size_queues"]))
         if clash:
             raise ValueError(f"plugins.multi_queue: queue name {sorted(clash)[0]!r} used twice")
@@ -59,3 +69,25 @@ class MultiQueue(Plugin):
 
     def sort_key(self, job: Job) -> tuple:
         return (job.spec.submit_time,)
+
+    def cycle_start(self, now: float) -> None:
+        """Hold the other queues for the longest-waiting head blocked at least ``starvation_s``."""
+        self._hold = None
+        oldest = None
+        for queue, (job_id, _) in self.fw.blocked.items():
+            job = self.fw.jobs.get(job_id)
+            if (queue == OPPORTUNISTIC_QUEUE or job is None or job.state != "pending"
+                    or now - job.enqueued_at < self._starve):
+                continue
+            if oldest is None or job.enqueued_at < oldest[1].enqueued_at:
+                oldest = (queue, job)
+        if oldest is not None:
+            queue, job = oldest
+            self._hold = (queue, job.job_id, unschedulable(
+                self.name, f"held for job {job.job_id} of queue {queue}, waiting {now - job.enqueued_at:.0f} s"))
+
+    def pre_filter(self, req: Request) -> Status:
+        hold = self._hold
+        if hold is None or req.klass != "guaranteed" or req.job.queue == hold[0]:
+            return SUCCESS
+        return hold[2]
