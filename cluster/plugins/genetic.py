@@ -12,13 +12,14 @@ where "gain" is blind to a machine's load and spreads tasks over machines of one
 One search: ``population`` random pairs (100); per generation ``replace`` (40%) of the population
 is replaced, its lowest-fitness members, by children; each child takes its machine from one
 parent and its job from another (one-point crossover: the only cut of a two-gene chromosome),
-each parent the fittest of a tournament over ``tournament`` (20%) of the population drawn
-without replacement; each gene of a child is then reset at random with probability
+each parent the fittest of a tournament over ``tournament`` (20%) of the population (members
+drawn with replacement, as PyGAD does); each gene of a child is then reset at random with probability
 ``mutation_above`` (0.25) if the child's fitness exceeds the population's mean fitness, else
 ``mutation_below`` (0.1) (adaptive mutation, as the paper's text states it). After
 ``generations`` the fittest pair [m*, t*] is planned (ties: lowest population index), applied to
 the planning copy of free capacity (GPUs by first fit) and the search repeats for the remaining
-jobs, until none is left, the best fitness is -1, or ``max_plan`` jobs are planned.
+jobs, until none is left, the best fitness is -1, or ``max_plan`` jobs are planned (a search
+is skipped, as -1, when no remaining job fits any node: the common case in a full cluster).
 
 Steering: ``queue_order`` examines the planned jobs first, in plan order, then the rest in the
 queue's own order (the FIFO walk and its blocking apply to those); ``node_order`` offers the
@@ -61,6 +62,7 @@ class Search:
         self.ngpu = table.ngpu[:n]
         self.maxfree = self.free.max(axis=1) if self.free.shape[1] else np.zeros(n, dtype=np.int32)
         self.used = (self.ngpu * MILLI - self.free.sum(axis=1)).astype(float)  # GPU milli allocated
+        self.matrix: np.ndarray | None = None  # jobs x rows fitness, when tabulated
         self.up_rows = np.flatnonzero(table.up[:n])
         self.gpus = np.array([s.gpus for s in specs], dtype=np.int64)
         self.milli = np.array([s.gpu_milli for s in specs], dtype=np.int64)
@@ -76,7 +78,22 @@ class Search:
             if m is not None:
                 self.okm[i] = m
 
+    MATRIX = 1 << 21  # pairs up to which every fitness is computed once, then looked up
+
     def fitness(self, m: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Fitness of the pairs (rows ``m``, jobs ``t``), arrays of one shape (or broadcasting)."""
+        if self.matrix is not None:
+            return self.matrix[t, m]
+        return self._fitness(m, t)
+
+    def tabulate(self) -> None:
+        """Compute every pair's fitness once (jobs x rows, when at most ``MATRIX``); ``place``
+        keeps the changed column current."""
+        n_t, n_m = len(self.gpus), len(self.ngpu)
+        if 0 < n_t * n_m <= self.MATRIX:
+            self.matrix = self._fitness(np.arange(n_m)[None, :], np.arange(n_t)[:, None])
+
+    def _fitness(self, m: np.ndarray, t: np.ndarray) -> np.ndarray:
         g, milli = self.gpus[t], self.milli[t]
         ok = self.okm[self.cidx[t], m] & (self.cpu[m] >= self.tcpu[t]) & (self.mem[m] >= self.tmem[t])
         ok &= (g == 0) | np.where(milli >= MILLI, self.whole[m] >= g, self.maxfree[m] >= milli)
@@ -84,6 +101,20 @@ class Search:
         gained = self.demand[t] + self.used[m] if self.after else self.demand[t]
         gain = np.where(cap > 0, gained / np.where(cap > 0, cap, 1.0), 0.0)
         return np.where(ok, gain, -1.0)
+
+    def any_fit(self, tasks: np.ndarray) -> bool:
+        """Whether a worker of some job in ``tasks`` fits some up node of the copy (when none
+        does, every search returns -1: it is skipped). O(distinct shapes x nodes)."""
+        shapes = np.unique(np.stack([self.gpus[tasks], self.milli[tasks], self.tcpu[tasks], self.tmem[tasks],
+                                     self.cidx[tasks]], axis=1), axis=0)
+        rows = self.up_rows
+        for g, milli, cpu, mem, c in shapes.tolist():
+            ok = self.okm[int(c), rows] & (self.cpu[rows] >= cpu) & (self.mem[rows] >= mem)
+            if g:
+                ok &= (self.whole[rows] >= g) if milli >= MILLI else (self.maxfree[rows] >= milli)
+            if ok.any():
+                return True
+        return False
 
     def place(self, m: int, t: int, workers: int) -> bool:
         """Apply ``workers`` workers of job ``t`` to row ``m`` of the copy (GPUs by first fit);
@@ -104,6 +135,8 @@ class Search:
         self.maxfree[m] = row.max() if len(row) else 0
         self.cpu[m] -= self.tcpu[t] * workers
         self.mem[m] -= self.tmem[t] * workers
+        if self.matrix is not None:
+            self.matrix[:, m] = self._fitness(np.array([m]), np.arange(len(self.gpus)))
         return True
 
 
@@ -122,15 +155,21 @@ def evolve(s: Search, tasks: np.ndarray, rng: np.random.Generator, p: dict) -> t
     fit = s.fitness(pm, pt)
     k = max(1, round(p["tournament"] * size))
     nrep = max(1, round(p["replace"] * size))
-    base = np.tile(np.arange(size), (2 * nrep, 1))
-    for _ in range(p["generations"]):
-        sample = rng.permuted(base, axis=1)[:, :k]
-        winners = sample[np.arange(2 * nrep), fit[sample].argmax(axis=1)]
+    gens = p["generations"]
+    # every draw of the search at once (fewer numpy calls): tournaments (PyGAD's: members drawn
+    # with replacement), mutation coins per gene, and the genes a mutation would bring
+    tours = rng.integers(size, size=(gens, 2 * nrep, k))
+    coins = rng.random((gens, 2, nrep))
+    new_m = rows[rng.integers(len(rows), size=(gens, nrep))]
+    new_t = tasks[rng.integers(len(tasks), size=(gens, nrep))]
+    pick = np.arange(2 * nrep)
+    for g in range(gens):
+        sample = tours[g]
+        winners = sample[pick, fit[sample].argmax(axis=1)]
         cm, ct = pm[winners[:nrep]], pt[winners[nrep:]]
         rate = mutation_rate(s.fitness(cm, ct), fit.mean(), p)
-        mm, mt = rng.random(nrep) < rate, rng.random(nrep) < rate
-        cm = np.where(mm, rows[rng.integers(len(rows), size=nrep)], cm)
-        ct = np.where(mt, tasks[rng.integers(len(tasks), size=nrep)], ct)
+        cm = np.where(coins[g, 0] < rate, new_m[g], cm)
+        ct = np.where(coins[g, 1] < rate, new_t[g], ct)
         worst = np.argsort(fit, kind="stable")[:nrep]
         pm[worst], pt[worst], fit[worst] = cm, ct, s.fitness(cm, ct)
     best = int(fit.argmax())
@@ -164,12 +203,13 @@ class Genetic(TablePlugin):
             return
         self.table.sync(self.fw.state)
         s = Search(self.table, [j.spec for j in jobs], self.p["fitness"] == "after")
+        s.tabulate()
         if not len(s.up_rows):
             return
         rng = np.random.default_rng(self.fw.rng.getrandbits(64))
         left = np.arange(len(jobs))
         limit = self.p["max_plan"] or len(jobs)
-        while len(left) and len(self.plan) < limit:
+        while len(left) and len(self.plan) < limit and s.any_fit(left):
             self.searches += 1
             m, t, f = evolve(s, left, rng, self.p)
             if f < 0:
