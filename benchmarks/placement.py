@@ -187,11 +187,11 @@ def run_c(job: tuple) -> dict:
 def run_b_pack(job: tuple) -> dict:
     """Fig. 3 of seed 004 without departures: every pod in creation-time order, placed at once or
     dropped, on a PAI sample; GPU allocation after each task scheduled."""
-    policy, machines, generations = job
+    policy, machines, generations, seed = job
     nodes = pai_sample(machines)
     pods = [s for s, _ in load_pods(PODS, durations=False) if fits_some(s, nodes)]
     cap = capacity_milli(nodes)
-    core = SchedulerCore(config(policy, pods, generations), random.Random(0))
+    core = SchedulerCore(config(policy, pods, generations), random.Random(seed))
     core.handle_batch([ev.NodeJoined(n, 1) for n in nodes], 0.0)
     alloc = placed = 0
     curve = []
@@ -207,7 +207,8 @@ def run_b_pack(job: tuple) -> dict:
     seconds = time.perf_counter() - t0
     assert alloc == allocated_milli(core)
     core.state.check_invariants()
-    return {"policy": policy, "machines": len(nodes), "gpus": cap // 1000, "pods": len(pods), "placed": placed,
+    return {"policy": policy, "seed": seed, "machines": len(nodes), "gpus": cap // 1000, "pods": len(pods),
+            "placed": placed,
             "alloc_pct": 100.0 * alloc / cap, "curve": curve[::max(1, len(curve) // 2000)] + curve[-1:],
             "seconds": seconds}
 
@@ -217,11 +218,11 @@ def run_b(job: tuple) -> dict:
     no co-location model), workers start at once and end after their recorded duration."""
     from cluster.sim import ColocationModel, JobInput, LucidTable, Simulation, job_rows, summarize
 
-    policy, machines, generations = job
+    policy, machines, generations, seed = job
     nodes = pai_sample(machines)
     pods = [(s, d) for s, d in load_pods(PODS, durations=True) if fits_some(s, nodes)]
     cap = capacity_milli(nodes)
-    core = SchedulerCore(config(policy, [s for s, _ in pods], generations), random.Random(0))
+    core = SchedulerCore(config(policy, [s for s, _ in pods], generations), random.Random(seed))
     jobs = [JobInput(s, d, -1, 1.0, "guaranteed") for s, d in pods]
     curve = []  # (tasks scheduled so far, GPU allocation % after the batch that placed them)
     placed = [0]
@@ -240,7 +241,7 @@ def run_b(job: tuple) -> dict:
     summ = summarize(sim, policy, rows)
     jct = sorted(r["jct_s"] for r in rows if r["jct_s"] is not None)
     wait = sorted(r["queue_delay_s"] for r in rows if r["queue_delay_s"] is not None)
-    return {"policy": policy, "machines": len(nodes), "gpus": cap // 1000, "pods": len(pods),
+    return {"policy": policy, "seed": seed, "machines": len(nodes), "gpus": cap // 1000, "pods": len(pods),
             "placed": curve[-1][0] if curve else 0,
             "finished": summ["succeeded"], "mean_alloc_placements": statistics.fmean(u for _, u in curve),
             "mean_alloc_time": 100.0 * summ["gpu_allocation_rate"],
@@ -253,10 +254,10 @@ def run_b(job: tuple) -> dict:
 # ---------------------------------------------------------------- report
 
 
-def spread(values: list[float]) -> str:
+def spread(values: list[float], digits: int = 2) -> str:
     m = statistics.fmean(values)
     sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{m:.2f} ± {sd:.2f}"
+    return f"{m:,.{digits}f} ± {sd:,.{digits}f}"
 
 
 def report_c(results: list[dict], policies: list[str]) -> str:
@@ -270,23 +271,33 @@ def report_c(results: list[dict], policies: list[str]) -> str:
     return "\n".join(lines)
 
 
+def by_policy(results: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in results:
+        out.setdefault(r["policy"], []).append(r)
+    return out
+
+
 def report_b(pack: list[dict], sim: list[dict]) -> str:
+    seeds = len({r["seed"] for r in pack})
     lines = [f"Packing, no departures ({pack[0]['machines']} PAI machines, {pack[0]['gpus']} GPUs, {pack[0]['pods']} pods in "
-             "creation order):", "",
+             f"creation order; mean ± sd over {seeds} core seeds, only the GA draws from them):", "",
              "| policy | GPU allocation at the end % | tasks scheduled | allocation after 2,000 / 4,000 tasks % | s/run |",
              "|---|---|---|---|---|"]
-    for r in pack:
-        at = dict(r["curve"])
-        near = [at.get(k) or next((u for j, u in r["curve"] if j >= k), float("nan")) for k in (2000, 4000)]
-        lines.append(f"| {r['policy']} | {r['alloc_pct']:.2f} | {r['placed']} | {near[0]:.1f} / {near[1]:.1f} | {r['seconds']:.1f} |")
+    for pol, rs in by_policy(pack).items():
+        near = [[next((u for j, u in r["curve"] if j >= k), float("nan")) for r in rs] for k in (2000, 4000)]
+        lines.append(f"| {pol} | {spread([r['alloc_pct'] for r in rs])} | {spread([r['placed'] for r in rs], 0)} | "
+                     f"{statistics.fmean(near[0]):.1f} / {statistics.fmean(near[1]):.1f} | "
+                     f"{statistics.fmean(r['seconds'] for r in rs):.1f} |")
     lines += ["", f"With departures, trace simulator ({sim[0]['machines']} PAI machines, {sim[0]['gpus']} GPUs, "
-              f"{sim[0]['pods']} pods at their creation times):", "",
-              "| policy | mean allocation % (over time) | mean allocation % (after each placement) | JCT mean / median / p95 (s) | "
-              "queue delay mean / p95 (s) | s/run |", "|---|---|---|---|---|---|"]
-    for r in sim:
-        lines.append(f"| {r['policy']} | {r['mean_alloc_time']:.2f} | {r['mean_alloc_placements']:.2f} | "
-                     f"{r['jct_mean']:.0f} / {r['jct_median']:.0f} / {r['jct_p95']:.0f} | {r['wait_mean']:.0f} / {r['wait_p95']:.0f} | "
-                     f"{r['seconds']:.1f} |")
+              f"{sim[0]['pods']} pods at their creation times; mean ± sd over {seeds} seeds):", "",
+              "| policy | mean allocation % (over time) | mean allocation % (after each placement) | JCT mean (s) | "
+              "JCT median / p95 (s) | queue delay mean / p95 (s) | s/run |", "|---|---|---|---|---|---|---|"]
+    for pol, rs in by_policy(sim).items():
+        m = lambda key: statistics.fmean(r[key] for r in rs)  # noqa: E731
+        lines.append(f"| {pol} | {spread([r['mean_alloc_time'] for r in rs])} | {spread([r['mean_alloc_placements'] for r in rs])} | "
+                     f"{spread([r['jct_mean'] for r in rs], 0)} | {m('jct_median'):.0f} / {m('jct_p95'):.0f} | "
+                     f"{m('wait_mean'):.0f} / {m('wait_p95'):.0f} | {m('seconds'):.1f} |")
     return "\n".join(lines)
 
 
@@ -324,6 +335,8 @@ def plot_b(pack: list[dict], sim: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 4.5), gridspec_kw={"width_ratios": [3, 3, 2]})
+    pack = [rs[0] for rs in by_policy(pack).values()]  # the first seed's run of each policy
+    sim = [rs[0] for rs in by_policy(sim).values()]
     for r in pack:
         ax.plot([k for k, _ in r["curve"]], [u for _, u in r["curve"]], label=f"{r['policy']} ({r['alloc_pct']:.1f}%)")
     ax.set(xlabel="tasks scheduled", ylabel="GPU allocation after scheduling (%)",
@@ -362,6 +375,7 @@ def main(argv=None) -> int:
     b.add_argument("--machines", type=int, default=20, help="PAI machines in the sample, with departures")
     b.add_argument("--pack-machines", type=int, default=948, help="PAI machines in the sample, no departures")
     b.add_argument("--generations", type=int, default=None, help="GA generations (default: the plugin's)")
+    b.add_argument("--seeds", type=int, default=5, help="core seeds 0.. (only the GA draws from them)")
     for p in (b, c):
         p.add_argument("--replot", action="store_true", help="redo the table and plot from the last raw results")
         p.add_argument("--procs", type=int, default=2)
@@ -385,10 +399,12 @@ def main(argv=None) -> int:
         plot_c(results, policies, IMG / f"placement_c{args.tag}.png")
     else:
         if not args.replot:
-            jobs = [(pol, args.machines, args.generations) for pol in policies]
+            seeds = range(args.seeds)
+            jobs = [(pol, args.machines, args.generations, seed) for pol in policies for seed in seeds]
             with Pool(args.procs) as pool:
                 sim = pool.map_async(run_b, jobs, chunksize=1)
-                pack = pool.map(run_b_pack, [(pol, args.pack_machines, args.generations) for pol in policies], chunksize=1)
+                pack = pool.map(run_b_pack, [(pol, args.pack_machines, args.generations, seed)
+                                             for pol in policies for seed in seeds], chunksize=1)
                 sim = sim.get()
             results = {"pack": pack, "sim": sim}
         pack, sim = results["pack"], results["sim"]
