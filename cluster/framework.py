@@ -80,6 +80,7 @@ class Status:
     code: Code
     plugin: str = ""
     reason: str = ""
+    held: bool = False  # UNSCHEDULABLE by a policy's hold, not for want of capacity: no post-filter acts on it
 
     @property
     def ok(self) -> bool:
@@ -100,10 +101,17 @@ def unresolvable(plugin: str, reason: str) -> Status:
     return Status(Code.UNRESOLVABLE, plugin, reason)
 
 
+def held(plugin: str, reason: str) -> Status:
+    """Not now, by policy (e.g. the queues wait for a starving job): preemption and other post-filter
+    remedies for want of capacity must not act for a job held so."""
+    return Status(Code.UNSCHEDULABLE, plugin, reason, held=True)
+
+
 @dataclass(slots=True)
 class PostFilterResult:
     status: Status
     victims: tuple[str, ...] = ()  # placement ids to stop so the job fits later
+    nodes: tuple[str, ...] = ()  # the nodes the job is planned on: held from opportunistic work meanwhile
     reason: str = "preempted"
     retry_as: str | None = None  # try the job again at once in this class
 
@@ -209,6 +217,11 @@ class Framework:
         self.queues: dict[str, list[Job]] = {}
         self.nominated: dict[str, set[str]] = {}  # job id -> victim placement ids still stopping
         self.victim_of: dict[str, str] = {}
+        # job id -> nodes its preemption plan uses ("nominated nodes", as in Kubernetes): until its claim is
+        # served, no new opportunistic worker goes there, or it would take the capacity being freed and the
+        # claim would fail and preempt again, without end
+        self.reserved: dict[str, tuple[str, ...]] = {}
+        self.reserved_nodes: dict[str, int] = {}  # node id -> plans that reserve it
         self.blocked: dict[str, tuple[str, Status]] = {}  # queue -> (job id, why), last cycle
         self.now = 0.0
         self.cycles = 0
@@ -301,6 +314,7 @@ class Framework:
         claims, self._claims = self._claims, []
         req = self._req
         for job_id in claims:
+            self._unreserve(job_id)  # served now, placed or not: a failed claim may plan again later
             job = self.jobs.get(job_id)
             if job is None or job.state != "pending" or not self.dequeue(job):
                 continue
@@ -455,8 +469,8 @@ class Framework:
 
     def _post_filter(self, req: Request, st: Status, actions: list) -> Placement | None:
         job = req.job
-        if self.nominated.get(job.job_id):
-            return None  # victims chosen earlier are still stopping
+        if st.held or self.nominated.get(job.job_id):
+            return None  # held by policy, or victims chosen earlier are still stopping
         for f in self.pt["post_filter"][req.klass]:
             res = f(req, st)
             if res is None or res.status.code != Code.SUCCESS:
@@ -471,16 +485,33 @@ class Framework:
                 continue
             if res.victims:
                 self.nominated[job.job_id] = set(res.victims)
+                self._reserve(job.job_id, res.nodes)
                 for v in res.victims:
                     self.victim_of[v] = job.job_id
                     actions.append(Preempt(v, res.reason, job.job_id))
                 return None
         return None
 
+    def _reserve(self, job_id: str, nodes: tuple[str, ...]) -> None:
+        self._unreserve(job_id)
+        if nodes:
+            self.reserved[job_id] = nodes
+            for n in nodes:
+                self.reserved_nodes[n] = self.reserved_nodes.get(n, 0) + 1
+
+    def _unreserve(self, job_id: str) -> None:
+        for n in self.reserved.pop(job_id, ()):
+            left = self.reserved_nodes[n] - 1
+            if left:
+                self.reserved_nodes[n] = left
+            else:
+                del self.reserved_nodes[n]
+
     # ------------------------------------------------------------------ lifecycle (core only)
 
     def placed(self, job: Job, placement: Placement, now: float) -> None:
         self.nominated.pop(job.job_id, None)
+        self._unreserve(job.job_id)
         for f in self.pt["on_placed"]:
             f(job, placement, now)
 
@@ -503,6 +534,7 @@ class Framework:
 
     def ended(self, job: Job, now: float) -> None:
         self.nominated.pop(job.job_id, None)
+        self._unreserve(job.job_id)
         for f in self.pt["on_ended"]:
             f(job, now)
 

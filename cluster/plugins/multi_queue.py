@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from cluster.framework import SUCCESS, Plugin, Status, register, unresolvable, unschedulable
+from cluster.framework import SUCCESS, Plugin, Status, held, register, unresolvable
 from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.plugins.fifo import OPPORTUNISTIC_QUEUE
@@ -83,7 +83,7 @@ class MultiQueue(Plugin):
                 oldest = (queue, job)
         if oldest is not None:
             queue, job = oldest
-            self._hold = (queue, job.job_id, unschedulable(
+            self._hold = (queue, job.job_id, held(
                 self.name, f"held for job {job.job_id} of queue {queue}, waiting {now - job.enqueued_at:.0f} s"))
 
     def pre_filter(self, req: Request) -> Status:

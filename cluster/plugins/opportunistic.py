@@ -2,7 +2,8 @@
 utilization over the last 10 s is under ``util_threshold`` (0.8) and whose free memory (by the
 larger of allocation and report) fits its ``gpu_mem``, least utilized first and, at equal
 utilization, beside a guaranteed worker; at most ``max_per_gpu`` opportunistic workers per GPU
-(0: no limit), and never two ranks of one gang on one GPU. It takes no guaranteed milli. Its
+(0: no limit), and never two ranks of one gang on one GPU, nor on a node a preemption plan holds
+for a guaranteed job (``fw.reserved_nodes``). It takes no guaranteed milli. Its
 queue never blocks: a job that does not fit is passed over (up to ``depth`` jobs per cycle)."""
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Opportunistic(Plugin):
         self.max_per_gpu = self.p["max_per_gpu"]
         fw.state.set_opportunistic_cap(self.max_per_gpu)  # full GPUs leave the utilization index
         self._no = unschedulable(self.name, f"no GPU under {self.threshold:g} utilization with room")
+        self._reserved = unschedulable(self.name, "node held for a guaranteed job whose preemption victims are stopping")
 
     def node_order(self, req: Request) -> Iterator[NodeState]:
         state = self.fw.state
@@ -42,13 +44,16 @@ class Opportunistic(Plugin):
         seen = req.seen
         seen.clear()
         mem, th, cap, pid = req.mem, self.threshold, self.max_per_gpu, req.pid
+        reserved = self.fw.reserved_nodes
         for gpu in state.gpus_by_util(req.model, th):
             node = gpu.node
-            if node not in seen and gpu_fits_opportunistic(gpu, mem, th, cap, pid):
+            if node not in seen and node.node_id not in reserved and gpu_fits_opportunistic(gpu, mem, th, cap, pid):
                 seen.add(node)
                 yield node
 
     def filter(self, req: Request, node: NodeState) -> Status:
+        if node.node_id in self.fw.reserved_nodes:
+            return self._reserved
         if req.gpus == 0:
             return SUCCESS
         n = 0

@@ -8,7 +8,8 @@ freeable), victims on a GPU largest memory first then youngest; it plans the wor
 (a Statement, discarded at the end) and goes on. Only opportunistic placements are ever chosen,
 never one already stopping, at most ``max_victims``. The victims' jobs are requeued; the blocked
 job gets the GPUs in a later cycle, once the stops are confirmed and the slots released (until
-then no further victims are chosen for it)."""
+then no further victims are chosen for it, and the plan's nodes take no new opportunistic
+worker: the framework's ``reserved_nodes``)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class Preemption(Plugin):
             return None
         state = self.fw.state
         victims: dict[str, None] = {}
+        nodes: dict[str, None] = {}  # the plan's nodes, in rank order
         freed: dict[object, int] = {}  # GpuState -> bytes; (node, "cpu"|"mem") -> amount
         stmt = self._stmt.begin(req.pid, "guaranteed")
         try:
@@ -70,11 +72,13 @@ class Preemption(Plugin):
                 if len(victims) > self.p["max_victims"]:
                     return None
                 stmt.allocate(rank, node, gpus, req.milli, req.mem, req.cpu, req.host_mem, req.now)
+                nodes[node.node_id] = None
         finally:
             stmt.discard()
         if not victims:
             return None
-        return PostFilterResult(SUCCESS, tuple(victims), reason="preempted: room for guaranteed job " + req.job.job_id)
+        return PostFilterResult(SUCCESS, tuple(victims), nodes=tuple(nodes),
+                                reason="preempted: room for guaranteed job " + req.job.job_id)
 
     def _plan(self, node: NodeState, req: Request, taken: dict, freed: dict) -> tuple[tuple[int, ...], list[str]] | None:
         """GPUs for the worker on ``node`` and the opportunistic placements (not yet taken) that

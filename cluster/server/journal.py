@@ -12,7 +12,7 @@ Tables:
   ``jobs``    one row per job: the spec and the request (JSON), state, reason, current placement
               (JSON; NULL while pending; a finished job keeps its last), attempt, failed starts, times
               (scheduler wall clock), exit code
-  ``logs``    the log file of each worker of a job's latest placement (node, path)
+  ``logs``    each worker of a job's latest placement: its node, log file, and when it started
   ``stopping``  placements being stopped (preempted, failed, lost elsewhere), until their workers
               are gone: after a restart they are stopped again instead of forgotten
 
@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS logs (
     job_id TEXT NOT NULL, rank INTEGER NOT NULL, placement_id TEXT NOT NULL, node_id TEXT NOT NULL,
-    path TEXT NOT NULL, PRIMARY KEY (job_id, rank)
+    path TEXT NOT NULL, started_at REAL, PRIMARY KEY (job_id, rank)
 );
 CREATE TABLE IF NOT EXISTS stopping (
     placement_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, nodes TEXT NOT NULL, reason TEXT NOT NULL
@@ -167,10 +167,11 @@ class Journal:
     def set_exit_code(self, job_id: str, code: int) -> None:
         self.db.execute("UPDATE jobs SET exit_code = ? WHERE job_id = ?", (code, job_id))
 
-    def add_log(self, job_id: str, rank: int, placement_id: str, node_id: str, path: str) -> None:
-        self.db.execute("INSERT INTO logs(job_id, rank, placement_id, node_id, path) VALUES(?, ?, ?, ?, ?) "
+    def add_log(self, job_id: str, rank: int, placement_id: str, node_id: str, path: str, now: float) -> None:
+        self.db.execute("INSERT INTO logs(job_id, rank, placement_id, node_id, path, started_at) VALUES(?, ?, ?, ?, ?, ?) "
                         "ON CONFLICT(job_id, rank) DO UPDATE SET placement_id = excluded.placement_id, "
-                        "node_id = excluded.node_id, path = excluded.path", (job_id, rank, placement_id, node_id, path))
+                        "node_id = excluded.node_id, path = excluded.path, started_at = excluded.started_at",
+                        (job_id, rank, placement_id, node_id, path, now))
 
     def add_stopping(self, placement_id: str, job_id: str, nodes: tuple[str, ...], reason: str) -> None:
         self.db.execute("INSERT OR REPLACE INTO stopping(placement_id, job_id, nodes, reason) VALUES(?, ?, ?, ?)",

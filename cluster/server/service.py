@@ -144,7 +144,7 @@ class SchedulerService:
         if node_id is None:
             return err
         with self.journal.transaction():
-            self.journal.add_log(m.job_id, m.rank, m.placement_id, node_id, m.log_path)
+            self.journal.add_log(m.job_id, m.rank, m.placement_id, node_id, m.log_path, now)
         return self._decide([ev.WorkerStarted(m.job_id, m.placement_id, m.rank)], now)
 
     def _worker_exited(self, ident: bytes, m: P.WorkerExited, now: float):
@@ -181,7 +181,7 @@ class SchedulerService:
                            estimate_s=req.estimate_s)
         except SpecError as exc:
             return [self._error(ident, P.INVALID, str(exc).replace("?: ", ""))]
-        why = self.core.validate(spec) or self._never_fits(spec)
+        why = self.core.validate(spec)  # duplicate id, unknown queue, a request no known node could take
         if why:
             return [self._error(ident, P.INVALID, why)]
         with self.journal.transaction():
@@ -191,19 +191,6 @@ class SchedulerService:
         log.info("job %s submitted: %d x %d GPU(s), %s, queue %s", job_id, spec.workers, spec.gpus, spec.priority,
                  spec.queue)
         return [(ident, P.Submitted(job_id=job_id))] + self._decide([ev.JobSubmitted(spec)], now)
-
-    def _never_fits(self, spec: JobSpec) -> str | None:
-        """A request no placement could ever give on the known nodes (none known: cannot tell)."""
-        nodes = [n for n in self.core.nodes() if n["gpu_model"] == spec.gpu_model or not spec.gpu_model]
-        if not nodes or spec.gpus == 0:
-            return None
-        biggest = max(len(n["gpus"]) for n in nodes)
-        if spec.gpus > biggest:
-            return f"{spec.gpus} GPUs per worker, but the largest node has {biggest}"
-        total = sum(len(n["gpus"]) for n in nodes) if spec.guaranteed else None
-        if total is not None and spec.total_gpus > total:
-            return f"{spec.total_gpus} GPUs in all, but the cluster has {total}"
-        return None
 
     def _jobs(self, ident: bytes, m: P.JobsRequest, now: float):
         if m.job_id is not None:

@@ -120,6 +120,21 @@ def test_preemption_stops_opportunistic_work_for_a_guaranteed_job():
     core.state.check_invariants()
 
 
+def test_no_new_opportunistic_work_lands_on_a_node_held_for_a_preemptor():
+    """While the victims stop, the node the preemptor is planned on is held: a new opportunistic job
+    placed there meanwhile could make the claim fail and preempt again, without end."""
+    core = opp_core([("n0", 2, 16 * GIB)], extra=["preemption"], max_per_gpu=0)
+    run(core, opp("o", gpus=2, gpu_mem=12 * GIB))
+    out = submit(core, job("g", gpus=2, gpu_mem=8 * GIB, t=1), now=1.0)  # 4 GiB free per GPU: o must stop
+    assert [d.job_id for d in stops(out)] == ["o"] and core.fw.reserved == {"g": ("n0",)}
+    late = submit(core, opp("late", gpu_mem=1 * GIB, t=1.5), now=1.5)  # would fit beside the stopping o
+    assert "late" not in starts(late) and core.job("late").state == PENDING
+    out = confirm_stops(core, out, now=2.0)
+    assert starts(out)["g"].slots[0].gpus == (0, 1) and core.fw.reserved == {}
+    assert "late" in starts(out)  # the hold ends with the claim: it runs beside g
+    core.state.check_invariants()
+
+
 @pytest.mark.parametrize("g1_milli, g2_mem", [
     (1000, 0),  # g2 blocked by g1's whole-GPU share
     (500, 8),  # room for g2's share, but g1's guaranteed memory is in the way

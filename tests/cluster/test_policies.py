@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.events import FAILED, PENDING, PLACING
+from cluster.events import FAILED, PENDING, PLACING, NodeJoined, NodeLost, Tick
 from cluster.spec import NodeSpec
 
 from tests.cluster.helpers import changes, config, job, make_core, nodes_of, run, starts, submit
@@ -114,9 +114,21 @@ def test_gang_all_or_none(pre, spec, why):
 def test_gang_never_fits_fails(spec, reason):
     core = make_core("gang-binpack", [("n0", 8), ("n1", 8)])
     out = submit(core, spec)
-    assert changes(out, "g") == [PENDING, FAILED]
+    assert changes(out, "g") == [FAILED]  # refused at submit: it never queued
     assert reason in core.job("g").reason
     assert core.queues() == {}
+
+
+def test_an_accepted_gang_waits_when_nodes_go_away():
+    """Nodes come and go (a restarted scheduler learns them one by one): a queued gang is never
+    failed for the cluster's size, it waits until the nodes are back."""
+    core = make_core("gang-binpack", [("n0", 8), ("n1", 8)])
+    core.handle(NodeLost("n1", "gone"), 1.0)
+    submit(core, job("g", gpus=8, workers=2, t=2.0), now=2.0)  # a known node is down: it waits
+    core.handle(Tick(), 3.0)
+    assert core.job("g").state == PENDING
+    out = core.handle(NodeJoined(NodeSpec("n1", 8), 2), 4.0)
+    assert starts(out)["g"].nodes() and core.job("g").state == PLACING
 
 
 def test_gang_waits_while_no_node_is_known():

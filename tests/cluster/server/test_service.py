@@ -44,8 +44,8 @@ def test_a_job_runs_through_its_life_and_every_state_is_journaled(h):
 
 
 @pytest.mark.parametrize("kw, fragment", [
-    (dict(gpus=3), "3 GPUs per worker, but the largest node has 2"),
-    (dict(workers=5, gpus=1), "5 GPUs in all, but the cluster has 4"),
+    (dict(gpus=3), "a worker needs 3 GPUs on one node; the largest node has 2"),
+    (dict(workers=5, gpus=1), "the gang needs 5 GPUs; the cluster has 4"),
     (dict(queue="nope"), "unknown queue"),
 ])
 def test_a_request_that_can_never_run_is_refused_and_leaves_no_row(h, kw, fragment):
