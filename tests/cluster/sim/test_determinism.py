@@ -18,7 +18,8 @@ NODES = node_specs("3x4", gpu_mem=16 * GIB, cpu_milli=16000, mem_mib=65536)
 
 
 def jobs_for(policy):
-    return synth_jobs(25 if policy == "genetic" else 90, seed=11, host=True, gpu_mem=True)
+    slow = "genetic" in PRESETS[policy]["plugins"]  # evolves a population per cycle
+    return synth_jobs(25 if slow else 90, seed=11, host=True, gpu_mem=True)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -57,7 +58,7 @@ def philly_wl():
     if not PHILLY.exists():
         pytest.skip(f"no Philly trace at {PHILLY}")
     table = LucidTable.load(LUCID) if LUCID.exists() else LucidTable.empty()
-    return table, lambda seed: load_workload(str(PHILLY), cluster="6x8", limit=400, opportunistic_fraction=0.3,
+    return table, lambda seed: load_workload(str(PHILLY), cluster="6x8", limit=250, opportunistic_fraction=0.3,
                                              seed=seed, table=table, estimates="user")
 
 
