@@ -4,8 +4,8 @@ simulate`` calls).
 ``simulate(options, progress=None) -> list[dict]`` resolves the policies (presets or TOML files),
 loads the co-location data, the trace and the cluster once, runs each policy on a fresh
 ``SchedulerCore`` seeded with ``random.Random(seed)``, and writes to ``options.out``:
-``summary.json`` (a list, one object per policy), ``jobs-POLICY.csv`` per policy, ``cdf.png``
-and ``timeline.png``. Bad options and unreadable files raise one-line ``ValueError``s before any
+``summary.json`` (a list, one object per policy), ``jobs-POLICY.csv`` per policy, ``cdf.png``,
+``timeline.png`` and the series it plots, ``timeline.csv``. Bad options and unreadable files raise one-line ``ValueError``s before any
 run; bad trace rows are counted (``skipped_rows``), never raised.
 
 A policy that places no opportunistic work (no plugin serves that class) runs every job as
@@ -132,12 +132,22 @@ def simulate(opts: SimOptions, progress=None) -> list[dict]:
         timeline_in.append((name, sim.samples))
     if out is not None:
         (out / "summary.json").write_text(json.dumps(finite(summaries), indent=2) + "\n")
+        write_timeline(timeline_in, out / "timeline.csv")
         if opts.plots:
             from cluster.sim.plots import plot_cdfs, plot_timeline
             title = f"{Path(opts.trace).name} on {wl.node_source} ({wl.gpus} GPUs), seed {opts.seed}"
             plot_cdfs(cdf_in, out / "cdf.png", title)
             plot_timeline(timeline_in, wl.gpus, out / "timeline.png", title)
     return summaries
+
+
+def write_timeline(results: list[tuple[str, list[tuple]]], path: Path) -> None:
+    """The plotted time series: one row per sample and policy."""
+    with open(path, "w") as f:
+        f.write("policy,t_s,pending_jobs,allocated_gpus,busy_gpus,running_jobs\n")
+        for name, samples in results:
+            for t, pending, alloc, busy, running in samples:
+                f.write(f"{name},{t:.1f},{pending},{alloc:.3f},{max(busy, 0.0):.3f},{running}\n")
 
 
 def finite(o):

@@ -3,7 +3,7 @@
 A thin command: it parses the options, calls ``cluster.sim.simulate`` (the discrete-event engine
 driving the real ``SchedulerCore`` and plugins; see docs/simulator.md), shows a progress bar
 (jobs finished / total, per policy) and prints the summary as a table. Results go to ``--out``:
-``summary.json``, ``jobs-POLICY.csv``, ``cdf.png``, ``timeline.png``. Bad options or files exit 2
+``summary.json``, ``jobs-POLICY.csv``, ``cdf.png``, ``timeline.png`` (+ ``timeline.csv``). Bad options or files exit 2
 with one line; a bad trace row is counted in ``skipped_rows``, never a traceback.
 """
 
@@ -217,4 +217,4 @@ def _print_summary(summaries: list[dict], out: str) -> None:
     skipped = summaries[0]["skipped_rows"] if summaries else {}
     if skipped:
         console.print("skipped trace rows: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
-    console.print(f"results in {out}/ (summary.json, jobs-*.csv, cdf.png, timeline.png)")
+    console.print(f"results in {out}/ (summary.json, jobs-*.csv, cdf.png, timeline.png, timeline.csv)")

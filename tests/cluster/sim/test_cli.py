@@ -55,6 +55,8 @@ def test_a_run_writes_every_output(tmp_path, capsys):
         assert 0 < s["gpu_utilization"] <= s["gpu_occupancy"] <= 1
         assert (d / f"jobs-{s['policy']}.csv").read_text().count("\n") == 61
     assert "predictor" in summary[2] and summary[2]["predictor"]["predictions"] > 0
+    series = (d / "timeline.csv").read_text().splitlines()
+    assert series[0] == "policy,t_s,pending_jobs,allocated_gpus,busy_gpus,running_jobs" and len(series) > 8
     for png in ("cdf.png", "timeline.png"):
         assert (d / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
