@@ -5,13 +5,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
 from colocate import launcher as L  # colocate never imports torch: cheap in-process
 from colocate.env import JobEnv
 from colocate.gpus import nvml as N
+from tests.support import wait_for
 
 MiB = 1 << 20
 
@@ -136,11 +136,8 @@ def test_sigterm_is_forwarded_to_the_child(tmp_path, job_env):
         cwd=tmp_path, env=job_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            assert launcher.poll() is None, launcher.communicate()
-            assert time.monotonic() < deadline, "child never became ready"
-            time.sleep(0.05)
+        wait_for(lambda: ready.exists() or launcher.poll() is not None, 60, what="the child to be ready")
+        assert launcher.poll() is None, launcher.communicate()
         launcher.send_signal(signal.SIGTERM)
         _, err = launcher.communicate(timeout=30)
     finally:
