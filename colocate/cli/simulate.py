@@ -177,32 +177,37 @@ def _with_progress(simulate, opts):
 
 
 def _h(seconds) -> str:
-    return "-" if seconds is None else f"{seconds / 3600:.2f}"
+    if seconds is None:
+        return "-"
+    h = seconds / 3600
+    return f"{h:.2f}" if h < 100 else f"{h:.0f}"
 
 
 def _pct(x) -> str:
-    return "-" if x is None else f"{x:.1%}"
+    return "-" if x is None else f"{x:.0%}"
 
 
 def _print_summary(summaries: list[dict], out: str) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    console = Console() if sys.stdout.isatty() else Console(width=150)
-    t = Table(title="simulated policies (times in hours)")
-    for col in ("policy", "jobs", "done", "mean JCT", "p99 JCT", "mean queue", "p99 queue", "makespan (d)",
-                "GPU alloc", "GPU util", "sim s"):
-        t.add_column(col, justify="left" if col == "policy" else "right")
+    console = Console() if sys.stdout.isatty() else Console(width=120)
+    t = Table(title="simulated policies (times in hours)", box=box.SIMPLE_HEAD, show_edge=False,
+              pad_edge=False, collapse_padding=True)
+    for col in ("policy", "done", "JCT", "p99", "queue", "p99", "span d", "alloc", "util", "sim s"):
+        t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for s in summaries:
-        t.add_row(s["policy"], str(s["jobs"]), str(s["succeeded"]), _h(s["mean_jct_s"]), _h(s["p99_jct_s"]),
-                  _h(s["mean_queue_s"]), _h(s["p99_queue_s"]), f"{s['makespan_s'] / 86400:.1f}",
-                  _pct(s["gpu_allocation_rate"]), _pct(s["gpu_utilization"]), f"{s['sim_wall_s']:.1f}")
+        t.add_row(s["policy"], str(s["succeeded"]), _h(s["mean_jct_s"]), _h(s["p99_jct_s"]), _h(s["mean_queue_s"]),
+                  _h(s["p99_queue_s"]), f"{s['makespan_s'] / 86400:.1f}", _pct(s["gpu_allocation_rate"]),
+                  _pct(s["gpu_utilization"]), f"{s['sim_wall_s']:.1f}")
     console.print(t)
     classes = [s for s in summaries if "by_class" in s]
     if classes:
-        c = Table(title="by job class (trace label)")
-        for col in ("policy", "class", "jobs", "mean JCT", "p99 JCT", "mean queue", "slowdown", "preemptions"):
-            c.add_column(col, justify="left" if col in ("policy", "class") else "right")
+        c = Table(title="by job class (trace label)", box=box.SIMPLE_HEAD, show_edge=False,
+              pad_edge=False, collapse_padding=True)
+        for col in ("policy", "class", "jobs", "JCT", "p99", "queue", "slowdown", "preempted"):
+            c.add_column(col, justify="left" if col in ("policy", "class") else "right", no_wrap=True)
         for s in classes:
             for k, v in s["by_class"].items():
                 c.add_row(s["policy"], k, str(v["jobs"]), _h(v["mean_jct_s"]), _h(v["p99_jct_s"]),
@@ -217,4 +222,4 @@ def _print_summary(summaries: list[dict], out: str) -> None:
     skipped = summaries[0]["skipped_rows"] if summaries else {}
     if skipped:
         console.print("skipped trace rows: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
-    console.print(f"results in {out}/ (summary.json, jobs-*.csv, cdf.png, timeline.png, timeline.csv)")
+    console.print(f"results in {out}/: summary.json, jobs-*.csv, cdf.png, timeline.png, timeline.csv")
