@@ -24,7 +24,7 @@ from cluster.server.service import SchedulerService
 
 log = logging.getLogger("colocate.scheduler")
 
-TICK_S = 0.25
+TICK_S = 0.1  # liveness checks: a silent node is down at most this long after its 3rd missed heartbeat
 MAX_BAD_LOGS_PER_S = 20
 
 
