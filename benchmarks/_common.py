@@ -141,6 +141,15 @@ class RunError(Exception):
     """A benchmark run that failed or timed out."""
 
 
+def console():
+    """A rich console for a benchmark's tables: the terminal's width, or wide enough for any table in a
+    pipe or a CI log (headers are never cut)."""
+    from rich.console import Console
+
+    c = Console()
+    return c if c.is_terminal else Console(width=250)
+
+
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     def esc(cell) -> str:
         return str(cell).replace("|", "\\|")

@@ -49,7 +49,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C  # noqa: E402
-from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 SECTION = "overhead"
@@ -351,7 +350,7 @@ def verdict(lo: float, hi: float, goal: float) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    console = Console() if Console().is_terminal else Console(width=150)
+    console = C.console()
     core = C.sim_core(0) if args.core is None else args.core
     info = C.machine_info()
     load_before = os.getloadavg()

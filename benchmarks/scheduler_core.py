@@ -33,7 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _common as C  # noqa: E402
-from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from cluster import events as ev  # noqa: E402
@@ -187,7 +186,7 @@ def main() -> None:
     ap.add_argument("--latency-jobs", type=int, default=5_000)
     ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
     args = ap.parse_args()
-    con = Console()
+    con = C.console()
 
     place = [bench_placement(p, args.jobs) for p in ("gang-binpack", "antman")]
     blocked = [bench_blocked(p, args.jobs) for p in ("fifo", "multi-queue", "backfill", "antman", "quota")]

@@ -30,7 +30,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C  # noqa: E402
-from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -70,7 +69,7 @@ def main(argv=None) -> int:
     from cluster.client import SchedulerClient, request_from_here
     from colocate import rpc
 
-    console = Console()
+    console = C.console()
     tmp = Path(tempfile.mkdtemp(prefix="colocate-bench-live-"))
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     py = sys.executable

@@ -30,7 +30,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C  # noqa: E402
-from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -133,9 +132,7 @@ def run_clean(example: str, share: float, args, tmpdir: str) -> tuple[dict, int]
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=120)
+    console = C.console()
     info = C.machine_info()
     results = {(e, s): [] for e in args.examples for s in args.shares}
     discarded = {k: 0 for k in results}
