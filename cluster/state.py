@@ -125,6 +125,20 @@ class ClusterState:
         self._max_per_node: dict[str, int] = {}  # largest GPU count of a known node, per model
         self.version = 0  # bumped on every change that can add capacity
         self.opp_cap = 0  # opportunistic workers per GPU that take a GPU out of the utilization index
+        self._constraints: dict[str, frozenset[str]] = {}  # "A|B" -> {A, B}: index keys over several models
+
+    def ensure_key(self, constraint: str) -> None:
+        """Make a multi-model constraint (``"A|B"``: a node of model A or B will do) an index key of its
+        own, over every node whose model it allows, now and later; every lookup by model then works for
+        it. One-model constraints and ``""`` are keys already. Idempotent."""
+        if "|" not in constraint or constraint in self._constraints:
+            return
+        models = frozenset(m.strip() for m in constraint.split("|") if m.strip())
+        self._constraints[constraint] = models
+        self._init_key(constraint, 0)
+        for node in self.nodes.values():
+            if node.model in models:
+                self._add_key(node, constraint)
 
     def set_opportunistic_cap(self, cap: int) -> None:
         """GPUs holding ``cap`` opportunistic workers (0: no limit) leave the utilization index."""
@@ -145,21 +159,46 @@ class ClusterState:
             for k in old.keys:
                 self._capacity[k] -= old.spec.gpus
         node = NodeState(spec, epoch)
+        node.keys += tuple(c for c, models in self._constraints.items() if node.model in models)
         self.nodes[spec.node_id] = node
         for k in node.keys:
             self._capacity[k] = self._capacity.get(k, 0) + spec.gpus
-            if spec.gpus > self._max_per_node.get(k, 0):
-                self._max_per_node[k] = spec.gpus
-            buckets = self._by_free.setdefault(k, [])
-            while len(buckets) <= spec.gpus:
-                buckets.append({})
-            self._free_total.setdefault(k, 0)
-            self._partial.setdefault(k, {})
-            self._partial_keys.setdefault(k, [])
-            self._util.setdefault(k, [{} for _ in range(UTIL_BUCKETS * 2 * NOPP_LEVELS)])
+            self._init_key(k, spec.gpus)
         self._index_node(node)
         self.version += 1
         return node
+
+    def _init_key(self, k: str, gpus: int) -> None:
+        if gpus > self._max_per_node.get(k, 0):
+            self._max_per_node[k] = gpus
+        buckets = self._by_free.setdefault(k, [])
+        while len(buckets) <= gpus:
+            buckets.append({})
+        self._capacity.setdefault(k, 0)
+        self._free_total.setdefault(k, 0)
+        self._partial.setdefault(k, {})
+        self._partial_keys.setdefault(k, [])
+        self._util.setdefault(k, [{} for _ in range(UTIL_BUCKETS * 2 * NOPP_LEVELS)])
+
+    def _add_key(self, node: NodeState, k: str) -> None:
+        """Index an existing node under key ``k`` as well (a constraint seen after the node joined)."""
+        node.keys += (k,)
+        self._capacity[k] += node.spec.gpus
+        self._init_key(k, node.spec.gpus)
+        if not node.up:
+            return
+        self._by_free[k][node.free][node.node_id] = node
+        self._free_total[k] += node.free
+        for gpu in node.gpus:
+            if 0 < gpu.milli < MILLI:
+                free = MILLI - gpu.milli
+                b = self._partial[k].get(free)
+                if b is None:
+                    b = self._partial[k][free] = {}
+                    insort(self._partial_keys[k], free)
+                b[gpu] = None
+            if gpu.ukey >= 0:
+                self._util[k][gpu.ukey][gpu] = None
 
     def _index_node(self, node: NodeState) -> None:
         for k in node.keys:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from cluster.fitting import fits_guaranteed, node_host_fits
 from cluster.framework import SUCCESS, Plugin, Status, register, unschedulable
-from cluster.jobs import Request
+from cluster.jobs import Job, Request
 from cluster.state import NodeState
 
 
@@ -18,6 +18,11 @@ class Fit(Plugin):
         super().bind(fw)
         self._host = unschedulable(self.name, "CPU or host memory")
         self._gpu = unschedulable(self.name, "free GPUs or GPU memory")
+
+    def pre_enqueue(self, job: Job) -> Status:
+        """A constraint naming several GPU models becomes an index key of its own (state.ensure_key)."""
+        self.fw.state.ensure_key(job.spec.gpu_model)
+        return SUCCESS
 
     def pre_filter(self, req: Request) -> Status:
         if req.klass != "guaranteed" or req.gpus == 0:
