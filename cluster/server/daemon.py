@@ -9,17 +9,11 @@ job and re-adopts running workers from the nodes' reports.
 
 from __future__ import annotations
 
-import logging
 import random
-import signal
 import time
 from dataclasses import dataclass
 
-
-class StartError(Exception):
-    def __init__(self, message: str, code: int):
-        super().__init__(message)
-        self.code = code
+from colocate.daemon import StartError, configure_logging, stop_on_signals
 
 
 @dataclass(frozen=True)
@@ -72,7 +66,7 @@ def build(opts: SchedulerOptions, clock=time.time):
 
 
 def run(opts: SchedulerOptions) -> int:
-    logging.basicConfig(level=opts.log_level.upper(), format="%(asctime)s colocate-scheduler %(levelname)s %(message)s")
+    configure_logging("scheduler", opts.log_level)
     server = build(opts)
     if opts.metrics_port is not None:
         from cluster.server.metrics import serve
@@ -82,8 +76,7 @@ def run(opts: SchedulerOptions) -> int:
         except OSError as exc:
             server.close()
             raise StartError(f"cannot serve metrics on port {opts.metrics_port}: {exc.strerror}", 1) from None
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda s, f: server.stop())
+    stop_on_signals(server.stop)
     try:
         server.serve_forever()
     finally:

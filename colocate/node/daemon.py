@@ -13,16 +13,11 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import time
 from dataclasses import dataclass
 
-
-class StartError(Exception):
-    def __init__(self, message: str, code: int):
-        super().__init__(message)
-        self.code = code
+from colocate.daemon import StartError, configure_logging, stop_on_signals
 
 
 @dataclass(frozen=True)
@@ -58,7 +53,7 @@ def run(opts: NodeOptions) -> int:
     from colocate.node.core import NodeCore
     from colocate.node.server import NodeServer
 
-    logging.basicConfig(level=opts.log_level.upper(), format="%(asctime)s colocate-node %(levelname)s %(message)s")
+    configure_logging("node", opts.log_level)
     try:
         cfg = NodeConfig.from_file(opts.config) if opts.config else NodeConfig()
         cfg = cfg.with_overrides(policy=opts.policy)
@@ -89,8 +84,7 @@ def run(opts: NodeOptions) -> int:
         except StartError:
             server.close()
             raise
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda s, f: server.stop())
+    stop_on_signals(server.stop)
     for g in gpus:
         logging.info("GPU %d: %s %s, %d MiB%s", g.index, g.kind, g.name, g.mem_total >> 20,
                      f", core {g.core}" if g.core is not None else "")
