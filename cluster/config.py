@@ -147,3 +147,34 @@ def resolve(name_or_path: str) -> PolicyConfig:
 
 
 __all__ = ["PRESETS", "SCHEDULER_PARAMS", "PolicyConfig", "load_config", "parse_config", "preset", "resolve"]
+
+
+def reference_markdown() -> str:
+    """The policy reference of ``docs/scheduler.md``: presets, plugins (their docstring's first
+    paragraph) and every parameter with its default, from the registry (the one source)."""
+    import importlib
+    import json
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float) and v in (float("inf"), float("-inf")):
+            return "inf"
+        return json.dumps(v, default=str).replace("|", "\\|")
+
+    out = ["### Presets", "", "| preset | plugins (`fit` is always on) | parameters |", "| --- | --- | --- |"]
+    for name, raw in PRESETS.items():
+        params = "; ".join(f"{p}: " + ", ".join(f"{k} = {cell(v)}" for k, v in t.items())
+                           for p, t in raw.get("plugin", {}).items()) or "-"
+        out.append(f"| `{name}` | {', '.join(raw['plugins'])} | {params} |")
+    out += ["", "### Plugins", "", "| plugin | places | what it does |", "| --- | --- | --- |"]
+    for name, cls in REGISTRY.items():
+        doc = (importlib.import_module(cls.__module__).__doc__ or "").strip().split("\n\n")[0]
+        what = " ".join(doc.split()).replace("|", "\\|")
+        out.append(f"| `{name}` | {', '.join(sorted(cls.serves))} | {what} |")
+    out += ["", "### Parameters", "", "| parameter | default | valid |", "| --- | --- | --- |"]
+    for key, p in SCHEDULER_PARAMS.items():
+        out.append(f"| `scheduler.{key}` | `{cell(p.default)}` | {p.doc or p.kind} |")
+    for name, cls in REGISTRY.items():
+        for key, p in cls.PARAMS.items():
+            valid = (p.doc or p.kind) + (f" ({', '.join(map(str, p.choices))})" if p.choices else "")
+            out.append(f"| `plugin.{name}.{key}` | `{cell(p.default)}` | {valid.replace('|', chr(92) + '|')} |")
+    return "\n".join(out)

@@ -1,8 +1,9 @@
-"""The README's reference tables are generated from their one source, and its endpoints are the defaults.
+"""The README's and docs' reference tables are generated from their one source; endpoints are the defaults.
 
-Each ``<!-- generated: NAME -->`` ... ``<!-- /generated -->`` block must equal what ``SOURCES[NAME]`` makes
-from the code (the ``COLOCATE_*`` table, the node config fields, both metric tables, the policy presets).
-After changing a source, rewrite the blocks with ``python -m tests.test_readme --update``.
+Each ``<!-- generated: NAME -->`` ... ``<!-- /generated -->`` block of ``DOCS`` must equal what
+``SOURCES[NAME]`` makes from the code (the ``COLOCATE_*`` table, the node config fields, both metric tables,
+the policy presets, the scheduler's policy reference). After changing a source, rewrite the blocks with
+``python -m tests.test_readme --update``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+DOCS = (README, REPO / "docs" / "scheduler.md")
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[^>]+?) -->\n)(?P<body>.*?)(^[ \t]*<!-- /generated -->)", re.S | re.M)
 
 
@@ -55,8 +57,14 @@ def _presets() -> str:
     return "  " + ", ".join(f"`{name}`" for name in PRESETS)
 
 
+def _policy_reference() -> str:
+    from cluster.config import reference_markdown
+
+    return reference_markdown()
+
+
 SOURCES = {"colocate env": _env, "node config": _node_config, "node metrics": _node_metrics,
-           "scheduler metrics": _scheduler_metrics, "presets": _presets}
+           "scheduler metrics": _scheduler_metrics, "presets": _presets, "policy reference": _policy_reference}
 
 
 def render(text: str) -> str:
@@ -65,16 +73,19 @@ def render(text: str) -> str:
     return BLOCK.sub(sub, text)
 
 
+def blocks() -> dict[str, str]:
+    return {m.group("name"): m.group("body") for doc in DOCS for m in BLOCK.finditer(doc.read_text())}
+
+
 def test_every_generated_block_has_a_source_and_every_source_a_block():
-    names = [m.group("name") for m in BLOCK.finditer(README.read_text())]
+    names = [m.group("name") for doc in DOCS for m in BLOCK.finditer(doc.read_text())]
     assert sorted(names) == sorted(SOURCES)
 
 
 @pytest.mark.parametrize("name", sorted(SOURCES))
 def test_generated_block_matches_its_source(name):
-    blocks = {m.group("name"): m.group("body") for m in BLOCK.finditer(README.read_text())}
-    assert blocks[name].rstrip("\n") == SOURCES[name]().rstrip("\n"), (
-        f"README block {name!r} is stale: run `python -m tests.test_readme --update`")
+    assert blocks()[name].rstrip("\n") == SOURCES[name]().rstrip("\n"), (
+        f"the generated block {name!r} is stale: run `python -m tests.test_readme --update`")
 
 
 def test_one_default_endpoint_everywhere():
@@ -97,5 +108,6 @@ def test_one_default_endpoint_everywhere():
 
 
 if __name__ == "__main__" and "--update" in sys.argv:
-    README.write_text(render(README.read_text()))
-    print(f"rewrote the generated blocks of {README}")
+    for doc in DOCS:
+        doc.write_text(render(doc.read_text()))
+        print(f"rewrote the generated blocks of {doc}")
