@@ -477,28 +477,9 @@ class Simulation:
 
     # ------------------------------------------------------------------ clock-driven events
 
-    def _window(self, g: SimGpu, now: float) -> float:
-        """Mean modelled utilization of ``g`` over the last report window."""
-        p = self.cfg.report_s
-        a = now - p
-        hist = g.hist
-        k = 0
-        while k < len(hist) and hist[k][0] <= a:
-            g.u0 = hist[k][1]
-            k += 1
-        if k:
-            del hist[:k]
-        if not hist:
-            return g.u0
-        total, pt, pu = 0.0, a, g.u0
-        for tc, u in hist:
-            total += pu * (tc - pt)
-            pt, pu = tc, u
-        total += pu * (now - pt)
-        return total / p
-
     def _report(self, node: SimNode, t: float, events: list) -> None:
-        gpus = tuple(ev.GpuReport(g.index, self._window(g, t), 0) for g in node.gpus)
+        p = self.cfg.report_s
+        gpus = tuple(ev.GpuReport(g.index, g.window(t, p), 0) for g in node.gpus)
         workers = []
         for job in node.live:
             for s in job.placement.slots:

@@ -51,6 +51,25 @@ class SimGpu:
         self.u0 = 0.0  # utilization before the first change kept in ``hist``
         self.hist: list[tuple[float, float]] = []  # (time, utilization from then), last report window
 
+    def window(self, now: float, period: float) -> float:
+        """Mean modelled utilization over ``[now - period, now]``; forgets older changes."""
+        a = now - period
+        hist = self.hist
+        k = 0
+        while k < len(hist) and hist[k][0] <= a:
+            self.u0 = hist[k][1]
+            k += 1
+        if k:
+            del hist[:k]
+        if not hist:
+            return self.u0
+        total, pt, pu = 0.0, a, self.u0
+        for tc, u in hist:
+            total += pu * (tc - pt)
+            pt, pu = tc, u
+        total += pu * (now - pt)
+        return total / period
+
 
 class SimNode:
     __slots__ = ("spec", "node_id", "gpus", "live", "report_at")

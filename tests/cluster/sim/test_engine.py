@@ -111,3 +111,15 @@ def test_a_job_without_duration_never_ends_and_the_run_stops():
 def test_a_gang_too_large_for_the_cluster_fails_once():
     sim, rows, s = run("gang-binpack", [job("big", 0.0, 10.0, gpus=4, workers=4)], node_specs("2x4"))
     assert by_id(rows)["big"]["state"] == "failed" and s["failed"] == 1 and s["mean_jct_s"] is None
+
+
+def test_reports_carry_the_windowed_utilization():
+    """A GPU busy 0.5 from t=3 reports 0.35 at t=10 (7 of the last 10 s) and 0.5 at t=20, then
+    stops reporting; ``reports="never"`` sends none."""
+    jobs = [job("g", 3.0, 100.0, busy=0.5), job("o", 500.0, 10.0, busy=0.2, priority="opportunistic")]
+    sim, _, s = run("antman", jobs, node_specs("1x1"))
+    reports = [(t, e.gpus[0].utilization) for t, evs, _ in sim.log for e in evs if isinstance(e, ev.NodeReport)]
+    assert reports[:3] == [(10.0, pytest.approx(0.35)), (20.0, 0.5), (110.0, pytest.approx(0.5 * 3 / 10))]
+    assert reports[3] == (120.0, 0.0)
+    quiet = run("antman", jobs, node_specs("1x1"), config=SimConfig(record=True, reports="never"))[2]
+    assert quiet["node_reports"] == 0 and s["node_reports"] == len(reports)
