@@ -21,6 +21,7 @@ the key. Loading from a path is the only I/O in ``cluster``.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,8 +47,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "fifo": {"plugins": ["fifo", "gang", "spread"]},
     # seed 000's lab scheduler without the multi-queue: FIFO + gang + bin-packing
     "gang-binpack": {"plugins": ["fifo", "gang", "binpack"]},
-    # seed 000: small requests (<= 2 GPUs) apart from large ones
+    # seed 000: small requests (<= 2 GPUs) apart from large ones, with aging (a large gang blocked for
+    # starvation_s holds the small queue until it starts: never starved)
     "multi-queue": {"plugins": ["multi_queue", "gang", "binpack"]},
+    # seed 000's multi-queue as the talk describes it, without aging: small jobs always pass
+    "multi-queue-plain": {"plugins": ["multi_queue", "gang", "binpack"],
+                          "plugin": {"multi_queue": {"starvation_s": math.inf}}},
     # seed 000: EASY backfill with history-based run-time prediction
     "backfill": {"plugins": ["fifo", "gang", "binpack", "backfill", "predictor"]},
     # AntMan: guaranteed (gang + bin-packing) and opportunistic (least-utilized GPUs) jobs,
@@ -165,15 +170,16 @@ def reference_markdown() -> str:
         params = "; ".join(f"{p}: " + ", ".join(f"{k} = {cell(v)}" for k, v in t.items())
                            for p, t in raw.get("plugin", {}).items()) or "-"
         out.append(f"| `{name}` | {', '.join(raw['plugins'])} | {params} |")
+    shipped = {n: c for n, c in REGISTRY.items() if c.__module__.startswith("cluster.plugins.")}
     out += ["", "### Plugins", "", "| plugin | places | what it does |", "| --- | --- | --- |"]
-    for name, cls in REGISTRY.items():
+    for name, cls in shipped.items():
         doc = (importlib.import_module(cls.__module__).__doc__ or "").strip().split("\n\n")[0]
         what = " ".join(doc.split()).replace("|", "\\|")
         out.append(f"| `{name}` | {', '.join(sorted(cls.serves))} | {what} |")
     out += ["", "### Parameters", "", "| parameter | default | valid |", "| --- | --- | --- |"]
     for key, p in SCHEDULER_PARAMS.items():
         out.append(f"| `scheduler.{key}` | `{cell(p.default)}` | {p.doc or p.kind} |")
-    for name, cls in REGISTRY.items():
+    for name, cls in shipped.items():
         for key, p in cls.PARAMS.items():
             valid = (p.doc or p.kind) + (f" ({', '.join(map(str, p.choices))})" if p.choices else "")
             out.append(f"| `plugin.{name}.{key}` | `{cell(p.default)}` | {valid.replace('|', chr(92) + '|')} |")
