@@ -12,6 +12,15 @@ as a listener plus ``set_limits`` calls.
 thread at the end of every boundary, whatever found it (it re-arms the device-start
 hook). Unset (None), nothing is called.
 
+Lean boundaries: a boundary builds a ``BatchRecord`` (kept in ``book.records``, handed to
+listeners, returned) only when someone needs it or something must be done: a listener is
+attached (the node link), ``keep_records`` is set, the share is below 1, a cap shrink is pending,
+or the device says the window was not quiet (``JobDevice.quiet(cap)``: host bytes touched, or
+reserved over the cap). Otherwise (a standalone job at share 1 within its cap) it only counts the
+batch, resets the device's statistics window and returns None: a boundary runs once per
+mini-batch with cold caches, and the record alone cost half of it (``benchmarks/overhead.py``).
+Statistics (``summary``) are the same either way: they come from counters and the device's peaks.
+
 No-boundary warning: from the job's first device work a daemon thread watches
 the current mini-batch's device start (``_device_start``, set by
 ``on_device_start`` anyway). When ``env.boundary_warn_s`` seconds
@@ -76,6 +85,8 @@ class Runtime:
         self._device_start: float | None = None
         self._seen_device = False
         self._prev_boundary = self._t0  # boundary times, before idling
+        self.keep_records = False  # build a record at every boundary, even a lean one (tests, debugging)
+        self._quiet = getattr(device, "quiet", lambda cap: False)
         self._last_idle = 0.0
         self._watch_stop = threading.Event()
         self.no_boundary_warned = False
@@ -152,13 +163,30 @@ class Runtime:
             self._start_watch()
         self.device.phase_start()
 
-    def on_boundary(self, source: str = "step") -> BatchRecord:
+    def on_boundary(self, source: str = "step") -> BatchRecord | None:
         """End of a mini-batch: charge host traffic, enforce memory, throttle, record.
 
         ``source`` says how it was found (``optimizer``, ``backward``, ``scaler``,
-        ``step``); it is counted in ``book.boundaries``."""
+        ``step``); it is counted in ``book.boundaries``. Returns the batch's record, or None
+        for a lean boundary (see the module's docstring)."""
         with self._boundary_lock:
+            if (not self._listeners and not self.keep_records and not self._end_hooks
+                    and self._share >= 1.0 and not self._shrink_pending and self._quiet(self._cap)):
+                return self._lean(source)
             return self._boundary(source)
+
+    def _lean(self, source: str) -> None:
+        book = self.book
+        book.iterations += 1
+        book.boundaries[source] += 1
+        self.device.reset_window()
+        self._device_start = None
+        self._prev_boundary = self._resume_t = self._clock()
+        self._resume_busy = self.device.busy_time()
+        self._last_idle = 0.0
+        if self.after_boundary is not None:
+            self.after_boundary()
+        return None
 
     def _boundary(self, source: str) -> BatchRecord:
         # one boundary per mini-batch runs with cold caches after the batch's device work:

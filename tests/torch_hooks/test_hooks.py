@@ -26,6 +26,7 @@ from colocate.env import JobEnv
 MiB = 1 << 20
 env = JobEnv(enabled=True, job_id="hooks-test", device="sim", gpu_mem=64 * MiB)
 rt = torch_hooks.install(env)
+rt.keep_records = True  # these scenarios read every batch's record (a standalone job at share 1 keeps none)
 out["idempotent"] = torch_hooks.install() is rt and torch_hooks._rt is rt
 out["runtime_accessor"] = callable(torch_hooks.runtime) and torch_hooks.runtime() is rt
 out["threads"] = torch.get_num_threads()
@@ -171,6 +172,33 @@ def two_optimizers():
 
 
 @scenario
+def lean_boundaries():
+    """The real sim device's ``quiet``: within the cap a standalone share-1 job keeps no record;
+    host-served bytes (cap below the need) bring the full boundary back, penalty charged."""
+    rt.keep_records = False
+    torch_hooks.set_limits(mem_cap=64 * MiB, sm_share=1.0)
+    x = torch.empty(1 * MiB, dtype=torch.uint8)
+    torch_hooks.step()  # the cap change above may leave a shrink pending: this boundary is full
+    n_rec, n0 = len(rt.book.records), iters()
+    for _ in range(3):
+        y = torch.empty(2 * MiB, dtype=torch.uint8)
+        del y
+        torch_hooks.step()
+    res = {"quiet_records": len(rt.book.records) - n_rec, "quiet_iters": iters() - n0}
+    torch_hooks.set_limits(mem_cap=4 * MiB)
+    torch_hooks.step()  # shrink: full
+    n_rec, pen0 = len(rt.book.records), rt.book.host_penalty_s
+    h = torch.empty(8 * MiB, dtype=torch.uint8)  # over the cap: host-served
+    torch_hooks.step()
+    res["host_records"] = len(rt.book.records) - n_rec
+    res["host_penalty"] = rt.book.host_penalty_s - pen0
+    del h, x
+    torch_hooks.set_limits(mem_cap=128 * MiB)
+    rt.keep_records = True
+    return res
+
+
+@scenario
 def remove_hooks():
     from torch_hooks.hooks import remove_hooks
     scaler_step = torch.amp.GradScaler.step
@@ -283,3 +311,9 @@ def test_remove_hooks(sc):
     r = sc("remove_hooks")
     assert r["counted"] == 0
     assert r["scaler_restored"]
+
+
+def test_lean_boundaries_on_the_sim_device(sc):
+    r = sc("lean_boundaries")
+    assert r["quiet_iters"] == 3 and r["quiet_records"] == 0
+    assert r["host_records"] == 1 and r["host_penalty"] > 0

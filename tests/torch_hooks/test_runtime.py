@@ -568,3 +568,88 @@ def test_summary_is_safe_from_another_thread_during_boundaries():
     t.join()
     assert not errors
     assert rt.summary()["iterations"] == 200
+
+
+class QuietDevice(FakeDevice):
+    """A FakeDevice that answers ``quiet(cap)`` as the sim device does (host bytes, reserved vs cap)."""
+
+    def quiet(self, cap):
+        self._log("quiet", cap)
+        return not self.win_host_touched and self.reserved <= cap
+
+
+def make_quiet(share=1.0, **dev):
+    device = QuietDevice(kind="sim", **dev)
+    env = JobEnv(job_id="test-job", device="sim", sm_share=share)
+    return Runtime(env, device, FakeClock()), device
+
+
+def _listen(rt):
+    rt.add_listener(lambda rec: None)
+
+
+def _keep(rt):
+    rt.keep_records = True
+
+
+def _half_share(rt):
+    rt.set_limits(sm_share=0.5, seq=1)
+
+
+def _shrink(rt):
+    rt.set_limits(mem_cap=32 * MiB, seq=1)
+
+
+def _over_cap(rt):
+    rt.device.reserved = 100 * MiB
+    rt.set_limits(mem_cap=64 * MiB, seq=1)
+    rt._shrink_pending = False  # as if the shrink had been seen: the window itself is over the cap
+
+
+def _host_touched(rt):
+    rt.device.win_host_touched = 1 * MiB
+
+
+def _end_hook(rt):
+    rt.add_end_hook(lambda now, dev_start: None)
+
+
+@pytest.mark.parametrize("setup, lean", [
+    (None, True),            # standalone, share 1, within the cap: nothing to do
+    (_listen, False),        # the node link hears every record
+    (_keep, False),          # asked for records
+    (_half_share, False),    # the throttle needs the batch's busy time
+    (_shrink, False),        # a pending shrink releases cache
+    (_over_cap, False),      # reserved over the cap: enforce
+    (_host_touched, False),  # host bytes: charge the penalty
+    (_end_hook, False),      # an end hook wants every boundary
+], ids=["standalone", "listener", "keep_records", "share_half", "shrink", "over_cap", "host_touched", "end_hook"])
+def test_lean_boundary_only_when_nothing_needs_the_record(setup, lean):
+    rt, dev = make_quiet(cap=64 * MiB, allocated=2 * MiB, reserved=8 * MiB)
+    if setup is not None:
+        setup(rt)
+    rec = rt.on_boundary()
+    assert (rec is None) == lean
+    assert rt.book.iterations == 1 and rt.book.boundaries["step"] == 1
+    assert dev.count("reset_window") == 1  # either way the device's window starts again
+    assert len(rt.book.records) == (0 if lean else 1)
+
+
+def test_lean_boundaries_keep_the_summary_right():
+    rt, dev = make_quiet(cap=32 * MiB, allocated=2 * MiB, reserved=4 * MiB)
+    clock = rt._clock
+    for _ in range(4):
+        dev.busy += 0.25
+        clock.advance(0.5)
+        assert rt.on_boundary(source="backward") is None
+    s = rt.summary()
+    assert s["iterations"] == 4 and s["boundaries"] == {"backward": 4}
+    assert s["device_busy_s"] == pytest.approx(1.0)
+    assert s["busy_fraction"] == pytest.approx(s["device_busy_s"] / s["wall_s"])
+    assert s["mem_cap_bytes"] == 32 * MiB and s["mem_reserved_peak_bytes"] == 4 * MiB
+    assert s["throttle_idle_s"] == 0.0 and s["host_penalty_s"] == 0.0 and s["mem_floor_peak_bytes"] == 0
+    # a listener attached later (a node link) gets full records from then on, indices continuing
+    seen = []
+    rt.add_listener(seen.append)
+    rec = rt.on_boundary()
+    assert seen == [rec] and rec.index == 4

@@ -74,6 +74,12 @@ class SimJobDevice:
     def reset_window(self) -> None:
         self._ext.reset_window()
 
+    def quiet(self, cap: int) -> bool:
+        """True when, since the window's start, no host-served bytes were touched and the reserved
+        bytes are within ``cap``: a boundary has nothing to charge or enforce."""
+        s = self._ext.stats()
+        return not (s["win_host_at_start"] or s["win_host_alloc_bytes"]) and s["reserved"] <= cap
+
     def busy_time(self) -> float:
         return time.process_time()
 
