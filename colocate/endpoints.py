@@ -4,7 +4,10 @@
   and operators (``colocate ctl``, ``colocate top``) on ``ctl_endpoint(job endpoint)``: the same
   ipc path with ``.ctl`` appended;
 * the global scheduler listens on ``SCHEDULER_ENDPOINT`` unless ``--bind`` says otherwise; clients
-  and nodes look for it at ``scheduler_endpoint()`` (``COLOCATE_SCHEDULER`` overrides).
+  and nodes look for it at ``scheduler_endpoint()`` (``COLOCATE_SCHEDULER`` overrides);
+* the scheduler tells each node (``NodeWelcome``) to send a heartbeat every ``NODE_HEARTBEAT_S``
+  seconds unless ``--heartbeat`` says otherwise, and marks a node down after ``NODE_LIVENESS``
+  silent intervals (``--liveness``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import os
 
 SCHEDULER_ENDPOINT = "tcp://127.0.0.1:5555"
+NODE_HEARTBEAT_S = 0.5  # seconds
+NODE_LIVENESS = 5  # x NODE_HEARTBEAT_S: a silent node is down 2.5 s after its last heartbeat
 
 
 def scheduler_endpoint(environ=None) -> str:

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from colocate.daemon import StartError, configure_logging, stop_on_signals
+from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LIVENESS
 
 
 @dataclass(frozen=True)
@@ -23,8 +24,8 @@ class SchedulerOptions:
     config: str = "antman"  # a preset name or a TOML file
     keys: str | None = None
     metrics_port: int | None = None
-    heartbeat_s: float = 1.0
-    liveness: int = 3
+    heartbeat_s: float = NODE_HEARTBEAT_S
+    liveness: int = NODE_LIVENESS
     seed: int = 0
     log_level: str = "info"
 

@@ -24,6 +24,7 @@ import logging
 from collections import Counter, deque
 
 from colocate import protocol as P
+from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LIVENESS
 from cluster import events as ev
 from cluster.core import SchedulerCore
 from cluster.server.journal import Journal
@@ -39,8 +40,8 @@ LATENCY_WINDOW = 5000
 
 
 class SchedulerService:
-    def __init__(self, core: SchedulerCore, journal: Journal, epoch: int, heartbeat_s: float = 1.0,
-                 liveness: int = 3):
+    def __init__(self, core: SchedulerCore, journal: Journal, epoch: int, heartbeat_s: float = NODE_HEARTBEAT_S,
+                 liveness: int = NODE_LIVENESS):
         self.core, self.journal, self.epoch = core, journal, epoch
         self.heartbeat_s, self.liveness = heartbeat_s, liveness
         self.nodes: dict[str, bytes] = {}  # node id -> identity of its connection

@@ -24,7 +24,7 @@ Exit code: 0 after a clean stop (SIGTERM/SIGINT), 1 if it cannot start, 2 on bad
 
 
 def register(sub) -> None:
-    from colocate.endpoints import SCHEDULER_ENDPOINT
+    from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LIVENESS, SCHEDULER_ENDPOINT
 
     p = sub.add_parser("scheduler", help="run the global scheduler (one per cluster)",
                        description="Place jobs on the nodes that join it: gang and bin-packing for guaranteed jobs, "
@@ -37,10 +37,11 @@ def register(sub) -> None:
     p.add_argument("--keys", default=None, metavar="DIR", help="CURVE key folder (required beyond loopback)")
     p.add_argument("--metrics-port", type=PORT, default=None, metavar="PORT",
                    help="serve Prometheus metrics on 127.0.0.1:PORT/metrics")
-    p.add_argument("--heartbeat", type=seconds(0.05, 60), default=1.0, metavar="S",
-                   help="node heartbeat interval in seconds (default 1)")
-    p.add_argument("--liveness", type=POSITIVE_INT, default=3, metavar="N",
-                   help="missed heartbeats before a node is down (default 3)")
+    p.add_argument("--heartbeat", type=seconds(0.05, 60), default=NODE_HEARTBEAT_S, metavar="S",
+                   help=f"node heartbeat interval in seconds (default {NODE_HEARTBEAT_S:g})")
+    p.add_argument("--liveness", type=POSITIVE_INT, default=NODE_LIVENESS, metavar="N",
+                   help=f"missed heartbeats before a node is down (default {NODE_LIVENESS}: "
+                        f"{NODE_HEARTBEAT_S * NODE_LIVENESS:g} s of silence)")
     p.add_argument("--seed", type=int, default=0, help="seed of the policy's random choices (default 0)")
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     p.set_defaults(func=main)

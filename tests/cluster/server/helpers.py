@@ -26,7 +26,8 @@ class Harness:
         self.journal = Journal(self.path)
         with self.journal.transaction():
             epoch = self.journal.next_epoch()
-        self.svc = SchedulerService(SchedulerCore(resolve(self.policy), random.Random(0)), self.journal, epoch)
+        self.svc = SchedulerService(SchedulerCore(resolve(self.policy), random.Random(0)), self.journal, epoch,
+                                       heartbeat_s=1.0, liveness=3)  # the tests' timelines count in 1 s beats
         self.svc.restore(self.now)
 
     def restart(self) -> None:
