@@ -56,11 +56,15 @@ class StatsBook:
         self.paused_s = 0.0
         self.boundaries: Counter = Counter()  # boundary source -> count (see colocate.stats)
 
-    def add(self, rec: BatchRecord, source: str = "step") -> None:
-        """Count ``rec``, a boundary found by ``source`` (see ``torch_hooks.hooks``)."""
-        self.records.append(rec)
+    def count(self, source: str = "step") -> None:
+        """Count one mini-batch, its boundary found by ``source`` (see ``torch_hooks.hooks``)."""
         self.iterations += 1
         self.boundaries[source] += 1
+
+    def add(self, rec: BatchRecord, source: str = "step") -> None:
+        """Keep and count ``rec``."""
+        self.records.append(rec)
+        self.count(source)
         if rec.host_penalty_s:
             self.host_penalty_s += rec.host_penalty_s
         if rec.mem_floor > self.max_floor:

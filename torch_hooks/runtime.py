@@ -176,9 +176,8 @@ class Runtime:
             return self._boundary(source)
 
     def _lean(self, source: str) -> None:
-        book = self.book
-        book.iterations += 1
-        book.boundaries[source] += 1
+        """A boundary with nothing to charge, enforce, throttle or report: count it, start the next window."""
+        self.book.count(source)
         self.device.reset_window()
         self._device_start = None
         self._prev_boundary = self._resume_t = self._clock()
