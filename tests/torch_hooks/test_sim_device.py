@@ -77,39 +77,48 @@ def test_low_priority_job_gets_the_core_only_while_the_other_waits():
     out = run_child(r'''
 import json, os, time
 from multiprocessing import Pipe, Process
+import psutil
 from torch_hooks.device.sim import SimJobDevice
 from colocate.gpus.sim import default_core
 from colocate.env import JobEnv
 
 core = default_core(0)
 
-def spin(low, seconds, conn):
+def cpu_of(pid):
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+def spin(low, seconds, conn, watch=None):
     os.sched_setaffinity(0, {core})
     if low:
         SimJobDevice(JobEnv()).set_low_priority(True)
     conn.send("ready")
     conn.recv()  # start together
+    other0 = None if watch is None else cpu_of(watch)
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         pass
-    conn.send(time.process_time())
+    # the other process's CPU time over exactly this one's spin (read while this one runs)
+    conn.send((time.process_time(), None if watch is None else cpu_of(watch) - other0))
 
 res = {}
 for name, low in (("mixed", True), ("equal", False)):
     pipes = [Pipe() for _ in range(2)]
-    procs = [Process(target=spin, args=(flag, 1.0, child)) for flag, (_, child) in zip((False, low), pipes)]
-    for p in procs: p.start()
+    second = Process(target=spin, args=(low, 1.5, pipes[1][1]))
+    second.start()
+    first = Process(target=spin, args=(False, 1.0, pipes[0][1], second.pid))
+    first.start()
     for parent, _ in pipes:  # both pinned (and one in the idle class) before either spins
         assert parent.poll(60) and parent.recv() == "ready"
-    for parent, _ in pipes: parent.send("go")
-    cpu = [parent.recv() for parent, _ in pipes]
-    for p in procs: p.join()
-    res[name] = cpu
+    pipes[1][0].send("go")  # the second spins first, so the first's whole spin is contended
+    pipes[0][0].send("go")
+    res[name] = [parent.recv() for parent, _ in pipes]
+    for p in (first, second): p.join()
 print(json.dumps(res))
 ''')
-    normal, low = out["mixed"]
-    a, b = out["equal"]
-    # both share the one core while the second spins on alone after the first stops (same end time):
-    # shares are compared, not seconds, so a slow machine changes nothing
-    assert low < 0.15 * normal, out
-    assert 0.5 < a / b < 2.0, out
+    (normal, low_during), _ = out["mixed"]
+    (a, b_during), _ = out["equal"]
+    # CPU seconds of the second process while the first spun, against the first's own: shares are
+    # compared, not seconds, and only over the contended window, so a slow machine changes nothing
+    assert low_during < 0.15 * normal, out
+    assert 0.5 < a / b_during < 2.0, out
