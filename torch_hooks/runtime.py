@@ -104,7 +104,6 @@ class Runtime:
         with self._cond:
             if seq is not None and seq <= self._limits_seq:
                 return False
-            self._limits_changed += 1  # odd while an update is half-written (see _limits_now)
             self._limits_seq = seq if seq is not None else self._limits_seq + 1
             if mem_cap is not None:
                 mem_cap = int(mem_cap)
@@ -114,7 +113,7 @@ class Runtime:
                 self._cap = self.device.memory().cap
             if sm_share is not None:
                 self._share = sm_share
-            self._limits_changed += 1  # even again: the update is whole
+            self._limits_changed += 1
             self._cond.notify_all()
         log.info("limits seq=%s cap=%s share=%s", self._limits_seq, self._cap, self._share)
         return True
@@ -257,15 +256,7 @@ class Runtime:
         return rec
 
     def _limits_now(self) -> tuple[int, bool, float, int]:
-        """(cap, shrink pending, share, seq) as one consistent snapshot; clears the pending
-        shrink. Without the lock in a boundary's common case: ``set_limits`` makes
-        ``_limits_changed`` odd while it writes and even again after, so an even value
-        unchanged around the reads means they saw one whole update."""
-        changed = self._limits_changed
-        if not changed & 1:
-            cap, shrink, share, seq = self._cap, self._shrink_pending, self._share, self._limits_seq
-            if not shrink and changed == self._limits_changed:
-                return cap, False, share, seq
+        """(cap, shrink pending, share, seq) as one consistent snapshot; clears the pending shrink."""
         with self._cond:
             cap, shrink, share, seq = self._cap, self._shrink_pending, self._share, self._limits_seq
             self._shrink_pending = False
