@@ -35,14 +35,13 @@ def load(verbose: bool = False):
     with _lock:
         if _module is not None:
             return _module
-        key = _inputs_key()
-        _module = _load_stamped(build_directory(), key)
+        key, build = _inputs_key(), build_directory()
+        _module = _load_stamped(build, key)
         if _module is not None:
             return _module
         from torch.utils import cpp_extension  # 0.3 s to import (setuptools): only when building
 
-        build = Path(cpp_extension._get_build_directory(NAME, verbose=False))
-        if not verbose and sys.stderr.isatty() and not _is_cached(build):
+        if not verbose and sys.stderr.isatty() and _library(build) is None:
             print("colocate: building the simulated-GPU allocator (first run only, ~40 s)...", file=sys.stderr)
         _module = cpp_extension.load(name=NAME, sources=[str(_SOURCE)], extra_cflags=_CFLAGS, verbose=verbose)
         _write_stamp(build, key)
@@ -112,7 +111,3 @@ def _write_stamp(build: Path, key: str) -> None:
         os.replace(tmp, build / f"{NAME}.colocate-stamp")
     except OSError:
         pass  # no stamp: the next process takes the full path, nothing worse
-
-
-def _is_cached(build: Path) -> bool:
-    return _library(build) is not None
