@@ -13,7 +13,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from colocate.daemon import StartError, configure_logging, stop_on_signals
+from colocate.daemon import StartError, configure_logging, serve_metrics, stop_on_signals
 from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LIVENESS
 
 
@@ -72,11 +72,7 @@ def run(opts: SchedulerOptions) -> int:
     if opts.metrics_port is not None:
         from cluster.server.metrics import serve
 
-        try:
-            serve(server, opts.metrics_port)
-        except OSError as exc:
-            server.close()
-            raise StartError(f"cannot serve metrics on port {opts.metrics_port}: {exc.strerror}", 1) from None
+        serve_metrics(serve, server, opts.metrics_port)
     stop_on_signals(server.stop)
     try:
         server.serve_forever()

@@ -20,6 +20,7 @@ import zmq
 
 from colocate import keys as K
 from colocate import protocol as P
+from colocate.daemon import LogLimit
 from cluster.server.service import SchedulerService
 
 log = logging.getLogger("colocate.scheduler")
@@ -36,7 +37,7 @@ class SchedulerServer:
         self.clock = clock
         self.lock = threading.Lock()
         self._stop = threading.Event()
-        self._bad_window = (0.0, 0)
+        self._bad_logs = LogLimit(MAX_BAD_LOGS_PER_S)
         self.ctx = zmq.Context()
         self.auth = K.start_authenticator(self.ctx, keys_dir) if keys_dir else None
         self.sock = self.ctx.socket(zmq.ROUTER)
@@ -124,11 +125,6 @@ class SchedulerServer:
     def _bad(self, ident: bytes, exc: P.ProtocolError) -> None:
         with self.lock:
             self.service.bad[exc.code] += 1
-        now = time.monotonic()
-        start, n = self._bad_window
-        if now - start > 1.0:
-            start, n = now, 0
-        if n < MAX_BAD_LOGS_PER_S:
+        if self._bad_logs.allow(time.monotonic()):
             log.warning("bad message (%s): %s", exc.code, exc)
-        self._bad_window = (start, n + 1)
         self._send([(ident, exc.to_error())])

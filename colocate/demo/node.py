@@ -22,6 +22,7 @@ from pathlib import Path
 
 from colocate import record
 from colocate.config import POLICY_NAMES
+from colocate.endpoints import ipc_path
 from colocate.demo import evaluate as ev
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "_examples"  # examples/, shipped in the package
@@ -90,7 +91,7 @@ def run_scenario(name: str, policy: str, jobs: list[JobSpec], duration: float, w
     run = Run(name, record)
     procs = {}
     try:
-        _wait_for(lambda: os.path.exists(endpoint[len("ipc://"):]) or node.poll() is not None, 15)
+        _wait_for(lambda: os.path.exists(ipc_path(endpoint)) or node.poll() is not None, 15)
         if node.poll() is not None:
             raise RuntimeError(f"node for {name} exited with {node.returncode}; see {log.name}")
         for i, job in enumerate(jobs):

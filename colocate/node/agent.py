@@ -40,6 +40,7 @@ import psutil
 import zmq
 
 from colocate import protocol as P
+from colocate.daemon import LogLimit
 from colocate.node.core import Promote
 from colocate.node.workers import WorkerManager
 
@@ -75,7 +76,7 @@ class SchedulerAgent:
         self._reconnect_at = 0.0
         self._last_heard = self._last_beat = self._last_status = 0.0
         self._dirty = True
-        self._bad_window = (0.0, 0)
+        self._bad_logs = LogLimit(MAX_BAD_LOGS_PER_S)
         self._check_keys()
 
     # ------------------------------------------------------------------ lifecycle
@@ -142,12 +143,11 @@ class SchedulerAgent:
     # ------------------------------------------------------------------ loop entry points
     def tick(self) -> None:
         now = self.clock()
-        if self.sock is None:
-            if now >= self._reconnect_at:
-                self._connect(now)
-            self._queue(self.workers.poll(self.wall()))
-            return
+        if self.sock is None and now >= self._reconnect_at:
+            self._connect(now)
         self._queue(self.workers.poll(self.wall()))
+        if self.sock is None:
+            return
         if now - self._last_heard > self.heartbeat_s * self.liveness:
             self._drop(now, f"no word from {self.endpoint} for {now - self._last_heard:.1f} s")
             return
@@ -259,11 +259,6 @@ class SchedulerAgent:
             self._since_heard.append(msg)
 
     def _bad(self, exc: P.ProtocolError) -> None:
-        now = self.clock()
-        start, n = self._bad_window
-        if now - start > 1.0:
-            start, n = now, 0
-        if n < MAX_BAD_LOGS_PER_S:
+        if self._bad_logs.allow(self.clock()):
             log.warning("bad message from the scheduler (%s): %s", exc.code, exc)
-        self._bad_window = (start, n + 1)
         self._send(exc.to_error())

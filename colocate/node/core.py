@@ -110,7 +110,7 @@ class NodeCore:
                                   job_id=m.job_id))]
         gpu = self.gpus[m.gpu]
         old = self.jobs.get(m.job_id)
-        holder = next((j for j in gpu.jobs if j != m.job_id and self.jobs[j].guaranteed), None)
+        holder = self._guaranteed_holder(gpu, m.job_id)
         priority = "guaranteed" if m.job in self.promoted and holder is None else m.priority
         if priority == "guaranteed":
             if holder is not None:
@@ -212,7 +212,7 @@ class NodeCore:
         out = []
         for job in [j for j in self.jobs.values() if j.job == m.job and not j.guaranteed]:
             gpu = self.gpus[job.gpu]
-            holder = next((j for j in gpu.jobs if j != job.job_id and self.jobs[j].guaranteed), None)
+            holder = self._guaranteed_holder(gpu, job.job_id)
             if holder is not None:
                 self.notes.append(f"{job.job_id} stays opportunistic: GPU {job.gpu} runs guaranteed job {holder}")
                 continue
@@ -248,6 +248,10 @@ class NodeCore:
                 mem_allocated_peak=last.mem_allocated_peak if last else 0, host_bytes=last.host_bytes if last else 0,
                 throughput=j.throughput(), slo_state=j.slo_state[:32], iterations=j.iterations))
         return P.CtlJobs(node_epoch=self.node_epoch, gpus=tuple(gpus), jobs=tuple(jobs))
+
+    def _guaranteed_holder(self, gpu: GpuState, job_id: str) -> str | None:
+        """The guaranteed job on ``gpu`` other than ``job_id`` (at most one), else None."""
+        return next((j for j in gpu.jobs if j != job_id and self.jobs[j].guaranteed), None)
 
     def _want(self, gpu: GpuState, now: float) -> dict:
         return self.policy.plan(gpu, [self.jobs[j] for j in gpu.jobs], self.cfg, now)

@@ -17,7 +17,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from colocate.daemon import StartError, configure_logging, stop_on_signals
+from colocate.daemon import StartError, configure_logging, serve_metrics, stop_on_signals
 
 
 @dataclass(frozen=True)
@@ -70,11 +70,7 @@ def run(opts: NodeOptions) -> int:
     if opts.metrics_port is not None:
         from colocate.node.metrics import serve
 
-        try:
-            serve(server, opts.metrics_port)
-        except OSError as exc:
-            server.close()
-            raise StartError(f"cannot serve metrics on port {opts.metrics_port}: {exc.strerror}", 1) from None
+        serve_metrics(serve, server, opts.metrics_port)
     sim_cores = {g.core for g in gpus if g.core is not None}
     if sim_cores:  # the daemon stays off the simulated GPUs' cores
         keep_off_cores(sim_cores)

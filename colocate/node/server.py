@@ -28,6 +28,7 @@ import zmq
 
 from colocate import protocol as P
 from colocate import record
+from colocate.daemon import LogLimit
 from colocate.endpoints import ctl_endpoint as default_ctl_endpoint
 from colocate.endpoints import ipc_path
 from colocate.node.core import JobLost, NodeCore, Reply, Send, Tick
@@ -51,7 +52,7 @@ class NodeServer:
         self.bad_counts: Counter = Counter()
         self._identity: dict[str, bytes] = {}  # job id -> ROUTER identity
         self._stop = threading.Event()
-        self._bad_log_window = (0.0, 0)
+        self._bad_logs = LogLimit(MAX_BAD_LOGS_PER_S)
         for ep in (endpoint, self.ctl_endpoint):
             if _ipc_in_use(ep):  # libzmq would silently unlink a live node's socket and take its place
                 raise zmq.ZMQError(errno.EADDRINUSE, f"{ep} is in use by a running process (another node?)")
@@ -227,13 +228,8 @@ class NodeServer:
     def _bad(self, sock, ident: bytes, exc: P.ProtocolError) -> None:
         with self.lock:
             self.bad_counts[exc.code] += 1
-        now = self.clock()
-        start, n = self._bad_log_window
-        if now - start > 1.0:
-            start, n = now, 0
-        if n < MAX_BAD_LOGS_PER_S:
+        if self._bad_logs.allow(self.clock()):
             log.warning("bad message (%s): %s", exc.code, exc)
-        self._bad_log_window = (start, n + 1)
         try:
             sock.send_multipart([ident, P.encode(P.Error(code=exc.code, message=str(exc)[:4000], job_id=None))],
                                 zmq.NOBLOCK)
