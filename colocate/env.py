@@ -50,7 +50,6 @@ VARIABLES: tuple[Variable, ...] = (
 )
 
 NAMES = frozenset(v.name for v in VARIABLES)
-JOB_NAMES = frozenset(v.name for v in VARIABLES if v.scope == "job")
 
 DEVICES = ("sim", "cuda")  # concrete device kinds
 DEVICE_CHOICES = ("auto",) + DEVICES  # what a user may ask for; auto = cuda when NVML sees a GPU

@@ -220,10 +220,7 @@ def write_exit_file(path: str | None, code: int) -> None:
     if not path:
         return
     try:
-        tmp = f"{path}.tmp.{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(f"{code}\n")
-        os.replace(tmp, path)
+        write_json_atomic(path, code)  # "CODE\n"
     except OSError as exc:
         print(f"colocate run: cannot write the exit file {path}: {exc.strerror}", file=sys.stderr)
 

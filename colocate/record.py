@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from colocate import protocol as P
+if TYPE_CHECKING:
+    from colocate import protocol as P
 
 REPORT, LIMITS, APPLIED = "report", "limits", "applied"
 KINDS = (REPORT, LIMITS, APPLIED)
@@ -30,6 +32,8 @@ KINDS = (REPORT, LIMITS, APPLIED)
 
 def row(kind: str, node_t: float, msg: P.Message, **extra) -> str:
     """One record line (no newline) for ``msg`` handled at node time ``node_t``."""
+    from colocate import protocol as P  # the writer's only (the node has it loaded): readers need no codec
+
     assert kind in KINDS, kind
     return json.dumps({"kind": kind, "node_t": node_t, **P.to_wire(msg), **extra})
 

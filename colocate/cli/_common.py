@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from colocate.units import parse_fraction, parse_size
+from colocate.units import parse_duration, parse_fraction, parse_size
 
 
 def argtype(fn, what: str):
@@ -89,13 +89,7 @@ def fail(prog: str, text: str, code: int = 1) -> int:
     return code
 
 
-def _duration(text: str) -> float:
-    from colocate.units import parse_duration
-
-    return parse_duration(text)
-
-
-DURATION = argtype(_duration, "duration")
+DURATION = argtype(parse_duration, "duration")
 
 
 def add_scheduler_options(p: argparse.ArgumentParser) -> None:

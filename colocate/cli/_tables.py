@@ -87,6 +87,14 @@ def job_table(listing: P.CtlJobs) -> Table:
 # ---- the cluster as the scheduler sees it (top --scheduler, demo) ---------------------------------
 
 
+_QUEUE_ORDER = {"running": 0, "placing": 1, "pending": 2}
+
+
+def in_queue_order(jobs) -> list:
+    """Scheduler jobs as a queue shows them: running, placing, pending, then the rest; oldest first."""
+    return sorted(jobs, key=lambda j: (_QUEUE_ORDER.get(j.state, 3), j.submitted_at))
+
+
 def render_cluster(endpoint: str, snap, error: str | None, now_wall: float, interval: float):
     """One cluster frame: nodes (utilization bars) and active jobs (``snap`` = (NodesReply, jobs) or None)."""
     from rich.console import Group
@@ -112,11 +120,10 @@ def render_cluster(endpoint: str, snap, error: str | None, now_wall: float, inte
              str(n.gpus_allocated), str(n.gpus_shared), util_bar(n.utilization), str(n.workers)) for n in nodes.nodes]
     parts.append(table(("NODE", "STATE", "GPUS", "ALLOC", "SHARED", "UTILIZATION", "WORKERS"), rows, title="Nodes",
                          right=("GPUS", "ALLOC", "SHARED", "WORKERS")))
-    order = {"running": 0, "placing": 1, "pending": 2}
     rows = [(j.job_id, j.name, j.priority, j.state, f"{j.workers}x{j.gpus}",
              format_duration(now_wall - (j.started_at or j.submitted_at)),
              ",".join(j.nodes) if j.state != "pending" else j.reason)
-            for j in sorted(jobs, key=lambda j: (order.get(j.state, 3), j.submitted_at))]
+            for j in in_queue_order(jobs)]
     parts.append(table(("JOB", "NAME", "CLASS", "STATE", "GPUS", "TIME", "NODES / WHY WAITING"), rows,
                          title="Jobs", right=("GPUS", "TIME")) if rows else Text("no jobs", style="dim"))
     return Group(*parts)

@@ -21,5 +21,6 @@ def main(args) -> int:
         try:
             print(client.cancel(job_id))
         except rpc.RpcError as exc:
-            rc = max(rc, 1 if client_failure("cancel", exc) else 0)
+            client_failure("cancel", exc)
+            rc = 1
     return rc

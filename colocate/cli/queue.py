@@ -17,7 +17,7 @@ def register(sub) -> None:
 
 def main(args) -> int:
     from colocate import rpc
-    from colocate.cli._tables import print_table
+    from colocate.cli._tables import in_queue_order, print_table
     from colocate.units import format_duration
 
     try:
@@ -25,8 +25,7 @@ def main(args) -> int:
     except rpc.RpcError as exc:
         return client_failure("queue", exc)
     now = time.time()
-    order = {"running": 0, "placing": 1, "pending": 2}
-    jobs.sort(key=lambda j: (order.get(j.state, 3), j.submitted_at))
+    jobs = in_queue_order(jobs)
     rows = [(j.job_id, j.name, j.user, j.queue, j.priority, j.state, f"{j.workers}x{j.gpus}",
              format_duration(now - (j.started_at or j.submitted_at)),
              ",".join(j.nodes) if j.state != "pending" else f"({j.reason})") for j in jobs]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from colocate.cli._common import argtype, fail
+from colocate.cli._common import POSITIVE_INT as COUNT, argtype, fail
 
 EPILOG = """\
 examples:
@@ -53,16 +53,6 @@ def _number(lo: float, what: str):
     return parse
 
 
-def _count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise ValueError(f"must be a positive integer, got {text!r}") from None
-    if v < 1:
-        raise ValueError(f"must be a positive integer, got {text}")
-    return v
-
-
 def _seed(text: str) -> int:
     try:
         return int(text)
@@ -74,7 +64,6 @@ FRACTION = argtype(_fraction, "fraction")
 SECONDS = argtype(_number(0.0, "a number of seconds >= 0"), "seconds")
 POSITIVE = argtype(_number(1e-12, "a number > 0"), "number")
 NONNEG = argtype(_number(0.0, "a number >= 0"), "number")
-COUNT = argtype(_count, "count")
 SEED = argtype(_seed, "seed")
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from colocate.cli._common import DURATION, POSITIVE_INT, SIZE, add_scheduler_options, client_failure, fail
+from colocate.cli._common import (DURATION, POSITIVE_INT, SIZE, add_scheduler_options, client_failure, fail,
+                                  scheduler_client)
 from colocate.env import PRIORITIES
 
 EPILOG = """\
@@ -60,8 +61,6 @@ def main(args) -> int:
                                     estimate_s=args.estimate)
     except ValueError as exc:
         return fail("submit", f"error: {exc}", 2)
-    from colocate.cli._common import scheduler_client
-
     try:
         job_id = scheduler_client(args).submit(request)
     except rpc.RpcError as exc:

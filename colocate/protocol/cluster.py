@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Optional
 
 from colocate.protocol.codec import (
-    COUNT, EXIT_CODE, JOB_ID, NAME, PID, PRIORITY, SECONDS, SHARE, SIZE, TEXT, Bool, ListOf, MapOf, Message,
+    COUNT, EXIT_CODE, JOB_ID, NAME, NODE_ID, PID, PRIORITY, SECONDS, SHARE, SIZE, TEXT, Bool, ListOf, MapOf, Message,
     Nested, Num, Opt, Str, _f, _record, _Record,
 )
 
@@ -146,7 +146,7 @@ class LogRef(_Record):
 
 @_record("node_hello")
 class NodeHello(Message):
-    node_id: str = _f(Str(128, min_len=1))
+    node_id: str = _f(NODE_ID)
     epoch: int = _f(COUNT)
     host: str = _f(NAME)  # the address workers on other nodes reach this node at (MASTER_ADDR)
     gpus: tuple = _f(ListOf(Nested(NodeGpu), 64))
@@ -156,13 +156,13 @@ class NodeHello(Message):
 
 @_record("node_heartbeat")
 class NodeHeartbeat(Message):
-    node_id: str = _f(Str(128, min_len=1))
+    node_id: str = _f(NODE_ID)
     epoch: int = _f(COUNT)  # the sender's incarnation (the node's, or the scheduler's in the echo)
 
 
 @_record("node_status")
 class NodeStatus(Message):
-    node_id: str = _f(Str(128, min_len=1))
+    node_id: str = _f(NODE_ID)
     epoch: int = _f(COUNT)
     gpus: tuple = _f(ListOf(Nested(GpuStatus), 64))
     workers: tuple = _f(ListOf(Nested(WorkerStatus)))
@@ -170,7 +170,7 @@ class NodeStatus(Message):
 
 @_record("worker_started")
 class WorkerStarted(Message):
-    node_id: str = _f(Str(128, min_len=1))
+    node_id: str = _f(NODE_ID)
     epoch: int = _f(COUNT)
     job_id: str = _f(JOB_ID)
     placement_id: str = _f(NAME)
@@ -181,7 +181,7 @@ class WorkerStarted(Message):
 
 @_record("worker_exited")
 class WorkerExited(Message):
-    node_id: str = _f(Str(128, min_len=1))
+    node_id: str = _f(NODE_ID)
     epoch: int = _f(COUNT)
     job_id: str = _f(JOB_ID)
     placement_id: str = _f(NAME)
@@ -191,7 +191,7 @@ class WorkerExited(Message):
 
 @_record("start_refused")
 class StartRefused(Message):
-    node_id: str = _f(Str(128, min_len=1))
+    node_id: str = _f(NODE_ID)
     epoch: int = _f(COUNT)
     job_id: str = _f(JOB_ID)
     placement_id: str = _f(NAME)
@@ -203,7 +203,7 @@ class StartRefused(Message):
 
 @_record("node_welcome")
 class NodeWelcome(Message):
-    node_id: str = _f(Str(128, min_len=1))
+    node_id: str = _f(NODE_ID)
     scheduler_epoch: int = _f(COUNT)
     heartbeat_s: float = _f(Num(float, 0.01, 3600.0))
     liveness: int = _f(Num(int, 1, 1000))

@@ -217,6 +217,7 @@ def _f(spec: _Spec, **kw) -> Any:
 
 
 JOB_ID = Str(MAX_ID_CHARS, min_len=1)
+NODE_ID = Str(MAX_ID_CHARS, min_len=1)
 TEXT = Str(MAX_TEXT_CHARS)
 SIZE = Num(int)  # bytes
 COUNT = Num(int)  # seq, epoch, iterations, indices
