@@ -123,7 +123,7 @@ class ClusterState:
         self._util: dict[str, list[dict[GpuState, None]]] = {}
         self._capacity: dict[str, int] = {}  # GPUs on every known node (up or down), per model
         self._max_per_node: dict[str, int] = {}  # largest GPU count of a known node, per model
-        self.version = 0  # bumped on every change that can add capacity
+        self.version = 0  # bumped on every change that can add capacity, and when a node goes down
         self.opp_cap = 0  # opportunistic workers per GPU that take a GPU out of the utilization index
         self._constraints: dict[str, frozenset[str]] = {}  # "A|B" -> {A, B}: index keys over several models
 
@@ -230,6 +230,7 @@ class ClusterState:
                     for k in node.keys:
                         del self._util[k][gpu.ukey][gpu]
                 gpu.ukey = -1
+            self.version += 1  # readers of per-node copies (the placement node table) re-read it
         return released
 
     def set_epoch(self, node_id: str, epoch: int) -> None:

@@ -13,14 +13,13 @@ Freshness contract (``sync`` at the top of every ``node_order``; ``touch`` from 
 ``unreserve`` marks rows to re-read at the next sync): rows are re-read
   * for nodes added since the last sync, and for every node whose signature (object, up, free
     whole GPUs, CPU and memory allocated, slot count) changed, whenever ``state.version`` moved
-    (joins and every release bump it);
+    (joins, releases and a node going down bump it);
   * for the nodes of a placement the owning plugin reserved or unreserved (``touch``);
   * for the nodes holding earlier workers of the gang being placed, and those of the previous
-    attempt (a failed gang is discarded without any notice);
-and every row's up flag is re-read at every sync (a node without slots goes down silently).
+    attempt (a failed gang is discarded without any notice).
 Allocations made by other plugins within a cycle (opportunistic slots) are seen after the next
-release or join. Cost: O(rows) vectorized per query plus one O(rows) pass over the up flags;
-O(rows) signatures in Python only when the version moved.
+release or join. Cost: O(rows) vectorized per query; O(rows) signatures in Python only when the
+version moved.
 """
 
 from __future__ import annotations
@@ -122,8 +121,6 @@ class NodeTable:
                 if sig(node) != self._sig[i]:
                     self.refresh(node)
             self.version = state.version
-        if self.rows:  # a node going down without slots bumps no version: read every up flag
-            self.up[:self.rows] = [node.up for node in self.nodes]
         if self._pending:
             for node_id in self._pending:
                 node = state.nodes.get(node_id)
