@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from cluster import events as ev
 from cluster.config import PolicyConfig
 from cluster.events import CANCELLED, FAILED, PENDING, PLACING, RUNNING, SUCCEEDED, TERMINAL
-from cluster.framework import Code, Framework, Preempt, Upgrade
+from cluster.framework import Framework, Preempt, Upgrade
 from cluster.jobs import Job
 from cluster.recovery import Recovery
 from cluster.spec import JobSpec, Placement
@@ -107,13 +107,16 @@ class SchedulerCore:
         plugin for its class), or None. For the server's reply; changes nothing."""
         if spec.job_id in self.jobs:
             return f"job {spec.job_id!r} already exists"
-        probe = Job(spec, -1)
-        for f in self.fw.pt["pre_enqueue"]:
-            st = f(probe)
-            if st.code != Code.SUCCESS:
-                return str(st)
-        if not self.fw.places(spec.priority):
-            return f"no plugin places {spec.priority} jobs in this policy"
+        return self._rejection(Job(spec, -1))
+
+    def _rejection(self, job: Job) -> str | None:
+        """Why ``job`` cannot be queued under this policy (a pre-enqueue refusal, or no plugin
+        places its class), else None."""
+        st = self.fw.pre_enqueue(job)
+        if st is not None:
+            return str(st)
+        if not self.fw.places(job.spec.priority):
+            return f"no plugin places {job.spec.priority} jobs in this policy"
         return None
 
     def restore(self, records: Iterable[ev.JobRecord], now: float) -> list:
@@ -195,7 +198,6 @@ class SchedulerCore:
     def _start(self, job: Job, placement: Placement, now: float, out: list) -> None:
         job.attempt += 1
         job.placement = placement
-        job.klass = placement.priority
         job.started = set()
         job.exited = {}
         job.placed_at = now
@@ -264,14 +266,9 @@ class SchedulerCore:
         job = Job(spec, self._seq)
         self._seq += 1
         self.jobs[spec.job_id] = job
-        for f in self.fw.pt["pre_enqueue"]:
-            st = f(job)
-            if st.code != Code.SUCCESS:
-                self._set(job, FAILED, str(st), out)
-                job.ended_at = now
-                return
-        if not self.fw.places(spec.priority):
-            self._set(job, FAILED, f"no plugin places {spec.priority} jobs in this policy", out)
+        why = self._rejection(job)
+        if why is not None:
+            self._set(job, FAILED, why, out)
             job.ended_at = now
             return
         job.queue = self.fw.queue_of(spec)
@@ -378,7 +375,6 @@ class SchedulerCore:
             return
         p = job.placement
         job.placement = Placement(p.placement_id, p.job_id, p.slots, "guaranteed")
-        job.klass = "guaranteed"
         self.stats["promotions"] += 1
         self._set(job, RUNNING, "promoted to guaranteed", out, pid)
         out.append(ev.Promote(job.job_id, pid, p.nodes()))

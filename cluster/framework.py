@@ -210,7 +210,6 @@ class Framework:
         self.by_name = {p.name: p for p in plugins}
         self.feasible_nodes = sched["feasible_nodes"]
         self.max_examined = sched["max_nodes_examined"]
-        self.weights = {p.name: p.p.get("weight", 1) for p in plugins}
         self.jobs: dict[str, Job] = {}
         self.holders: dict[str, Job] = {}
         self.stopping: dict[str, Any] = {}  # placement id -> stop record, kept by the core
@@ -244,8 +243,8 @@ class Framework:
                 self.pt[point] = {k: [getattr(p, point) for p in impl if k in p.serves] for k in CLASSES}
             else:
                 self.pt[point] = [getattr(p, point) for p in impl]
-        self._scorers = {k: [(getattr(p, "score"), self.weights[p.name]) for p in plugins
-                             if p.implements("score") and k in p.serves] for k in CLASSES}
+        self._scorers = {k: [(score, score.__self__.p.get("weight", 1)) for score in self.pt["score"][k]]
+                         for k in CLASSES}  # (bound score method, its plugin's weight)
         self._order = {k: (v[0] if v else None) for k, v in self.pt["node_order"].items()}
         self._pick = {k: (v[0] if v else None) for k, v in self.pt["pick_gpus"].items()}
         self._queue_order = self.pt["queue_order"][0] if self.pt["queue_order"] else None
@@ -379,6 +378,10 @@ class Framework:
                 lst[:] = [j for j in lst if id(j) not in gone]
             if not lst:
                 del self.queues[qname]
+
+    def pre_enqueue(self, job: Job) -> Status | None:
+        """The first pre-enqueue plugin's refusal of ``job`` (UNRESOLVABLE: reject it), else None."""
+        return self._first_failure(self.pt["pre_enqueue"], job)
 
     @staticmethod
     def _first_failure(fns: list, *args) -> Status | None:

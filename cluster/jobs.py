@@ -12,7 +12,7 @@ from cluster.spec import JobSpec, Placement
 
 
 class Job:
-    __slots__ = ("spec", "job_id", "seq", "state", "queue", "key", "rshape", "klass", "attempt",
+    __slots__ = ("spec", "job_id", "seq", "state", "queue", "key", "rshape", "attempt",
                  "placement", "started", "exited", "failed_starts", "enqueued_at", "placed_at",
                  "running_since", "ended_at", "reason")
 
@@ -25,7 +25,6 @@ class Job:
         self.key: tuple = ()  # sort key within the queue
         self.rshape = (spec.workers, spec.gpus, spec.gpu_milli, spec.gpu_mem, spec.cpu_milli,
                        spec.mem_mib, spec.gpu_model)
-        self.klass = spec.priority  # class of the current (or last) placement
         self.attempt = 0  # placements made so far; the next id is f"{job_id}.{attempt + 1}"
         self.placement: Placement | None = None  # current placement (placing/running)
         self.started: set[int] = set()  # ranks of the current placement that reported started

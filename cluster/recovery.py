@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from cluster import events as ev
 from cluster.events import FAILED, PENDING, PLACING, RUNNING, STATES, TERMINAL
 from cluster.fitting import gpu_fits_guaranteed
-from cluster.framework import Code
 from cluster.jobs import Job
 from cluster.spec import WorkerSlot
 from cluster.state import Alloc, NodeState
@@ -49,7 +48,7 @@ class Recovery:
             pl = rec.placement
             if rec.state in (PLACING, RUNNING) and pl is not None:
                 pid = pl.placement_id
-                job.placement, job.klass = pl, pl.priority
+                job.placement = pl
                 core.holders[pid] = job
                 if rec.state == RUNNING:
                     job.started = set(range(spec.workers))
@@ -63,7 +62,7 @@ class Recovery:
                 if rec.state == RUNNING:
                     fw.running(job, now)
                 continue
-            bad = next((st for f in fw.pt["pre_enqueue"] if (st := f(job)).code != Code.SUCCESS), None)
+            bad = fw.pre_enqueue(job)
             if bad is not None:
                 core._set(job, FAILED, str(bad), out)
                 continue
@@ -105,7 +104,7 @@ class Recovery:
             if job.state not in (PLACING, RUNNING) or job.placement_id != pid:
                 continue
             spec = job.spec
-            klass = job.klass
+            klass = job.placement.priority
             fits = all(0 <= i < len(node.gpus) for i in slot.gpus) and len(slot.gpus) == spec.gpus and (
                 klass != "guaranteed" or all(gpu_fits_guaranteed(node.gpus[i], spec.gpu_milli, spec.gpu_mem) for i in slot.gpus))
             if not fits:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 PRIORITIES = ("guaranteed", "opportunistic")
 MILLI = 1000  # milli-GPUs in one GPU
@@ -121,3 +122,18 @@ class Placement:
 
     def nodes(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(s.node_id for s in self.slots))
+
+
+@lru_cache(maxsize=4096)
+def allowed_models(constraint: str) -> frozenset[str]:
+    """The GPU models a ``JobSpec.gpu_model`` constraint names: ``"A|B"`` -> {A, B}; ``""`` -> {}
+    (meaning any model)."""
+    return frozenset(p.strip() for p in constraint.split("|") if p.strip())
+
+
+def model_allows(constraint: str, model: str) -> bool:
+    """Whether a node whose GPUs are ``model`` satisfies a job's ``gpu_model`` constraint.
+    ``""`` allows every model; otherwise the constraint is one model or several separated by
+    ``|`` (any of them will do), compared exactly. A node of unknown model (``""``) satisfies
+    only the empty constraint."""
+    return not constraint or model in allowed_models(constraint)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterator
 
-from cluster.spec import MILLI, NodeSpec
+from cluster.spec import MILLI, NodeSpec, allowed_models
 
 UTIL_BUCKETS = 101  # 0..100 percent
 NOPP_LEVELS = 4  # opportunistic workers on a GPU, as a tie-break within a utilization bucket (3 = 3 or more)
@@ -133,7 +133,7 @@ class ClusterState:
         it. One-model constraints and ``""`` are keys already. Idempotent."""
         if "|" not in constraint or constraint in self._constraints:
             return
-        models = frozenset(m.strip() for m in constraint.split("|") if m.strip())
+        models = allowed_models(constraint)
         self._constraints[constraint] = models
         self._init_key(constraint, 0)
         for node in self.nodes.values():
@@ -366,10 +366,9 @@ class ClusterState:
         ranks = [r for r, a in per.items() if node_id is None or a.node_id == node_id]
         return [a for r in ranks if (a := self.release(pid, r)) is not None]
 
-    def promote(self, pid: str) -> bool:
-        """Turn an opportunistic placement's slots into guaranteed ones in place, if every GPU
-        it sits on has the guaranteed milli free (and memory needs nothing more: it already
-        holds its memory). Returns whether it did; no change when it cannot."""
+    def promotable(self, pid: str) -> bool:
+        """Whether ``promote(pid)`` would succeed now: an opportunistic placement on up nodes whose
+        GPUs each have its guaranteed milli free (memory needs nothing more: it already holds it)."""
         per = self.allocs.get(pid)
         if not per or any(a.klass == "guaranteed" for a in per.values()):
             return False
@@ -381,9 +380,14 @@ class ClusterState:
             for i in a.gpus:
                 gpu = node.gpus[i]
                 need[gpu] = need.get(gpu, 0) + a.milli
-        if any(gpu.milli + m > MILLI for gpu, m in need.items()):
+        return all(gpu.milli + m <= MILLI for gpu, m in need.items())
+
+    def promote(self, pid: str) -> bool:
+        """Turn an opportunistic placement's slots into guaranteed ones in place when
+        ``promotable(pid)``. Returns whether it did; no change when it cannot."""
+        if not self.promotable(pid):
             return False
-        for a in list(per.values()):
+        for a in list(self.allocs[pid].values()):
             self.release(pid, a.rank)
             a.klass = "guaranteed"
             self.apply(a)

@@ -40,9 +40,8 @@ from cluster.framework import SUCCESS, Status, register
 from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.plugins.nodetable import NodeTable, TablePlugin, pick_first
-from cluster.spec import MILLI, JobSpec
+from cluster.spec import MILLI, JobSpec, model_allows
 from cluster.state import NodeState
-from cluster.traces.common import model_allows
 
 TypeKey = tuple[int, int, int, str]  # (cpu_milli, gpus, milli per GPU (0: no GPU), model constraint)
 

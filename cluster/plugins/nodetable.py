@@ -28,10 +28,9 @@ import numpy as np
 
 from cluster.framework import SUCCESS, Plugin, Status
 from cluster.jobs import Request
-from cluster.spec import MILLI
+from cluster.spec import MILLI, allowed_models
 from cluster.state import ClusterState, NodeState
 from cluster.statement import Statement
-from cluster.traces.common import allowed_models
 
 INF = float("inf")
 

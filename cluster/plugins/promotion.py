@@ -15,7 +15,7 @@ from cluster.framework import SUCCESS, Plugin, PostFilterResult, Status, Upgrade
 from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.plugins.fifo import OPPORTUNISTIC_QUEUE
-from cluster.spec import MILLI, Placement
+from cluster.spec import Placement
 
 
 @register
@@ -61,7 +61,6 @@ class Promotion(Plugin):
         for pid, job in self._opp.items():
             if job.state != RUNNING or pid in stopping or job.placement_id != pid:
                 continue
-            if all(state.nodes[a.node_id].gpus[i].milli + a.milli <= MILLI
-                   for a in state.allocs.get(pid, {}).values() for i in a.gpus):
+            if state.promotable(pid):
                 out.append(Upgrade(pid))
         return out

@@ -20,10 +20,9 @@ import math
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Iterator, NamedTuple
 
-from cluster.spec import JobSpec, NodeSpec
+from cluster.spec import JobSpec, NodeSpec, allowed_models, model_allows  # noqa: F401 (the readers' API: re-exported)
 
 MAX_PROBLEMS = 50  # problem lines kept per file; all bad rows are still counted
 
@@ -188,21 +187,6 @@ def finish(result: TraceResult, jobs: list[TraceJob], limit: int | None) -> Trac
 
 
 # ---------------------------------------------------------------- GPU models
-
-
-@lru_cache(maxsize=4096)
-def allowed_models(constraint: str) -> frozenset[str]:
-    """The GPU models a ``JobSpec.gpu_model`` constraint names: ``"A|B"`` -> {A, B}; ``""`` -> {}
-    (meaning any model)."""
-    return frozenset(p.strip() for p in constraint.split("|") if p.strip())
-
-
-def model_allows(constraint: str, model: str) -> bool:
-    """Whether a node whose GPUs are ``model`` satisfies a job's ``gpu_model`` constraint.
-    ``""`` allows every model; otherwise the constraint is one model or several separated by
-    ``|`` (any of them will do), compared exactly. A node of unknown model (``""``) satisfies
-    only the empty constraint."""
-    return not constraint or model in allowed_models(constraint)
 
 
 def normalize_models(raw: str) -> str:
