@@ -20,8 +20,11 @@ Points (``req`` is the reused ``cluster.jobs.Request`` of the attempt):
                                        sort key is fixed when a job is queued
   cycle_start(now)                     once per cycle before any job (plan, reset caches)
   pre_filter(req) -> Status            whole-job checks; must depend only on the request's
-                                       shape, queue and the state (failures are cached per
-                                       cycle); every one runs, an UNRESOLVABLE wins
+                                       shape, queue, the state and the plugins' cache_key
+                                       (failures are cached per cycle); every one runs, an
+                                       UNRESOLVABLE wins
+  cache_key(job) -> tuple              what else a plugin's pre_filter/filter read of the job
+                                       (e.g. its tenant): part of the failure cache's key
   node_order(req) -> iterable          candidate nodes in the plugin's preferred order, from
                                        the state's indexes; the first plugin serving the class
   filter(req, node) -> Status          per candidate node (same caching rule as pre_filter)
@@ -132,8 +135,8 @@ class Upgrade:
     pid: str
 
 
-POINTS = ("pre_enqueue", "queue_of", "sort_key", "queue_order", "cycle_start", "pre_filter", "node_order", "filter",
-          "score", "pick_gpus", "reserve", "unreserve", "permit", "post_filter", "on_blocked",
+POINTS = ("pre_enqueue", "queue_of", "sort_key", "queue_order", "cycle_start", "pre_filter", "cache_key",
+          "node_order", "filter", "score", "pick_gpus", "reserve", "unreserve", "permit", "post_filter", "on_blocked",
           "backfill_admit", "cycle_end", "on_placed", "on_running", "on_released", "on_ended",
           "on_promoted")
 PER_CLASS = ("pre_filter", "node_order", "filter", "score", "pick_gpus", "reserve", "unreserve",
@@ -174,6 +177,7 @@ class Plugin:
     def queue_order(self, queue: str, jobs: list[Job]) -> Iterable[Job]: return jobs
     def cycle_start(self, now: float) -> None: return None
     def pre_filter(self, req: Request) -> Status: return SUCCESS
+    def cache_key(self, job: Job) -> tuple: return ()
     def node_order(self, req: Request) -> Iterable[NodeState]: return ()
     def filter(self, req: Request, node: NodeState) -> Status: return SUCCESS
     def score(self, req: Request, node: NodeState) -> float: return 0.0
@@ -248,6 +252,7 @@ class Framework:
         self._order = {k: (v[0] if v else None) for k, v in self.pt["node_order"].items()}
         self._pick = {k: (v[0] if v else None) for k, v in self.pt["pick_gpus"].items()}
         self._queue_order = self.pt["queue_order"][0] if self.pt["queue_order"] else None
+        self._cache_keys = self.pt["cache_key"]
 
     def plugin(self, name: str) -> Plugin | None:
         return self.by_name.get(name)
@@ -344,6 +349,8 @@ class Framework:
                 if st is not None:
                     continue
             shape = (klass, job.rshape)
+            if self._cache_keys:
+                shape += tuple(f(job) for f in self._cache_keys)
             st = tried.get(shape)
             if st is None:
                 self.attempts += 1

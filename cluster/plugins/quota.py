@@ -60,6 +60,9 @@ class Quota(Plugin):
             return unresolvable(self.name, f"unknown {self.p['tenant']} {t!r} (quotas for: {known})")
         return SUCCESS
 
+    def cache_key(self, job: Job) -> tuple:
+        return (self.tenant(job.spec),)  # the pre-filter reads the tenant, not only the shape
+
     def pre_filter(self, req: Request) -> Status:
         t = self.tenant(req.spec)
         if not self._known(t):

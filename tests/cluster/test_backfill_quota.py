@@ -152,3 +152,17 @@ def test_quota_reclaim_takes_the_youngest_borrower_across_queues():
     assert core.state.free_gpus() == 0
     out = submit(core, job("c1", gpus=1, queue="c", t=10), now=10.0)
     assert [d.job_id for d in stops(out)] == ["b2"]
+
+
+def test_a_users_quota_failure_does_not_hold_back_another_users_job_of_the_same_shape():
+    """Per-user quotas behind a blocked head: the pre-filter result depends on the tenant, so a
+    refusal of one user's 1-GPU job is not reused for another user's 1-GPU job in the same cycle."""
+    cfg = config(["fifo", "gang", "binpack", "backfill", "quota"],
+                 quota={"tenant": "user", "quotas": {"u1": 1, "u2": 1, "big": 8}, "borrow": False})
+    core = make_core(cfg, [("n0", 4), ("n1", 4)])
+    run(core, job("r1", gpus=1, user="u1", estimate_s=100.0))  # u1 is at its quota
+    out = submit(core, job("head", gpus=4, workers=2, user="big", t=1, estimate_s=10.0),  # 8 GPUs, 7 free: blocked
+                 job("j1", gpus=1, user="u1", t=2, estimate_s=1.0),  # over u1's quota
+                 job("j2", gpus=1, user="u2", t=3, estimate_s=1.0), now=5.0)  # same shape, within u2's
+    assert "j1" not in starts(out)
+    assert "j2" in starts(out)
