@@ -80,72 +80,50 @@ def _poll(endpoint: str, timeout_s: float):
 
 
 def main(args) -> int:
-    from colocate.cli import _tables as T
-    from colocate.node import client as C
-
-    if args.scheduler:
-        return _cluster(args)
-    try:
-        endpoint = C.resolve_ctl_endpoint(args.node, args.ctl)
-    except C.BadEndpoint as exc:
-        print(f"colocate top: {exc}", file=sys.stderr)
-        return 2
-    console = T.console()
-    timeout = min(args.timeout, max(0.5, args.interval))
-    try:
-        if args.once:
-            listing, error = _poll(endpoint, args.timeout)
-            console.print(render(endpoint, listing, error, time.time(), args.interval))
-            return 0 if error is None else 1
-        return _live(console, endpoint, args.interval, timeout)
-    except C.BadEndpoint as exc:
-        print(f"colocate top: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 0
-
-
-def _cluster(args) -> int:
-    from rich.live import Live
-
     from colocate import rpc
     from colocate.cli import _tables as T
-    from cluster.client import SchedulerClient
 
-    client = SchedulerClient(args.scheduler, args.keys, min(args.timeout, max(0.5, args.interval)))
     console = T.console()
     try:
+        if args.scheduler:
+            from cluster.client import SchedulerClient
+
+            client = SchedulerClient(args.scheduler, args.keys, min(args.timeout, max(0.5, args.interval)))
+            poll = once = lambda: _poll_cluster(client)
+            frame = lambda snap, error: T.render_cluster(client.endpoint, snap, error, time.time(), args.interval)
+        else:
+            from colocate.node import client as C
+
+            endpoint = C.resolve_ctl_endpoint(args.node, args.ctl)
+            timeout = min(args.timeout, max(0.5, args.interval))  # a live frame waits at most an interval
+            poll = lambda: _poll(endpoint, timeout)
+            once = lambda: _poll(endpoint, args.timeout)
+            frame = lambda listing, error: render(endpoint, listing, error, time.time(), args.interval)
         if args.once:
-            snap, error = _poll_cluster(client)
-            console.print(T.render_cluster(client.endpoint, snap, error, time.time(), args.interval))
+            data, error = once()
+            console.print(frame(data, error))
             return 0 if error is None else 1
-        last = None
-        with Live(T.render_cluster(client.endpoint, None, None, time.time(), args.interval), console=console,
-                  refresh_per_second=max(1, min(10, int(2 / args.interval) + 1)), screen=False) as live:
-            while True:
-                t0 = time.monotonic()
-                snap, error = _poll_cluster(client)
-                last = snap or last
-                live.update(T.render_cluster(client.endpoint, snap or last, error, time.time(), args.interval))
-                time.sleep(max(0.0, args.interval - (time.monotonic() - t0)))
-    except rpc.BadEndpoint as exc:
+        return _live(console, poll, frame, args.interval)
+    except rpc.BadEndpoint as exc:  # the node client's BadEndpoint too
         print(f"colocate top: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 0
 
 
-def _live(console, endpoint: str, interval: float, timeout: float) -> int:
-    """Redraw every ``interval`` seconds until Ctrl-C (KeyboardInterrupt, handled by the caller)."""
+def _live(console, poll, frame, interval: float) -> int:
+    """Redraw ``frame(data, error)`` every ``interval`` seconds from ``poll() -> (data, error)``,
+    keeping the last data while the daemon does not answer, until Ctrl-C (KeyboardInterrupt,
+    handled by the caller)."""
     from rich.live import Live
 
     last = None
-    with Live(render(endpoint, None, None, time.time(), interval), console=console,
+    with Live(frame(None, None), console=console,
               refresh_per_second=max(1, min(10, int(2 / interval) + 1)), screen=False) as live:
         while True:
             t0 = time.monotonic()
-            listing, error = _poll(endpoint, timeout)
-            if listing is not None:
-                last = listing
-            live.update(render(endpoint, listing if listing is not None else last, error, time.time(), interval))
+            data, error = poll()
+            if data is not None:
+                last = data
+            live.update(frame(last, error))
             time.sleep(max(0.0, interval - (time.monotonic() - t0)))

@@ -166,3 +166,15 @@ def test_a_state_file_that_is_not_a_journal_is_refused(tmp_path):
 def test_sigterm_stops_it_cleanly(sched):
     sched.proc.send_signal(signal.SIGTERM)
     assert sched.proc.wait(timeout=20) == 0
+
+
+def test_top_once_shows_the_cluster_or_says_it_is_away(sched, tmp_path):
+    from tests.support import colocate_cli
+
+    res = colocate_cli("top", "--scheduler", sched.endpoint, "--once")
+    assert res.returncode == 0, res.stderr
+    assert "0/0 nodes up" in res.stdout and "no jobs" in res.stdout
+    away = f"tcp://127.0.0.1:{free_port()}"
+    res = colocate_cli("top", "--scheduler", away, "--once", "--timeout", "0.5")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "Traceback" not in res.stdout + res.stderr
