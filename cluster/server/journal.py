@@ -27,7 +27,7 @@ import sqlite3
 from contextlib import contextmanager
 from dataclasses import asdict
 
-from cluster.events import JobRecord
+from cluster.events import TERMINAL, JobRecord
 from cluster.spec import JobSpec, Placement, WorkerSlot
 
 SCHEMA = 1
@@ -58,9 +58,6 @@ CREATE TABLE IF NOT EXISTS stopping (
     placement_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, nodes TEXT NOT NULL, reason TEXT NOT NULL
 );
 """
-
-TERMINAL = ("succeeded", "failed", "cancelled")
-
 
 class JournalError(Exception):
     """The state file cannot be used (not a journal, a newer schema, unwritable)."""

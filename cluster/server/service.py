@@ -19,6 +19,7 @@ Rules it keeps:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections import Counter, deque
@@ -29,7 +30,7 @@ from cluster import events as ev
 from cluster.core import SchedulerCore
 from cluster.server.journal import Journal
 from cluster.server.launch import PortPool, start_messages
-from cluster.server.views import job_view, node_views
+from cluster.server.views import QueueView, job_view, node_views
 from cluster.spec import JobSpec, NodeSpec, SpecError
 
 log = logging.getLogger("colocate.scheduler")
@@ -72,7 +73,7 @@ class SchedulerService:
             for n in nodes:
                 self.restop.setdefault(n, []).append((pid, job_id, reason))
         self._commit(out, now)
-        active = sum(1 for r in records if r.state not in ("succeeded", "failed", "cancelled"))
+        active = sum(1 for r in records if r.state not in ev.TERMINAL)
         log.info("restored %d jobs (%d active) from %s", len(records), active, self.journal.path)
 
     # ------------------------------------------------------------------ entry points
@@ -187,7 +188,7 @@ class SchedulerService:
             return [self._error(ident, P.INVALID, why)]
         with self.journal.transaction():
             job_id = self.journal.new_job_id()
-            spec = JobSpec(job_id, **{k: getattr(spec, k) for k in spec.__dataclass_fields__ if k != "job_id"})
+            spec = dataclasses.replace(spec, job_id=job_id)
             self.journal.insert_job(spec, json.dumps(P.to_wire(P.Submit(request=req))["request"]), now)
         log.info("job %s submitted: %d x %d GPU(s), %s, queue %s", job_id, spec.workers, spec.gpus, spec.priority,
                  spec.queue)
@@ -201,9 +202,9 @@ class SchedulerService:
             rows, total = [row], 1
         else:
             rows, total = self.journal.jobs(m.active_only, m.offset, m.limit)
-        queued = Counter(j for q, ids in self.core.queues().items() for j in [q] * len(ids))
-        return [(ident, P.JobsReply(jobs=tuple(job_view(r, self.core) for r in rows), total=total,
-                                    queued=dict(queued)))]
+        queues = QueueView(self.core)
+        return [(ident, P.JobsReply(jobs=tuple(job_view(r, self.core, queues) for r in rows), total=total,
+                                    queued=queues.queued))]
 
     def _nodes(self, ident: bytes, m: P.NodesRequest, now: float):
         return [(ident, P.NodesReply(nodes=tuple(node_views(self.core, self.hosts)), scheduler_epoch=self.epoch))]

@@ -10,18 +10,31 @@ from cluster.core import SchedulerCore
 from cluster.server.journal import placement_from_json
 
 
-def job_view(row: dict, core: SchedulerCore) -> P.JobView:
+class QueueView:
+    """The core's queues as one reply reads them, computed once per reply: ``queued`` (queue -> pending
+    jobs), ``positions`` (job id -> (queue, 1-based position)), ``blocked`` (job id -> why its queue waits)."""
+
+    def __init__(self, core: SchedulerCore):
+        queues = core.queues()
+        self.queued = {q: len(ids) for q, ids in queues.items() if ids}
+        self.positions: dict[str, tuple[str, int]] = {}
+        for q, ids in queues.items():
+            for k, job_id in enumerate(ids, 1):
+                self.positions.setdefault(job_id, (q, k))
+        self.blocked = {job_id: why for job_id, why in core.blocked().values()}
+
+
+def job_view(row: dict, core: SchedulerCore, queues: QueueView) -> P.JobView:
     spec = json.loads(row["spec"])
     placement = placement_from_json(row["placement"])
     reason = row["reason"] or ""
     job = core.job(row["job_id"])
     if job is not None and row["state"] == "pending":
-        blocked = {jid: why for jid, why in core.blocked().values()}
-        queue = next((q for q, ids in core.queues().items() if row["job_id"] in ids), None)
-        if row["job_id"] in blocked:
-            reason = f"blocked: {blocked[row['job_id']]}"
-        elif queue is not None:
-            position = core.queues()[queue].index(row["job_id"]) + 1
+        where = queues.positions.get(row["job_id"])
+        if row["job_id"] in queues.blocked:
+            reason = f"blocked: {queues.blocked[row['job_id']]}"
+        elif where is not None:
+            queue, position = where
             reason = f"queued in {queue} (position {position})" + (f"; {reason}" if reason else "")
     return P.JobView(
         job_id=row["job_id"], name=spec.get("name", ""), user=spec.get("user", ""),

@@ -23,7 +23,7 @@ import csv
 import math
 from pathlib import Path
 
-from cluster.events import SUCCEEDED
+from cluster.events import SUCCEEDED, TERMINAL
 
 CSV_FIELDS = ("job_id", "class", "ran_as", "queue", "workers", "gpus", "gpu_milli", "submit_s", "start_s", "end_s",
               "queue_delay_s", "wait_s", "jct_s", "run_s", "duration_s", "slowdown", "starts", "requeues",
@@ -75,7 +75,7 @@ def _figures(rows: list[dict]) -> dict:
     return {
         "jobs": len(rows), "succeeded": len(done),
         "failed": sum(1 for r in rows if r["state"] == "failed"),
-        "unfinished": sum(1 for r in rows if r["state"] not in ("succeeded", "failed", "cancelled")),
+        "unfinished": sum(1 for r in rows if r["state"] not in TERMINAL),
         "never_started": sum(1 for r in rows if r["start_s"] is None),
         "mean_jct_s": _mean(jct), "p50_jct_s": percentile(jct, 50), "p99_jct_s": percentile(jct, 99),
         "mean_queue_s": _mean(q), "p50_queue_s": percentile(q, 50), "p99_queue_s": percentile(q, 99),
