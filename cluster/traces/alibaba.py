@@ -32,8 +32,8 @@ negative duration, never scheduled, no duration, bad spec.
 from __future__ import annotations
 
 from cluster.spec import MILLI, JobSpec, SpecError
-from cluster.traces.common import (BadRow, RowLog, TraceJob, TraceResult, columns, finish, normalize_models,
-                                   open_table, to_float, to_int)
+from cluster.traces.common import (BadRow, RowLog, TraceJob, TraceResult, columns, data_rows, finish,
+                                   normalize_models, open_table, to_float, to_int)
 
 REQUIRED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 TIMES = ("creation_time", "deletion_time", "scheduled_time")
@@ -46,27 +46,20 @@ def read_alibaba_pods(path, *, allow_no_duration: bool = False, include_cpu_only
     """Read an ``openb_pod_list_*.csv`` file; see the module docstring for the mapping."""
     path = str(path)
     what = "an Alibaba 2023 pod list"
-    log = RowLog(path) if max_problems is None else RowLog(path, max_problems)
+    log = RowLog(path, max_problems)
     result = TraceResult(path, "alibaba2023")
     required = REQUIRED if allow_no_duration else REQUIRED + TIMES
     hint = "" if allow_no_duration else " (pass allow_no_duration=True to read pods without times)"
     jobs: list[TraceJob] = []
     seen: set[str] = set()
-    specs: dict[str, str] = {}
     with open_table(path, what) as (reader, names):
         index, result.ignored_columns = columns(path, names, what, required, OPTIONAL, hint)
         width = len(names)
         i_name, i_cpu, i_mem, i_n, i_milli = (index[c] for c in REQUIRED)
         i_spec, i_qos = index.get("gpu_spec"), index.get("qos")
         i_ct, i_dt, i_st = (index.get(c) for c in TIMES)
-        for row in reader:
-            if not row:
-                continue
-            result.rows += 1
-            line = reader.line_num
+        for line, row in data_rows(reader, width, result, log):
             try:
-                if len(row) != width:
-                    raise BadRow("wrong field count", f"{len(row)} fields, the header has {width}")
                 name = row[i_name].strip()
                 if not name:
                     raise BadRow("bad name", "empty")
@@ -86,10 +79,7 @@ def read_alibaba_pods(path, *, allow_no_duration: bool = False, include_cpu_only
                     raise BadRow("bad gpu_milli", repr(row[i_milli]))
                 elif milli < MILLI and n != 1:
                     raise BadRow("fractional share on several GPUs", f"gpu_milli {milli} x num_gpu {n}")
-                raw_spec = row[i_spec] if i_spec is not None else ""
-                model = specs.get(raw_spec)
-                if model is None:
-                    model = specs.setdefault(raw_spec, normalize_models(raw_spec))
+                model = normalize_models(row[i_spec]) if i_spec is not None else ""
                 priority = "guaranteed"
                 if i_qos is not None:
                     priority = QOS.get(row[i_qos].strip())

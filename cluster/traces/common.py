@@ -20,8 +20,10 @@ import math
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Iterator, NamedTuple
 
+from colocate.units import parse_size
 from cluster.spec import JobSpec, NodeSpec, allowed_models, model_allows  # noqa: F401 (the readers' API: re-exported)
 
 MAX_PROBLEMS = 50  # problem lines kept per file; all bad rows are still counted
@@ -71,9 +73,9 @@ class BadRow(Exception):
 class RowLog:
     """Counts bad rows by reason and keeps the first ``max_problems`` one-line descriptions."""
 
-    def __init__(self, path: str, max_problems: int = MAX_PROBLEMS) -> None:
+    def __init__(self, path: str, max_problems: int | None = None) -> None:
         self.path = path
-        self.max_problems = max_problems
+        self.max_problems = MAX_PROBLEMS if max_problems is None else max_problems
         self.skipped: Counter = Counter()
         self.problems: list[str] = []
 
@@ -81,6 +83,20 @@ class RowLog:
         self.skipped[reason] += 1
         if len(self.problems) < self.max_problems:
             self.problems.append(f"{self.path}:{line}: {reason}" + (f": {detail}" if detail else ""))
+
+
+def data_rows(reader, width: int, result, log: RowLog) -> Iterator[tuple[int, list[str]]]:
+    """A table's data rows as ``(line, row)``: blank lines skipped, the others counted in
+    ``result.rows``; a row whose field count is not ``width`` is logged ("wrong field count")
+    and not yielded."""
+    for row in reader:
+        if not row:
+            continue
+        result.rows += 1
+        if len(row) != width:
+            log.skip(reader.line_num, "wrong field count", f"{len(row)} fields, the header has {width}")
+            continue
+        yield reader.line_num, row
 
 
 # ---------------------------------------------------------------- files
@@ -141,6 +157,14 @@ def to_float(text: str, col: str, minimum: float | None = None) -> float:
     return v
 
 
+def to_size(text: str, col: str) -> int:
+    """Bytes from a size (``"16GiB"``, ``"512MB"``, a number); else ``BadRow('bad COL')``."""
+    try:
+        return parse_size(text)
+    except ValueError:
+        raise BadRow(f"bad {col}", repr(text)) from None
+
+
 def to_int(text: str, col: str, minimum: int = 0) -> int:
     """A whole number (``"8"`` or ``"8.0"``) of at least ``minimum``; else ``BadRow('bad COL')``."""
     try:
@@ -189,6 +213,7 @@ def finish(result: TraceResult, jobs: list[TraceJob], limit: int | None) -> Trac
 # ---------------------------------------------------------------- GPU models
 
 
+@lru_cache(maxsize=4096)
 def normalize_models(raw: str) -> str:
     """Canonical constraint string: the named models, deduplicated, sorted, joined by ``|``
     (``"V100M32|V100M16|V100M32"`` -> ``"V100M16|V100M32"``)."""

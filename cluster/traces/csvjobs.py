@@ -21,9 +21,8 @@ inconsistent workers, fractional share on several GPUs, gpu_milli without gpus, 
 from __future__ import annotations
 
 from cluster.spec import MILLI, PRIORITIES, JobSpec, SpecError
-from cluster.traces.common import (BadRow, RowLog, TraceJob, TraceResult, check_node_gpus, columns, finish,
-                                   normalize_models, open_table, split_gang, to_float, to_int)
-from colocate.units import parse_size
+from cluster.traces.common import (BadRow, RowLog, TraceJob, TraceResult, check_node_gpus, columns, data_rows,
+                                   finish, normalize_models, open_table, split_gang, to_float, to_int, to_size)
 
 REQUIRED = ("submit_time", "duration", "num_gpus")
 OPTIONAL = ("job_id", "workers", "gpu_milli", "gpu_mem", "cpu_milli", "mem_mib", "gpu_model", "priority",
@@ -36,7 +35,7 @@ def read_csv_jobs(path, *, node_gpus: int = 8, allow_no_duration: bool = False, 
     check_node_gpus(node_gpus)
     path = str(path)
     what = "a generic job CSV"
-    log = RowLog(path) if max_problems is None else RowLog(path, max_problems)
+    log = RowLog(path, max_problems)
     result = TraceResult(path, "csv")
     jobs: list[TraceJob] = []
     seen: set[str] = set()
@@ -44,14 +43,8 @@ def read_csv_jobs(path, *, node_gpus: int = 8, allow_no_duration: bool = False, 
         index, result.ignored_columns = columns(path, names, what, REQUIRED, OPTIONAL)
         width = len(names)
         pick = [(c, index[c]) for c in OPTIONAL if c in index]
-        for row in reader:
-            if not row:
-                continue
-            result.rows += 1
-            line = reader.line_num
+        for line, row in data_rows(reader, width, result, log):
             try:
-                if len(row) != width:
-                    raise BadRow("wrong field count", f"{len(row)} fields, the header has {width}")
                 cells = {c: row[i].strip() for c, i in pick}
                 cells.update((c, row[index[c]].strip()) for c in REQUIRED)
                 spec, duration = _job(cells, line, node_gpus, allow_no_duration)
@@ -96,12 +89,7 @@ def _job(c: dict[str, str], line: int, node_gpus: int, allow_no_duration: bool) 
         if gpus != 1:
             raise BadRow("fractional share on several GPUs",
                          f"gpu_milli {milli} needs one GPU per worker, got {gpus} (num_gpus is the total)")
-    gpu_mem = 0
-    if c.get("gpu_mem"):
-        try:
-            gpu_mem = parse_size(c["gpu_mem"])
-        except ValueError:
-            raise BadRow("bad gpu_mem", repr(c["gpu_mem"])) from None
+    gpu_mem = to_size(c["gpu_mem"], "gpu_mem") if c.get("gpu_mem") else 0
     priority = c.get("priority", "").lower() or "guaranteed"
     if priority not in PRIORITIES:
         raise BadRow("bad priority", repr(c["priority"]))

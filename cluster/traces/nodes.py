@@ -25,8 +25,8 @@ from __future__ import annotations
 import re
 
 from cluster.spec import NodeSpec, SpecError
-from cluster.traces.common import (BadRow, NodeResult, RowLog, columns, detect_node_format, open_table, to_float,
-                                   to_int)
+from cluster.traces.common import (BadRow, NodeResult, RowLog, columns, data_rows, detect_node_format, open_table,
+                                   to_float, to_int, to_size)
 from colocate.units import parse_size
 
 MIB = 1 << 20
@@ -47,7 +47,7 @@ def load_nodes(path, *, format: str | None = None, gpu_only: bool = False,
         raise ValueError(f"unknown node list format {fmt!r}: use one of {', '.join(FORMATS)}")
     required, optional = FORMATS[fmt]
     what = f"a {fmt} node list"
-    log = RowLog(path) if max_problems is None else RowLog(path, max_problems)
+    log = RowLog(path, max_problems)
     result = NodeResult(path, fmt)
     parse = {"alibaba2023": _alibaba, "pai2020": _pai, "csv": _generic}[fmt]
     seen: set[str] = set()
@@ -55,14 +55,8 @@ def load_nodes(path, *, format: str | None = None, gpu_only: bool = False,
         index, result.ignored_columns = columns(path, names, what, required, optional)
         width = len(names)
         pick = [(c, index[c]) for c in required + optional if c in index]
-        for row in reader:
-            if not row:
-                continue
-            result.rows += 1
-            line = reader.line_num
+        for line, row in data_rows(reader, width, result, log):
             try:
-                if len(row) != width:
-                    raise BadRow("wrong field count", f"{len(row)} fields, the header has {width}")
                 nodes = parse({c: row[i].strip() for c, i in pick}, len(result.nodes))
                 for node in nodes:
                     if node.node_id in seen:
@@ -104,8 +98,8 @@ def _generic(c: dict[str, str], position: int) -> list[NodeSpec]:
     if c.get("memory"):
         if re.fullmatch(r"[0-9.]+", c["memory"]):
             raise BadRow("bad memory", f"{c['memory']!r} needs a unit, e.g. 512GiB")
-        mem_mib = _size(c["memory"], "memory") // MIB
-    gpu_mem = _size(c["gpu_mem"], "gpu_mem") if c.get("gpu_mem") else 0
+        mem_mib = to_size(c["memory"], "memory") // MIB
+    gpu_mem = to_size(c["gpu_mem"], "gpu_mem") if c.get("gpu_mem") else 0
     model = c.get("gpu_model", "") if gpus else ""
     base = c.get("node_id", "")
     if base:
@@ -114,13 +108,6 @@ def _generic(c: dict[str, str], position: int) -> list[NodeSpec]:
         ids = [f"node-{position + k:04d}" for k in range(count)]
     return [NodeSpec(node_id=i, gpus=gpus, gpu_model=model, gpu_mem=gpu_mem, cpu_milli=cpu_milli, mem_mib=mem_mib)
             for i in ids]
-
-
-def _size(text: str, col: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError:
-        raise BadRow(f"bad {col}", repr(text)) from None
 
 
 def _bad(col: str) -> str:

@@ -27,7 +27,7 @@ import random
 from datetime import datetime, timezone
 
 from cluster.spec import JobSpec, SpecError
-from cluster.traces.common import (BadRow, RowLog, TraceJob, TraceResult, check_node_gpus, columns,
+from cluster.traces.common import (BadRow, RowLog, TraceJob, TraceResult, check_node_gpus, columns, data_rows,
                                    finish, open_table, split_gang, to_float, to_int)
 from colocate.units import parse_fraction
 
@@ -56,7 +56,7 @@ def read_philly(path, *, node_gpus: int = 8, opportunistic_fraction: float = 0.0
     if fraction > 0 and rng is None:
         raise ValueError("opportunistic_fraction > 0 needs an injected random.Random (rng=)")
     path = str(path)
-    log = RowLog(path) if max_problems is None else RowLog(path, max_problems)
+    log = RowLog(path, max_problems)
     result = TraceResult(path, "philly")
     good: list[tuple[int, float, float, int, str]] = []  # line, absolute time, duration, gpus, queue
     with open_table(path, "a Philly trace") as (reader, names):
@@ -64,14 +64,8 @@ def read_philly(path, *, node_gpus: int = 8, opportunistic_fraction: float = 0.0
         width = len(names)
         i_ts, i_dur, i_n = index["timestamp"], index["duration"], index["num_gpus"]
         i_q = index.get("cluster")
-        for row in reader:
-            if not row:
-                continue
-            result.rows += 1
-            line = reader.line_num
+        for line, row in data_rows(reader, width, result, log):
             try:
-                if len(row) != width:
-                    raise BadRow("wrong field count", f"{len(row)} fields, the header has {width}")
                 t = _seconds(row[i_ts])
                 dur = to_float(row[i_dur], "duration")
                 if dur < 0:
@@ -86,9 +80,8 @@ def read_philly(path, *, node_gpus: int = 8, opportunistic_fraction: float = 0.0
             good.append((line, t, dur, n, queue or "default"))
     t0 = min((g[1] for g in good), default=0.0)
     jobs: list[TraceJob] = []
-    gangs: dict[int, tuple[int, int]] = {}
     for line, t, dur, n, queue in good:
-        workers, gpus = gangs.get(n) or gangs.setdefault(n, split_gang(n, node_gpus))
+        workers, gpus = split_gang(n, node_gpus)
         priority = "opportunistic" if fraction > 0 and rng.random() < fraction else "guaranteed"
         try:
             spec = JobSpec(job_id=f"philly-{line}", submit_time=t - t0, workers=workers, gpus=gpus,
