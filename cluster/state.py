@@ -185,31 +185,21 @@ class ClusterState:
         node.keys += (k,)
         self._capacity[k] += node.spec.gpus
         self._init_key(k, node.spec.gpus)
-        if not node.up:
-            return
-        self._by_free[k][node.free][node.node_id] = node
-        self._free_total[k] += node.free
-        for gpu in node.gpus:
-            if 0 < gpu.milli < MILLI:
-                free = MILLI - gpu.milli
-                b = self._partial[k].get(free)
-                if b is None:
-                    b = self._partial[k][free] = {}
-                    insort(self._partial_keys[k], free)
-                b[gpu] = None
-            if gpu.ukey >= 0:
-                self._util[k][gpu.ukey][gpu] = None
+        if node.up:
+            self._index_node(node, (k,))
 
-    def _index_node(self, node: NodeState) -> None:
-        for k in node.keys:
+    def _index_node(self, node: NodeState, keys: tuple[str, ...] | None = None) -> None:
+        """Put an up node into the indexes of ``keys`` (default: all of its keys)."""
+        keys = node.keys if keys is None else keys
+        for k in keys:
             self._by_free[k][node.free][node.node_id] = node
             self._free_total[k] += node.free
         for gpu in node.gpus:
             if 0 < gpu.milli < MILLI:
-                self._partial_add(node, gpu)
+                self._partial_add(node, gpu, keys)
             gpu.ukey = util_key(gpu, self.opp_cap)
             if gpu.ukey >= 0:
-                for k in node.keys:
+                for k in keys:
                     self._util[k][gpu.ukey][gpu] = None
 
     def node_down(self, node_id: str) -> list[Alloc]:
@@ -238,9 +228,9 @@ class ClusterState:
 
     # ------------------------------------------------------------------ index upkeep
 
-    def _partial_add(self, node: NodeState, gpu: GpuState) -> None:
+    def _partial_add(self, node: NodeState, gpu: GpuState, keys: tuple[str, ...] | None = None) -> None:
         free = MILLI - gpu.milli
-        for k in node.keys:
+        for k in node.keys if keys is None else keys:
             b = self._partial[k].get(free)
             if b is None:
                 b = self._partial[k][free] = {}
