@@ -7,9 +7,12 @@ the records; ``check`` counts the four invariants the issue asks for, each 0 for
   nor ended in the journal as failed or cancelled with a reason. A job the journal calls succeeded
   without every rank's done line counts as lost (its work is), and so does one still active after the
   drain or missing from the journal.
-* **finished twice**: a job of which two different placements each wrote the done lines of all its
-  ranks. (A gang rank that finished in a placement whose other rank was lost and runs again in the
-  next placement is the gang's rule, not a second finish.)
+* **finished twice**: a job of which two different placements each did work (wrote a step line) and
+  wrote the done lines of all its ranks. A placement that resumed at the last step and only said
+  "done" did nothing twice: that is what at-least-once delivery gives when a job ends on a node whose
+  report of it never arrived (no fence can prevent it), so it is shown apart (``redone``). A gang rank
+  that finished in a placement whose other rank was lost and runs again in the next placement is the
+  gang's rule, not a second finish.
 * **two copies**: two different processes (pids) of the same job and rank whose progress interleaved:
   a line of one was written between the first and the last line of the other. Counted once per pair;
   ``two_copies_s`` adds up how long each pair's spans overlapped.
@@ -64,6 +67,7 @@ class Report:
     ended: dict = field(default_factory=dict)  # journal state -> count, over acknowledged jobs
     lost: list = field(default_factory=list)  # job ids
     finished_twice: list = field(default_factory=list)  # job ids
+    redone: list = field(default_factory=list)  # job ids said done again by a placement that did no step
     two_copies: list = field(default_factory=list)  # (job, rank, pid, pid, overlap seconds)
     gpu_double: list = field(default_factory=list)  # (node, gpu, job, pid, job, pid, overlap seconds)
     lines: int = 0
@@ -129,10 +133,13 @@ def check(lines: list[Line], acked: dict[str, int], journal: dict[str, JobRow]) 
 
     done_by_placement: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
     done_ranks: dict[str, set[int]] = defaultdict(set)
+    worked: set[tuple[str, str]] = set()  # (job, placement) that wrote a step line
     for ln in lines:
         if ln.kind == DONE:
             done_by_placement[ln.job][ln.placement].add(ln.rank)
             done_ranks[ln.job].add(ln.rank)
+        else:
+            worked.add((ln.job, ln.placement))
 
     def workers_of(job: str) -> int:
         row = journal.get(job)
@@ -150,8 +157,10 @@ def check(lines: list[Line], acked: dict[str, int], journal: dict[str, JobRow]) 
 
     for job in sorted(done_by_placement, key=_job_key):
         full = [p for p, ranks in done_by_placement[job].items() if ranks >= set(range(workers_of(job)))]
-        if len(full) > 1:
+        if sum((job, p) in worked for p in full) > 1:
             rep.finished_twice.append(job)
+        elif len(full) > 1:
+            rep.redone.append(job)
 
     by_worker: dict[tuple[str, int], list[int]] = defaultdict(list)
     for job, rank, pid in copies:

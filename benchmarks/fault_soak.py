@@ -71,6 +71,8 @@ def main(argv=None) -> int:
     summary = [f"faults: {faults_s}",
                f"jobs: {out.submitted} submitted, {rep.jobs} acknowledged ({out.unacked} not: scheduler away), "
                f"{rep.finished} finished; journal states: {ended}; attempts -> jobs: {out.attempts}",
+               f"jobs said done again by a placement that resumed at its last step (no work; not counted): "
+               f"{len(rep.redone)}",
                "failed because: " + ("; ".join(f"{n} x {why}" for why, n in out.reasons.items()) or "-"),
                f"drain: {'every job ended' if out.drained else 'NOT every job ended'} in {out.drain_s:.0f} s; "
                f"{rep.lines} progress lines ({out.bad_lines} malformed)",
