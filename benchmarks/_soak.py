@@ -143,10 +143,9 @@ class Soak:
         self.nodes: dict[str, Target] = {}
         self.submitting: list[tuple[subprocess.Popen, str, int]] = []
         self.acked: dict[str, int] = {}
-        self.kinds: dict[str, str] = {}
         self.submitted = self.unacked = 0
         self.faults: dict[str, int] = {f: 0 for f in FAULTS}
-        self.events: list = []  # heap of (time, seq, action, target name)
+        self.events: list = []  # heap of (time, seq, action, target name); the action: restart
         self._seq = 0
         self._read_at = 0
         self._recent: dict[int, float] = {}  # pid -> time of its last step line (worker kill candidates)
@@ -166,10 +165,9 @@ class Soak:
         self.progress.touch()
         self.worker.write_text(WORKER)
         (self.tmp / "policy.toml").write_text(POLICY)
-        for name in ("client", *[f"n{i}" for i in range(self.cfg.nodes)]):
-            args = ["keys", "generate", self.keys] + ([] if name == "client" else ["--name", name])
-            res = subprocess.run([PY, "-m", "colocate", *map(str, args)], env=self.env, capture_output=True,
-                                 text=True, timeout=60)
+        for args in self._key_commands():
+            res = subprocess.run([PY, "-m", "colocate", "keys", "generate", self.keys, *args], env=self.env,
+                                 capture_output=True, text=True, timeout=60, check=False)
             if res.returncode != 0:
                 raise SoakError(f"colocate keys generate failed: {res.stderr.strip()[-500:]}")
         self.sched = Target("scheduler", [PY, "-m", "colocate", "scheduler", "--bind", self.endpoint, "--state",
@@ -185,6 +183,17 @@ class Soak:
                                            "--log-level", "info"], self.tmp / f"{nid}.log")
             self._spawn(self.nodes[nid])
         self._wait(lambda: self._nodes_up() == self.cfg.nodes, 90, "every node to join the scheduler")
+
+    def _key_commands(self) -> list[list[str]]:
+        """The ``colocate keys generate DIR ...`` arguments for one folder of the scheduler's, the nodes' and a
+        client's keys: role-named keys (``--node NAME --user NAME``) where the command has them, else one
+        admitted key per peer (``--name NAME``; the nodes and the client then use the ``client`` key)."""
+        nodes = [f"n{i}" for i in range(self.cfg.nodes)]
+        res = subprocess.run([PY, "-m", "colocate", "keys", "generate", "--help"], env=self.env, capture_output=True,
+                             text=True, timeout=60, check=False)
+        if "--node" in res.stdout:
+            return [[arg for n in nodes for arg in ("--node", n)] + ["--user", "soak"]]
+        return [[]] + [["--name", n] for n in nodes]
 
     def _nodes_up(self) -> int:
         from cluster.client import SchedulerClient
@@ -271,7 +280,6 @@ class Soak:
             words = out.split()
             if proc.returncode == 0 and words:
                 self.acked[words[-1]] = workers
-                self.kinds[words[-1]] = kind
             else:
                 self.unacked += 1
                 self._log_fault("submit not acknowledged", "scheduler",
@@ -361,7 +369,7 @@ class Soak:
         while made < cfg.faults:
             t = time.monotonic()
             while self.events and self.events[0][0] <= t:
-                _, _, action, name = heapq.heappop(self.events)
+                name = heapq.heappop(self.events)[3]
                 self._restart(self._target(name))
             self._poll_submits()
             self._read_progress()

@@ -115,9 +115,12 @@ def parse(text: str) -> tuple[list[Line], int]:
 def _interleaved(a: list[float], b: list[float]) -> float | None:
     """How long two sorted series of line times overlapped, when a line of one lies strictly inside the
     other's [first, last] span; None when they did not interleave."""
-    if not (a[0] < b[0] < a[-1] or a[0] < b[-1] < a[-1] or b[0] < a[0] < b[-1] or b[0] < a[-1] < b[-1]):
-        if not (a[0] == b[0] and a[-1] == b[-1] and len(a) > 1):
-            return None
+    def inside(t: float, span: list[float]) -> bool:
+        return span[0] < t < span[-1]
+
+    same = (a[0], a[-1]) == (b[0], b[-1]) and a[0] < a[-1]
+    if not (same or inside(b[0], a) or inside(b[-1], a) or inside(a[0], b) or inside(a[-1], b)):
+        return None
     return max(0.0, min(a[-1], b[-1]) - max(a[0], b[0]))
 
 
