@@ -300,6 +300,8 @@ class Soak:
                 self._recent.pop(ln.pid, None)
             else:
                 self._recent[ln.pid] = ln.t
+        for pid in [p for p, t in self._recent.items() if time.time() - t > 10.0]:
+            del self._recent[pid]  # gone (killed, or stopped by its node)
 
     def _is_worker(self, pid: int) -> bool:
         """True while ``pid`` is a process of this run's worker script (never signal a reused pid)."""
@@ -381,8 +383,9 @@ class Soak:
                 next_fault = t + self.rng.uniform(0.5, 1.5) * cfg.every_s
                 if what is not None:
                     made += 1
+                    live = sum(1 for t_line in self._recent.values() if time.time() - t_line < 1.0)
                     self.say(f"[{made:4d}/{cfg.faults}] {self.now():7.1f} s  {what:48s} submitted {self.submitted}, "
-                             f"acked {len(self.acked)}, progressing {len(self._recent)}")
+                             f"acked {len(self.acked)}, workers progressing {live}")
             time.sleep(0.05)
 
     def drain(self) -> tuple[bool, float]:
