@@ -476,7 +476,7 @@ class Soak:
                 a = rows[job].attempt
                 attempts[a] = attempts.get(a, 0) + 1
                 if rows[job].state == "failed":
-                    why = re.sub(r"\b[nN]?\d+(\.\d+)*\b", "N", rows[job].reason)[:90]
+                    why = re.sub(r"\b[nN]?\d+(\.\d+)*\b", "N", rows[job].reason)[:120]
                     reasons[why] = reasons.get(why, 0) + 1
         return Outcome(report, dict(self.faults), self.submitted, self.unacked, bad, run_s, drain_s, drained,
                        dict(sorted(attempts.items())), dict(sorted(reasons.items(), key=lambda kv: -kv[1])))

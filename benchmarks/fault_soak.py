@@ -98,7 +98,7 @@ def main(argv=None) -> int:
             f"{cfg.restart_s[0]:g}-{cfg.restart_s[1]:g} s later on its state dir); kill -9 of a worker",
             "- counted from the progress file and the journal after the drain (`benchmarks/_soak_check.py`): "
             "lost = acknowledged, not finished by every rank, not failed/cancelled with a reason; finished twice = "
-            "two placements each wrote every rank's done line; two copies = two pids of one job and rank whose "
+            "two placements each did work and wrote every rank's done line; two copies = two pids of one job and rank whose "
             "progress lines interleaved; GPU double = two guaranteed jobs' lines interleaved on one node and GPU",
             "", *[f"- {line}" for line in summary], "",
             C.markdown_table(["invariant", "count", "examples"], rows),
