@@ -33,6 +33,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--faults", type=int, default=200, help="faults to make (default 200)")
     p.add_argument("--every", type=float, default=3.0, help="mean seconds between faults (default 3)")
+    p.add_argument("--duration", type=float, default=None,
+                   help="seconds of faults in all (sets --every to DURATION / FAULTS)")
     p.add_argument("--submit-every", type=float, default=1.5, help="mean seconds between submissions (default 1.5)")
     p.add_argument("--steps", type=int, default=40, help="progress steps per worker, 0.1 s each (default 40)")
     p.add_argument("--stop-max", type=float, default=20.0, help="longest SIGSTOP of a node, s (default 20)")
@@ -42,7 +44,10 @@ def main(argv=None) -> int:
     p.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = p.parse_args(argv)
 
-    cfg = S.SoakConfig(faults=args.faults, every_s=args.every, submit_every_s=args.submit_every, steps=args.steps,
+    if args.faults < 1 or (args.duration is not None and args.duration <= 0):
+        p.error("--faults and --duration must be positive")
+    every = args.duration / args.faults if args.duration is not None else args.every
+    cfg = S.SoakConfig(faults=args.faults, every_s=every, submit_every_s=args.submit_every, steps=args.steps,
                        stop_s=(1.0, max(1.0, args.stop_max)), drain_s=args.drain, seed=args.seed)
     console = C.console()
     tmp = Path(tempfile.mkdtemp(prefix="colocate-soak-"))
