@@ -3,7 +3,10 @@
 Every frame is decoded by ``colocate.protocol``; anything malformed, of another version, of an
 unknown type, or a message only the scheduler sends, is answered with ``Error`` and logged (at most
 ``MAX_BAD_LOGS_PER_S`` lines a second), and the daemon carries on. With CURVE (``keys``), a peer
-whose public key is not admitted never gets past the handshake: nothing of it reaches this loop.
+whose public key is not admitted never gets past the handshake: nothing of it reaches this loop;
+every message that does reaches the service with its peer's identity (the ZAP user id, the name of
+its key: ``node-gpu7``, ``user-alice``, ``operator-bob``). Without keys (``--insecure``, loopback
+only) there is no identity (None).
 
 The loop: poll the socket until the next tick (``TICK_S``), handle every waiting frame, then tick
 the service (liveness, the core's Tick). The service is called under ``lock`` so the metrics thread
@@ -84,13 +87,13 @@ class SchedulerServer:
     def _drain(self) -> None:
         for _ in range(1000):  # bounded, so ticks still run under a flood
             try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
             if len(frames) != 2:
-                self._bad(frames[0], P.ProtocolError(P.MALFORMED, f"expected 1 frame, got {len(frames) - 1}"))
+                self._bad(frames[0].bytes, P.ProtocolError(P.MALFORMED, f"expected 1 frame, got {len(frames) - 1}"))
                 continue
-            ident, data = frames
+            ident, data, peer = frames[0].bytes, frames[1].bytes, self._peer(frames[1])
             try:
                 msg = P.decode(data)
             except P.ProtocolError as exc:
@@ -99,7 +102,7 @@ class SchedulerServer:
             t0 = time.perf_counter()
             with self.lock:
                 try:
-                    out = self.service.on_message(ident, msg, self.clock())
+                    out = self.service.on_message(ident, msg, self.clock(), peer=peer)
                 except Exception:  # a bug must not take the scheduler down; the peer hears of it
                     log.exception("handling %s failed", msg.TYPE)
                     out = [(ident, P.Error(code=P.INVALID, message=f"the scheduler could not handle {msg.TYPE}",
@@ -107,6 +110,15 @@ class SchedulerServer:
             self._send(out)
             if len(out) > 1 or (out and not isinstance(out[0][1], (P.NodeHeartbeat, P.Error))):
                 self._latency(time.perf_counter() - t0)
+
+    def _peer(self, frame) -> str | None:
+        """The sender's ZAP user id (its key's name) with CURVE; None without keys."""
+        if self.auth is None:
+            return None
+        try:
+            return frame.get("User-Id") or ""
+        except zmq.ZMQError:
+            return ""
 
     def _latency(self, seconds: float) -> None:
         s = self.service

@@ -256,22 +256,21 @@ def test_curve_the_node_connects_with_its_own_certificate(tmp_path):
     if not zmq.has("curve"):
         pytest.skip("libzmq without CURVE")
     keys = tmp_path / "keys"
-    K.generate(str(keys), "n1")
+    K.generate(str(keys), K.NODE, "n1")
     ctx = zmq.Context()
     auth = K.start_authenticator(ctx, str(keys))
     sched = FakeScheduler(ctx=ctx, keys_dir=str(keys))
     try:
         for admitted in (True, False):
-            if not admitted:  # no longer admitted: the handshake fails and nothing of the node arrives
-                os.unlink(keys / "authorized" / "n1.key")
-                auth.configure_curve(domain="*", location=str(keys / "authorized"))
+            if not admitted:  # no longer admitted (read again as it changes): nothing of the node arrives
+                os.unlink(keys / "authorized" / "node-n1.key")
             r = Rig(keys_dir=str(keys), start=False)
             r.sched.close()
             r.sched, r.agent.endpoint = sched, sched.endpoint
             r.agent.start()
             if admitted:
                 _, hello = r.expect(P.NodeHello)
-                assert hello.node_id == "n1" and r.agent._key_name() == "n1"
+                assert hello.node_id == "n1" and r.agent._key_name() == "node-n1"
             else:
                 assert not [m for m in r.quiet(1.0) if isinstance(m, P.NodeHello)]
             r.agent.close()
