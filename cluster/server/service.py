@@ -251,8 +251,8 @@ class SchedulerService:
             return [self._error(ident, P.NOT_FOUND, f"no job {m.job_id}")]
         workers = json.loads(row["spec"])["workers"]
         if m.rank is not None and m.rank >= workers:
-            return [self._error(ident, P.NOT_FOUND, f"job {m.job_id} has no worker {m.rank} (its workers are "
-                                                    f"0 to {workers - 1})")]
+            return [self._error(ident, P.NOT_FOUND, f"job {m.job_id} has no worker {m.rank} (it has {workers}: "
+                                                    f"ranks 0 to {workers - 1})")]
         held = [(r, n) for r, n, _ in self.journal.logs(m.job_id) if m.rank is None or r == m.rank]
         if not held:
             return [(ident, P.LogsReply(job_id=m.job_id, logs=()))]
