@@ -67,18 +67,22 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from cluster.client import SchedulerClient, request_from_here
+    from colocate import keys as K
     from colocate import rpc
 
     console = C.console()
     tmp = Path(tempfile.mkdtemp(prefix="colocate-bench-live-"))
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     py = sys.executable
+    keys = tmp / "keys"  # CURVE, as by default: the scheduler's, node n0's and one user's keys
+    K.generate(str(keys), K.NODE, "n0")
+    K.generate(str(keys), K.USER, "bench")
     sched = spawn([py, "-m", "colocate", "scheduler", "--bind", endpoint, "--state", tmp / "s.db", "--config",
-                   "gang-binpack", "--log-level", "warning"], tmp / "scheduler.log")
+                   "gang-binpack", "--log-level", "warning", "--keys", keys], tmp / "scheduler.log")
     node = spawn([py, "-m", "colocate", "node", "--device", "sim", "--sim-gpus", args.gpus, "--scheduler", endpoint,
                   "--node-id", "n0", "--endpoint", f"ipc://{tmp}/n0.sock", "--log-dir", tmp / "logs", "--state-dir",
-                  tmp / "n0", "--log-level", "warning"], tmp / "node.log")
-    client = SchedulerClient(endpoint, "", timeout_s=5.0)
+                  tmp / "n0", "--log-level", "warning", "--keys", keys], tmp / "node.log")
+    client = SchedulerClient(endpoint, str(keys), timeout_s=5.0)
 
     def joined():
         try:
