@@ -279,7 +279,8 @@ def test_with_curve_an_unauthenticated_node_and_client_are_refused(procs, tmp_pa
     keys, other = tmp_path / "keys", tmp_path / "other"
     K.generate(str(keys), K.NODE, "good")
     K.generate(str(keys), K.USER, "tester")
-    K.generate(str(other), K.NODE, "stranger")  # a key the scheduler never admitted
+    K.generate(str(other), K.NODE, "stranger")  # keys the scheduler never admitted
+    K.generate(str(other), K.USER, "tester")
     (other / "scheduler.key").write_bytes((keys / "scheduler.key").read_bytes())
     c = Cluster(procs, tmp_path, nodes=0, keys=keys)
     good = c.start_node("good", 1)
