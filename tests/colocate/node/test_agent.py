@@ -283,3 +283,33 @@ def test_curve_the_node_connects_with_its_own_certificate(tmp_path):
 def test_a_missing_key_folder_fails_at_once(tmp_path):
     with pytest.raises(ValueError, match="missing key file"):
         Rig(keys_dir=str(tmp_path / "nokeys"), start=False)
+
+
+def test_a_refused_hello_is_said_again_and_a_log_tail_is_answered_from_its_own_folder(tmp_path):
+    r = Rig(start=False)
+    r.agent.log_dir = str(tmp_path)
+    (tmp_path / "job-a").mkdir()
+    (tmp_path / "job-a" / "worker-1.log").write_text("x" * 100 + "\nlast line\n")
+    os.symlink("/etc/passwd", tmp_path / "job-a" / "worker-2.log")
+    try:
+        r.agent.start()
+        ident, _ = r.expect(P.NodeHello)
+        r.sched.send(ident, P.Error(code=P.FORBIDDEN, message="node id n1 is held by another live connection",
+                                    job_id=None))
+        r.clock.t += 2.9  # heard (the refusal): no reconnect, and no second hello yet
+        assert not [m for m in r.quiet() if isinstance(m, P.NodeHello)]
+        r.clock.t += 0.2  # past heartbeat x liveness (1 s x 3) without a welcome: hello again
+        again, _ = r.expect(P.NodeHello)
+        assert again == ident and r.agent.sock is not None
+        r.sched.welcome(ident, "n1")
+        for rank, job in ((1, "job-a"), (2, "job-a"), (0, "../../etc")):
+            r.sched.send(ident, P.LogTailRequest(request_id=f"q{rank}", job_id=job, rank=rank, max_bytes=11))
+        tails = {}
+        while len(tails) < 3:
+            _, tail = r.expect(P.LogTail)
+            tails[tail.request_id] = tail
+        assert (tails["q1"].text, tails["q1"].truncated, tails["q1"].error) == ("\nlast line\n", True, "")
+        assert tails["q2"].text == "" and "no log of worker 2 of job job-a on node n1" in tails["q2"].error
+        assert tails["q0"].text == "" and tails["q0"].error  # the id is one safe path component: nothing found
+    finally:
+        r.close()
