@@ -75,7 +75,13 @@ class SchedulerClient:
         return keys
 
     def call(self, msg: P.Message, want: type) -> P.Message:
-        reply = rpc.request(self.endpoint, msg, self.timeout_s, keys_dir=self._keys(), peer="scheduler")
+        keys = self._keys()
+        try:
+            reply = rpc.request(self.endpoint, msg, self.timeout_s, keys_dir=keys, peer="scheduler")
+        except rpc.NoAnswer as exc:  # with CURVE, a scheduler that does not admit our key is silent too
+            if keys:
+                exc.args = (f"{exc} (is it running, and does it admit the keys in {keys}?)",)
+            raise
         if isinstance(reply, P.Error):
             raise Refused(reply.code, reply.message)
         if not isinstance(reply, want):
