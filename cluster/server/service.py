@@ -34,8 +34,8 @@ from cluster import events as ev
 from cluster.core import SchedulerCore
 from cluster.server.identity import ANONYMOUS, Gate, peer_of
 from cluster.server.journal import Journal
-from cluster.server.logs import LogRelay
 from cluster.server.launch import PortPool, start_messages
+from cluster.server.logs import LogRelay
 from cluster.server.views import QueueView, job_view, node_views
 from cluster.spec import JobSpec, NodeSpec, SpecError
 
@@ -121,9 +121,9 @@ class SchedulerService:
         return node_id, None
 
     def _hello(self, ident: bytes, m: P.NodeHello, now: float):
-        holder = self.nodes.get(m.node_id)
-        why = self.gate.hello(self.peer, m.node_id, now - self.heard.get(m.node_id, now)
-                              if holder not in (None, ident) else None, self.heartbeat_s * self.liveness)
+        held = self.nodes.get(m.node_id) not in (None, ident)  # by another connection
+        why = self.gate.hello(self.peer, m.node_id, now - self.heard.get(m.node_id, now) if held else None,
+                              self.heartbeat_s * self.liveness)
         if why:
             self.gate.refused(ident, why)
             return [self._error(ident, P.FORBIDDEN, why)]

@@ -176,7 +176,7 @@ def keyed(procs, tmp_path):
 
 def test_a_node_key_cannot_pose_as_another_node_nor_a_user_key_as_a_node(procs, tmp_path, keyed):
     endpoint, keys = keyed
-    n1 = start_node(procs, tmp_path, endpoint, "n1", "--keys", keys, gpus=2)
+    start_node(procs, tmp_path, endpoint, "n1", "--keys", keys, gpus=2)
     client = SchedulerClient(endpoint, str(tmp_path / "ops"), timeout_s=5.0)
     wait_for(lambda: [n.node_id for n in client.nodes().nodes if n.up] == ["n1"], 60, what="n1 to join")
     job = client.submit(request([PY, "-c", "import time; time.sleep(60)"], name="long"))
