@@ -99,3 +99,15 @@ def test_logs_are_asked_of_the_node_and_relayed_or_named_missing(h):
         (asks[0].rank, "r0", ""), (asks[1].rank, "", "node n1 did not answer within 2 s")]
     (err,) = replies(h.send(CLIENT, P.LogsRequest(job_id=ack.job_id, rank=7)), P.Error)
     assert err.code == P.NOT_FOUND and err.message == f"job {ack.job_id} has no worker 7 (it has 2: ranks 0 to 1)"
+
+
+def test_per_user_quotas_count_the_keys_user_not_the_stated_one(tmp_path):
+    policy = tmp_path / "quota.toml"
+    policy.write_text('plugins = ["fifo", "gang", "binpack", "quota"]\n'
+                      '[plugin.quota]\ntenant = "user"\nquotas = { alice = 2 }\ndefault_quota = -1\n')
+    h = Harness(tmp_path / "sched.db", policy=str(policy))
+    FakeNode(h, "n1").hello()
+    alice, mallory = b"alice", b"mallory"
+    assert replies(submit(h, "user-alice", alice, user="bob"), P.Submitted, alice)  # counted as alice's
+    (err,) = replies(submit(h, "user-mallory", mallory, user="alice"), P.Error, mallory)  # not alice's quota
+    assert err.code == P.INVALID and "mallory" in err.message
