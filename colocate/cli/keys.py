@@ -24,7 +24,8 @@ Copy DIR/scheduler.key with a peer's own pair to that peer, e.g. to alice's DIR2
   colocate node --scheduler tcp://HOST:5555 --node-id gpu1 --keys DIR2   (node-gpu1.* there)
   colocate submit ... --keys DIR2                                        (or COLOCATE_KEYS=DIR2)
 Keep DIR/scheduler.key_secret on the scheduler's machine only. A key added to DIR/authorized/
-while the scheduler runs is admitted at the peer's next connection; one removed, at its next.
+while the scheduler runs is admitted from the peer's next connection; one removed is refused from
+its next connection (a connection already made stays until it drops).
 A peer whose public key is not in DIR/authorized/ gets nothing from the scheduler.
 """
 
