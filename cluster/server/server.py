@@ -6,7 +6,7 @@ unknown type, or a message only the scheduler sends, is answered with ``Error`` 
 whose public key is not admitted never gets past the handshake: nothing of it reaches this loop;
 every message that does reaches the service with its peer's identity (the ZAP user id, the name of
 its key: ``node-gpu7``, ``user-alice``, ``operator-bob``). Without keys (``--insecure``, loopback
-only) there is no identity (None).
+only) there is no identity (None). Peers refused at the handshake are logged by ``HandshakeWatch``.
 
 The loop: poll the socket until the next tick (``TICK_S``), handle every waiting frame, then tick
 the service (liveness, the core's Tick). The service is called under ``lock`` so the metrics thread
@@ -24,6 +24,7 @@ import zmq
 from colocate import keys as K
 from colocate import protocol as P
 from colocate.daemon import LogLimit
+from cluster.server.handshakes import HandshakeWatch
 from cluster.server.service import SchedulerService
 
 log = logging.getLogger("colocate.scheduler")
@@ -47,8 +48,10 @@ class SchedulerServer:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting node may reuse its identity
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a gone peer raises, it is not dropped silently
+        self.handshakes = None
         if keys_dir:
             K.serve(self.sock, keys_dir)
+            self.handshakes = HandshakeWatch(self.sock, time.monotonic)
         try:
             self.sock.bind(bind)
         except zmq.ZMQError:
@@ -61,14 +64,19 @@ class SchedulerServer:
     def serve_forever(self) -> None:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
+        if self.handshakes is not None:
+            poller.register(self.handshakes.monitor, zmq.POLLIN)
         next_tick = time.monotonic()
         log.info("scheduler epoch %d listening on %s%s", self.service.epoch, self.bind,
                  " (CURVE)" if self.auth else "")
         try:
             while not self._stop.is_set():
                 timeout = max(0.0, next_tick - time.monotonic())
-                if poller.poll(timeout=int(timeout * 1000) + 1):
+                ready = dict(poller.poll(timeout=int(timeout * 1000) + 1))
+                if self.sock in ready:
                     self._drain()
+                if self.handshakes is not None and self.handshakes.monitor in ready:
+                    self.handshakes.drain()
                 if time.monotonic() >= next_tick:
                     with self.lock:
                         out = self.service.tick(self.clock())
@@ -78,6 +86,10 @@ class SchedulerServer:
             self.close()
 
     def close(self) -> None:
+        if self.handshakes is not None:
+            self.sock.disable_monitor()
+            self.handshakes.close()
+            self.handshakes = None
         self.sock.close(linger=0)
         if self.auth is not None:
             self.auth.stop()

@@ -134,6 +134,8 @@ def test_by_default_an_unauthenticated_node_gets_no_job_and_no_environment(procs
         assert [n.node_id for n in client.nodes().nodes] == ["n1"], read_log(procs_node)
         assert rogue.received == []  # no welcome, no StartPlacement: no command and no environment
         assert SECRET not in "".join(map(repr, rogue.received))
+        log = read_log(procs.scheduler)  # refused at the handshake again and again, logged once
+        assert log.count("refused at the CURVE handshake") == 1 and "without CURVE" in log
     finally:
         rogue.close()
 

@@ -137,6 +137,8 @@ def test_curve_admits_known_keys_only(procs, tmp_path):
         rpc.request(s.endpoint, P.NodeHello(node_id="evil", epoch=1, host="x", gpus=()), 1.5)
     reply = rpc.request(s.endpoint, P.NodesRequest(), 5, keys_dir=str(keys))
     assert reply.nodes == ()  # the unauthenticated hello never reached it
+    log = read_log(s.proc)  # each kind of refusal logged once, however often the peers retried
+    assert log.count("whose key is not admitted") == 1 and log.count("a peer without CURVE") == 1, log
 
 
 @pytest.mark.parametrize("extra, fragment, code", [
