@@ -4,7 +4,7 @@ A peer whose key is not admitted (ZAP said no) or that speaks without CURVE (or 
 scheduler's key) never delivers a message, so the service never hears of it. ``HandshakeWatch``
 reads the socket's handshake-failure events: the first refusal of each kind is logged at once, later
 ones are counted and summed up in one line at most every ``REPEAT_S`` (a refused peer retries every
-0.1 s). ``refused`` counts them by kind for the metrics.
+0.1 s). ``refused`` counts them by kind.
 """
 
 from __future__ import annotations
