@@ -80,6 +80,7 @@ class SchedulerAgent:
         self._reconnect_at = 0.0
         self._last_heard = self._last_beat = self._last_status = self._hello_at = 0.0
         self._dirty = True
+        self._refusal = ""  # the last refusal of a hello, logged once
         self._bad_logs = LogLimit(MAX_BAD_LOGS_PER_S)
         self._check_keys()
 
@@ -207,6 +208,7 @@ class SchedulerAgent:
             self.scheduler_epoch = msg.scheduler_epoch
             self.heartbeat_s, self.liveness = msg.heartbeat_s, msg.liveness
             self.welcomed, self.welcomes, self.backoff_s = True, self.welcomes + 1, self.backoff_min_s
+            self._refusal = ""
             log.info("welcomed by the scheduler (epoch %d): heartbeat %.2f s, liveness %d", msg.scheduler_epoch,
                      msg.heartbeat_s, msg.liveness)
             while self.pending:
@@ -239,6 +241,11 @@ class SchedulerAgent:
             if msg.code == P.UNKNOWN_NODE:
                 log.warning("the scheduler does not know this node (%s): hello again", msg.message)
                 self._hello()
+            elif not self.welcomed and msg.code == P.FORBIDDEN:  # a refused hello: logged once, said again later
+                if msg.message != self._refusal:
+                    log.warning("the scheduler refused this node: %s (hello again every %.1f s)", msg.message,
+                                self.heartbeat_s * self.liveness)
+                self._refusal = msg.message
             else:
                 log.warning("scheduler error (%s): %s", msg.code, msg.message)
         else:

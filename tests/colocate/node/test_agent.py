@@ -285,7 +285,7 @@ def test_a_missing_key_folder_fails_at_once(tmp_path):
         Rig(keys_dir=str(tmp_path / "nokeys"), start=False)
 
 
-def test_a_refused_hello_is_said_again_and_a_log_tail_is_answered_from_its_own_folder(tmp_path):
+def test_a_refused_hello_is_said_again_and_a_log_tail_is_answered_from_its_own_folder(tmp_path, caplog):
     r = Rig(start=False)
     r.agent.log_dir = str(tmp_path)
     (tmp_path / "job-a").mkdir()
@@ -301,6 +301,11 @@ def test_a_refused_hello_is_said_again_and_a_log_tail_is_answered_from_its_own_f
         r.clock.t += 0.2  # past heartbeat x liveness (1 s x 3) without a welcome: hello again
         again, _ = r.expect(P.NodeHello)
         assert again == ident and r.agent.sock is not None
+        r.sched.send(ident, P.Error(code=P.FORBIDDEN, message="node id n1 is held by another live connection",
+                                    job_id=None))
+        r.quiet()
+        assert [m for m in caplog.messages if "refused this node" in m] == [  # logged once, however often
+            "the scheduler refused this node: node id n1 is held by another live connection (hello again every 3.0 s)"]
         r.sched.welcome(ident, "n1")
         for rank, job in ((1, "job-a"), (2, "job-a"), (0, "../../etc")):
             r.sched.send(ident, P.LogTailRequest(request_id=f"q{rank}", job_id=job, rank=rank, max_bytes=11))
