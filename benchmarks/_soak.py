@@ -11,7 +11,8 @@ resumes from, and a "done" line after the last step.
 
 A driver makes faults at random (``random.Random(seed)``; every one in ``faults.jsonl``): kill -9 of the
 scheduler (restarted), kill -9 / SIGSTOP for a while then SIGCONT / SIGTERM of a node (restarted on its
-state dir), kill -9 of one worker that is writing progress. Then, with no faults, the cluster drains
+state dir; a node whose workers are writing progress is drawn more often), kill -9 of one worker that
+is writing progress. Then, with no faults, the cluster drains
 (bounded), every process this run started is stopped by pid, and ``collect`` reads the progress file
 and the journal (read-only) for ``_soak_check.check``.
 """
@@ -149,6 +150,7 @@ class Soak:
         self._seq = 0
         self._read_at = 0
         self._recent: dict[int, float] = {}  # pid -> time of its last step line (worker kill candidates)
+        self._where: dict[int, str] = {}  # pid -> its node
         self._done_pids: set[int] = set()
         self.t0 = time.monotonic()
 
@@ -300,8 +302,10 @@ class Soak:
                 self._recent.pop(ln.pid, None)
             else:
                 self._recent[ln.pid] = ln.t
+                self._where[ln.pid] = ln.node
         for pid in [p for p, t in self._recent.items() if time.time() - t > 10.0]:
             del self._recent[pid]  # gone (killed, or stopped by its node)
+            self._where.pop(pid, None)
 
     def _is_worker(self, pid: int) -> bool:
         """True while ``pid`` is a process of this run's worker script (never signal a reused pid)."""
@@ -344,7 +348,8 @@ class Soak:
             self._recent.pop(pid, None)
             target, detail = f"pid {pid}", ""
         else:
-            node = self.rng.choice(sorted(nodes_up, key=lambda n: n.name))
+            busy = [sum(1 for pid in workers if self._where.get(pid) == n.name) for n in nodes_up]
+            node = self.rng.choices(nodes_up, weights=[1 + 2 * b for b in busy])[0]  # busy nodes more often
             target = node.name
             if kind == "node SIGSTOP":
                 length = self.rng.uniform(*self.cfg.stop_s)
