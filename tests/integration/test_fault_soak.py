@@ -28,7 +28,8 @@ def test_twenty_faults_lose_no_job_and_never_run_one_twice(tmp_path):
     rep = out.report
     summary = (f"faults {out.faults}; jobs {rep.jobs} acknowledged of {out.submitted}, {rep.finished} finished, "
                f"states {rep.ended}, failed because {out.reasons}; lost {rep.lost}, finished twice "
-               f"{rep.finished_twice} (redone without work {rep.redone}), two copies {rep.two_copies}, GPU double {rep.gpu_double}")
+               f"{rep.finished_twice} (redone without work {rep.redone}), two copies {rep.two_copies}, "
+               f"GPU double {rep.gpu_double}")
     print(summary)
     assert sum(out.faults.values()) == 20 and sum(1 for n in out.faults.values() if n) >= 3, summary
     assert out.drained, summary
