@@ -25,7 +25,7 @@ def argtype(fn, what: str):
     return parse
 
 
-def _int_at_least(lo: int, what: str):
+def _int_at_least(lo: int, what: str, hi: int | None = None):
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -33,9 +33,22 @@ def _int_at_least(lo: int, what: str):
             raise ValueError(f"must be {what} integer, got {text!r}") from None
         if value < lo:
             raise ValueError(f"must be {what} integer, got {text}")
+        if hi is not None and value > hi:
+            shown = text if len(text) <= 24 else text[:21] + "..."
+            raise ValueError(f"must be {what} integer of at most {hi}, got {shown}")
         return value
 
     return parse
+
+
+def _job_id(text: str) -> str:
+    from colocate import protocol as P
+
+    if not text:
+        raise ValueError("an empty job id")
+    if len(text) > P.MAX_ID_CHARS:
+        raise ValueError(f"a job id has at most {P.MAX_ID_CHARS} characters, got {len(text)}")
+    return text
 
 
 _nonneg_int = _int_at_least(0, "a non-negative")
@@ -60,6 +73,15 @@ SHARE = argtype(lambda t: parse_fraction(t, "share"), "share")
 NONNEG_INT = argtype(_nonneg_int, "index")
 POSITIVE_INT = argtype(_positive_int, "count")
 PORT = argtype(lambda t: _check_port(_nonneg_int(t)), "port")
+JOB_ID = argtype(_job_id, "job id")
+RANK = argtype(lambda t: _int_at_least(0, "a non-negative", _protocol().MAX_WORKERS - 1)(t), "rank")
+NODE_GPUS = argtype(lambda t: _int_at_least(1, "a positive", _protocol().MAX_NODE_GPUS)(t), "count")
+
+
+def _protocol():
+    from colocate import protocol
+
+    return protocol
 
 
 def seconds(lo: float, hi: float):

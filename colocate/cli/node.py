@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from colocate.cli._common import PORT, POSITIVE_INT, SIZE
+from colocate.cli._common import NODE_GPUS, PORT, SIZE
 from colocate.config import POLICY_NAMES
 from colocate.env import DEVICE_CHOICES, LOG_LEVELS
 
@@ -40,7 +40,8 @@ def register(sub) -> None:
     p.add_argument("--ctl", default=None, metavar="ENDPOINT",
                    help="operator endpoint for `colocate ctl`/`top` (default: the job endpoint + '.ctl')")
     p.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="GPU kind (default auto)")
-    p.add_argument("--sim-gpus", type=POSITIVE_INT, default=1, metavar="N", help="sim: number of simulated GPUs (default 1)")
+    p.add_argument("--sim-gpus", type=NODE_GPUS, default=1, metavar="N",
+                   help="sim: number of simulated GPUs, 1..64 (default 1)")
     p.add_argument("--sim-gpu-mem", type=SIZE, default=16 << 30, metavar="SIZE",
                    help="sim: memory of each simulated GPU (default 16GiB)")
     p.add_argument("--policy", default=None, choices=POLICY_NAMES,

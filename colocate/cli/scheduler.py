@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from colocate.cli._common import PORT, POSITIVE_INT, seconds
+from colocate.cli._common import PORT, POSITIVE_INT, argtype, seconds
 from colocate.env import LOG_LEVELS
 
 EPILOG = """\
@@ -23,6 +23,12 @@ Exit code: 0 after a clean stop (SIGTERM/SIGINT), 1 if it cannot start, 2 on bad
 """
 
 
+def _state_path(text: str) -> str:
+    if not text.strip():
+        raise ValueError("an empty path (SQLite would keep the state in a temporary file, lost at exit)")
+    return text
+
+
 def register(sub) -> None:
     from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LIVENESS, SCHEDULER_ENDPOINT
 
@@ -31,7 +37,8 @@ def register(sub) -> None:
                        "idle capacity for opportunistic ones, with the queueing policy of --config.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bind", default=SCHEDULER_ENDPOINT, metavar="ENDPOINT", help="endpoint (default %(default)s)")
-    p.add_argument("--state", required=True, metavar="PATH.db", help="SQLite state file (created if missing)")
+    p.add_argument("--state", required=True, type=argtype(_state_path, "path"), metavar="PATH.db",
+                   help="SQLite state file (created if missing)")
     p.add_argument("--config", default="antman", metavar="NAME|FILE",
                    help="policy preset or TOML file (default %(default)s)")
     p.add_argument("--keys", default=None, metavar="DIR", help="CURVE key folder (required beyond loopback)")
