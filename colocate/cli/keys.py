@@ -25,7 +25,9 @@ def register(sub) -> None:
                        description="Manage the ZeroMQ CURVE keys that authenticate nodes and clients to the scheduler.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = p.add_subparsers(dest="action", metavar="ACTION")
-    g = actions.add_parser("generate", help="create the scheduler's keys (once) and an admitted peer key")
+    g = actions.add_parser("generate", help="create the scheduler's keys (once) and an admitted peer key",
+                           description="Create the scheduler's CURVE key pair in DIR (once) and the key of one "
+                           "admitted peer (--name), listed in DIR/authorized/.")
     g.add_argument("dir", metavar="DIR")
     g.add_argument("--name", default="client", help="the peer key's name (default client)")
     p.set_defaults(func=main, _parser=p)
