@@ -81,6 +81,8 @@ def load_cluster(nodes: str | None = None, cluster: str | None = None) -> tuple[
         raise ValueError("give exactly one of --nodes PATH and --cluster SHAPE")
     if cluster:
         specs = parse_shape(cluster)
+        if not any(n.gpus for n in specs):
+            raise ValueError(f"cluster shape {cluster!r}: no GPUs")
         return specs, cluster, {}
     res = load_nodes(nodes)
     if not res.nodes:
@@ -103,8 +105,8 @@ def load_workload(trace: str, *, format: str | None = None, nodes: str | None = 
     f = opportunistic_fraction
     if f is not None and not (0.0 <= f <= 1.0):
         raise ValueError(f"--opportunistic-fraction must be in [0, 1], got {f}")
-    if not (user_factor > 0 and user_noise >= 0):
-        raise ValueError("--user-factor must be > 0 and --user-noise >= 0")
+    if not (1e-6 <= user_factor <= 1e6 and 0 <= user_noise <= 10):
+        raise ValueError("--user-factor must be in [1e-6, 1e6] and --user-noise in [0, 10]")
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be >= 1, got {limit}")
     if node_gpus is not None and node_gpus < 1:

@@ -68,12 +68,30 @@ def _seconds(lo: float, hi: float):
     return parse
 
 
+def _endpoint(text: str) -> str:
+    """A ZeroMQ endpoint as colocate uses them: ``tcp://HOST:PORT`` (PORT 1..65535, or ``*`` to bind any),
+    ``ipc://PATH`` or ``inproc://NAME``; what ZeroMQ itself refuses is still reported when it is used."""
+    scheme, sep, rest = text.partition("://")
+    if not text:
+        raise ValueError("an empty endpoint")
+    if not sep or scheme not in ("tcp", "ipc", "inproc") or not rest:
+        raise ValueError(f"expected tcp://HOST:PORT, ipc://PATH or inproc://NAME, got {text[:80]!r}")
+    if scheme == "tcp":
+        host, colon, port = rest.rpartition(":")
+        if not colon or not host:
+            raise ValueError(f"expected tcp://HOST:PORT, got {text[:80]!r}")
+        if port != "*" and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError(f"the port of {text[:80]!r} must be 1..65535")
+    return text
+
+
 SIZE = argtype(parse_size, "size")
 SHARE = argtype(lambda t: parse_fraction(t, "share"), "share")
 NONNEG_INT = argtype(_nonneg_int, "index")
 POSITIVE_INT = argtype(_positive_int, "count")
 PORT = argtype(lambda t: _check_port(_nonneg_int(t)), "port")
 JOB_ID = argtype(_job_id, "job id")
+ENDPOINT = argtype(_endpoint, "endpoint")
 RANK = argtype(lambda t: _int_at_least(0, "a non-negative", _protocol().MAX_WORKERS - 1)(t), "rank")
 NODE_GPUS = argtype(lambda t: _int_at_least(1, "a positive", _protocol().MAX_NODE_GPUS)(t), "count")
 
@@ -82,6 +100,11 @@ def _protocol():
     from colocate import protocol
 
     return protocol
+
+
+def bounded_int(lo: int, hi: int, what: str):
+    """An argparse type for an integer in [lo, hi]; ``what`` names it in errors."""
+    return argtype(_int_at_least(lo, "an", hi), what)
 
 
 def seconds(lo: float, hi: float):
@@ -97,9 +120,9 @@ def _check_port(port: int) -> int:
 
 def add_node_options(p: argparse.ArgumentParser) -> None:
     """``--node`` / ``--ctl`` / ``--timeout``: how an operator command reaches a node."""
-    p.add_argument("--node", default=None, metavar="ENDPOINT",
+    p.add_argument("--node", default=None, type=ENDPOINT, metavar="ENDPOINT",
                    help="the node's job endpoint (default: the one `colocate node` binds by default)")
-    p.add_argument("--ctl", default=None, metavar="ENDPOINT",
+    p.add_argument("--ctl", default=None, type=ENDPOINT, metavar="ENDPOINT",
                    help="the node's operator endpoint (default: the job endpoint + '.ctl')")
     p.add_argument("--timeout", type=seconds(0.001, 3600), default=2.0, metavar="S",
                    help="seconds to wait for the node's answer (default 2)")
@@ -116,7 +139,7 @@ DURATION = argtype(parse_duration, "duration")
 
 def add_scheduler_options(p: argparse.ArgumentParser) -> None:
     """``--scheduler`` / ``--keys`` / ``--timeout``: how a client reaches the scheduler."""
-    p.add_argument("--scheduler", default=None, metavar="ENDPOINT",
+    p.add_argument("--scheduler", default=None, type=ENDPOINT, metavar="ENDPOINT",
                    help="the scheduler's endpoint (default: $COLOCATE_SCHEDULER, else tcp://127.0.0.1:5555)")
     p.add_argument("--keys", default=None, metavar="DIR",
                    help="CURVE key folder (`colocate keys generate`; default: $COLOCATE_KEYS, else no CURVE)")

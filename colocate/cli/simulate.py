@@ -40,13 +40,13 @@ def _fraction(text: str) -> float:
     return v
 
 
-def _number(lo: float, what: str):
+def _number(lo: float, what: str, hi: float = float("inf")):
     def parse(text: str) -> float:
         try:
             v = float(text)
         except ValueError:
             raise ValueError(f"must be {what}, got {text!r}") from None
-        if not v >= lo or v == float("inf"):
+        if not lo <= v <= hi or v == float("inf"):  # also NaN
             raise ValueError(f"must be {what}, got {text}")
         return v
 
@@ -62,8 +62,8 @@ def _seed(text: str) -> int:
 
 FRACTION = argtype(_fraction, "fraction")
 SECONDS = argtype(_number(0.0, "a number of seconds >= 0"), "seconds")
-POSITIVE = argtype(_number(1e-12, "a number > 0"), "number")
-NONNEG = argtype(_number(0.0, "a number >= 0"), "number")
+FACTOR = argtype(_number(1e-6, "a number in [1e-6, 1e6]", 1e6), "factor")
+SIGMA = argtype(_number(0.0, "a number in [0, 10]", 10.0), "sigma")
 SEED = argtype(_seed, "seed")
 
 
@@ -96,9 +96,9 @@ def register(sub) -> None:
                    help="run-time estimates for backfill: oracle = the true duration; user = the trace's estimate, "
                    "else the true duration times a seeded lognormal over-estimate (median --user-factor, "
                    "sigma --user-noise); predicted = none, the predictor plugin learns from history (default)")
-    p.add_argument("--user-factor", type=POSITIVE, default=2.0, metavar="X",
+    p.add_argument("--user-factor", type=FACTOR, default=2.0, metavar="X",
                    help="median user over-estimate factor for --estimates user (default 2)")
-    p.add_argument("--user-noise", type=NONNEG, default=0.8, metavar="SIGMA",
+    p.add_argument("--user-noise", type=SIGMA, default=0.8, metavar="SIGMA",
                    help="sigma of the lognormal user estimate noise (default 0.8)")
     p.add_argument("--queues", choices=("default", "trace"), default="default",
                    help="default: every job in queue 'default' (the presets know no other); trace: keep the "
@@ -190,8 +190,9 @@ def _print_summary(summaries: list[dict], out: str, plots: bool = True) -> None:
     for col in ("policy", "jobs", "done", "dropped", "JCT", "p99", "queue", "p99", "span d", "alloc", "util", "sim s"):
         t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for s in summaries:
-        t.add_row(s["policy"], str(s["jobs"]), str(s["succeeded"]), str(s["dropped"]), _h(s["mean_jct_s"]), _h(s["p99_jct_s"]), _h(s["mean_queue_s"]),
-                  _h(s["p99_queue_s"]), f"{s['makespan_s'] / 86400:.1f}", _pct(s["gpu_allocation_rate"]),
+        t.add_row(s["policy"], str(s["jobs"]), str(s["succeeded"]), str(s["dropped"]), _h(s["mean_jct_s"]),
+                  _h(s["p99_jct_s"]), _h(s["mean_queue_s"]), _h(s["p99_queue_s"]),
+                  f"{s['makespan_s'] / 86400:.1f}", _pct(s["gpu_allocation_rate"]),
                   _pct(s["gpu_utilization"]), f"{s['sim_wall_s']:.1f}")
     console.print(t)
     classes = [s for s in summaries if "by_class" in s]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from colocate.cli._common import (DURATION, POSITIVE_INT, SIZE, add_scheduler_options, client_failure, fail,
                                   scheduler_client)
@@ -17,9 +16,10 @@ examples:
 
 The job runs in this working directory with this environment (minus COLOCATE_* variables):
 a shared filesystem is assumed, as with Slurm. A variable over 64 KiB, or an environment that
-makes the request over 1 MiB, is refused before anything is sent (never silently dropped). Each worker is one process with torchrun's
-variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...): submit the script
-itself, not torchrun. --gpus is per worker.
+makes the request over 1 MiB, is refused before anything is sent (never silently dropped).
+Each worker is one process with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT, ...): submit the script itself, not torchrun. --gpus is per worker.
+--priority is guaranteed unless given.
 Exit code: 0 submitted (the job id is printed); 2 a bad request (nothing was submitted);
 1 the scheduler did not answer.
 """

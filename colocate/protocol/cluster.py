@@ -84,7 +84,8 @@ class JobRequest(_Record):
 
     command: tuple = _f(ListOf(TEXT, 256))
     cwd: str = _f(TEXT)
-    env: tuple = _f(MapOf(Str(256, min_len=1), Str(MAX_ENV_VALUE_CHARS)))  # the submitter's environment, COLOCATE_*-free
+    # the submitter's environment, COLOCATE_*-free
+    env: tuple = _f(MapOf(Str(256, min_len=1), Str(MAX_ENV_VALUE_CHARS)))
     workers: int = _f(Num(int, 1, MAX_WORKERS), default=1)
     gpus: int = _f(Num(int, 0, 64), default=1)  # per worker
     gpu_mem: int = _f(SIZE, default=0)  # bytes per GPU; 0: not stated

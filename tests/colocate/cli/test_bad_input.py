@@ -78,10 +78,13 @@ def client(*args):
     (["submit", "--gpus", "1", "--estimate", "nan", "--", "true"], "--estimate"),
     (["submit", "--gpus", "1", "--queue", LONG_ID, "--", "true"], "JobRequest.queue"),
     (["submit", "--gpus", "1", "--", "/nonexistent/program"], "command not found"),
-    (["status", "1", "--scheduler", "not-an-endpoint"], "bad endpoint"),
+    (["status", "1", "--scheduler", "not-an-endpoint"], "expected tcp://HOST:PORT"),
+    (["status", "1", "--scheduler", "tcp://127.0.0.1:0"], "must be 1..65535"),
+    (["nodes", "--scheduler", ""], "an empty endpoint"),
+    (["ctl", "--ctl", "tcp://127.0.0.1:99999", "list"], "must be 1..65535"),
 ], ids=lambda v: v if isinstance(v, str) else " ".join(v)[:40])
 def test_bad_client_input_is_one_line_and_exit_2(capsys, args, fragment):
-    if "--scheduler" not in args:
+    if "--scheduler" not in args and args[0] != "ctl":  # an endpoint nobody serves, options before "--"
         args = client(*args[:1]) + args[1:] if args[0] != "submit" else client(*args[:-2]) + args[-2:]
     rc, _, err = cli(capsys, *args)
     line = one_line(err, args[0])
@@ -98,6 +101,9 @@ def test_a_scheduler_nobody_serves_is_one_line_and_exit_1(capsys):
     (["--cluster", "2x99999"], "at most 64 GPUs"),
     (["--cluster", "2x8", "--out", "/proc/no/such/dir"], "cannot create it"),
     (["--cluster", "2x8", "--node-gpus", "0"], "--node-gpus"),
+    (["--cluster", "2x0"], "no GPUs"),
+    (["--cluster", "2x8", "--estimates", "user", "--user-noise", "1e300"], "--user-noise"),
+    (["--cluster", "2x8", "--estimates", "user", "--user-factor", "1e308"], "--user-factor"),
 ])
 def test_bad_simulate_input_is_one_line_and_exit_2(capsys, tmp_path, args, fragment):
     trace = tmp_path / "jobs.csv"
@@ -107,9 +113,20 @@ def test_bad_simulate_input_is_one_line_and_exit_2(capsys, tmp_path, args, fragm
     assert rc == 2 and fragment in one_line(err, "simulate"), err
 
 
+def test_a_run_where_every_job_is_dropped_still_plots(capsys, tmp_path):
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("job_id,submit_time,duration,num_gpus\nj0,0,100,8\n")
+    rc, out, err = cli(capsys, "simulate", "--trace", trace, "--cluster", "2x4", "--node-gpus", "8", "--policy",
+                       "fifo", "--quiet", "--out", tmp_path / "out", "--colocation-data", "none")
+    assert rc == 0 and "Traceback" not in err and "1 of 1 jobs dropped" in out
+    assert (tmp_path / "out" / "cdf.png").exists() and (tmp_path / "out" / "timeline.png").exists()
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["scheduler", "--state", "", "--bind", "tcp://127.0.0.1:{port}"], "an empty path"),
     (["node", "--device", "sim", "--sim-gpus", HUGE, "--endpoint", "ipc://{tmp}/n.sock"], "at most 64"),
+    (["scheduler", "--state", "{tmp}/s.db", "--bind", "tcp://127.0.0.1:99999"], "must be 1..65535"),
+    (["scheduler", "--state", "{tmp}/s.db", "--bind", "tcp://127.0.0.1:{port}", "--liveness", HUGE], "--liveness"),
 ])
 def test_bad_daemon_options_exit_2_before_starting(tmp_path, args, fragment):
     argv = [a.format(port=free_port(), tmp=tmp_path) for a in args]
