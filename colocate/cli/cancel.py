@@ -7,7 +7,8 @@ from colocate.cli._common import JOB_ID, add_scheduler_options, client_failure, 
 
 def register(sub) -> None:
     p = sub.add_parser("cancel", help="cancel jobs", description="Cancel pending or running jobs. Exit code: 0 all "
-                       "cancelled; 1 some were unknown, already finished, or the scheduler did not answer.")
+                       "cancelled; 1 some were unknown, already finished, or the scheduler did not answer; "
+                       "2 a bad job id.")
     p.add_argument("jobs", nargs="+", type=JOB_ID, metavar="JOB")
     add_scheduler_options(p)
     p.set_defaults(func=main)

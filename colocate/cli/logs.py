@@ -11,7 +11,7 @@ def register(sub) -> None:
     p = sub.add_parser("logs", help="print a job's worker output",
                        description="Print the log file of each worker of the job's latest placement (stdout and "
                        "stderr), read from the shared filesystem. Exit code: 0; 1 unknown job, no log yet, "
-                       "a log file not readable here, or no answer.")
+                       "a log file not readable here, or no answer; 2 a bad job id or option.")
     p.add_argument("job", type=JOB_ID, metavar="JOB")
     p.add_argument("--worker", type=RANK, default=None, metavar="R", help="only worker (rank) R")
     p.add_argument("--tail", type=NONNEG_INT, default=0, metavar="N", help="only the last N lines of each")

@@ -11,7 +11,8 @@ from colocate.cli._common import JOB_ID, add_scheduler_options, client_failure, 
 def register(sub) -> None:
     p = sub.add_parser("status", help="show one job, or every job (finished ones too)",
                        description="The state of one job (pending/placing/running/succeeded/failed/cancelled, "
-                       "why, where, attempts, exit code) or of every job. Exit code: 0; 1 unknown job or no answer.")
+                       "why, where, attempts, exit code: the first failing worker's) or of every job. "
+                       "Exit code: 0; 1 unknown job or no answer; 2 a bad job id or option.")
     p.add_argument("job", nargs="?", type=JOB_ID, metavar="JOB")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_scheduler_options(p)
