@@ -148,9 +148,17 @@ def add_scheduler_options(p: argparse.ArgumentParser) -> None:
 
 
 def scheduler_client(args):
+    """The client of ``--scheduler`` (checked when parsed), else of ``$COLOCATE_SCHEDULER``, checked here:
+    ``rpc.BadEndpoint`` (exit 2 through ``client_failure``) when it is not an endpoint."""
     from cluster.client import SchedulerClient
+    from colocate import endpoints, rpc
 
-    return SchedulerClient(args.scheduler, args.keys, args.timeout)
+    endpoint = args.scheduler or endpoints.scheduler_endpoint()
+    try:
+        _endpoint(endpoint)
+    except ValueError as exc:
+        raise rpc.BadEndpoint(f"COLOCATE_SCHEDULER: {exc}") from None
+    return SchedulerClient(endpoint, args.keys, args.timeout)
 
 
 def client_failure(prog: str, exc: Exception) -> int:

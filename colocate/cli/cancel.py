@@ -17,7 +17,10 @@ def register(sub) -> None:
 def main(args) -> int:
     from colocate import rpc
 
-    client, rc = scheduler_client(args), 0
+    try:
+        client, rc = scheduler_client(args), 0
+    except rpc.RpcError as exc:
+        return client_failure("cancel", exc)
     for job_id in args.jobs:
         try:
             print(client.cancel(job_id))

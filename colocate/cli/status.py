@@ -31,8 +31,8 @@ def main(args) -> int:
     from colocate.cli._tables import print_table
     from colocate.units import format_duration
 
-    client = scheduler_client(args)
     try:
+        client = scheduler_client(args)
         jobs = [client.job(args.job)] if args.job else client.jobs()[0]
     except rpc.RpcError as exc:
         return client_failure("status", exc)

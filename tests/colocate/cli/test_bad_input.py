@@ -91,6 +91,14 @@ def test_bad_client_input_is_one_line_and_exit_2(capsys, args, fragment):
     assert rc == 2 and fragment in line, err
 
 
+@pytest.mark.parametrize("args", [["status", "1"], ["cancel", "1"], ["logs", "1"], ["queue"], ["nodes"],
+                                  ["submit", "--gpus", "1", "--", "true"]], ids=lambda a: a[0])
+def test_a_bad_colocate_scheduler_variable_is_one_line_and_exit_2(capsys, monkeypatch, args):
+    monkeypatch.setenv("COLOCATE_SCHEDULER", "tcp://127.0.0.1:99999")
+    rc, _, err = cli(capsys, *args)
+    assert rc == 2 and "COLOCATE_SCHEDULER" in one_line(err, args[0])
+
+
 def test_a_scheduler_nobody_serves_is_one_line_and_exit_1(capsys):
     rc, _, err = cli(capsys, *client("status", "1"))
     assert rc == 1 and "no answer" in one_line(err, "status")
