@@ -101,6 +101,6 @@ def test_a_gang_killed_by_kill9_of_one_rank_reports_its_cause(cluster):
     # runs no worker any more, that exit has been heard too: the job still reports the cause
     other = int((c.pids / "0").read_text())
     wait_for(lambda: not alive(other), 60, what="the stopped rank to exit")
-    client = SchedulerClient(c.endpoint, "", timeout_s=5.0)
+    client = SchedulerClient(c.endpoint, None, timeout_s=5.0)  # the keys the scheduler made in the config folder
     wait_for(lambda: client.nodes().nodes[0].workers == 0, 60, what="the node to report no worker")
     assert c.status(job)["exit_code"] == 137
