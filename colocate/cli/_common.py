@@ -41,14 +41,17 @@ def _int_at_least(lo: int, what: str, hi: int | None = None):
     return parse
 
 
-def _job_id(text: str) -> str:
-    from colocate import protocol as P
+def _identifier(what: str):
+    def parse(text: str) -> str:
+        from colocate import protocol as P
 
-    if not text:
-        raise ValueError("an empty job id")
-    if len(text) > P.MAX_ID_CHARS:
-        raise ValueError(f"a job id has at most {P.MAX_ID_CHARS} characters, got {len(text)}")
-    return text
+        if not text:
+            raise ValueError(f"an empty {what}")
+        if len(text) > P.MAX_ID_CHARS:
+            raise ValueError(f"a {what} has at most {P.MAX_ID_CHARS} characters, got {len(text)}")
+        return text
+
+    return parse
 
 
 _nonneg_int = _int_at_least(0, "a non-negative")
@@ -90,7 +93,8 @@ SHARE = argtype(lambda t: parse_fraction(t, "share"), "share")
 NONNEG_INT = argtype(_nonneg_int, "index")
 POSITIVE_INT = argtype(_positive_int, "count")
 PORT = argtype(lambda t: _check_port(_nonneg_int(t)), "port")
-JOB_ID = argtype(_job_id, "job id")
+JOB_ID = argtype(_identifier("job id"), "job id")
+NODE_ID = argtype(_identifier("node id"), "node id")
 ENDPOINT = argtype(_endpoint, "endpoint")
 RANK = argtype(lambda t: _int_at_least(0, "a non-negative", _protocol().MAX_WORKERS - 1)(t), "rank")
 NODE_GPUS = argtype(lambda t: _int_at_least(1, "a positive", _protocol().MAX_NODE_GPUS)(t), "count")

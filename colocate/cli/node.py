@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from colocate.cli._common import ENDPOINT, NODE_GPUS, PORT, SIZE
+from colocate.cli._common import ENDPOINT, NODE_GPUS, NODE_ID, PORT, SIZE
 from colocate.config import POLICY_NAMES
 from colocate.env import DEVICE_CHOICES, LOG_LEVELS
 
@@ -57,7 +57,8 @@ def register(sub) -> None:
     g.add_argument("--scheduler", default=None, type=ENDPOINT, metavar="ENDPOINT",
                    help="join the global scheduler at ENDPOINT, e.g. tcp://HOST:5555 (default: COLOCATE_SCHEDULER "
                         "if set, else run standalone)")
-    g.add_argument("--node-id", default=None, metavar="ID", help="this node's name at the scheduler (default: host name)")
+    g.add_argument("--node-id", default=None, type=NODE_ID, metavar="ID",
+                   help="this node's name at the scheduler (default: host name)")
     g.add_argument("--host", default=None, metavar="ADDR",
                    help="address other nodes reach this one at, MASTER_ADDR of its gangs (default: host name)")
     g.add_argument("--log-dir", default=None, metavar="DIR",
