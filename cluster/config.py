@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.framework import REGISTRY, Plugin
+from cluster.framework import REGISTRY, Plugin, check_plugins
 from cluster.params import Param, parse_params
 
 import cluster.plugins  # noqa: F401  (registers every plugin)
@@ -38,6 +38,8 @@ SCHEDULER_PARAMS = {
     "max_start_failures": Param(3, "int", lambda v: v >= 1, "an integer >= 1"),
     "start_timeout_s": Param(300.0, "float", lambda v: v >= 0, "seconds >= 0 (0: no deadline)"),
     "restore_grace_s": Param(120.0, "float", lambda v: v >= 0, "seconds >= 0"),
+    "refuse_unplaceable": Param(True, "bool", doc="refuse at submit a request no known node could ever hold "
+                                "(false: accept it and set it aside until such a node joins)"),
 }
 TOP_KEYS = ("plugins", "plugin", "scheduler")
 ALWAYS = ("fit",)
@@ -114,10 +116,8 @@ def parse_config(raw: Any, name: str = "<config>") -> PolicyConfig:
     params = {n: parse_params(f"plugin.{n}", _plugin_params(n), tables.get(n)) for n in names}
     sched = parse_params("scheduler", SCHEDULER_PARAMS, raw.get("scheduler"))
     cfg = PolicyConfig(name, tuple(names), params, sched)
-    sorters = [n for n in names if REGISTRY[n].queue_of is not Plugin.queue_of]
-    if len(sorters) != 1:
-        raise ValueError(f"plugins: exactly one queue-sort plugin (fifo or multi_queue) is needed, got {', '.join(sorters) or 'none'}")
     cfg.instantiate()  # plugins check parameter combinations in __init__
+    check_plugins([REGISTRY[n] for n in names])
     return cfg
 
 
