@@ -7,8 +7,9 @@ start until the cluster itself changes, whatever else ends. Cost: O(distinct nod
 
 Per node shape, the workers of one job it could hold at once is the least of, for each resource the
 node and the worker both state: its GPUs (whole GPUs: ``gpus // worker gpus``; a guaranteed
-fractional share: ``1000 // milli`` per GPU; opportunistic workers take no share), GPU memory per GPU,
-CPU and host memory. A resource a node does not state never limits it, as in placement.
+fractional share: ``1000 // milli`` per GPU; opportunistic workers take no share, but two ranks of
+one gang never share a GPU, as the opportunistic plugin places them), GPU memory per GPU, CPU and
+host memory. A resource a node does not state never limits it, as in placement.
 """
 
 from __future__ import annotations
@@ -27,12 +28,10 @@ def _per_node(spec: JobSpec, klass: str, gpus: int, gpu_mem: int, cpu: int, host
     if g:
         if gpus < g:
             return 0
-        per_gpu = INF
-        if klass == "guaranteed":
-            per_gpu = 1 if spec.gpu_milli >= MILLI else MILLI // spec.gpu_milli
+        per_gpu = 1 if klass != "guaranteed" or spec.gpu_milli >= MILLI else MILLI // spec.gpu_milli
         if spec.gpu_mem and gpu_mem:
             per_gpu = min(per_gpu, gpu_mem // spec.gpu_mem)
-        n = INF if per_gpu == INF else (gpus * per_gpu) // g
+        n = (gpus * per_gpu) // g
     if spec.cpu_milli and cpu:
         n = min(n, cpu // spec.cpu_milli)
     if spec.mem_mib and host_mem:

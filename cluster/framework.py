@@ -53,7 +53,7 @@ over this cycle without blocking its queue, and the status says which plugin and
 Exceptions: a plugin that raises in an attempt's points (pre_filter through permit) becomes an
 ERROR status; the open statement is discarded and the reserve plugins' unreserve run, so the
 state is exactly as before the attempt. An exception anywhere else in a cycle (cycle_start,
-queue_order, post_filter, on_blocked, backfill_admit, cycle_end, unreserve, a BaseException)
+queue_order, post_filter, on_blocked, backfill_admit, cycle_end; a BaseException anywhere)
 propagates to the caller with no statement open; the caller must then rebuild the core from its
 journal (its plugins' memory may be half-updated).
 
@@ -143,9 +143,20 @@ def error(plugin: str, exc: BaseException) -> Status:
     return Status(Code.ERROR, plugin, f"internal error: {type(exc).__name__}" + (f": {text}" if text else ""))
 
 
+class PluginError(ValueError):
+    """A plugin broke the framework's contract (e.g. a score that is not a finite number)."""
+
+    def __init__(self, plugin: str, message: str) -> None:
+        super().__init__(message)
+        self.plugin = plugin
+
+
 def _raiser(exc: BaseException) -> str:
-    """The name of the innermost plugin whose method is on ``exc``'s traceback ("framework" if none)."""
-    name = "framework"
+    """The plugin at fault: the one a ``PluginError`` names, else the innermost plugin whose method is
+    on ``exc``'s traceback ("framework" if none)."""
+    name = getattr(exc, "plugin", None) or "framework"
+    if isinstance(exc, PluginError):
+        return name
     tb = exc.__traceback__
     while tb is not None:
         owner = tb.tb_frame.f_locals.get("self")
@@ -544,9 +555,10 @@ class Framework:
 
     def _schedule(self, req: Request) -> tuple[Status, Placement | None, bool]:
         """Place every worker of ``req`` or none. Returns (status, placement, cacheable). A plugin
-        that raises gives an ERROR status, with the statement discarded and the reserve plugins'
-        unreserve run; a BaseException, or an unreserve that raises, propagates with no statement
-        open."""
+        that raises (an unreserve included) gives an ERROR status naming it, with the statement
+        discarded and, once reserve was reached, every reserve plugin's unreserve run once; a
+        BaseException (or an unreserve raising while a raising attempt is undone) propagates with
+        no statement open."""
         stmt = self._stmt
         self._reserving = False
         try:
@@ -597,6 +609,7 @@ class Framework:
         return SUCCESS, stmt.commit(req.job.job_id), False
 
     def _undo(self, req: Request, stmt: Statement, st: Status) -> Status:
+        self._reserving = False  # unreserve runs once per attempt, even if it raises
         try:
             for f in reversed(self.pt["unreserve"][req.klass]):
                 f(req, stmt)
@@ -651,7 +664,7 @@ class Framework:
             raw = [f(req, node) for node in feasible]
             lo, hi = min(raw), max(raw)
             if not (math.isfinite(lo) and math.isfinite(hi)):
-                raise ValueError(f"score {hi if math.isfinite(lo) else lo!r} is not a finite number")
+                raise PluginError(f.__self__.name, f"score {hi if math.isfinite(lo) else lo!r} is not a finite number")
             if not w:
                 continue
             if hi == lo:
