@@ -11,8 +11,16 @@ from cluster import events as ev
 from cluster.capacity import never_fits
 from cluster.events import FAILED, PENDING, PLACING
 from cluster.spec import JobSpec, NodeSpec
-
-from tests.cluster.helpers import changes, config, job, make_core, run, start_all, starts, submit
+from tests.cluster.helpers import (
+    changes,
+    config,
+    job,
+    make_core,
+    run,
+    start_all,
+    starts,
+    submit,
+)
 
 GIB = 1 << 30
 TIB = 1 << 40

@@ -14,8 +14,15 @@ from cluster.core import SchedulerCore
 from cluster.events import PENDING, PLACING
 from cluster.framework import SUCCESS, Code, Plugin, Status, held, register
 from cluster.params import Param
-
-from tests.cluster.helpers import config, finish, job, make_core, start_all, starts, submit
+from tests.cluster.helpers import (
+    config,
+    finish,
+    job,
+    make_core,
+    start_all,
+    starts,
+    submit,
+)
 
 ATTEMPT_POINTS = ("pre_filter", "filter", "score", "reserve", "permit", "unreserve")
 
@@ -70,7 +77,6 @@ class _Boom(Plugin):
 
     def post_filter(self, req, status):
         self._maybe("post_filter", req)
-        return None
 
 
 def boom_core():
