@@ -67,6 +67,15 @@ class Cycle:
 _key = attrgetter("key")
 
 
+def _scores(score, req: Request, nodes: list[NodeState]) -> tuple[list[float], float, float]:
+    """One score plugin's raw scores of ``nodes``, their least and greatest; a PluginError unless finite."""
+    raw = [score(req, node) for node in nodes]
+    lo, hi = min(raw), max(raw)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise PluginError(score.__self__.name, f"score {hi if math.isfinite(lo) else lo!r} is not a finite number")
+    return raw, lo, hi
+
+
 class Framework:
     """Runs the cycle over the plugins. Owned by ``SchedulerCore``, which keeps ``jobs``,
     ``holders`` (placement id -> job, for every placement still holding resources) and feeds
@@ -431,12 +440,16 @@ class Framework:
         its highest to MAX_NODE_SCORE, all equal to MAX_NODE_SCORE), as Kubernetes' NormalizeScore
         does, then weighted. Ties keep the candidate order. A score that is not a finite number is
         the plugin's error."""
+        if len(scorers) == 1:  # one plugin: normalizing keeps its order, so sort by its raw scores
+            f, w = scorers[0]
+            raw, lo, hi = _scores(f, req, feasible)
+            if not w or lo == hi:
+                return feasible
+            order = sorted(range(len(feasible)), key=lambda i: (-raw[i], i))
+            return [feasible[i] for i in order]
         total = [0.0] * len(feasible)
         for f, w in scorers:
-            raw = [f(req, node) for node in feasible]
-            lo, hi = min(raw), max(raw)
-            if not (math.isfinite(lo) and math.isfinite(hi)):
-                raise PluginError(f.__self__.name, f"score {hi if math.isfinite(lo) else lo!r} is not a finite number")
+            raw, lo, hi = _scores(f, req, feasible)
             if not w:
                 continue
             if hi == lo:
