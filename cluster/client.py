@@ -1,8 +1,10 @@
 """Talking to the scheduler from a program or a command: submit, status, queue, nodes, cancel, logs.
 
 ``SchedulerClient(endpoint=None, keys_dir=None, timeout_s=5.0)``: ``endpoint`` defaults to
-``COLOCATE_SCHEDULER`` (else ``tcp://127.0.0.1:5555``), ``keys_dir`` to ``COLOCATE_KEYS`` (CURVE when
-set). Every call is one request and one reply (``colocate.rpc``). Failures raise, with a one-line
+``COLOCATE_SCHEDULER`` (else ``tcp://127.0.0.1:5555``), ``keys_dir`` to ``COLOCATE_KEYS``, else the
+user's own key folder (``colocate.keys.resolve``; made on first use); ``keys_dir=""`` connects without
+CURVE (a scheduler started with ``--insecure``; loopback only). The user the scheduler records is the
+name of the client's key. Every call is one request and one reply (``colocate.rpc``). Failures raise, with a one-line
 ``str()`` for the user: ``rpc.NoAnswer`` (scheduler away, or it refused our keys), ``rpc.BadEndpoint``,
 ``rpc.BadReply``, or ``Refused`` for an ``Error`` reply (``.code`` from ``colocate.protocol``).
 """
@@ -27,18 +29,47 @@ def request_from_here(command, *, workers: int = 1, gpus: int = 1, gpu_mem: int 
                       queue: str = "", name: str = "", estimate_s: float | None = None,
                       environ=None, cwd: str | None = None) -> P.JobRequest:
     """A ``JobRequest`` that runs ``command`` in this process's working directory with its environment,
-    minus every ``COLOCATE_*`` variable (a shared filesystem is assumed, as with Slurm)."""
+    minus every ``COLOCATE_*`` variable (a shared filesystem is assumed, as with Slurm).
+
+    Nothing is dropped silently: ``ValueError`` (one line, naming the variable or the limit) for a
+    variable over ``P.MAX_ENV_VALUE_CHARS`` characters, or a request whose message would be over
+    ``P.MAX_MESSAGE_BYTES`` (1 MiB); a ``ProtocolError`` (a ``ValueError``) for any other field out of range."""
     import getpass
 
     environ = os.environ if environ is None else environ
-    env = {k: v for k, v in environ.items() if not k.startswith("COLOCATE_") and k and len(v) <= 65536}
+    env = {k: v for k, v in environ.items() if not k.startswith("COLOCATE_")}
+    for k, v in env.items():
+        if len(v) > P.MAX_ENV_VALUE_CHARS:
+            raise ValueError(f"environment variable {k[:64]} is {len(v)} characters, over the limit of "
+                             f"{P.MAX_ENV_VALUE_CHARS} for one variable of a job's environment: unset or shorten it")
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = ""
-    return P.JobRequest(command=tuple(command), cwd=cwd or os.getcwd(), env=env, workers=workers, gpus=gpus,
-                        gpu_mem=gpu_mem, priority=priority, queue=queue, name=(name or default_name(command))[:128],
-                        user=user[:128], estimate_s=estimate_s)
+    req = P.JobRequest(command=tuple(command), cwd=cwd or os.getcwd(), env=env, workers=workers, gpus=gpus,
+                       gpu_mem=gpu_mem, priority=priority, queue=queue, name=(name or default_name(command))[:128],
+                       user=user[:128], estimate_s=estimate_s)
+    check_size(req)
+    return req
+
+
+def check_size(req: P.JobRequest) -> None:
+    """``ValueError`` (one line: the size, the limit, the largest variables) when ``req`` would not fit one
+    message to the scheduler; checked before anything is sent."""
+    import msgpack
+
+    size = len(msgpack.packb(P.to_wire(P.Submit(request=req)), use_bin_type=True))
+    if size <= P.MAX_MESSAGE_BYTES:
+        return
+    from colocate.units import format_size
+
+    env = dict(req.env)
+    largest = sorted(env, key=lambda k: -len(env[k]))[:3]
+    raise ValueError(f"the job's request is {format_size(size)}, over the {format_size(P.MAX_MESSAGE_BYTES)} "
+                     f"limit of a message to the scheduler; its environment is "
+                     f"{format_size(sum(len(k) + len(v) for k, v in env.items()))} (largest: "
+                     f"{', '.join(f'{k[:64]} {format_size(len(env[k]))}' for k in largest)}): unset what the job "
+                     "does not need")
 
 
 def default_name(command) -> str:
@@ -60,11 +91,26 @@ def default_name(command) -> str:
 class SchedulerClient:
     def __init__(self, endpoint: str | None = None, keys_dir: str | None = None, timeout_s: float = 5.0):
         self.endpoint = endpoint or endpoints.scheduler_endpoint()
-        self.keys_dir = keys_dir if keys_dir is not None else K.default_dir()
+        self.keys_dir = keys_dir
         self.timeout_s = timeout_s
 
+    def _keys(self) -> str | None:
+        """The key folder (made on first use when it is the user's own), or None for ``keys_dir=""``."""
+        try:
+            keys = K.resolve(self.keys_dir, insecure=self.keys_dir == "")
+            K.require_keys(self.endpoint, keys)
+        except (ValueError, OSError) as exc:
+            raise rpc.BadEndpoint(str(exc)) from None
+        return keys
+
     def call(self, msg: P.Message, want: type) -> P.Message:
-        reply = rpc.request(self.endpoint, msg, self.timeout_s, keys_dir=self.keys_dir, peer="scheduler")
+        keys = self._keys()
+        try:
+            reply = rpc.request(self.endpoint, msg, self.timeout_s, keys_dir=keys, peer="scheduler")
+        except rpc.NoAnswer as exc:  # with CURVE, a scheduler that does not admit our key is silent too
+            if keys:
+                exc.args = (f"{exc} (is it running, and does it admit the keys in {keys}?)",)
+            raise
         if isinstance(reply, P.Error):
             raise Refused(reply.code, reply.message)
         if not isinstance(reply, want):
@@ -94,4 +140,5 @@ class SchedulerClient:
         return self.call(P.Cancel(job_id=job_id), P.Ok).message
 
     def logs(self, job_id: str, rank: int | None = None) -> list[P.LogRef]:
+        """Each worker's log (its end), as the node holding it read it, or an error line per worker."""
         return list(self.call(P.LogsRequest(job_id=job_id, rank=rank), P.LogsReply).logs)

@@ -5,9 +5,9 @@ The scheduler binds one ROUTER endpoint (``colocate scheduler --bind``); nodes (
 
 Who sends what:
   node -> scheduler   NodeHello (register; the reply is NodeWelcome), NodeHeartbeat, NodeStatus,
-                      WorkerStarted, WorkerExited, StartRefused
+                      WorkerStarted, WorkerExited, StartRefused, LogTail
   scheduler -> node   NodeWelcome, NodeHeartbeat (the echo), StartPlacement, StopPlacement,
-                      PromotePlacement, Error
+                      PromotePlacement, LogTailRequest, Error
   client -> scheduler Submit, JobsRequest, NodesRequest, Cancel, LogsRequest
   scheduler -> client Submitted, JobsReply, NodesReply, Ok, LogsReply, Error
 
@@ -23,6 +23,11 @@ Rules:
     twice. ``StopPlacement`` and ``PromotePlacement`` are idempotent too.
   * Each worker of a placement is one process with torchrun's contract (``RANK``, ``LOCAL_RANK``,
     ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) on its GPUs.
+  * Logs travel over the link: ``LogsRequest`` makes the scheduler send each worker's node a
+    ``LogTailRequest``; the node reads the log file it wrote itself (a path it builds from the
+    validated job id and rank, never one it was sent) and answers ``LogTail`` with at most
+    ``max_bytes`` of its end; the scheduler relays the answers in one ``LogsReply``, with an error
+    line for a node that is down or does not answer within ``endpoints.LOGS_DEADLINE_S``.
   * Times in views (``submitted_at`` ...) are the scheduler's wall clock, seconds since the epoch.
 """
 
@@ -37,8 +42,13 @@ from colocate.protocol.codec import (
 
 PORT = Num(int, 0, 65535)
 STATE = Str(choices=("pending", "placing", "running", "succeeded", "failed", "cancelled"))
-GPU_INDICES = ListOf(COUNT, 64)
+MAX_NODE_GPUS = 64  # GPUs of one node
+MAX_WORKERS = 4096  # workers (ranks) of one job
+MAX_ENV_VALUE_CHARS = 65536  # one variable of a job's environment
+GPU_INDICES = ListOf(COUNT, MAX_NODE_GPUS)
 MAX_PAGE = 1000  # jobs per JobsReply
+LOG_TAIL_MAX_BYTES = 64 << 10  # the most of one worker's log a LogTail carries
+LOG_TEXT = Str(LOG_TAIL_MAX_BYTES)
 
 
 # ---------------------------------------------------------------- nested records
@@ -81,8 +91,9 @@ class JobRequest(_Record):
 
     command: tuple = _f(ListOf(TEXT, 256))
     cwd: str = _f(TEXT)
-    env: tuple = _f(MapOf(Str(256, min_len=1), Str(65536)))  # the submitter's environment, COLOCATE_*-free
-    workers: int = _f(Num(int, 1, 4096), default=1)
+    # the submitter's environment, COLOCATE_*-free
+    env: tuple = _f(MapOf(Str(256, min_len=1), Str(MAX_ENV_VALUE_CHARS)))
+    workers: int = _f(Num(int, 1, MAX_WORKERS), default=1)
     gpus: int = _f(Num(int, 0, 64), default=1)  # per worker
     gpu_mem: int = _f(SIZE, default=0)  # bytes per GPU; 0: not stated
     priority: str = _f(PRIORITY, default="guaranteed")
@@ -136,9 +147,15 @@ class NodeView(_Record):
 
 @_record()
 class LogRef(_Record):
+    """One worker's log, as its node read it: the end of the file (``truncated`` when earlier output
+    was left out), or ``error`` (the node is down, did not answer, or has no such log)."""
+
     rank: int = _f(COUNT)
     node_id: str = _f(NAME)
-    path: str = _f(TEXT)
+    path: str = _f(TEXT, default="")  # unused: the scheduler sends no paths (kept for the wire)
+    text: str = _f(LOG_TEXT, default="")
+    truncated: bool = _f(Bool(), default=False)
+    error: str = _f(TEXT, default="")
 
 
 # ---------------------------------------------------------------- node -> scheduler
@@ -149,7 +166,7 @@ class NodeHello(Message):
     node_id: str = _f(NODE_ID)
     epoch: int = _f(COUNT)
     host: str = _f(NAME)  # the address workers on other nodes reach this node at (MASTER_ADDR)
-    gpus: tuple = _f(ListOf(Nested(NodeGpu), 64))
+    gpus: tuple = _f(ListOf(Nested(NodeGpu), MAX_NODE_GPUS))
     cpu_milli: int = _f(COUNT, default=0)
     mem_mib: int = _f(COUNT, default=0)
 
@@ -164,7 +181,7 @@ class NodeHeartbeat(Message):
 class NodeStatus(Message):
     node_id: str = _f(NODE_ID)
     epoch: int = _f(COUNT)
-    gpus: tuple = _f(ListOf(Nested(GpuStatus), 64))
+    gpus: tuple = _f(ListOf(Nested(GpuStatus), MAX_NODE_GPUS))
     workers: tuple = _f(ListOf(Nested(WorkerStatus)))
 
 
@@ -196,6 +213,19 @@ class StartRefused(Message):
     job_id: str = _f(JOB_ID)
     placement_id: str = _f(NAME)
     reason: str = _f(TEXT)
+
+
+@_record("log_tail")
+class LogTail(Message):
+    """The answer to ``LogTailRequest``: the end of the log (at most its ``max_bytes``, decoded with
+    replacement characters), or ``error``."""
+
+    node_id: str = _f(NODE_ID)
+    epoch: int = _f(COUNT)
+    request_id: str = _f(NAME)
+    text: str = _f(LOG_TEXT, default="")
+    truncated: bool = _f(Bool(), default=False)  # earlier output was left out
+    error: str = _f(TEXT, default="")
 
 
 # ---------------------------------------------------------------- scheduler -> node
@@ -234,6 +264,16 @@ class StopPlacement(Message):
 class PromotePlacement(Message):
     placement_id: str = _f(NAME)
     job_id: str = _f(JOB_ID)
+
+
+@_record("log_tail_request")
+class LogTailRequest(Message):
+    """Asks a node for the end of worker ``rank``'s log of job ``job_id`` (answered with ``LogTail``)."""
+
+    request_id: str = _f(NAME)
+    job_id: str = _f(JOB_ID)
+    rank: int = _f(COUNT)
+    max_bytes: int = _f(Num(int, 1, LOG_TAIL_MAX_BYTES), default=LOG_TAIL_MAX_BYTES)
 
 
 # ---------------------------------------------------------------- client <-> scheduler
@@ -297,7 +337,7 @@ class LogsReply(Message):
     logs: tuple = _f(ListOf(Nested(LogRef)))
 
 
-NODE_TO_SCHEDULER = (NodeHello, NodeHeartbeat, NodeStatus, WorkerStarted, WorkerExited, StartRefused)
-SCHEDULER_TO_NODE = (NodeWelcome, NodeHeartbeat, StartPlacement, StopPlacement, PromotePlacement)
+NODE_TO_SCHEDULER = (NodeHello, NodeHeartbeat, NodeStatus, WorkerStarted, WorkerExited, StartRefused, LogTail)
+SCHEDULER_TO_NODE = (NodeWelcome, NodeHeartbeat, StartPlacement, StopPlacement, PromotePlacement, LogTailRequest)
 CLIENT_TO_SCHEDULER = (Submit, JobsRequest, NodesRequest, Cancel, LogsRequest)
 SCHEDULER_TO_CLIENT = (Submitted, JobsReply, NodesReply, Ok, LogsReply)

@@ -9,8 +9,10 @@ from tests.support import PY, FakeScheduler, NodeProc, read_log
 
 
 def node_argv(ipc_dir, name: str, *extra) -> list:
+    """A node's command line; without ``--keys`` it speaks without CURVE, as the fake scheduler does."""
+    keys = [] if "--keys" in extra else ["--insecure"]
     return [PY, "-m", "colocate", "node", "--device", "sim", "--endpoint", f"ipc://{ipc_dir}/{name}.sock",
-            "--state-dir", ipc_dir / "state", "--log-dir", ipc_dir / "logs", *extra]
+            "--state-dir", ipc_dir / "state", "--log-dir", ipc_dir / "logs", *keys, *extra]
 
 
 @pytest.fixture
@@ -44,7 +46,7 @@ def test_a_state_folder_in_use_stops_a_second_node(procs, ipc_dir, sched):
 
 @pytest.mark.parametrize("extra, fragment", [
     (["--keys", "/no/such/keys"], "missing key file"),
-    (["--scheduler", "not-an-endpoint"], "scheduler link"),
+    (["--scheduler", "not-an-endpoint"], "--scheduler"),
 ])
 def test_bad_scheduler_options_exit_2_with_one_line(procs, ipc_dir, sched, extra, fragment):
     args = ["--scheduler", sched.endpoint, *extra] if extra[0] == "--keys" else extra
