@@ -170,7 +170,8 @@ def test_a_job_no_node_can_hold_after_a_node_shrank_is_set_aside_and_says_why(h)
     n.hello()
     (a,) = replies(h.submit(gpus=2), P.Submitted)
     (b,) = replies(h.submit(gpus=2), P.Submitted)
-    FakeNode(h, "n1", gpus=1, epoch=2).hello()  # the only 2-GPU node came back with 1 GPU
+    n.ngpus, n.epoch = 1, 2
+    n.hello()  # the only 2-GPU node came back (same connection, new epoch) with 1 GPU
     (reply,) = replies(h.send(CLIENT, P.JobsRequest()), P.JobsReply)
     views = {v.job_id: v for v in reply.jobs}
     for job_id in (a.job_id, b.job_id):
