@@ -36,7 +36,7 @@ def build(opts: SchedulerOptions, clock=time.time):
     import zmq
 
     from colocate import keys as K
-    from cluster.config import resolve
+    from cluster.config_file import resolve
     from cluster.core import SchedulerCore
     from cluster.server.journal import Journal, JournalError
     from cluster.server.server import SchedulerServer
