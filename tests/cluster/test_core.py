@@ -8,7 +8,7 @@ import random
 import pytest
 
 from cluster import events as ev
-from cluster.core import SchedulerCore
+from cluster.core import SchedulerCore, refusal_backoff_s
 from cluster.events import CANCELLED, FAILED, PENDING, PLACING, RUNNING, SUCCEEDED
 from cluster.spec import NodeSpec
 
@@ -69,6 +69,9 @@ def test_gang_start_failure_requeues_then_fails(how):
         assert rank0_node in st[0].nodes  # rank 0 started: it must be stopped
         assert out.index(st[0]) > 0  # the JobChanged comes first
         out = confirm_stops(core, out, now=t + 1)
+        if attempt == 1 and how == "refused":  # a refused start is queued again after a backoff
+            assert "g" not in starts(out)  # the stops were confirmed, but it waits for the Tick after its backoff
+            out = core.handle(ev.Tick(), t + refusal_backoff_s(1))
         if attempt == 1:
             assert starts(out)["g"].placement_id == "g.2"  # requeued and placed again, new id
     assert core.job("g").state == FAILED and "start failed 2 times" in core.job("g").reason
@@ -235,7 +238,8 @@ def test_restore_keeps_attempts_and_needs_a_fresh_core():
     cfg = config(["fifo", "gang", "binpack"], scheduler={"max_start_failures": 5})
     core = make_core(cfg, [("n0", 1)])
     submit(core, job("j"))
-    core.handle(ev.StartRefused("j", "j.1", "n0", "x"), 1.0)  # requeued, placed again as j.2
+    core.handle(ev.StartRefused("j", "j.1", "n0", "x"), 1.0)  # requeued, placed again as j.2 after its backoff
+    core.handle(ev.Tick(), 1.0 + refusal_backoff_s(1))
     assert core.job("j").placement_id == "j.2"
     new = SchedulerCore(cfg, random.Random(0))
     new.restore(core.records(), 5.0)
