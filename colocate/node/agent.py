@@ -97,6 +97,7 @@ class SchedulerAgent:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         """Recover the worker table (its events wait for the welcome) and connect."""
+        self._check_lease()  # first: a worker found dead while the lease had lapsed is reported fenced
         self._queue(self.workers.recover())  # the node core is new: promotions are told again
         self._connect(self.clock())
 

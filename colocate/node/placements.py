@@ -334,6 +334,8 @@ class PlacementCore:
         if e.lapsed == self.fenced:
             return []
         self.fenced = e.lapsed
+        if not any(p.running for p in self.table.placements.values()):
+            return []
         if e.lapsed:
             return [Note("warning", "the lease lapsed: the launchers stop every placed worker")]
         return [Note("info", "the lease is held again")]
