@@ -144,6 +144,16 @@ def running_on(f: Fleet, job_id: str, timeout: float = 60) -> tuple[str, int]:
     return j.nodes[0], pid
 
 
+def finished_by_one_copy_at_a_time(f: Fleet, job: str, pid: int) -> None:
+    """The job succeeded, never two copies at once, no failed start; the copy ``pid`` went on to the end unless
+    the node's return outlasted its lease (a slow machine), in which case it was fenced before another ran."""
+    j = f.wait_state(job, ("succeeded", "failed"), 120)
+    runs = f.runs(job)
+    assert overlaps(runs) == [], (runs, f.logs())
+    assert j.state == "succeeded" and (list(runs) == [pid]) == (j.attempts == 1), (j, runs, f.logs())
+    assert f.failed_starts(f.tmp / "sched.db", job) == 0
+
+
 def hold(seconds: float) -> None:
     """The fault lasts ``seconds`` (the scenario's own duration, not a wait for something)."""
     end = time.monotonic() + seconds
@@ -167,12 +177,7 @@ def test_a_node_stopped_for_8s_keeps_its_job_and_no_second_copy_runs(procs, tmp_
     finally:
         node.send_signal(signal.SIGCONT)
     f.wait_up({victim}, 30)
-    j = f.wait_state(job, ("succeeded", "failed"), 120)
-    runs = f.runs(job)
-    assert overlaps(runs) == [], (runs, f.logs())
-    # the same copy goes on, unless the node's return outlasted the lease (a slow machine): then it was fenced first
-    assert j.state == "succeeded" and (list(runs) == [pid]) == (j.attempts == 1), (j, runs, f.logs())
-    assert f.failed_starts(tmp_path / "sched.db", job) == 0
+    finished_by_one_copy_at_a_time(f, job, pid)
 
 
 @pytest.mark.slow
@@ -213,12 +218,7 @@ def test_a_node_stopped_and_restarted_6s_later_keeps_its_job(procs, tmp_path):
     hold(6.0)
     f.nodes[victim] = f.start_node(victim)
     f.wait_up({victim}, 30)
-    j = f.wait_state(job, ("succeeded", "failed"), 120)
-    runs = f.runs(job)
-    assert overlaps(runs) == [], (runs, f.logs())
-    # the same copy goes on, unless the restart outlasted the lease (a slow machine): then it was fenced first
-    assert j.state == "succeeded" and (list(runs) == [pid]) == (j.attempts == 1), (j, runs, f.logs())
-    assert f.failed_starts(tmp_path / "sched.db", job) == 0
+    finished_by_one_copy_at_a_time(f, job, pid)
 
 
 @pytest.mark.slow
