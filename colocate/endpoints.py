@@ -14,7 +14,9 @@
   SIGKILLs it ``FENCE_GRACE_S`` later. The scheduler re-places a silent node's jobs only
   ``replace_after_s(lease)`` after it last heard the node, by when every such worker is gone. A scheduler
   outage longer than the lease therefore stops every placed worker; ``NODE_LEASE_S`` is long enough for a
-  scheduler ``kill -9`` and restart (a few seconds) to stop none.
+  scheduler ``kill -9`` and restart (a few seconds) to stop none;
+* ``colocate logs`` waits for the nodes' answers at most ``LOGS_DEADLINE_S`` at the scheduler (less
+  than a client's default 5 s timeout, so a node that does not answer is named, not a "no answer").
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def replace_after_s(lease_s: float = NODE_LEASE_S) -> float:
     """Seconds after the scheduler last heard a node before it re-places the node's jobs elsewhere: the
     lease, the stop grace and two lease checks (by then the fenced workers are gone); 0 without a lease."""
     return lease_s + FENCE_GRACE_S + 2 * LEASE_CHECK_S if lease_s > 0 else 0.0
+LOGS_DEADLINE_S = 2.0  # seconds the scheduler waits for nodes' log tails before it answers without them
 
 
 def scheduler_endpoint(environ=None) -> str:

@@ -3,7 +3,10 @@
 Every frame is decoded by ``colocate.protocol``; anything malformed, of another version, of an
 unknown type, or a message only the scheduler sends, is answered with ``Error`` and logged (at most
 ``MAX_BAD_LOGS_PER_S`` lines a second), and the daemon carries on. With CURVE (``keys``), a peer
-whose public key is not admitted never gets past the handshake: nothing of it reaches this loop.
+whose public key is not admitted never gets past the handshake: nothing of it reaches this loop;
+every message that does reaches the service with its peer's identity (the ZAP user id, the name of
+its key: ``node-gpu7``, ``user-alice``, ``operator-bob``). Without keys (``--insecure``, loopback
+only) there is no identity (None). Peers refused at the handshake are logged by ``HandshakeWatch``.
 
 The loop: poll the socket until the next tick (``TICK_S``), handle every waiting frame, then tick
 the service (liveness, the core's Tick). The service is called under ``lock`` so the metrics thread
@@ -21,6 +24,7 @@ import zmq
 from colocate import keys as K
 from colocate import protocol as P
 from colocate.daemon import LogLimit
+from cluster.server.handshakes import HandshakeWatch
 from cluster.server.service import SchedulerService
 
 log = logging.getLogger("colocate.scheduler")
@@ -44,8 +48,10 @@ class SchedulerServer:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting node may reuse its identity
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a gone peer raises, it is not dropped silently
+        self.handshakes = None
         if keys_dir:
             K.serve(self.sock, keys_dir)
+            self.handshakes = HandshakeWatch(self.sock, time.monotonic)
         try:
             self.sock.bind(bind)
         except zmq.ZMQError:
@@ -58,14 +64,19 @@ class SchedulerServer:
     def serve_forever(self) -> None:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
+        if self.handshakes is not None:
+            poller.register(self.handshakes.monitor, zmq.POLLIN)
         next_tick = time.monotonic()
         log.info("scheduler epoch %d listening on %s%s", self.service.epoch, self.bind,
                  " (CURVE)" if self.auth else "")
         try:
             while not self._stop.is_set():
                 timeout = max(0.0, next_tick - time.monotonic())
-                if poller.poll(timeout=int(timeout * 1000) + 1):
+                ready = dict(poller.poll(timeout=int(timeout * 1000) + 1))
+                if self.sock in ready:
                     self._drain()
+                if self.handshakes is not None and self.handshakes.monitor in ready:
+                    self.handshakes.drain()
                 if time.monotonic() >= next_tick:
                     with self.lock:
                         out = self.service.tick(self.clock())
@@ -75,6 +86,10 @@ class SchedulerServer:
             self.close()
 
     def close(self) -> None:
+        if self.handshakes is not None:
+            self.sock.disable_monitor()
+            self.handshakes.close()
+            self.handshakes = None
         self.sock.close(linger=0)
         if self.auth is not None:
             self.auth.stop()
@@ -84,13 +99,13 @@ class SchedulerServer:
     def _drain(self) -> None:
         for _ in range(1000):  # bounded, so ticks still run under a flood
             try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
             if len(frames) != 2:
-                self._bad(frames[0], P.ProtocolError(P.MALFORMED, f"expected 1 frame, got {len(frames) - 1}"))
+                self._bad(frames[0].bytes, P.ProtocolError(P.MALFORMED, f"expected 1 frame, got {len(frames) - 1}"))
                 continue
-            ident, data = frames
+            ident, data, peer = frames[0].bytes, frames[1].bytes, self._peer(frames[1])
             try:
                 msg = P.decode(data)
             except P.ProtocolError as exc:
@@ -99,7 +114,7 @@ class SchedulerServer:
             t0 = time.perf_counter()
             with self.lock:
                 try:
-                    out = self.service.on_message(ident, msg, self.clock())
+                    out = self.service.on_message(ident, msg, self.clock(), peer=peer)
                 except Exception:  # a bug must not take the scheduler down; the peer hears of it
                     log.exception("handling %s failed", msg.TYPE)
                     out = [(ident, P.Error(code=P.INVALID, message=f"the scheduler could not handle {msg.TYPE}",
@@ -107,6 +122,15 @@ class SchedulerServer:
             self._send(out)
             if len(out) > 1 or (out and not isinstance(out[0][1], (P.NodeHeartbeat, P.Error))):
                 self._latency(time.perf_counter() - t0)
+
+    def _peer(self, frame) -> str | None:
+        """The sender's ZAP user id (its key's name) with CURVE; None without keys."""
+        if self.auth is None:
+            return None
+        try:
+            return frame.get("User-Id") or ""
+        except zmq.ZMQError:
+            return ""
 
     def _latency(self, seconds: float) -> None:
         s = self.service

@@ -12,6 +12,10 @@ Rules it keeps:
   * a node is known by the connection that said ``NodeHello``; a node message from any other
     connection gets ``Error(unknown_node)`` (the node says hello again) or ``forbidden`` (it
     speaks for another node); a message of an older node epoch is dropped;
+  * who a peer is comes from its key (``peer``, the ZAP user id), never from what it says; what it
+    may do (register as which node, submit as which user, cancel which jobs) is
+    ``cluster.server.identity``; a refused hello gets ``Error(forbidden)``, logged once;
+  * logs are relayed from the nodes that hold them (``cluster.server.logs``): no path is opened;
   * a node silent for ``heartbeat_s * liveness`` is down: ``NodeLost`` to the core, whose placements there
     are lost only ``replace_after_s(lease_s)`` after the node was last heard (its workers' launchers have
     stopped them by then: fencing, ``docs/node-placements.md``), unless it comes back before;
@@ -34,8 +38,10 @@ from colocate import protocol as P
 from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS, replace_after_s
 from cluster import events as ev
 from cluster.core import SchedulerCore
+from cluster.server.identity import ANONYMOUS, Gate, peer_of
 from cluster.server.journal import Journal
 from cluster.server.launch import PortPool, start_messages
+from cluster.server.logs import LogRelay
 from cluster.server.views import QueueView, job_view, node_views
 from cluster.spec import JobSpec, NodeSpec, SpecError
 
@@ -65,11 +71,14 @@ class SchedulerService:
         self.decided: Counter = Counter()  # decisions by type
         self.latency: deque[float] = deque(maxlen=LATENCY_WINDOW)  # seconds, event in -> messages out
         self.latency_count, self.latency_sum = 0, 0.0
+        self.gate, self.peer = Gate(), ANONYMOUS  # peer: the identity of the message being handled
+        self.log_relay = LogRelay()
         self._handlers = {
             P.NodeHello: self._hello, P.NodeHeartbeat: self._heartbeat, P.NodeStatus: self._status,
             P.WorkerStarted: self._worker_started, P.WorkerExited: self._worker_exited,
             P.StartRefused: self._refused, P.Submit: self._submit, P.JobsRequest: self._jobs,
             P.NodesRequest: self._nodes, P.Cancel: self._cancel, P.LogsRequest: self._logs,
+            P.LogTail: self._log_tail,
         }
 
     # ------------------------------------------------------------------ start-up
@@ -85,7 +94,10 @@ class SchedulerService:
         log.info("restored %d jobs (%d active) from %s", len(records), active, self.journal.path)
 
     # ------------------------------------------------------------------ entry points
-    def on_message(self, ident: bytes, msg: P.Message, now: float) -> list[tuple[bytes, P.Message]]:
+    def on_message(self, ident: bytes, msg: P.Message, now: float,
+                   peer: str | None = None) -> list[tuple[bytes, P.Message]]:
+        """``peer``: the sender's key name with CURVE (the ZAP user id), None without keys."""
+        self.peer = peer_of(peer)
         handler = self._handlers.get(type(msg))
         self.counts[msg.TYPE] += 1
         if handler is None:
@@ -99,7 +111,7 @@ class SchedulerService:
             if now - t > limit:
                 events.append(self._silent(node_id, t, now))
         events.append(ev.Tick())
-        return self._decide(events, now)
+        return self._decide(events, now) + self.log_relay.expire(now)
 
     # ------------------------------------------------------------------ nodes
     def _node_of(self, ident: bytes, msg, now: float):
@@ -115,6 +127,12 @@ class SchedulerService:
         return node_id, None
 
     def _hello(self, ident: bytes, m: P.NodeHello, now: float):
+        held = self.nodes.get(m.node_id) not in (None, ident)  # by another connection
+        why = self.gate.hello(self.peer, m.node_id, now - self.heard.get(m.node_id, now) if held else None,
+                              self.heartbeat_s * self.liveness)
+        if why:
+            self.gate.refused(ident, why)
+            return [self._error(ident, P.FORBIDDEN, why)]
         spec = NodeSpec(m.node_id, gpus=len(m.gpus), gpu_model=m.gpus[0].model if m.gpus else "",
                         gpu_mem=min((g.mem_total for g in m.gpus), default=0), cpu_milli=m.cpu_milli,
                         mem_mib=m.mem_mib)
@@ -199,7 +217,10 @@ class SchedulerService:
 
     # ------------------------------------------------------------------ clients
     def _submit(self, ident: bytes, m: P.Submit, now: float):
-        req = m.request
+        why = self.gate.client(self.peer, "submit jobs")
+        if why:
+            return [self._error(ident, P.FORBIDDEN, why)]
+        req = dataclasses.replace(m.request, user=self.gate.user(self.peer, m.request.user))
         try:
             spec = JobSpec("?", submit_time=now, workers=req.workers, gpus=req.gpus, gpu_mem=req.gpu_mem,
                            priority=req.priority, queue=req.queue or "default", user=req.user, name=req.name,
@@ -236,17 +257,35 @@ class SchedulerService:
         job = self.core.job(m.job_id)
         if job is None:
             return [self._error(ident, P.NOT_FOUND, f"no job {m.job_id}")]
+        why = self.gate.cancel(self.peer, m.job_id, job.spec.user)
+        if why:
+            return [self._error(ident, P.FORBIDDEN, why)]
         if job.state in ev.TERMINAL:
             return [self._error(ident, P.INVALID, f"job {m.job_id} already {job.state}")]
         out = self._decide([ev.JobCancelled(m.job_id)], now)
         return [(ident, P.Ok(message=f"job {m.job_id} cancelled"))] + out
 
     def _logs(self, ident: bytes, m: P.LogsRequest, now: float):
-        if self.journal.job(m.job_id) is None:
+        why = self.gate.client(self.peer, "read logs")
+        if why:
+            return [self._error(ident, P.FORBIDDEN, why)]
+        row = self.journal.job(m.job_id)
+        if row is None:
             return [self._error(ident, P.NOT_FOUND, f"no job {m.job_id}")]
-        logs = [P.LogRef(rank=r, node_id=n, path=p) for r, n, p in self.journal.logs(m.job_id)
-                if m.rank is None or r == m.rank]
-        return [(ident, P.LogsReply(job_id=m.job_id, logs=tuple(logs)))]
+        workers = json.loads(row["spec"])["workers"]
+        if m.rank is not None and m.rank >= workers:
+            return [self._error(ident, P.NOT_FOUND, f"job {m.job_id} has no worker {m.rank} (it has {workers}: "
+                                                    f"ranks 0 to {workers - 1})")]
+        held = [(r, n) for r, n, _ in self.journal.logs(m.job_id) if m.rank is None or r == m.rank]
+        if not held:
+            return [(ident, P.LogsReply(job_id=m.job_id, logs=()))]
+        return self.log_relay.ask(ident, m.job_id, held, self.nodes, now)
+
+    def _log_tail(self, ident: bytes, m: P.LogTail, now: float):
+        node_id, err = self._node_of(ident, m, now)
+        if node_id is None:
+            return err
+        return self.log_relay.answer(node_id, m)
 
     # ------------------------------------------------------------------ decisions
     def _decide(self, events: list, now: float) -> list[tuple[bytes, P.Message]]:

@@ -8,8 +8,10 @@ without waiting.
 
 Behaviour:
   * connect (a CURVE client with ``colocate.keys.connect`` when a key folder is given; the node's
-    certificate is ``DIR/NODE_ID.key_secret`` if present, else ``DIR/client.key_secret``) and say
+    certificate is ``DIR/node-NODE_ID.key_secret``, ``colocate.keys.node_cert``) and say
     ``NodeHello`` with this node incarnation's epoch, its host (MASTER_ADDR for others) and GPUs;
+    a hello not welcomed (refused: another live connection holds the node id) is said again every
+    ``heartbeat_s * liveness``;
   * ``NodeWelcome`` gives ``heartbeat_s`` and ``liveness``; from then on a ``NodeHeartbeat`` goes out
     every ``heartbeat_s`` (the scheduler echoes it) and a full ``NodeStatus`` every ``status_every_s``
     and at once on a change (GPU utilization over the last 10 s and memory in use, every worker);
@@ -31,7 +33,8 @@ Behaviour:
     of another cluster are never sent;
   * bad input never stops the node: an undecodable message is logged and answered with ``Error``
     (its code), a valid message the node does not take (a client request) with ``Error(forbidden)``,
-    a ``NodeWelcome`` for another node id is logged and ignored.
+    a ``NodeWelcome`` for another node id is logged and ignored;
+  * ``LogTailRequest`` is answered from the node's own log folder (``colocate.node.logs``).
 """
 
 from __future__ import annotations
@@ -46,8 +49,9 @@ import zmq
 
 from colocate import protocol as P
 from colocate.daemon import LogLimit
-from colocate.lease import lease_clock, read_lease, write_lease
 from colocate.endpoints import FENCE_GRACE_S
+from colocate.lease import lease_clock, read_lease, write_lease
+from colocate.node import logs as node_logs
 from colocate.node.core import Promote
 from colocate.node.workers import WorkerManager
 
@@ -63,12 +67,12 @@ class SchedulerAgent:
     def __init__(self, endpoint: str, node_id: str, epoch: int, host: str, gpus, workers: WorkerManager,
                  gpu_status, apply, keys_dir: str | None = None, context: zmq.Context | None = None,
                  clock=time.monotonic, wall=time.time, backoff_min_s: float = 0.25, backoff_max_s: float = 30.0,
-                 status_every_s: float = 1.0):
+                 status_every_s: float = 1.0, log_dir: str | None = None):
         """``gpus``: the node's ``GpuSpec`` list; ``gpu_status(now) -> [GpuStatus]``; ``apply(event)`` hands a
         node-core event (``Promote``) to the node's loop."""
         self.endpoint, self.node_id, self.epoch, self.host = endpoint, node_id, epoch, host
         self.gpus, self.workers, self.gpu_status, self.apply = list(gpus), workers, gpu_status, apply
-        self.keys_dir = keys_dir
+        self.keys_dir, self.log_dir = keys_dir, log_dir
         self.ctx = context or zmq.Context.instance()
         self.clock, self.wall = clock, wall
         self.backoff_min_s, self.backoff_max_s, self.status_every_s = backoff_min_s, backoff_max_s, status_every_s
@@ -89,8 +93,9 @@ class SchedulerAgent:
         self._lapsed: bool | None = None
         workers.guarantee = lambda job_id, on: self.apply(Promote(job_id, on))
         self._reconnect_at = 0.0
-        self._last_heard = self._last_beat = self._last_status = 0.0
+        self._last_heard = self._last_beat = self._last_status = self._hello_at = 0.0
         self._dirty = True
+        self._refusal = ""  # the last refusal of a hello, logged once
         self._bad_logs = LogLimit(MAX_BAD_LOGS_PER_S)
         self._check_keys()
 
@@ -118,8 +123,9 @@ class SchedulerAgent:
                 probe.close(linger=0)
 
     def _key_name(self) -> str:
-        own = os.path.join(self.keys_dir, f"{self.node_id}.key_secret")
-        return self.node_id if os.path.exists(own) else "client"
+        from colocate import keys as K
+
+        return K.node_cert(self.keys_dir, self.node_id)
 
     def _connect(self, now: float) -> None:
         sock = self.ctx.socket(zmq.DEALER)
@@ -138,7 +144,7 @@ class SchedulerAgent:
         self._hello()
 
     def _hello(self) -> None:
-        self.welcomed = False
+        self.welcomed, self._hello_at = False, self.clock()
         gpus = tuple(P.NodeGpu(index=g.index, model=(g.name or g.kind)[: P.MAX_ID_CHARS], mem_total=g.mem_total)
                      for g in self.gpus)
         self._asks.append(lease_clock())
@@ -168,6 +174,8 @@ class SchedulerAgent:
             self._drop(now, f"no word from {self.endpoint} for {now - self._last_heard:.1f} s")
             return
         if not self.welcomed:
+            if now - self._hello_at >= self.heartbeat_s * self.liveness:
+                self._hello()
             return
         if now - self._last_beat >= self.heartbeat_s:
             self._asks.append(lease_clock())
@@ -217,6 +225,7 @@ class SchedulerAgent:
             self.scheduler_epoch = msg.scheduler_epoch
             self.heartbeat_s, self.liveness, self.lease_s = msg.heartbeat_s, msg.liveness, msg.lease_s
             self.welcomed, self.welcomes, self.backoff_s = True, self.welcomes + 1, self.backoff_min_s
+            self._refusal = ""
             log.info("welcomed by the scheduler (epoch %d, cluster %s): heartbeat %.2f s, liveness %d, lease %.1f s",
                      msg.scheduler_epoch, msg.cluster_id or "unnamed", msg.heartbeat_s, msg.liveness, msg.lease_s)
             self._renew(self._asks[0] if self._asks else None)
@@ -249,10 +258,17 @@ class SchedulerAgent:
         elif isinstance(msg, P.PromotePlacement):
             if self.workers.promote(msg.placement_id, self.cluster_id or "") is not None:
                 self._dirty = True
+        elif isinstance(msg, P.LogTailRequest):
+            self._send(node_logs.answer(msg, self.node_id, self.epoch, self.log_dir))
         elif isinstance(msg, P.Error):
             if msg.code == P.UNKNOWN_NODE:
                 log.warning("the scheduler does not know this node (%s): hello again", msg.message)
                 self._hello()
+            elif not self.welcomed and msg.code == P.FORBIDDEN:  # a refused hello: logged once, said again later
+                if msg.message != self._refusal:
+                    log.warning("the scheduler refused this node: %s (hello again every %.1f s)", msg.message,
+                                self.heartbeat_s * self.liveness)
+                self._refusal = msg.message
             else:
                 log.warning("scheduler error (%s): %s", msg.code, msg.message)
         else:

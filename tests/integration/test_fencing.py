@@ -42,14 +42,14 @@ class Fleet:
         self.scheduler = None
         self.start_scheduler(tmp / "sched.db")
         self.nodes = {f"n{i}": self.start_node(f"n{i}") for i in range(nodes)}
-        self.client = SchedulerClient(self.endpoint, "", timeout_s=5.0)
+        self.client = SchedulerClient(self.endpoint, None, timeout_s=5.0)
         self.wait_up(set(self.nodes))
 
     def start_scheduler(self, state: Path):
         argv = [PY, "-m", "colocate", "scheduler", "--bind", self.endpoint, "--state", state, "--config",
                 "antman", "--log-level", "info"] + (["--lease", self.lease_s] if self.lease_s is not None else [])
         self.scheduler = self.procs.start(argv, f"scheduler-{state.stem}.log")
-        client = SchedulerClient(self.endpoint, "", timeout_s=0.5)
+        client = SchedulerClient(self.endpoint, None, timeout_s=0.5)
 
         def answers():
             assert self.scheduler.poll() is None, read_log(self.scheduler)[-3000:]

@@ -40,10 +40,11 @@ class Harness:
         self.sent += out
         return out
 
-    def send(self, ident: bytes, msg: P.Message, dt: float = 0.0) -> list:
+    def send(self, ident: bytes, msg: P.Message, dt: float = 0.0, peer: str | None = None) -> list:
+        """``peer``: the sender's key name (the ZAP user id) as with CURVE; None as without keys."""
         self.now += dt
         # every message crosses the wire in production: encode/decode here too
-        out = self.svc.on_message(ident, P.decode(P.encode(msg)), self.now)
+        out = self.svc.on_message(ident, P.decode(P.encode(msg)), self.now, peer=peer)
         for _, m in out:
             P.decode(P.encode(m))
         self.sent += out
@@ -66,7 +67,8 @@ class FakeNode:
         the node joins the core with that first status)."""
         gpus = tuple(P.NodeGpu(index=i, model="sim", mem_total=16 * GiB) for i in range(self.ngpus))
         out = self.h.send(self.ident, P.NodeHello(node_id=self.node_id, epoch=self.epoch, host=self.host, gpus=gpus))
-        return out + (self.status() if status else [])
+        welcomed = any(i == self.ident and isinstance(m, P.NodeWelcome) for i, m in out)
+        return out + (self.status() if status and welcomed else [])
 
     def inbox(self, kind=None) -> list[P.Message]:
         return [m for ident, m in self.h.sent if ident == self.ident and (kind is None or isinstance(m, kind))]

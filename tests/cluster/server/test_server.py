@@ -47,7 +47,7 @@ def procs(tmp_path):
 
 @pytest.fixture
 def sched(procs, tmp_path):
-    s = SchedulerProc(procs, tmp_path)
+    s = SchedulerProc(procs, tmp_path, "--insecure")  # raw frames from plain sockets
     s.wait_ready()
     return s
 
@@ -125,9 +125,9 @@ def test_metrics_over_http(sched, ctx):
 
 def test_curve_admits_known_keys_only(procs, tmp_path):
     keys = tmp_path / "keys"
-    K.generate(str(keys))
+    K.generate(str(keys), K.USER, "alice")
     intruder = tmp_path / "intruder"
-    K.generate(str(intruder))  # its own "client" key, never admitted by the scheduler's folder
+    K.generate(str(intruder), K.USER, "alice")  # its own key, never admitted by the scheduler's folder
     (intruder / "scheduler.key").write_bytes((keys / "scheduler.key").read_bytes())  # knows the server key
     s = SchedulerProc(procs, tmp_path, "--keys", keys)
     assert isinstance(s.wait_ready(keys_dir=str(keys)), P.NodesReply)
@@ -137,10 +137,12 @@ def test_curve_admits_known_keys_only(procs, tmp_path):
         rpc.request(s.endpoint, P.NodeHello(node_id="evil", epoch=1, host="x", gpus=()), 1.5)
     reply = rpc.request(s.endpoint, P.NodesRequest(), 5, keys_dir=str(keys))
     assert reply.nodes == ()  # the unauthenticated hello never reached it
+    log = read_log(s.proc)  # each kind of refusal logged once, however often the peers retried
+    assert log.count("whose key is not admitted") == 1 and log.count("a peer without CURVE") == 1, log
 
 
 @pytest.mark.parametrize("extra, fragment, code", [
-    (("--bind", "tcp://0.0.0.0:{port}"), "beyond loopback without CURVE keys", 2),
+    (("--bind", "tcp://0.0.0.0:{port}", "--insecure"), "beyond loopback without CURVE keys", 2),
     (("--config", "no-such-policy"), "no-such-policy", 2),
     (("--keys", "{tmp}/none"), "missing key file", 2),
 ])
@@ -171,7 +173,7 @@ def test_sigterm_stops_it_cleanly(sched):
 def test_top_once_shows_the_cluster_or_says_it_is_away(sched, tmp_path):
     from tests.support import colocate_cli
 
-    res = colocate_cli("top", "--scheduler", sched.endpoint, "--once")
+    res = colocate_cli("top", "--scheduler", sched.endpoint, "--once", "--insecure")
     assert res.returncode == 0, res.stderr
     assert "0/0 nodes up" in res.stdout and "no jobs" in res.stdout
     away = f"tcp://127.0.0.1:{free_port()}"
