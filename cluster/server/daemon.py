@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from colocate.daemon import StartError, configure_logging, serve_metrics, stop_on_signals
-from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LIVENESS
+from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class SchedulerOptions:
     metrics_port: int | None = None
     heartbeat_s: float = NODE_HEARTBEAT_S
     liveness: int = NODE_LIVENESS
+    lease_s: float = NODE_LEASE_S  # nodes' lease (fencing); 0: none
     seed: int = 0
     log_level: str = "info"
 
@@ -56,8 +57,10 @@ def build(opts: SchedulerOptions, clock=time.time):
         raise StartError(f"cannot start: {exc}", 1) from None
     with journal.transaction():
         epoch = journal.next_epoch()
+        journal.cluster_id()  # minted with a new file, in the same transaction
     core = SchedulerCore(config, random.Random(opts.seed))
-    service = SchedulerService(core, journal, epoch, heartbeat_s=opts.heartbeat_s, liveness=opts.liveness)
+    service = SchedulerService(core, journal, epoch, heartbeat_s=opts.heartbeat_s, liveness=opts.liveness,
+                               lease_s=opts.lease_s)
     try:
         service.restore(clock())
     except ValueError as exc:

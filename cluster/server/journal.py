@@ -8,7 +8,8 @@ lost, and a placement is never started twice (its id is journaled with it, and n
 placement id once).
 
 Tables:
-  ``meta``    key -> value: ``schema``, ``next_job`` (job numbers), ``epoch`` (scheduler incarnations)
+  ``meta``    key -> value: ``schema``, ``next_job`` (job numbers), ``epoch`` (scheduler incarnations),
+              ``cluster_id`` (minted once with the file)
   ``jobs``    one row per job: the spec and the request (JSON), state, reason, current placement
               (JSON; NULL while pending; a finished job keeps its last), attempt, failed starts, times
               (scheduler wall clock), exit code
@@ -113,6 +114,17 @@ class Journal:
     def _set_meta(self, key: str, value: str) -> None:
         self.db.execute("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                         (key, value))
+
+    def cluster_id(self) -> str:
+        """This state file's cluster id: minted (random, 16 hex digits) and committed when first asked for,
+        the same ever after. Nodes scope placement ids by it, so a new state file's ids are never an old one's."""
+        cid = self._meta("cluster_id")
+        if cid is None:
+            import secrets
+
+            cid = secrets.token_hex(8)
+            self._set_meta("cluster_id", cid)
+        return cid
 
     def next_epoch(self) -> int:
         """This incarnation's number (committed)."""

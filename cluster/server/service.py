@@ -16,7 +16,13 @@ Rules it keeps:
     may do (register as which node, submit as which user, cancel which jobs) is
     ``cluster.server.identity``; a refused hello gets ``Error(forbidden)``, logged once;
   * logs are relayed from the nodes that hold them (``cluster.server.logs``): no path is opened;
-  * a node silent for ``heartbeat_s * liveness`` is lost (``NodeLost`` to the core);
+  * a node silent for ``heartbeat_s * liveness`` is down: ``NodeLost`` to the core, whose placements there
+    are lost only ``replace_after_s(lease_s)`` after the node was last heard (its workers' launchers have
+    stopped them by then: fencing, ``docs/node-placements.md``), unless it comes back before;
+  * a node that says hello joins the core with its first ``NodeStatus`` (one batch: ``NodeJoined`` then the
+    report), so it is reconciled (orphans stopped, lost placements requeued) before it is given new work;
+  * ``NodeWelcome`` and ``StartPlacement`` carry the journal's cluster id (nodes scope placement ids by it)
+    and the lease;
   * after a restart (``restore``), placements that were being stopped are stopped again as their
     nodes come back, and running workers are re-adopted from the nodes' reports.
 """
@@ -29,7 +35,7 @@ import logging
 from collections import Counter, deque
 
 from colocate import protocol as P
-from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LIVENESS
+from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS, replace_after_s
 from cluster import events as ev
 from cluster.core import SchedulerCore
 from cluster.server.identity import ANONYMOUS, Gate, peer_of
@@ -48,9 +54,11 @@ LATENCY_WINDOW = 5000
 
 class SchedulerService:
     def __init__(self, core: SchedulerCore, journal: Journal, epoch: int, heartbeat_s: float = NODE_HEARTBEAT_S,
-                 liveness: int = NODE_LIVENESS):
+                 liveness: int = NODE_LIVENESS, lease_s: float = NODE_LEASE_S):
         self.core, self.journal, self.epoch = core, journal, epoch
-        self.heartbeat_s, self.liveness = heartbeat_s, liveness
+        self.heartbeat_s, self.liveness, self.lease_s = heartbeat_s, liveness, lease_s
+        self.cluster_id = journal.cluster_id()
+        self.joining: dict[str, ev.NodeJoined] = {}  # node id -> its join, made with its first NodeStatus
         self.nodes: dict[str, bytes] = {}  # node id -> identity of its connection
         self.idents: dict[bytes, str] = {}  # identity -> node id
         self.hosts: dict[str, str] = {}  # node id -> host (MASTER_ADDR)
@@ -101,9 +109,7 @@ class SchedulerService:
         limit = self.heartbeat_s * self.liveness
         for node_id, t in list(self.heard.items()):
             if now - t > limit:
-                log.warning("node %s missed %d heartbeats (silent %.1f s): down", node_id, self.liveness, now - t)
-                self._forget(node_id)
-                events.append(ev.NodeLost(node_id, f"silent for {now - t:.1f} s"))
+                events.append(self._silent(node_id, t, now))
         events.append(ev.Tick())
         return self._decide(events, now) + self.log_relay.expire(now)
 
@@ -138,8 +144,8 @@ class SchedulerService:
         self.heard[m.node_id] = now
         log.info("node %s (epoch %d, %s) joined: %d GPU(s) %s", m.node_id, m.epoch, m.host, spec.gpus, spec.gpu_model)
         welcome = (ident, P.NodeWelcome(node_id=m.node_id, scheduler_epoch=self.epoch, heartbeat_s=self.heartbeat_s,
-                                        liveness=self.liveness))
-        out = [welcome] + self._decide([ev.NodeJoined(spec, m.epoch)], now)
+                                        liveness=self.liveness, cluster_id=self.cluster_id, lease_s=self.lease_s))
+        out = [welcome] + self._join_later(ev.NodeJoined(spec, m.epoch))
         for pid, job_id, reason in self.restop.pop(m.node_id, []):
             out.append((ident, P.StopPlacement(placement_id=pid, job_id=job_id, reason=reason)))
         return out
@@ -155,9 +161,10 @@ class SchedulerService:
         if node_id is None:
             return err
         report = ev.NodeReport(node_id, m.epoch, tuple(ev.GpuReport(g.index, g.utilization, g.mem_used) for g in m.gpus),
-                               tuple(ev.WorkerReport(w.job_id, w.placement_id, w.rank, w.running, w.exit_code)
+                               tuple(ev.WorkerReport(w.job_id, w.placement_id, w.rank, w.running, w.exit_code, w.fenced)
                                      for w in m.workers))
-        return self._decide([report], now)
+        joined = self.joining.pop(node_id, None)
+        return self._decide(([joined] if joined else []) + [report], now)
 
     def _worker_started(self, ident: bytes, m: P.WorkerStarted, now: float):
         node_id, err = self._node_of(ident, m, now)
@@ -179,14 +186,30 @@ class SchedulerService:
                 row = self.journal.job(m.job_id)
                 if row is not None and (m.exit_code != 0 or row["exit_code"] is None):
                     self.journal.set_exit_code(m.job_id, m.exit_code)
-        return self._decide([ev.WorkerExited(m.job_id, m.placement_id, m.rank, m.exit_code)], now)
+        return self._decide([ev.WorkerExited(m.job_id, m.placement_id, m.rank, m.exit_code, m.fenced)], now)
 
     def _refused(self, ident: bytes, m: P.StartRefused, now: float):
         node_id, err = self._node_of(ident, m, now)
         if node_id is None:
             return err
-        log.warning("node %s refused placement %s: %s", node_id, m.placement_id, m.reason)
-        return self._decide([ev.StartRefused(m.job_id, m.placement_id, node_id, m.reason)], now)
+        log.warning("node %s refused placement %s (%s): %s", node_id, m.placement_id, m.code, m.reason)
+        stale = m.code == P.REFUSED_STALE
+        return self._decide([ev.StartRefused(m.job_id, m.placement_id, node_id, m.reason, stale)], now)
+
+    def _silent(self, node_id: str, heard: float, now: float) -> ev.NodeLost:
+        """Node ``node_id``, last heard at ``heard``, is down; its placements are lost once its lease and the
+        stop grace have run out (``replace_after_s``), unless it comes back before."""
+        hold = max(0.0, heard + replace_after_s(self.lease_s) - now)
+        log.warning("node %s missed %d heartbeats (silent %.1f s): down; its placements are lost in %.1f s unless it "
+                    "returns", node_id, self.liveness, now - heard, hold)
+        self._forget(node_id)
+        self.joining.pop(node_id, None)
+        return ev.NodeLost(node_id, f"silent for {now - heard:.1f} s", hold)
+
+    def _join_later(self, joined: ev.NodeJoined) -> list:
+        """A node joins the core with its first report (``_status``): reconciled before any new work."""
+        self.joining[joined.spec.node_id] = joined
+        return []
 
     def _forget(self, node_id: str) -> None:
         ident = self.nodes.pop(node_id, None)
@@ -318,7 +341,7 @@ class SchedulerService:
         out = []
         for node_id, msg in msgs.items():
             if node_id in self.nodes:
-                out.append((self.nodes[node_id], msg))
+                out.append((self.nodes[node_id], dataclasses.replace(msg, cluster_id=self.cluster_id)))
             else:  # the node went away between the cycle and now: its NodeLost will requeue the job
                 log.warning("placement %s: node %s is not connected", d.placement.placement_id, node_id)
         return out

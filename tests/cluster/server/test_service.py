@@ -7,6 +7,7 @@ import json
 import pytest
 
 from colocate import protocol as P
+from colocate.endpoints import replace_after_s
 from tests.cluster.server.helpers import CLIENT, FakeNode, Harness, job_row, replies
 
 
@@ -78,7 +79,9 @@ def test_node_messages_need_a_hello_from_that_connection(h):
     assert [m.code for m in replies(out, P.Error, other.ident)] == [P.FORBIDDEN]
 
 
-def test_a_silent_node_is_lost_after_three_heartbeats_and_its_gang_runs_elsewhere(h):
+def test_a_silent_node_is_down_after_three_heartbeats_and_its_gang_runs_elsewhere_after_its_lease(h):
+    """Down (no new work) after 3 missed heartbeats; its gang is placed again only once the node's lease and
+    the stop grace have run out since it was last heard (``replace_after_s``): its workers are fenced by then."""
     a, b = FakeNode(h, "a"), FakeNode(h, "b")
     a.hello()
     b.hello()
@@ -86,12 +89,22 @@ def test_a_silent_node_is_lost_after_three_heartbeats_and_its_gang_runs_elsewher
     first = (a.inbox(P.StartPlacement) or b.inbox(P.StartPlacement))[0]
     holder, other = (a, b) if a.inbox(P.StartPlacement) else (b, a)
     holder.start_all()
+    heard = h.now
     for _ in range(5):  # the other node keeps talking; the holder falls silent
         other.heartbeat(dt=0.5)
         h.advance(0.0)
     assert job_row(h, ack.job_id)["state"] == "running"
     other.heartbeat(dt=0.6)
-    h.advance(0.0)  # 3.1 s of silence
+    h.advance(0.0)  # 3.1 s of silence: down, but the job keeps its placement while the lease may hold
+    assert job_row(h, ack.job_id)["state"] == "running"
+    assert not next(n for n in h.svc.core.nodes() if n["node_id"] == holder.node_id)["up"]
+    assert other.inbox(P.StartPlacement) == []
+    while h.now < heard + replace_after_s() - 0.5:
+        other.heartbeat(dt=0.5)
+        h.advance(0.0)
+    assert job_row(h, ack.job_id)["state"] == "running"
+    other.heartbeat(dt=0.5)
+    h.advance(0.0)
     assert job_row(h, ack.job_id)["state"] in ("pending", "placing")
     again = other.inbox(P.StartPlacement)
     assert again and again[-1].placement_id != first.placement_id  # a new placement, on the live node
@@ -158,7 +171,7 @@ def test_a_stop_in_progress_survives_a_restart(h):
     (stop,) = n.inbox(P.StopPlacement)
     assert [p for p, *_ in h.journal.stopping()] == [stop.placement_id]
     h.restart()  # before the workers exited
-    n.hello()
+    n.hello(status=False)
     assert [m.placement_id for m in n.inbox(P.StopPlacement)] == [stop.placement_id] * 2  # stopped again
     n.exit(stop.placement_id, 143)
     n.status()
