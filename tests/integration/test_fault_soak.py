@@ -19,8 +19,6 @@ import _soak as S  # noqa: E402
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(strict=True, reason="no fencing on main yet (issue 13 items 2-3, the node-fence work: leases): a "
-                   "silent node's workers keep running while their job is placed again, so two copies progress")
 def test_twenty_faults_lose_no_job_and_never_run_one_twice(tmp_path):
     cfg = S.SoakConfig(faults=20, every_s=2.0, submit_every_s=1.2, steps=60, stop_s=(2.0, 10.0),
                        restart_s=(0.5, 6.0), drain_s=90.0, seed=13)
