@@ -4,17 +4,26 @@
 ``COLOCATE_SCHEDULER`` (else ``tcp://127.0.0.1:5555``), ``keys_dir`` to ``COLOCATE_KEYS`` (CURVE when
 set). Every call is one request and one reply (``colocate.rpc``). Failures raise, with a one-line
 ``str()`` for the user: ``rpc.NoAnswer`` (scheduler away, or it refused our keys), ``rpc.BadEndpoint``,
-``rpc.BadReply``, or ``Refused`` for an ``Error`` reply (``.code`` from ``colocate.protocol``).
+``rpc.BadReply``, ``rpc.TooLarge``, or ``Refused`` for an ``Error`` reply (``.code`` from
+``colocate.protocol``; ``unavailable``: the scheduler cannot write its journal, nothing was done).
+
+``submit`` is safe to retry: it mints one request id per call (or takes the caller's) and, when no
+answer comes within ``timeout_s``, asks again with the same id up to ``SUBMIT_ATTEMPTS`` times in
+all; the scheduler makes one job per id, so a lost reply never makes a second job.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 
 from colocate import endpoints
 from colocate import keys as K
 from colocate import protocol as P
 from colocate import rpc
+
+SUBMIT_ATTEMPTS = 3
+MAX_ENV_VALUE = 65536  # characters of one environment value (the protocol's limit)
 
 
 class Refused(rpc.RpcError):
@@ -27,11 +36,16 @@ def request_from_here(command, *, workers: int = 1, gpus: int = 1, gpu_mem: int 
                       queue: str = "", name: str = "", estimate_s: float | None = None,
                       environ=None, cwd: str | None = None) -> P.JobRequest:
     """A ``JobRequest`` that runs ``command`` in this process's working directory with its environment,
-    minus every ``COLOCATE_*`` variable (a shared filesystem is assumed, as with Slurm)."""
+    minus every ``COLOCATE_*`` variable (a shared filesystem is assumed, as with Slurm). A variable
+    the protocol cannot carry raises ``ValueError`` naming it (never silently dropped)."""
     import getpass
 
     environ = os.environ if environ is None else environ
-    env = {k: v for k, v in environ.items() if not k.startswith("COLOCATE_") and k and len(v) <= 65536}
+    env = {k: v for k, v in environ.items() if not k.startswith("COLOCATE_") and k}
+    for k, v in env.items():
+        if len(v) > MAX_ENV_VALUE:
+            raise ValueError(f"environment variable {k[:64]} is {len(v)} characters long, over the "
+                             f"{MAX_ENV_VALUE} a job's environment may carry: unset or shorten it")
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
@@ -71,8 +85,17 @@ class SchedulerClient:
             raise rpc.BadReply(f"unexpected reply {reply.TYPE!r} to {msg.TYPE}")
         return reply
 
-    def submit(self, request: P.JobRequest) -> str:
-        return self.call(P.Submit(request=request), P.Submitted).job_id
+    def submit(self, request: P.JobRequest, request_id: str | None = None) -> str:
+        """The new job's id; retried with the same request id when no answer comes (see above)."""
+        msg = P.Submit(request=request, request_id=request_id or secrets.token_hex(16))
+        attempt = 1
+        while True:
+            try:
+                return self.call(msg, P.Submitted).job_id
+            except rpc.NoAnswer:
+                if attempt >= SUBMIT_ATTEMPTS:
+                    raise
+                attempt += 1
 
     def job(self, job_id: str) -> P.JobView:
         return self.call(P.JobsRequest(job_id=job_id), P.JobsReply).jobs[0]

@@ -17,9 +17,13 @@ examples:
 --config takes a policy preset (fifo, gang-binpack, multi-queue, backfill, antman, quota, ...)
 or a TOML file (see docs/scheduler.md). Nodes join with `colocate node --scheduler ENDPOINT`;
 users submit with `colocate submit`. Every job state change is committed to the state file
-before it is acted on: after a crash, start it again on the same file. Bound beyond loopback,
-it refuses to start without CURVE keys (`colocate keys generate`).
-Exit code: 0 after a clean stop (SIGTERM/SIGINT), 1 if it cannot start, 2 on bad options.
+before it is acted on: after a crash, start it again on the same file. One scheduler per state
+file: a second one exits at once, naming the holder of PATH.db.lock. When the state file cannot
+be written (disk full, read-only), it refuses submits and cancels with one line, keeps its nodes,
+and resumes by itself once it can write again. Bound beyond loopback, it refuses to start without
+CURVE keys (`colocate keys generate`).
+Exit code: 0 after a clean stop (SIGTERM/SIGINT), 1 if it cannot start (or its policy failed
+and could not be rebuilt from the state file), 2 on bad options.
 """
 
 
