@@ -3,6 +3,7 @@ start-up errors."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 
@@ -14,7 +15,8 @@ from hypothesis import strategies as st
 from colocate import keys as K
 from colocate import protocol as P
 from colocate import rpc
-from tests.support import PY, Procs, ask, child_env, dealer, free_port, metric_samples, pack, read_log, sample, scrape, wait_for
+from tests.support import (PY, Procs, ask, child_env, dealer, free_port, metric_samples, pack, read_log, sample, scrape,
+                           wait_for)
 
 
 class SchedulerProc:
@@ -178,3 +180,70 @@ def test_top_once_shows_the_cluster_or_says_it_is_away(sched, tmp_path):
     res = colocate_cli("top", "--scheduler", away, "--once", "--timeout", "0.5")
     assert res.returncode == 1, res.stdout + res.stderr
     assert "Traceback" not in res.stdout + res.stderr
+
+
+def test_a_second_scheduler_on_the_same_state_file_exits_naming_the_holder(procs, tmp_path, sched):
+    argv = [PY, "-m", "colocate", "scheduler", "--bind", f"tcp://127.0.0.1:{free_port()}", "--state", sched.state]
+    second = procs.start(argv, "second.log")
+    wait_for(lambda: second.poll() is not None, 30, what="the second scheduler to exit")
+    lines = read_log(second).strip().splitlines()
+    assert second.returncode == 1 and len(lines) == 1, read_log(second)
+    assert lines[0].startswith("colocate scheduler:") and f"pid {sched.proc.pid} on " in lines[0], lines
+    assert isinstance(rpc.request(sched.endpoint, P.NodesRequest(), 5), P.NodesReply)  # the first serves on
+    sched.proc.send_signal(signal.SIGTERM)
+    assert sched.proc.wait(timeout=20) == 0
+    third = SchedulerProc(procs, tmp_path, metrics=False)  # the lock went with its holder
+    assert isinstance(third.wait_ready(), P.NodesReply)
+
+
+def test_an_immutable_state_file_is_refused_in_one_line(tmp_path):
+    from cluster.server.journal import Journal
+
+    state = tmp_path / "s.db"
+    Journal(str(state)).close()  # a state file a scheduler left
+    if subprocess.run(["chattr", "+i", str(state)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not permitted here (it needs root on a filesystem with attributes)")
+    try:
+        res = subprocess.run([PY, "-m", "colocate", "scheduler", "--state", str(state), "--bind",
+                              f"tcp://127.0.0.1:{free_port()}"], env=child_env(), capture_output=True, text=True,
+                             timeout=60)
+    finally:
+        subprocess.run(["chattr", "-i", str(state)], check=True)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    assert "cannot write the state file" in lines[0] and "readonly" in lines[0]
+
+
+def _peak_rss(pid: int) -> int:
+    """The process's peak resident set (VmHWM), bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM:"))
+
+
+def test_frames_over_the_limit_are_refused_by_the_socket_and_memory_stays_bounded(sched, ctx):
+    import psutil
+    from zmq.utils.monitor import recv_monitor_message
+
+    sock = dealer(ctx, sched.endpoint)
+    assert isinstance(ask(sock, P.NodesRequest()), P.NodesReply)
+    monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    before = _peak_rss(sched.proc.pid)
+    frame = bytes(50 << 20)  # 50 MB, the limit is 1 MiB
+    for _ in range(4):
+        sock.send(frame, copy=False)
+    drops, replies = [], []
+
+    def refused():
+        while monitor.poll(0):
+            drops.append(recv_monitor_message(monitor))
+        while sock.poll(0):
+            replies.append(sock.recv())  # the old scheduler read each frame whole and answered it
+        return drops or len(replies) == 4
+    wait_for(refused, 60, what="the scheduler to drop the connection")
+    assert drops and not replies  # the socket refused the frame at its header: never read, never answered
+    fresh = dealer(ctx, sched.endpoint)
+    assert isinstance(ask(fresh, P.NodesRequest()), P.NodesReply)  # it still answers
+    grown = _peak_rss(sched.proc.pid) - before
+    assert grown < (20 << 20), f"peak RSS grew by {grown >> 20} MiB"
+    assert psutil.Process(sched.proc.pid).memory_info().rss < before + (20 << 20)
+    sock.disable_monitor()
