@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 
 import pytest
 import zmq
@@ -247,3 +248,96 @@ def test_frames_over_the_limit_are_refused_by_the_socket_and_memory_stays_bounde
     assert grown < (20 << 20), f"peak RSS grew by {grown >> 20} MiB"
     assert psutil.Process(sched.proc.pid).memory_info().rss < before + (20 << 20)
     sock.disable_monitor()
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 1 MiB tmpfs: a disk that really fills (ENOSPC). Needs the right to mount (root)."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def _fill(folder) -> None:
+    with open(folder / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(bytes(64 << 10))
+                f.flush()
+        except OSError:
+            pass
+
+
+class _BeatingNode(threading.Thread):
+    """A node that says hello and heartbeats every 0.1 s on its own thread, keeping every reply."""
+
+    def __init__(self, ctx, endpoint: str):
+        super().__init__(daemon=True)
+        self.ctx, self.endpoint, self.replies, self.stop = ctx, endpoint, [], threading.Event()
+        self.start()
+
+    def run(self):
+        sock = dealer(self.ctx, self.endpoint)
+        sock.send(P.encode(P.NodeHello(node_id="n1", epoch=1, host="127.0.0.1",
+                                       gpus=(P.NodeGpu(index=0, model="sim", mem_total=1 << 30),))))
+        while not self.stop.wait(0.1):
+            sock.send(P.encode(P.NodeHeartbeat(node_id="n1", epoch=1)))
+            while sock.poll(0):
+                self.replies.append(P.decode(sock.recv()))
+        sock.close(0)
+
+    def beats(self) -> int:
+        return sum(isinstance(m, P.NodeHeartbeat) for m in list(self.replies))
+
+
+def test_a_full_disk_refuses_submits_in_one_line_keeps_the_node_and_resumes(procs, tiny_disk, ctx):
+    from tests.support import colocate_cli
+
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    proc = procs.start([PY, "-m", "colocate", "scheduler", "--bind", endpoint, "--state", tiny_disk / "sched.db",
+                        "--heartbeat", "0.2"], "scheduler.log")
+    wait_for(lambda: _answers(endpoint, proc), 30, what="the scheduler to answer")
+    node = _BeatingNode(ctx, endpoint)
+    try:
+        wait_for(lambda: node.beats() > 0, 30, what="the node to be welcomed and echoed")
+
+        def submit():
+            return colocate_cli("submit", "--scheduler", endpoint, "--gpus", "1", "--priority", "guaranteed", "--",
+                                "python", "-c", "pass")
+        ok = submit()
+        assert ok.returncode == 0, ok.stderr
+        _fill(tiny_disk)
+        for _ in range(2):
+            res = submit()
+            lines = res.stderr.strip().splitlines()
+            assert res.returncode == 1 and len(lines) == 1 and "cannot write its journal" in lines[0], res.stderr
+            assert "full" in lines[0] and "nothing was submitted" in lines[0]
+        beats = node.beats()
+        wait_for(lambda: node.beats() >= beats + 10, 30, what="heartbeats echoed while the disk is full")
+        assert proc.poll() is None
+        nodes = rpc.request(endpoint, P.NodesRequest(), 5).nodes
+        assert [(n.node_id, n.up) for n in nodes] == [("n1", True)]
+        assert not [m for m in node.replies if isinstance(m, P.Error)]  # never forgotten (unknown_node)
+        log = read_log(proc)
+        assert log.count("cannot write the journal") == 1 and "Traceback" not in log, log
+
+        (tiny_disk / "filler").unlink()
+        again = wait_for(lambda: (r := submit()).returncode == 0 and r, 30, interval=0.5,
+                         what="submits to be taken again")
+        assert again.stdout.strip() == "2"  # the refused submits left no job behind
+        assert "can be written again" in read_log(proc)
+    finally:
+        node.stop.set()
+        node.join(5)
+
+
+def _answers(endpoint, proc):
+    assert proc.poll() is None, read_log(proc)
+    try:
+        return rpc.request(endpoint, P.NodesRequest(), 0.5)
+    except rpc.NoAnswer:
+        return None
