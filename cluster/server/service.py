@@ -44,6 +44,7 @@ from colocate import protocol as P
 from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LIVENESS
 from cluster import events as ev
 from cluster.core import SchedulerCore
+from cluster.server.faults import MAX_DEFERRED, CoreBroken, Faults, _Refused
 from cluster.server.journal import Journal, JournalUnavailable
 from cluster.server.launch import PortPool, master_host, start_messages
 from cluster.server.views import QueueView, job_view, node_views
@@ -54,23 +55,9 @@ log = logging.getLogger("colocate.scheduler")
 NODE_MESSAGES = P.NODE_TO_SCHEDULER
 CLIENT_MESSAGES = P.CLIENT_TO_SCHEDULER
 LATENCY_WINDOW = 5000
-PROBE_S = 1.0  # while the journal cannot be written: how often to try again (scheduler clock)
-MAX_DEFERRED = 10000  # node messages kept while the journal cannot be written (the oldest go first)
 
 
-class CoreBroken(Exception):
-    """The policy core failed and cannot be rebuilt from the journal: exit non-zero."""
-
-
-class _Refused(Exception):
-    """Answer the sender with ``Error(code, message)``."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-
-
-class SchedulerService:
+class SchedulerService(Faults):
     def __init__(self, core: SchedulerCore, journal: Journal, epoch: int, heartbeat_s: float = NODE_HEARTBEAT_S,
                  liveness: int = NODE_LIVENESS):
         self.core, self.journal, self.epoch = core, journal, epoch
@@ -243,14 +230,6 @@ class SchedulerService:
             event = ev.StartRefused(m.job_id, m.placement_id, node_id, m.reason)
         return self._decide([event], now)
 
-    def _defer(self, node_id: str, m) -> None:
-        if isinstance(m, P.NodeStatus):  # only a node's latest report matters
-            for i, (n, old) in enumerate(self.deferred):
-                if n == node_id and isinstance(old, P.NodeStatus):
-                    del self.deferred[i]
-                    break
-        self.deferred.append((node_id, m))
-
     def _forget(self, node_id: str) -> None:
         ident = self.nodes.pop(node_id, None)
         if ident is not None:
@@ -330,14 +309,6 @@ class SchedulerService:
         logs = [P.LogRef(rank=r, node_id=n, path=p) for r, n, p in self.journal.logs(m.job_id)
                 if m.rank is None or r == m.rank]
         return [(ident, P.LogsReply(job_id=m.job_id, logs=tuple(logs)))]
-
-    def _check_writable(self, nothing: str) -> None:
-        if self.unavailable is not None:
-            raise self._unwritable(nothing)
-
-    def _unwritable(self, nothing: str) -> _Refused:
-        return _Refused(P.UNAVAILABLE, f"the scheduler cannot write its journal ({self.unavailable}): {nothing}; "
-                        "try again later")
 
     # ------------------------------------------------------------------ decisions
     def _decide(self, events: list, now: float) -> list[tuple[bytes, P.Message]]:
@@ -437,87 +408,6 @@ class SchedulerService:
                 out.append((self.nodes[node_id], msg))
             else:  # the node went away between the cycle and now: its NodeLost will requeue the job
                 log.warning("placement %s: node %s is not connected", d.placement.placement_id, node_id)
-        return out
-
-    # ------------------------------------------------------------------ faults: rebuild from the journal
-    def _rebuild(self, now: float, schedule: bool = True) -> list:
-        """Replace the core by one restored from the journal, joined by the connected nodes (their
-        next reports re-adopt running workers). Returns its decisions (to commit); stops of the
-        journal's stopping placements go to the outbox (connected nodes) or wait for the node's hello."""
-        core = type(self.core)(self.core.config, self.core.rng)
-        decisions = core.restore(self.journal.records(), now)
-        joins = [ev.NodeJoined(self.specs[n], self.epochs[n]) for n in self.nodes if n in self.specs]
-        if joins:
-            decisions += core.handle_batch(joins, now, schedule=schedule)
-        self.core = core
-        for pid, job_id, nodes, reason in self.journal.stopping():
-            for n in nodes:
-                if n in self.nodes:
-                    self._outbox.append((self.nodes[n], P.StopPlacement(placement_id=pid, job_id=job_id, reason=reason)))
-                elif (pid, job_id, reason) not in self.restop.get(n, []):
-                    self.restop.setdefault(n, []).append((pid, job_id, reason))
-        for pid in list(self.ports.held):
-            if pid not in core.holders:
-                self.ports.release(pid)
-        self.portless = {pid: d for pid, d in self.portless.items() if pid in core.placing}
-        return decisions
-
-    def _failed(self, exc: Exception, what: str, now: float) -> None:
-        """An exception while handling ``what``: rebuild the core from the journal (logged once per
-        distinct failure); ``CoreBroken`` if that fails too."""
-        self.faults["core"] += 1
-        key = (type(exc).__name__, str(exc)[:200])
-        if key != self._last_failure:
-            self._last_failure = key
-            log.error("the policy core failed on %s (%s: %s): rebuilt from the journal", what, key[0], key[1],
-                      exc_info=exc)
-        try:
-            decisions = self._rebuild(now, schedule=False)
-        except Exception as broken:
-            raise CoreBroken(f"the policy core cannot be rebuilt from {self.journal.path}: "
-                             f"{type(broken).__name__}: {broken}") from broken
-        if self.unavailable is None:
-            try:
-                self._outbox += self._commit(decisions, now)
-            except JournalUnavailable as jexc:
-                self._journal_failed(jexc, now)
-
-    def _journal_failed(self, exc: JournalUnavailable, now: float) -> None:
-        """A write failed: refuse work until a probe finds the journal writable; the core is rebuilt
-        from what the journal holds (its decisions are made again on resuming)."""
-        self.faults["journal"] += 1
-        if self.unavailable is None:
-            log.error("cannot write the journal %s (%s): refusing submits and cancels, keeping node reports, "
-                      "until it can be written", self.journal.path, exc)
-        self.unavailable = str(exc) or "write refused"
-        self._next_probe = now + PROBE_S
-        try:
-            self._rebuild(now, schedule=False)
-        except Exception as broken:
-            raise CoreBroken(f"the policy core cannot be rebuilt from {self.journal.path}: "
-                             f"{type(broken).__name__}: {broken}") from broken
-
-    def _resume(self, now: float) -> list[tuple[bytes, P.Message]]:
-        """Probe the journal; once it takes writes, rebuild with a cycle and replay the kept node messages."""
-        self._next_probe = now + PROBE_S
-        if not self.journal.writable():
-            return []
-        log.warning("the journal %s can be written again: resuming (%d node messages to replay)",
-                    self.journal.path, len(self.deferred))
-        self.unavailable = None
-        out: list = []
-        try:
-            out += self._commit(self._rebuild(now), now)
-            while self.deferred:
-                node_id, m = self.deferred[0]
-                if node_id in self.nodes and m.epoch >= self.epochs.get(node_id, 0):
-                    try:
-                        out += self._apply(node_id, m, now)
-                    except _Refused:
-                        pass
-                self.deferred.popleft()
-        except JournalUnavailable as exc:
-            self._journal_failed(exc, now)
         return out
 
     def _take_outbox(self) -> list[tuple[bytes, P.Message]]:

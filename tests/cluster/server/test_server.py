@@ -3,7 +3,6 @@ start-up errors."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import threading
@@ -124,6 +123,7 @@ def test_metrics_over_http(sched, ctx):
     assert sample(s, "colocate_scheduler_messages_total", type="nodes_request") >= 1
     assert sample(s, "colocate_scheduler_nodes", state="up") == 0
     assert sample(s, "colocate_scheduler_gpus", state="total") == 0
+    assert sample(s, "colocate_scheduler_journal_writable") == 1
 
 
 def test_curve_admits_known_keys_only(procs, tmp_path):
@@ -202,7 +202,7 @@ def test_an_immutable_state_file_is_refused_in_one_line(tmp_path):
 
     state = tmp_path / "s.db"
     Journal(str(state)).close()  # a state file a scheduler left
-    if subprocess.run(["chattr", "+i", str(state)], capture_output=True).returncode != 0:
+    if subprocess.run(["chattr", "+i", str(state)], capture_output=True, check=False).returncode != 0:
         pytest.skip("chattr +i is not permitted here (it needs root on a filesystem with attributes)")
     try:
         res = subprocess.run([PY, "-m", "colocate", "scheduler", "--state", str(state), "--bind",
@@ -255,7 +255,7 @@ def tiny_disk(tmp_path):
     """A 1 MiB tmpfs: a disk that really fills (ENOSPC). Needs the right to mount (root)."""
     mnt = tmp_path / "disk"
     mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, check=False)
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
     yield mnt
