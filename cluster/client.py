@@ -41,6 +41,8 @@ def request_from_here(command, *, workers: int = 1, gpus: int = 1, gpu_mem: int 
     import getpass
 
     environ = os.environ if environ is None else environ
+    if len(name) > P.MAX_ID_CHARS:
+        raise ValueError(f"the job name is {len(name)} characters long, over {P.MAX_ID_CHARS}")
     env = {k: v for k, v in environ.items() if not k.startswith("COLOCATE_") and k}
     for k, v in env.items():
         if len(v) > MAX_ENV_VALUE:
@@ -51,7 +53,7 @@ def request_from_here(command, *, workers: int = 1, gpus: int = 1, gpu_mem: int 
     except (KeyError, OSError):
         user = ""
     return P.JobRequest(command=tuple(command), cwd=cwd or os.getcwd(), env=env, workers=workers, gpus=gpus,
-                        gpu_mem=gpu_mem, priority=priority, queue=queue, name=(name or default_name(command))[:128],
+                        gpu_mem=gpu_mem, priority=priority, queue=queue, name=(name or default_name(command))[:P.MAX_ID_CHARS],
                         user=user[:128], estimate_s=estimate_s)
 
 

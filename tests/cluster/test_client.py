@@ -47,9 +47,11 @@ def test_a_submit_no_one_answers_gives_up_after_its_attempts():
         client.submit(request_from_here(["python", "x.py"], environ={}, cwd="/tmp"))
 
 
-def test_an_environment_variable_over_the_limit_is_named_not_dropped():
+def test_an_environment_variable_or_a_name_over_the_limit_is_refused_not_cut():
     with pytest.raises(ValueError, match="environment variable BIG is 70000 characters"):
         request_from_here(["python", "x.py"], environ={"BIG": "x" * 70000, "PATH": "/bin"}, cwd="/tmp")
+    with pytest.raises(ValueError, match="the job name is 200 characters long, over 128"):
+        request_from_here(["python", "x.py"], name="n" * 200, environ={}, cwd="/tmp")
 
 
 def test_a_request_too_large_for_the_wire_is_refused_in_one_line_before_sending():
