@@ -6,7 +6,7 @@ that handles what goes wrong inside the scheduler process, not on the wire:
   * ``_failed``: an exception in the policy core (or in handling a message) discards the core;
     ``_rebuild`` restores a fresh one from the journal and joins the connected nodes to it (their
     next reports re-adopt running workers), then its decisions are committed. Logged once per
-    distinct failure. A rebuild that fails raises ``CoreBroken`` (exit non-zero);
+    distinct failure (``faults`` counts them all). A rebuild that fails raises ``CoreBroken`` (exit non-zero);
   * ``_journal_failed``: a journal write failed; the core is rebuilt from what the journal holds,
     submits and cancels are refused (``_check_writable``), node messages are kept (``_defer``);
     ``_resume`` probes every ``PROBE_S`` and, once the journal takes writes, rebuilds with a cycle
@@ -25,6 +25,7 @@ log = logging.getLogger("colocate.scheduler")
 
 PROBE_S = 1.0  # while the journal cannot be written: how often to try again (scheduler clock)
 MAX_DEFERRED = 10000  # node messages kept while the journal cannot be written (the oldest go first)
+MAX_FAILURES_LOGGED = 100  # distinct core failures logged (each once); the rest are only counted
 
 
 class CoreBroken(Exception):
@@ -81,12 +82,12 @@ class Faults:
         return decisions
 
     def _failed(self, exc: Exception, what: str, now: float) -> None:
-        """An exception while handling ``what``: rebuild the core from the journal (logged once per
-        distinct failure); ``CoreBroken`` if that fails too."""
+        """An exception while handling ``what``: rebuild the core from the journal (each distinct failure
+        logged once, with its traceback); ``CoreBroken`` if that fails too."""
         self.faults["core"] += 1
         key = (type(exc).__name__, str(exc)[:200])
-        if key != self._last_failure:
-            self._last_failure = key
+        if key not in self._failures_logged and len(self._failures_logged) < MAX_FAILURES_LOGGED:
+            self._failures_logged.add(key)
             log.error("the policy core failed on %s (%s: %s): rebuilt from the journal", what, key[0], key[1],
                       exc_info=exc)
         try:

@@ -88,7 +88,7 @@ class JournalUnavailable(JournalError):
 
 def _lock(path: str) -> int:
     """The descriptor of ``PATH.lock``, exclusively locked by this process, holding ``pid host``."""
-    lock_path = path + ".lock"
+    lock_path = os.path.realpath(path) + ".lock"  # one lock per file, whatever path names it
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:

@@ -127,7 +127,13 @@ class SchedulerServer:
     def _send(self, out) -> None:
         for ident, msg in out:
             try:
-                self.sock.send_multipart([ident, P.encode(msg)], zmq.NOBLOCK)
+                data = P.encode(msg)
+            except P.ProtocolError as exc:  # a reply over the size limit: the peer hears why, in one line
+                log.warning("could not send %s: %s", msg.TYPE, exc)
+                data = P.encode(P.Error(code=exc.code, message=f"the reply ({msg.TYPE}) is too large: {exc}",
+                                        job_id=None))
+            try:
+                self.sock.send_multipart([ident, data], zmq.NOBLOCK)
             except zmq.ZMQError as exc:  # the peer is gone (ROUTER_MANDATORY) or its queue is full
                 log.warning("could not send %s: %s", msg.TYPE, exc)
 

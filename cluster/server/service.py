@@ -75,7 +75,7 @@ class SchedulerService(Faults):
         self.deferred: deque[tuple[str, P.Message]] = deque(maxlen=MAX_DEFERRED)  # node messages to replay
         self._next_probe = 0.0
         self._outbox: list[tuple[bytes, P.Message]] = []  # messages of a rebuild, sent before the reply
-        self._last_failure: tuple[str, str] | None = None
+        self._failures_logged: set[tuple[str, str]] = set()
         self.counts: Counter = Counter()  # messages received by type
         self.bad: Counter = Counter()  # errors replied by code
         self.decided: Counter = Counter()  # decisions by type
@@ -316,7 +316,6 @@ class SchedulerService(Faults):
         from the journal and the events applied again without a cycle; if that raises too, ``_Refused``."""
         try:
             decisions = self.core.handle_batch(events, now)
-            self._last_failure = None
         except Exception as exc:
             what = ", ".join(dict.fromkeys(type(e).__name__ for e in events))
             self._failed(exc, what, now)
