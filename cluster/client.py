@@ -7,9 +7,10 @@ set). Every call is one request and one reply (``colocate.rpc``). Failures raise
 ``rpc.BadReply``, ``rpc.TooLarge``, or ``Refused`` for an ``Error`` reply (``.code`` from
 ``colocate.protocol``; ``unavailable``: the scheduler cannot write its journal, nothing was done).
 
-``submit`` is safe to retry: it mints one request id per call (or takes the caller's) and, when no
-answer comes within ``timeout_s``, asks again with the same id up to ``SUBMIT_ATTEMPTS`` times in
-all; the scheduler makes one job per id, so a lost reply never makes a second job.
+``submit`` is safe to retry: it mints one request id per call (or takes the caller's) and splits
+``timeout_s`` into ``SUBMIT_ATTEMPTS`` tries with that same id (a try with no answer is sent again);
+the scheduler makes one job per id, so a lost request or reply never makes a second job, and the
+whole call still takes at most ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -79,8 +80,8 @@ class SchedulerClient:
         self.keys_dir = keys_dir if keys_dir is not None else K.default_dir()
         self.timeout_s = timeout_s
 
-    def call(self, msg: P.Message, want: type) -> P.Message:
-        reply = rpc.request(self.endpoint, msg, self.timeout_s, keys_dir=self.keys_dir, peer="scheduler")
+    def call(self, msg: P.Message, want: type, timeout_s: float | None = None) -> P.Message:
+        reply = rpc.request(self.endpoint, msg, timeout_s or self.timeout_s, keys_dir=self.keys_dir, peer="scheduler")
         if isinstance(reply, P.Error):
             raise Refused(reply.code, reply.message)
         if not isinstance(reply, want):
@@ -93,7 +94,7 @@ class SchedulerClient:
         attempt = 1
         while True:
             try:
-                return self.call(msg, P.Submitted).job_id
+                return self.call(msg, P.Submitted, self.timeout_s / SUBMIT_ATTEMPTS).job_id
             except rpc.NoAnswer:
                 if attempt >= SUBMIT_ATTEMPTS:
                     raise

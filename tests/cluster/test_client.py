@@ -19,7 +19,7 @@ def test_a_submit_without_an_answer_is_retried_with_the_same_request_id():
     router.setsockopt(zmq.LINGER, 0)
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     router.bind(endpoint)
-    client = SchedulerClient(endpoint, "", timeout_s=0.5)
+    client = SchedulerClient(endpoint, "", timeout_s=1.5)  # three tries of 0.5 s
     request = request_from_here(["python", "x.py"], environ={"PATH": "/bin"}, cwd="/tmp")
     result = {}
     worker = threading.Thread(target=lambda: result.update(job=client.submit(request)), daemon=True)
@@ -41,10 +41,23 @@ def test_a_submit_without_an_answer_is_retried_with_the_same_request_id():
         ctx.term()
 
 
-def test_a_submit_no_one_answers_gives_up_after_its_attempts():
-    client = SchedulerClient(f"tcp://127.0.0.1:{free_port()}", "", timeout_s=0.2)
-    with pytest.raises(rpc.NoAnswer):
-        client.submit(request_from_here(["python", "x.py"], environ={}, cwd="/tmp"))
+def test_a_submit_no_one_answers_is_tried_three_times_with_one_id_then_gives_up():
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    router.bind(endpoint)
+    try:
+        with pytest.raises(rpc.NoAnswer):
+            SchedulerClient(endpoint, "", timeout_s=0.6).submit(request_from_here(["python", "x.py"], environ={},
+                                                                                  cwd="/tmp"))
+        seen = []
+        while router.poll(1000):
+            seen.append(P.decode(router.recv_multipart()[1]))
+        assert len(seen) == 3 and len({m.request_id for m in seen}) == 1
+    finally:
+        router.close(0)
+        ctx.term()
 
 
 def test_an_environment_variable_or_a_name_over_the_limit_is_refused_not_cut():
