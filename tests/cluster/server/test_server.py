@@ -341,3 +341,47 @@ def _answers(endpoint, proc):
         return rpc.request(endpoint, P.NodesRequest(), 0.5)
     except rpc.NoAnswer:
         return None
+
+
+BROKEN_PLUGIN = """\
+import os, sys
+from cluster.plugins.binpack import BinPack
+real = BinPack.node_order
+def node_order(self, req):  # a plugin bug, on while the flag file exists
+    if os.path.exists(sys.argv[1]):
+        raise RuntimeError("plugin bug")
+    return real(self, req)
+BinPack.node_order = node_order
+from colocate.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_plugin_that_raises_in_a_real_scheduler_is_logged_once_and_the_scheduler_serves_on(procs, tmp_path, ctx):
+    from tests.support import colocate_cli
+
+    flag = tmp_path / "broken"
+    flag.touch()
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    proc = procs.start([PY, "-c", BROKEN_PLUGIN, flag, "scheduler", "--bind", endpoint, "--state",
+                        tmp_path / "sched.db", "--config", "gang-binpack", "--heartbeat", "0.2"], "scheduler.log")
+    wait_for(lambda: _answers(endpoint, proc), 30, what="the scheduler to answer")
+    node = _BeatingNode(ctx, endpoint)
+    try:
+        wait_for(lambda: node.beats() > 0, 30, what="the node to be welcomed and echoed")
+        res = colocate_cli("submit", "--scheduler", endpoint, "--gpus", "1", "--priority", "guaranteed", "--",
+                           "python", "-c", "pass")
+        assert res.returncode == 0 and res.stdout.strip() == "1", res.stderr  # journaled, so acknowledged
+        beats = node.beats()
+        wait_for(lambda: node.beats() >= beats + 10, 30, what="heartbeats while every cycle fails")
+        (job,) = rpc.request(endpoint, P.JobsRequest(), 5).jobs
+        assert job.state == "pending" and proc.poll() is None
+        assert not [m for m in node.replies if isinstance(m, P.StartPlacement)]
+        log = read_log(proc)
+        assert log.count("the policy core failed") == 1 and "plugin bug" in log, log
+        flag.unlink()  # the bug is gone: the next cycle places the job
+        wait_for(lambda: [m for m in node.replies if isinstance(m, P.StartPlacement)], 30, what="the job's start")
+        assert [m.job_id for m in node.replies if isinstance(m, P.StartPlacement)] == ["1"]
+    finally:
+        node.stop.set()
+        node.join(5)
