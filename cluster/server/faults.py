@@ -59,15 +59,18 @@ class Faults:
                     break
         self.deferred.append((node_id, m))
 
-    def _rebuild(self, now: float, schedule: bool = True) -> list:
+    def _rebuild(self, now: float, schedule: bool = True, lost: dict[str, str] | None = None) -> list:
         """Replace the core by one restored from the journal, joined by the connected nodes (their
-        next reports re-adopt running workers). Returns its decisions (to commit); stops of the
-        journal's stopping placements go to the outbox (connected nodes) or wait for the node's hello."""
+        next reports re-adopt running workers) and by the ``lost`` ones (node id -> why), lost at
+        once. Returns its decisions (to commit); stops of the journal's stopping placements go to the
+        outbox (connected nodes) or wait for the node's hello."""
         core = type(self.core)(self.core.config, self.core.rng)
         decisions = core.restore(self.journal.records(), now)
-        joins = [ev.NodeJoined(self.specs[n], self.epochs[n]) for n in self.nodes if n in self.specs]
-        if joins:
-            decisions += core.handle_batch(joins, now, schedule=schedule)
+        lost = {n: why for n, why in (lost or {}).items() if n not in self.nodes and n in self.specs}
+        events = [ev.NodeJoined(self.specs[n], self.epochs[n]) for n in [*self.nodes, *lost] if n in self.specs]
+        events += [ev.NodeLost(n, why) for n, why in lost.items()]
+        if events:
+            decisions += core.handle_batch(events, now, schedule=schedule)
         self.core = core
         for pid, job_id, nodes, reason in self.journal.stopping():
             for n in nodes:
@@ -126,7 +129,8 @@ class Faults:
         self.unavailable = None
         out: list = []
         try:
-            out += self._commit(self._rebuild(now), now)
+            out += self._commit(self._rebuild(now, lost=self.lost_meanwhile), now)
+            self.lost_meanwhile = {}
             while self.deferred:
                 node_id, m = self.deferred[0]
                 if node_id in self.nodes and m.epoch >= self.epochs.get(node_id, 0):

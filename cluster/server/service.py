@@ -19,7 +19,7 @@ Rules it keeps:
     connected nodes join again); until a probe (every ``PROBE_S``) finds the file writable,
     submits and cancels get ``Error(unavailable)`` (nothing done), node heartbeats and hellos are
     answered, and the nodes' other messages are kept (at most ``MAX_DEFERRED``) and replayed, in
-    order, once the journal is back;
+    order, once the journal is back; a node lost meanwhile is lost to the core on resuming;
   * an exception inside the policy core (a plugin that raises) or anywhere in handling a message
     discards the core: it is rebuilt from the journal the same way (logged once per distinct
     failure), the event is applied again without a scheduling cycle, and the sender of what could
@@ -73,6 +73,7 @@ class SchedulerService(Faults):
         self.restop: dict[str, list[tuple[str, str, str]]] = {}  # node -> [(pid, job, reason)] after restore
         self.unavailable: str | None = None  # why the journal cannot be written; None while it can
         self.deferred: deque[tuple[str, P.Message]] = deque(maxlen=MAX_DEFERRED)  # node messages to replay
+        self.lost_meanwhile: dict[str, str] = {}  # node id -> why, for nodes lost while the journal was down
         self._next_probe = 0.0
         self._outbox: list[tuple[bytes, P.Message]] = []  # messages of a rebuild, sent before the reply
         self._failures_logged: set[tuple[str, str]] = set()
@@ -128,7 +129,8 @@ class SchedulerService(Faults):
                 log.warning("node %s missed %d heartbeats (silent %.1f s): down", node_id, self.liveness, now - t)
                 self._forget(node_id)
                 events.append(ev.NodeLost(node_id, f"silent for {now - t:.1f} s"))
-        if self.unavailable is not None:  # the core waits; a lost node is lost to it after restore_grace_s
+        if self.unavailable is not None:  # the core waits; the nodes lost meanwhile are lost to it on resuming
+            self.lost_meanwhile.update((e.node_id, e.reason) for e in events)
             return self._take_outbox() + (self._resume(now) if now >= self._next_probe else [])
         events.append(ev.Tick())
         try:

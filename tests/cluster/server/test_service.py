@@ -329,3 +329,21 @@ def test_a_plugin_that_raises_rebuilds_the_core_from_the_journal_and_serving_goe
     broken["on"] = False
     (c,) = replies(h.submit(gpus=1), P.Submitted)
     assert [m.job_id for m in n.inbox(P.StartPlacement)] == [a.job_id, c.job_id]  # placed once, serving again
+
+
+def test_a_node_lost_while_the_journal_is_down_is_lost_on_resuming_not_after_the_restore_grace(h):
+    a, b = FakeNode(h, "a", gpus=1), FakeNode(h, "b", gpus=1)
+    a.hello()
+    (job,) = replies(h.submit(gpus=1), P.Submitted)
+    a.start_all()
+    b.hello()
+    _fill_the_disk(h)
+    assert replies(h.submit(gpus=1, env={"BLOB": "x" * 60000}), P.Error)  # the journal is down
+    for _ in range(4):  # a falls silent; b keeps beating past a's liveness limit
+        b.heartbeat(dt=0.9)
+        h.advance(0.0)
+    _free_the_disk(h)
+    b.heartbeat(dt=1.1)  # past the next probe
+    h.advance(0.0)  # resumed: a is lost to the rebuilt core at once, its job requeued and placed on b
+    assert [m.job_id for m in b.inbox(P.StartPlacement)] == [job.job_id]
+    assert json.loads(job_row(h, job.job_id)["placement"])["slots"][0][1] == "b"
