@@ -64,21 +64,27 @@ def main(argv=None) -> int:
     p.add_argument("--every", type=float, default=0.25, help="seconds between submissions (default 0.25)")
     p.add_argument("--gpus", type=int, default=4, help="simulated GPUs of the node (default 4)")
     p.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    p.add_argument("--insecure", action="store_true", help="no CURVE keys (the default runs with them, as a cluster does)")
     args = p.parse_args(argv)
 
     from cluster.client import SchedulerClient, request_from_here
+    from colocate import keys as K
     from colocate import rpc
 
     console = C.console()
     tmp = Path(tempfile.mkdtemp(prefix="colocate-bench-live-"))
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     py = sys.executable
+    keys = tmp / "keys"  # CURVE, as by default: the scheduler's, node n0's and one user's keys
+    K.generate(str(keys), K.NODE, "n0")
+    K.generate(str(keys), K.USER, "bench")
+    auth = ["--insecure"] if args.insecure else ["--keys", keys]
     sched = spawn([py, "-m", "colocate", "scheduler", "--bind", endpoint, "--state", tmp / "s.db", "--config",
-                   "gang-binpack", "--log-level", "warning"], tmp / "scheduler.log")
+                   "gang-binpack", "--log-level", "warning", *auth], tmp / "scheduler.log")
     node = spawn([py, "-m", "colocate", "node", "--device", "sim", "--sim-gpus", args.gpus, "--scheduler", endpoint,
                   "--node-id", "n0", "--endpoint", f"ipc://{tmp}/n0.sock", "--log-dir", tmp / "logs", "--state-dir",
-                  tmp / "n0", "--log-level", "warning"], tmp / "node.log")
-    client = SchedulerClient(endpoint, "", timeout_s=5.0)
+                  tmp / "n0", "--log-level", "warning", *auth], tmp / "node.log")
+    client = SchedulerClient(endpoint, "" if args.insecure else str(keys), timeout_s=5.0)
 
     def joined():
         try:

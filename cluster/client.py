@@ -1,11 +1,13 @@
 """Talking to the scheduler from a program or a command: submit, status, queue, nodes, cancel, logs.
 
 ``SchedulerClient(endpoint=None, keys_dir=None, timeout_s=5.0)``: ``endpoint`` defaults to
-``COLOCATE_SCHEDULER`` (else ``tcp://127.0.0.1:5555``), ``keys_dir`` to ``COLOCATE_KEYS`` (CURVE when
-set). Every call is one request and one reply (``colocate.rpc``). Failures raise, with a one-line
-``str()`` for the user: ``rpc.NoAnswer`` (scheduler away, or it refused our keys), ``rpc.BadEndpoint``,
-``rpc.BadReply``, ``rpc.TooLarge``, or ``Refused`` for an ``Error`` reply (``.code`` from
-``colocate.protocol``; ``unavailable``: the scheduler cannot write its journal, nothing was done).
+``COLOCATE_SCHEDULER`` (else ``tcp://127.0.0.1:5555``), ``keys_dir`` to ``COLOCATE_KEYS``, else the
+user's own key folder (``colocate.keys.resolve``; made on first use); ``keys_dir=""`` connects without
+CURVE (a scheduler started with ``--insecure``; loopback only). The user the scheduler records is the
+name of the client's key. Every call is one request and one reply (``colocate.rpc``). Failures raise,
+with a one-line ``str()`` for the user: ``rpc.NoAnswer`` (scheduler away, or it refused our keys),
+``rpc.BadEndpoint``, ``rpc.BadReply``, ``rpc.TooLarge``, or ``Refused`` for an ``Error`` reply (``.code``
+from ``colocate.protocol``; ``unavailable``: the scheduler cannot write its journal, nothing was done).
 
 ``submit`` is safe to retry: it mints one request id per call (or takes the caller's) and splits
 ``timeout_s`` into ``SUBMIT_ATTEMPTS`` tries with that same id (a try with no answer is sent again);
@@ -69,11 +71,26 @@ def default_name(command) -> str:
 class SchedulerClient:
     def __init__(self, endpoint: str | None = None, keys_dir: str | None = None, timeout_s: float = 5.0):
         self.endpoint = endpoint or endpoints.scheduler_endpoint()
-        self.keys_dir = keys_dir if keys_dir is not None else K.default_dir()
+        self.keys_dir = keys_dir
         self.timeout_s = timeout_s
 
+    def _keys(self) -> str | None:
+        """The key folder (made on first use when it is the user's own), or None for ``keys_dir=""``."""
+        try:
+            keys = K.resolve(self.keys_dir, insecure=self.keys_dir == "")
+            K.require_keys(self.endpoint, keys)
+        except (ValueError, OSError) as exc:
+            raise rpc.BadEndpoint(str(exc)) from None
+        return keys
+
     def call(self, msg: P.Message, want: type, timeout_s: float | None = None) -> P.Message:
-        reply = rpc.request(self.endpoint, msg, timeout_s or self.timeout_s, keys_dir=self.keys_dir, peer="scheduler")
+        keys = self._keys()
+        try:
+            reply = rpc.request(self.endpoint, msg, timeout_s or self.timeout_s, keys_dir=keys, peer="scheduler")
+        except rpc.NoAnswer as exc:  # with CURVE, a scheduler that does not admit our key is silent too
+            if keys:
+                exc.args = (f"{exc} (is it running, and does it admit the keys in {keys}?)",)
+            raise
         if isinstance(reply, P.Error):
             raise Refused(reply.code, reply.message)
         if not isinstance(reply, want):
@@ -112,4 +129,5 @@ class SchedulerClient:
         return self.call(P.Cancel(job_id=job_id), P.Ok).message
 
     def logs(self, job_id: str, rank: int | None = None) -> list[P.LogRef]:
+        """Each worker's log (its end), as the node holding it read it, or an error line per worker."""
         return list(self.call(P.LogsRequest(job_id=job_id, rank=rank), P.LogsReply).logs)

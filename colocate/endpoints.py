@@ -7,7 +7,9 @@
   and nodes look for it at ``scheduler_endpoint()`` (``COLOCATE_SCHEDULER`` overrides);
 * the scheduler tells each node (``NodeWelcome``) to send a heartbeat every ``NODE_HEARTBEAT_S``
   seconds unless ``--heartbeat`` says otherwise, and marks a node down after ``NODE_LIVENESS``
-  silent intervals (``--liveness``).
+  silent intervals (``--liveness``);
+* ``colocate logs`` waits for the nodes' answers at most ``LOGS_DEADLINE_S`` at the scheduler (less
+  than a client's default 5 s timeout, so a node that does not answer is named, not a "no answer").
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 SCHEDULER_ENDPOINT = "tcp://127.0.0.1:5555"
 NODE_HEARTBEAT_S = 0.8  # seconds (zguide's ~1 s, so that a dead node is down within 3 s of its death)
 NODE_LIVENESS = 3  # missed heartbeats: a silent node is down 2.4 s after its last heartbeat
+LOGS_DEADLINE_S = 2.0  # seconds the scheduler waits for nodes' log tails before it answers without them
 
 
 def scheduler_endpoint(environ=None) -> str:

@@ -46,7 +46,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_BOUNDARY_WARN_S", "60", "Seconds of device work with no mini-batch boundary after which the job says so once on stderr, naming `torch_hooks.step()`; 0 disables."),
     Variable("COLOCATE_LOG", "warning", "Log level of the runtime inside the job (debug, info, warning)."),
     Variable("COLOCATE_SCHEDULER", "tcp://127.0.0.1:5555", "Clients and nodes: the scheduler's endpoint when `--scheduler` is not given.", "client"),
-    Variable("COLOCATE_KEYS", "", "Clients and nodes: folder of CURVE keys (`colocate keys generate`) when `--keys` is not given; empty: no CURVE.", "client"),
+    Variable("COLOCATE_KEYS", "", "The scheduler, nodes and clients: folder of CURVE keys (`colocate keys generate`) when `--keys` is not given; empty: `$XDG_CONFIG_HOME/colocate/keys` (`~/.config/colocate/keys`), made on first use. No CURVE only with `--insecure`, on loopback.", "client"),
 )
 
 NAMES = frozenset(v.name for v in VARIABLES)

@@ -1,51 +1,168 @@
-"""ZeroMQ CURVE keys for the scheduler link: generating them, and applying them to sockets.
+"""ZeroMQ CURVE keys for the scheduler link: who a peer is, and what it may do, comes from its key.
 
-A key folder (``colocate keys generate DIR``) holds::
+A key folder holds::
 
-    DIR/scheduler.key, DIR/scheduler.key_secret   the scheduler's certificate (public, secret)
-    DIR/NAME.key, DIR/NAME.key_secret             a peer's certificate (nodes and clients; NAME "client")
-    DIR/authorized/NAME.key                       the public keys the scheduler lets in
+    DIR/scheduler.key, DIR/scheduler.key_secret    the scheduler's certificate (public, secret)
+    DIR/ROLE-NAME.key, DIR/ROLE-NAME.key_secret    a peer's certificate; ROLE is node, user or operator
+    DIR/authorized/ROLE-NAME.key                   the public keys the scheduler lets in
 
-The scheduler (``--keys DIR``) serves CURVE with its secret key and admits only peers whose public key
-is in ``DIR/authorized``; a peer (``--keys DIR`` or ``COLOCATE_KEYS``) connects with its own
-certificate and the scheduler's public key. A peer without a key admitted there gets nothing: the
-handshake fails and no message of it is ever delivered. Bound beyond loopback, the scheduler refuses
-to start without keys (``require_keys``).
+The file name of an admitted key is its identity: ``node-gpu7`` may say ``NodeHello`` as node
+``gpu7`` and nothing else; ``user-alice`` submits as user ``alice`` and cancels only alice's jobs;
+``operator-bob`` submits as ``bob`` and may cancel any job. Neither users nor operators can register
+as nodes, and node keys cannot act as clients. The scheduler reads ``DIR/authorized`` again when it
+changes, so a key added while it runs is admitted at the peer's next handshake. A peer whose key is
+not admitted gets nothing: the handshake fails and no message of it is delivered.
+
+Secure by default: without ``--keys`` the scheduler, local nodes and local clients use the user's
+folder ``$XDG_CONFIG_HOME/colocate/keys`` (``~/.config/colocate/keys``), created on first use (the
+scheduler's certificate, then a node's or the user's own certificate as each first needs it; the
+folder is private to its owner, so whoever can write it is that owner). Creation is safe when several
+processes start at once: the folder is made aside and renamed into place, and every later change
+holds an exclusive lock on ``DIR/.lock``. Running without CURVE takes an explicit ``--insecure``,
+refused beyond loopback (``require_keys``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import getpass
 import ipaddress
 import os
+import re
 import shutil
 import socket
+import tempfile
 
 SERVER = "scheduler"
-DEFAULT_PEER = "client"
+NODE, USER, OPERATOR = "node", "user", "operator"
+ROLES = (NODE, USER, OPERATOR)
+CLIENT_ROLES = (USER, OPERATOR)
+AUTHORIZED = "authorized"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
 class KeyError_(ValueError):
     """A key folder that cannot be used; ``str()`` is one line naming the missing file."""
 
 
-def generate(directory: str, name: str = DEFAULT_PEER) -> list[str]:
-    """Create the scheduler's certificate (unless present) and peer ``name``'s, and authorize the peer.
-    Returns the files written. Secret files are readable by their owner only."""
+# ---------------------------------------------------------------- names
+
+
+def cert_name(role: str, name: str) -> str:
+    """The file stem of a peer's certificate, e.g. ``node-gpu7``; raises KeyError_ for a bad role or name."""
+    if role not in ROLES:
+        raise KeyError_(f"bad key role {role!r}: one of {', '.join(ROLES)}")
+    if not _NAME.match(name or ""):
+        raise KeyError_(f"bad key name {name!r}: letters, digits, '.', '-' or '_' (at most 128), not starting "
+                        "with '.' or '-'")
+    return f"{role}-{name}"
+
+
+def parse_identity(user_id: str) -> tuple[str, str] | None:
+    """``(role, name)`` of a certificate stem or ZAP user id (``node-gpu7`` -> ``("node", "gpu7")``), else None."""
+    role, sep, name = (user_id or "").partition("-")
+    if not sep or role not in ROLES or not _NAME.match(name):
+        return None
+    return role, name
+
+
+# ---------------------------------------------------------------- folders
+
+
+def default_dir(environ=None) -> str:
+    """The key folder used when none is given: ``COLOCATE_KEYS``, else the user's config folder."""
+    environ = os.environ if environ is None else environ
+    return environ.get("COLOCATE_KEYS") or local_dir(environ)
+
+
+def local_dir(environ=None) -> str:
+    """``$XDG_CONFIG_HOME/colocate/keys``, else ``~/.config/colocate/keys``: made on first use."""
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "colocate", "keys")
+
+
+def resolve(directory: str | None, insecure: bool = False, environ=None) -> str | None:
+    """The key folder a daemon or client uses: None with ``insecure``; ``directory`` when given; else
+    ``default_dir()``, the user's own folder made (race-safely) when it does not exist yet."""
+    if insecure:
+        return None
+    if directory:
+        return directory
+    directory = default_dir(environ)
+    if directory == local_dir(environ):
+        ensure_folder(directory)
+    return directory
+
+
+def ensure_folder(directory: str) -> None:
+    """Make ``directory`` with the scheduler's certificate unless it exists. Safe under concurrent callers:
+    the folder is built aside and renamed into place; a caller that loses the race uses the winner's."""
+    if os.path.isdir(directory):
+        return
+    parent = os.path.dirname(os.path.abspath(directory))
+    os.makedirs(parent, mode=0o700, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".keys-", dir=parent)
+    try:
+        os.makedirs(os.path.join(tmp, AUTHORIZED), mode=0o700)
+        _create(tmp, SERVER)
+        try:
+            os.rename(tmp, directory)
+        except OSError:
+            if not os.path.isdir(directory):  # not a lost race
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _locked(directory: str):
+    """An exclusive lock on ``directory/.lock`` (every change to a key folder holds it)."""
+    fd = os.open(os.path.join(directory, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def generate_server(directory: str) -> list[str]:
+    """Create ``directory`` with the scheduler's certificate and the ``authorized`` folder, unless present.
+    Returns the files written."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.makedirs(os.path.join(directory, AUTHORIZED), mode=0o700, exist_ok=True)
+    with _locked(directory):
+        return [] if os.path.exists(_secret(directory, SERVER)) else _create(directory, SERVER)
+
+
+def generate(directory: str, role: str, name: str, exist_ok: bool = False) -> list[str]:
+    """Create the scheduler's certificate (unless present) and peer ``role-name``'s, and admit the peer.
+    Returns the files written; an existing peer key is an error unless ``exist_ok`` (then it is kept).
+    Secret files are readable by their owner only."""
+    stem = cert_name(role, name)
+    written = generate_server(directory)
+    with _locked(directory):
+        if os.path.exists(_secret(directory, stem)):
+            if not exist_ok:
+                raise KeyError_(f"key {stem} already exists in {directory}")
+        else:
+            written += _create(directory, stem)
+        admitted = os.path.join(directory, AUTHORIZED, f"{stem}.key")
+        if not os.path.exists(admitted):
+            tmp = admitted + ".tmp"
+            shutil.copy(os.path.join(directory, f"{stem}.key"), tmp)
+            os.rename(tmp, admitted)
+            written.append(admitted)
+    return written
+
+
+def _create(directory: str, stem: str) -> list[str]:
     import zmq.auth
 
-    if not name or "/" in name or name == SERVER:
-        raise KeyError_(f"bad key name {name!r}: use letters, digits, '-' or '_', not {SERVER!r}")
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    authorized = os.path.join(directory, "authorized")
-    os.makedirs(authorized, mode=0o700, exist_ok=True)
-    written = []
-    for cert in ((SERVER,) if not os.path.exists(_secret(directory, SERVER)) else ()) + (name,):
-        public, secret = zmq.auth.create_certificates(directory, cert)
-        os.chmod(secret, 0o600)
-        written += [public, secret]
-    shutil.copy(os.path.join(directory, f"{name}.key"), os.path.join(authorized, f"{name}.key"))
-    written.append(os.path.join(authorized, f"{name}.key"))
-    return written
+    public, secret = zmq.auth.create_certificates(directory, stem)
+    os.chmod(secret, 0o600)
+    return [public, secret]
 
 
 def _secret(directory: str, name: str) -> str:
@@ -63,11 +180,65 @@ def _load(path: str) -> tuple[bytes, bytes | None]:
         raise KeyError_(f"cannot read key file {path}: {exc}") from None
 
 
+# ---------------------------------------------------------------- which certificate a peer uses
+
+
+def node_cert(directory: str, node_id: str, environ=None) -> str:
+    """The certificate stem node ``node_id`` connects with: ``node-NODE_ID``, made on first use in the
+    user's own folder; elsewhere a missing key is an error naming the command that makes it."""
+    stem = cert_name(NODE, node_id)
+    if not os.path.exists(_secret(directory, stem)):
+        if directory != local_dir(environ):
+            raise KeyError_(f"missing key file {_secret(directory, stem)}: create it with "
+                            f"`colocate keys generate {directory} --node {node_id}`")
+        generate(directory, NODE, node_id, exist_ok=True)
+    return stem
+
+
+def client_cert(directory: str, environ=None) -> str:
+    """The certificate stem a client connects with: the folder's one ``user-*``/``operator-*`` key, or,
+    among several, the OS user's (``operator-USER`` first); in the user's own folder ``user-USER`` is
+    made on first use."""
+    stems = sorted(f[: -len(".key_secret")] for f in _listdir(directory) if f.endswith(".key_secret"))
+    mine = [s for s in stems if (parse_identity(s) or ("",))[0] in CLIENT_ROLES]
+    if len(mine) == 1:
+        return mine[0]
+    me = _os_user()
+    for stem in (f"{OPERATOR}-{me}", f"{USER}-{me}"):
+        if stem in mine:
+            return stem
+    if not mine and directory == local_dir(environ) and me:
+        generate(directory, USER, me, exist_ok=True)
+        return cert_name(USER, me)
+    if not mine:
+        raise KeyError_(f"no user key in {directory}: create one with `colocate keys generate DIR --user NAME` "
+                        "and copy scheduler.key, user-NAME.key and user-NAME.key_secret here")
+    raise KeyError_(f"several user keys in {directory} ({', '.join(mine)}) and none is {me!r}'s: keep one")
+
+
+def _listdir(directory: str) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except OSError as exc:
+        raise KeyError_(f"cannot read key folder {directory}: {exc.strerror}") from None
+
+
+def _os_user() -> str:
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        return ""
+    return name if _NAME.match(name) else ""
+
+
+# ---------------------------------------------------------------- sockets
+
+
 def check_server(directory: str) -> None:
     """Raise ``KeyError_`` unless ``directory`` holds what a scheduler needs."""
     _load(_secret(directory, SERVER))
-    if not os.path.isdir(os.path.join(directory, "authorized")):
-        raise KeyError_(f"missing folder {os.path.join(directory, 'authorized')} of admitted public keys")
+    if not os.path.isdir(os.path.join(directory, AUTHORIZED)):
+        raise KeyError_(f"missing folder {os.path.join(directory, AUTHORIZED)} of admitted public keys")
 
 
 def serve(sock, directory: str) -> None:
@@ -78,29 +249,75 @@ def serve(sock, directory: str) -> None:
     sock.curve_server = True
 
 
-def start_authenticator(ctx, directory: str):
-    """A ZAP handler that admits the public keys in ``DIR/authorized`` (call ``.stop()`` at exit)."""
-    from zmq.auth.thread import ThreadAuthenticator
-
-    auth = ThreadAuthenticator(ctx)
-    auth.start()
-    auth.configure_curve(domain="*", location=os.path.join(directory, "authorized"))
-    return auth
-
-
-def connect(sock, directory: str, name: str = DEFAULT_PEER) -> None:
-    """Give a peer's DEALER (before connect) its certificate and the scheduler's public key."""
-    public, secret = _load(_secret(directory, name))
+def connect(sock, directory: str, stem: str) -> None:
+    """Give a peer's DEALER (before connect) certificate ``stem`` and the scheduler's public key."""
+    public, secret = _load(_secret(directory, stem))
     server_public, _ = _load(os.path.join(directory, f"{SERVER}.key"))
     sock.curve_secretkey = secret
     sock.curve_publickey = public
     sock.curve_serverkey = server_public
 
 
-def default_dir(environ=None) -> str | None:
-    """A peer's key folder when none is given: ``COLOCATE_KEYS``, else None (no CURVE)."""
-    environ = os.environ if environ is None else environ
-    return environ.get("COLOCATE_KEYS") or None
+class Admitted:
+    """The admitted public keys of ``DIR/authorized`` by z85 text -> certificate stem, read again whenever
+    the folder changes (its mtime). Files whose name is no ``ROLE-NAME`` are not admitted."""
+
+    def __init__(self, directory: str):
+        self.folder = os.path.join(directory, AUTHORIZED)
+        self._stamp = None
+        self._keys: dict[bytes, str] = {}
+
+    def name_of(self, z85_key: bytes) -> str | None:
+        self._refresh()
+        return self._keys.get(bytes(z85_key))
+
+    def _refresh(self) -> None:
+        import zmq.auth
+
+        try:
+            st = os.stat(self.folder)
+        except OSError:
+            self._keys, self._stamp = {}, None
+            return
+        stamp = (st.st_mtime_ns, st.st_ino)
+        if stamp == self._stamp:
+            return
+        keys = {}
+        for f in _listdir(self.folder):
+            stem = f[:-4] if f.endswith(".key") else ""
+            if parse_identity(stem) is None:
+                continue
+            try:
+                public, _ = zmq.auth.load_certificate(os.path.join(self.folder, f))
+            except (ValueError, OSError):
+                continue
+            keys[public] = stem
+        self._keys, self._stamp = keys, stamp
+
+
+def start_authenticator(ctx, directory: str):
+    """A ZAP handler admitting the keys of ``DIR/authorized``; its ZAP user id (``frame.get("User-Id")`` on
+    the server socket) is the key's stem, e.g. ``node-gpu7``. Call ``.stop()`` at exit."""
+    import zmq
+    from zmq.auth.thread import ThreadAuthenticator
+
+    admitted = Admitted(directory)
+
+    class _Provider:
+        def callback(self, domain, key):
+            return admitted.name_of(key) is not None
+
+    class _Auth(ThreadAuthenticator):
+        def curve_user_id(self, client_public_key: bytes) -> str:
+            return admitted.name_of(zmq.utils.z85.encode(client_public_key)) or ""
+
+    auth = _Auth(ctx)
+    auth.start()
+    auth.configure_curve_callback(domain="*", credentials_provider=_Provider())
+    return auth
+
+
+# ---------------------------------------------------------------- where keys are required
 
 
 def is_loopback(endpoint: str) -> bool:
@@ -122,9 +339,8 @@ def is_loopback(endpoint: str) -> bool:
 
 
 def require_keys(endpoint: str, directory: str | None) -> None:
-    """The scheduler's rule: bound beyond loopback, keys are mandatory."""
+    """The rule for every end of the link: without keys (``--insecure``) only on loopback; with keys, a
+    scheduler's folder must hold its certificate."""
     if directory is None and not is_loopback(endpoint):
-        raise KeyError_(f"refusing to bind {endpoint} beyond loopback without CURVE keys: give --keys DIR "
-                        "(create them with `colocate keys generate DIR`)")
-    if directory is not None:
-        check_server(directory)
+        raise KeyError_(f"refusing {endpoint} beyond loopback without CURVE keys (--insecure is for loopback "
+                        "only): drop --insecure, or give --keys DIR (`colocate keys generate`)")

@@ -1,7 +1,7 @@
 """One request, one reply, over a fresh DEALER: the client side of every colocate daemon.
 
 ``request(endpoint, msg, timeout_s, keys_dir=None, peer="")`` opens a DEALER (a CURVE client with the
-certificates of ``keys_dir`` when given, see ``colocate.keys``), sends the message, waits at most
+certificates of ``keys_dir`` when given: ``cert``, else the folder's user key, see ``colocate.keys``), sends the message, waits at most
 ``timeout_s`` for the answer and decodes it. A daemon that is away (no socket, dead process, a reply
 that never comes, or a CURVE handshake it refused) raises ``NoAnswer``; an undecodable reply
 raises ``BadReply``; an ``Error`` reply is returned as is (the caller decides how to show it). A fresh
@@ -43,7 +43,7 @@ class TooLarge(RpcError):
 
 
 def request(endpoint: str, msg: P.Message, timeout_s: float, keys_dir: str | None = None, peer: str = "daemon",
-            context: zmq.Context | None = None) -> P.Message:
+            context: zmq.Context | None = None, cert: str | None = None) -> P.Message:
     """Send ``msg`` to ``endpoint`` and return the decoded reply (``Error`` replies included)."""
     from colocate import keys as K
 
@@ -63,7 +63,7 @@ def request(endpoint: str, msg: P.Message, timeout_s: float, keys_dir: str | Non
         sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)
         if keys_dir:
             try:
-                K.connect(sock, keys_dir)
+                K.connect(sock, keys_dir, cert or K.client_cert(keys_dir))
             except ValueError as exc:
                 raise BadEndpoint(str(exc)) from None
         try:

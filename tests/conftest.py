@@ -18,6 +18,19 @@ import pytest
 from tests import support as S
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_keys(tmp_path_factory):
+    """Every scheduler, node and client of the suite (and the processes it starts, which inherit the
+    environment) keeps its default CURVE keys in a folder of the session, never in ~/.config."""
+    old = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("config"))
+    yield os.environ["XDG_CONFIG_HOME"]
+    if old is None:
+        os.environ.pop("XDG_CONFIG_HOME", None)
+    else:
+        os.environ["XDG_CONFIG_HOME"] = old
+
+
 @pytest.fixture(scope="session")
 def run_py():
     return S.run_py

@@ -25,7 +25,8 @@ class SchedulerOptions:
     bind: str
     state: str
     config: str = "antman"  # a preset name or a TOML file
-    keys: str | None = None
+    keys: str | None = None  # CURVE key folder; None: the user's own (colocate.keys.resolve)
+    insecure: bool = False  # no CURVE (loopback only)
     metrics_port: int | None = None
     heartbeat_s: float = NODE_HEARTBEAT_S
     liveness: int = NODE_LIVENESS
@@ -46,8 +47,11 @@ def build(opts: SchedulerOptions, clock=time.time):
 
     try:
         config = resolve(opts.config)
-        K.require_keys(opts.bind, opts.keys)
-    except ValueError as exc:
+        keys = K.resolve(opts.keys, opts.insecure)
+        K.require_keys(opts.bind, keys)
+        if keys is not None:
+            K.check_server(keys)
+    except (ValueError, OSError) as exc:
         raise StartError(f"error: {exc}", 2) from None
     try:
         journal = Journal(opts.state)
@@ -67,7 +71,7 @@ def build(opts: SchedulerOptions, clock=time.time):
         journal.close()
         raise StartError(f"cannot restore {opts.state}: {exc}", 1) from None
     try:
-        return SchedulerServer(service, opts.bind, opts.keys, clock=clock)
+        return SchedulerServer(service, opts.bind, keys, clock=clock)
     except zmq.ZMQError as exc:
         journal.close()
         raise StartError(f"cannot bind {opts.bind}: {exc}", 1) from None

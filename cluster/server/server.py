@@ -6,7 +6,10 @@ unknown type, or a message only the scheduler sends, is answered with ``Error`` 
 ``P.MAX_MESSAGE_BYTES`` is refused by the socket itself (``ZMQ_MAXMSGSIZE``: libzmq drops the
 connection when it reads the frame's header), so it never takes the scheduler's memory. With CURVE
 (``keys``), a peer whose public key is not admitted never gets past the handshake: nothing of it
-reaches this loop.
+reaches this loop; every message that does reaches the service with its peer's identity (the ZAP
+user id, the name of its key: ``node-gpu7``, ``user-alice``, ``operator-bob``). Without keys
+(``--insecure``, loopback only) there is no identity (None). Peers refused at the handshake are
+logged by ``HandshakeWatch``.
 
 The service never raises but for ``CoreBroken`` (its core failed and cannot be rebuilt from the
 journal): the loop then stops and ``exit_code`` is 1, for a supervisor to start it again.
@@ -27,6 +30,7 @@ import zmq
 from colocate import keys as K
 from colocate import protocol as P
 from colocate.daemon import LogLimit
+from cluster.server.handshakes import HandshakeWatch
 from cluster.server.service import CoreBroken, SchedulerService
 
 log = logging.getLogger("colocate.scheduler")
@@ -52,8 +56,10 @@ class SchedulerServer:
         self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting node may reuse its identity
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a gone peer raises, it is not dropped silently
         self.sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)  # a bigger frame drops its sender, unread
+        self.handshakes = None
         if keys_dir:
             K.serve(self.sock, keys_dir)
+            self.handshakes = HandshakeWatch(self.sock, time.monotonic)
         try:
             self.sock.bind(bind)
         except zmq.ZMQError:
@@ -66,6 +72,8 @@ class SchedulerServer:
     def serve_forever(self) -> None:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
+        if self.handshakes is not None:
+            poller.register(self.handshakes.monitor, zmq.POLLIN)
         next_tick = time.monotonic()
         log.info("scheduler epoch %d listening on %s%s", self.service.epoch, self.bind,
                  " (CURVE)" if self.auth else "")
@@ -80,8 +88,11 @@ class SchedulerServer:
     def _loop(self, poller, next_tick: float) -> None:
         while not self._stop.is_set():
             timeout = max(0.0, next_tick - time.monotonic())
-            if poller.poll(timeout=int(timeout * 1000) + 1):
+            ready = dict(poller.poll(timeout=int(timeout * 1000) + 1))
+            if self.sock in ready:
                 self._drain()
+            if self.handshakes is not None and self.handshakes.monitor in ready:
+                self.handshakes.drain()
             if time.monotonic() >= next_tick:
                 with self.lock:
                     out = self.service.tick(self.clock())
@@ -89,6 +100,10 @@ class SchedulerServer:
                 next_tick = time.monotonic() + TICK_S
 
     def close(self) -> None:
+        if self.handshakes is not None:
+            self.sock.disable_monitor()
+            self.handshakes.close()
+            self.handshakes = None
         self.sock.close(linger=0)
         if self.auth is not None:
             self.auth.stop()
@@ -98,13 +113,13 @@ class SchedulerServer:
     def _drain(self) -> None:
         for _ in range(1000):  # bounded, so ticks still run under a flood
             try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
             if len(frames) != 2:
-                self._bad(frames[0], P.ProtocolError(P.MALFORMED, f"expected 1 frame, got {len(frames) - 1}"))
+                self._bad(frames[0].bytes, P.ProtocolError(P.MALFORMED, f"expected 1 frame, got {len(frames) - 1}"))
                 continue
-            ident, data = frames
+            ident, data, peer = frames[0].bytes, frames[1].bytes, self._peer(frames[1])
             try:
                 msg = P.decode(data)
             except P.ProtocolError as exc:
@@ -112,10 +127,19 @@ class SchedulerServer:
                 continue
             t0 = time.perf_counter()
             with self.lock:
-                out = self.service.on_message(ident, msg, self.clock())
+                out = self.service.on_message(ident, msg, self.clock(), peer=peer)
             self._send(out)
             if len(out) > 1 or (out and not isinstance(out[0][1], (P.NodeHeartbeat, P.Error))):
                 self._latency(time.perf_counter() - t0)
+
+    def _peer(self, frame) -> str | None:
+        """The sender's ZAP user id (its key's name) with CURVE; None without keys."""
+        if self.auth is None:
+            return None
+        try:
+            return frame.get("User-Id") or ""
+        except zmq.ZMQError:
+            return ""
 
     def _latency(self, seconds: float) -> None:
         s = self.service

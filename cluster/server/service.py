@@ -27,6 +27,10 @@ Rules it keeps:
   * a node is known by the connection that said ``NodeHello``; a node message from any other
     connection gets ``Error(unknown_node)`` (the node says hello again) or ``forbidden`` (it
     speaks for another node); a message of an older node epoch is dropped;
+  * who a peer is comes from its key (``peer``, the ZAP user id), never from what it says; what it
+    may do (register as which node, submit as which user, cancel which jobs) is
+    ``cluster.server.identity``; a refused hello gets ``Error(forbidden)``, logged once;
+  * logs are relayed from the nodes that hold them (``cluster.server.logs``): no path is opened;
   * a node silent for ``heartbeat_s * liveness`` is lost (``NodeLost`` to the core);
   * after a restart or a rebuild, placements that were being stopped are stopped again as their
     nodes come back (or at once on connected nodes), and running workers are re-adopted from the
@@ -45,8 +49,10 @@ from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LIVENESS
 from cluster import events as ev
 from cluster.core import SchedulerCore
 from cluster.server.faults import MAX_DEFERRED, CoreBroken, Faults, _Refused
+from cluster.server.identity import ANONYMOUS, Gate, peer_of
 from cluster.server.journal import Journal, JournalUnavailable
 from cluster.server.launch import PortPool, master_host, start_messages
+from cluster.server.logs import LogRelay
 from cluster.server.views import QueueView, job_view, node_views
 from cluster.spec import JobSpec, NodeSpec, SpecError
 
@@ -83,11 +89,14 @@ class SchedulerService(Faults):
         self.faults: Counter = Counter()  # core rebuilds by cause: "core" (an exception), "journal" (a write failed)
         self.latency: deque[float] = deque(maxlen=LATENCY_WINDOW)  # seconds, event in -> messages out
         self.latency_count, self.latency_sum = 0, 0.0
+        self.gate, self.peer = Gate(), ANONYMOUS  # peer: the identity of the message being handled
+        self.log_relay = LogRelay()
         node = self._node_message
         self._handlers = {
             P.NodeHello: self._hello, P.NodeHeartbeat: self._heartbeat, P.NodeStatus: node,
             P.WorkerStarted: node, P.WorkerExited: node, P.StartRefused: node, P.Submit: self._submit,
             P.JobsRequest: self._jobs, P.NodesRequest: self._nodes, P.Cancel: self._cancel, P.LogsRequest: self._logs,
+            P.LogTail: self._log_tail,
         }
 
     # ------------------------------------------------------------------ start-up
@@ -99,7 +108,10 @@ class SchedulerService(Faults):
         log.info("restored %d jobs (%d active) from %s", len(records), active, self.journal.path)
 
     # ------------------------------------------------------------------ entry points
-    def on_message(self, ident: bytes, msg: P.Message, now: float) -> list[tuple[bytes, P.Message]]:
+    def on_message(self, ident: bytes, msg: P.Message, now: float,
+                   peer: str | None = None) -> list[tuple[bytes, P.Message]]:
+        """``peer``: the sender's key name with CURVE (the ZAP user id), None without keys."""
+        self.peer = peer_of(peer)
         handler = self._handlers.get(type(msg))
         self.counts[msg.TYPE] += 1
         if handler is None:
@@ -131,7 +143,8 @@ class SchedulerService(Faults):
                 events.append(ev.NodeLost(node_id, f"silent for {now - t:.1f} s"))
         if self.unavailable is not None:  # the core waits; the nodes lost meanwhile are lost to it on resuming
             self.lost_meanwhile.update((e.node_id, e.reason) for e in events)
-            return self._take_outbox() + (self._resume(now) if now >= self._next_probe else [])
+            out = self._resume(now) if now >= self._next_probe else []
+            return self._take_outbox() + out + self.log_relay.expire(now)
         events.append(ev.Tick())
         try:
             out = self._decide(events, now) + self._retry_ports()
@@ -145,7 +158,7 @@ class SchedulerService(Faults):
         except Exception as exc:
             self._failed(exc, "tick", now)
             out = []
-        return self._take_outbox() + out
+        return self._take_outbox() + out + self.log_relay.expire(now)
 
     # ------------------------------------------------------------------ nodes
     def _node_of(self, ident: bytes, msg, now: float):
@@ -161,6 +174,12 @@ class SchedulerService(Faults):
         return node_id, None
 
     def _hello(self, ident: bytes, m: P.NodeHello, now: float):
+        held = self.nodes.get(m.node_id) not in (None, ident)  # by another connection
+        why = self.gate.hello(self.peer, m.node_id, now - self.heard.get(m.node_id, now) if held else None,
+                              self.heartbeat_s * self.liveness)
+        if why:
+            self.gate.refused(ident, why)
+            return [self._error(ident, P.FORBIDDEN, why)]
         spec = NodeSpec(m.node_id, gpus=len(m.gpus), gpu_model=m.gpus[0].model if m.gpus else "",
                         gpu_mem=min((g.mem_total for g in m.gpus), default=0), cpu_milli=m.cpu_milli,
                         mem_mib=m.mem_mib)
@@ -240,7 +259,10 @@ class SchedulerService(Faults):
 
     # ------------------------------------------------------------------ clients
     def _submit(self, ident: bytes, m: P.Submit, now: float):
-        req = m.request
+        why = self.gate.client(self.peer, "submit jobs")
+        if why:
+            return [self._error(ident, P.FORBIDDEN, why)]
+        req = dataclasses.replace(m.request, user=self.gate.user(self.peer, m.request.user))
         try:
             spec = JobSpec("?", submit_time=now, workers=req.workers, gpus=req.gpus, gpu_mem=req.gpu_mem,
                            priority=req.priority, queue=req.queue or "default", user=req.user, name=req.name,
@@ -295,6 +317,9 @@ class SchedulerService(Faults):
         job = self.core.job(m.job_id)
         if job is None:
             return [self._error(ident, P.NOT_FOUND, f"no job {m.job_id}")]
+        why = self.gate.cancel(self.peer, m.job_id, job.spec.user)
+        if why:
+            return [self._error(ident, P.FORBIDDEN, why)]
         if job.state in ev.TERMINAL:
             return [self._error(ident, P.INVALID, f"job {m.job_id} already {job.state}")]
         self._check_writable("nothing was cancelled")
@@ -306,11 +331,26 @@ class SchedulerService(Faults):
         return [(ident, P.Ok(message=f"job {m.job_id} cancelled"))] + out
 
     def _logs(self, ident: bytes, m: P.LogsRequest, now: float):
-        if self.journal.job(m.job_id) is None:
+        why = self.gate.client(self.peer, "read logs")
+        if why:
+            return [self._error(ident, P.FORBIDDEN, why)]
+        row = self.journal.job(m.job_id)
+        if row is None:
             return [self._error(ident, P.NOT_FOUND, f"no job {m.job_id}")]
-        logs = [P.LogRef(rank=r, node_id=n, path=p) for r, n, p in self.journal.logs(m.job_id)
-                if m.rank is None or r == m.rank]
-        return [(ident, P.LogsReply(job_id=m.job_id, logs=tuple(logs)))]
+        workers = json.loads(row["spec"])["workers"]
+        if m.rank is not None and m.rank >= workers:
+            return [self._error(ident, P.NOT_FOUND, f"job {m.job_id} has no worker {m.rank} (it has {workers}: "
+                                                    f"ranks 0 to {workers - 1})")]
+        held = [(r, n) for r, n, _ in self.journal.logs(m.job_id) if m.rank is None or r == m.rank]
+        if not held:
+            return [(ident, P.LogsReply(job_id=m.job_id, logs=()))]
+        return self.log_relay.ask(ident, m.job_id, held, self.nodes, now)
+
+    def _log_tail(self, ident: bytes, m: P.LogTail, now: float):
+        node_id, err = self._node_of(ident, m, now)
+        if node_id is None:
+            return err
+        return self.log_relay.answer(node_id, m)
 
     # ------------------------------------------------------------------ decisions
     def _decide(self, events: list, now: float) -> list[tuple[bytes, P.Message]]:

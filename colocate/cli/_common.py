@@ -93,11 +93,14 @@ DURATION = argtype(parse_duration, "duration")
 
 
 def add_scheduler_options(p: argparse.ArgumentParser) -> None:
-    """``--scheduler`` / ``--keys`` / ``--timeout``: how a client reaches the scheduler."""
+    """``--scheduler`` / ``--keys`` / ``--insecure`` / ``--timeout``: how a client reaches the scheduler."""
     p.add_argument("--scheduler", default=None, metavar="ENDPOINT",
                    help="the scheduler's endpoint (default: $COLOCATE_SCHEDULER, else tcp://127.0.0.1:5555)")
     p.add_argument("--keys", default=None, metavar="DIR",
-                   help="CURVE key folder (`colocate keys generate`; default: $COLOCATE_KEYS, else no CURVE)")
+                   help="CURVE key folder holding scheduler.key and this user's key (`colocate keys generate`; "
+                        "default: $COLOCATE_KEYS, else ~/.config/colocate/keys, made on first use)")
+    p.add_argument("--insecure", action="store_true",
+                   help="no CURVE: for a scheduler started with --insecure, on loopback only")
     p.add_argument("--timeout", type=seconds(0.001, 3600), default=5.0, metavar="S",
                    help="seconds to wait for the scheduler's answer (default 5)")
 
@@ -105,7 +108,7 @@ def add_scheduler_options(p: argparse.ArgumentParser) -> None:
 def scheduler_client(args):
     from cluster.client import SchedulerClient
 
-    return SchedulerClient(args.scheduler, args.keys, args.timeout)
+    return SchedulerClient(args.scheduler, "" if args.insecure else args.keys, args.timeout)
 
 
 def client_failure(prog: str, exc: Exception) -> int:

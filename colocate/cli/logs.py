@@ -1,4 +1,4 @@
-"""``colocate logs JOB [--worker R]``: the output of a job's workers (latest placement)."""
+"""``colocate logs JOB [--worker R] [--tail N]``: the output of a job's workers (latest placement)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from colocate.cli._common import NONNEG_INT, add_scheduler_options, client_failu
 
 def register(sub) -> None:
     p = sub.add_parser("logs", help="print a job's worker output",
-                       description="Print the log file of each worker of the job's latest placement (stdout and "
-                       "stderr), read from the shared filesystem. Exit code: 0; 1 unknown job, no log yet, "
-                       "a log file not readable here, or no answer.")
+                       description="Print the end of each worker's log (stdout and stderr) of the job's latest "
+                       "placement, as the node that ran it reads it (at most 64 KiB a worker; less for large "
+                       "gangs), relayed by the scheduler. Exit code: 0; 1 unknown job or worker, no log yet, "
+                       "a node down or silent, or no answer.")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--worker", type=NONNEG_INT, default=None, metavar="R", help="only worker (rank) R")
     p.add_argument("--tail", type=NONNEG_INT, default=0, metavar="N", help="only the last N lines of each")
@@ -32,13 +33,16 @@ def main(args) -> int:
     rc = 0
     for ref in logs:
         if len(logs) > 1:
-            print(f"==> worker {ref.rank} on {ref.node_id}: {ref.path} <==")
-        try:
-            with open(ref.path, errors="replace") as f:
-                lines = f.readlines()
-        except OSError as exc:
-            rc = fail("logs", f"cannot read {ref.path} (worker {ref.rank} on {ref.node_id}): {exc.strerror}; "
-                      "logs are read from a shared filesystem", 1)
+            print(f"==> worker {ref.rank} on {ref.node_id} <==")
+        if ref.error:
+            rc = fail("logs", f"worker {ref.rank}: {ref.error}", 1)
             continue
+        if ref.truncated and not args.tail:
+            print(f"colocate logs: worker {ref.rank}: earlier output left out (its log is on node {ref.node_id})",
+                  file=sys.stderr)
+        lines = ref.text.splitlines(keepends=True)
+        if ref.truncated and lines:
+            lines = lines[1:]  # the first line is cut
         sys.stdout.writelines(lines[-args.tail:] if args.tail else lines)
+    sys.stdout.flush()
     return rc

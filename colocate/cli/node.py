@@ -64,14 +64,16 @@ def register(sub) -> None:
     g.add_argument("--state-dir", default=None, metavar="DIR",
                    help="the node's worker table, kept across restarts (default: ~/.local/state/colocate/node-ID)")
     g.add_argument("--keys", default=None, metavar="DIR",
-                   help="CURVE key folder for the scheduler link (default: COLOCATE_KEYS; none: no CURVE)")
+                   help="CURVE key folder holding scheduler.key and node-ID.key_secret (default: $COLOCATE_KEYS, "
+                        "else ~/.config/colocate/keys, where a local node makes its key on first start)")
+    g.add_argument("--insecure", action="store_true",
+                   help="no CURVE, for a scheduler started with --insecure (loopback only)")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
     import os
 
-    from colocate import keys
     from colocate.endpoints import scheduler_endpoint
     from colocate.node.daemon import NodeOptions, StartError, run
 
@@ -80,7 +82,7 @@ def main(args) -> int:
                        sim_gpu_mem=args.sim_gpu_mem, policy=args.policy, config=args.config,
                        metrics_port=args.metrics_port, record=args.record, log_level=args.log_level,
                        scheduler=scheduler, node_id=args.node_id, host=args.host, log_dir=args.log_dir,
-                       state_dir=args.state_dir, keys=args.keys or keys.default_dir())
+                       state_dir=args.state_dir, keys=args.keys, insecure=args.insecure)
     try:
         return run(opts)
     except StartError as exc:

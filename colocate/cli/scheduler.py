@@ -20,8 +20,12 @@ users submit with `colocate submit`. Every job state change is committed to the 
 before it is acted on: after a crash, start it again on the same file. One scheduler per state
 file: a second one exits at once, naming the holder of PATH.db.lock. When the state file cannot
 be written (disk full, read-only), it refuses submits and cancels with one line, keeps its nodes,
-and resumes by itself once it can write again. Bound beyond loopback, it refuses to start without
-CURVE keys (`colocate keys generate`).
+and resumes by itself once it can write again.
+
+Peers authenticate with CURVE keys, and who they are comes from their key (`colocate keys --help`):
+without --keys the user's own folder ~/.config/colocate/keys ($XDG_CONFIG_HOME) is used, made on
+first start; local nodes and clients find it there. --insecure runs without keys (no identities:
+any local process may register as a node and cancel any job), on loopback only.
 Exit code: 0 after a clean stop (SIGTERM/SIGINT), 1 if it cannot start (or its policy failed
 and could not be rebuilt from the state file), 2 on bad options.
 """
@@ -38,7 +42,10 @@ def register(sub) -> None:
     p.add_argument("--state", required=True, metavar="PATH.db", help="SQLite state file (created if missing)")
     p.add_argument("--config", default="antman", metavar="NAME|FILE",
                    help="policy preset or TOML file (default %(default)s)")
-    p.add_argument("--keys", default=None, metavar="DIR", help="CURVE key folder (required beyond loopback)")
+    p.add_argument("--keys", default=None, metavar="DIR",
+                   help="CURVE key folder (default: $COLOCATE_KEYS, else ~/.config/colocate/keys, made on first start)")
+    p.add_argument("--insecure", action="store_true",
+                   help="no CURVE keys: no peer is authenticated (loopback only)")
     p.add_argument("--metrics-port", type=PORT, default=None, metavar="PORT",
                    help="serve Prometheus metrics on 127.0.0.1:PORT/metrics")
     p.add_argument("--heartbeat", type=seconds(0.05, 60), default=NODE_HEARTBEAT_S, metavar="S",
@@ -55,6 +62,7 @@ def main(args) -> int:
     from cluster.server.daemon import SchedulerOptions, StartError, run
 
     opts = SchedulerOptions(bind=args.bind, state=args.state, config=args.config, keys=args.keys,
+                            insecure=args.insecure,
                             metrics_port=args.metrics_port, heartbeat_s=args.heartbeat, liveness=args.liveness,
                             seed=args.seed, log_level=args.log_level)
     try:

@@ -25,7 +25,9 @@ def register(sub) -> None:
     add_node_options(p)
     p.add_argument("--scheduler", default=None, metavar="ENDPOINT",
                    help="show the cluster as this scheduler sees it instead of one node")
-    p.add_argument("--keys", default=None, metavar="DIR", help="CURVE key folder for --scheduler (default $COLOCATE_KEYS)")
+    p.add_argument("--keys", default=None, metavar="DIR",
+                   help="CURVE key folder for --scheduler (default: $COLOCATE_KEYS, else ~/.config/colocate/keys)")
+    p.add_argument("--insecure", action="store_true", help="no CURVE, for a scheduler started with --insecure")
     p.add_argument("--interval", type=seconds(0.05, 3600), default=1.0, metavar="S",
                    help="refresh period in seconds (default 1)")
     p.add_argument("--once", action="store_true", help="print one frame and exit (for scripts)")
@@ -88,7 +90,7 @@ def main(args) -> int:
         if args.scheduler:
             from cluster.client import SchedulerClient
 
-            client = SchedulerClient(args.scheduler, args.keys, min(args.timeout, max(0.5, args.interval)))
+            client = SchedulerClient(args.scheduler, "" if args.insecure else args.keys, min(args.timeout, max(0.5, args.interval)))
             poll = once = lambda: _poll_cluster(client)
             frame = lambda snap, error: T.render_cluster(client.endpoint, snap, error, time.time(), args.interval)
         else:

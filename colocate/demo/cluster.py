@@ -110,23 +110,28 @@ def run_cluster(workdir: str, duration: float = 20.0, sim_gpus: int = 2, progres
                 timeout_s: float = 300.0) -> ClusterRun:
     """Run the stream to completion (or ``timeout_s``); ``progress(sample, run)`` after each sample."""
     from cluster.client import SchedulerClient, request_from_here
+    from colocate import keys as K
     from colocate import rpc
 
     run = ClusterRun(workdir)
     endpoint = f"tcp://127.0.0.1:{_free_port()}"
     py = sys.executable
+    keys = os.path.join(workdir, "keys")  # the demo's own CURVE keys: one per node and the user's
+    for name in NODES:
+        K.generate(keys, K.NODE, name, exist_ok=True)
+    K.generate(keys, K.USER, "demo", exist_ok=True)
     daemons = [_spawn([py, "-m", "colocate", "scheduler", "--bind", endpoint, "--state",
-                       os.path.join(workdir, "scheduler.db"), "--config", "antman", "--log-level", "info"],
-                      os.path.join(workdir, "scheduler.log"))]
+                       os.path.join(workdir, "scheduler.db"), "--config", "antman", "--log-level", "info",
+                       "--keys", keys], os.path.join(workdir, "scheduler.log"))]
     try:
-        client = SchedulerClient(endpoint, keys_dir="", timeout_s=2.0)
+        client = SchedulerClient(endpoint, keys_dir=keys, timeout_s=2.0)
         _wait(lambda: _answers(client), 30, "the scheduler to start", daemons)
         for name in NODES:
             daemons.append(_spawn([py, "-m", "colocate", "node", "--device", "sim", "--sim-gpus", str(sim_gpus),
                                    "--scheduler", endpoint, "--node-id", name, "--host", "127.0.0.1",
                                    "--endpoint", f"ipc://{workdir}/{name}.sock", "--log-dir",
                                    os.path.join(workdir, "logs"), "--state-dir", os.path.join(workdir, name),
-                                   "--log-level", "warning"], os.path.join(workdir, f"{name}.log")))
+                                   "--log-level", "warning", "--keys", keys], os.path.join(workdir, f"{name}.log")))
         _wait(lambda: sum(n.up for n in client.nodes().nodes) == len(NODES), 60, "the nodes to join", daemons)
         t0 = time.monotonic()
         todo = sorted(stream(duration), key=lambda s: s.at_s)

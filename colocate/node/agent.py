@@ -8,8 +8,10 @@ without waiting.
 
 Behaviour:
   * connect (a CURVE client with ``colocate.keys.connect`` when a key folder is given; the node's
-    certificate is ``DIR/NODE_ID.key_secret`` if present, else ``DIR/client.key_secret``) and say
+    certificate is ``DIR/node-NODE_ID.key_secret``, ``colocate.keys.node_cert``) and say
     ``NodeHello`` with this node incarnation's epoch, its host (MASTER_ADDR for others) and GPUs;
+    a hello not welcomed (refused: another live connection holds the node id) is said again every
+    ``heartbeat_s * liveness``;
   * ``NodeWelcome`` gives ``heartbeat_s`` and ``liveness``; from then on a ``NodeHeartbeat`` goes out
     every ``heartbeat_s`` (the scheduler echoes it) and a full ``NodeStatus`` every ``status_every_s``
     and at once on a change (GPU utilization over the last 10 s and memory in use, every worker);
@@ -26,7 +28,8 @@ Behaviour:
     placement of a job forgets an old promotion (``Promote(job, on=False)``), and so does its end;
   * bad input never stops the node: an undecodable message is logged and answered with ``Error``
     (its code), a valid message the node does not take (a client request) with ``Error(forbidden)``,
-    a ``NodeWelcome`` for another node id is logged and ignored.
+    a ``NodeWelcome`` for another node id is logged and ignored;
+  * ``LogTailRequest`` is answered from the node's own log folder (``colocate.node.logs``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import zmq
 
 from colocate import protocol as P
 from colocate.daemon import LogLimit
+from colocate.node import logs as node_logs
 from colocate.node.core import Promote
 from colocate.node.workers import WorkerManager
 
@@ -56,12 +60,12 @@ class SchedulerAgent:
     def __init__(self, endpoint: str, node_id: str, epoch: int, host: str, gpus, workers: WorkerManager,
                  gpu_status, apply, keys_dir: str | None = None, context: zmq.Context | None = None,
                  clock=time.monotonic, wall=time.time, backoff_min_s: float = 0.25, backoff_max_s: float = 30.0,
-                 status_every_s: float = 1.0):
+                 status_every_s: float = 1.0, log_dir: str | None = None):
         """``gpus``: the node's ``GpuSpec`` list; ``gpu_status(now) -> [GpuStatus]``; ``apply(event)`` hands a
         node-core event (``Promote``) to the node's loop."""
         self.endpoint, self.node_id, self.epoch, self.host = endpoint, node_id, epoch, host
         self.gpus, self.workers, self.gpu_status, self.apply = list(gpus), workers, gpu_status, apply
-        self.keys_dir = keys_dir
+        self.keys_dir, self.log_dir = keys_dir, log_dir
         self.ctx = context or zmq.Context.instance()
         self.clock, self.wall = clock, wall
         self.backoff_min_s, self.backoff_max_s, self.status_every_s = backoff_min_s, backoff_max_s, status_every_s
@@ -74,8 +78,9 @@ class SchedulerAgent:
         self.pending: deque = deque(maxlen=MAX_PENDING)  # events to send after the next welcome
         self._since_heard: list = []  # events sent since the scheduler was last heard from
         self._reconnect_at = 0.0
-        self._last_heard = self._last_beat = self._last_status = 0.0
+        self._last_heard = self._last_beat = self._last_status = self._hello_at = 0.0
         self._dirty = True
+        self._refusal = ""  # the last refusal of a hello, logged once
         self._bad_logs = LogLimit(MAX_BAD_LOGS_PER_S)
         self._check_keys()
 
@@ -105,8 +110,9 @@ class SchedulerAgent:
                 probe.close(linger=0)
 
     def _key_name(self) -> str:
-        own = os.path.join(self.keys_dir, f"{self.node_id}.key_secret")
-        return self.node_id if os.path.exists(own) else "client"
+        from colocate import keys as K
+
+        return K.node_cert(self.keys_dir, self.node_id)
 
     def _connect(self, now: float) -> None:
         sock = self.ctx.socket(zmq.DEALER)
@@ -125,7 +131,7 @@ class SchedulerAgent:
         self._hello()
 
     def _hello(self) -> None:
-        self.welcomed = False
+        self.welcomed, self._hello_at = False, self.clock()
         gpus = tuple(P.NodeGpu(index=g.index, model=(g.name or g.kind)[: P.MAX_ID_CHARS], mem_total=g.mem_total)
                      for g in self.gpus)
         self._send(P.NodeHello(node_id=self.node_id, epoch=self.epoch, host=self.host, gpus=gpus,
@@ -153,6 +159,8 @@ class SchedulerAgent:
             self._drop(now, f"no word from {self.endpoint} for {now - self._last_heard:.1f} s")
             return
         if not self.welcomed:
+            if now - self._hello_at >= self.heartbeat_s * self.liveness:
+                self._hello()
             return
         if now - self._last_beat >= self.heartbeat_s:
             self._send(P.NodeHeartbeat(node_id=self.node_id, epoch=self.epoch))
@@ -201,6 +209,7 @@ class SchedulerAgent:
             self.scheduler_epoch = msg.scheduler_epoch
             self.heartbeat_s, self.liveness = msg.heartbeat_s, msg.liveness
             self.welcomed, self.welcomes, self.backoff_s = True, self.welcomes + 1, self.backoff_min_s
+            self._refusal = ""
             log.info("welcomed by the scheduler (epoch %d): heartbeat %.2f s, liveness %d", msg.scheduler_epoch,
                      msg.heartbeat_s, msg.liveness)
             while self.pending:
@@ -227,10 +236,17 @@ class SchedulerAgent:
                 log.info("placement %s of job %s promoted: guaranteed from now on", msg.placement_id, job)
                 self.apply(Promote(job))
                 self._dirty = True
+        elif isinstance(msg, P.LogTailRequest):
+            self._send(node_logs.answer(msg, self.node_id, self.epoch, self.log_dir))
         elif isinstance(msg, P.Error):
             if msg.code == P.UNKNOWN_NODE:
                 log.warning("the scheduler does not know this node (%s): hello again", msg.message)
                 self._hello()
+            elif not self.welcomed and msg.code == P.FORBIDDEN:  # a refused hello: logged once, said again later
+                if msg.message != self._refusal:
+                    log.warning("the scheduler refused this node: %s (hello again every %.1f s)", msg.message,
+                                self.heartbeat_s * self.liveness)
+                self._refusal = msg.message
             else:
                 log.warning("scheduler error (%s): %s", msg.code, msg.message)
         else:

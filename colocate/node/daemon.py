@@ -37,7 +37,8 @@ class NodeOptions:
     host: str | None = None  # where other nodes reach this one (MASTER_ADDR); default: the host name
     log_dir: str | None = None  # default: STATE_DIR/logs
     state_dir: str | None = None  # default: default_state_dir(node id)
-    keys: str | None = None  # CURVE key folder for the scheduler link; None: no CURVE
+    keys: str | None = None  # CURVE key folder for the scheduler link; None: the user's own (keys.resolve)
+    insecure: bool = False  # no CURVE on the scheduler link (loopback only)
 
 
 def default_state_dir(node_id: str) -> str:
@@ -106,8 +107,12 @@ def _agent(opts: NodeOptions, core, server, gpus):
         raise StartError(str(exc), 1) from None
     gpu_status = server.gpu_status if kind == "sim" else NvmlSampler([g.index for g in gpus])
     try:
+        from colocate import keys as K
+
+        keys = K.resolve(opts.keys, opts.insecure)
+        K.require_keys(opts.scheduler, keys)
         agent = SchedulerAgent(opts.scheduler, node_id, core.node_epoch, opts.host or socket.gethostname(), gpus,
-                               workers, gpu_status, server.apply, keys_dir=opts.keys)
+                               workers, gpu_status, server.apply, keys_dir=keys, log_dir=log_dir)
         agent.start()
     except Exception as exc:  # bad keys (KeyError_ is a ValueError), a malformed endpoint (ZMQError)
         workers.close()

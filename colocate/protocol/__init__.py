@@ -13,8 +13,10 @@ Error codes (``Error.code``, the one list: ``ERROR_CODES``):
   ``unknown_type``  a type this protocol does not have
   ``invalid``       missing, extra, ill-typed or out-of-range fields (or an invalid request, e.g. a job
                     spec that can never be placed)
-  ``forbidden``     a valid message the receiving endpoint does not accept, or one speaking for a job or
-                    node the connection is not registered as
+  ``forbidden``     a valid message the receiving endpoint does not accept, one speaking for a job or
+                    node the connection is not registered as, or one the sender's key does not allow
+                    (a hello as another node, or for a node id another live connection holds; a user's
+                    key saying hello; cancelling another user's job without an operator's key)
   ``rejected``      a registration the node refuses for good (GPU taken by a guaranteed job, job id bound
                     to another token or process); the job must not register again
   ``unknown_job``   a message naming a job (or worker) the receiver does not know (e.g. after a restart):

@@ -5,9 +5,9 @@ The scheduler binds one ROUTER endpoint (``colocate scheduler --bind``); nodes (
 
 Who sends what:
   node -> scheduler   NodeHello (register; the reply is NodeWelcome), NodeHeartbeat, NodeStatus,
-                      WorkerStarted, WorkerExited, StartRefused
+                      WorkerStarted, WorkerExited, StartRefused, LogTail
   scheduler -> node   NodeWelcome, NodeHeartbeat (the echo), StartPlacement, StopPlacement,
-                      PromotePlacement, Error
+                      PromotePlacement, LogTailRequest, Error
   client -> scheduler Submit, JobsRequest, NodesRequest, Cancel, LogsRequest
   scheduler -> client Submitted, JobsReply, NodesReply, Ok, LogsReply, Error
 
@@ -23,6 +23,11 @@ Rules:
     twice. ``StopPlacement`` and ``PromotePlacement`` are idempotent too.
   * Each worker of a placement is one process with torchrun's contract (``RANK``, ``LOCAL_RANK``,
     ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) on its GPUs.
+  * Logs travel over the link: ``LogsRequest`` makes the scheduler send each worker's node a
+    ``LogTailRequest``; the node reads the log file it wrote itself (a path it builds from the
+    validated job id and rank, never one it was sent) and answers ``LogTail`` with at most
+    ``max_bytes`` of its end; the scheduler relays the answers in one ``LogsReply``, with an error
+    line for a node that is down or does not answer within ``endpoints.LOGS_DEADLINE_S``.
   * Times in views (``submitted_at`` ...) are the scheduler's wall clock, seconds since the epoch.
 """
 
@@ -39,6 +44,8 @@ PORT = Num(int, 0, 65535)
 STATE = Str(choices=("pending", "placing", "running", "succeeded", "failed", "cancelled"))
 GPU_INDICES = ListOf(COUNT, 64)
 MAX_PAGE = 1000  # jobs per JobsReply
+LOG_TAIL_MAX_BYTES = 64 << 10  # the most of one worker's log a LogTail carries
+LOG_TEXT = Str(LOG_TAIL_MAX_BYTES)
 
 
 # ---------------------------------------------------------------- nested records
@@ -136,9 +143,15 @@ class NodeView(_Record):
 
 @_record()
 class LogRef(_Record):
+    """One worker's log, as its node read it: the end of the file (``truncated`` when earlier output
+    was left out), or ``error`` (the node is down, did not answer, or has no such log)."""
+
     rank: int = _f(COUNT)
     node_id: str = _f(NAME)
-    path: str = _f(TEXT)
+    path: str = _f(TEXT, default="")  # unused: the scheduler sends no paths (kept for the wire)
+    text: str = _f(LOG_TEXT, default="")
+    truncated: bool = _f(Bool(), default=False)
+    error: str = _f(TEXT, default="")
 
 
 # ---------------------------------------------------------------- node -> scheduler
@@ -198,6 +211,19 @@ class StartRefused(Message):
     reason: str = _f(TEXT)
 
 
+@_record("log_tail")
+class LogTail(Message):
+    """The answer to ``LogTailRequest``: the end of the log (at most its ``max_bytes``, decoded with
+    replacement characters), or ``error``."""
+
+    node_id: str = _f(NODE_ID)
+    epoch: int = _f(COUNT)
+    request_id: str = _f(NAME)
+    text: str = _f(LOG_TEXT, default="")
+    truncated: bool = _f(Bool(), default=False)  # earlier output was left out
+    error: str = _f(TEXT, default="")
+
+
 # ---------------------------------------------------------------- scheduler -> node
 
 
@@ -234,6 +260,16 @@ class StopPlacement(Message):
 class PromotePlacement(Message):
     placement_id: str = _f(NAME)
     job_id: str = _f(JOB_ID)
+
+
+@_record("log_tail_request")
+class LogTailRequest(Message):
+    """Asks a node for the end of worker ``rank``'s log of job ``job_id`` (answered with ``LogTail``)."""
+
+    request_id: str = _f(NAME)
+    job_id: str = _f(JOB_ID)
+    rank: int = _f(COUNT)
+    max_bytes: int = _f(Num(int, 1, LOG_TAIL_MAX_BYTES), default=LOG_TAIL_MAX_BYTES)
 
 
 # ---------------------------------------------------------------- client <-> scheduler
@@ -302,7 +338,7 @@ class LogsReply(Message):
     logs: tuple = _f(ListOf(Nested(LogRef)))
 
 
-NODE_TO_SCHEDULER = (NodeHello, NodeHeartbeat, NodeStatus, WorkerStarted, WorkerExited, StartRefused)
-SCHEDULER_TO_NODE = (NodeWelcome, NodeHeartbeat, StartPlacement, StopPlacement, PromotePlacement)
+NODE_TO_SCHEDULER = (NodeHello, NodeHeartbeat, NodeStatus, WorkerStarted, WorkerExited, StartRefused, LogTail)
+SCHEDULER_TO_NODE = (NodeWelcome, NodeHeartbeat, StartPlacement, StopPlacement, PromotePlacement, LogTailRequest)
 CLIENT_TO_SCHEDULER = (Submit, JobsRequest, NodesRequest, Cancel, LogsRequest)
 SCHEDULER_TO_CLIENT = (Submitted, JobsReply, NodesReply, Ok, LogsReply)

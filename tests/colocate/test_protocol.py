@@ -86,7 +86,10 @@ CLUSTER = [
     P.Ok("cancelled"),
     P.LogsRequest("ddp-1"),
     P.LogsRequest("ddp-1", rank=1),
-    P.LogsReply("ddp-1", logs=(P.LogRef(1, "n1", "/var/log/colocate/ddp-1/worker-1.log"),)),
+    P.LogsReply("ddp-1", logs=(P.LogRef(1, "n1", text="step 1\n", truncated=True),
+                               P.LogRef(2, "n2", error="node n2 is down"))),
+    P.LogTailRequest(request_id="7.1", job_id="ddp-1", rank=1, max_bytes=4096),
+    P.LogTail(node_id="n1", epoch=3, request_id="7.1", text="step 1\n", truncated=False),
 ]  # fmt: skip
 
 

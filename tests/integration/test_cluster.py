@@ -56,7 +56,7 @@ class Cluster:
         self.scheduler = None
         self.start_scheduler()
         self.nodes = {f"n{i}": self.start_node(f"n{i}", gpus) for i in range(nodes)}
-        self.client = SchedulerClient(self.endpoint, str(keys) if keys else "", timeout_s=5.0)
+        self.client = SchedulerClient(self.endpoint, str(keys) if keys else None, timeout_s=5.0)
         if nodes:
             wait_for(lambda: sum(n.up for n in self.client.nodes().nodes) == nodes, 60, what="every node to join")
 
@@ -64,7 +64,7 @@ class Cluster:
         argv = [PY, "-m", "colocate", "scheduler", "--bind", self.endpoint, "--state", self.state, "--config",
                 self.config, "--log-level", "info"] + (["--keys", self.keys] if self.keys else [])
         self.scheduler = self.procs.start(argv, "scheduler.log")
-        client = SchedulerClient(self.endpoint, str(self.keys) if self.keys else "", timeout_s=0.5)
+        client = SchedulerClient(self.endpoint, str(self.keys) if self.keys else None, timeout_s=0.5)
 
         def answers():
             assert self.scheduler.poll() is None, read_log(self.scheduler)[-3000:]
@@ -75,12 +75,13 @@ class Cluster:
         wait_for(answers, 30, what="the scheduler to answer")
 
     def start_node(self, node_id: str, gpus: int, keys: Path | None | bool = True):
-        """``keys``: True for the cluster's keys, None for no CURVE, or a key folder."""
-        keys = self.keys if keys is True else keys
+        """``keys``: True for the cluster's keys (the user's own folder without ``self.keys``), None for no
+        CURVE (``--insecure``), or a key folder."""
+        keys = (self.keys or "") if keys is True else keys
         argv = [PY, "-m", "colocate", "node", "--device", "sim", "--sim-gpus", gpus, "--scheduler", self.endpoint,
                 "--node-id", node_id, "--host", "127.0.0.1", "--endpoint", f"ipc://{self.tmp}/{node_id}.sock",
                 "--log-dir", self.tmp / "logs", "--state-dir", self.tmp / node_id, "--log-level", "info"]
-        argv += ["--keys", keys] if keys else []
+        argv += ["--keys", keys] if keys else ["--insecure"] if keys is None else []
         return self.procs.start(argv, f"{node_id}.log")
 
     def submit(self, command, workers=1, priority="guaranteed", name="", estimate_s=None, gpu_mem=0) -> str:
@@ -121,7 +122,8 @@ class GuaranteedWatch:
         self._thread.start()
 
     def _run(self):
-        client = SchedulerClient(self.cluster.endpoint, "", timeout_s=1.0)
+        keys = self.cluster.keys
+        client = SchedulerClient(self.cluster.endpoint, str(keys) if keys else None, timeout_s=1.0)
         while not self._stop.wait(self.period):
             try:
                 nodes = client.nodes().nodes
@@ -275,8 +277,10 @@ def test_a_preempted_opportunistic_job_resumes_from_its_checkpoint(procs, tmp_pa
 @pytest.mark.timeout(200)
 def test_with_curve_an_unauthenticated_node_and_client_are_refused(procs, tmp_path):
     keys, other = tmp_path / "keys", tmp_path / "other"
-    K.generate(str(keys))
-    K.generate(str(other))  # a key the scheduler never admitted
+    K.generate(str(keys), K.NODE, "good")
+    K.generate(str(keys), K.USER, "tester")
+    K.generate(str(other), K.NODE, "stranger")  # keys the scheduler never admitted
+    K.generate(str(other), K.USER, "tester")
     (other / "scheduler.key").write_bytes((keys / "scheduler.key").read_bytes())
     c = Cluster(procs, tmp_path, nodes=0, keys=keys)
     good = c.start_node("good", 1)

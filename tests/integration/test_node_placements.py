@@ -25,7 +25,8 @@ def sched():
 
 def scheduled_node(procs, ipc_dir, sched) -> NodeProc:
     return NodeProc(procs, ipc_dir, "--sim-gpus", 2, "--scheduler", sched.endpoint, "--node-id", "n1",
-                    "--host", "127.0.0.1", "--state-dir", ipc_dir / "state", "--log-dir", ipc_dir / "logs")
+                    "--host", "127.0.0.1", "--state-dir", ipc_dir / "state", "--log-dir", ipc_dir / "logs",
+                    "--insecure")  # the fake scheduler speaks without CURVE
 
 
 def ddp_placement(ipc_dir, pid: str, *args, priority="guaranteed") -> P.StartPlacement:

@@ -40,10 +40,11 @@ class Harness:
         self.sent += out
         return out
 
-    def send(self, ident: bytes, msg: P.Message, dt: float = 0.0) -> list:
+    def send(self, ident: bytes, msg: P.Message, dt: float = 0.0, peer: str | None = None) -> list:
+        """``peer``: the sender's key name (the ZAP user id) as with CURVE; None as without keys."""
         self.now += dt
         # every message crosses the wire in production: encode/decode here too
-        out = self.svc.on_message(ident, P.decode(P.encode(msg)), self.now)
+        out = self.svc.on_message(ident, P.decode(P.encode(msg)), self.now, peer=peer)
         for _, m in out:
             P.decode(P.encode(m))
         self.sent += out

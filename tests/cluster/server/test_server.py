@@ -49,7 +49,7 @@ def procs(tmp_path):
 
 @pytest.fixture
 def sched(procs, tmp_path):
-    s = SchedulerProc(procs, tmp_path)
+    s = SchedulerProc(procs, tmp_path, "--insecure")  # raw frames from plain sockets
     s.wait_ready()
     return s
 
@@ -128,9 +128,9 @@ def test_metrics_over_http(sched, ctx):
 
 def test_curve_admits_known_keys_only(procs, tmp_path):
     keys = tmp_path / "keys"
-    K.generate(str(keys))
+    K.generate(str(keys), K.USER, "alice")
     intruder = tmp_path / "intruder"
-    K.generate(str(intruder))  # its own "client" key, never admitted by the scheduler's folder
+    K.generate(str(intruder), K.USER, "alice")  # its own key, never admitted by the scheduler's folder
     (intruder / "scheduler.key").write_bytes((keys / "scheduler.key").read_bytes())  # knows the server key
     s = SchedulerProc(procs, tmp_path, "--keys", keys)
     assert isinstance(s.wait_ready(keys_dir=str(keys)), P.NodesReply)
@@ -140,10 +140,12 @@ def test_curve_admits_known_keys_only(procs, tmp_path):
         rpc.request(s.endpoint, P.NodeHello(node_id="evil", epoch=1, host="x", gpus=()), 1.5)
     reply = rpc.request(s.endpoint, P.NodesRequest(), 5, keys_dir=str(keys))
     assert reply.nodes == ()  # the unauthenticated hello never reached it
+    log = read_log(s.proc)  # each kind of refusal logged once, however often the peers retried
+    assert log.count("whose key is not admitted") == 1 and log.count("a peer without CURVE") == 1, log
 
 
 @pytest.mark.parametrize("extra, fragment, code", [
-    (("--bind", "tcp://0.0.0.0:{port}"), "beyond loopback without CURVE keys", 2),
+    (("--bind", "tcp://0.0.0.0:{port}", "--insecure"), "beyond loopback without CURVE keys", 2),
     (("--config", "no-such-policy"), "no-such-policy", 2),
     (("--keys", "{tmp}/none"), "missing key file", 2),
 ])
@@ -174,7 +176,7 @@ def test_sigterm_stops_it_cleanly(sched):
 def test_top_once_shows_the_cluster_or_says_it_is_away(sched, tmp_path):
     from tests.support import colocate_cli
 
-    res = colocate_cli("top", "--scheduler", sched.endpoint, "--once")
+    res = colocate_cli("top", "--scheduler", sched.endpoint, "--once", "--insecure")
     assert res.returncode == 0, res.stderr
     assert "0/0 nodes up" in res.stdout and "no jobs" in res.stdout
     away = f"tcp://127.0.0.1:{free_port()}"
@@ -184,7 +186,8 @@ def test_top_once_shows_the_cluster_or_says_it_is_away(sched, tmp_path):
 
 
 def test_a_second_scheduler_on_the_same_state_file_exits_naming_the_holder(procs, tmp_path, sched):
-    argv = [PY, "-m", "colocate", "scheduler", "--bind", f"tcp://127.0.0.1:{free_port()}", "--state", sched.state]
+    argv = [PY, "-m", "colocate", "scheduler", "--bind", f"tcp://127.0.0.1:{free_port()}", "--state", sched.state,
+            "--insecure"]
     second = procs.start(argv, "second.log")
     wait_for(lambda: second.poll() is not None, 30, what="the second scheduler to exit")
     lines = read_log(second).strip().splitlines()
@@ -193,7 +196,7 @@ def test_a_second_scheduler_on_the_same_state_file_exits_naming_the_holder(procs
     assert isinstance(rpc.request(sched.endpoint, P.NodesRequest(), 5), P.NodesReply)  # the first serves on
     sched.proc.send_signal(signal.SIGTERM)
     assert sched.proc.wait(timeout=20) == 0
-    third = SchedulerProc(procs, tmp_path, metrics=False)  # the lock went with its holder
+    third = SchedulerProc(procs, tmp_path, "--insecure", metrics=False)  # the lock went with its holder
     assert isinstance(third.wait_ready(), P.NodesReply)
 
 
@@ -206,8 +209,8 @@ def test_an_immutable_state_file_is_refused_in_one_line(tmp_path):
         pytest.skip("chattr +i is not permitted here (it needs root on a filesystem with attributes)")
     try:
         res = subprocess.run([PY, "-m", "colocate", "scheduler", "--state", str(state), "--bind",
-                              f"tcp://127.0.0.1:{free_port()}"], env=child_env(), capture_output=True, text=True,
-                             timeout=60)
+                              f"tcp://127.0.0.1:{free_port()}", "--insecure"], env=child_env(), capture_output=True,
+                             text=True, timeout=60)
     finally:
         subprocess.run(["chattr", "-i", str(state)], check=True)
     lines = res.stderr.strip().splitlines()
@@ -299,15 +302,15 @@ def test_a_full_disk_refuses_submits_in_one_line_keeps_the_node_and_resumes(proc
 
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     proc = procs.start([PY, "-m", "colocate", "scheduler", "--bind", endpoint, "--state", tiny_disk / "sched.db",
-                        "--heartbeat", "0.2"], "scheduler.log")
+                        "--heartbeat", "0.2", "--insecure"], "scheduler.log")
     wait_for(lambda: _answers(endpoint, proc), 30, what="the scheduler to answer")
     node = _BeatingNode(ctx, endpoint)
     try:
         wait_for(lambda: node.beats() > 0, 30, what="the node to be welcomed and echoed")
 
         def submit():
-            return colocate_cli("submit", "--scheduler", endpoint, "--gpus", "1", "--priority", "guaranteed", "--",
-                                "python", "-c", "pass")
+            return colocate_cli("submit", "--scheduler", endpoint, "--insecure", "--gpus", "1", "--priority",
+                                "guaranteed", "--", "python", "-c", "pass")
         ok = submit()
         assert ok.returncode == 0, ok.stderr
         _fill(tiny_disk)
@@ -364,13 +367,14 @@ def test_a_plugin_that_raises_in_a_real_scheduler_is_logged_once_and_the_schedul
     flag.touch()
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     proc = procs.start([PY, "-c", BROKEN_PLUGIN, flag, "scheduler", "--bind", endpoint, "--state",
-                        tmp_path / "sched.db", "--config", "gang-binpack", "--heartbeat", "0.2"], "scheduler.log")
+                        tmp_path / "sched.db", "--config", "gang-binpack", "--heartbeat", "0.2", "--insecure"],
+                       "scheduler.log")
     wait_for(lambda: _answers(endpoint, proc), 30, what="the scheduler to answer")
     node = _BeatingNode(ctx, endpoint)
     try:
         wait_for(lambda: node.beats() > 0, 30, what="the node to be welcomed and echoed")
-        res = colocate_cli("submit", "--scheduler", endpoint, "--gpus", "1", "--priority", "guaranteed", "--",
-                           "python", "-c", "pass")
+        res = colocate_cli("submit", "--scheduler", endpoint, "--insecure", "--gpus", "1", "--priority",
+                           "guaranteed", "--", "python", "-c", "pass")
         assert res.returncode == 0 and res.stdout.strip() == "1", res.stderr  # journaled, so acknowledged
         beats = node.beats()
         wait_for(lambda: node.beats() >= beats + 10, 30, what="heartbeats while every cycle fails")

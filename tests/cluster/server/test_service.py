@@ -128,6 +128,8 @@ def test_workers_missing_from_a_restarted_nodes_report_are_requeued(h):
     (ack,) = replies(h.submit(gpus=1), P.Submitted)
     n.start_all()
     reborn = FakeNode(h, "n1", epoch=2)  # the node restarted: new epoch, its workers are gone
+    assert [e.code for e in replies(reborn.hello(), P.Error, reborn.ident)] == [P.FORBIDDEN]  # the old one is live
+    h.now += 3.5  # the old connection is silent past liveness (3 x 1 s): the id is free
     reborn.hello()
     reborn.status()
     assert job_row(h, ack.job_id)["state"] in ("pending", "placing")
@@ -175,8 +177,12 @@ def test_views_jobs_nodes_and_logs(h):
     (nodes,) = replies(h.send(CLIENT, P.NodesRequest()), P.NodesReply)
     (nv,) = nodes.nodes
     assert (nv.node_id, nv.up, nv.gpus, nv.gpus_allocated, nv.workers) == ("n1", True, 2, 2, 1)
-    (logs,) = replies(h.send(CLIENT, P.LogsRequest(job_id=a.job_id)), P.LogsReply)
-    assert [(r.rank, r.node_id) for r in logs.logs] == [(0, "n1")]
+    (ask,) = [m for m in replies(h.send(CLIENT, P.LogsRequest(job_id=a.job_id)), ident=n.ident)
+              if isinstance(m, P.LogTailRequest)]
+    assert (ask.job_id, ask.rank) == (a.job_id, 0)
+    tail = P.LogTail(node_id="n1", epoch=1, request_id=ask.request_id, text="hi\n")
+    (logs,) = replies(h.send(n.ident, tail), P.LogsReply)
+    assert [(r.rank, r.node_id, r.text, r.error) for r in logs.logs] == [(0, "n1", "hi\n", "")]
     assert [m.code for m in replies(h.send(CLIENT, P.JobsRequest(job_id="404")), P.Error)] == [P.NOT_FOUND]
 
 

@@ -9,8 +9,10 @@ from tests.support import PY, FakeScheduler, NodeProc, read_log
 
 
 def node_argv(ipc_dir, name: str, *extra) -> list:
+    """A node's command line; without ``--keys`` it speaks without CURVE, as the fake scheduler does."""
+    keys = [] if "--keys" in extra else ["--insecure"]
     return [PY, "-m", "colocate", "node", "--device", "sim", "--endpoint", f"ipc://{ipc_dir}/{name}.sock",
-            "--state-dir", ipc_dir / "state", "--log-dir", ipc_dir / "logs", *extra]
+            "--state-dir", ipc_dir / "state", "--log-dir", ipc_dir / "logs", *keys, *extra]
 
 
 @pytest.fixture

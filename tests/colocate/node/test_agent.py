@@ -256,22 +256,21 @@ def test_curve_the_node_connects_with_its_own_certificate(tmp_path):
     if not zmq.has("curve"):
         pytest.skip("libzmq without CURVE")
     keys = tmp_path / "keys"
-    K.generate(str(keys), "n1")
+    K.generate(str(keys), K.NODE, "n1")
     ctx = zmq.Context()
     auth = K.start_authenticator(ctx, str(keys))
     sched = FakeScheduler(ctx=ctx, keys_dir=str(keys))
     try:
         for admitted in (True, False):
-            if not admitted:  # no longer admitted: the handshake fails and nothing of the node arrives
-                os.unlink(keys / "authorized" / "n1.key")
-                auth.configure_curve(domain="*", location=str(keys / "authorized"))
+            if not admitted:  # no longer admitted (read again as it changes): nothing of the node arrives
+                os.unlink(keys / "authorized" / "node-n1.key")
             r = Rig(keys_dir=str(keys), start=False)
             r.sched.close()
             r.sched, r.agent.endpoint = sched, sched.endpoint
             r.agent.start()
             if admitted:
                 _, hello = r.expect(P.NodeHello)
-                assert hello.node_id == "n1" and r.agent._key_name() == "n1"
+                assert hello.node_id == "n1" and r.agent._key_name() == "node-n1"
             else:
                 assert not [m for m in r.quiet(1.0) if isinstance(m, P.NodeHello)]
             r.agent.close()
@@ -284,3 +283,38 @@ def test_curve_the_node_connects_with_its_own_certificate(tmp_path):
 def test_a_missing_key_folder_fails_at_once(tmp_path):
     with pytest.raises(ValueError, match="missing key file"):
         Rig(keys_dir=str(tmp_path / "nokeys"), start=False)
+
+
+def test_a_refused_hello_is_said_again_and_a_log_tail_is_answered_from_its_own_folder(tmp_path, caplog):
+    r = Rig(start=False)
+    r.agent.log_dir = str(tmp_path)
+    (tmp_path / "job-a").mkdir()
+    (tmp_path / "job-a" / "worker-1.log").write_text("x" * 100 + "\nlast line\n")
+    os.symlink("/etc/passwd", tmp_path / "job-a" / "worker-2.log")
+    try:
+        r.agent.start()
+        ident, _ = r.expect(P.NodeHello)
+        r.sched.send(ident, P.Error(code=P.FORBIDDEN, message="node id n1 is held by another live connection",
+                                    job_id=None))
+        r.clock.t += 2.9  # heard (the refusal): no reconnect, and no second hello yet
+        assert not [m for m in r.quiet() if isinstance(m, P.NodeHello)]
+        r.clock.t += 0.2  # past heartbeat x liveness (1 s x 3) without a welcome: hello again
+        again, _ = r.expect(P.NodeHello)
+        assert again == ident and r.agent.sock is not None
+        r.sched.send(ident, P.Error(code=P.FORBIDDEN, message="node id n1 is held by another live connection",
+                                    job_id=None))
+        r.quiet()
+        assert [m for m in caplog.messages if "refused this node" in m] == [  # logged once, however often
+            "the scheduler refused this node: node id n1 is held by another live connection (hello again every 3.0 s)"]
+        r.sched.welcome(ident, "n1")
+        for rank, job in ((1, "job-a"), (2, "job-a"), (0, "../../etc")):
+            r.sched.send(ident, P.LogTailRequest(request_id=f"q{rank}", job_id=job, rank=rank, max_bytes=11))
+        tails = {}
+        while len(tails) < 3:
+            _, tail = r.expect(P.LogTail)
+            tails[tail.request_id] = tail
+        assert (tails["q1"].text, tails["q1"].truncated, tails["q1"].error) == ("\nlast line\n", True, "")
+        assert tails["q2"].text == "" and "no log of worker 2 of job job-a on node n1" in tails["q2"].error
+        assert tails["q0"].text == "" and tails["q0"].error  # the id is one safe path component: nothing found
+    finally:
+        r.close()
