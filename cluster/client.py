@@ -38,18 +38,47 @@ def request_from_here(command, *, workers: int = 1, gpus: int = 1, gpu_mem: int 
                       queue: str = "", name: str = "", estimate_s: float | None = None,
                       environ=None, cwd: str | None = None) -> P.JobRequest:
     """A ``JobRequest`` that runs ``command`` in this process's working directory with its environment,
-    minus every ``COLOCATE_*`` variable (a shared filesystem is assumed, as with Slurm)."""
+    minus every ``COLOCATE_*`` variable (a shared filesystem is assumed, as with Slurm).
+
+    Nothing is dropped silently: ``ValueError`` (one line, naming the variable or the limit) for a
+    variable over ``P.MAX_ENV_VALUE_CHARS`` characters, or a request whose message would be over
+    ``P.MAX_MESSAGE_BYTES`` (1 MiB); a ``ProtocolError`` (a ``ValueError``) for any other field out of range."""
     import getpass
 
     environ = os.environ if environ is None else environ
-    env = {k: v for k, v in environ.items() if not k.startswith("COLOCATE_") and k and len(v) <= 65536}
+    env = {k: v for k, v in environ.items() if not k.startswith("COLOCATE_")}
+    for k, v in env.items():
+        if len(v) > P.MAX_ENV_VALUE_CHARS:
+            raise ValueError(f"environment variable {k[:64]} is {len(v)} characters, over the limit of "
+                             f"{P.MAX_ENV_VALUE_CHARS} for one variable of a job's environment: unset or shorten it")
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = ""
-    return P.JobRequest(command=tuple(command), cwd=cwd or os.getcwd(), env=env, workers=workers, gpus=gpus,
-                        gpu_mem=gpu_mem, priority=priority, queue=queue, name=(name or default_name(command))[:128],
-                        user=user[:128], estimate_s=estimate_s)
+    req = P.JobRequest(command=tuple(command), cwd=cwd or os.getcwd(), env=env, workers=workers, gpus=gpus,
+                       gpu_mem=gpu_mem, priority=priority, queue=queue, name=(name or default_name(command))[:128],
+                       user=user[:128], estimate_s=estimate_s)
+    check_size(req)
+    return req
+
+
+def check_size(req: P.JobRequest) -> None:
+    """``ValueError`` (one line: the size, the limit, the largest variables) when ``req`` would not fit one
+    message to the scheduler; checked before anything is sent."""
+    import msgpack
+
+    size = len(msgpack.packb(P.to_wire(P.Submit(request=req)), use_bin_type=True))
+    if size <= P.MAX_MESSAGE_BYTES:
+        return
+    from colocate.units import format_size
+
+    env = dict(req.env)
+    largest = sorted(env, key=lambda k: -len(env[k]))[:3]
+    raise ValueError(f"the job's request is {format_size(size)}, over the {format_size(P.MAX_MESSAGE_BYTES)} "
+                     f"limit of a message to the scheduler; its environment is "
+                     f"{format_size(sum(len(k) + len(v) for k, v in env.items()))} (largest: "
+                     f"{', '.join(f'{k[:64]} {format_size(len(env[k]))}' for k in largest)}): unset what the job "
+                     "does not need")
 
 
 def default_name(command) -> str:

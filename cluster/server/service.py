@@ -240,7 +240,9 @@ class SchedulerService(Faults):
             event = ev.WorkerStarted(m.job_id, m.placement_id, m.rank)
         elif isinstance(m, P.WorkerExited):
             job = self.core.job(m.job_id)
-            if job is not None and job.placement_id == m.placement_id:
+            # the job's exit code is its cause: the first worker to end the placement's run (a failing rank, or the
+            # last of a successful gang); the ranks we stop because of it (143) come after, when it is over
+            if job is not None and job.placement_id == m.placement_id and job.state in (ev.PLACING, ev.RUNNING):
                 with self.journal.transaction():
                     row = self.journal.job(m.job_id)
                     if row is not None and (m.exit_code != 0 or row["exit_code"] is None):

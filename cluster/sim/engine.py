@@ -292,6 +292,7 @@ class Simulation:
             if job.end is None:
                 job.end = t
                 self.finished += 1
+            job.reason = d.reason
         job.state = s
 
     def _start(self, d, t: float) -> None:

@@ -5,6 +5,8 @@ Definitions (times in seconds of simulated time):
     later period pending (after a preemption or requeue);
   * JCT: end minus submission, for jobs that succeeded; failed, cancelled and unfinished jobs
     (no duration, or still waiting at the end) are counted apart and left out of JCT figures;
+  * dropped: jobs the policy ended without ever starting them (e.g. a worker larger than any node),
+    counted in ``dropped`` and explained in ``dropped_reasons`` ({the core's reason: jobs});
   * makespan: the last job end; averages over time run from 0 to the simulation's end (the last
     real event);
   * ``gpu_allocation_rate``: time-averaged share of GPUs held by guaranteed placements (their
@@ -27,7 +29,7 @@ from cluster.events import SUCCEEDED, TERMINAL
 
 CSV_FIELDS = ("job_id", "class", "ran_as", "queue", "workers", "gpus", "gpu_milli", "submit_s", "start_s", "end_s",
               "queue_delay_s", "wait_s", "jct_s", "run_s", "duration_s", "slowdown", "starts", "requeues",
-              "preemptions", "state", "lucid_config")
+              "preemptions", "state", "lucid_config", "reason")
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -63,6 +65,7 @@ def job_rows(sim) -> list[dict]:
             "slowdown": (j.run_s / j.duration if done and j.duration else None),
             "starts": j.starts, "requeues": j.requeues, "preemptions": j.preemptions, "state": j.state or "unsubmitted",
             "lucid_config": "/".join(table.configs[j.cfg]) if j.cfg >= 0 else "",
+            "reason": j.reason,
         })
     return rows
 
@@ -77,11 +80,26 @@ def _figures(rows: list[dict]) -> dict:
         "failed": sum(1 for r in rows if r["state"] == "failed"),
         "unfinished": sum(1 for r in rows if r["state"] not in TERMINAL),
         "never_started": sum(1 for r in rows if r["start_s"] is None),
+        "dropped": sum(1 for r in rows if _dropped(r)),
         "mean_jct_s": _mean(jct), "p50_jct_s": percentile(jct, 50), "p99_jct_s": percentile(jct, 99),
         "mean_queue_s": _mean(q), "p50_queue_s": percentile(q, 50), "p99_queue_s": percentile(q, 99),
         "mean_slowdown": _mean(slow),
         "preemptions": sum(r["preemptions"] for r in rows),
     }
+
+
+def _dropped(row: dict) -> bool:
+    """A job the policy ended without ever starting it (e.g. no node could ever hold one of its workers)."""
+    return row["start_s"] is None and row["state"] in TERMINAL and row["state"] != SUCCEEDED
+
+
+def dropped_reasons(rows: list[dict]) -> dict[str, int]:
+    """Why jobs were dropped: {reason: jobs}, most frequent first."""
+    out: dict[str, int] = {}
+    for r in rows:
+        if _dropped(r):
+            out[r["reason"] or "no reason given"] = out.get(r["reason"] or "no reason given", 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def predictor_accuracy(core) -> dict | None:
@@ -125,6 +143,7 @@ def summarize(sim, policy: str, rows: list[dict] | None = None, skipped: dict | 
         "gpu_occupancy_loaded": sim.acc_occ_loaded / (cap * sim.loaded_s) if cap and sim.loaded_s else None,
         "gpu_utilization_loaded": sim.acc_busy_loaded / (cap * sim.loaded_s) if cap and sim.loaded_s else None,
         "skipped_rows": dict(sorted((skipped or {}).items())),
+        "dropped_reasons": dropped_reasons(rows),
         "sim_wall_s": round(sim.wall_s, 3),
         "load_wall_s": None if load_wall_s is None else round(load_wall_s, 3),
         "jobs_per_s": round(len(rows) / sim.wall_s) if sim.wall_s > 0 else None,

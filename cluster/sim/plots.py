@@ -66,7 +66,8 @@ def plot_cdfs(results: list[tuple[str, list[dict]]], path: Path, title: str = ""
         ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:.0%}"))
     axes[1].set_title("delays under 1 s drawn at 1 s", fontsize=9, loc="left", color="#555")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=9, frameon=False)
+    if labels:  # none when no job finished
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=9, frameon=False)
     if title:
         fig.suptitle(title, fontsize=12)
     rows = -(-len(labels) // 4)

@@ -87,7 +87,7 @@ class SimJob:
     __slots__ = ("spec", "job_id", "duration", "work", "busy", "cfg", "klass", "label", "submit", "placement",
                  "pid", "gpus", "nodes", "held", "live", "milli", "rate", "t_rate", "version", "due", "state",
                  "first_start", "running_at", "end", "pending_since", "wait", "requeues", "preemptions", "starts",
-                 "run_s", "queue")
+                 "run_s", "queue", "reason")
 
     def __init__(self, spec, duration: float | None, cfg: int, busy: float, label: str) -> None:
         self.spec, self.job_id, self.duration = spec, spec.job_id, duration
@@ -117,3 +117,4 @@ class SimJob:
         self.starts = 0
         self.run_s = 0.0  # time with workers started
         self.queue = ""
+        self.reason = ""  # why it ended, when it ended other than by succeeding (the core's reason)

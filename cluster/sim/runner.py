@@ -40,7 +40,7 @@ class SimOptions:
     config: str | None = None  # one more policy from a TOML file
     seed: int = 0
     limit: int | None = None
-    node_gpus: int = 8
+    node_gpus: int | None = None  # GPUs per worker of a split trace job; None: the largest node's GPUs
     opportunistic_fraction: float | None = None
     estimates: str = "predicted"
     user_factor: float = 2.0
@@ -109,7 +109,10 @@ def simulate(opts: SimOptions, progress=None) -> list[dict]:
     if out is not None:
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {out}: exists and is not a directory")
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"--out {out}: cannot create it: {exc.strerror}") from None
     wl = load_workload(opts.trace, format=opts.format, nodes=opts.nodes, cluster=opts.cluster, seed=opts.seed,
                        limit=opts.limit, node_gpus=opts.node_gpus, opportunistic_fraction=opts.opportunistic_fraction,
                        estimates=opts.estimates, user_factor=opts.user_factor, user_noise=opts.user_noise,

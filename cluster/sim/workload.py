@@ -81,6 +81,8 @@ def load_cluster(nodes: str | None = None, cluster: str | None = None) -> tuple[
         raise ValueError("give exactly one of --nodes PATH and --cluster SHAPE")
     if cluster:
         specs = parse_shape(cluster)
+        if not any(n.gpus for n in specs):
+            raise ValueError(f"cluster shape {cluster!r}: no GPUs")
         return specs, cluster, {}
     res = load_nodes(nodes)
     if not res.nodes:
@@ -89,12 +91,13 @@ def load_cluster(nodes: str | None = None, cluster: str | None = None) -> tuple[
 
 
 def load_workload(trace: str, *, format: str | None = None, nodes: str | None = None, cluster: str | None = None,
-                  seed: int = 0, limit: int | None = None, node_gpus: int = 8,
+                  seed: int = 0, limit: int | None = None, node_gpus: int | None = None,
                   opportunistic_fraction: float | None = None, estimates: str = "predicted",
                   user_factor: float = 2.0, user_noise: float = 0.8, queues: str = "default",
                   allow_no_duration: bool = False, table: LucidTable | None = None) -> Workload:
     """Read and prepare a workload; ``ValueError`` (one line) for bad options or files. Bad
-    trace rows are counted in ``trace.skipped``, never raised."""
+    trace rows are counted in ``trace.skipped``, never raised. ``node_gpus``: GPUs per worker when a
+    trace job is split into a gang (Philly, csv); None: the GPUs of the cluster's largest node."""
     if estimates not in ESTIMATES:
         raise ValueError(f"--estimates must be one of {', '.join(ESTIMATES)}, got {estimates!r}")
     if queues not in QUEUES:
@@ -102,14 +105,16 @@ def load_workload(trace: str, *, format: str | None = None, nodes: str | None = 
     f = opportunistic_fraction
     if f is not None and not (0.0 <= f <= 1.0):
         raise ValueError(f"--opportunistic-fraction must be in [0, 1], got {f}")
-    if not (user_factor > 0 and user_noise >= 0):
-        raise ValueError("--user-factor must be > 0 and --user-noise >= 0")
+    if not (1e-6 <= user_factor <= 1e6 and 0 <= user_noise <= 10):
+        raise ValueError("--user-factor must be in [1e-6, 1e6] and --user-noise in [0, 10]")
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be >= 1, got {limit}")
-    if node_gpus < 1:
+    if node_gpus is not None and node_gpus < 1:
         raise ValueError(f"--node-gpus must be >= 1, got {node_gpus}")
     t0 = time.perf_counter()
     specs, node_src, node_skipped = load_cluster(nodes, cluster)
+    if node_gpus is None:
+        node_gpus = max(1, max(n.gpus for n in specs))
     opts: dict = {"limit": limit}
     fmt = format
     if fmt is None:

@@ -114,6 +114,10 @@ def _bad(col: str) -> str:
     raise BadRow(f"bad {col}", "empty")
 
 
+MAX_SHAPE_NODES = 100_000  # a shape's nodes in all (the largest real traces have about 1,500)
+MAX_SHAPE_GPUS = 64  # GPUs of one node (as a live node: colocate.protocol MAX_NODE_GPUS)
+
+
 def parse_shape(text: str) -> list[NodeSpec]:
     """Nodes of a shape such as ``64x8``, ``64x8:V100``, ``64x8:V100:32GiB`` or
     ``32x8:V100+16x2:T4``; ids ``node-0000``... in order. Raises ``ValueError`` when malformed."""
@@ -126,12 +130,17 @@ def parse_shape(text: str) -> list[NodeSpec]:
         n, g, model, mem = int(m.group(1)), int(m.group(2)), m.group(3) or "", m.group(4)
         if n < 1:
             raise ValueError(f"cluster shape {text!r}: the node count must be >= 1")
+        if n > MAX_SHAPE_NODES or g > MAX_SHAPE_GPUS:
+            raise ValueError(f"cluster shape {text[:40]!r}: at most {MAX_SHAPE_NODES} nodes of at most "
+                             f"{MAX_SHAPE_GPUS} GPUs each")
         try:
             gpu_mem = parse_size(mem) if mem else 0
         except ValueError as e:
             raise ValueError(f"cluster shape {text!r}: {e}") from None
         groups.append((n, g, model if g else "", gpu_mem))
     total = sum(n for n, *_ in groups)
+    if total > MAX_SHAPE_NODES:
+        raise ValueError(f"cluster shape {text[:40]!r}: {total} nodes, over the limit of {MAX_SHAPE_NODES}")
     width = max(4, len(str(total - 1)))
     nodes: list[NodeSpec] = []
     for n, g, model, gpu_mem in groups:

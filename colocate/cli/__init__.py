@@ -4,7 +4,9 @@
 ``register(subparsers)``, which adds its parser with ``set_defaults(func=main)``, and
 ``main(args) -> int``, the exit code: it parses nothing more, calls the library and prints.
 A command never imports another command; what several share lives in ``_common`` and
-``_tables``. Usage errors exit 2 with one clear line, never a traceback.
+``_tables``. Usage errors exit 2 with one clear line, never a traceback; so does a request a command
+builds from the user's input that the protocol refuses (``ProtocolError``: a field out of range),
+whichever command let it through.
 """
 
 from __future__ import annotations
@@ -58,3 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("colocate: interrupted", file=sys.stderr)
         return 130
+    except ValueError as exc:
+        from colocate.protocol import ProtocolError
+
+        if not isinstance(exc, ProtocolError):
+            raise
+        print(f"colocate {args.command}: error: {exc}", file=sys.stderr)
+        return 2

@@ -25,7 +25,7 @@ def argtype(fn, what: str):
     return parse
 
 
-def _int_at_least(lo: int, what: str):
+def _int_at_least(lo: int, what: str, hi: int | None = None):
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -33,7 +33,23 @@ def _int_at_least(lo: int, what: str):
             raise ValueError(f"must be {what} integer, got {text!r}") from None
         if value < lo:
             raise ValueError(f"must be {what} integer, got {text}")
+        if hi is not None and value > hi:
+            shown = text if len(text) <= 24 else text[:21] + "..."
+            raise ValueError(f"must be {what} integer of at most {hi}, got {shown}")
         return value
+
+    return parse
+
+
+def _identifier(what: str):
+    def parse(text: str) -> str:
+        from colocate import protocol as P
+
+        if not text:
+            raise ValueError(f"an empty {what}")
+        if len(text) > P.MAX_ID_CHARS:
+            raise ValueError(f"a {what} has at most {P.MAX_ID_CHARS} characters, got {len(text)}")
+        return text
 
     return parse
 
@@ -55,11 +71,44 @@ def _seconds(lo: float, hi: float):
     return parse
 
 
+def _endpoint(text: str) -> str:
+    """A ZeroMQ endpoint as colocate uses them: ``tcp://HOST:PORT`` (PORT 1..65535, or ``*`` to bind any),
+    ``ipc://PATH`` or ``inproc://NAME``; what ZeroMQ itself refuses is still reported when it is used."""
+    scheme, sep, rest = text.partition("://")
+    if not text:
+        raise ValueError("an empty endpoint")
+    if not sep or scheme not in ("tcp", "ipc", "inproc") or not rest:
+        raise ValueError(f"expected tcp://HOST:PORT, ipc://PATH or inproc://NAME, got {text[:80]!r}")
+    if scheme == "tcp":
+        host, colon, port = rest.rpartition(":")
+        if not colon or not host:
+            raise ValueError(f"expected tcp://HOST:PORT, got {text[:80]!r}")
+        if port != "*" and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError(f"the port of {text[:80]!r} must be 1..65535")
+    return text
+
+
 SIZE = argtype(parse_size, "size")
 SHARE = argtype(lambda t: parse_fraction(t, "share"), "share")
 NONNEG_INT = argtype(_nonneg_int, "index")
 POSITIVE_INT = argtype(_positive_int, "count")
 PORT = argtype(lambda t: _check_port(_nonneg_int(t)), "port")
+JOB_ID = argtype(_identifier("job id"), "job id")
+NODE_ID = argtype(_identifier("node id"), "node id")
+ENDPOINT = argtype(_endpoint, "endpoint")
+RANK = argtype(lambda t: _int_at_least(0, "a non-negative", _protocol().MAX_WORKERS - 1)(t), "rank")
+NODE_GPUS = argtype(lambda t: _int_at_least(1, "a positive", _protocol().MAX_NODE_GPUS)(t), "count")
+
+
+def _protocol():
+    from colocate import protocol
+
+    return protocol
+
+
+def bounded_int(lo: int, hi: int, what: str):
+    """An argparse type for an integer in [lo, hi]; ``what`` names it in errors."""
+    return argtype(_int_at_least(lo, "an", hi), what)
 
 
 def seconds(lo: float, hi: float):
@@ -75,9 +124,9 @@ def _check_port(port: int) -> int:
 
 def add_node_options(p: argparse.ArgumentParser) -> None:
     """``--node`` / ``--ctl`` / ``--timeout``: how an operator command reaches a node."""
-    p.add_argument("--node", default=None, metavar="ENDPOINT",
+    p.add_argument("--node", default=None, type=ENDPOINT, metavar="ENDPOINT",
                    help="the node's job endpoint (default: the one `colocate node` binds by default)")
-    p.add_argument("--ctl", default=None, metavar="ENDPOINT",
+    p.add_argument("--ctl", default=None, type=ENDPOINT, metavar="ENDPOINT",
                    help="the node's operator endpoint (default: the job endpoint + '.ctl')")
     p.add_argument("--timeout", type=seconds(0.001, 3600), default=2.0, metavar="S",
                    help="seconds to wait for the node's answer (default 2)")
@@ -94,7 +143,7 @@ DURATION = argtype(parse_duration, "duration")
 
 def add_scheduler_options(p: argparse.ArgumentParser) -> None:
     """``--scheduler`` / ``--keys`` / ``--insecure`` / ``--timeout``: how a client reaches the scheduler."""
-    p.add_argument("--scheduler", default=None, metavar="ENDPOINT",
+    p.add_argument("--scheduler", default=None, type=ENDPOINT, metavar="ENDPOINT",
                    help="the scheduler's endpoint (default: $COLOCATE_SCHEDULER, else tcp://127.0.0.1:5555)")
     p.add_argument("--keys", default=None, metavar="DIR",
                    help="CURVE key folder holding scheduler.key and this user's key (`colocate keys generate`; "
@@ -106,9 +155,17 @@ def add_scheduler_options(p: argparse.ArgumentParser) -> None:
 
 
 def scheduler_client(args):
+    """The client of ``--scheduler`` (checked when parsed), else of ``$COLOCATE_SCHEDULER``, checked here:
+    ``rpc.BadEndpoint`` (exit 2 through ``client_failure``) when it is not an endpoint."""
     from cluster.client import SchedulerClient
+    from colocate import endpoints, rpc
 
-    return SchedulerClient(args.scheduler, "" if args.insecure else args.keys, args.timeout)
+    endpoint = args.scheduler or endpoints.scheduler_endpoint()
+    try:
+        _endpoint(endpoint)
+    except ValueError as exc:
+        raise rpc.BadEndpoint(f"COLOCATE_SCHEDULER: {exc}") from None
+    return SchedulerClient(endpoint, "" if args.insecure else args.keys, args.timeout)
 
 
 def client_failure(prog: str, exc: Exception) -> int:

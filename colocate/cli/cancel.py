@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from colocate.cli._common import add_scheduler_options, client_failure, scheduler_client
+from colocate.cli._common import JOB_ID, add_scheduler_options, client_failure, scheduler_client
 
 
 def register(sub) -> None:
     p = sub.add_parser("cancel", help="cancel jobs", description="Cancel pending or running jobs. Exit code: 0 all "
-                       "cancelled; 1 some were unknown, already finished, or the scheduler did not answer.")
-    p.add_argument("jobs", nargs="+", metavar="JOB")
+                       "cancelled; 1 some were unknown, already finished, or the scheduler did not answer; "
+                       "2 a bad job id.")
+    p.add_argument("jobs", nargs="+", type=JOB_ID, metavar="JOB")
     add_scheduler_options(p)
     p.set_defaults(func=main)
 
@@ -16,7 +17,10 @@ def register(sub) -> None:
 def main(args) -> int:
     from colocate import rpc
 
-    client, rc = scheduler_client(args), 0
+    try:
+        client, rc = scheduler_client(args), 0
+    except rpc.RpcError as exc:
+        return client_failure("cancel", exc)
     for job_id in args.jobs:
         try:
             print(client.cancel(job_id))

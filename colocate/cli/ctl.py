@@ -35,9 +35,13 @@ def register(sub) -> None:
     )
     add_node_options(p)
     actions = p.add_subparsers(dest="action", metavar="ACTION")
-    lp = actions.add_parser("list", help="GPUs and jobs with their limits, usage and throughput")
+    lp = actions.add_parser("list", help="GPUs and jobs with their limits, usage and throughput",
+                            description="List the node's GPUs and its jobs: each job's memory cap and compute "
+                            "share, what it uses, and its throughput.")
     lp.add_argument("--json", action="store_true", help="machine-readable output")
-    sp = actions.add_parser("set", help="pin a job's memory cap and/or compute share")
+    sp = actions.add_parser("set", help="pin a job's memory cap and/or compute share",
+                            description="Pin a job's memory cap and/or compute share on this node until the job "
+                            "leaves it (an operator override of the node's policy).")
     sp.add_argument("job_id", metavar="JOB_ID")
     sp.add_argument("--gpu-mem", type=SIZE, default=None, metavar="SIZE", help="memory cap, e.g. 2GiB or 512MiB")
     sp.add_argument("--sm-share", type=SHARE, default=None, metavar="F",

@@ -36,13 +36,17 @@ def register(sub) -> None:
                        "and give each its identity and role.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = p.add_subparsers(dest="action", metavar="ACTION")
-    g = actions.add_parser("generate", help="create the scheduler's keys (once) and admitted peer keys")
+    g = actions.add_parser("generate", help="create the scheduler's keys (once) and admitted peer keys",
+                           description="Create the scheduler's CURVE key pair in DIR (once) and one admitted key "
+                           "per --node, --user and --operator, listed in DIR/authorized/.")
     g.add_argument("dir", metavar="DIR")
     g.add_argument("--node", action="append", default=[], metavar="NAME", help="a node's key (repeatable)")
     g.add_argument("--user", action="append", default=[], metavar="NAME", help="a user's key (repeatable)")
     g.add_argument("--operator", action="append", default=[], metavar="NAME",
                    help="an operator's key: a user who may cancel anyone's job (repeatable)")
-    ls = actions.add_parser("list", help="the admitted identities of a key folder")
+    ls = actions.add_parser("list", help="the admitted identities of a key folder",
+                            description="List the identities a key folder admits (DIR/authorized/): each key's "
+                            "role (node, user, operator) and name.")
     ls.add_argument("dir", metavar="DIR", nargs="?", default=None,
                     help="default: $COLOCATE_KEYS, else ~/.config/colocate/keys")
     p.set_defaults(func=main, _parser=p)

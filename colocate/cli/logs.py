@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from colocate.cli._common import NONNEG_INT, add_scheduler_options, client_failure, fail, scheduler_client
+from colocate.cli._common import JOB_ID, NONNEG_INT, RANK, add_scheduler_options, client_failure, fail, scheduler_client
 
 
 def register(sub) -> None:
@@ -12,9 +12,9 @@ def register(sub) -> None:
                        description="Print the end of each worker's log (stdout and stderr) of the job's latest "
                        "placement, as the node that ran it reads it (at most 64 KiB a worker; less for large "
                        "gangs), relayed by the scheduler. Exit code: 0; 1 unknown job or worker, no log yet, "
-                       "a node down or silent, or no answer.")
-    p.add_argument("job", metavar="JOB")
-    p.add_argument("--worker", type=NONNEG_INT, default=None, metavar="R", help="only worker (rank) R")
+                       "a node down or silent, or no answer; 2 a bad job id or option.")
+    p.add_argument("job", type=JOB_ID, metavar="JOB")
+    p.add_argument("--worker", type=RANK, default=None, metavar="R", help="only worker (rank) R")
     p.add_argument("--tail", type=NONNEG_INT, default=0, metavar="N", help="only the last N lines of each")
     add_scheduler_options(p)
     p.set_defaults(func=main)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from colocate.cli._common import PORT, POSITIVE_INT, SIZE
+from colocate.cli._common import ENDPOINT, NODE_GPUS, NODE_ID, PORT, SIZE
 from colocate.config import POLICY_NAMES
 from colocate.env import DEVICE_CHOICES, LOG_LEVELS
 
@@ -36,11 +36,12 @@ def register(sub) -> None:
         "keep their resources, opportunistic jobs get what the guaranteed ones leave idle.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--endpoint", default=node_endpoint(), help="job endpoint (default %(default)s)")
-    p.add_argument("--ctl", default=None, metavar="ENDPOINT",
+    p.add_argument("--endpoint", default=node_endpoint(), type=ENDPOINT, help="job endpoint (default %(default)s)")
+    p.add_argument("--ctl", default=None, type=ENDPOINT, metavar="ENDPOINT",
                    help="operator endpoint for `colocate ctl`/`top` (default: the job endpoint + '.ctl')")
     p.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="GPU kind (default auto)")
-    p.add_argument("--sim-gpus", type=POSITIVE_INT, default=1, metavar="N", help="sim: number of simulated GPUs (default 1)")
+    p.add_argument("--sim-gpus", type=NODE_GPUS, default=1, metavar="N",
+                   help="sim: number of simulated GPUs, 1..64 (default 1)")
     p.add_argument("--sim-gpu-mem", type=SIZE, default=16 << 30, metavar="SIZE",
                    help="sim: memory of each simulated GPU (default 16GiB)")
     p.add_argument("--policy", default=None, choices=POLICY_NAMES,
@@ -53,10 +54,11 @@ def register(sub) -> None:
                    help="append every batch report and limit change as JSON lines (format: colocate/record.py)")
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     g = p.add_argument_group("scheduler link")
-    g.add_argument("--scheduler", default=None, metavar="ENDPOINT",
+    g.add_argument("--scheduler", default=None, type=ENDPOINT, metavar="ENDPOINT",
                    help="join the global scheduler at ENDPOINT, e.g. tcp://HOST:5555 (default: COLOCATE_SCHEDULER "
                         "if set, else run standalone)")
-    g.add_argument("--node-id", default=None, metavar="ID", help="this node's name at the scheduler (default: host name)")
+    g.add_argument("--node-id", default=None, type=NODE_ID, metavar="ID",
+                   help="this node's name at the scheduler (default: host name)")
     g.add_argument("--host", default=None, metavar="ADDR",
                    help="address other nodes reach this one at, MASTER_ADDR of its gangs (default: host name)")
     g.add_argument("--log-dir", default=None, metavar="DIR",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from colocate.cli._common import NONNEG_INT, SHARE, SIZE, argtype
+from colocate.cli._common import ENDPOINT, NONNEG_INT, SHARE, SIZE, argtype
 from colocate.env import DEVICE_CHOICES, LOG_LEVELS, ON_CAP, PRIORITIES, parse_gpus
 
 GPU_LIST = argtype(parse_gpus, "gpus")
@@ -57,7 +57,7 @@ def register(sub) -> None:
     p.add_argument("--job-id", default=None, help="job identifier (default: job-<launcher pid>)")
     p.add_argument("--stats-file", default=None, metavar="PATH",
                    help="write a JSON summary of the job here at exit (iterations, busy fraction, memory peaks)")
-    p.add_argument("--node", default=None, metavar="ENDPOINT",
+    p.add_argument("--node", default=None, type=ENDPOINT, metavar="ENDPOINT",
                    help="node coordinator endpoint to register with (e.g. ipc:///tmp/colocate-$UID/node.sock)")
     p.add_argument("--sim-gpu-mem", type=SIZE, default=None, metavar="SIZE",
                    help="sim only: total memory of the simulated GPU (default 16GiB)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from colocate.cli._common import PORT, POSITIVE_INT, seconds
+from colocate.cli._common import ENDPOINT, PORT, argtype, bounded_int, seconds
 from colocate.env import LOG_LEVELS
 
 EPILOG = """\
@@ -31,6 +31,15 @@ and could not be rebuilt from the state file), 2 on bad options.
 """
 
 
+LIVENESS = bounded_int(1, 1000, "heartbeats")
+
+
+def _state_path(text: str) -> str:
+    if not text.strip():
+        raise ValueError("an empty path (SQLite would keep the state in a temporary file, lost at exit)")
+    return text
+
+
 def register(sub) -> None:
     from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LIVENESS, SCHEDULER_ENDPOINT
 
@@ -38,8 +47,10 @@ def register(sub) -> None:
                        description="Place jobs on the nodes that join it: gang and bin-packing for guaranteed jobs, "
                        "idle capacity for opportunistic ones, with the queueing policy of --config.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bind", default=SCHEDULER_ENDPOINT, metavar="ENDPOINT", help="endpoint (default %(default)s)")
-    p.add_argument("--state", required=True, metavar="PATH.db", help="SQLite state file (created if missing)")
+    p.add_argument("--bind", default=SCHEDULER_ENDPOINT, type=ENDPOINT, metavar="ENDPOINT",
+                   help="endpoint (default %(default)s)")
+    p.add_argument("--state", required=True, type=argtype(_state_path, "path"), metavar="PATH.db",
+                   help="SQLite state file (created if missing)")
     p.add_argument("--config", default="antman", metavar="NAME|FILE",
                    help="policy preset or TOML file (default %(default)s)")
     p.add_argument("--keys", default=None, metavar="DIR",
@@ -50,7 +61,7 @@ def register(sub) -> None:
                    help="serve Prometheus metrics on 127.0.0.1:PORT/metrics")
     p.add_argument("--heartbeat", type=seconds(0.05, 60), default=NODE_HEARTBEAT_S, metavar="S",
                    help=f"node heartbeat interval in seconds (default {NODE_HEARTBEAT_S:g})")
-    p.add_argument("--liveness", type=POSITIVE_INT, default=NODE_LIVENESS, metavar="N",
+    p.add_argument("--liveness", type=LIVENESS, default=NODE_LIVENESS, metavar="N",
                    help=f"missed heartbeats before a node is down (default {NODE_LIVENESS}: "
                         f"{NODE_HEARTBEAT_S * NODE_LIVENESS:g} s of silence)")
     p.add_argument("--seed", type=int, default=0, help="seed of the policy's random choices (default 0)")

@@ -40,13 +40,13 @@ def _fraction(text: str) -> float:
     return v
 
 
-def _number(lo: float, what: str):
+def _number(lo: float, what: str, hi: float = float("inf")):
     def parse(text: str) -> float:
         try:
             v = float(text)
         except ValueError:
             raise ValueError(f"must be {what}, got {text!r}") from None
-        if not v >= lo or v == float("inf"):
+        if not lo <= v <= hi or v == float("inf"):  # also NaN
             raise ValueError(f"must be {what}, got {text}")
         return v
 
@@ -62,8 +62,8 @@ def _seed(text: str) -> int:
 
 FRACTION = argtype(_fraction, "fraction")
 SECONDS = argtype(_number(0.0, "a number of seconds >= 0"), "seconds")
-POSITIVE = argtype(_number(1e-12, "a number > 0"), "number")
-NONNEG = argtype(_number(0.0, "a number >= 0"), "number")
+FACTOR = argtype(_number(1e-6, "a number in [1e-6, 1e6]", 1e6), "factor")
+SIGMA = argtype(_number(0.0, "a number in [0, 10]", 10.0), "sigma")
 SEED = argtype(_seed, "seed")
 
 
@@ -87,17 +87,18 @@ def register(sub) -> None:
     p.add_argument("--seed", type=SEED, default=0, metavar="N",
                    help="seed of every random choice (policies, class labels, estimates, model mapping); default 0")
     p.add_argument("--limit", type=COUNT, default=None, metavar="N", help="only the first N jobs by submit time")
-    p.add_argument("--node-gpus", type=COUNT, default=8, metavar="G",
-                   help="GPUs per worker when splitting a trace job into a gang (Philly, csv); default 8")
+    p.add_argument("--node-gpus", type=COUNT, default=None, metavar="G",
+                   help="GPUs per worker when splitting a trace job into a gang (Philly, csv); default: the GPUs "
+                   "of the cluster's largest node")
     p.add_argument("--opportunistic-fraction", type=FRACTION, default=None, metavar="F",
                    help="label a seeded share F of the jobs opportunistic (Philly has no classes; AntMan study)")
     p.add_argument("--estimates", choices=("oracle", "user", "predicted"), default="predicted",
                    help="run-time estimates for backfill: oracle = the true duration; user = the trace's estimate, "
                    "else the true duration times a seeded lognormal over-estimate (median --user-factor, "
                    "sigma --user-noise); predicted = none, the predictor plugin learns from history (default)")
-    p.add_argument("--user-factor", type=POSITIVE, default=2.0, metavar="X",
+    p.add_argument("--user-factor", type=FACTOR, default=2.0, metavar="X",
                    help="median user over-estimate factor for --estimates user (default 2)")
-    p.add_argument("--user-noise", type=NONNEG, default=0.8, metavar="SIGMA",
+    p.add_argument("--user-noise", type=SIGMA, default=0.8, metavar="SIGMA",
                    help="sigma of the lognormal user estimate noise (default 0.8)")
     p.add_argument("--queues", choices=("default", "trace"), default="default",
                    help="default: every job in queue 'default' (the presets know no other); trace: keep the "
@@ -146,7 +147,9 @@ def main(args) -> int:
             summaries = _with_progress(simulate, opts)
     except ValueError as exc:
         return fail("simulate", f"error: {exc}", 2)
-    _print_summary(summaries, args.out)
+    except OSError as exc:
+        return fail("simulate", f"cannot write the results: {exc.strerror or exc}: {exc.filename or args.out}", 1)
+    _print_summary(summaries, args.out, plots=not args.no_plots)
     return 0
 
 
@@ -176,7 +179,7 @@ def _pct(x) -> str:
     return "-" if x is None else f"{x:.0%}"
 
 
-def _print_summary(summaries: list[dict], out: str) -> None:
+def _print_summary(summaries: list[dict], out: str, plots: bool = True) -> None:
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -184,11 +187,12 @@ def _print_summary(summaries: list[dict], out: str) -> None:
     console = Console() if sys.stdout.isatty() else Console(width=120)
     t = Table(title="simulated policies (times in hours)", box=box.SIMPLE_HEAD, show_edge=False,
               pad_edge=False, collapse_padding=True)
-    for col in ("policy", "done", "JCT", "p99", "queue", "p99", "span d", "alloc", "util", "sim s"):
+    for col in ("policy", "jobs", "done", "dropped", "JCT", "p99", "queue", "p99", "span d", "alloc", "util", "sim s"):
         t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for s in summaries:
-        t.add_row(s["policy"], str(s["succeeded"]), _h(s["mean_jct_s"]), _h(s["p99_jct_s"]), _h(s["mean_queue_s"]),
-                  _h(s["p99_queue_s"]), f"{s['makespan_s'] / 86400:.1f}", _pct(s["gpu_allocation_rate"]),
+        t.add_row(s["policy"], str(s["jobs"]), str(s["succeeded"]), str(s["dropped"]), _h(s["mean_jct_s"]),
+                  _h(s["p99_jct_s"]), _h(s["mean_queue_s"]), _h(s["p99_queue_s"]),
+                  f"{s['makespan_s'] / 86400:.1f}", _pct(s["gpu_allocation_rate"]),
                   _pct(s["gpu_utilization"]), f"{s['sim_wall_s']:.1f}")
     console.print(t)
     classes = [s for s in summaries if "by_class" in s]
@@ -208,7 +212,14 @@ def _print_summary(summaries: list[dict], out: str) -> None:
         if p and p.get("predictions"):
             console.print(f"{s['policy']}: predictor on {p['predictions']} jobs: median abs error "
                           f"{p['median_abs_pct_error']:.0%}, within 2x {p['within_2x']:.0%}")
+    for s in summaries:
+        if s["dropped"]:
+            why = "; ".join(f"{n} x {reason}" for reason, n in list(s["dropped_reasons"].items())[:3])
+            more = len(s["dropped_reasons"]) - 3
+            console.print(f"{s['policy']}: {s['dropped']} of {s['jobs']} jobs dropped, never started: {why}"
+                          + (f" (and {more} other reasons, in jobs-*.csv)" if more > 0 else ""), markup=False)
     skipped = summaries[0]["skipped_rows"] if summaries else {}
     if skipped:
         console.print("skipped trace rows: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
-    console.print(f"results in {out}/: summary.json, jobs-*.csv, cdf.png, timeline.png, timeline.csv")
+    written = "summary.json, jobs-*.csv, " + ("cdf.png, timeline.png, " if plots else "") + "timeline.csv"
+    console.print(f"results in {out}/: {written}", markup=False)

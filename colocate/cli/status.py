@@ -5,23 +5,25 @@ from __future__ import annotations
 import json
 import time
 
-from colocate.cli._common import add_scheduler_options, client_failure, scheduler_client
+from colocate.cli._common import JOB_ID, add_scheduler_options, client_failure, scheduler_client
 
 
 def register(sub) -> None:
     p = sub.add_parser("status", help="show one job, or every job (finished ones too)",
                        description="The state of one job (pending/placing/running/succeeded/failed/cancelled, "
-                       "why, where, attempts, exit code) or of every job. Exit code: 0; 1 unknown job or no answer.")
-    p.add_argument("job", nargs="?", metavar="JOB")
+                       "why, where, attempts, exit code: the first failing worker's) or of every job. "
+                       "Exit code: 0; 1 unknown job or no answer; 2 a bad job id or option.")
+    p.add_argument("job", nargs="?", type=JOB_ID, metavar="JOB")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_scheduler_options(p)
     p.set_defaults(func=main)
 
 
 def view_dict(v) -> dict:
-    from colocate import protocol as P
+    """A ``JobView`` (a record, not a message) as a JSON-ready dict: its fields, tuples as lists."""
+    import dataclasses
 
-    return {k: (list(x) if isinstance(x, tuple) else x) for k, x in P.to_wire(v).items()}
+    return {k: (list(x) if isinstance(x, tuple) else x) for k, x in dataclasses.asdict(v).items()}
 
 
 def main(args) -> int:
@@ -29,8 +31,8 @@ def main(args) -> int:
     from colocate.cli._tables import print_table
     from colocate.units import format_duration
 
-    client = scheduler_client(args)
     try:
+        client = scheduler_client(args)
         jobs = [client.job(args.job)] if args.job else client.jobs()[0]
     except rpc.RpcError as exc:
         return client_failure("status", exc)

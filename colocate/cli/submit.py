@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from colocate.cli._common import (DURATION, POSITIVE_INT, SIZE, add_scheduler_options, client_failure, fail,
                                   scheduler_client)
@@ -11,14 +10,16 @@ from colocate.env import PRIORITIES
 
 EPILOG = """\
 examples:
-  colocate submit --gpus 1 --priority guaranteed -- python train.py --epochs 3
-  colocate submit --name ddp --gpus 1 --workers 4 --priority guaranteed --estimate 2h -- python train_ddp.py
+  colocate submit --gpus 1 -- python train.py --epochs 3
+  colocate submit --name ddp --gpus 1 --workers 4 --estimate 2h -- python train_ddp.py
   colocate submit --gpus 1 --gpu-mem 4GiB --priority opportunistic --queue research -- python sweep.py
 
 The job runs in this working directory with this environment (minus COLOCATE_* variables):
-a shared filesystem is assumed, as with Slurm. Each worker is one process with torchrun's
-variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...): submit the script
-itself, not torchrun. --gpus is per worker.
+a shared filesystem is assumed, as with Slurm. A variable over 64 KiB, or an environment that
+makes the request over 1 MiB, is refused before anything is sent (never silently dropped).
+Each worker is one process with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT, ...): submit the script itself, not torchrun. --gpus is per worker.
+--priority is guaranteed unless given.
 Exit code: 0 submitted (the job id is printed); 2 a bad request (nothing was submitted);
 1 the scheduler did not answer.
 """
@@ -33,8 +34,8 @@ def register(sub) -> None:
     p.add_argument("--workers", type=POSITIVE_INT, default=1, metavar="W", help="workers in the gang (default 1)")
     p.add_argument("--gpu-mem", type=SIZE, default=0, metavar="SIZE",
                    help="GPU memory per GPU, e.g. 8GiB (opportunistic: its ceiling; default: not stated)")
-    p.add_argument("--priority", choices=PRIORITIES, required=True,
-                   help="guaranteed: reserved GPUs; opportunistic: idle capacity, may be preempted")
+    p.add_argument("--priority", choices=PRIORITIES, default="guaranteed",
+                   help="guaranteed: reserved GPUs (the default); opportunistic: idle capacity, may be preempted")
     p.add_argument("--queue", default="", help="queue (default: the policy's choice)")
     p.add_argument("--estimate", type=DURATION, default=None, metavar="DURATION",
                    help="expected run time, e.g. 45m, 2h, 1:30:00 (lets backfill start it early)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import time
 
-from colocate.cli._common import add_node_options, seconds
+from colocate.cli._common import ENDPOINT, add_node_options, seconds
 
 
 def register(sub) -> None:
@@ -23,7 +23,7 @@ def register(sub) -> None:
         description="An nvidia-smi/htop-like live view of a running node coordinator. Ctrl-C quits.",
     )
     add_node_options(p)
-    p.add_argument("--scheduler", default=None, metavar="ENDPOINT",
+    p.add_argument("--scheduler", default=None, type=ENDPOINT, metavar="ENDPOINT",
                    help="show the cluster as this scheduler sees it instead of one node")
     p.add_argument("--keys", default=None, metavar="DIR",
                    help="CURVE key folder for --scheduler (default: $COLOCATE_KEYS, else ~/.config/colocate/keys)")

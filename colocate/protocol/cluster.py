@@ -42,7 +42,10 @@ from colocate.protocol.codec import (
 
 PORT = Num(int, 0, 65535)
 STATE = Str(choices=("pending", "placing", "running", "succeeded", "failed", "cancelled"))
-GPU_INDICES = ListOf(COUNT, 64)
+MAX_NODE_GPUS = 64  # GPUs of one node
+MAX_WORKERS = 4096  # workers (ranks) of one job
+MAX_ENV_VALUE_CHARS = 65536  # one variable of a job's environment
+GPU_INDICES = ListOf(COUNT, MAX_NODE_GPUS)
 MAX_PAGE = 1000  # jobs per JobsReply
 LOG_TAIL_MAX_BYTES = 64 << 10  # the most of one worker's log a LogTail carries
 LOG_TEXT = Str(LOG_TAIL_MAX_BYTES)
@@ -88,8 +91,9 @@ class JobRequest(_Record):
 
     command: tuple = _f(ListOf(TEXT, 256))
     cwd: str = _f(TEXT)
-    env: tuple = _f(MapOf(Str(256, min_len=1), Str(65536)))  # the submitter's environment, COLOCATE_*-free
-    workers: int = _f(Num(int, 1, 4096), default=1)
+    # the submitter's environment, COLOCATE_*-free
+    env: tuple = _f(MapOf(Str(256, min_len=1), Str(MAX_ENV_VALUE_CHARS)))
+    workers: int = _f(Num(int, 1, MAX_WORKERS), default=1)
     gpus: int = _f(Num(int, 0, 64), default=1)  # per worker
     gpu_mem: int = _f(SIZE, default=0)  # bytes per GPU; 0: not stated
     priority: str = _f(PRIORITY, default="guaranteed")
@@ -162,7 +166,7 @@ class NodeHello(Message):
     node_id: str = _f(NODE_ID)
     epoch: int = _f(COUNT)
     host: str = _f(NAME)  # the address workers on other nodes reach this node at (MASTER_ADDR)
-    gpus: tuple = _f(ListOf(Nested(NodeGpu), 64))
+    gpus: tuple = _f(ListOf(Nested(NodeGpu), MAX_NODE_GPUS))
     cpu_milli: int = _f(COUNT, default=0)
     mem_mib: int = _f(COUNT, default=0)
 
@@ -177,7 +181,7 @@ class NodeHeartbeat(Message):
 class NodeStatus(Message):
     node_id: str = _f(NODE_ID)
     epoch: int = _f(COUNT)
-    gpus: tuple = _f(ListOf(Nested(GpuStatus), 64))
+    gpus: tuple = _f(ListOf(Nested(GpuStatus), MAX_NODE_GPUS))
     workers: tuple = _f(ListOf(Nested(WorkerStatus)))
 
 

@@ -149,3 +149,29 @@ def test_bad_workload_options(tmp_path, kw, message):
     args = {"cluster": "1x8", **kw}
     with pytest.raises(ValueError, match=message):
         load_workload(str(trace), **args)
+
+
+def test_node_gpus_follow_the_cluster_and_dropped_jobs_are_counted_and_explained(tmp_path, capsys):
+    trace = tmp_path / "p.csv"
+    lines = ["timestamp,duration,num_gpus,gpu_time,cluster"]
+    lines += [f"2017-10-01 08:{i:02d}:00,600,{g},{600 * g},vc0" for i, g in enumerate((1, 4, 8, 8, 2, 8))]
+    trace.write_text("\n".join(lines) + "\n")
+    base = ["simulate", "--trace", str(trace), "--cluster", "4x4", "--policy", "fifo", "--quiet", "--no-plots",
+            "--colocation-data", "none"]
+    # by default a trace job is split into workers as large as the cluster's nodes: 8 GPUs = 2 workers x 4
+    assert main(base + ["--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())[0]
+    assert summary["succeeded"] == 6 and summary["dropped"] == 0 and summary["dropped_reasons"] == {}
+    assert "dropped, never started" not in out
+    assert ".png" not in out and not list((tmp_path / "a").glob("*.png"))  # --no-plots: none written, none named
+    # 8-GPU workers on 4-GPU nodes can never start: each such job is counted and the reason said
+    assert main(base + ["--out", str(tmp_path / "b"), "--node-gpus", "8"]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())[0]
+    assert summary["succeeded"] == 3 and summary["dropped"] == 3
+    [(reason, n)] = summary["dropped_reasons"].items()
+    assert n == 3 and "8 GPUs on one node" in reason and "largest node has 4" in reason
+    assert f"fifo: 3 of 6 jobs dropped, never started: 3 x {reason}" in " ".join(out.split())
+    rows = (tmp_path / "b" / "jobs-fifo.csv").read_text().splitlines()
+    assert rows[0].endswith(",reason") and sum(reason in r for r in rows) == 3

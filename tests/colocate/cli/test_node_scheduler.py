@@ -46,7 +46,7 @@ def test_a_state_folder_in_use_stops_a_second_node(procs, ipc_dir, sched):
 
 @pytest.mark.parametrize("extra, fragment", [
     (["--keys", "/no/such/keys"], "missing key file"),
-    (["--scheduler", "not-an-endpoint"], "scheduler link"),
+    (["--scheduler", "not-an-endpoint"], "--scheduler"),
 ])
 def test_bad_scheduler_options_exit_2_with_one_line(procs, ipc_dir, sched, extra, fragment):
     args = ["--scheduler", sched.endpoint, *extra] if extra[0] == "--keys" else extra

@@ -1,0 +1,143 @@
+"""Every command explains itself (``--help``), and hostile input to any command is one line on stderr,
+never a traceback: exit 2 for bad input (refused before anything is sent), 1 for a failure.
+
+Client commands run in-process against an endpoint nobody serves, with a short timeout: a request that
+were sent would end in "no answer" (exit 1), so exit 2 proves it was refused before sending. Commands that
+would start a daemon run as real processes (a hang or a traceback there is seen from outside).
+"""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from colocate.cli import build_parser, main
+from tests.support import free_port, run_py
+
+LONG_ID = "x" * 200
+HUGE = "99999999999999999999"
+
+
+def every_parser():
+    """(words, parser) for the program, each command and each command's actions."""
+    def walk(p, words):
+        yield words, p
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, [*words, name])
+    return list(walk(build_parser(), []))
+
+
+def cli(capsys, *args) -> tuple[int, str, str]:
+    """``colocate ARGS`` in-process: (exit code, stdout, stderr); argparse's exits included."""
+    try:
+        rc = main([str(a) for a in args])
+    except SystemExit as exc:
+        rc = exc.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def one_line(err: str, prog: str) -> str:
+    """The one ``colocate PROG...:`` line of ``err`` (argparse may print its usage above it)."""
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith(f"colocate {prog}")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("words", [w for w, _ in every_parser()], ids=lambda w: " ".join(w) or "colocate")
+def test_help_exits_0_and_describes_the_command(capsys, words):
+    parser = dict((" ".join(w), p) for w, p in every_parser())[" ".join(words)]
+    assert parser.description and len(parser.description.split()) >= 5, f"{words}: no description"
+    rc, out, err = cli(capsys, *words, "--help")
+    assert rc == 0 and err == ""
+    assert out.startswith("usage:") and " ".join(parser.description.split()[:5]) in " ".join(out.split())
+
+
+def client(*args):
+    return [*args, "--scheduler", f"tcp://127.0.0.1:{free_port()}", "--timeout", "0.3"]
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["status", ""], "an empty job id"),
+    (["status", LONG_ID], "at most 128 characters"),
+    (["status", "1", "--timeout", "nan"], "--timeout"),
+    (["cancel", ""], "an empty job id"),
+    (["cancel", "1", LONG_ID], "at most 128 characters"),
+    (["logs", ""], "an empty job id"),
+    (["logs", LONG_ID], "at most 128 characters"),
+    (["logs", "1", "--worker", HUGE], "at most 4095"),
+    (["logs", "1", "--worker", "-1"], "--worker"),
+    (["logs", "1", "--tail", "nan"], "--tail"),
+    (["submit", "--gpus", HUGE, "--", "true"], "JobRequest.gpus"),
+    (["submit", "--gpus", "1", "--workers", HUGE, "--", "true"], "JobRequest.workers"),
+    (["submit", "--gpus", "1", "--gpu-mem", "nan", "--", "true"], "--gpu-mem"),
+    (["submit", "--gpus", "1", "--gpu-mem", "99999999999TiB", "--", "true"], "gpu_mem"),
+    (["submit", "--gpus", "1", "--estimate", "nan", "--", "true"], "--estimate"),
+    (["submit", "--gpus", "1", "--queue", LONG_ID, "--", "true"], "JobRequest.queue"),
+    (["submit", "--gpus", "1", "--", "/nonexistent/program"], "command not found"),
+    (["status", "1", "--scheduler", "not-an-endpoint"], "expected tcp://HOST:PORT"),
+    (["status", "1", "--scheduler", "tcp://127.0.0.1:0"], "must be 1..65535"),
+    (["nodes", "--scheduler", ""], "an empty endpoint"),
+    (["ctl", "--ctl", "tcp://127.0.0.1:99999", "list"], "must be 1..65535"),
+], ids=lambda v: v if isinstance(v, str) else " ".join(v)[:40])
+def test_bad_client_input_is_one_line_and_exit_2(capsys, args, fragment):
+    if "--scheduler" not in args and args[0] != "ctl":  # an endpoint nobody serves, options before "--"
+        args = client(*args[:1]) + args[1:] if args[0] != "submit" else client(*args[:-2]) + args[-2:]
+    rc, _, err = cli(capsys, *args)
+    line = one_line(err, args[0])
+    assert rc == 2 and fragment in line, err
+
+
+@pytest.mark.parametrize("args", [["status", "1"], ["cancel", "1"], ["logs", "1"], ["queue"], ["nodes"],
+                                  ["submit", "--gpus", "1", "--", "true"]], ids=lambda a: a[0])
+def test_a_bad_colocate_scheduler_variable_is_one_line_and_exit_2(capsys, monkeypatch, args):
+    monkeypatch.setenv("COLOCATE_SCHEDULER", "tcp://127.0.0.1:99999")
+    rc, _, err = cli(capsys, *args)
+    assert rc == 2 and "COLOCATE_SCHEDULER" in one_line(err, args[0])
+
+
+def test_a_scheduler_nobody_serves_is_one_line_and_exit_1(capsys):
+    rc, _, err = cli(capsys, *client("status", "1"))
+    assert rc == 1 and "no answer" in one_line(err, "status")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--cluster", f"{HUGE}x8"], "at most 100000 nodes"),
+    (["--cluster", "2x99999"], "at most 64 GPUs"),
+    (["--cluster", "2x8", "--out", "/proc/no/such/dir"], "cannot create it"),
+    (["--cluster", "2x8", "--node-gpus", "0"], "--node-gpus"),
+    (["--cluster", "2x0"], "no GPUs"),
+    (["--cluster", "2x8", "--estimates", "user", "--user-noise", "1e300"], "--user-noise"),
+    (["--cluster", "2x8", "--estimates", "user", "--user-factor", "1e308"], "--user-factor"),
+])
+def test_bad_simulate_input_is_one_line_and_exit_2(capsys, tmp_path, args, fragment):
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("job_id,submit_time,duration,num_gpus\nj0,0,100,1\n")
+    base = ["simulate", "--trace", trace, "--policy", "fifo", "--quiet", "--no-plots"]
+    rc, _, err = cli(capsys, *base, *(args if "--out" in args else [*args, "--out", tmp_path / "out"]))
+    assert rc == 2 and fragment in one_line(err, "simulate"), err
+
+
+def test_a_run_where_every_job_is_dropped_still_plots(capsys, tmp_path):
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("job_id,submit_time,duration,num_gpus\nj0,0,100,8\n")
+    rc, out, err = cli(capsys, "simulate", "--trace", trace, "--cluster", "2x4", "--node-gpus", "8", "--policy",
+                       "fifo", "--quiet", "--out", tmp_path / "out", "--colocation-data", "none")
+    assert rc == 0 and "Traceback" not in err and "1 of 1 jobs dropped" in out
+    assert (tmp_path / "out" / "cdf.png").exists() and (tmp_path / "out" / "timeline.png").exists()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["scheduler", "--state", "", "--bind", "tcp://127.0.0.1:{port}"], "an empty path"),
+    (["node", "--device", "sim", "--sim-gpus", HUGE, "--endpoint", "ipc://{tmp}/n.sock"], "at most 64"),
+    (["node", "--device", "sim", "--node-id", "", "--scheduler", "tcp://127.0.0.1:{port}"], "an empty node id"),
+    (["scheduler", "--state", "{tmp}/s.db", "--bind", "tcp://127.0.0.1:99999"], "must be 1..65535"),
+    (["scheduler", "--state", "{tmp}/s.db", "--bind", "tcp://127.0.0.1:{port}", "--liveness", HUGE], "--liveness"),
+])
+def test_bad_daemon_options_exit_2_before_starting(tmp_path, args, fragment):
+    argv = [a.format(port=free_port(), tmp=tmp_path) for a in args]
+    proc = run_py(f"import sys; from colocate.cli import main; sys.exit(main({argv!r}))", timeout=60)
+    assert proc.returncode == 2 and fragment in one_line(proc.stderr, argv[0]), proc.stderr

@@ -1,0 +1,106 @@
+"""The client commands against a real `colocate scheduler` and one `colocate node` (two simulated GPUs) on
+loopback: `status --json`, `submit` without `--priority`, an environment that does not fit (refused with
+one line, nothing submitted, nothing dropped), and a gang failed by `kill -9` of one rank, whose exit code
+is that rank's cause (137), not the stop we sent the others (143)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from cluster.client import SchedulerClient
+from tests.support import PY, Procs, alive, child_env, free_port, read_log, tiny_script, wait_for
+
+WORKER = """\
+import os, sys, time
+with open(os.path.join(sys.argv[1], os.environ.get("RANK", "0")), "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(float(sys.argv[2]))
+"""
+
+
+class Cluster:
+    def __init__(self, procs: Procs, tmp):
+        self.tmp = tmp
+        self.endpoint = f"tcp://127.0.0.1:{free_port()}"
+        self.scheduler = procs.start([PY, "-m", "colocate", "scheduler", "--bind", self.endpoint, "--state",
+                                      tmp / "sched.db", "--config", "fifo"], "scheduler.log")
+        self.node = procs.start([PY, "-m", "colocate", "node", "--device", "sim", "--sim-gpus", 2, "--scheduler",
+                                 self.endpoint, "--node-id", "n0", "--host", "127.0.0.1", "--endpoint",
+                                 f"ipc://{tmp}/n0.sock", "--log-dir", tmp / "logs", "--state-dir", tmp / "n0"],
+                                "node.log")
+        self.pids = tmp / "pids"
+        self.pids.mkdir()
+        self.worker = tiny_script(tmp, "worker.py", WORKER)
+        wait_for(lambda: "up" in self.cli("nodes").stdout or self.dead(), 60, what="the node to join")
+        assert not self.dead(), read_log(self.scheduler) + read_log(self.node)
+
+    def dead(self) -> bool:
+        return self.scheduler.poll() is not None or self.node.poll() is not None
+
+    def cli(self, *args, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([PY, "-m", "colocate", *map(str, args)], cwd=self.tmp,
+                              env=child_env({"COLOCATE_SCHEDULER": self.endpoint, **(env or {})}),
+                              capture_output=True, text=True, timeout=60)
+
+    def status(self, job=None):
+        proc = self.cli("status", "--json", *([job] if job else []))
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        return json.loads(proc.stdout)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    procs = Procs(tmp_path)
+    try:
+        yield Cluster(procs, tmp_path)
+    finally:
+        procs.cleanup()
+
+
+def one_line(proc, prog: str) -> str:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"colocate {prog}: "), proc.stderr
+    return lines[0]
+
+
+@pytest.mark.timeout(300)
+def test_status_json_submit_defaults_and_environments_that_do_not_fit(cluster):
+    c = cluster
+    sub = c.cli("submit", "--gpus", "1", "--name", "plain", "--", PY, c.worker, c.pids, "0")
+    assert sub.returncode == 0, sub.stderr  # no --priority: guaranteed, as Slurm and Kubernetes users expect
+    job = sub.stdout.strip()
+    view = c.status(job)
+    assert view["job_id"] == job and view["priority"] == "guaranteed" and view["name"] == "plain"
+    assert [v["job_id"] for v in c.status()] == [job]
+
+    big = c.cli("submit", "--gpus", "1", "--", PY, c.worker, c.pids, "0", env={"BIG_VAR": "v" * 70000})
+    assert big.returncode == 2 and "BIG_VAR" in one_line(big, "submit") and "65536" in big.stderr
+    many = {f"PART_{i}": "v" * 60000 for i in range(20)}  # each fits, together over one message
+    huge = c.cli("submit", "--gpus", "1", "--", PY, c.worker, c.pids, "0", env=many)
+    assert huge.returncode == 2 and "1.0 MiB limit" in one_line(huge, "submit")
+    assert [v["job_id"] for v in c.status()] == [job]  # nothing was submitted
+
+
+@pytest.mark.timeout(300)
+def test_a_gang_killed_by_kill9_of_one_rank_reports_its_cause(cluster):
+    c = cluster
+    sub = c.cli("submit", "--gpus", "1", "--workers", "2", "--", PY, c.worker, c.pids, "120")
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip()
+    wait_for(lambda: {"0", "1"} <= set(os.listdir(c.pids)) and all((c.pids / r).read_text() for r in "01"),
+             120, what="both ranks to start")
+    os.kill(int((c.pids / "1").read_text()), signal.SIGKILL)
+    view = wait_for(lambda: (v := c.status(job))["state"] == "failed" and v, 60, what="the gang to fail")
+    assert view["exit_code"] == 137 and "rank 1" in view["reason"], view
+    # the other rank is stopped by us (exit 143) after the failure; once the node has told the scheduler it
+    # runs no worker any more, that exit has been heard too: the job still reports the cause
+    other = int((c.pids / "0").read_text())
+    wait_for(lambda: not alive(other), 60, what="the stopped rank to exit")
+    client = SchedulerClient(c.endpoint, None, timeout_s=5.0)  # the keys the scheduler made in the config folder
+    wait_for(lambda: client.nodes().nodes[0].workers == 0, 60, what="the node to report no worker")
+    assert c.status(job)["exit_code"] == 137
