@@ -1,6 +1,7 @@
 """The policy config: which plugins run, their parameters, and the scheduler's own settings.
 
-TOML (one file for ``colocate scheduler --config FILE``), or a preset name from ``PRESETS`` (the
+A mapping as TOML gives it (one file for ``colocate scheduler --config FILE``, read by
+``cluster.config_file``), or a preset name from ``PRESETS`` (the
 one source of policy names, for ``colocate simulate --policy NAME``)::
 
     plugins = ["multi_queue", "gang", "binpack", "backfill", "predictor"]
@@ -16,18 +17,17 @@ one source of policy names, for ``colocate simulate --policy NAME``)::
 
 The always-on ``fit`` plugin is added first when not listed. Unknown keys, unknown plugin names,
 parameters for an unlisted plugin and bad values raise ``ValueError`` with one line that names
-the key. Loading from a path is the only I/O in ``cluster``.
+the key. This module is the config's schema and parses a mapping; it does no I/O (an import-linter
+contract): reading a TOML file is ``cluster.config_file``'s, at the edge.
 """
 
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from cluster.framework import REGISTRY, Plugin
+from cluster.framework import REGISTRY, Plugin, check_plugins
 from cluster.params import Param, parse_params
 
 import cluster.plugins  # noqa: F401  (registers every plugin)
@@ -38,6 +38,8 @@ SCHEDULER_PARAMS = {
     "max_start_failures": Param(3, "int", lambda v: v >= 1, "an integer >= 1"),
     "start_timeout_s": Param(300.0, "float", lambda v: v >= 0, "seconds >= 0 (0: no deadline)"),
     "restore_grace_s": Param(120.0, "float", lambda v: v >= 0, "seconds >= 0"),
+    "refuse_unplaceable": Param(True, "bool", doc="refuse at submit a request no known node could ever hold "
+                                "(false: accept it and set it aside until such a node joins)"),
 }
 TOP_KEYS = ("plugins", "plugin", "scheduler")
 ALWAYS = ("fit",)
@@ -114,10 +116,8 @@ def parse_config(raw: Any, name: str = "<config>") -> PolicyConfig:
     params = {n: parse_params(f"plugin.{n}", _plugin_params(n), tables.get(n)) for n in names}
     sched = parse_params("scheduler", SCHEDULER_PARAMS, raw.get("scheduler"))
     cfg = PolicyConfig(name, tuple(names), params, sched)
-    sorters = [n for n in names if REGISTRY[n].queue_of is not Plugin.queue_of]
-    if len(sorters) != 1:
-        raise ValueError(f"plugins: exactly one queue-sort plugin (fifo or multi_queue) is needed, got {', '.join(sorters) or 'none'}")
     cfg.instantiate()  # plugins check parameter combinations in __init__
+    check_plugins([REGISTRY[n] for n in names])
     return cfg
 
 
@@ -127,31 +127,7 @@ def preset(name: str) -> PolicyConfig:
     return parse_config(PRESETS[name], name)
 
 
-def load_config(path: str | Path) -> PolicyConfig:
-    """Read and validate a TOML policy file."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise ValueError(f"{p}: cannot read ({e.strerror or e})") from None
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        hint = " (plugin parameters go in [plugin.NAME] tables)" if "plugins" in str(e) else ""
-        raise ValueError(f"{p}: not valid TOML: {e}{hint}") from None
-    return parse_config(raw, str(p))
-
-
-def resolve(name_or_path: str) -> PolicyConfig:
-    """A preset by name, else a TOML file by path."""
-    if name_or_path in PRESETS:
-        return preset(name_or_path)
-    if not Path(name_or_path).exists():
-        raise ValueError(f"unknown policy {name_or_path!r}: neither a preset ({', '.join(PRESETS)}) nor a file")
-    return load_config(name_or_path)
-
-
-__all__ = ["PRESETS", "SCHEDULER_PARAMS", "PolicyConfig", "load_config", "parse_config", "preset", "resolve"]
+__all__ = ["PRESETS", "SCHEDULER_PARAMS", "PolicyConfig", "parse_config", "preset"]
 
 
 def reference_markdown() -> str:

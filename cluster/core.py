@@ -103,8 +103,10 @@ class SchedulerCore:
         return out
 
     def validate(self, spec: JobSpec) -> str | None:
-        """Why a submit of ``spec`` would be rejected now (duplicate id, unknown queue, no
-        plugin for its class), or None. For the server's reply; changes nothing."""
+        """Why a submit of ``spec`` would be rejected now, in one line (duplicate id, unknown queue,
+        no plugin for its class, a request no node that has joined could ever hold: GPUs per node,
+        GPU memory per GPU, CPU, host memory, GPU model), or None. For the server's reply; changes
+        nothing the job's fate depends on."""
         if spec.job_id in self.jobs:
             return f"job {spec.job_id!r} already exists"
         return self._rejection(Job(spec, -1))
@@ -146,6 +148,10 @@ class SchedulerCore:
         """Per queue, the head that blocked it in the last cycle and why."""
         return {q: (jid, str(st)) for q, (jid, st) in self.fw.blocked.items()}
 
+    def set_aside(self) -> dict[str, str]:
+        """Pending jobs out of their queues because no known node could hold them: job id -> why."""
+        return {jid: st.reason for jid, (_, st) in self.fw.aside.items()}
+
     def nodes(self) -> list[dict]:
         """Per node: up, epoch, free whole GPUs, CPU/memory allocated, and per GPU the
         guaranteed milli, memory allocated, placements there and the last report."""
@@ -178,14 +184,22 @@ class SchedulerCore:
     def _cycle(self, now: float, out: list) -> None:
         self._dirty = False
         self.stats["cycles"] += 1
-        placed, failed, actions = self.fw.run_cycle(now)
-        for job, st in failed:
+        cycle = self.fw.run_cycle(now)
+        for job in cycle.returned:
+            self._set(job, PENDING, "back in its queue: a node that can hold it joined", out)
+        for job, st in cycle.aside:
+            self._set(job, PENDING, f"set aside: {st.reason}; it returns to its queue when a node that can hold it "
+                                    "joins", out)
+        for job, st in cycle.errors:
+            if job.reason != str(st):
+                self._set(job, PENDING, str(st), out)
+        for job, st in cycle.failed:
             self._set(job, FAILED, str(st), out)
             job.ended_at = now
             self.fw.ended(job, now)
-        for job, placement in placed:
+        for job, placement in cycle.placed:
             self._start(job, placement, now, out)
-        for act in actions:
+        for act in cycle.actions:
             if isinstance(act, Preempt):
                 self._preempt(act, now, out)
             elif isinstance(act, Upgrade):

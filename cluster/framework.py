@@ -1,47 +1,9 @@
-"""The scheduling framework: extension points, plugin registry, and the scheduling cycle.
+"""The scheduling framework: the cycle that runs the plugins' extension points (``cluster.points``:
+the points, the closed status set, the ``Plugin`` base and the registry, re-exported here for plugins).
 
-Modelled on the Kubernetes scheduling framework (queue sort, pre-filter, filter, score,
-reserve/unreserve, permit, post-filter) and Volcano's Statement. A plugin subclasses ``Plugin``
-and overrides only the points it needs; the framework collects, per point and per placement
-class (``serves``), the bound methods of the plugins that override it, in config order.
-
-Points (``req`` is the reused ``cluster.jobs.Request`` of the attempt):
-  pre_enqueue(job) -> Status           at submit; UNRESOLVABLE rejects the job (unknown queue)
-  queue_of(spec) -> str                queue-sort point, exactly one plugin: the job's queue
-  sort_key(job) -> tuple               ... and its order there (the framework appends job.seq)
-  queue_order(queue, jobs) -> iterable this cycle's order of examination of one queue's pending
-                                       jobs (``jobs`` in sort-key order, read-only); the first
-                                       plugin implementing it, else the sort-key order. It must
-                                       yield only jobs of ``jobs``, each at most once; jobs it
-                                       leaves out are not examined this cycle. Blocking rules
-                                       (on_blocked, backfill) apply in the order it gives. For
-                                       policies that choose the next job per cycle (a plan made
-                                       in cycle_start, e.g. the genetic placement), since the
-                                       sort key is fixed when a job is queued
-  cycle_start(now)                     once per cycle before any job (plan, reset caches)
-  pre_filter(req) -> Status            whole-job checks; must depend only on the request's
-                                       shape, queue, the state and the plugins' cache_key
-                                       (failures are cached per cycle); every one runs, an
-                                       UNRESOLVABLE wins
-  cache_key(job) -> tuple              what else a plugin's pre_filter/filter read of the job
-                                       (e.g. its tenant): part of the failure cache's key
-  node_order(req) -> iterable          candidate nodes in the plugin's preferred order, from
-                                       the state's indexes; the first plugin serving the class
-  filter(req, node) -> Status          per candidate node (same caching rule as pre_filter)
-  score(req, node) -> number           higher is better; weighted by the plugin's ``weight``
-  pick_gpus(req, node) -> tuple|None   which GPUs on the chosen node; the first plugin serving
-                                       the class, else ``fitting.pick_guaranteed``
-  reserve(req, stmt) -> Status / unreserve(req, stmt)   after every worker is placed
-  permit(req, stmt) -> Status          last word before commit (gang: all ranks placed)
-  post_filter(req, status) -> PostFilterResult|None     for a queue's blocked head: victims
-                                       to stop (preemption, quota reclaim) or a retry class
-  on_blocked(req, status) -> int       a queue's head is blocked: how many later jobs of the
-                                       queue may still be examined (0: the queue waits)
-  backfill_admit(req) -> Status        for a job behind a blocked head: may it start without
-                                       delaying the head's reservation
-  cycle_end(now) -> iterable[action]   after every queue (promotion upgrades)
-  on_placed/on_running/on_released/on_ended/on_promoted   lifecycle notices from the core
-Every status is one of ``Code``: SUCCESS, UNSCHEDULABLE (not now), UNRESOLVABLE (never).
+Modelled on the Kubernetes scheduling framework and Volcano's Statement: the framework collects, per
+point and per placement class (``serves``), the bound methods of the plugins that override it, in
+config order, and places a job whole in a tentative statement, committed or discarded.
 
 Preemption: victims a post-filter names keep their slots until the core releases them; the
 job they make room for is "nominated" meanwhile (no new victims for it), and in the first cycle
@@ -55,151 +17,63 @@ blocked queue stops (or examines at most the budget ``on_blocked`` returned).
 
 from __future__ import annotations
 
-import enum
+import math
 from bisect import bisect_left, insort
-from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, ClassVar
+from typing import Any
 
-from cluster.fitting import pick_guaranteed
+from cluster.capacity import never_fits
 from cluster.jobs import Job, Request
-from cluster.params import Param
-from cluster.spec import JobSpec, Placement
+from cluster.points import (  # noqa: F401
+    CLASSES,
+    MAX_NODE_SCORE,
+    PER_CLASS,
+    POINTS,
+    REGISTRY,
+    SUCCESS,
+    Code,
+    Plugin,
+    PluginError,
+    PostFilterResult,
+    Preempt,
+    Status,
+    Upgrade,
+    _raiser,
+    check_plugins,
+    error,
+    held,
+    register,
+    unresolvable,
+    unschedulable,
+)
+from cluster.spec import Placement
 from cluster.state import ClusterState, NodeState
 from cluster.statement import Statement
 
-CLASSES = frozenset(("guaranteed", "opportunistic"))
-
-
-class Code(enum.IntEnum):
-    SUCCESS = 0
-    UNSCHEDULABLE = 1  # not now: retry in a later cycle
-    UNRESOLVABLE = 2  # never: the job fails
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    code: Code
-    plugin: str = ""
-    reason: str = ""
-    held: bool = False  # UNSCHEDULABLE by a policy's hold, not for want of capacity: no post-filter acts on it
-
-    @property
-    def ok(self) -> bool:
-        return self.code == Code.SUCCESS
-
-    def __str__(self) -> str:
-        return f"{self.plugin}: {self.reason}" if self.plugin else self.reason or self.code.name.lower()
-
-
-SUCCESS = Status(Code.SUCCESS)
-
-
-def unschedulable(plugin: str, reason: str) -> Status:
-    return Status(Code.UNSCHEDULABLE, plugin, reason)
-
-
-def unresolvable(plugin: str, reason: str) -> Status:
-    return Status(Code.UNRESOLVABLE, plugin, reason)
-
-
-def held(plugin: str, reason: str) -> Status:
-    """Not now, by policy (e.g. the queues wait for a starving job): preemption and other post-filter
-    remedies for want of capacity must not act for a job held so."""
-    return Status(Code.UNSCHEDULABLE, plugin, reason, held=True)
-
 
 @dataclass(slots=True)
-class PostFilterResult:
-    status: Status
-    victims: tuple[str, ...] = ()  # placement ids to stop so the job fits later
-    nodes: tuple[str, ...] = ()  # the nodes the job is planned on: held from opportunistic work meanwhile
-    reason: str = "preempted"
-    retry_as: str | None = None  # try the job again at once in this class
+class Cycle:
+    """What one cycle decided, for the core to act on."""
 
-
-@dataclass(frozen=True, slots=True)
-class Preempt:
-    """Action: stop placement ``pid`` and requeue its job (``by`` is the job it makes room for)."""
-
-    pid: str
-    reason: str
-    by: str
-
-
-@dataclass(frozen=True, slots=True)
-class Upgrade:
-    """Action: run opportunistic placement ``pid`` on as guaranteed (AntMan promotion)."""
-
-    pid: str
-
-
-POINTS = ("pre_enqueue", "queue_of", "sort_key", "queue_order", "cycle_start", "pre_filter", "cache_key",
-          "node_order", "filter", "score", "pick_gpus", "reserve", "unreserve", "permit", "post_filter", "on_blocked",
-          "backfill_admit", "cycle_end", "on_placed", "on_running", "on_released", "on_ended",
-          "on_promoted")
-PER_CLASS = ("pre_filter", "node_order", "filter", "score", "pick_gpus", "reserve", "unreserve",
-             "permit", "post_filter", "on_blocked", "backfill_admit")
-
-REGISTRY: dict[str, type[Plugin]] = {}
-
-
-def register(cls: type[Plugin]) -> type[Plugin]:
-    """Class decorator: make a plugin selectable by its ``name`` in the config."""
-    if not cls.name or cls.name in REGISTRY:
-        raise ValueError(f"plugin name {cls.name!r} empty or taken")
-    REGISTRY[cls.name] = cls
-    return cls
-
-
-class Plugin:
-    """Base of every policy plugin. Subclasses set ``name``, ``PARAMS`` and ``serves``, and
-    override points (see the module docstring). ``self.fw`` is the framework, set by ``bind``;
-    ``self.p`` the validated parameters. Plugins hold no clock and no global random: time is
-    ``req.now``/``now``, randomness ``self.fw.rng``."""
-
-    name: ClassVar[str] = ""
-    PARAMS: ClassVar[dict[str, Param]] = {}
-    serves: ClassVar[frozenset[str]] = CLASSES  # placement classes the per-class points apply to
-
-    def __init__(self, params: dict[str, Any]) -> None:
-        self.p = params
-        self.fw: Framework = None  # type: ignore[assignment]
-
-    def bind(self, fw: Framework) -> None:
-        self.fw = fw
-
-    # extension points: the base versions are never called (the framework skips them)
-    def pre_enqueue(self, job: Job) -> Status: return SUCCESS
-    def queue_of(self, spec: JobSpec) -> str: return "default"
-    def sort_key(self, job: Job) -> tuple: return ()
-    def queue_order(self, queue: str, jobs: list[Job]) -> Iterable[Job]: return jobs
-    def cycle_start(self, now: float) -> None: return None
-    def pre_filter(self, req: Request) -> Status: return SUCCESS
-    def cache_key(self, job: Job) -> tuple: return ()
-    def node_order(self, req: Request) -> Iterable[NodeState]: return ()
-    def filter(self, req: Request, node: NodeState) -> Status: return SUCCESS
-    def score(self, req: Request, node: NodeState) -> float: return 0.0
-    def pick_gpus(self, req: Request, node: NodeState) -> tuple[int, ...] | None: return None
-    def reserve(self, req: Request, stmt: Statement) -> Status: return SUCCESS
-    def unreserve(self, req: Request, stmt: Statement) -> None: return None
-    def permit(self, req: Request, stmt: Statement) -> Status: return SUCCESS
-    def post_filter(self, req: Request, status: Status) -> PostFilterResult | None: return None
-    def on_blocked(self, req: Request, status: Status) -> int: return 0
-    def backfill_admit(self, req: Request) -> Status: return SUCCESS
-    def cycle_end(self, now: float) -> Iterable[Preempt | Upgrade]: return ()
-    def on_placed(self, job: Job, placement: Placement, now: float) -> None: return None
-    def on_running(self, job: Job, now: float) -> None: return None
-    def on_released(self, job: Job, placement: Placement, now: float) -> None: return None
-    def on_ended(self, job: Job, now: float) -> None: return None
-    def on_promoted(self, job: Job, placement: Placement, now: float) -> None: return None
-
-    def implements(self, point: str) -> bool:
-        return getattr(type(self), point) is not getattr(Plugin, point)
+    placed: list = field(default_factory=list)  # [(job, placement)]: slots held, out of the queue
+    failed: list = field(default_factory=list)  # [(job, UNRESOLVABLE status)]: out of the queue, to fail
+    actions: list = field(default_factory=list)  # [Preempt | Upgrade]
+    aside: list = field(default_factory=list)  # [(job, UNPLACEABLE status)]: newly set aside, still pending
+    returned: list = field(default_factory=list)  # [job]: set-aside jobs back in their queues
+    errors: list = field(default_factory=list)  # [(job, ERROR status)]: passed over this cycle, still queued
 
 
 _key = attrgetter("key")
+
+
+def _scores(score, req: Request, nodes: list[NodeState]) -> tuple[list[float], float, float]:
+    """One score plugin's raw scores of ``nodes``, their least and greatest; a PluginError unless finite."""
+    raw = [score(req, node) for node in nodes]
+    lo, hi = min(raw), max(raw)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise PluginError(score.__self__.name, f"score {hi if math.isfinite(lo) else lo!r} is not a finite number")
+    return raw, lo, hi
 
 
 class Framework:
@@ -214,6 +88,7 @@ class Framework:
         self.by_name = {p.name: p for p in plugins}
         self.feasible_nodes = sched["feasible_nodes"]
         self.max_examined = sched["max_nodes_examined"]
+        self.refuse_unplaceable = sched.get("refuse_unplaceable", True)
         self.jobs: dict[str, Job] = {}
         self.holders: dict[str, Job] = {}
         self.stopping: dict[str, Any] = {}  # placement id -> stop record, kept by the core
@@ -232,14 +107,17 @@ class Framework:
         self._req = Request()
         self._stmt = Statement(state)
         self._claims: list[str] = []  # jobs whose victims are all gone, tried first next cycle
+        self._reserving = False  # the current attempt reached its reserve point
+        self.aside: dict[str, tuple[Job, Status]] = {}  # job id -> (job, UNPLACEABLE why): out of its queue
+        self._aside_version = -1  # the known nodes' version when the set-aside jobs were last judged
+        self._never: dict[tuple, str | None] = {}  # never_fits per (class, request shape), ...
+        self._never_version = -1  # ... for this version of the known nodes
+        check_plugins([type(p) for p in plugins])
         for p in plugins:
             p.bind(self)
-        sorters = [p for p in plugins if p.implements("queue_of")]
-        if len(sorters) != 1:
-            names = ", ".join(p.name for p in sorters) or "none"
-            raise ValueError(f"plugins: exactly one queue-sort plugin is needed (fifo, multi_queue...), got {names}")
-        self.queue_of = sorters[0].queue_of
-        self.sort_key = sorters[0].sort_key
+        sorter = next(p for p in plugins if p.implements("queue_of"))
+        self.queue_of = sorter.queue_of
+        self.sort_key = sorter.sort_key
         self.pt: dict[str, Any] = {}
         for point in POINTS:
             impl = [p for p in plugins if p.implements(point)]
@@ -274,6 +152,9 @@ class Framework:
         insort(self.queues.setdefault(job.queue, []), job, key=_key)
 
     def dequeue(self, job: Job) -> bool:
+        """Take a pending job out of its queue, or out of the set-aside jobs; whether it was in either."""
+        if self.aside.pop(job.job_id, None) is not None:
+            return True
         lst = self.queues.get(job.queue)
         if not lst:
             return False
@@ -286,33 +167,70 @@ class Framework:
         return False
 
     def pending(self) -> int:
-        return sum(len(q) for q in self.queues.values())
+        """Pending jobs: queued or set aside."""
+        return sum(len(q) for q in self.queues.values()) + len(self.aside)
 
     # ------------------------------------------------------------------ cycle
 
-    def run_cycle(self, now: float) -> tuple[list, list, list]:
-        """One scheduling cycle. Returns (placed [(job, placement)], failed [(job, status)]
-        with UNRESOLVABLE jobs, actions [Preempt|Upgrade]). Placed slots are already held in
-        the state; the caller moves the jobs' states and removes nothing from the queues (the
-        cycle did)."""
+    def run_cycle(self, now: float) -> Cycle:
+        """One scheduling cycle (see ``Cycle`` for what it returns). Placed slots are already held
+        in the state; the caller moves the jobs' states and removes nothing from the queues (the
+        cycle did). An exception leaves no statement open (module docstring: Exceptions)."""
         self.now = now
         self.cycles += 1
-        for f in self.pt["cycle_start"]:
-            f(now)
-        placed: list = []
-        failed: list = []
-        actions: list = []
-        self.blocked = {}
-        if self._claims:
-            self._serve_claims(now, placed)
-        heads = sorted((lst[0].key, name) for name, lst in self.queues.items() if lst)
-        for _, name in heads:
-            self._walk(name, now, placed, failed, actions)
-        for f in self.pt["cycle_end"]:
-            actions.extend(f(now) or ())
-        return placed, failed, actions
+        out = Cycle()
+        try:
+            for f in self.pt["cycle_start"]:
+                f(now)
+            self.blocked = {}
+            if self.aside and self._aside_version != self.state.shapes_version:
+                self._return_aside(out)
+            if self._claims:
+                self._serve_claims(now, out)
+            heads = sorted((lst[0].key, name) for name, lst in self.queues.items() if lst)
+            for _, name in heads:
+                self._walk(name, now, out)
+            for f in self.pt["cycle_end"]:
+                out.actions.extend(f(now) or ())
+        except BaseException:
+            if self._stmt.allocs:  # never reached while _schedule keeps its promise; a guard for the rest
+                self._stmt.discard()
+            raise
+        return out
 
-    def _serve_claims(self, now: float, placed: list) -> None:
+    # ------------------------------------------------------------------ set aside
+
+    def never_fits(self, job: Job) -> str | None:
+        """Why no node known to the cluster could ever hold ``job`` (``cluster.capacity``), or None.
+        Cached per request shape until the known nodes change."""
+        state = self.state
+        if self._never_version != state.shapes_version:
+            self._never.clear()
+            self._never_version = state.shapes_version
+        key = (job.spec.priority, job.rshape)
+        if key in self._never:
+            return self._never[key]
+        why = self._never[key] = never_fits(state.shapes, job.spec, job.spec.priority)
+        return why
+
+    def _set_aside(self, job: Job, st: Status, out: Cycle) -> None:
+        self.aside[job.job_id] = (job, st)
+        self._aside_version = self.state.shapes_version
+        out.aside.append((job, st))
+
+    def _return_aside(self, out: Cycle) -> None:
+        """The known nodes changed: jobs set aside that some node could now hold go back to their
+        queues, at the place their sort key gives (arrival order among equals)."""
+        self._aside_version = self.state.shapes_version
+        back = [job for job, _ in self.aside.values() if self.never_fits(job) is None]
+        for job in sorted(back, key=attrgetter("seq")):
+            del self.aside[job.job_id]
+            self.enqueue(job)
+            out.returned.append(job)
+
+    # ------------------------------------------------------------------ walking the queues
+
+    def _serve_claims(self, now: float, out: Cycle) -> None:
         """Jobs whose preemption victims are all gone are tried first, so the capacity freed
         for them is not taken by a job ahead of them (their victims included)."""
         claims, self._claims = self._claims, []
@@ -325,11 +243,11 @@ class Framework:
             self.attempts += 1
             _, placement, _ = self._schedule(req.setup(job, job.spec.priority, now))
             if placement is not None:
-                placed.append((job, placement))
+                out.placed.append((job, placement))
             else:
                 self.enqueue(job)
 
-    def _walk(self, qname: str, now: float, placed: list, failed: list, actions: list) -> None:
+    def _walk(self, qname: str, now: float, out: Cycle) -> None:
         lst = self.queues[qname]
         tried: dict[tuple, Status] = {}
         removed: list[Job] = []
@@ -356,20 +274,31 @@ class Framework:
                 self.attempts += 1
                 st, placement, cacheable = self._schedule(req)
                 if placement is not None:
-                    placed.append((job, placement))
+                    out.placed.append((job, placement))
                     removed.append(job)
                     continue
                 if st.code == Code.UNRESOLVABLE:
-                    failed.append((job, st))
+                    out.failed.append((job, st))
                     removed.append(job)
                     continue
+                if st.code == Code.ERROR:  # passed over: a plugin's bug never blocks the queue
+                    out.errors.append((job, st))
+                    continue
+                why = self.never_fits(job)
+                if why is not None:
+                    st = Status(Code.UNPLACEABLE, "framework", why)
+                    cacheable = True
                 if cacheable:
                     tried[shape] = st
+            if st.code == Code.UNPLACEABLE:  # no known node could hold it: out of the queue, never blocking it
+                self._set_aside(job, st, out)
+                removed.append(job)
+                continue
             if budget < 0:  # the queue's head is blocked
                 self.blocked[qname] = (job.job_id, st)
-                placement = self._post_filter(req, st, actions)
+                placement = self._post_filter(req, st, out.actions)
                 if placement is not None:
-                    placed.append((job, placement))
+                    out.placed.append((job, placement))
                     removed.append(job)
                     continue
                 req.setup(job, klass, now)
@@ -387,8 +316,15 @@ class Framework:
                 del self.queues[qname]
 
     def pre_enqueue(self, job: Job) -> Status | None:
-        """The first pre-enqueue plugin's refusal of ``job`` (UNRESOLVABLE: reject it), else None."""
-        return self._first_failure(self.pt["pre_enqueue"], job)
+        """Why ``job`` is refused at submit (UNRESOLVABLE), else None: the first pre-enqueue plugin's
+        refusal, else, with ``scheduler.refuse_unplaceable``, a request no known node could ever hold
+        (``never_fits``; with no node known yet it cannot be judged and is accepted)."""
+        st = self._first_failure(self.pt["pre_enqueue"], job)
+        if st is None and self.refuse_unplaceable:
+            why = self.never_fits(job)
+            if why is not None:
+                st = unresolvable("framework", why)
+        return st
 
     @staticmethod
     def _first_failure(fns: list, *args) -> Status | None:
@@ -399,7 +335,25 @@ class Framework:
         return None
 
     def _schedule(self, req: Request) -> tuple[Status, Placement | None, bool]:
-        """Place every worker of ``req`` or none. Returns (status, placement, cacheable)."""
+        """Place every worker of ``req`` or none. Returns (status, placement, cacheable). A plugin
+        that raises (an unreserve included) gives an ERROR status naming it, with the statement
+        discarded and, once reserve was reached, every reserve plugin's unreserve run once; a
+        BaseException (or an unreserve raising while a raising attempt is undone) propagates with
+        no statement open."""
+        stmt = self._stmt
+        self._reserving = False
+        try:
+            return self._attempt(req)
+        except Exception as exc:  # noqa: BLE001 (a plugin's bug, whatever it is, becomes its ERROR status)
+            st = error(_raiser(exc), exc)
+            if self._reserving:  # reserve was called: every reserve plugin's unreserve runs, as for a refusal
+                self._undo(req, stmt, st)
+            return st, None, False
+        finally:
+            if stmt.allocs:
+                stmt.discard()
+
+    def _attempt(self, req: Request) -> tuple[Status, Placement | None, bool]:
         klass = req.klass
         first = None
         for f in self.pt["pre_filter"][klass]:
@@ -425,6 +379,7 @@ class Framework:
             node, gpus = got
             stmt.allocate(rank, node, gpus, req.milli, req.mem, req.cpu, req.host_mem, now)
             req.gang_nodes[node] = None
+        self._reserving = True
         for f in self.pt["reserve"][klass]:
             st = f(req, stmt)
             if st is not SUCCESS and st.code != Code.SUCCESS:
@@ -435,9 +390,12 @@ class Framework:
         return SUCCESS, stmt.commit(req.job.job_id), False
 
     def _undo(self, req: Request, stmt: Statement, st: Status) -> Status:
-        for f in reversed(self.pt["unreserve"][req.klass]):
-            f(req, stmt)
-        stmt.discard()
+        self._reserving = False  # unreserve runs once per attempt, even if it raises
+        try:
+            for f in reversed(self.pt["unreserve"][req.klass]):
+                f(req, stmt)
+        finally:
+            stmt.discard()
         return st
 
     def _select(self, req: Request, order) -> tuple[NodeState, tuple[int, ...]] | Status:
@@ -466,16 +424,43 @@ class Framework:
             if limit and n >= limit:
                 break
         if len(feasible) > 1 and scorers:
-            sc = [(-sum(w * f(req, node) for f, w in scorers), i) for i, node in enumerate(feasible)]
-            sc.sort()
-            feasible = [feasible[i] for _, i in sc]
+            feasible = self._rank(req, feasible, scorers)
         for node in feasible:
-            gpus = pick(req, node) if pick is not None else pick_guaranteed(node, req.gpus, req.milli, req.mem)
+            gpus = pick(req, node)
             if gpus is not None:
                 return node, gpus
         why = f" (last: {last})" if last is not None else ""
         shape = f"{req.gpus} GPU" + ("s" if req.gpus != 1 else "") + (f" x {req.milli} milli" if req.milli < 1000 else "")
         return unschedulable("framework", f"worker {req.rank} ({shape}): no feasible node among {n} examined{why}")
+
+    @staticmethod
+    def _rank(req: Request, feasible: list[NodeState], scorers: list) -> list[NodeState]:
+        """``feasible`` best first by the weighted sum of the scorers' normalized scores: each
+        plugin's raw scores over these nodes are mapped onto 0..MAX_NODE_SCORE (its lowest to 0,
+        its highest to MAX_NODE_SCORE, all equal to MAX_NODE_SCORE), as Kubernetes' NormalizeScore
+        does, then weighted. Ties keep the candidate order. A score that is not a finite number is
+        the plugin's error."""
+        if len(scorers) == 1:  # one plugin: normalizing keeps its order, so sort by its raw scores
+            f, w = scorers[0]
+            raw, lo, hi = _scores(f, req, feasible)
+            if not w or lo == hi:
+                return feasible
+            order = sorted(range(len(feasible)), key=lambda i: (-raw[i], i))
+            return [feasible[i] for i in order]
+        total = [0.0] * len(feasible)
+        for f, w in scorers:
+            raw, lo, hi = _scores(f, req, feasible)
+            if not w:
+                continue
+            if hi == lo:
+                for i in range(len(total)):
+                    total[i] += w * MAX_NODE_SCORE
+            else:
+                k = w * MAX_NODE_SCORE / (hi - lo)
+                for i, r in enumerate(raw):
+                    total[i] += (r - lo) * k
+        order = sorted(range(len(feasible)), key=lambda i: (-total[i], i))
+        return [feasible[i] for i in order]
 
     def _post_filter(self, req: Request, st: Status, actions: list) -> Placement | None:
         job = req.job

@@ -126,6 +126,10 @@ class ClusterState:
         self.version = 0  # bumped on every change that can add capacity, and when a node goes down
         self.opp_cap = 0  # opportunistic workers per GPU that take a GPU out of the utilization index
         self._constraints: dict[str, frozenset[str]] = {}  # "A|B" -> {A, B}: index keys over several models
+        # the specs of every known node (up or down), as (gpus, model, gpu_mem, cpu_milli, mem_mib) -> nodes of
+        # that shape: what the cluster could ever hold (cluster.capacity); ``shapes_version`` bumps on a change
+        self.shapes: dict[tuple[int, str, int, int, int], int] = {}
+        self.shapes_version = 0
 
     def ensure_key(self, constraint: str) -> None:
         """Make a multi-model constraint (``"A|B"``: a node of model A or B will do) an index key of its
@@ -158,6 +162,8 @@ class ClusterState:
                 raise ValueError(f"node {spec.node_id}: already registered and up")
             for k in old.keys:
                 self._capacity[k] -= old.spec.gpus
+            self._count_shape(old.spec, -1)
+        self._count_shape(spec, 1)
         node = NodeState(spec, epoch)
         node.keys += tuple(c for c, models in self._constraints.items() if node.model in models)
         self.nodes[spec.node_id] = node
@@ -167,6 +173,15 @@ class ClusterState:
         self._index_node(node)
         self.version += 1
         return node
+
+    def _count_shape(self, spec: NodeSpec, step: int) -> None:
+        shape = (spec.gpus, spec.gpu_model, spec.gpu_mem, spec.cpu_milli, spec.mem_mib)
+        n = self.shapes.get(shape, 0) + step
+        if n:
+            self.shapes[shape] = n
+        else:
+            del self.shapes[shape]
+        self.shapes_version += 1
 
     def _init_key(self, k: str, gpus: int) -> None:
         if gpus > self._max_per_node.get(k, 0):

@@ -56,8 +56,19 @@ VIOLATIONS = [
     ("colocate-layers", "colocate/node/core.py", "import colocate.demo"),
     ("commands-independent", "colocate/cli/ctl.py", "import colocate.cli.run"),
     ("job-runtime-uses-the-base-only", "torch_hooks/throttle.py", "import colocate.node.core"),
+    ("packages-layered", "colocate/units.py", "import cluster.spec"),  # the base never knows the scheduler
+    ("packages-layered", "cluster/server/service.py", "import colocate.node.agent"),  # scheduler and node
+    ("packages-layered", "colocate/node/agent.py", "import cluster.core"),  # talk only over the protocol
+    ("packages-layered", "colocate/launcher.py", "import colocate.node.agent"),  # the launcher is below the node
+    ("packages-layered", "torch_hooks/throttle.py", "import colocate.launcher"),
     ("pure-policy-core", "cluster/plugins/fifo.py", "import time"),
     ("pure-policy-core", "cluster/core.py", "import cluster.server.journal"),
+    ("pure-policy-core", "cluster/framework.py", "import os"),
+    ("pure-policy-core", "cluster/state.py", "import threading"),
+    ("pure-policy-core", "cluster/plugins/binpack.py", "import subprocess"),
+    ("pure-policy-core", "cluster/capacity.py", "import socket"),
+    ("pure-policy-core", "cluster/config.py", "import tomllib"),  # reading the config file is at the edge
+    ("pure-policy-core", "cluster/config.py", "import cluster.config_file"),
     ("core-never-knows-it-is-simulated", "cluster/core.py", "import cluster.sim"),
 ]
 

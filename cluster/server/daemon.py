@@ -39,7 +39,7 @@ def build(opts: SchedulerOptions, clock=time.time):
     import zmq
 
     from colocate import keys as K
-    from cluster.config import resolve
+    from cluster.config_file import resolve
     from cluster.core import SchedulerCore
     from cluster.server.journal import Journal, JournalError, JournalUnavailable
     from cluster.server.server import SchedulerServer

@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.config import PolicyConfig, resolve
+from cluster.config import PolicyConfig
+from cluster.config_file import resolve
 from cluster.core import SchedulerCore
 from cluster.sim.colocation import ColocationModel, LucidTable, default_lucid_path
 from cluster.sim.engine import SimConfig, Simulation

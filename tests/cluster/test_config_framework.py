@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from cluster.config import PRESETS, load_config, parse_config, preset, resolve
+from cluster.config import PRESETS, parse_config, preset
+from cluster.config_file import load_config, resolve
 from cluster.core import SchedulerCore
 from cluster.framework import REGISTRY, SUCCESS, Plugin, register, unschedulable
 from cluster.spec import MILLI, NodeSpec

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cluster import events as ev
-from cluster.events import PENDING
+from cluster.events import FAILED, PENDING
 from cluster.spec import NodeSpec
 
 from tests.cluster.helpers import job, make_core, report, run, starts, submit
@@ -20,14 +20,15 @@ NODES = [NodeSpec("p100", 2, gpu_model="P100"), NodeSpec("t4", 2, gpu_model="T4"
     ("T4|V100", 4, 1000, {"v100"}),  # only the V100 node has 4 GPUs
     ("P100|T4", 1, 1000, {"p100", "t4"}),
     ("P100|T4", 1, 300, {"p100", "t4"}),  # a fractional share
-    ("A100|H100", 1, 1000, set()),  # no such node: it waits
+    ("A100|H100", 1, 1000, set()),  # no such node has joined: refused at submit
 ])
 def test_a_job_runs_only_on_a_model_its_constraint_allows(policy, constraint, gpus, milli, allowed):
     core = make_core(policy, NODES)
     out = submit(core, job("j", gpus=gpus, gpu_milli=milli, gpu_model=constraint))
     placed = starts(out)
     if not allowed:
-        assert placed == {} and core.job("j").state == PENDING
+        assert placed == {} and core.job("j").state == FAILED
+        assert "no known node has A100|H100 GPUs" in core.job("j").reason
     else:
         assert set(placed["j"].nodes()) <= allowed, placed
     core.state.check_invariants()

@@ -90,19 +90,19 @@ def test_binpack_gang_prefers_fewest_nodes_when_split():
 
 
 @pytest.mark.parametrize("pre, spec, why", [
-    (2, job("g", workers=2, gpus=3), "fit"),  # 6 GPUs free, but only one node has 3
-    (0, job("g", workers=2, gpus=4, cpu_milli=4000), "framework"),  # 2nd worker: no CPU on n1
+    (job("pre", gpus=2), job("g", workers=2, gpus=3), "fit"),  # 6 GPUs free, but only one node has 3
+    # 8 GPUs free, but a CPU-only job holds 6000 of one node's 8000 milli-CPU: the 2nd worker finds no CPU
+    (job("pre", gpus=0, cpu_milli=6000), job("g", workers=2, gpus=4, cpu_milli=4000), "framework"),
 ])
 def test_gang_all_or_none(pre, spec, why):
-    core = make_core("gang-binpack", [NodeSpec("n0", 4, cpu_milli=8000), NodeSpec("n1", 4, cpu_milli=1000)])
-    if pre:
-        run(core, job("pre", gpus=pre))
+    core = make_core("gang-binpack", [NodeSpec("n0", 4, cpu_milli=8000), NodeSpec("n1", 4, cpu_milli=8000)])
+    assert run(core, pre)
     before = {p: dict(a) for p, a in core.state.allocs.items()}
     out = submit(core, spec)
     assert starts(out) == {}
     assert core.job("g").state == PENDING
     assert core.state.allocs == before  # no partial allocation left behind
-    assert core.state.free_gpus() == 8 - pre
+    assert core.state.free_gpus() == 8 - pre.gpus
     assert core.blocked()["default"][1].startswith(why)
     core.state.check_invariants()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from colocate import protocol as P
-from cluster.config import resolve
+from cluster.config_file import resolve
 from cluster.core import SchedulerCore
 from cluster.server.journal import Journal
 from cluster.server.service import SchedulerService

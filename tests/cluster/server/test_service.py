@@ -46,6 +46,7 @@ def test_a_job_runs_through_its_life_and_every_state_is_journaled(h):
 @pytest.mark.parametrize("kw, fragment", [
     (dict(gpus=3), "a worker needs 3 GPUs on one node; the largest node has 2"),
     (dict(workers=5, gpus=1), "the gang needs 5 GPUs; the cluster has 4"),
+    (dict(gpu_mem=100 << 40), "a worker needs 100 TiB GPU memory per GPU; the largest node has 16 GiB"),
     (dict(queue="nope"), "unknown queue"),
 ])
 def test_a_request_that_can_never_run_is_refused_and_leaves_no_row(h, kw, fragment):
@@ -162,6 +163,22 @@ def test_a_stop_in_progress_survives_a_restart(h):
     n.exit(stop.placement_id, 143)
     n.status()
     assert h.journal.stopping() == []
+
+
+def test_a_job_no_node_can_hold_after_a_node_shrank_is_set_aside_and_says_why(h):
+    n = FakeNode(h, "n1", gpus=2)
+    n.hello()
+    (a,) = replies(h.submit(gpus=2), P.Submitted)
+    (b,) = replies(h.submit(gpus=2), P.Submitted)
+    n.ngpus, n.epoch = 1, 2
+    n.hello()  # the only 2-GPU node came back (same connection, new epoch) with 1 GPU
+    (reply,) = replies(h.send(CLIENT, P.JobsRequest()), P.JobsReply)
+    views = {v.job_id: v for v in reply.jobs}
+    for job_id in (a.job_id, b.job_id):
+        assert views[job_id].state == "pending"
+        assert views[job_id].reason.startswith("set aside: a worker needs 2 GPUs on one node; the largest node has 1")
+    (c,) = replies(h.submit(gpus=1), P.Submitted)  # the free GPU is used: nothing blocks the queue
+    assert job_row(h, c.job_id)["state"] == "placing"
 
 
 def test_views_jobs_nodes_and_logs(h):

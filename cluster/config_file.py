@@ -1,0 +1,34 @@
+"""Reading a policy config at the edge: a TOML file by path, or a preset by name. The only I/O of the
+config; the schema and its checks are ``cluster.config`` (pure, inside the policy core's contract).
+Every error is a ``ValueError`` with one line naming the file and what is wrong."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from cluster.config import PRESETS, PolicyConfig, parse_config, preset
+
+
+def load_config(path: str | Path) -> PolicyConfig:
+    """Read and validate a TOML policy file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ValueError(f"{p}: cannot read ({e.strerror or e})") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        hint = " (plugin parameters go in [plugin.NAME] tables)" if "plugins" in str(e) else ""
+        raise ValueError(f"{p}: not valid TOML: {e}{hint}") from None
+    return parse_config(raw, str(p))
+
+
+def resolve(name_or_path: str) -> PolicyConfig:
+    """A preset by name, else a TOML file by path."""
+    if name_or_path in PRESETS:
+        return preset(name_or_path)
+    if not Path(name_or_path).exists():
+        raise ValueError(f"unknown policy {name_or_path!r}: neither a preset ({', '.join(PRESETS)}) nor a file")
+    return load_config(name_or_path)
