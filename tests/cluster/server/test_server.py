@@ -349,12 +349,10 @@ def _answers(endpoint, proc):
 BROKEN_PLUGIN = """\
 import os, sys
 from cluster.plugins.binpack import BinPack
-real = BinPack.node_order
-def node_order(self, req):  # a plugin bug, on while the flag file exists
+def on_placed(self, job, placement, now):  # a plugin bug, on while the flag file exists
     if os.path.exists(sys.argv[1]):
         raise RuntimeError("plugin bug")
-    return real(self, req)
-BinPack.node_order = node_order
+BinPack.on_placed = on_placed  # runs after the cycle committed its statement: the core is half-updated
 from colocate.cli import main
 sys.exit(main(sys.argv[2:]))
 """

@@ -319,16 +319,16 @@ def test_a_read_only_journal_refuses_a_cancel_and_the_core_stays_with_the_journa
 
 
 def test_a_plugin_that_raises_rebuilds_the_core_from_the_journal_and_serving_goes_on(h, monkeypatch, caplog):
+    # on_placed runs after the cycle's statement committed the placement (the framework turns a bug in
+    # placing into an ERROR status, not this): the core is half-updated when it raises
     plugin = type(next(p for p in h.svc.core.fw.plugins if type(p).__name__ == "BinPack"))
     broken = {"on": False}
-    real = plugin.node_order
 
-    def node_order(self, req):
-        if broken["on"]:
+    def on_placed(self, job, placement, now):
+        if broken["on"] and job.job_id == "2":  # the job submitted while the bug is on
             raise RuntimeError("plugin bug")
-        return real(self, req)
 
-    monkeypatch.setattr(plugin, "node_order", node_order)
+    monkeypatch.setattr(plugin, "on_placed", on_placed, raising=False)
     h.restart()  # a core whose binpack plugin raises while broken["on"]
     n = FakeNode(h, "n1", gpus=2)
     n.hello()
