@@ -17,13 +17,17 @@ examples:
 --config takes a policy preset (fifo, gang-binpack, multi-queue, backfill, antman, quota, ...)
 or a TOML file (see docs/scheduler.md). Nodes join with `colocate node --scheduler ENDPOINT`;
 users submit with `colocate submit`. Every job state change is committed to the state file
-before it is acted on: after a crash, start it again on the same file.
+before it is acted on: after a crash, start it again on the same file. One scheduler per state
+file: a second one exits at once, naming the holder of PATH.db.lock. When the state file cannot
+be written (disk full, read-only), it refuses submits and cancels with one line, keeps its nodes,
+and resumes by itself once it can write again.
 
 Peers authenticate with CURVE keys, and who they are comes from their key (`colocate keys --help`):
 without --keys the user's own folder ~/.config/colocate/keys ($XDG_CONFIG_HOME) is used, made on
 first start; local nodes and clients find it there. --insecure runs without keys (no identities:
 any local process may register as a node and cancel any job), on loopback only.
-Exit code: 0 after a clean stop (SIGTERM/SIGINT), 1 if it cannot start, 2 on bad options.
+Exit code: 0 after a clean stop (SIGTERM/SIGINT), 1 if it cannot start (or its policy failed
+and could not be rebuilt from the state file), 2 on bad options.
 """
 
 

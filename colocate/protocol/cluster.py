@@ -295,7 +295,12 @@ class LogTailRequest(Message):
 
 @_record("submit")
 class Submit(Message):
+    """``request_id``: minted by the client once per submission and repeated by its retries; the
+    scheduler creates one job per (user, request id) and answers a repeat with that job's id. ""
+    (none): every Submit is a new job."""
+
     request: JobRequest = _f(Nested(JobRequest))
+    request_id: str = _f(NAME, default="")
 
 
 @_record("submitted")

@@ -34,9 +34,9 @@ _RESERVED_KEYS = ("v", "t")
 
 MALFORMED, VERSION, UNKNOWN_TYPE, INVALID = "malformed", "version", "unknown_type", "invalid"
 FORBIDDEN, REJECTED, UNKNOWN_JOB = "forbidden", "rejected", "unknown_job"
-UNKNOWN_NODE, NOT_FOUND = "unknown_node", "not_found"
+UNKNOWN_NODE, NOT_FOUND, UNAVAILABLE = "unknown_node", "not_found", "unavailable"
 DECODE_ERRORS = (MALFORMED, VERSION, UNKNOWN_TYPE, INVALID)
-ERROR_CODES = DECODE_ERRORS + (FORBIDDEN, REJECTED, UNKNOWN_JOB, UNKNOWN_NODE, NOT_FOUND)  # meanings: colocate.protocol
+ERROR_CODES = DECODE_ERRORS + (FORBIDDEN, REJECTED, UNKNOWN_JOB, UNKNOWN_NODE, NOT_FOUND, UNAVAILABLE)  # meanings: colocate.protocol
 
 
 class ProtocolError(ValueError):

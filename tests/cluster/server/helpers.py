@@ -51,8 +51,9 @@ class Harness:
         return out
 
     def submit(self, workers=1, gpus=1, priority="guaranteed", **kw):
-        req = P.JobRequest(command=("python", "train.py"), cwd="/tmp", env={"PATH": "/usr/bin"}, workers=workers,
-                           gpus=gpus, priority=priority, **kw)
+        env = kw.pop("env", {"PATH": "/usr/bin"})
+        req = P.JobRequest(command=("python", "train.py"), cwd="/tmp", env=env, workers=workers, gpus=gpus,
+                           priority=priority, **kw)
         return self.send(CLIENT, P.Submit(request=req))
 
 
