@@ -276,7 +276,7 @@ def _fill(folder) -> None:
 
 
 class _BeatingNode(threading.Thread):
-    """A node that says hello and heartbeats every 0.1 s on its own thread, keeping every reply."""
+    """A node that says hello, reports once and heartbeats every 0.1 s on its own thread, keeping every reply."""
 
     def __init__(self, ctx, endpoint: str):
         super().__init__(daemon=True)
@@ -287,6 +287,9 @@ class _BeatingNode(threading.Thread):
         sock = dealer(self.ctx, self.endpoint)
         sock.send(P.encode(P.NodeHello(node_id="n1", epoch=1, host="127.0.0.1",
                                        gpus=(P.NodeGpu(index=0, model="sim", mem_total=1 << 30),))))
+        # as a real node does once welcomed: the scheduler joins a node to its core with its first report
+        sock.send(P.encode(P.NodeStatus(node_id="n1", epoch=1, gpus=(P.GpuStatus(index=0, utilization=0.0,
+                                                                                mem_used=0),), workers=())))
         while not self.stop.wait(0.1):
             sock.send(P.encode(P.NodeHeartbeat(node_id="n1", epoch=1)))
             while sock.poll(0):
