@@ -70,7 +70,8 @@ class SchedulerCore:
         self.recovery = Recovery(self)
         self._seq = 0
         self._dirty = False
-        self.retry: dict[str, tuple[float, Job]] = {}  # job id -> (when it is queued again, job): refused starts
+        self.retry: dict[str, tuple[float, Job]] = {}  # job id -> (when it is queued again, job): refused starts,
+        # jobs waiting for a silent node's old workers (Recovery.wait)
         self.refusals: dict[str, int] = {}  # job id -> refused starts in a row (the backoff's exponent)
         self.stats = dict.fromkeys(("events", "decisions", "cycles", "placements", "preemptions", "promotions",
                                     "start_failures", "requeues", "orphan_stops", "nodes_lost", "duplicates"), 0)

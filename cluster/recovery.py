@@ -225,6 +225,5 @@ class Recovery:
         if items and deadline is not None:
             self.awaiting.setdefault(nid, []).extend(items)
             self.deadlines[nid] = (deadline, reason)
-        elif items:
-            for pid in dict.fromkeys(p for _, p, _ in items):
-                self._settle(pid, now)
+        for pid in dict.fromkeys(p for _, p, _ in items):
+            self._settle(pid, now)

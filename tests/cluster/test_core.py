@@ -288,7 +288,8 @@ def test_a_silent_nodes_placement_is_held_then_readopted_when_it_returns():
     assert starts(core.handle(ev.Tick(), 40.0)) == {}  # the hold is over: nothing lost
 
 
-@pytest.mark.parametrize("how", ["hold_over", "exited", "not_listed", "running_then_exited", "exit_event"])
+@pytest.mark.parametrize("how", ["hold_over", "exited", "not_listed", "running_then_exited", "exit_event",
+                                 "silent_again"])
 def test_a_gang_lost_on_one_node_waits_for_its_silent_other_node(how):
     """Node A falls silent (held), node B restarts and no longer runs its worker: the job is stopped and
     requeued, but placed again only once A's hold is over or A confirms its worker of the old placement is
@@ -306,6 +307,12 @@ def test_a_gang_lost_on_one_node_waits_for_its_silent_other_node(how):
     old = ev.WorkerReport("g", "g.1", rank_a, False, 143)
     if how == "hold_over":
         out = core.handle(ev.Tick(), 23.5)
+    elif how == "silent_again":  # a returns still running it, then falls silent again: a new hold
+        core.handle(ev.NodeJoined(NodeSpec("a", 2), 1), 21.0)
+        report(core, "a", [0.0, 0.0], workers=(ev.WorkerReport("g", "g.1", rank_a, True),), now=21.1)
+        core.handle(ev.NodeLost("a", "silent", hold_s=11.0), 24.0)
+        assert starts(core.handle(ev.Tick(), 34.0)) == {}
+        out = core.handle(ev.Tick(), 35.0)
     elif how == "exit_event":
         core.handle(ev.NodeJoined(NodeSpec("a", 2), 1), 21.0)  # back: the same epoch
         out = core.handle(ev.WorkerExited("g", "g.1", rank_a, 143), 21.1)  # before its report: enough
