@@ -539,4 +539,5 @@ class SchedulerCore:
         for (pid, rank), a in list(node.slots.items()):
             if pid in self.stopping and (pid, rank) not in listed:
                 self._release_slot(pid, rank, now)
-        self.recovery.reported(node, listed, now, out, frozenset((w.placement_id, w.rank) for w in e.workers if w.running))
+        running = frozenset((w.placement_id, w.rank) for w in e.workers if w.running)
+        self.recovery.reported(node, listed, now, out, running)

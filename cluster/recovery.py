@@ -109,10 +109,10 @@ class Recovery:
         """``job`` is requeued from placement ``pid`` and would be queued at ``due``: the time it may be
         queued (``inf``: not before a node confirms), recorded so that it is queued then."""
         until = self.fenced_until(pid)
-        if until is None or until <= due:
+        if until is None:
             return None
         self.waiting[pid] = (job, due)
-        return until
+        return max(until, due)
 
     def _settle(self, pid: str, now: float) -> None:
         """A node that held old placement ``pid`` is no longer a reason to wait: queue its job when none is."""
