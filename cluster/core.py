@@ -70,7 +70,8 @@ class SchedulerCore:
         self.recovery = Recovery(self)
         self._seq = 0
         self._dirty = False
-        self.retry: dict[str, tuple[float, Job]] = {}  # job id -> (when it is queued again, job): refused starts
+        self.retry: dict[str, tuple[float, Job]] = {}  # job id -> (when it is queued again, job): refused starts,
+        # jobs waiting for a silent node's old workers (Recovery.wait)
         self.refusals: dict[str, int] = {}  # job id -> refused starts in a row (the backoff's exponent)
         self.stats = dict.fromkeys(("events", "decisions", "cycles", "placements", "preemptions", "promotions",
                                     "start_failures", "requeues", "orphan_stops", "nodes_lost", "duplicates"), 0)
@@ -233,7 +234,12 @@ class SchedulerCore:
         self.fw.placed(job, placement, now)
 
     def _requeue(self, job: Job, now: float, delay_s: float = 0.0) -> None:
-        """Back to pending: queued now, or after ``delay_s`` (a Tick queues it; a refused start's backoff)."""
+        """Back to pending: queued now, or after ``delay_s`` (a Tick queues it; a refused start's backoff), and
+        never while a silent node may still run a worker of its old placement (``Recovery.wait``)."""
+        old = job.placement_id
+        until = self.recovery.wait(job, old, now + delay_s) if old is not None else None
+        if until is not None:
+            delay_s = until - now
         job.state = PENDING
         job.placement = None
         job.started = set()
@@ -348,6 +354,7 @@ class SchedulerCore:
             self.fw.running(job, now)
 
     def _exited(self, e: ev.WorkerExited, now: float, out: list) -> None:
+        self.recovery.exited(e.placement_id, e.rank, now)
         if e.placement_id in self.stopping:
             self._release_slot(e.placement_id, e.rank, now)
             return
@@ -464,7 +471,7 @@ class SchedulerCore:
         node = self.state.nodes[node_id]
         slots = list(node.slots.values())
         self.state.node_down(node_id)
-        self.recovery.forget_node(node_id)
+        self.recovery.forget_node(node_id, now, now + hold_s if hold_s > 0 else None, reason)
         live = {pid for pid in (a.pid for a in slots) if hold_s > 0 and pid not in self.stopping
                 and (job := self.holders.get(pid)) is not None and job.placement_id == pid
                 and job.state in (PLACING, RUNNING)}
@@ -532,4 +539,5 @@ class SchedulerCore:
         for (pid, rank), a in list(node.slots.items()):
             if pid in self.stopping and (pid, rank) not in listed:
                 self._release_slot(pid, rank, now)
-        self.recovery.reported(node, listed, now, out)
+        running = frozenset((w.placement_id, w.rank) for w in e.workers if w.running)
+        self.recovery.reported(node, listed, now, out, running)

@@ -27,6 +27,10 @@ class Recovery:
         self.reconcile: set[str] = set()  # nodes whose next report decides their placements
         self.deadlines: dict[str, tuple[float, str]] = {}  # node id -> (when its awaited slots are lost, why)
         self.deadline: float | None = None  # the restore's: nodes that have not registered by then are lost
+        # A job requeued while a silent node may still run a worker of its old placement waits for that node:
+        # old pid -> (job, when its own retry is due); confirm: node id -> its old slots it must say are gone.
+        self.waiting: dict[str, tuple[Job, float]] = {}
+        self.confirm: dict[str, list[tuple[Job, str, WorkerSlot]]] = {}
 
     def restore(self, records: Iterable[ev.JobRecord], now: float) -> list:
         core, fw = self.core, self.core.fw
@@ -89,6 +93,43 @@ class Recovery:
                 items.append((job, a.pid, WorkerSlot(a.rank, nid, tuple(a.gpus))))
         self.deadlines[nid] = (deadline, reason)
 
+    def fenced_until(self, pid: str) -> float | None:
+        """When every worker of (stopped) placement ``pid`` is known gone: the latest hold deadline of the
+        silent nodes that held it, ``inf`` while a returned node has not said its worker exited; ``None``
+        when no node may still run one."""
+        until = None
+        for nid, items in self.awaiting.items():
+            if nid in self.deadlines and any(p == pid for _, p, _ in items):
+                until = max(until or 0.0, self.deadlines[nid][0])
+        if any(p == pid for items in self.confirm.values() for _, p, _ in items):
+            until = float("inf")
+        return until
+
+    def wait(self, job: Job, pid: str, due: float) -> float | None:
+        """``job`` is requeued from placement ``pid`` and would be queued at ``due``: the time it may be
+        queued (``inf``: not before a node confirms), recorded so that it is queued then."""
+        until = self.fenced_until(pid)
+        if until is None:
+            return None
+        self.waiting[pid] = (job, due)
+        return max(until, due)
+
+    def _settle(self, pid: str, now: float) -> None:
+        """A node that held old placement ``pid`` is no longer a reason to wait: queue its job when none is."""
+        if pid not in self.waiting:
+            return
+        job, due = self.waiting[pid]
+        until = self.fenced_until(pid)
+        core = self.core
+        if job.state != PENDING or core.retry.get(job.job_id, (0, None))[1] is not job:
+            del self.waiting[pid]
+            return
+        if until is None:
+            del self.waiting[pid]
+            until = due
+        core.retry[job.job_id] = (max(until, due), job)
+        core._retry_due(now)
+
     def joined(self, e: ev.NodeJoined, now: float, out: list) -> None:
         core, state = self.core, self.core.state
         nid = e.spec.node_id
@@ -116,7 +157,12 @@ class Recovery:
         core, state = self.core, self.core.state
         node = state.nodes[nid]
         lost = []
+        for pid in dict.fromkeys(p for _, p, _ in items if p in self.waiting):
+            self.confirm.setdefault(nid, []).extend(it for it in items if it[1] == pid)
+            self._settle(pid, now)  # back: its lease no longer fences the old worker, only its word does
         for job, pid, slot in items:
+            if pid in self.waiting:
+                continue
             if job.state not in (PLACING, RUNNING) or job.placement_id != pid:
                 continue
             spec = job.spec
@@ -132,10 +178,23 @@ class Recovery:
         for pid in dict.fromkeys(lost):
             core.placement_lost(pid, f"restored placement does not fit node {nid}", now, out)
 
-    def reported(self, node: NodeState, listed: set[tuple[str, int]], now: float, out: list) -> None:
-        """After a report from ``node``: if it was awaited, live placements there whose workers it
+    def exited(self, pid: str, rank: int, now: float) -> None:
+        """Rank ``rank`` of old placement ``pid`` on a returned node is gone (exited, or no longer listed)."""
+        for nid in [n for n, items in self.confirm.items() if any((p, s.rank) == (pid, rank) for _, p, s in items)]:
+            self.confirm[nid] = [it for it in self.confirm[nid] if (it[1], it[2].rank) != (pid, rank)]
+            if not self.confirm[nid]:
+                del self.confirm[nid]
+            self._settle(pid, now)
+
+    def reported(self, node: NodeState, listed: set[tuple[str, int]], now: float, out: list,
+                 running: frozenset[tuple[str, int]] = frozenset()) -> None:
+        """After a report from ``node`` (``running``: the workers it lists running): old placements' workers
+        it no longer runs are confirmed gone; if it was awaited, live placements there whose workers it
         does not list are lost."""
         nid = node.node_id
+        for _, pid, slot in list(self.confirm.get(nid, ())):
+            if (pid, slot.rank) not in running:
+                self.exited(pid, slot.rank, now)
         if nid not in self.reconcile:
             return
         self.reconcile.discard(nid)
@@ -155,6 +214,16 @@ class Recovery:
             for job, pid, _ in self.awaiting.pop(nid, []):
                 if job.placement_id == pid and job.state in (PLACING, RUNNING):
                     self.core.placement_lost(pid, reason, now, out)
+                else:
+                    self._settle(pid, now)
 
-    def forget_node(self, nid: str) -> None:
+    def forget_node(self, nid: str, now: float, deadline: float | None = None, reason: str = "") -> None:
+        """Node ``nid`` is down: old slots it had yet to confirm gone wait for ``deadline`` (its hold) like
+        its held ones; without one (no fencing) they are gone now."""
         self.reconcile.discard(nid)
+        items = self.confirm.pop(nid, [])
+        if items and deadline is not None:
+            self.awaiting.setdefault(nid, []).extend(items)
+            self.deadlines[nid] = (deadline, reason)
+        for pid in dict.fromkeys(p for _, p, _ in items):
+            self._settle(pid, now)

@@ -286,3 +286,42 @@ def test_a_silent_nodes_placement_is_held_then_readopted_when_it_returns():
     out = report(core, node, [0.0], workers=(ev.WorkerReport("j", "j.1", 0, True),), now=20.1)
     assert core.job("j").state == RUNNING and core.job("j").placement_id == "j.1" and starts(out) == {}
     assert starts(core.handle(ev.Tick(), 40.0)) == {}  # the hold is over: nothing lost
+
+
+@pytest.mark.parametrize("how", ["hold_over", "exited", "not_listed", "running_then_exited", "exit_event",
+                                 "silent_again"])
+def test_a_gang_lost_on_one_node_waits_for_its_silent_other_node(how):
+    """Node A falls silent (held), node B restarts and no longer runs its worker: the job is stopped and
+    requeued, but placed again only once A's hold is over or A confirms its worker of the old placement is
+    gone; never while it may still run."""
+    core = make_core("gang-binpack", [("a", 2), ("b", 2)])
+    placed = run(core, job("g", workers=2, gpus=2), now=1.0)
+    rank_a = next(s.rank for s in placed["g"].slots if s.node_id == "a")
+    core.handle(ev.NodeLost("a", "silent", hold_s=13.5), 10.0)  # a last heard at 10.0 - 2.4
+    core.handle(ev.NodeJoined(NodeSpec("c", 2), 1), 10.2)  # room for the gang without a
+    core.handle(ev.NodeJoined(NodeSpec("b", 2), 2), 10.5)  # b restarted: a new epoch
+    out = report(core, "b", [0.0, 0.0], now=10.6)  # ... and runs nothing
+    assert changes(out, "g") == [PENDING] and starts(out) == {}
+    assert core.job("g").state == PENDING
+    assert starts(core.handle(ev.Tick(), 20.0)) == {}
+    old = ev.WorkerReport("g", "g.1", rank_a, False, 143)
+    if how == "hold_over":
+        out = core.handle(ev.Tick(), 23.5)
+    elif how == "silent_again":  # a returns still running it, then falls silent again: a new hold
+        core.handle(ev.NodeJoined(NodeSpec("a", 2), 1), 21.0)
+        report(core, "a", [0.0, 0.0], workers=(ev.WorkerReport("g", "g.1", rank_a, True),), now=21.1)
+        core.handle(ev.NodeLost("a", "silent", hold_s=11.0), 24.0)
+        assert starts(core.handle(ev.Tick(), 34.0)) == {}
+        out = core.handle(ev.Tick(), 35.0)
+    elif how == "exit_event":
+        core.handle(ev.NodeJoined(NodeSpec("a", 2), 1), 21.0)  # back: the same epoch
+        out = core.handle(ev.WorkerExited("g", "g.1", rank_a, 143), 21.1)  # before its report: enough
+    else:
+        core.handle(ev.NodeJoined(NodeSpec("a", 2), 1), 21.0)  # back: the same epoch
+        if how == "running_then_exited":
+            out = report(core, "a", [0.0, 0.0], workers=(ev.WorkerReport("g", "g.1", rank_a, True),), now=21.1)
+            assert starts(out) == {} and [s.reason for s in stops(out)] == ["orphan"]
+            assert starts(core.handle(ev.Tick(), 30.0)) == {}  # a is back: its lease no longer fences it
+        out = report(core, "a", [0.0, 0.0], workers=() if how == "not_listed" else (old,), now=31.0)
+    assert starts(out)["g"].placement_id == "g.2"
+    core.state.check_invariants()

@@ -394,3 +394,46 @@ def test_a_node_lost_while_the_journal_is_down_is_lost_on_resuming_not_after_the
     h.advance(0.0)  # a's lease and grace are over: requeued and placed on b (far sooner than the restore grace)
     assert [m.job_id for m in b.inbox(P.StartPlacement)] == [job.job_id]
     assert json.loads(job_row(h, job.job_id)["placement"])["slots"][0][1] == "b"
+
+
+@pytest.mark.parametrize("a_returns", [False, True])
+def test_a_gang_lost_on_a_restarted_node_waits_for_its_other_silent_node(h, a_returns):
+    """Gang ranks on a and b; a falls silent, then b restarts without its worker: the placement is lost, but
+    the job is placed again only once a's lease and grace are over since it was last heard, or once a, back,
+    says its worker exited (never while it may still run: two copies)."""
+    a, b, c = FakeNode(h, "a"), FakeNode(h, "b"), FakeNode(h, "c")
+    a.hello()
+    b.hello()
+    (ack,) = replies(h.submit(workers=2, gpus=2), P.Submitted)
+    first = a.inbox(P.StartPlacement)[0]
+    assert b.inbox(P.StartPlacement)[0].placement_id == first.placement_id  # one rank per node
+    a.start_all()
+    b.start_all()
+    c.hello()  # room for the gang without a
+    heard = h.now
+    reborn = FakeNode(h, "b", epoch=2)  # b restarts: its old connection falls silent, its workers are gone
+    while h.now < heard + 4.5:  # a and b's old connection past liveness (3 x 1 s)
+        c.heartbeat(dt=0.5)
+        h.advance(0.0)
+    reborn.hello()  # with a report listing no worker: b's rank of the placement is lost
+    assert job_row(h, ack.job_id)["state"] == "pending"
+
+    def placed_again():
+        return [m for n in (a, reborn, c) for m in n.inbox(P.StartPlacement) if m.placement_id != first.placement_id]
+
+    while h.now < heard + (8.0 if a_returns else replace_after_s() - 0.5):
+        for n in (reborn, c):
+            n.heartbeat(dt=0.25)
+        h.advance(0.0)
+        assert placed_again() == [], "placed again while a may still run its rank of the old placement"
+    if a_returns:
+        a.hello()  # back in time, still running its worker of the old placement: it is told to stop it
+        assert [m.reason for m in a.inbox(P.StopPlacement)] == ["orphan"]
+        h.advance(0.1)
+        assert placed_again() == []
+        a.exit(first.placement_id, 143)  # stopped
+    else:
+        for n in (reborn, c):
+            n.heartbeat(dt=0.5)
+        h.advance(0.0)
+    assert job_row(h, ack.job_id)["state"] == "placing" and placed_again()
