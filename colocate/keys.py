@@ -34,9 +34,11 @@ import shutil
 import socket
 import tempfile
 
+from colocate.vocab import KeyRole
+
 SERVER = "scheduler"
-NODE, USER, OPERATOR = "node", "user", "operator"
-ROLES = (NODE, USER, OPERATOR)
+NODE, USER, OPERATOR = KeyRole.NODE, KeyRole.USER, KeyRole.OPERATOR
+ROLES = tuple(KeyRole)
 CLIENT_ROLES = (USER, OPERATOR)
 AUTHORIZED = "authorized"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")

@@ -35,13 +35,14 @@ from __future__ import annotations
 
 from typing import Optional
 
+from colocate.vocab import JobState
 from colocate.protocol.codec import (
     COUNT, EXIT_CODE, JOB_ID, NAME, NODE_ID, PID, PRIORITY, SECONDS, SHARE, SIZE, TEXT, Bool, ListOf, MapOf, Message,
     Nested, Num, Opt, Str, _f, _record, _Record,
 )
 
 PORT = Num(int, 0, 65535)
-STATE = Str(choices=("pending", "placing", "running", "succeeded", "failed", "cancelled"))
+STATE = Str(choices=tuple(JobState))
 MAX_NODE_GPUS = 64  # GPUs of one node
 MAX_WORKERS = 4096  # workers (ranks) of one job
 MAX_ENV_VALUE_CHARS = 65536  # one variable of a job's environment

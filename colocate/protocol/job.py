@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from colocate.vocab import DeviceKind
 from colocate.protocol.codec import (
     COUNT, EXIT_CODE, JOB_ID, PID, PRIORITY, SECONDS, SHARE, SIZE, TEXT, Bool, Error, ListOf, Message, Nested,
     Num, Opt, ProtocolError, Str, _f, _record, _Record, INVALID,
@@ -51,7 +52,7 @@ class GpuInfo(_Record):
     index: int = _f(COUNT)
     mem_total: int = _f(SIZE)
     utilization: float = _f(SHARE)
-    kind: str = _f(Str(choices=("sim", "cuda")))
+    kind: str = _f(Str(choices=tuple(DeviceKind)))
 
 
 @_record()
