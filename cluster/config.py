@@ -31,6 +31,7 @@ from cluster.framework import REGISTRY, Plugin, check_plugins
 from cluster.params import Param, parse_params
 
 import cluster.plugins  # noqa: F401  (registers every plugin)
+from colocate.vocab import Priority
 
 SCHEDULER_PARAMS = {
     "feasible_nodes": Param(4, "int", lambda v: v >= 1, "an integer >= 1"),

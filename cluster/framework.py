@@ -50,6 +50,7 @@ from cluster.points import (  # noqa: F401
 from cluster.spec import Placement
 from cluster.state import ClusterState, NodeState
 from cluster.statement import Statement
+from colocate.vocab import JobState
 
 
 @dataclass(slots=True)
@@ -238,7 +239,7 @@ class Framework:
         for job_id in claims:
             self._unreserve(job_id)  # served now, placed or not: a failed claim may plan again later
             job = self.jobs.get(job_id)
-            if job is None or job.state != "pending" or not self.dequeue(job):
+            if job is None or job.state != JobState.PENDING or not self.dequeue(job):
                 continue
             self.attempts += 1
             _, placement, _ = self._schedule(req.setup(job, job.spec.priority, now))

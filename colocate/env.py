@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from colocate.units import parse_fraction, parse_size
+from colocate.vocab import Priority
 
 PREFIX = "COLOCATE_"
 
@@ -33,7 +34,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_GPU", "<from COLOCATE_GPUS>", "This process's GPU (a node index), when it must differ from what COLOCATE_GPUS and LOCAL_RANK give; it must be one of COLOCATE_GPUS when both are set. The launcher never writes it."),
     Variable("COLOCATE_GPU_MEM", "<device total>", "Device memory cap in bytes; over it, allocations go to host or fail (COLOCATE_ON_CAP)."),
     Variable("COLOCATE_SM_SHARE", "1.0", "Compute share 0..1: the job's device busy fraction is held at or below it; 0 pauses at the next mini-batch."),
-    Variable("COLOCATE_PRIORITY", "guaranteed", "`guaranteed` or `opportunistic`."),
+    Variable("COLOCATE_PRIORITY", Priority.GUARANTEED, "`guaranteed` or `opportunistic`."),
     Variable("COLOCATE_ON_CAP", "host", "`host`: allocations over the cap are served from host memory; `error`: the job stops with one line."),
     Variable("COLOCATE_STATS_DIR", "", "Directory where each job process writes `stats-<pid>.json` at exit (the launcher merges them)."),
     Variable("COLOCATE_TOKEN", "<random>", "Secret the launcher draws per job; the node binds the job id to it, so no other process can register as this job."),
@@ -53,7 +54,7 @@ NAMES = frozenset(v.name for v in VARIABLES)
 
 DEVICES = ("sim", "cuda")  # concrete device kinds
 DEVICE_CHOICES = ("auto",) + DEVICES  # what a user may ask for; auto = cuda when NVML sees a GPU
-PRIORITIES = ("guaranteed", "opportunistic")
+PRIORITIES = (Priority.GUARANTEED, Priority.OPPORTUNISTIC)
 ON_CAP = ("host", "error")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 YIELD_MODES = ("priority", "gate")
@@ -81,7 +82,7 @@ class JobEnv:
     gpus: tuple[int, ...] = ()  # the job's GPUs (COLOCATE_GPUS), in CUDA_VISIBLE_DEVICES order; () = just (gpu,)
     gpu_mem: int | None = None
     sm_share: float = 1.0
-    priority: str = "guaranteed"
+    priority: str = Priority.GUARANTEED
     on_cap: str = "host"
     stats_dir: str | None = None
     node: str | None = None
@@ -160,7 +161,7 @@ class JobEnv:
             gpus=gpus,
             gpu_mem=parsed("COLOCATE_GPU_MEM", parse_size, None),
             sm_share=parsed("COLOCATE_SM_SHARE", lambda r: parse_fraction(r, "share"), 1.0),
-            priority=parsed("COLOCATE_PRIORITY", choice(PRIORITIES), "guaranteed"),
+            priority=parsed("COLOCATE_PRIORITY", choice(PRIORITIES), Priority.GUARANTEED),
             on_cap=parsed("COLOCATE_ON_CAP", choice(ON_CAP), "host"),
             stats_dir=_get(env, "COLOCATE_STATS_DIR"),
             node=_get(env, "COLOCATE_NODE"),

@@ -31,6 +31,7 @@ import zmq
 
 from colocate import protocol as P
 from torch_hooks.gate import GateFollower, GatePublisher, gate_path
+from colocate.vocab import Priority
 
 log = logging.getLogger("colocate.link")
 
@@ -67,7 +68,7 @@ class NodeLink:
         self.follower = None
         self.yielding = False  # the node asked this (opportunistic) job to yield, and it does
         path = gate_path(env.node, env.gpu)
-        if env.priority == "guaranteed":
+        if env.priority == Priority.GUARANTEED:
             self.publisher = GatePublisher(path)
             rt.add_start_hook(self.publisher.start)
             rt.add_end_hook(self.publisher.end)
@@ -227,7 +228,7 @@ class NodeLink:
 
     def _set_yield(self, on: bool) -> None:
         """Start or stop yielding the device to the guaranteed job (idempotent)."""
-        if self.env.priority != "opportunistic" or on == self.yielding:
+        if self.env.priority != Priority.OPPORTUNISTIC or on == self.yielding:
             return
         self.yielding = on
         if self.follower is not None:

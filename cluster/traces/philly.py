@@ -30,6 +30,7 @@ from cluster.spec import JobSpec, SpecError
 from cluster.traces.common import (BadRow, RowLog, TraceJob, TraceResult, check_node_gpus, columns, data_rows,
                                    finish, open_table, split_gang, to_float, to_int)
 from colocate.units import parse_fraction
+from colocate.vocab import Priority
 
 REQUIRED = ("timestamp", "duration", "num_gpus")
 OPTIONAL = ("gpu_time", "cluster")
@@ -82,7 +83,7 @@ def read_philly(path, *, node_gpus: int = 8, opportunistic_fraction: float = 0.0
     jobs: list[TraceJob] = []
     for line, t, dur, n, queue in good:
         workers, gpus = split_gang(n, node_gpus)
-        priority = "opportunistic" if fraction > 0 and rng.random() < fraction else "guaranteed"
+        priority = Priority.OPPORTUNISTIC if fraction > 0 and rng.random() < fraction else Priority.GUARANTEED
         try:
             spec = JobSpec(job_id=f"philly-{line}", submit_time=t - t0, workers=workers, gpus=gpus,
                            priority=priority, queue=queue)

@@ -12,6 +12,7 @@ import os
 import sys
 import tempfile
 import time
+from colocate.vocab import JobState
 
 TARGETS = """\
 node part, targets (adaptive): guaranteed >= 0.95 of solo, utilization >= 1.3x the guaranteed
@@ -134,7 +135,7 @@ def _cluster_part(args):
     rows, series = C.analyse(run)
     plot = C.plot(series, args.out)
     _print_cluster(rows)
-    failed = [r["name"] for r in rows if r["state"] != "succeeded"] + (["(timed out)"] if run.timed_out else [])
+    failed = [r["name"] for r in rows if r["state"] != JobState.SUCCEEDED] + (["(timed out)"] if run.timed_out else [])
     if failed:
         print(f"colocate demo: cluster part: not succeeded: {', '.join(failed)} (logs in {workdir})", file=sys.stderr)
     n = max(1, len(series["t"]))

@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from colocate.cli._common import POSITIVE_INT as COUNT, argtype, fail
+from colocate.vocab import JobState
 
 EPILOG = """\
 examples:

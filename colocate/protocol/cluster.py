@@ -40,6 +40,7 @@ from colocate.protocol.codec import (
     COUNT, EXIT_CODE, JOB_ID, NAME, NODE_ID, PID, PRIORITY, SECONDS, SHARE, SIZE, TEXT, Bool, ListOf, MapOf, Message,
     Nested, Num, Opt, Str, _f, _record, _Record,
 )
+from colocate.vocab import Priority
 
 PORT = Num(int, 0, 65535)
 STATE = Str(choices=tuple(JobState))
@@ -97,7 +98,7 @@ class JobRequest(_Record):
     workers: int = _f(Num(int, 1, MAX_WORKERS), default=1)
     gpus: int = _f(Num(int, 0, 64), default=1)  # per worker
     gpu_mem: int = _f(SIZE, default=0)  # bytes per GPU; 0: not stated
-    priority: str = _f(PRIORITY, default="guaranteed")
+    priority: str = _f(PRIORITY, default=Priority.GUARANTEED)
     queue: str = _f(NAME, default="")  # "": the policy's default queue
     name: str = _f(NAME, default="")
     user: str = _f(NAME, default="")
