@@ -345,7 +345,7 @@ class Framework:
         self._reserving = False
         try:
             return self._attempt(req)
-        except Exception as exc:  # noqa: BLE001 (a plugin's bug, whatever it is, becomes its ERROR status)
+        except Exception as exc:
             st = error(_raiser(exc), exc)
             if self._reserving:  # reserve was called: every reserve plugin's unreserve runs, as for a refusal
                 self._undo(req, stmt, st)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+
 from colocate.vocab import Priority
 
 PRIORITIES = (Priority.GUARANTEED, Priority.OPPORTUNISTIC)

@@ -13,7 +13,6 @@ import json
 import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 
-
 POLICY_NAMES = ("exclusive", "pack", "static", "adaptive")
 
 
@@ -71,7 +70,7 @@ class NodeConfig:
                 raise ValueError(f"{name}: must be a finite number >= 0, got {v!r}")
 
     @classmethod
-    def from_dict(cls, data: dict) -> "NodeConfig":
+    def from_dict(cls, data: dict) -> NodeConfig:
         if not isinstance(data, dict):
             raise ValueError("config must be a JSON object")
         known = {f.name: f for f in fields(cls)}
@@ -88,7 +87,7 @@ class NodeConfig:
         return cls(**kwargs)
 
     @classmethod
-    def from_file(cls, path: str) -> "NodeConfig":
+    def from_file(cls, path: str) -> NodeConfig:
         try:
             with open(path) as f:
                 data = json.load(f)
@@ -98,7 +97,7 @@ class NodeConfig:
             raise ValueError(f"config {path} is not valid JSON: {exc}") from None
         return cls.from_dict(data)
 
-    def with_overrides(self, **kw) -> "NodeConfig":
+    def with_overrides(self, **kw) -> NodeConfig:
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
 
 

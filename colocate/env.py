@@ -9,8 +9,8 @@ generated from it (``colocate env``) and ``JobEnv`` parses exactly these names.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from colocate.units import parse_fraction, parse_size
 from colocate.vocab import Priority
@@ -108,7 +108,7 @@ class JobEnv:
         return self.gpus.index(self.gpu) if self.gpu in self.gpus else 0
 
     @classmethod
-    def from_environ(cls, env: Mapping[str, str] | None = None) -> "JobEnv":
+    def from_environ(cls, env: Mapping[str, str] | None = None) -> JobEnv:
         """Parse the variables; raise ValueError naming the variable on a bad value."""
         env = os.environ if env is None else env
 

@@ -31,8 +31,8 @@ def install(env=None):
     with _lock:
         if _rt is not None:
             return _rt
-        from torch_hooks.device import job_device
         from colocate.env import JobEnv
+        from torch_hooks.device import job_device
         from torch_hooks.hooks import install_hooks
         from torch_hooks.runtime import Runtime
 

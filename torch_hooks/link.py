@@ -30,8 +30,8 @@ import time
 import zmq
 
 from colocate import protocol as P
-from torch_hooks.gate import GateFollower, GatePublisher, gate_path
 from colocate.vocab import Priority
+from torch_hooks.gate import GateFollower, GatePublisher, gate_path
 
 log = logging.getLogger("colocate.link")
 

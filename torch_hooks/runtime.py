@@ -49,7 +49,7 @@ import logging
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from colocate.units import parse_fraction
 from torch_hooks.records import BatchRecord, StatsBook
@@ -273,7 +273,7 @@ class Runtime:
                 if share <= 0.0:
                     seen = self._limits_changed
                     t = self._clock()
-                    self._cond.wait_for(lambda: self._closed or self._limits_changed != seen)
+                    self._cond.wait_for(lambda: self._closed or self._limits_changed != seen)  # noqa: B023 (called here)
                     self.book.paused_s += self._clock() - t
                     if not self._closed:
                         self._apply_while_paused()
@@ -283,7 +283,8 @@ class Runtime:
                     break
                 seen = self._limits_changed
                 # a limit change during the idle re-evaluates it
-                if not self._cond.wait_for(lambda: self._closed or self._limits_changed != seen, timeout=want):
+                if not self._cond.wait_for(lambda: self._closed or self._limits_changed != seen,  # noqa: B023 (called here)
+                                           timeout=want):
                     break
         return self._clock() - start
 

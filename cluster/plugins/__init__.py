@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 
 from cluster.framework import REGISTRY
-from colocate.vocab import Priority
 
 _MODULES = ("fit", "fifo", "multi_queue", "gang", "binpack", "spread", "opportunistic", "preemption",
             "promotion", "quota", "predictor", "backfill", "first_fit", "round_robin", "best_fit", "tetris",

@@ -46,6 +46,7 @@ import os
 import statistics
 import zlib
 from pathlib import Path
+
 from colocate.vocab import Priority
 
 ADAPTIVE_KEEP = 0.988  # guaranteed job's speed beside an opportunistic one (RESULTS.md, adaptive)

@@ -32,8 +32,19 @@ negative duration, never scheduled, no duration, bad spec.
 from __future__ import annotations
 
 from cluster.spec import MILLI, JobSpec, SpecError
-from cluster.traces.common import (BadRow, RowLog, TraceJob, TraceResult, columns, data_rows, finish,
-                                   normalize_models, open_table, to_float, to_int)
+from cluster.traces.common import (
+    BadRow,
+    RowLog,
+    TraceJob,
+    TraceResult,
+    columns,
+    data_rows,
+    finish,
+    normalize_models,
+    open_table,
+    to_float,
+    to_int,
+)
 from colocate.vocab import Priority
 
 REQUIRED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")

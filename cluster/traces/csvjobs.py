@@ -21,8 +21,22 @@ inconsistent workers, fractional share on several GPUs, gpu_milli without gpus, 
 from __future__ import annotations
 
 from cluster.spec import MILLI, PRIORITIES, JobSpec, SpecError
-from cluster.traces.common import (BadRow, RowLog, TraceJob, TraceResult, check_node_gpus, columns, data_rows,
-                                   finish, normalize_models, open_table, split_gang, to_float, to_int, to_size)
+from cluster.traces.common import (
+    BadRow,
+    RowLog,
+    TraceJob,
+    TraceResult,
+    check_node_gpus,
+    columns,
+    data_rows,
+    finish,
+    normalize_models,
+    open_table,
+    split_gang,
+    to_float,
+    to_int,
+    to_size,
+)
 from colocate.vocab import Priority
 
 REQUIRED = ("submit_time", "duration", "num_gpus")

@@ -24,11 +24,23 @@ bad num_gpus, no gpus, bad spec.
 from __future__ import annotations
 
 import random
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from cluster.spec import JobSpec, SpecError
-from cluster.traces.common import (BadRow, RowLog, TraceJob, TraceResult, check_node_gpus, columns, data_rows,
-                                   finish, open_table, split_gang, to_float, to_int)
+from cluster.traces.common import (
+    BadRow,
+    RowLog,
+    TraceJob,
+    TraceResult,
+    check_node_gpus,
+    columns,
+    data_rows,
+    finish,
+    open_table,
+    split_gang,
+    to_float,
+    to_int,
+)
 from colocate.units import parse_fraction
 from colocate.vocab import Priority
 
@@ -43,7 +55,7 @@ def _seconds(text: str) -> float:
     except ValueError:
         raise BadRow("bad timestamp", repr(text)) from None
     if dt.tzinfo is not None:
-        dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+        dt = dt.astimezone(UTC).replace(tzinfo=None)
     return (dt - _EPOCH).total_seconds()
 
 

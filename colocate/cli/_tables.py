@@ -8,7 +8,7 @@ in their cells; a column's header may span two lines where the caller gives a ne
 from __future__ import annotations
 
 import time
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from rich import box
 from rich.console import Console

@@ -12,6 +12,7 @@ import os
 import sys
 import tempfile
 import time
+
 from colocate.vocab import JobState
 
 TARGETS = """\
@@ -46,9 +47,8 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from colocate.files import write_json_atomic
-
     from colocate.demo import node as demo
+    from colocate.files import write_json_atomic
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     bad = [m for m in modes if m not in demo.MODES]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from colocate.cli._common import POSITIVE_INT as COUNT, argtype, fail
-from colocate.vocab import JobState
+from colocate.cli._common import POSITIVE_INT as COUNT
+from colocate.cli._common import argtype, fail
 
 EPILOG = """\
 examples:

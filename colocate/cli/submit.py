@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from colocate.cli._common import (DURATION, POSITIVE_INT, SIZE, add_scheduler_options, client_failure, fail,
-                                  scheduler_client)
+from colocate.cli._common import (
+    DURATION,
+    POSITIVE_INT,
+    SIZE,
+    add_scheduler_options,
+    client_failure,
+    fail,
+    scheduler_client,
+)
 from colocate.env import PRIORITIES
 from colocate.vocab import Priority
 
@@ -46,9 +53,9 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
+    from cluster.client import request_from_here
     from colocate import rpc
     from colocate.launcher import LaunchError, check_command
-    from cluster.client import request_from_here
 
     command = list(args.command)
     if command and command[0] == "--":

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from colocate import record
 from colocate.config import POLICY_NAMES
-from colocate.endpoints import ipc_path
 from colocate.demo import evaluate as ev
+from colocate.endpoints import ipc_path
 from colocate.vocab import Priority
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "_examples"  # examples/, shipped in the package

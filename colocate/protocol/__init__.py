@@ -25,7 +25,7 @@ Error codes (``Error.code``, the one list: ``ERROR_CODES``):
   ``not_found``     a client asked about a job that does not exist
 """
 
-from colocate.protocol.codec import *  # noqa: F401,F403
+from colocate.protocol.cluster import *  # noqa: F403
+from colocate.protocol.codec import *  # noqa: F403
 from colocate.protocol.codec import _SPECS  # noqa: F401  (tests walk every message's field rules)
-from colocate.protocol.job import *  # noqa: F401,F403
-from colocate.protocol.cluster import *  # noqa: F401,F403
+from colocate.protocol.job import *  # noqa: F403

@@ -33,14 +33,31 @@ Rules:
 
 from __future__ import annotations
 
-from typing import Optional
-
-from colocate.vocab import JobState
 from colocate.protocol.codec import (
-    COUNT, EXIT_CODE, JOB_ID, NAME, NODE_ID, PID, PRIORITY, SECONDS, SHARE, SIZE, TEXT, Bool, ListOf, MapOf, Message,
-    Nested, Num, Opt, Str, _f, _record, _Record,
+    COUNT,
+    EXIT_CODE,
+    JOB_ID,
+    NAME,
+    NODE_ID,
+    PID,
+    PRIORITY,
+    SECONDS,
+    SHARE,
+    SIZE,
+    TEXT,
+    Bool,
+    ListOf,
+    MapOf,
+    Message,
+    Nested,
+    Num,
+    Opt,
+    Str,
+    _f,
+    _Record,
+    _record,
 )
-from colocate.vocab import Priority
+from colocate.vocab import JobState, Priority
 
 PORT = Num(int, 0, 65535)
 STATE = Str(choices=tuple(JobState))
@@ -77,7 +94,7 @@ class WorkerStatus(_Record):
     rank: int = _f(COUNT)
     pid: int = _f(PID)
     running: bool = _f(Bool())
-    exit_code: Optional[int] = _f(Opt(EXIT_CODE), default=None)
+    exit_code: int | None = _f(Opt(EXIT_CODE), default=None)
 
 
 @_record()
@@ -102,7 +119,7 @@ class JobRequest(_Record):
     queue: str = _f(NAME, default="")  # "": the policy's default queue
     name: str = _f(NAME, default="")
     user: str = _f(NAME, default="")
-    estimate_s: Optional[float] = _f(Opt(SECONDS), default=None)
+    estimate_s: float | None = _f(Opt(SECONDS), default=None)
 
 
 @_record()
@@ -116,13 +133,13 @@ class JobView(_Record):
     workers: int = _f(COUNT)
     gpus: int = _f(COUNT)
     submitted_at: float = _f(SECONDS)
-    started_at: Optional[float] = _f(Opt(SECONDS))
-    ended_at: Optional[float] = _f(Opt(SECONDS))
+    started_at: float | None = _f(Opt(SECONDS))
+    ended_at: float | None = _f(Opt(SECONDS))
     reason: str = _f(TEXT)
     placement_id: str = _f(NAME)  # "" when none
     nodes: tuple = _f(ListOf(NAME))
     attempts: int = _f(COUNT)
-    exit_code: Optional[int] = _f(Opt(EXIT_CODE))
+    exit_code: int | None = _f(Opt(EXIT_CODE))
 
 
 @_record()
@@ -293,7 +310,7 @@ class Submitted(Message):
 
 @_record("jobs_request")
 class JobsRequest(Message):
-    job_id: Optional[str] = _f(Opt(JOB_ID), default=None)  # one job, or all
+    job_id: str | None = _f(Opt(JOB_ID), default=None)  # one job, or all
     active_only: bool = _f(Bool(), default=False)  # pending, placing and running only
     offset: int = _f(COUNT, default=0)
     limit: int = _f(Num(int, 1, MAX_PAGE), default=MAX_PAGE)
@@ -330,7 +347,7 @@ class Ok(Message):
 @_record("logs_request")
 class LogsRequest(Message):
     job_id: str = _f(JOB_ID)
-    rank: Optional[int] = _f(Opt(COUNT), default=None)
+    rank: int | None = _f(Opt(COUNT), default=None)
 
 
 @_record("logs_reply")

@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
-from typing import Any, ClassVar, Optional, TypeVar, dataclass_transform
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 import msgpack
 
@@ -66,7 +66,7 @@ class ProtocolError(ValueError):
         super().__init__(message)
         self.code = code
 
-    def to_error(self, job_id: Optional[str] = None) -> "Error":
+    def to_error(self, job_id: str | None = None) -> Error:
         """The ``Error`` reply a daemon sends back for this failure."""
         return Error(code=self.code, message=str(self)[:MAX_TEXT_CHARS], job_id=job_id)
 
@@ -211,7 +211,7 @@ class MapOf(_Spec):
         if not isinstance(items, (list, tuple, type({}.items()))):
             raise _bad(name, f"a map of at most {self.max_len} entries", v)
         pairs = []
-        for i, kv in enumerate(items):
+        for kv in items:
             if not (isinstance(kv, (tuple, list)) and len(kv) == 2):
                 raise _bad(name, "(key, value) pairs", kv)
             pairs.append((self.key.check(kv[0], f"{name} key"), self.value.check(kv[1], f"{name}[{kv[0]!r:.40}]")))
@@ -302,7 +302,7 @@ def _record(type_name: str = "") -> Callable[[type[_R]], type[_R]]:
 class Error(Message):
     code: str = _f(Str(64, choices=ERROR_CODES))
     message: str = _f(TEXT)
-    job_id: Optional[str] = _f(Opt(JOB_ID))
+    job_id: str | None = _f(Opt(JOB_ID))
 
 
 # ---------------------------------------------------------------- codec
