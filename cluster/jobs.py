@@ -54,7 +54,7 @@ class Request:
                  "cpu", "host_mem", "model", "rank", "remaining", "seen", "gang_nodes")
 
     def __init__(self) -> None:
-        self.job: Job | None = None
+        self.job: Job = None  # type: ignore[assignment]  # set by setup() before any plugin sees it
         self.seen: set = set()
         self.gang_nodes: dict = {}  # nodes holding workers placed so far in this attempt, in order
 

@@ -91,7 +91,7 @@ class NodeState:
         self.cpu = 0  # milli-cores allocated
         self.host_mem = 0  # MiB allocated
         self.slots: dict[tuple[str, int], Alloc] = {}
-        self.keys = ("",) if not spec.gpu_model else ("", spec.gpu_model)
+        self.keys: tuple[str, ...] = ("",) if not spec.gpu_model else ("", spec.gpu_model)
 
     def cpu_free(self) -> float:
         return float("inf") if not self.spec.cpu_milli else self.spec.cpu_milli - self.cpu

@@ -266,7 +266,7 @@ class Admitted:
 
     def __init__(self, directory: str):
         self.folder = os.path.join(directory, AUTHORIZED)
-        self._stamp = None
+        self._stamp: tuple[int, int] | None = None  # the folder's (mtime_ns, inode) when last read
         self._keys: dict[bytes, str] = {}
 
     def name_of(self, z85_key: bytes) -> str | None:

@@ -50,8 +50,9 @@ def install(env=None):
         if env.node:
             from torch_hooks.link import NodeLink
 
-            rt.link = NodeLink(env, rt)
-            rt.link.start()
+            link = NodeLink(env, rt)
+            rt.link = link  # type: ignore[attr-defined]  # found by uninstall()
+            link.start()
         _rt = rt
         return rt
 

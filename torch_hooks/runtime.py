@@ -171,7 +171,8 @@ class Runtime:
         with self._boundary_lock:
             if (not self._listeners and not self.keep_records and not self._end_hooks
                     and self._share >= 1.0 and not self._shrink_pending and self._quiet(self._cap)):
-                return self._lean(source)
+                self._lean(source)
+                return None
             return self._boundary(source)
 
     def _lean(self, source: str) -> None:

@@ -123,9 +123,9 @@ class NodeTable:
             self.version = state.version
         if self._pending:
             for node_id in self._pending:
-                node = state.nodes.get(node_id)
-                if node is not None and node_id in self.row_of:
-                    self.refresh(node)
+                pending = state.nodes.get(node_id)
+                if pending is not None and node_id in self.row_of:
+                    self.refresh(pending)
             self._pending.clear()
         for node in self._last_gang:
             self.refresh(node)

@@ -77,8 +77,8 @@ def _figures(rows: list[dict]) -> dict:
     q = [r["queue_delay_s"] for r in rows if r["queue_delay_s"] is not None]
     slow = [r["slowdown"] for r in done if r["slowdown"] is not None]
     return {
-        "jobs": len(rows), "succeeded": len(done),
-        "failed": sum(1 for r in rows if r["state"] == JobState.FAILED),
+        "jobs": len(rows), JobState.SUCCEEDED: len(done),
+        JobState.FAILED: sum(1 for r in rows if r["state"] == JobState.FAILED),
         "unfinished": sum(1 for r in rows if r["state"] not in TERMINAL),
         "never_started": sum(1 for r in rows if r["start_s"] is None),
         "dropped": sum(1 for r in rows if _dropped(r)),

@@ -95,9 +95,10 @@ def read_alibaba_pods(path, *, allow_no_duration: bool = False, include_cpu_only
                 model = normalize_models(row[i_spec]) if i_spec is not None else ""
                 priority = Priority.GUARANTEED
                 if i_qos is not None:
-                    priority = QOS.get(row[i_qos].strip())
-                    if priority is None:
+                    qos = QOS.get(row[i_qos].strip())
+                    if qos is None:
                         raise BadRow("bad qos", repr(row[i_qos]))
+                    priority = qos
                 submit, duration = _times(row, i_ct, i_st, i_dt, allow_no_duration)
                 spec = JobSpec(job_id=name, name=name, submit_time=submit, gpus=n, gpu_milli=milli,
                                cpu_milli=cpu, mem_mib=mem, gpu_model=model, priority=priority)

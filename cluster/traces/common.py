@@ -104,7 +104,7 @@ def data_rows(reader, width: int, result, log: RowLog) -> Iterator[tuple[int, li
 
 
 @contextmanager
-def open_table(path, what: str) -> Iterator[tuple[csv.reader, list[str]]]:
+def open_table(path, what: str) -> Iterator[tuple[Iterator[list[str]], list[str]]]:
     """Open ``path`` as CSV and read its header (names stripped, lower-cased, BOM removed).
     Yields ``(reader, names)``. Unreadable, undecodable, malformed or empty files raise
     ``ValueError`` naming the file; ``what`` says what the file should be."""

@@ -95,7 +95,8 @@ def read_philly(path, *, node_gpus: int = 8, opportunistic_fraction: float = 0.0
     jobs: list[TraceJob] = []
     for line, t, dur, n, queue in good:
         workers, gpus = split_gang(n, node_gpus)
-        priority = Priority.OPPORTUNISTIC if fraction > 0 and rng.random() < fraction else Priority.GUARANTEED
+        priority = Priority.OPPORTUNISTIC if rng is not None and fraction > 0 and rng.random() < fraction \
+            else Priority.GUARANTEED
         try:
             spec = JobSpec(job_id=f"philly-{line}", submit_time=t - t0, workers=workers, gpus=gpus,
                            priority=priority, queue=queue)

@@ -66,7 +66,7 @@ class _TorchImportHook(importlib.abc.MetaPathFinder):
             original(module)
             _install_now()
 
-        loader.exec_module = exec_module
+        loader.exec_module = exec_module  # type: ignore[method-assign]  # the import hook: run after the module
         return spec
 
 

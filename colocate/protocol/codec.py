@@ -210,7 +210,8 @@ class MapOf(_Spec):
         items = v.items() if isinstance(v, dict) else v
         if not isinstance(items, (list, tuple, type({}.items()))):
             raise _bad(name, f"a map of at most {self.max_len} entries", v)
-        pairs = []
+        pairs: list[tuple[Any, Any]] = []
+        kv: Any
         for kv in items:
             if not (isinstance(kv, (tuple, list)) and len(kv) == 2):
                 raise _bad(name, "(key, value) pairs", kv)
@@ -286,7 +287,7 @@ def _record(type_name: str = "") -> Callable[[type[_R]], type[_R]]:
 
     def wrap(cls: type[_R]) -> type[_R]:
         cls = dataclass(frozen=True, slots=True)(cls)
-        _SPECS[cls] = tuple((f.name, f.metadata["spec"]) for f in fields(cls))
+        _SPECS[cls] = tuple((f.name, f.metadata["spec"]) for f in fields(cls))  # type: ignore[arg-type]
         assert not {n for n, _ in _SPECS[cls]} & set(_RESERVED_KEYS), cls
         if type_name:
             assert type_name not in MESSAGE_TYPES, type_name

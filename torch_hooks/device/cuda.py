@@ -114,7 +114,7 @@ class CudaJobDevice:
             free, _ = real(device)
             return self.mem_get_info_from(free)
 
-        mem_get_info._colocate_real = real
+        mem_get_info._colocate_real = real  # type: ignore[attr-defined]  # found again by a later install
         mem_get_info.__doc__ = real.__doc__
         self._real_mem_get_info = real
         cuda.mem_get_info = mem_get_info

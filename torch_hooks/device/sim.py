@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from colocate.gpus.sim import core_of
 from torch_hooks.device.base import MemoryStats
@@ -27,7 +28,7 @@ class SimJobDevice:
         self.mem_total = env.sim_gpu_mem
         self._cap = min(env.gpu_mem, self.mem_total) if env.gpu_mem is not None else self.mem_total
         self._error_on_cap = env.on_cap == "error"
-        self._ext = None
+        self._ext: Any = None  # the compiled allocator module, loaded by install()
 
     def install(self) -> None:
         import torch
