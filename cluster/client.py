@@ -4,19 +4,28 @@
 ``COLOCATE_SCHEDULER`` (else ``tcp://127.0.0.1:5555``), ``keys_dir`` to ``COLOCATE_KEYS``, else the
 user's own key folder (``colocate.keys.resolve``; made on first use); ``keys_dir=""`` connects without
 CURVE (a scheduler started with ``--insecure``; loopback only). The user the scheduler records is the
-name of the client's key. Every call is one request and one reply (``colocate.rpc``). Failures raise, with a one-line
-``str()`` for the user: ``rpc.NoAnswer`` (scheduler away, or it refused our keys), ``rpc.BadEndpoint``,
-``rpc.BadReply``, or ``Refused`` for an ``Error`` reply (``.code`` from ``colocate.protocol``).
+name of the client's key. Every call is one request and one reply (``colocate.rpc``). Failures raise,
+with a one-line ``str()`` for the user: ``rpc.NoAnswer`` (scheduler away, or it refused our keys),
+``rpc.BadEndpoint``, ``rpc.BadReply``, ``rpc.TooLarge``, or ``Refused`` for an ``Error`` reply (``.code``
+from ``colocate.protocol``; ``unavailable``: the scheduler cannot write its journal, nothing was done).
+
+``submit`` is safe to retry: it mints one request id per call (or takes the caller's) and splits
+``timeout_s`` into ``SUBMIT_ATTEMPTS`` tries with that same id (a try with no answer is sent again);
+the scheduler makes one job per id, so a lost request or reply never makes a second job, and the
+whole call still takes at most ``timeout_s``.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 
 from colocate import endpoints
 from colocate import keys as K
 from colocate import protocol as P
 from colocate import rpc
+
+SUBMIT_ATTEMPTS = 3
 
 
 class Refused(rpc.RpcError):
@@ -103,10 +112,10 @@ class SchedulerClient:
             raise rpc.BadEndpoint(str(exc)) from None
         return keys
 
-    def call(self, msg: P.Message, want: type) -> P.Message:
+    def call(self, msg: P.Message, want: type, timeout_s: float | None = None) -> P.Message:
         keys = self._keys()
         try:
-            reply = rpc.request(self.endpoint, msg, self.timeout_s, keys_dir=keys, peer="scheduler")
+            reply = rpc.request(self.endpoint, msg, timeout_s or self.timeout_s, keys_dir=keys, peer="scheduler")
         except rpc.NoAnswer as exc:  # with CURVE, a scheduler that does not admit our key is silent too
             if keys:
                 exc.args = (f"{exc} (is it running, and does it admit the keys in {keys}?)",)
@@ -117,8 +126,17 @@ class SchedulerClient:
             raise rpc.BadReply(f"unexpected reply {reply.TYPE!r} to {msg.TYPE}")
         return reply
 
-    def submit(self, request: P.JobRequest) -> str:
-        return self.call(P.Submit(request=request), P.Submitted).job_id
+    def submit(self, request: P.JobRequest, request_id: str | None = None) -> str:
+        """The new job's id; retried with the same request id when no answer comes (see above)."""
+        msg = P.Submit(request=request, request_id=request_id or secrets.token_hex(16))
+        attempt = 1
+        while True:
+            try:
+                return self.call(msg, P.Submitted, self.timeout_s / SUBMIT_ATTEMPTS).job_id
+            except rpc.NoAnswer:
+                if attempt >= SUBMIT_ATTEMPTS:
+                    raise
+                attempt += 1
 
     def job(self, job_id: str) -> P.JobView:
         return self.call(P.JobsRequest(job_id=job_id), P.JobsReply).jobs[0]

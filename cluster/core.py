@@ -41,6 +41,12 @@ from cluster.spec import JobSpec, Placement
 from cluster.state import ClusterState
 
 
+def refusal_backoff_s(n: int) -> float:
+    """Seconds before the ``n``-th refused start in a row (1, 2, ...) is queued again: 0.5 s doubling, at most
+    30 s."""
+    return min(30.0, 0.5 * 2 ** min(max(n, 1) - 1, 16))
+
+
 class _Stop:
     __slots__ = ("job", "placement", "reason")
 
@@ -64,6 +70,8 @@ class SchedulerCore:
         self.recovery = Recovery(self)
         self._seq = 0
         self._dirty = False
+        self.retry: dict[str, tuple[float, Job]] = {}  # job id -> (when it is queued again, job): refused starts
+        self.refusals: dict[str, int] = {}  # job id -> refused starts in a row (the backoff's exponent)
         self.stats = dict.fromkeys(("events", "decisions", "cycles", "placements", "preemptions", "promotions",
                                     "start_failures", "requeues", "orphan_stops", "nodes_lost", "duplicates"), 0)
         self._handlers = {
@@ -224,7 +232,8 @@ class SchedulerCore:
         out.append(ev.StartWorkers(job.spec, placement))
         self.fw.placed(job, placement, now)
 
-    def _requeue(self, job: Job, now: float) -> None:
+    def _requeue(self, job: Job, now: float, delay_s: float = 0.0) -> None:
+        """Back to pending: queued now, or after ``delay_s`` (a Tick queues it; a refused start's backoff)."""
         job.state = PENDING
         job.placement = None
         job.started = set()
@@ -232,8 +241,19 @@ class SchedulerCore:
         job.running_since = None
         job.enqueued_at = now
         self.stats["requeues"] += 1
-        self.fw.enqueue(job)
+        if delay_s > 0:
+            self.retry[job.job_id] = (now + delay_s, job)
+        else:
+            self.fw.enqueue(job)
         self._dirty = True
+
+    def _retry_due(self, now: float) -> None:
+        for job_id, (at, job) in list(self.retry.items()):
+            if now >= at:
+                del self.retry[job_id]
+                if job.state == PENDING:
+                    self.fw.enqueue(job)
+                    self._dirty = True
 
     def _stop(self, job: Job, reason: str, now: float, out: list, gone_ranks=(), gone_node: str | None = None) -> None:
         """Stop ``job``'s current placement: slots known gone are released now, the rest wait
@@ -322,6 +342,7 @@ class SchedulerCore:
         job.started.add(rank)
         if len(job.started) == job.spec.workers:
             self.placing.pop(job.placement_id, None)
+            self.refusals.pop(job.job_id, None)
             job.running_since = now
             self._set(job, RUNNING, "", out, job.placement_id)
             self.fw.running(job, now)
@@ -332,10 +353,15 @@ class SchedulerCore:
             return
         job = self._current(e.job_id, e.placement_id)
         if job is not None:
-            self._rank_exited(job, e.rank, e.exit_code, now, out)
+            self._rank_exited(job, e.rank, e.exit_code, now, out, e.fenced)
 
-    def _rank_exited(self, job: Job, rank: int, code: int, now: float, out: list) -> None:
+    def _rank_exited(self, job: Job, rank: int, code: int, now: float, out: list, fenced: bool = False) -> None:
         if not 0 <= rank < job.spec.workers or rank in job.exited:
+            return
+        if fenced:  # stopped by its node's lapsed lease: the job lost that worker, through no fault of its own
+            self._set(job, PENDING, f"rank {rank} was stopped: its node's lease lapsed", out)
+            self._stop(job, "node lease lapsed", now, out, gone_ranks=(rank,))
+            self._requeue(job, now)
             return
         job.exited[rank] = code
         pid = job.placement_id
@@ -355,7 +381,8 @@ class SchedulerCore:
             self.state.release(pid, rank)
             self._dirty = True
 
-    def _start_failed(self, job: Job, reason: str, now: float, out: list, gone_ranks=(), gone_node=None) -> None:
+    def _start_failed(self, job: Job, reason: str, now: float, out: list, gone_ranks=(), gone_node=None,
+                      delay_s: float = 0.0) -> None:
         job.failed_starts += 1
         self.stats["start_failures"] += 1
         limit = self.sched["max_start_failures"]
@@ -367,12 +394,23 @@ class SchedulerCore:
         else:
             self._set(job, PENDING, f"start failed: {reason}", out)
             self._stop(job, "start failed", now, out, gone_ranks, gone_node)
-            self._requeue(job, now)
+            self._requeue(job, now, delay_s)
 
     def _refused(self, e: ev.StartRefused, now: float, out: list) -> None:
+        """A refused start is retried after a backoff (``refusal_backoff_s``); it counts as a failed start
+        unless the node refused for its own stale state (``stale``: it is still stopping an old placement)."""
         job = self._current(e.job_id, e.placement_id)
-        if job is not None and job.state == PLACING:
-            self._start_failed(job, f"node {e.node_id} refused: {e.reason}", now, out, gone_node=e.node_id)
+        if job is None or job.state != PLACING:
+            return
+        n = self.refusals[job.job_id] = self.refusals.get(job.job_id, 0) + 1
+        delay = refusal_backoff_s(n)
+        reason = f"node {e.node_id} refused: {e.reason}"
+        if not e.stale:
+            self._start_failed(job, reason, now, out, gone_node=e.node_id, delay_s=delay)
+            return
+        self._set(job, PENDING, f"{reason}; retry in {delay:g} s", out)
+        self._stop(job, "start refused", now, out, gone_node=e.node_id)
+        self._requeue(job, now, delay)
 
     def _preempt(self, act: Preempt, now: float, out: list) -> None:
         job = self.holders.get(act.pid)
@@ -405,6 +443,7 @@ class SchedulerCore:
             for job in late:
                 self._start_failed(job, f"workers did not all start within {timeout:g} s", now, out)
         self.recovery.tick(now, out)
+        self._retry_due(now)
         self._dirty = True
 
     # ------------------------------------------------------------------ node events
@@ -415,16 +454,23 @@ class SchedulerCore:
     def _lost(self, e: ev.NodeLost, now: float, out: list) -> None:
         node = self.state.nodes.get(e.node_id)
         if node is not None and node.up:
-            self.lose_node(e.node_id, f"node {e.node_id} lost: {e.reason}", now, out)
+            self.lose_node(e.node_id, f"node {e.node_id} lost: {e.reason}", now, out, e.hold_s)
 
-    def lose_node(self, node_id: str, reason: str, now: float, out: list) -> None:
-        """Node down: every placement touching it is stopped elsewhere and requeued whole."""
+    def lose_node(self, node_id: str, reason: str, now: float, out: list, hold_s: float = 0.0) -> None:
+        """Node down (no new work there): every placement touching it is stopped elsewhere and requeued
+        whole, at once or, with ``hold_s``, only if the node has not come back within ``hold_s`` (while its
+        lease fences its workers, they may still run: nothing is placed in their stead before)."""
         self.stats["nodes_lost"] += 1
         node = self.state.nodes[node_id]
-        pids = list(dict.fromkeys(a.pid for a in node.slots.values()))
+        slots = list(node.slots.values())
         self.state.node_down(node_id)
         self.recovery.forget_node(node_id)
-        for pid in pids:
+        live = {pid for pid in (a.pid for a in slots) if hold_s > 0 and pid not in self.stopping
+                and (job := self.holders.get(pid)) is not None and job.placement_id == pid
+                and job.state in (PLACING, RUNNING)}
+        if live:
+            self.recovery.hold(node_id, [a for a in slots if a.pid in live], now + hold_s, reason)
+        for pid in dict.fromkeys(a.pid for a in slots if a.pid not in live):
             self.placement_lost(pid, reason, now, out)
         self._dirty = True
 
@@ -478,7 +524,7 @@ class SchedulerCore:
                 if w.running:
                     self._rank_started(job, w.rank, now, out)
                 elif w.exit_code is not None:
-                    self._rank_exited(job, w.rank, w.exit_code, now, out)
+                    self._rank_exited(job, w.rank, w.exit_code, now, out, w.fenced)
                 continue
             if w.running and job is None:
                 self.stats["orphan_stops"] += 1

@@ -59,8 +59,13 @@ class NodeJoined:
 
 @dataclass(frozen=True, slots=True)
 class NodeLost:
+    """A node fell silent. Its placements are lost at once (``hold_s`` 0), or only after ``hold_s`` seconds
+    if it has not come back by then (its workers are fenced by their lease meanwhile); either way it takes
+    no new work until it registers again."""
+
     node_id: str
     reason: str
+    hold_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +82,7 @@ class WorkerReport:
     rank: int
     running: bool
     exit_code: int | None = None  # when not running
+    fenced: bool = False  # ended by its node's lapsed lease: lost, not failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +109,7 @@ class WorkerExited:
     placement_id: str
     rank: int
     exit_code: int  # 0 success; 128+N killed by signal N
+    fenced: bool = False  # ended by its node's lapsed lease: lost, not failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +120,7 @@ class StartRefused:
     placement_id: str
     node_id: str
     reason: str
+    stale: bool = False  # the node is busy with its own stale state: never counted as a failed start
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,10 @@ if TYPE_CHECKING:
 class Recovery:
     def __init__(self, core: SchedulerCore) -> None:
         self.core = core
-        self.awaiting: dict[str, list[tuple[Job, str, WorkerSlot]]] = {}  # node id -> restored slots
+        self.awaiting: dict[str, list[tuple[Job, str, WorkerSlot]]] = {}  # node id -> restored or held slots
         self.reconcile: set[str] = set()  # nodes whose next report decides their placements
-        self.deadline: float | None = None
+        self.deadlines: dict[str, tuple[float, str]] = {}  # node id -> (when its awaited slots are lost, why)
+        self.deadline: float | None = None  # the restore's: nodes that have not registered by then are lost
 
     def restore(self, records: Iterable[ev.JobRecord], now: float) -> list:
         core, fw = self.core, self.core.fw
@@ -71,8 +72,22 @@ class Recovery:
             job.state, job.enqueued_at = PENDING, now
             fw.enqueue(job)
         self.deadline = now + core.sched["restore_grace_s"]
+        for nid in self.awaiting:
+            self.deadlines[nid] = (self.deadline, f"node {nid} did not register after restart")
         core._dirty = True
         return out
+
+    def hold(self, nid: str, slots, deadline: float, reason: str) -> None:
+        """Node ``nid`` fell silent holding ``slots`` (``Alloc``s, already released): their placements stay
+        with their jobs until ``deadline``; the node's return (``joined``, then its report) re-adopts what it
+        still runs, else they are lost then."""
+        core = self.core
+        items = self.awaiting.setdefault(nid, [])
+        for a in slots:
+            job = core.holders.get(a.pid)
+            if job is not None:
+                items.append((job, a.pid, WorkerSlot(a.rank, nid, tuple(a.gpus))))
+        self.deadlines[nid] = (deadline, reason)
 
     def joined(self, e: ev.NodeJoined, now: float, out: list) -> None:
         core, state = self.core, self.core.state
@@ -95,6 +110,7 @@ class Recovery:
     def _adopt(self, nid: str, now: float, out: list) -> None:
         """Hold the restored slots that wait for node ``nid``; its next report confirms them."""
         items = self.awaiting.pop(nid, None)
+        self.deadlines.pop(nid, None)
         if not items:
             return
         core, state = self.core, self.core.state
@@ -130,14 +146,15 @@ class Recovery:
             core.placement_lost(pid, f"workers lost on node {nid} (restarted)", now, out, node_id=nid)
 
     def tick(self, now: float, out: list) -> None:
-        if self.deadline is None or now < self.deadline:
-            return
-        self.deadline = None
-        pending = [(nid, job, pid) for nid, items in self.awaiting.items() for job, pid, _ in items]
-        self.awaiting.clear()
-        for nid, job, pid in pending:
-            if job.placement_id == pid and job.state in (PLACING, RUNNING):
-                self.core.placement_lost(pid, f"node {nid} did not register after restart", now, out)
+        if self.deadline is not None and now >= self.deadline:
+            self.deadline = None
+        for nid, (deadline, reason) in list(self.deadlines.items()):
+            if now < deadline:
+                continue
+            del self.deadlines[nid]
+            for job, pid, _ in self.awaiting.pop(nid, []):
+                if job.placement_id == pid and job.state in (PLACING, RUNNING):
+                    self.core.placement_lost(pid, reason, now, out)
 
     def forget_node(self, nid: str) -> None:
         self.reconcile.discard(nid)

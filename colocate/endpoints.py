@@ -8,6 +8,13 @@
 * the scheduler tells each node (``NodeWelcome``) to send a heartbeat every ``NODE_HEARTBEAT_S``
   seconds unless ``--heartbeat`` says otherwise, and marks a node down after ``NODE_LIVENESS``
   silent intervals (``--liveness``);
+* fencing (``docs/node-placements.md``, "Fencing"): each echoed heartbeat renews the node's lease for
+  ``NODE_LEASE_S`` from the moment the node SENT that heartbeat; the launcher of every placed worker checks
+  the lease every ``LEASE_CHECK_S`` and, once it has lapsed, SIGTERMs the worker's process group and
+  SIGKILLs it ``FENCE_GRACE_S`` later. The scheduler re-places a silent node's jobs only
+  ``replace_after_s(lease)`` after it last heard the node, by when every such worker is gone. A scheduler
+  outage longer than the lease therefore stops every placed worker; ``NODE_LEASE_S`` is long enough for a
+  scheduler ``kill -9`` and restart (a few seconds) to stop none;
 * ``colocate logs`` waits for the nodes' answers at most ``LOGS_DEADLINE_S`` at the scheduler (less
   than a client's default 5 s timeout, so a node that does not answer is named, not a "no answer").
 """
@@ -19,6 +26,15 @@ import os
 SCHEDULER_ENDPOINT = "tcp://127.0.0.1:5555"
 NODE_HEARTBEAT_S = 0.8  # seconds (zguide's ~1 s, so that a dead node is down within 3 s of its death)
 NODE_LIVENESS = 3  # missed heartbeats: a silent node is down 2.4 s after its last heartbeat
+NODE_LEASE_S = 10.0  # seconds a node's placed workers may run after the heartbeat of its last echo was sent
+FENCE_GRACE_S = 3.0  # seconds between a launcher's SIGTERM and SIGKILL when its node's lease lapsed
+LEASE_CHECK_S = 0.25  # how often a launcher reads its node's lease file
+
+
+def replace_after_s(lease_s: float = NODE_LEASE_S) -> float:
+    """Seconds after the scheduler last heard a node before it re-places the node's jobs elsewhere: the
+    lease, the stop grace and two lease checks (by then the fenced workers are gone); 0 without a lease."""
+    return lease_s + FENCE_GRACE_S + 2 * LEASE_CHECK_S if lease_s > 0 else 0.0
 LOGS_DEADLINE_S = 2.0  # seconds the scheduler waits for nodes' log tails before it answers without them
 
 

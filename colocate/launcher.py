@@ -58,6 +58,7 @@ class RunSpec:
     sim_gpu_mem: int | None = None
     log: str = "warning"
     exit_file: str | None = None  # where the exit code is written when the command ends
+    lease_file: str | None = None  # a node's lease (``colocate.lease``): the command is stopped when it lapses
 
     @property
     def job_gpus(self) -> tuple[int, ...]:
@@ -194,12 +195,13 @@ def launch(spec: RunSpec) -> int:
             job = JobEnv.from_environ(env)
             keep_off_cores({core_of(replace(job, gpu=g)) for g in gpus})
         try:
-            child = subprocess.Popen(list(spec.command), env=env)
+            child = subprocess.Popen(list(spec.command), env=env,
+                                     preexec_fn=_die_with_parent(os.getpid()) if spec.lease_file else None)
         except OSError as exc:
             raise LaunchError(f"cannot start {spec.command[0]}: {exc.strerror}") from None
         previous = _forward_signals(child)
         try:
-            code = child.wait()
+            code = _wait_fenced(child, spec.lease_file) if spec.lease_file else child.wait()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -213,6 +215,55 @@ def launch(spec: RunSpec) -> int:
     code = 128 - code if code < 0 else code
     write_exit_file(spec.exit_file, code)
     return code
+
+
+def _wait_fenced(child: subprocess.Popen, lease_file: str) -> int:
+    """Wait for ``child`` while its node's lease holds (checked every ``LEASE_CHECK_S``). Once it lapses:
+    SIGTERM to this process group (the launcher, placed by its node in a session of its own, ignores it),
+    SIGKILL to the group ``grace_s`` later (the launcher dies with it; the node reports the exit as fenced)."""
+    from colocate.endpoints import LEASE_CHECK_S
+    from colocate.lease import lapsed, lease_clock
+
+    while True:
+        try:
+            return child.wait(timeout=LEASE_CHECK_S)
+        except subprocess.TimeoutExpired:
+            pass
+        gone, grace_s = lapsed(lease_file, lease_clock())
+        if gone:
+            break
+    print(f"colocate run: the node's lease ({lease_file}) lapsed: stopping the job (SIGTERM, SIGKILL in "
+          f"{grace_s:g} s)", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    group = os.getpgrp()
+    if group == os.getpid():
+        os.killpg(group, signal.SIGTERM)
+    else:  # not a group of our own (started by hand): the child alone
+        child.send_signal(signal.SIGTERM)
+    try:
+        return child.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    if group == os.getpid():
+        os.killpg(group, signal.SIGKILL)  # ourselves included
+    child.kill()
+    return child.wait()
+
+
+def _die_with_parent(parent: int):
+    """A ``preexec_fn``: the child gets SIGKILL when its launcher dies (``PR_SET_PDEATHSIG``), so a killed
+    launcher never leaves an unfenced worker behind."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    PR_SET_PDEATHSIG = 1
+
+    def set_pdeathsig() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the launcher died before prctl took effect
+            os._exit(137)
+
+    return set_pdeathsig
 
 
 def write_exit_file(path: str | None, code: int) -> None:

@@ -6,6 +6,9 @@ certificates of ``keys_dir`` when given: ``cert``, else the folder's user key, s
 that never comes, or a CURVE handshake it refused) raises ``NoAnswer``; an undecodable reply
 raises ``BadReply``; an ``Error`` reply is returned as is (the caller decides how to show it). A fresh
 socket per request means a late answer to an earlier request can never be taken for the current one.
+A message too big for the wire raises ``TooLarge`` (``code`` ``invalid``) before anything is sent; a
+reply frame over ``P.MAX_MESSAGE_BYTES`` is refused by the socket (``ZMQ_MAXMSGSIZE``), so it is
+never read whole: it surfaces as ``NoAnswer``.
 """
 
 from __future__ import annotations
@@ -33,11 +36,21 @@ class BadEndpoint(RpcError):
     pass
 
 
+class TooLarge(RpcError):
+    """The request breaks a size limit of the protocol: nothing was sent."""
+
+    code = P.INVALID
+
+
 def request(endpoint: str, msg: P.Message, timeout_s: float, keys_dir: str | None = None, peer: str = "daemon",
             context: zmq.Context | None = None, cert: str | None = None) -> P.Message:
     """Send ``msg`` to ``endpoint`` and return the decoded reply (``Error`` replies included)."""
     from colocate import keys as K
 
+    try:
+        data = P.encode(msg)
+    except P.ProtocolError as exc:
+        raise TooLarge(f"the request is too large to send: {exc}") from None
     ctx = context or zmq.Context.instance()
     try:
         sock = ctx.socket(zmq.DEALER)
@@ -47,6 +60,7 @@ def request(endpoint: str, msg: P.Message, timeout_s: float, keys_dir: str | Non
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDTIMEO, max(1, int(timeout_s * 1000)))
         sock.setsockopt(zmq.RCVTIMEO, max(1, int(timeout_s * 1000)))
+        sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)
         if keys_dir:
             try:
                 K.connect(sock, keys_dir, cert or K.client_cert(keys_dir))
@@ -57,7 +71,7 @@ def request(endpoint: str, msg: P.Message, timeout_s: float, keys_dir: str | Non
         except zmq.ZMQError as exc:
             raise BadEndpoint(f"bad endpoint {endpoint!r}: {exc}") from None
         try:
-            sock.send(P.encode(msg))
+            sock.send(data)
         except zmq.Again:
             raise NoAnswer(endpoint, peer) from None
         if not sock.poll(max(1, int(timeout_s * 1000)), zmq.POLLIN):

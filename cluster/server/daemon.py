@@ -2,9 +2,12 @@
 
 ``run(SchedulerOptions) -> exit code`` is what ``colocate scheduler`` calls. It raises
 ``StartError`` (with the exit code: 2 for bad options, config or keys; 1 for a start-up failure
-such as an endpoint in use or an unusable state file) before serving; once serving, SIGTERM/SIGINT
-stop it cleanly (exit 0). After kill -9, starting it again on the same state file restores every
-job and re-adopts running workers from the nodes' reports.
+such as an endpoint in use, a state file another scheduler holds (its lock names the holder's
+pid and host), or one that cannot be read or written) before serving, in one line; once serving,
+SIGTERM/SIGINT stop it cleanly (exit 0), and a policy core that failed and cannot be rebuilt from
+the journal stops it with exit 1. A full disk or a read-only journal while serving does not stop
+it (see ``cluster.server.service``). After kill -9, starting it again on the same state file
+restores every job and re-adopts running workers from the nodes' reports.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from colocate.daemon import StartError, configure_logging, serve_metrics, stop_on_signals
-from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LIVENESS
+from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class SchedulerOptions:
     metrics_port: int | None = None
     heartbeat_s: float = NODE_HEARTBEAT_S
     liveness: int = NODE_LIVENESS
+    lease_s: float = NODE_LEASE_S  # nodes' lease (fencing); 0: none
     seed: int = 0
     log_level: str = "info"
 
@@ -38,7 +42,7 @@ def build(opts: SchedulerOptions, clock=time.time):
     from colocate import keys as K
     from cluster.config_file import resolve
     from cluster.core import SchedulerCore
-    from cluster.server.journal import Journal, JournalError
+    from cluster.server.journal import Journal, JournalError, JournalUnavailable
     from cluster.server.server import SchedulerServer
     from cluster.server.service import SchedulerService
 
@@ -54,13 +58,19 @@ def build(opts: SchedulerOptions, clock=time.time):
         journal = Journal(opts.state)
     except JournalError as exc:
         raise StartError(f"cannot start: {exc}", 1) from None
-    with journal.transaction():
-        epoch = journal.next_epoch()
+    try:
+        with journal.transaction():
+            epoch = journal.next_epoch()
+            journal.cluster_id()  # minted with a new file, in the same transaction
+    except JournalUnavailable as exc:
+        journal.close()
+        raise StartError(f"cannot start: cannot write the state file {opts.state}: {exc}", 1) from None
     core = SchedulerCore(config, random.Random(opts.seed))
-    service = SchedulerService(core, journal, epoch, heartbeat_s=opts.heartbeat_s, liveness=opts.liveness)
+    service = SchedulerService(core, journal, epoch, heartbeat_s=opts.heartbeat_s, liveness=opts.liveness,
+                               lease_s=opts.lease_s)
     try:
         service.restore(clock())
-    except ValueError as exc:
+    except (ValueError, JournalUnavailable) as exc:
         journal.close()
         raise StartError(f"cannot restore {opts.state}: {exc}", 1) from None
     try:
@@ -82,4 +92,4 @@ def run(opts: SchedulerOptions) -> int:
         server.serve_forever()
     finally:
         server.service.journal.close()
-    return 0
+    return server.exit_code

@@ -1,5 +1,9 @@
 """The scheduler's journal: every job and every state change, in one SQLite file (WAL).
 
+One process per state file: ``Journal(path)`` first takes an exclusive ``flock`` on ``PATH.lock``
+(beside it; it holds the holder's pid and host) and keeps it until ``close()`` or the process ends;
+a second opener gets ``JournalLocked`` naming the holder, before the journal is touched.
+
 Contract (the live server's write-ahead rule): a change is committed here *before* it is
 acknowledged to a client or acted on (a message sent to a node). So after a crash (kill -9) the
 journal holds every submitted job with its last committed state and placement, and
@@ -8,21 +12,28 @@ lost, and a placement is never started twice (its id is journaled with it, and n
 placement id once).
 
 Tables:
-  ``meta``    key -> value: ``schema``, ``next_job`` (job numbers), ``epoch`` (scheduler incarnations)
+  ``meta``    key -> value: ``schema``, ``next_job`` (job numbers), ``epoch`` (scheduler incarnations),
+              ``cluster_id`` (minted once with the file)
   ``jobs``    one row per job: the spec and the request (JSON), state, reason, current placement
               (JSON; NULL while pending; a finished job keeps its last), attempt, failed starts, times
-              (scheduler wall clock), exit code
+              (scheduler wall clock), exit code, and the client's request id (unique per submitter;
+              NULL when the client gave none)
   ``logs``    each worker of a job's latest placement: its node, log file, and when it started
   ``stopping``  placements being stopped (preempted, failed, lost elsewhere), until their workers
               are gone: after a restart they are stopped again instead of forgotten
 
-One writer (the scheduler process); ``sqlite3`` in WAL mode with ``synchronous=FULL``.
+One writer (the scheduler process); ``sqlite3`` in WAL mode with ``synchronous=FULL``. A write
+that SQLite refuses (disk full, read-only file, I/O error: ``sqlite3.OperationalError``) raises
+``JournalUnavailable`` from ``transaction()``, with the transaction rolled back: nothing of it is
+in the file. ``writable()`` probes whether a transaction that grows the file would commit now.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import socket
 import sqlite3
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -30,7 +41,8 @@ from dataclasses import asdict
 from cluster.events import TERMINAL, JobRecord
 from cluster.spec import JobSpec, Placement, WorkerSlot
 
-SCHEMA = 1
+SCHEMA = 2  # 2: jobs.submitter and jobs.request_id (idempotent submits)
+PROBE_BYTES = 64 << 10  # what writable() writes (and takes back) to see whether the file can grow
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -47,7 +59,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     submitted_at REAL NOT NULL,
     started_at REAL,
     ended_at REAL,
-    exit_code INTEGER
+    exit_code INTEGER,
+    submitter TEXT NOT NULL DEFAULT '',
+    request_id TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS logs (
@@ -58,9 +72,41 @@ CREATE TABLE IF NOT EXISTS stopping (
     placement_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, nodes TEXT NOT NULL, reason TEXT NOT NULL
 );
 """
+_REQUEST_INDEX = "CREATE UNIQUE INDEX IF NOT EXISTS jobs_request ON jobs(submitter, request_id)"
+
 
 class JournalError(Exception):
-    """The state file cannot be used (not a journal, a newer schema, unwritable)."""
+    """The state file cannot be used (not a journal, a newer schema, unwritable, locked)."""
+
+
+class JournalLocked(JournalError):
+    """Another process holds the state file's lock."""
+
+
+class JournalUnavailable(JournalError):
+    """A write was refused (disk full, read-only, I/O error); nothing of the transaction was kept."""
+
+
+def _lock(path: str) -> int:
+    """The descriptor of ``PATH.lock``, exclusively locked by this process, holding ``pid host``."""
+    lock_path = os.path.realpath(path) + ".lock"  # one lock per file, whatever path names it
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise JournalError(f"cannot open the lock file {lock_path}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").split()
+        os.close(fd)
+        who = f"pid {holder[0]} on {holder[1]}" if len(holder) >= 2 else "another process"
+        raise JournalLocked(f"{path} is in use by another scheduler ({who}; lock {lock_path})") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+    except OSError:  # an immutable or full lock file still locks; only the holder's name is missing
+        pass
+    return fd
 
 
 def spec_to_json(spec: JobSpec) -> str:
@@ -92,18 +138,43 @@ class Journal:
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
             raise JournalError(f"cannot create the state file {path}: folder {folder} does not exist")
+        self._lock_fd = _lock(path)
+        self.db = None
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self) -> None:
+        path = self.path
         try:
             self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.executescript(_DDL)
             version = self._meta("schema")
+            if version is not None and int(version) > SCHEMA:
+                raise JournalError(f"{path} was written by a newer colocate (schema {version} > {SCHEMA})")
+            with self.transaction():
+                self._migrate(version)
+        except JournalUnavailable as exc:
+            raise JournalError(f"cannot write the state file {path}: {exc}") from None
+        except sqlite3.OperationalError as exc:
+            raise JournalError(f"cannot use the state file {path}: {exc}") from None
         except sqlite3.DatabaseError as exc:
             raise JournalError(f"{path} is not a colocate scheduler state file: {exc}") from None
-        if version is None:
+
+    def _migrate(self, version: str | None) -> None:
+        if version is not None and int(version) < 2:
+            cols = {r[1] for r in self.db.execute("PRAGMA table_info(jobs)")}
+            if "submitter" not in cols:
+                self.db.execute("ALTER TABLE jobs ADD COLUMN submitter TEXT NOT NULL DEFAULT ''")
+            if "request_id" not in cols:
+                self.db.execute("ALTER TABLE jobs ADD COLUMN request_id TEXT")
+        self.db.execute(_REQUEST_INDEX)
+        if version != str(SCHEMA):
             self._set_meta("schema", str(SCHEMA))
-        elif int(version) > SCHEMA:
-            raise JournalError(f"{path} was written by a newer colocate (schema {version} > {SCHEMA})")
 
     # ---- meta ----------------------------------------------------------------------------------
     def _meta(self, key: str) -> str | None:
@@ -114,6 +185,17 @@ class Journal:
         self.db.execute("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                         (key, value))
 
+    def cluster_id(self) -> str:
+        """This state file's cluster id: minted (random, 16 hex digits) and committed when first asked for,
+        the same ever after. Nodes scope placement ids by it, so a new state file's ids are never an old one's."""
+        cid = self._meta("cluster_id")
+        if cid is None:
+            import secrets
+
+            cid = secrets.token_hex(8)
+            self._set_meta("cluster_id", cid)
+        return cid
+
     def next_epoch(self) -> int:
         """This incarnation's number (committed)."""
         epoch = int(self._meta("epoch") or 0) + 1
@@ -123,14 +205,31 @@ class Journal:
     # ---- writes (each a committed transaction) ---------------------------------------------------
     @contextmanager
     def transaction(self):
-        """Group writes; committed (durably) on exit, rolled back on an exception."""
-        self.db.execute("BEGIN IMMEDIATE")
+        """Group writes; committed (durably) on exit, rolled back on an exception. A write SQLite
+        refuses (``sqlite3.OperationalError``: disk full, read-only, I/O error) raises
+        ``JournalUnavailable`` (the transaction rolled back)."""
         try:
-            yield self
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:  # SQLite has already rolled back after some errors (disk full)
+                    self.db.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as exc:
+            raise JournalUnavailable(str(exc)) from exc
+
+    def writable(self) -> bool:
+        """Whether a transaction that grows the file commits now (it writes ``PROBE_BYTES`` and takes
+        them back in the same transaction)."""
+        try:
+            with self.transaction():
+                self.db.execute("INSERT INTO meta(key, value) VALUES('probe', zeroblob(?))", (PROBE_BYTES,))
+                self.db.execute("DELETE FROM meta WHERE key = 'probe'")
+        except JournalUnavailable:
+            return False
+        return True
 
     def new_job_id(self) -> str:
         """The next job id (``1``, ``2``, ...), reserved inside the caller's transaction."""
@@ -138,10 +237,12 @@ class Journal:
         self._set_meta("next_job", str(n + 1))
         return str(n)
 
-    def insert_job(self, spec: JobSpec, request_json: str, now: float) -> None:
+    def insert_job(self, spec: JobSpec, request_json: str, now: float, request_id: str = "") -> None:
+        """A new pending job; ``request_id`` (non-empty) must be new for ``spec.user``."""
         seq = self.db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
-        self.db.execute("INSERT INTO jobs(job_id, seq, spec, request, state, submitted_at) VALUES(?, ?, ?, ?, ?, ?)",
-                        (spec.job_id, seq, spec_to_json(spec), request_json, "pending", now))
+        self.db.execute("INSERT INTO jobs(job_id, seq, spec, request, state, submitted_at, submitter, request_id) "
+                        "VALUES(?, ?, ?, ?, ?, ?, ?, ?)", (spec.job_id, seq, spec_to_json(spec), request_json,
+                                                        "pending", now, spec.user, request_id or None))
 
     def set_state(self, job_id: str, state: str, reason: str, now: float) -> None:
         sets = ["state = ?", "reason = ?"]
@@ -188,6 +289,12 @@ class Journal:
         row = cur.fetchone()
         return dict(zip([c[0] for c in cur.description], row)) if row else None
 
+    def job_of_request(self, user: str, request_id: str) -> str | None:
+        """The id of the job ``user`` submitted with ``request_id``, or None."""
+        row = self.db.execute("SELECT job_id FROM jobs WHERE submitter = ? AND request_id = ?",
+                              (user, request_id)).fetchone()
+        return row[0] if row else None
+
     def jobs(self, active_only: bool, offset: int, limit: int) -> tuple[list[dict], int]:
         where = "WHERE state IN ('pending', 'placing', 'running')" if active_only else ""
         total = self.db.execute(f"SELECT COUNT(*) FROM jobs {where}").fetchone()[0]
@@ -203,4 +310,10 @@ class Journal:
                 self.db.execute("SELECT placement_id, job_id, nodes, reason FROM stopping")]
 
     def close(self) -> None:
-        self.db.close()
+        """Close the file and give up its lock (idempotent)."""
+        if self.db is not None:
+            self.db.close()
+            self.db = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the last descriptor releases the flock
+            self._lock_fd = None

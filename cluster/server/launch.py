@@ -5,7 +5,9 @@ Workers keep the core's ranks. On each node, local ranks follow the order of glo
 ``MASTER_ADDR`` is the host that node registered with. ``MASTER_PORT`` comes from ``PortPool``: a
 port of ``[base, base + size)`` not held by another live placement on that host, chosen from the
 placement id's hash so that a retried start (a new placement id) tries another port when the last
-one was taken by something else (the node refuses a start whose port is bound).
+one was taken by something else (the node refuses a start whose port is bound). The service takes
+the port before it commits the placement, and gives it back if the commit fails; ``take`` returns
+None when every port of the host is held (the start waits for one; nothing is raised).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ class PortPool:
         self.base, self.size = base, size
         self.held: dict[str, tuple[str, int]] = {}  # placement id -> (host, port)
 
-    def take(self, placement_id: str, host: str) -> int:
+    def take(self, placement_id: str, host: str) -> int | None:
+        """The placement's port on ``host`` (the same one again for a held id), or None if none is free."""
         if placement_id in self.held:
             return self.held[placement_id][1]
         used = {p for h, p in self.held.values() if h == host}
@@ -31,19 +34,25 @@ class PortPool:
             if port not in used:
                 self.held[placement_id] = (host, port)
                 return port
-        raise RuntimeError(f"no free rendezvous port left on {host} in {self.base}..{self.base + self.size - 1}")
+        return None
 
     def release(self, placement_id: str) -> None:
         self.held.pop(placement_id, None)
 
 
+def master_host(placement: Placement, hosts: dict[str, str]) -> str:
+    """The host of rank 0's node (``MASTER_ADDR``)."""
+    first = min(placement.slots, key=lambda s: s.rank).node_id
+    return hosts.get(first, "127.0.0.1")
+
+
 def start_messages(spec: JobSpec, placement: Placement, request: P.JobRequest, hosts: dict[str, str],
-                   ports: PortPool) -> dict[str, P.StartPlacement]:
-    """node id -> the StartPlacement that node gets. ``hosts`` maps node ids to their host."""
+                   port: int) -> dict[str, P.StartPlacement]:
+    """node id -> the StartPlacement that node gets. ``hosts`` maps node ids to their host; ``port`` is
+    the placement's ``MASTER_PORT`` (from ``PortPool.take``)."""
     slots = sorted(placement.slots, key=lambda s: s.rank)
     order = list(dict.fromkeys(s.node_id for s in slots))
-    master = hosts.get(order[0], "127.0.0.1")
-    port = ports.take(placement.placement_id, master)
+    master = master_host(placement, hosts)
     out = {}
     for group, node_id in enumerate(order):
         mine = [s for s in slots if s.node_id == node_id]

@@ -13,6 +13,8 @@
 | colocate_scheduler_bad_messages_total | code | errors replied (malformed, version, unknown_node, ...) |
 | colocate_scheduler_decision_latency_seconds | | summary: a message in -> its decisions journaled and sent |
 | colocate_scheduler_decision_latency_quantile_seconds | quantile | p50, p99 over the last 5000 |
+| colocate_scheduler_journal_writable | | 1 while the journal takes writes; 0 while submits and cancels are refused |
+| colocate_scheduler_faults_total | cause | policy core rebuilt from the journal: core (an exception), journal (a write failed) |
 """
 
 from __future__ import annotations
@@ -67,7 +69,12 @@ class SchedulerCollector:
             summ = SummaryMetricFamily("colocate_scheduler_decision_latency_seconds",
                                        "A message in to its decisions journaled and sent",
                                        count_value=svc.latency_count, sum_value=svc.latency_sum)
-        yield from [queue, jobs, gpus, count, up, decisions, pre, msgs, bad, summ]
+            writable = GaugeMetricFamily("colocate_scheduler_journal_writable", "1 while the journal takes writes")
+            writable.add_metric([], 0.0 if svc.unavailable is not None else 1.0)
+            faults = CounterMetricFamily("colocate_scheduler_faults", "Core rebuilds by cause", labels=["cause"])
+            for c in ("core", "journal"):
+                faults.add_metric([c], svc.faults.get(c, 0))
+        yield from [queue, jobs, gpus, count, up, decisions, pre, msgs, bad, summ, writable, faults]
         if lat:
             q = GaugeMetricFamily("colocate_scheduler_decision_latency_quantile_seconds",
                                   "Decision latency quantiles over the last 5000 decisions", labels=["quantile"])

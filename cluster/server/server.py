@@ -2,11 +2,17 @@
 
 Every frame is decoded by ``colocate.protocol``; anything malformed, of another version, of an
 unknown type, or a message only the scheduler sends, is answered with ``Error`` and logged (at most
-``MAX_BAD_LOGS_PER_S`` lines a second), and the daemon carries on. With CURVE (``keys``), a peer
-whose public key is not admitted never gets past the handshake: nothing of it reaches this loop;
-every message that does reaches the service with its peer's identity (the ZAP user id, the name of
-its key: ``node-gpu7``, ``user-alice``, ``operator-bob``). Without keys (``--insecure``, loopback
-only) there is no identity (None). Peers refused at the handshake are logged by ``HandshakeWatch``.
+``MAX_BAD_LOGS_PER_S`` lines a second), and the daemon carries on. A frame over
+``P.MAX_MESSAGE_BYTES`` is refused by the socket itself (``ZMQ_MAXMSGSIZE``: libzmq drops the
+connection when it reads the frame's header), so it never takes the scheduler's memory. With CURVE
+(``keys``), a peer whose public key is not admitted never gets past the handshake: nothing of it
+reaches this loop; every message that does reaches the service with its peer's identity (the ZAP
+user id, the name of its key: ``node-gpu7``, ``user-alice``, ``operator-bob``). Without keys
+(``--insecure``, loopback only) there is no identity (None). Peers refused at the handshake are
+logged by ``HandshakeWatch``.
+
+The service never raises but for ``CoreBroken`` (its core failed and cannot be rebuilt from the
+journal): the loop then stops and ``exit_code`` is 1, for a supervisor to start it again.
 
 The loop: poll the socket until the next tick (``TICK_S``), handle every waiting frame, then tick
 the service (liveness, the core's Tick). The service is called under ``lock`` so the metrics thread
@@ -25,7 +31,7 @@ from colocate import keys as K
 from colocate import protocol as P
 from colocate.daemon import LogLimit
 from cluster.server.handshakes import HandshakeWatch
-from cluster.server.service import SchedulerService
+from cluster.server.service import CoreBroken, SchedulerService
 
 log = logging.getLogger("colocate.scheduler")
 
@@ -40,6 +46,7 @@ class SchedulerServer:
         self.bind = bind
         self.clock = clock
         self.lock = threading.Lock()
+        self.exit_code = 0
         self._stop = threading.Event()
         self._bad_logs = LogLimit(MAX_BAD_LOGS_PER_S)
         self.ctx = zmq.Context()
@@ -48,6 +55,7 @@ class SchedulerServer:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting node may reuse its identity
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a gone peer raises, it is not dropped silently
+        self.sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)  # a bigger frame drops its sender, unread
         self.handshakes = None
         if keys_dir:
             K.serve(self.sock, keys_dir)
@@ -70,20 +78,26 @@ class SchedulerServer:
         log.info("scheduler epoch %d listening on %s%s", self.service.epoch, self.bind,
                  " (CURVE)" if self.auth else "")
         try:
-            while not self._stop.is_set():
-                timeout = max(0.0, next_tick - time.monotonic())
-                ready = dict(poller.poll(timeout=int(timeout * 1000) + 1))
-                if self.sock in ready:
-                    self._drain()
-                if self.handshakes is not None and self.handshakes.monitor in ready:
-                    self.handshakes.drain()
-                if time.monotonic() >= next_tick:
-                    with self.lock:
-                        out = self.service.tick(self.clock())
-                    self._send(out)
-                    next_tick = time.monotonic() + TICK_S
+            self._loop(poller, next_tick)
+        except CoreBroken as exc:
+            log.critical("%s: stopping (exit 1) for a supervisor to start it again", exc)
+            self.exit_code = 1
         finally:
             self.close()
+
+    def _loop(self, poller, next_tick: float) -> None:
+        while not self._stop.is_set():
+            timeout = max(0.0, next_tick - time.monotonic())
+            ready = dict(poller.poll(timeout=int(timeout * 1000) + 1))
+            if self.sock in ready:
+                self._drain()
+            if self.handshakes is not None and self.handshakes.monitor in ready:
+                self.handshakes.drain()
+            if time.monotonic() >= next_tick:
+                with self.lock:
+                    out = self.service.tick(self.clock())
+                self._send(out)
+                next_tick = time.monotonic() + TICK_S
 
     def close(self) -> None:
         if self.handshakes is not None:
@@ -113,12 +127,7 @@ class SchedulerServer:
                 continue
             t0 = time.perf_counter()
             with self.lock:
-                try:
-                    out = self.service.on_message(ident, msg, self.clock(), peer=peer)
-                except Exception:  # a bug must not take the scheduler down; the peer hears of it
-                    log.exception("handling %s failed", msg.TYPE)
-                    out = [(ident, P.Error(code=P.INVALID, message=f"the scheduler could not handle {msg.TYPE}",
-                                           job_id=None))]
+                out = self.service.on_message(ident, msg, self.clock(), peer=peer)
             self._send(out)
             if len(out) > 1 or (out and not isinstance(out[0][1], (P.NodeHeartbeat, P.Error))):
                 self._latency(time.perf_counter() - t0)
@@ -142,7 +151,13 @@ class SchedulerServer:
     def _send(self, out) -> None:
         for ident, msg in out:
             try:
-                self.sock.send_multipart([ident, P.encode(msg)], zmq.NOBLOCK)
+                data = P.encode(msg)
+            except P.ProtocolError as exc:  # a reply over the size limit: the peer hears why, in one line
+                log.warning("could not send %s: %s", msg.TYPE, exc)
+                data = P.encode(P.Error(code=exc.code, message=f"the reply ({msg.TYPE}) is too large: {exc}",
+                                        job_id=None))
+            try:
+                self.sock.send_multipart([ident, data], zmq.NOBLOCK)
             except zmq.ZMQError as exc:  # the peer is gone (ROUTER_MANDATORY) or its queue is full
                 log.warning("could not send %s: %s", msg.TYPE, exc)
 

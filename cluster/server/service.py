@@ -3,12 +3,27 @@
 ``SchedulerService.on_message(ident, msg, now) -> [(ident, msg), ...]`` and ``tick(now)`` are the
 whole interface; the ZeroMQ edge (``cluster.server.server``) decodes frames, calls them, and sends
 what they return. ``now`` is the scheduler's wall clock (seconds since the epoch): the same clock
-for the core, the journal and the views, so times survive a restart.
+for the core, the journal and the views, so times survive a restart. Neither raises, except
+``CoreBroken`` (the process must exit non-zero: a supervisor restarts it on the same journal).
 
 Rules it keeps:
   * write-ahead: the core's decisions are committed to the journal (states, placements, stopping
     placements) before any message they cause is returned for sending; a submit is committed
-    before it is acknowledged, and a rejected submit leaves no row;
+    before it is acknowledged, and a rejected submit leaves no row. Side resources (rendezvous
+    ports) are taken before the commit and given back if it fails; a placement with no free port
+    is committed and waits for one (retried every tick), it is never an error after the commit;
+  * idempotent submit: a ``Submit`` with a ``request_id`` the same user already used is answered
+    with that job's id and creates nothing (a client retries a timed-out submit with the same id);
+  * the core never runs ahead of the journal. A journal write that fails (disk full, read-only,
+    I/O error) is logged once; the core is rebuilt from the journal (``restore``, then the
+    connected nodes join again); until a probe (every ``PROBE_S``) finds the file writable,
+    submits and cancels get ``Error(unavailable)`` (nothing done), node heartbeats and hellos are
+    answered, and the nodes' other messages are kept (at most ``MAX_DEFERRED``) and replayed, in
+    order, once the journal is back; a node lost meanwhile is lost to the core on resuming;
+  * an exception inside the policy core (a plugin that raises) or anywhere in handling a message
+    discards the core: it is rebuilt from the journal the same way (logged once per distinct
+    failure), the event is applied again without a scheduling cycle, and the sender of what could
+    not be applied gets ``Error(unavailable)``. A rebuild that fails raises ``CoreBroken``;
   * a node is known by the connection that said ``NodeHello``; a node message from any other
     connection gets ``Error(unknown_node)`` (the node says hello again) or ``forbidden`` (it
     speaks for another node); a message of an older node epoch is dropped;
@@ -16,9 +31,16 @@ Rules it keeps:
     may do (register as which node, submit as which user, cancel which jobs) is
     ``cluster.server.identity``; a refused hello gets ``Error(forbidden)``, logged once;
   * logs are relayed from the nodes that hold them (``cluster.server.logs``): no path is opened;
-  * a node silent for ``heartbeat_s * liveness`` is lost (``NodeLost`` to the core);
-  * after a restart (``restore``), placements that were being stopped are stopped again as their
-    nodes come back, and running workers are re-adopted from the nodes' reports.
+  * a node silent for ``heartbeat_s * liveness`` is down: ``NodeLost`` to the core, whose placements there
+    are lost only ``replace_after_s(lease_s)`` after the node was last heard (its workers' launchers have
+    stopped them by then: fencing, ``docs/node-placements.md``), unless it comes back before;
+  * a node that says hello joins the core with its first ``NodeStatus`` (one batch: ``NodeJoined`` then the
+    report), so it is reconciled (orphans stopped, lost placements requeued) before it is given new work;
+  * ``NodeWelcome`` and ``StartPlacement`` carry the journal's cluster id (nodes scope placement ids by it)
+    and the lease;
+  * after a restart or a rebuild, placements that were being stopped are stopped again as their
+    nodes come back (or at once on connected nodes), and running workers are re-adopted from the
+    nodes' next reports.
 """
 
 from __future__ import annotations
@@ -29,12 +51,13 @@ import logging
 from collections import Counter, deque
 
 from colocate import protocol as P
-from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LIVENESS
+from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS, replace_after_s
 from cluster import events as ev
 from cluster.core import SchedulerCore
+from cluster.server.faults import MAX_DEFERRED, CoreBroken, Faults, _Refused
 from cluster.server.identity import ANONYMOUS, Gate, peer_of
-from cluster.server.journal import Journal
-from cluster.server.launch import PortPool, start_messages
+from cluster.server.journal import Journal, JournalUnavailable
+from cluster.server.launch import PortPool, master_host, start_messages
 from cluster.server.logs import LogRelay
 from cluster.server.views import QueueView, job_view, node_views
 from cluster.spec import JobSpec, NodeSpec, SpecError
@@ -46,42 +69,50 @@ CLIENT_MESSAGES = P.CLIENT_TO_SCHEDULER
 LATENCY_WINDOW = 5000
 
 
-class SchedulerService:
+class SchedulerService(Faults):
     def __init__(self, core: SchedulerCore, journal: Journal, epoch: int, heartbeat_s: float = NODE_HEARTBEAT_S,
-                 liveness: int = NODE_LIVENESS):
+                 liveness: int = NODE_LIVENESS, lease_s: float = NODE_LEASE_S):
         self.core, self.journal, self.epoch = core, journal, epoch
-        self.heartbeat_s, self.liveness = heartbeat_s, liveness
+        self.heartbeat_s, self.liveness, self.lease_s = heartbeat_s, liveness, lease_s
+        self.cluster_id = journal.cluster_id()
+        self.joining: dict[str, ev.NodeJoined] = {}  # node id -> its join, made with its first NodeStatus
         self.nodes: dict[str, bytes] = {}  # node id -> identity of its connection
         self.idents: dict[bytes, str] = {}  # identity -> node id
         self.hosts: dict[str, str] = {}  # node id -> host (MASTER_ADDR)
         self.epochs: dict[str, int] = {}  # node id -> its current epoch
+        self.specs: dict[str, NodeSpec] = {}  # node id -> what its hello said (a rebuilt core hears it again)
         self.heard: dict[str, float] = {}  # node id -> last message (scheduler clock)
         self.ports = PortPool()
+        self.portless: dict[str, ev.StartWorkers] = {}  # committed placements waiting for a rendezvous port
         self.restop: dict[str, list[tuple[str, str, str]]] = {}  # node -> [(pid, job, reason)] after restore
+        self.unavailable: str | None = None  # why the journal cannot be written; None while it can
+        self.deferred: deque[tuple[str, P.Message]] = deque(maxlen=MAX_DEFERRED)  # node messages to replay
+        self.lost_meanwhile: dict[str, tuple[str, float]] = {}  # node id -> (why, when its placements may be lost)
+        # for nodes lost while the journal was down
+        self._next_probe = 0.0
+        self._outbox: list[tuple[bytes, P.Message]] = []  # messages of a rebuild, sent before the reply
+        self._failures_logged: set[tuple[str, str]] = set()
         self.counts: Counter = Counter()  # messages received by type
         self.bad: Counter = Counter()  # errors replied by code
         self.decided: Counter = Counter()  # decisions by type
+        self.faults: Counter = Counter()  # core rebuilds by cause: "core" (an exception), "journal" (a write failed)
         self.latency: deque[float] = deque(maxlen=LATENCY_WINDOW)  # seconds, event in -> messages out
         self.latency_count, self.latency_sum = 0, 0.0
         self.gate, self.peer = Gate(), ANONYMOUS  # peer: the identity of the message being handled
         self.log_relay = LogRelay()
+        node = self._node_message
         self._handlers = {
-            P.NodeHello: self._hello, P.NodeHeartbeat: self._heartbeat, P.NodeStatus: self._status,
-            P.WorkerStarted: self._worker_started, P.WorkerExited: self._worker_exited,
-            P.StartRefused: self._refused, P.Submit: self._submit, P.JobsRequest: self._jobs,
-            P.NodesRequest: self._nodes, P.Cancel: self._cancel, P.LogsRequest: self._logs,
+            P.NodeHello: self._hello, P.NodeHeartbeat: self._heartbeat, P.NodeStatus: node,
+            P.WorkerStarted: node, P.WorkerExited: node, P.StartRefused: node, P.Submit: self._submit,
+            P.JobsRequest: self._jobs, P.NodesRequest: self._nodes, P.Cancel: self._cancel, P.LogsRequest: self._logs,
             P.LogTail: self._log_tail,
         }
 
     # ------------------------------------------------------------------ start-up
     def restore(self, now: float) -> None:
-        """Rebuild the core from the journal (call once, on a fresh core)."""
+        """Rebuild the core from the journal (call once, before any message)."""
+        self._commit(self._rebuild(now), now)
         records = self.journal.records()
-        out = self.core.restore(records, now)
-        for pid, job_id, nodes, reason in self.journal.stopping():
-            for n in nodes:
-                self.restop.setdefault(n, []).append((pid, job_id, reason))
-        self._commit(out, now)
         active = sum(1 for r in records if r.state not in ev.TERMINAL)
         log.info("restored %d jobs (%d active) from %s", len(records), active, self.journal.path)
 
@@ -94,18 +125,47 @@ class SchedulerService:
         self.counts[msg.TYPE] += 1
         if handler is None:
             return [self._error(ident, P.FORBIDDEN, f"{msg.TYPE} is not accepted by the scheduler")]
-        return handler(ident, msg, now)
+        try:
+            out = handler(ident, msg, now)
+        except _Refused as r:
+            out = [self._error(ident, r.code, str(r))]
+        except CoreBroken:
+            raise
+        except JournalUnavailable as exc:  # a write no handler expected to fail
+            self._journal_failed(exc, now)
+            out = [] if isinstance(msg, NODE_MESSAGES) else [self._error(ident, P.UNAVAILABLE, str(
+                self._unwritable("it may not have been done")))]
+        except Exception as exc:  # a bug in handling it: memory may be half-updated, the journal is not
+            self._failed(exc, msg.TYPE, now)
+            out = [] if isinstance(msg, NODE_MESSAGES) else [self._error(
+                ident, P.UNAVAILABLE, f"the scheduler failed on {msg.TYPE} and was rebuilt from its journal: "
+                "nothing was done; try again")]
+        return self._take_outbox() + out
 
     def tick(self, now: float) -> list[tuple[bytes, P.Message]]:
         events: list = []
         limit = self.heartbeat_s * self.liveness
         for node_id, t in list(self.heard.items()):
             if now - t > limit:
-                log.warning("node %s missed %d heartbeats (silent %.1f s): down", node_id, self.liveness, now - t)
-                self._forget(node_id)
-                events.append(ev.NodeLost(node_id, f"silent for {now - t:.1f} s"))
+                events.append(self._silent(node_id, t, now))
+        if self.unavailable is not None:  # the core waits; the nodes lost meanwhile are lost to it on resuming
+            self.lost_meanwhile.update((e.node_id, (e.reason, now + e.hold_s)) for e in events)
+            out = self._resume(now) if now >= self._next_probe else []
+            return self._take_outbox() + out + self.log_relay.expire(now)
         events.append(ev.Tick())
-        return self._decide(events, now) + self.log_relay.expire(now)
+        try:
+            out = self._decide(events, now) + self._retry_ports()
+        except JournalUnavailable as exc:
+            self._journal_failed(exc, now)
+            out = []
+        except _Refused:
+            out = []
+        except CoreBroken:
+            raise
+        except Exception as exc:
+            self._failed(exc, "tick", now)
+            out = []
+        return self._take_outbox() + out + self.log_relay.expire(now)
 
     # ------------------------------------------------------------------ nodes
     def _node_of(self, ident: bytes, msg, now: float):
@@ -135,11 +195,12 @@ class SchedulerService:
             self.idents.pop(old, None)
         self.nodes[m.node_id], self.idents[ident] = ident, m.node_id
         self.hosts[m.node_id], self.epochs[m.node_id] = m.host or "127.0.0.1", m.epoch
+        self.specs[m.node_id] = spec
         self.heard[m.node_id] = now
         log.info("node %s (epoch %d, %s) joined: %d GPU(s) %s", m.node_id, m.epoch, m.host, spec.gpus, spec.gpu_model)
         welcome = (ident, P.NodeWelcome(node_id=m.node_id, scheduler_epoch=self.epoch, heartbeat_s=self.heartbeat_s,
-                                        liveness=self.liveness))
-        out = [welcome] + self._decide([ev.NodeJoined(spec, m.epoch)], now)
+                                        liveness=self.liveness, cluster_id=self.cluster_id, lease_s=self.lease_s))
+        out = [welcome] + self._join_later(ev.NodeJoined(spec, m.epoch))
         for pid, job_id, reason in self.restop.pop(m.node_id, []):
             out.append((ident, P.StopPlacement(placement_id=pid, job_id=job_id, reason=reason)))
         return out
@@ -150,43 +211,64 @@ class SchedulerService:
             return err
         return [(ident, P.NodeHeartbeat(node_id=node_id, epoch=self.epoch))]
 
-    def _status(self, ident: bytes, m: P.NodeStatus, now: float):
+    def _node_message(self, ident: bytes, m, now: float):
+        """NodeStatus, WorkerStarted, WorkerExited, StartRefused: applied now, or kept for later
+        while the journal cannot be written."""
         node_id, err = self._node_of(ident, m, now)
         if node_id is None:
             return err
-        report = ev.NodeReport(node_id, m.epoch, tuple(ev.GpuReport(g.index, g.utilization, g.mem_used) for g in m.gpus),
-                               tuple(ev.WorkerReport(w.job_id, w.placement_id, w.rank, w.running, w.exit_code)
-                                     for w in m.workers))
-        return self._decide([report], now)
+        if self.unavailable is not None:
+            self._defer(node_id, m)
+            return []
+        try:
+            return self._apply(node_id, m, now)
+        except JournalUnavailable as exc:
+            self._journal_failed(exc, now)
+            self._defer(node_id, m)
+        except _Refused:
+            pass  # logged by _failed; the node's next report tells the core again
+        return []
 
-    def _worker_started(self, ident: bytes, m: P.WorkerStarted, now: float):
-        node_id, err = self._node_of(ident, m, now)
-        if node_id is None:
-            return err
-        with self.journal.transaction():
-            self.journal.add_log(m.job_id, m.rank, m.placement_id, node_id, m.log_path, now)
-        return self._decide([ev.WorkerStarted(m.job_id, m.placement_id, m.rank)], now)
-
-    def _worker_exited(self, ident: bytes, m: P.WorkerExited, now: float):
-        node_id, err = self._node_of(ident, m, now)
-        if node_id is None:
-            return err
-        job = self.core.job(m.job_id)
-        # the job's exit code is its cause: the first worker to end the placement's run (a failing rank, or the
-        # last of a successful gang); the ranks we stop because of it (143) come after, when it is over
-        if job is not None and job.placement_id == m.placement_id and job.state in (ev.PLACING, ev.RUNNING):
+    def _apply(self, node_id: str, m, now: float) -> list[tuple[bytes, P.Message]]:
+        if isinstance(m, P.NodeStatus):
+            event = ev.NodeReport(node_id, m.epoch, tuple(ev.GpuReport(g.index, g.utilization, g.mem_used)
+                                                          for g in m.gpus),
+                                  tuple(ev.WorkerReport(w.job_id, w.placement_id, w.rank, w.running, w.exit_code,
+                                                        w.fenced) for w in m.workers))
+        elif isinstance(m, P.WorkerStarted):
             with self.journal.transaction():
-                row = self.journal.job(m.job_id)
-                if row is not None and (m.exit_code != 0 or row["exit_code"] is None):
-                    self.journal.set_exit_code(m.job_id, m.exit_code)
-        return self._decide([ev.WorkerExited(m.job_id, m.placement_id, m.rank, m.exit_code)], now)
+                self.journal.add_log(m.job_id, m.rank, m.placement_id, node_id, m.log_path, now)
+            event = ev.WorkerStarted(m.job_id, m.placement_id, m.rank)
+        elif isinstance(m, P.WorkerExited):
+            job = self.core.job(m.job_id)
+            # the job's exit code is its cause: the first worker to end the placement's run (a failing rank, or the
+            # last of a successful gang); the ranks we stop because of it (143) come after, when it is over
+            if job is not None and job.placement_id == m.placement_id and job.state in (ev.PLACING, ev.RUNNING):
+                with self.journal.transaction():
+                    row = self.journal.job(m.job_id)
+                    if row is not None and (m.exit_code != 0 or row["exit_code"] is None):
+                        self.journal.set_exit_code(m.job_id, m.exit_code)
+            event = ev.WorkerExited(m.job_id, m.placement_id, m.rank, m.exit_code, m.fenced)
+        else:
+            log.warning("node %s refused placement %s (%s): %s", node_id, m.placement_id, m.code, m.reason)
+            event = ev.StartRefused(m.job_id, m.placement_id, node_id, m.reason, m.code == P.REFUSED_STALE)
+        joined = self.joining.pop(node_id, None) if isinstance(m, P.NodeStatus) else None
+        return self._decide(([joined] if joined else []) + [event], now)
 
-    def _refused(self, ident: bytes, m: P.StartRefused, now: float):
-        node_id, err = self._node_of(ident, m, now)
-        if node_id is None:
-            return err
-        log.warning("node %s refused placement %s: %s", node_id, m.placement_id, m.reason)
-        return self._decide([ev.StartRefused(m.job_id, m.placement_id, node_id, m.reason)], now)
+    def _silent(self, node_id: str, heard: float, now: float) -> ev.NodeLost:
+        """Node ``node_id``, last heard at ``heard``, is down; its placements are lost once its lease and the
+        stop grace have run out (``replace_after_s``), unless it comes back before."""
+        hold = max(0.0, heard + replace_after_s(self.lease_s) - now)
+        log.warning("node %s missed %d heartbeats (silent %.1f s): down; its placements are lost in %.1f s unless it "
+                    "returns", node_id, self.liveness, now - heard, hold)
+        self._forget(node_id)
+        self.joining.pop(node_id, None)
+        return ev.NodeLost(node_id, f"silent for {now - heard:.1f} s", hold)
+
+    def _join_later(self, joined: ev.NodeJoined) -> list:
+        """A node joins the core with its first report (``_status``): reconciled before any new work."""
+        self.joining[joined.spec.node_id] = joined
+        return []
 
     def _forget(self, node_id: str) -> None:
         ident = self.nodes.pop(node_id, None)
@@ -206,16 +288,34 @@ class SchedulerService:
                            estimate_s=req.estimate_s)
         except SpecError as exc:
             return [self._error(ident, P.INVALID, str(exc).replace("?: ", ""))]
+        if m.request_id:
+            known = self.journal.job_of_request(spec.user, m.request_id)
+            if known is not None:  # a retry of a submit that was committed: the same job
+                log.info("job %s: submit repeated (request %s)", known, m.request_id)
+                return [(ident, P.Submitted(job_id=known))]
+        self._check_writable("nothing was submitted")
         why = self.core.validate(spec)  # duplicate id, unknown queue, a request no known node could take
         if why:
             return [self._error(ident, P.INVALID, why)]
-        with self.journal.transaction():
-            job_id = self.journal.new_job_id()
-            spec = dataclasses.replace(spec, job_id=job_id)
-            self.journal.insert_job(spec, json.dumps(P.to_wire(P.Submit(request=req))["request"]), now)
+        try:
+            with self.journal.transaction():
+                job_id = self.journal.new_job_id()
+                spec = dataclasses.replace(spec, job_id=job_id)
+                self.journal.insert_job(spec, json.dumps(P.to_wire(P.Submit(request=req))["request"]), now,
+                                        m.request_id)
+        except JournalUnavailable as exc:
+            self._journal_failed(exc, now)
+            raise self._unwritable("nothing was submitted") from None
         log.info("job %s submitted: %d x %d GPU(s), %s, queue %s", job_id, spec.workers, spec.gpus, spec.priority,
                  spec.queue)
-        return [(ident, P.Submitted(job_id=job_id))] + self._decide([ev.JobSubmitted(spec)], now)
+        ack = [(ident, P.Submitted(job_id=job_id))]
+        try:  # the job is journaled: acknowledged whatever happens to this cycle (a rebuilt core restores it)
+            return ack + self._decide([ev.JobSubmitted(spec)], now)
+        except JournalUnavailable as exc:
+            self._journal_failed(exc, now)
+        except _Refused:
+            pass
+        return ack
 
     def _jobs(self, ident: bytes, m: P.JobsRequest, now: float):
         if m.job_id is not None:
@@ -241,7 +341,12 @@ class SchedulerService:
             return [self._error(ident, P.FORBIDDEN, why)]
         if job.state in ev.TERMINAL:
             return [self._error(ident, P.INVALID, f"job {m.job_id} already {job.state}")]
-        out = self._decide([ev.JobCancelled(m.job_id)], now)
+        self._check_writable("nothing was cancelled")
+        try:
+            out = self._decide([ev.JobCancelled(m.job_id)], now)
+        except JournalUnavailable as exc:
+            self._journal_failed(exc, now)
+            raise self._unwritable("nothing was cancelled") from None
         return [(ident, P.Ok(message=f"job {m.job_id} cancelled"))] + out
 
     def _logs(self, ident: bytes, m: P.LogsRequest, now: float):
@@ -268,59 +373,105 @@ class SchedulerService:
 
     # ------------------------------------------------------------------ decisions
     def _decide(self, events: list, now: float) -> list[tuple[bytes, P.Message]]:
-        decisions = self.core.handle_batch(events, now)
+        """The core's decisions on ``events``, committed, as messages. If the core raises, it is rebuilt
+        from the journal and the events applied again without a cycle; if that raises too, ``_Refused``."""
+        try:
+            decisions = self.core.handle_batch(events, now)
+        except Exception as exc:
+            what = ", ".join(dict.fromkeys(type(e).__name__ for e in events))
+            self._failed(exc, what, now)
+            try:
+                decisions = self.core.handle_batch(events, now, schedule=False)
+            except Exception as again:
+                self._failed(again, what, now)
+                raise _Refused(P.UNAVAILABLE, f"the scheduler's policy failed on this request "
+                               f"({type(again).__name__}) and was rebuilt from its journal: nothing was done") from None
         return self._commit(decisions, now)
 
     def _commit(self, decisions: list, now: float) -> list[tuple[bytes, P.Message]]:
-        """Journal the decisions (one transaction), then the messages they cause."""
-        if not decisions:
-            self._sync_stopping()
-            return []
-        with self.journal.transaction():
-            for d in decisions:
-                self.decided[type(d).__name__] += 1
-                if isinstance(d, ev.JobChanged):
-                    self.journal.set_state(d.job_id, d.state, d.reason, now)
-                elif isinstance(d, ev.StartWorkers):
-                    job = self.core.job(d.spec.job_id)
-                    self.journal.set_placement(d.spec.job_id, d.placement, job.attempt, job.failed_starts)
-            self._sync_stopping()
+        """Take the ports of new placements, journal the decisions (one transaction; on failure the
+        ports are given back and ``JournalUnavailable`` raised), then the messages they cause."""
+        starts = [d for d in decisions if isinstance(d, ev.StartWorkers)]
+        taken = {d.placement.placement_id: self.ports.take(d.placement.placement_id,
+                                                            master_host(d.placement, self.hosts)) for d in starts}
+        try:
+            drop, add = self._stopping_changes()
+            if decisions or drop or add:
+                with self.journal.transaction():
+                    for d in decisions:
+                        if isinstance(d, ev.JobChanged):
+                            self.journal.set_state(d.job_id, d.state, d.reason, now)
+                        elif isinstance(d, ev.StartWorkers):
+                            job = self.core.job(d.spec.job_id)
+                            self.journal.set_placement(d.spec.job_id, d.placement, job.attempt, job.failed_starts)
+                    for pid in drop:
+                        self.journal.drop_stopping(pid)
+                    for pid, job_id, nodes, reason in add:
+                        self.journal.add_stopping(pid, job_id, nodes, reason)
+        except JournalUnavailable:
+            for pid in taken:
+                self.ports.release(pid)
+            raise
         out = []
         for d in decisions:
+            self.decided[type(d).__name__] += 1
             if isinstance(d, ev.StartWorkers):
-                out += self._start(d)
+                pid = d.placement.placement_id
+                if taken[pid] is None:
+                    log.warning("placement %s waits for a free rendezvous port on %s", pid,
+                                master_host(d.placement, self.hosts))
+                    self.portless[pid] = d
+                else:
+                    out += self._start(d, taken[pid])
             elif isinstance(d, ev.StopWorkers):
-                self.ports.release(d.placement_id)
+                self._release(d.placement_id)
                 out += [(self.nodes[n], P.StopPlacement(placement_id=d.placement_id, job_id=d.job_id, reason=d.reason))
                         for n in d.nodes if n in self.nodes]
             elif isinstance(d, ev.Promote):
                 out += [(self.nodes[n], P.PromotePlacement(placement_id=d.placement_id, job_id=d.job_id))
                         for n in d.nodes if n in self.nodes]
             elif isinstance(d, ev.JobChanged) and d.state in ev.TERMINAL and d.placement_id:
-                self.ports.release(d.placement_id)
+                self._release(d.placement_id)
         return out
 
-    def _sync_stopping(self) -> None:
-        """The journal's stopping table follows the core's stopping placements (inside a transaction
-        when called from ``_commit``)."""
-        live = {pid: s for pid, s in self.core.stopping.items()}
+    def _stopping_changes(self):
+        """What the journal's stopping table lacks and holds beyond the core's stopping placements."""
+        live = self.core.stopping
         known = {pid for pid, *_ in self.journal.stopping()}
-        for pid in known - set(live):
-            self.journal.drop_stopping(pid)
-        for pid in set(live) - known:
-            s = live[pid]
-            self.journal.add_stopping(pid, s.job.job_id, s.placement.nodes(), s.reason)
+        add = [(pid, s.job.job_id, s.placement.nodes(), s.reason) for pid, s in live.items() if pid not in known]
+        return [pid for pid in known if pid not in live], add
 
-    def _start(self, d: ev.StartWorkers) -> list[tuple[bytes, P.Message]]:
+    def _release(self, placement_id: str) -> None:
+        self.ports.release(placement_id)
+        self.portless.pop(placement_id, None)
+
+    def _retry_ports(self) -> list[tuple[bytes, P.Message]]:
+        out = []
+        for pid, d in list(self.portless.items()):
+            if pid not in self.core.placing:  # stopped, requeued or failed meanwhile
+                del self.portless[pid]
+                continue
+            port = self.ports.take(pid, master_host(d.placement, self.hosts))
+            if port is not None:
+                del self.portless[pid]
+                out += self._start(d, port)
+        return out
+
+    def _start(self, d: ev.StartWorkers, port: int) -> list[tuple[bytes, P.Message]]:
         row = self.journal.job(d.spec.job_id)
-        request = P.from_wire({"v": P.PROTOCOL_VERSION, "t": "submit", "request": json.loads(row["request"])}).request
-        msgs = start_messages(d.spec, d.placement, request, self.hosts, self.ports)
+        request = P.from_wire({"v": P.PROTOCOL_VERSION, "t": "submit", "request": json.loads(row["request"]),
+                               "request_id": ""}).request
+        msgs = start_messages(d.spec, d.placement, request, self.hosts, port)
         out = []
         for node_id, msg in msgs.items():
             if node_id in self.nodes:
-                out.append((self.nodes[node_id], msg))
+                out.append((self.nodes[node_id], dataclasses.replace(msg, cluster_id=self.cluster_id)))
             else:  # the node went away between the cycle and now: its NodeLost will requeue the job
                 log.warning("placement %s: node %s is not connected", d.placement.placement_id, node_id)
+        return out
+
+    def _take_outbox(self) -> list[tuple[bytes, P.Message]]:
+        out, self._outbox = self._outbox, []
         return out
 
     def _error(self, ident: bytes, code: str, message: str) -> tuple[bytes, P.Message]:

@@ -66,6 +66,9 @@ def register(sub) -> None:
     p.add_argument("--exit-file", default=None, metavar="PATH",
                    help="write the exit code to PATH when the command ends (how `colocate node` learns the exit "
                         "code of a worker it re-adopted after a restart)")
+    p.add_argument("--lease-file", default=None, metavar="PATH",
+                   help="a node's lease file (`colocate node` sets it for the workers it places): when the lease "
+                        "lapses, the command's process group gets SIGTERM, then SIGKILL after the lease's grace")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command to run")
     p.set_defaults(func=main)
 
@@ -82,6 +85,7 @@ def main(args) -> int:
             command=tuple(command), device=resolve(args.device), gpus=tuple(args.gpus), gpu_mem=args.gpu_mem,
             sm_share=args.sm_share, priority=args.priority, on_cap=args.on_cap, stats_file=args.stats_file,
             job_id=args.job_id, node=args.node, sim_gpu_mem=args.sim_gpu_mem, log=args.log, exit_file=args.exit_file,
+            lease_file=args.lease_file,
         )
         return launch(spec)
     except (LaunchError, ValueError) as exc:

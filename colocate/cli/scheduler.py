@@ -17,13 +17,17 @@ examples:
 --config takes a policy preset (fifo, gang-binpack, multi-queue, backfill, antman, quota, ...)
 or a TOML file (see docs/scheduler.md). Nodes join with `colocate node --scheduler ENDPOINT`;
 users submit with `colocate submit`. Every job state change is committed to the state file
-before it is acted on: after a crash, start it again on the same file.
+before it is acted on: after a crash, start it again on the same file. One scheduler per state
+file: a second one exits at once, naming the holder of PATH.db.lock. When the state file cannot
+be written (disk full, read-only), it refuses submits and cancels with one line, keeps its nodes,
+and resumes by itself once it can write again.
 
 Peers authenticate with CURVE keys, and who they are comes from their key (`colocate keys --help`):
 without --keys the user's own folder ~/.config/colocate/keys ($XDG_CONFIG_HOME) is used, made on
 first start; local nodes and clients find it there. --insecure runs without keys (no identities:
 any local process may register as a node and cancel any job), on loopback only.
-Exit code: 0 after a clean stop (SIGTERM/SIGINT), 1 if it cannot start, 2 on bad options.
+Exit code: 0 after a clean stop (SIGTERM/SIGINT), 1 if it cannot start (or its policy failed
+and could not be rebuilt from the state file), 2 on bad options.
 """
 
 
@@ -37,7 +41,7 @@ def _state_path(text: str) -> str:
 
 
 def register(sub) -> None:
-    from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LIVENESS, SCHEDULER_ENDPOINT
+    from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS, SCHEDULER_ENDPOINT, replace_after_s
 
     p = sub.add_parser("scheduler", help="run the global scheduler (one per cluster)",
                        description="Place jobs on the nodes that join it: gang and bin-packing for guaranteed jobs, "
@@ -60,6 +64,10 @@ def register(sub) -> None:
     p.add_argument("--liveness", type=LIVENESS, default=NODE_LIVENESS, metavar="N",
                    help=f"missed heartbeats before a node is down (default {NODE_LIVENESS}: "
                         f"{NODE_HEARTBEAT_S * NODE_LIVENESS:g} s of silence)")
+    p.add_argument("--lease", type=seconds(0, 3600), default=NODE_LEASE_S, metavar="S",
+                   help=f"nodes' lease in seconds: a node's placed workers stop when it has not heard the scheduler "
+                        f"for this long, and a silent node's jobs are placed again {replace_after_s():g} s after it "
+                        f"was last heard (default {NODE_LEASE_S:g}; 0: no fencing, placed again at once)")
     p.add_argument("--seed", type=int, default=0, help="seed of the policy's random choices (default 0)")
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     p.set_defaults(func=main)
@@ -71,6 +79,7 @@ def main(args) -> int:
     opts = SchedulerOptions(bind=args.bind, state=args.state, config=args.config, keys=args.keys,
                             insecure=args.insecure,
                             metrics_port=args.metrics_port, heartbeat_s=args.heartbeat, liveness=args.liveness,
+                            lease_s=args.lease,
                             seed=args.seed, log_level=args.log_level)
     try:
         return run(opts)

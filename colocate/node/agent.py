@@ -24,8 +24,13 @@ Behaviour:
     (``WorkerStarted``, ``WorkerExited``, ``StartRefused``) are sent as they happen. Events produced
     while not welcomed, and those sent since the scheduler was last heard from when the link is
     dropped, are (re)sent after the next welcome: the scheduler may see one twice;
-  * a promoted placement's job becomes guaranteed in the node core: ``apply(Promote(job))``; a new
-    placement of a job forgets an old promotion (``Promote(job, on=False)``), and so does its end;
+  * promotion is the placement core's (``colocate.node.placements``): the worker manager's ``guarantee``
+    switch is wired to the node core here (``apply(Promote(job, on))``);
+  * fencing: ``NodeWelcome.lease_s`` > 0 makes each answered hello or heartbeat renew the lease file
+    (``colocate.lease``) until the time the node SENT it plus ``lease_s``; the placed workers' launchers stop
+    them when it lapses, and the worker manager is told (``fence``) so their exits are reported ``fenced``;
+  * ``NodeWelcome.cluster_id`` scopes placement ids: placements of another cluster are stopped, and events
+    of another cluster are never sent;
   * bad input never stops the node: an undecodable message is logged and answered with ``Error``
     (its code), a valid message the node does not take (a client request) with ``Error(forbidden)``,
     a ``NodeWelcome`` for another node id is logged and ignored;
@@ -44,6 +49,8 @@ import zmq
 
 from colocate import protocol as P
 from colocate.daemon import LogLimit
+from colocate.endpoints import FENCE_GRACE_S
+from colocate.lease import lease_clock, read_lease, write_lease
 from colocate.node import logs as node_logs
 from colocate.node.core import Promote
 from colocate.node.workers import WorkerManager
@@ -75,8 +82,16 @@ class SchedulerAgent:
         self.welcomed = False
         self.scheduler_epoch: int | None = None
         self.connects = self.welcomes = 0
-        self.pending: deque = deque(maxlen=MAX_PENDING)  # events to send after the next welcome
-        self._since_heard: list = []  # events sent since the scheduler was last heard from
+        self.pending: deque = deque(maxlen=MAX_PENDING)  # (cluster, event) to send after the next welcome
+        self._since_heard: list = []  # (cluster, event) sent since the scheduler was last heard from
+        self.cluster_id: str | None = None  # the welcoming scheduler's cluster
+        self.lease_s = 0.0
+        self.lease_file = workers.cfg.lease_file
+        lease = read_lease(self.lease_file) if self.lease_file else None
+        self.lease_until = lease[0] if lease else 0.0  # on lease_clock()
+        self._asks: deque = deque(maxlen=1000)  # lease_clock() when each unanswered hello/heartbeat was sent
+        self._lapsed: bool | None = None
+        workers.guarantee = lambda job_id, on: self.apply(Promote(job_id, on))
         self._reconnect_at = 0.0
         self._last_heard = self._last_beat = self._last_status = self._hello_at = 0.0
         self._dirty = True
@@ -87,10 +102,8 @@ class SchedulerAgent:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         """Recover the worker table (its events wait for the welcome) and connect."""
-        self.pending.extend(self.workers.recover())
-        for p in self.workers.placements():
-            if p.promoted and p.running:  # this node's core is new: tell it again
-                self.apply(Promote(p.job_id))
+        self._check_lease()  # first: a worker found dead while the lease had lapsed is reported fenced
+        self._queue(self.workers.recover())  # the node core is new: promotions are told again
         self._connect(self.clock())
 
     def close(self) -> None:
@@ -120,6 +133,7 @@ class SchedulerAgent:
         sock.setsockopt(zmq.SNDHWM, 10000)
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+        sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)  # a bigger frame drops the link, unread
         if self.keys_dir:
             from colocate import keys as K
 
@@ -127,12 +141,14 @@ class SchedulerAgent:
         sock.connect(self.endpoint)
         self.sock, self.connects = sock, self.connects + 1
         self._last_heard = now
+        self._asks.clear()
         self._hello()
 
     def _hello(self) -> None:
         self.welcomed, self._hello_at = False, self.clock()
         gpus = tuple(P.NodeGpu(index=g.index, model=(g.name or g.kind)[: P.MAX_ID_CHARS], mem_total=g.mem_total)
                      for g in self.gpus)
+        self._asks.append(lease_clock())
         self._send(P.NodeHello(node_id=self.node_id, epoch=self.epoch, host=self.host, gpus=gpus,
                                cpu_milli=(os.cpu_count() or 1) * 1000, mem_mib=psutil.virtual_memory().total >> 20))
         log.info("hello to the scheduler at %s as node %s (epoch %d)", self.endpoint, self.node_id, self.epoch)
@@ -151,6 +167,7 @@ class SchedulerAgent:
         now = self.clock()
         if self.sock is None and now >= self._reconnect_at:
             self._connect(now)
+        self._check_lease()
         self._queue(self.workers.poll(self.wall()))
         if self.sock is None:
             return
@@ -162,6 +179,7 @@ class SchedulerAgent:
                 self._hello()
             return
         if now - self._last_beat >= self.heartbeat_s:
+            self._asks.append(lease_clock())
             self._send(P.NodeHeartbeat(node_id=self.node_id, epoch=self.epoch))
             self._last_beat = now
         if self._dirty or now - self._last_status >= self.status_every_s:
@@ -206,34 +224,40 @@ class SchedulerAgent:
             if self.scheduler_epoch is not None and msg.scheduler_epoch != self.scheduler_epoch:
                 log.info("the scheduler restarted (epoch %d -> %d)", self.scheduler_epoch, msg.scheduler_epoch)
             self.scheduler_epoch = msg.scheduler_epoch
-            self.heartbeat_s, self.liveness = msg.heartbeat_s, msg.liveness
+            self.heartbeat_s, self.liveness, self.lease_s = msg.heartbeat_s, msg.liveness, msg.lease_s
             self.welcomed, self.welcomes, self.backoff_s = True, self.welcomes + 1, self.backoff_min_s
             self._refusal = ""
-            log.info("welcomed by the scheduler (epoch %d): heartbeat %.2f s, liveness %d", msg.scheduler_epoch,
-                     msg.heartbeat_s, msg.liveness)
+            log.info("welcomed by the scheduler (epoch %d, cluster %s): heartbeat %.2f s, liveness %d, lease %.1f s",
+                     msg.scheduler_epoch, msg.cluster_id or "unnamed", msg.heartbeat_s, msg.liveness, msg.lease_s)
+            self._renew(self._asks[0] if self._asks else None)
+            self._asks.clear()
+            if self.cluster_id is not None and msg.cluster_id != self.cluster_id:
+                log.warning("the scheduler's cluster changed (%s -> %s): this node's events of the old one are "
+                            "dropped", self.cluster_id or "unnamed", msg.cluster_id or "unnamed")
+            self.cluster_id = msg.cluster_id
+            self.pending = deque(((c, e) for c, e in self.pending if c is None or c == msg.cluster_id),
+                                 maxlen=MAX_PENDING)
+            self.pending.extend((msg.cluster_id, e) for e in self.workers.welcomed(msg.cluster_id))
             while self.pending:
-                self._send(self.pending.popleft())
+                self._send(self.pending.popleft()[1])
             self._last_beat = self.clock()
             self.send_status()
-        elif isinstance(msg, P.NodeHeartbeat):
-            pass  # the echo: proof of life, already counted
+        elif isinstance(msg, P.NodeHeartbeat):  # the echo: proof of life (counted), and the lease renewed
+            if self.welcomed:
+                self._renew(self._asks.popleft() if self._asks else None)
         elif isinstance(msg, P.StartPlacement):
-            events = self.workers.start(msg)
-            if any(isinstance(e, P.WorkerStarted) for e in events):
-                self.apply(Promote(msg.job_id, on=False))  # a new placement starts as placed
-            self._queue(events)
+            if not self.welcomed or msg.cluster_id != self.cluster_id:
+                log.warning("start of placement %s for cluster %s ignored: this node is welcomed by %s",
+                            msg.placement_id, msg.cluster_id or "unnamed", self.cluster_id or "none")
+                return
+            self._queue(self.workers.start(msg))
         elif isinstance(msg, P.StopPlacement):
             log.info("stop placement %s of job %s (%s), grace %.1f s", msg.placement_id, msg.job_id,
                      msg.reason or "no reason given", msg.grace_s)
-            self.workers.stop(msg.placement_id, msg.grace_s, msg.job_id)
+            self._queue(self.workers.stop(msg.placement_id, msg.grace_s, msg.job_id, self.cluster_id or ""))
             self._dirty = True
         elif isinstance(msg, P.PromotePlacement):
-            job = self.workers.promote(msg.placement_id)
-            if job is None:
-                log.warning("promote: placement %s is not running here", msg.placement_id)
-            else:
-                log.info("placement %s of job %s promoted: guaranteed from now on", msg.placement_id, job)
-                self.apply(Promote(job))
+            if self.workers.promote(msg.placement_id, self.cluster_id or "") is not None:
                 self._dirty = True
         elif isinstance(msg, P.LogTailRequest):
             self._send(node_logs.answer(msg, self.node_id, self.epoch, self.log_dir))
@@ -253,15 +277,37 @@ class SchedulerAgent:
 
     def _queue(self, events) -> None:
         for event in events:
-            if isinstance(event, P.WorkerExited):
-                p = next((p for p in self.workers.placements() if p.placement_id == event.placement_id), None)
-                if p is not None and not p.running:
-                    self.apply(Promote(p.job_id, on=False))
             if self.welcomed:
                 self._send(event)
             else:
-                self.pending.append(event)
+                self.pending.append((self.cluster_id, event))
             self._dirty = True
+
+    # ------------------------------------------------------------------ the lease
+    def _renew(self, sent_at: float | None) -> None:
+        """An answer to what the node sent at ``sent_at`` (lease_clock): the lease runs to ``sent_at + lease_s``
+        (without a lease from the scheduler: for good)."""
+        if not self.lease_file or sent_at is None:
+            return
+        until = sent_at + self.lease_s if self.lease_s > 0 else lease_clock() + 10 * 365 * 86400.0
+        if until <= self.lease_until:
+            return
+        try:
+            write_lease(self.lease_file, until, FENCE_GRACE_S)
+        except OSError as exc:  # a lease that cannot be renewed lapses: safe
+            if self._bad_logs.allow(self.clock()):
+                log.error("cannot renew the lease %s: %s", self.lease_file, exc.strerror or exc)
+            return
+        self.lease_until = until
+        self._check_lease()
+
+    def _check_lease(self) -> None:
+        if not self.lease_file:
+            return
+        lapsed = lease_clock() > self.lease_until
+        if lapsed != self._lapsed:
+            self._lapsed = lapsed
+            self._queue(self.workers.fence(lapsed))
 
     def _send(self, msg) -> None:
         if self.sock is None:
@@ -272,7 +318,7 @@ class SchedulerAgent:
             log.warning("scheduler link: send queue full, dropped %s", msg.TYPE)
             return
         if isinstance(msg, (P.WorkerStarted, P.WorkerExited, P.StartRefused)):
-            self._since_heard.append(msg)
+            self._since_heard.append((self.cluster_id, msg))
 
     def _bad(self, exc: P.ProtocolError) -> None:
         if self._bad_logs.allow(self.clock()):

@@ -13,7 +13,7 @@ A promoted job's workers are guaranteed from then on, those registered and those
 register later (whatever priority they started with), where their GPU holds no other
 guaranteed worker; ``Promote(job, on=False)`` forgets the promotion (a new placement).
 
-Invariants: at most one guaranteed job per GPU; limits sent to a job carry a
+Invariants: at most one guaranteed job per GPU (``colocate.node.claims``, the placement core's rule too); limits sent to a job carry a
 strictly increasing ``seq``; a job never gets more than it asked for at
 registration (``Register.mem_request`` and ``sm_share`` are ceilings on what the
 policy gives); an operator override (``CtlSet``) pins the job's cap and/or share
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from colocate import protocol as P
 from colocate.config import NodeConfig
 from colocate.gpus import GpuSpec
+from colocate.node.claims import Claim, conflict
 from colocate.node.policies import POLICIES, Want
 from colocate.node.state import GpuState, JobState
 
@@ -250,8 +251,11 @@ class NodeCore:
         return P.CtlJobs(node_epoch=self.node_epoch, gpus=tuple(gpus), jobs=tuple(jobs))
 
     def _guaranteed_holder(self, gpu: GpuState, job_id: str) -> str | None:
-        """The guaranteed job on ``gpu`` other than ``job_id`` (at most one), else None."""
-        return next((j for j in gpu.jobs if j != job_id and self.jobs[j].guaranteed), None)
+        """The guaranteed job on ``gpu`` that keeps ``job_id`` from being guaranteed there too, else None
+        (the rule is ``colocate.node.claims``, shared with the placement core)."""
+        claims = (Claim(gpu.spec.index, j) for j in gpu.jobs if self.jobs[j].guaranteed)
+        held = conflict(claims, (gpu.spec.index,), job_id)
+        return None if held is None else held.owner
 
     def _want(self, gpu: GpuState, now: float) -> dict:
         return self.policy.plan(gpu, [self.jobs[j] for j in gpu.jobs], self.cfg, now)

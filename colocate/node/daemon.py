@@ -102,7 +102,8 @@ def _agent(opts: NodeOptions, core, server, gpus):
     try:
         workers = WorkerManager(WorkerConfig(node_id=node_id, epoch=core.node_epoch, job_endpoint=opts.endpoint,
                                              device=kind, gpus={g.index: g.mem_total for g in gpus},
-                                             log_dir=log_dir, state_dir=state_dir))
+                                             log_dir=log_dir, state_dir=state_dir, cluster_id=None,
+                                             lease_file=os.path.join(state_dir, "lease")))
     except StateDirError as exc:
         raise StartError(str(exc), 1) from None
     gpu_status = server.gpu_status if kind == "sim" else NvmlSampler([g.index for g in gpus])

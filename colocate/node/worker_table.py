@@ -42,6 +42,7 @@ class Worker:
     exit_code: int | None = None  # None while it runs
     kill_at: float | None = None  # wall clock: SIGKILL the group then (a stop's grace period)
     killed: bool = False  # SIGKILL sent
+    fenced: bool = False  # it ended (non-zero) while the node's lease had lapsed
 
     @property
     def running(self) -> bool:
@@ -58,22 +59,29 @@ class Placement:
     stopping: bool = False
     stop_reason: str = ""
     ended_at: float | None = None  # wall clock when its last worker exited
+    cluster: str = ""  # the cluster id of the scheduler that placed it ("" if it named none)
 
     @property
     def running(self) -> bool:
         return any(w.running for w in self.workers)
 
 
+def scoped(cluster_id: str, placement_id: str) -> str:
+    """The node's key of a placement: its id within its cluster (the bare id when no cluster was named)."""
+    return f"{cluster_id}/{placement_id}" if cluster_id else placement_id
+
+
 class WorkerTable:
-    """Placements by id plus the remembered ids; ``save()`` after each change."""
+    """Placements by key (``scoped(cluster, placement id)``) plus the remembered keys; the pure placement core
+    (``colocate.node.placements``) changes them, the edge calls ``save()`` after each change."""
 
     def __init__(self, state_dir: str):
         self.state_dir = state_dir
         self.path = os.path.join(state_dir, "workers.json")
         self.placements: dict[str, Placement] = {}
-        self.done: dict[str, str] = {}  # placement id -> job id: ended and forgotten
-        self.refused: dict[str, list] = {}  # placement id -> [job id, reason]
-        self.stopped_unknown: dict[str, str] = {}  # placement id -> job id: stopped before it was ever started
+        self.done: dict[str, str] = {}  # key -> job id: ended and forgotten
+        self.refused: dict[str, list] = {}  # key -> [job id, reason]
+        self.stopped_unknown: dict[str, str] = {}  # key -> job id: stopped before it was ever started
         self._lock_fd: int | None = None
 
     # ------------------------------------------------------------------ folder
@@ -110,7 +118,8 @@ class WorkerTable:
                 raise ValueError(f"format {data.get('format')!r}, expected {FORMAT}")
             for p in data["placements"]:
                 workers = [Worker(**{**w, "gpus": list(w["gpus"])}) for w in p.pop("workers")]
-                self.placements[p["placement_id"]] = Placement(**p, workers=workers)
+                placement = Placement(**p, workers=workers)
+                self.placements[scoped(placement.cluster, placement.placement_id)] = placement
             self.done = dict(data.get("done", {}))
             self.refused = {k: list(v) for k, v in data.get("refused", {}).items()}
             self.stopped_unknown = dict(data.get("stopped_unknown", {}))
@@ -152,6 +161,7 @@ class WorkerTable:
         """Move placements that ended more than ``keep_s`` ago to ``done``; True if any moved."""
         old = [p for p in self.placements.values() if p.ended_at is not None and now_wall - p.ended_at > keep_s]
         for p in old:
-            del self.placements[p.placement_id]
-            self.remember(self.done, p.placement_id, p.job_id)
+            key = scoped(p.cluster, p.placement_id)
+            del self.placements[key]
+            self.remember(self.done, key, p.job_id)
         return bool(old)

@@ -1,4 +1,5 @@
-"""The node's worker manager: starts, stops and watches the worker processes of placements.
+"""The node's worker manager: the edge of the pure placement core (``colocate.node.placements``) that starts,
+stops and watches the worker processes of placements.
 
 One small interface, which the scheduler link (``colocate.node.agent``) drives and which another cluster
 manager (a Slurm prolog, a Ray worker hook, a Kubernetes node agent) could drive the same way::
@@ -8,6 +9,8 @@ manager (a Slurm prolog, a Ray worker hook, a Kubernetes node agent) could drive
     wm.start(StartPlacement) -> events      # WorkerStarted per worker, or one StartRefused
     wm.stop(placement_id, grace_s)          # SIGTERM each worker's process group; SIGKILL after grace_s
     wm.promote(placement_id) -> job | None  # the placement's job is guaranteed from now on
+    wm.welcomed(cluster_id) -> events       # a scheduler welcomed the node: other clusters' workers are stopped
+    wm.fence(lapsed) -> events              # the node's lease lapsed / is held again
     wm.poll(now) -> events                  # reap exits (WorkerExited), escalate kills; call often
     wm.status() -> [WorkerStatus]           # every worker of live and recently ended placements
     wm.close()
@@ -17,8 +20,8 @@ Events are the protocol's node -> scheduler messages (``WorkerStarted``, ``Worke
 ``stop`` sends signals and returns, ``poll`` never waits. ``now`` is the wall clock (``time.time()``):
 kill deadlines are persisted and survive a restart.
 
-Rules:
-  * idempotent per ``placement_id``: a placement the node has seen (running, ended, refused, or stopped
+Rules (the core's; ``cluster_id`` arguments default to "" for a scheduler that names no cluster):
+  * idempotent per ``(cluster_id, placement_id)``: a placement the node has seen (running, ended, refused, or stopped
     before it started) never starts a worker again, across restarts too; a repeated start of a refused
     placement gets the same ``StartRefused`` again, a start after its own stop a ``StartRefused``, any
     other repeat gets nothing (``status()`` and ``NodeStatus`` show its workers);
@@ -26,12 +29,13 @@ Rules:
     with the request's environment (``COLOCATE_*`` removed) plus torchrun's variables::
 
       python -m colocate run --node JOB_ENDPOINT --device KIND --gpus G --job-id JOB --priority P
-             --exit-file F [--gpu-mem SIZE] [--sim-gpu-mem SIZE] -- COMMAND...
+             --exit-file F [--lease-file L] [--gpu-mem SIZE] [--sim-gpu-mem SIZE] -- COMMAND...
 
     ``--gpus``: when every worker has one GPU, all the placement's GPUs on this node in local-rank order
     (torchrun's layout: worker LOCAL_RANK=i is on GPU number i, its ``cuda:i``); otherwise its own;
   * stdout and stderr go to ``LOG_DIR/JOB/worker-RANK.log`` (appended; a header line per start);
-  * a start is refused, with one reason, for: no workers, a worker without a GPU, a GPU the node does not
+  * a start is refused, with one reason and a code (``StartRefused.code``: ``stale`` when only placements
+    this node is stopping hold the GPUs, else ``refused``), for: no workers, a worker without a GPU, a GPU the node does not
     have or that two workers share, a GPU that already runs another placement's guaranteed worker (for a
     guaranteed placement), a ``cwd`` that is not an existing absolute folder, a command or Python script
     that cannot be found, or (on the node of group rank 0) a master port already bound on this host;
@@ -58,7 +62,9 @@ import psutil
 from colocate import protocol as P
 from colocate.env import format_gpus
 from colocate.launcher import PROJECT_ROOT, LaunchError, check_command
-from colocate.node.worker_table import Placement, StateDirError, Worker, WorkerTable
+from colocate.node import placements as PC
+from colocate.node.placements import PlacementCore
+from colocate.node.worker_table import Placement, StateDirError, Worker, WorkerTable, scoped
 
 log = logging.getLogger("colocate.node.workers")
 
@@ -79,110 +85,76 @@ class WorkerConfig:
     state_dir: str
     python: str = sys.executable
     keep_ended_s: float = KEEP_ENDED_S
+    cluster_id: str | None = ""  # whose placements are reported before a welcome names one (None: wait for it)
+    lease_file: str | None = None  # the node's lease (``colocate.lease``): placed workers' launchers watch it
 
 
 class WorkerManager:
+    """The edge of ``PlacementCore``: every decision is the core's; this class runs processes, sends signals,
+    reaps exits and saves the table as the core's commands say."""
+
     def __init__(self, cfg: WorkerConfig, clock=time.time):
         self.cfg = cfg
         self.clock = clock
         self.table = WorkerTable(cfg.state_dir)
         self.table.lock()
         self.table.load()
-        self._procs: dict[tuple[str, int], subprocess.Popen] = {}  # our own children, by (placement, rank)
+        self.core = PlacementCore(cfg.node_id, cfg.epoch, cfg.gpus, self.table, cfg.keep_ended_s, cfg.cluster_id)
+        self.guarantee = lambda job_id, on: None  # the node core's promotion switch (set by the agent)
+        self._procs: dict[tuple[str, int], subprocess.Popen] = {}  # our own children, by (placement key, rank)
 
     # ------------------------------------------------------------------ interface
     def recover(self) -> list:
         """Re-adopt the workers of the table that still run (same pid and create time) and report the
         ones that died while no node watched. Call once, before anything else."""
         out = []
-        for p in self.table.placements.values():
+        for key, p in list(self.table.placements.items()):
             for w in p.workers:
                 if w.running and not _same_process(w.pid, w.create_time):
-                    out += self._exited(p, w, self._adopted_code(w))
+                    out += self._do(PC.Exited(key, w.rank, self._adopted_code(w)))
                 elif w.running:
                     log.info("re-adopted worker %s rank %d (pid %d) of placement %s", p.job_id, w.rank, w.pid,
                              p.placement_id)
         self.table.save()
-        return out
+        return out + self._do(PC.Recovered())
 
     def start(self, msg: P.StartPlacement) -> list:
-        t = self.table
-        if msg.placement_id in t.refused:
-            return [self._refusal(msg, t.refused[msg.placement_id][1])]
-        if msg.placement_id in t.stopped_unknown:
-            return [self._refusal(msg, "the placement was stopped before it started")]
-        if t.known(msg.placement_id):
-            log.info("placement %s is known: nothing started again", msg.placement_id)
-            return []
-        reason = self._check(msg)
-        if reason is None:
-            try:
-                return self._launch(msg)
-            except OSError as exc:
-                reason = f"cannot start the launcher: {exc.strerror or exc}"
-        t.remember(t.refused, msg.placement_id, [msg.job_id, reason])
-        t.save()
-        log.warning("refused placement %s of job %s: %s", msg.placement_id, msg.job_id, reason)
-        return [self._refusal(msg, reason)]
+        return self._do(PC.Start(msg))
 
-    def stop(self, placement_id: str, grace_s: float, job_id: str = "") -> None:
+    def stop(self, placement_id: str, grace_s: float, job_id: str = "", cluster_id: str = "") -> list:
         """SIGTERM to each running worker's process group now; ``poll`` sends SIGKILL once ``grace_s`` has
         passed. Idempotent: a repeat only brings the deadline forward. An unknown placement is remembered
         as stopped, so a start that arrives after its stop (reordered) starts nothing."""
-        t = self.table
-        p = t.placements.get(placement_id)
-        if p is None:
-            if not t.known(placement_id):
-                t.remember(t.stopped_unknown, placement_id, job_id)
-                t.save()
-            return
-        now = self.clock()
-        p.stopping = True
-        for w in p.workers:
-            if not w.running:
-                continue
-            deadline = now + max(0.0, grace_s)
-            if w.kill_at is None:
-                log.info("stopping %s rank %d (pid %d): SIGTERM, SIGKILL in %.1f s", p.job_id, w.rank, w.pid, grace_s)
-                self._signal(w, signal.SIGTERM)
-                w.kill_at = deadline
-            else:
-                w.kill_at = min(w.kill_at, deadline)
-        t.save()
+        return self._do(PC.Stop(placement_id, job_id, grace_s, cluster_id))
 
-    def promote(self, placement_id: str) -> str | None:
+    def promote(self, placement_id: str, cluster_id: str = "") -> str | None:
         """Mark the placement's job guaranteed; returns the job id (None: an unknown or ended placement)."""
-        p = self.table.placements.get(placement_id)
-        if p is None or not p.running:
-            return None
-        if not p.promoted:
-            p.promoted, p.priority = True, "guaranteed"
-            self.table.save()
-        return p.job_id
+        self._do(PC.Promote(placement_id, cluster_id))
+        p = self.table.placements.get(scoped(cluster_id, placement_id))
+        return p.job_id if p is not None and p.promoted and p.running else None
+
+    def welcomed(self, cluster_id: str) -> list:
+        """The scheduler of ``cluster_id`` welcomed the node: the events held for it; other clusters' workers
+        are stopped."""
+        return self._do(PC.Welcomed(cluster_id))
+
+    def fence(self, lapsed: bool) -> list:
+        """The node's lease has lapsed (True) or is held (False)."""
+        return self._do(PC.Fence(lapsed))
 
     def poll(self, now: float | None = None) -> list:
         now = self.clock() if now is None else now
-        out, changed = [], False
-        for p in list(self.table.placements.values()):
+        out = []
+        for key, p in list(self.table.placements.items()):
             for w in p.workers:
-                if not w.running:
-                    continue
-                code = self._reap(p, w)
-                if code is not None:
-                    out += self._exited(p, w, code)
-                    changed = True
-                elif w.kill_at is not None and now >= w.kill_at and not w.killed:
-                    log.warning("%s rank %d (pid %d) outlived its grace period: SIGKILL", p.job_id, w.rank, w.pid)
-                    self._signal(w, signal.SIGKILL)
-                    w.killed, changed = True, True
-        if self.table.retire(now, self.cfg.keep_ended_s) or changed:
-            self.table.save()
-        return out
+                if w.running:
+                    code = self._reap(key, w)
+                    if code is not None:
+                        out += self._do(PC.Exited(key, w.rank, code), now)
+        return out + self._do(PC.Tick(), now)
 
     def status(self) -> list:
-        return [P.WorkerStatus(job_id=p.job_id, placement_id=p.placement_id, rank=w.rank, pid=w.pid,
-                               running=w.running, exit_code=w.exit_code)
-                for p in self.table.placements.values() for w in p.workers]
+        return self.core.status()
 
     def placements(self) -> list[Placement]:
         return list(self.table.placements.values())
@@ -192,30 +164,38 @@ class WorkerManager:
         self.table.save()
         self.table.unlock()
 
+    # ------------------------------------------------------------------ carrying out the core's commands
+    def _do(self, event, now: float | None = None) -> list:
+        """Hand ``event`` to the core and carry out its commands; the messages for the scheduler."""
+        now = self.clock() if now is None else now
+        out, save = [], False
+        for c in self.core.handle(event, now):
+            if isinstance(c, PC.Report):
+                out.append(c.msg)
+            elif isinstance(c, PC.Save):
+                save = True
+            elif isinstance(c, PC.Signal):
+                self._signal_rank(c.key, c.rank, c.sig)
+            elif isinstance(c, PC.Guarantee):
+                self.guarantee(c.job_id, c.on)
+            elif isinstance(c, PC.Note):
+                log.log(logging.WARNING if c.level == "warning" else logging.INFO, "%s", c.text)
+            elif isinstance(c, PC.Launch):
+                out += self._do(self._launch(c.msg, c.key), now)
+        if save:
+            self.table.save()
+        return out
+
+    def _signal_rank(self, key: str, rank: int, sig: int) -> None:
+        p = self.table.placements.get(key)
+        w = next((w for w in p.workers if w.rank == rank), None) if p is not None else None
+        if w is not None:
+            self._signal(w, sig)
+
     # ------------------------------------------------------------------ starting
-    def _check(self, msg: P.StartPlacement) -> str | None:
-        req, gpus = msg.request, [g for w in msg.workers for g in w.gpus]
-        if not msg.placement_id:
-            return "the placement has no id"
-        if not msg.workers:
-            return "no workers for this node"
-        for what, values in (("rank", [w.rank for w in msg.workers]), ("local rank", [w.local_rank for w in msg.workers])):
-            if len(set(values)) != len(values):
-                return f"two workers have the same {what}"
-        if any(w.rank >= msg.world_size for w in msg.workers):
-            return f"a rank is outside the world size {msg.world_size}"
-        if any(not w.gpus for w in msg.workers):
-            return "a worker without a GPU: this node runs workers on GPUs only"
-        missing = sorted({g for g in gpus if g not in self.cfg.gpus})
-        if missing:
-            return f"GPU {missing[0]} is not on this node (it has {format_gpus(sorted(self.cfg.gpus)) or 'none'})"
-        if len(set(gpus)) != len(gpus):
-            return "two workers share a GPU"
-        if msg.priority == "guaranteed":
-            for p in self.table.placements.values():
-                held = {g for w in p.workers if w.running for g in w.gpus} & set(gpus)
-                if held and p.priority == "guaranteed":
-                    return f"GPU {min(held)} already runs guaranteed job {p.job_id} (placement {p.placement_id})"
+    def _local_problem(self, msg: P.StartPlacement) -> str | None:
+        """What on this host stops the placement (the checks that need the file system or sockets)."""
+        req = msg.request
         if not os.path.isabs(req.cwd) or not os.path.isdir(req.cwd):
             return f"working directory {req.cwd!r} does not exist on this node"
         try:
@@ -226,14 +206,18 @@ class WorkerManager:
             return f"master port {msg.master_port} is already bound on this host"
         return None
 
-    def _launch(self, msg: P.StartPlacement) -> list:
-        t, req = self.table, msg.request
-        p = Placement(placement_id=msg.placement_id, job_id=msg.job_id, priority=msg.priority)
+    def _launch(self, msg: P.StartPlacement, key: str):
+        """Start every worker of ``msg`` (all or nothing): ``Launched`` or ``LaunchFailed`` for the core."""
+        reason = self._local_problem(msg)
+        if reason is not None:
+            return PC.LaunchFailed(msg, reason)
+        req = msg.request
         one_each = all(len(w.gpus) == 1 for w in msg.workers)
         layout = [g for w in sorted(msg.workers, key=lambda w: w.local_rank) for g in w.gpus]
         folder = os.path.join(self.cfg.log_dir, _safe(msg.job_id))
-        os.makedirs(folder, exist_ok=True)
+        workers: list[Worker] = []
         try:
+            os.makedirs(folder, exist_ok=True)
             for w in msg.workers:
                 gpus = layout if one_each else list(w.gpus)
                 log_path = os.path.join(folder, f"worker-{w.rank}.log")
@@ -241,26 +225,23 @@ class WorkerManager:
                 argv = [self.cfg.python, "-m", "colocate", "run", "--node", self.cfg.job_endpoint,
                         "--device", self.cfg.device, "--gpus", format_gpus(gpus), "--job-id", msg.job_id,
                         "--priority", msg.priority, "--exit-file", exit_file]
+                if self.cfg.lease_file:
+                    argv += ["--lease-file", self.cfg.lease_file]
                 if req.gpu_mem:
                     argv += ["--gpu-mem", str(req.gpu_mem)]
                 if self.cfg.device == "sim":
                     argv += ["--sim-gpu-mem", str(self.cfg.gpus[w.gpus[0]])]
                 argv += ["--", *req.command]
                 proc = self._spawn(argv, _worker_env(msg, w), req.cwd, log_path, msg)
-                self._procs[(p.placement_id, w.rank)] = proc
-                p.workers.append(Worker(rank=w.rank, local_rank=w.local_rank, gpus=list(w.gpus), pid=proc.pid,
-                                        create_time=_create_time(proc.pid), log_path=log_path, exit_file=exit_file))
-        except OSError:
-            for w in p.workers:  # all or nothing: a half-started gang would only hang
+                self._procs[(key, w.rank)] = proc
+                workers.append(Worker(rank=w.rank, local_rank=w.local_rank, gpus=list(w.gpus), pid=proc.pid,
+                                      create_time=_create_time(proc.pid), log_path=log_path, exit_file=exit_file))
+        except OSError as exc:
+            for w in workers:  # all or nothing: a half-started gang would only hang
                 self._signal(w, signal.SIGKILL)
-            raise
-        t.placements[p.placement_id] = p
-        t.save()
-        log.info("started placement %s of job %s: %s", p.placement_id, p.job_id,
-                 ", ".join(f"rank {w.rank} pid {w.pid} GPU {format_gpus(w.gpus)}" for w in p.workers))
-        return [P.WorkerStarted(node_id=self.cfg.node_id, epoch=self.cfg.epoch, job_id=p.job_id,
-                                placement_id=p.placement_id, rank=w.rank, pid=w.pid, log_path=w.log_path)
-                for w in p.workers]
+                self._procs.pop((key, w.rank), None)
+            return PC.LaunchFailed(msg, f"cannot start the launcher: {exc.strerror or exc}")
+        return PC.Launched(msg, tuple(workers))
 
     def _spawn(self, argv, env, cwd, log_path, msg) -> subprocess.Popen:
         with open(log_path, "ab") as out:
@@ -271,17 +252,21 @@ class WorkerManager:
             return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
 
-    def _refusal(self, msg: P.StartPlacement, reason: str) -> P.StartRefused:
-        return P.StartRefused(node_id=self.cfg.node_id, epoch=self.cfg.epoch, job_id=msg.job_id,
-                              placement_id=msg.placement_id, reason=reason[: P.MAX_TEXT_CHARS])
-
     # ------------------------------------------------------------------ watching
-    def _reap(self, p: Placement, w: Worker) -> int | None:
-        """The worker's exit code once it has ended, else None."""
-        proc = self._procs.get((p.placement_id, w.rank))
+    def _reap(self, key: str, w: Worker) -> int | None:
+        """The worker's exit code once it has ended, else None. What our own child left behind in its
+        process group is SIGKILLed (a pgid with members is never reused)."""
+        proc = self._procs.get((key, w.rank))
         if proc is not None:
             rc = proc.poll()
-            return None if rc is None else (128 - rc if rc < 0 else rc)
+            if rc is None:
+                return None
+            del self._procs[(key, w.rank)]
+            try:
+                os.killpg(w.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            return 128 - rc if rc < 0 else rc
         if _same_process(w.pid, w.create_time):
             return None
         return self._adopted_code(w)
@@ -292,19 +277,6 @@ class WorkerManager:
                 return int(f.read().strip())
         except (OSError, ValueError):
             return 128 + signal.SIGKILL if w.killed else UNKNOWN_EXIT
-
-    def _exited(self, p: Placement, w: Worker, code: int) -> list:
-        w.exit_code, w.kill_at = code, None
-        if self._procs.pop((p.placement_id, w.rank), None) is not None:
-            try:  # what our child left behind in its process group (a pgid with members is never reused)
-                os.killpg(w.pid, signal.SIGKILL)
-            except OSError:
-                pass
-        if not p.running:
-            p.ended_at = self.clock()
-        log.info("%s rank %d (pid %d) of placement %s exited with %d", p.job_id, w.rank, w.pid, p.placement_id, code)
-        return [P.WorkerExited(node_id=self.cfg.node_id, epoch=self.cfg.epoch, job_id=p.job_id,
-                               placement_id=p.placement_id, rank=w.rank, exit_code=code)]
 
     def _signal(self, w: Worker, sig: int) -> None:
         """Signal the worker's process group, only if the pid is still that worker (pid and create time)."""

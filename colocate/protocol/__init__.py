@@ -23,6 +23,8 @@ Error codes (``Error.code``, the one list: ``ERROR_CODES``):
                     a job registers again
   ``unknown_node``  a node message from a node the scheduler does not know: the node registers again
   ``not_found``     a client asked about a job that does not exist
+  ``unavailable``   the receiver cannot act now and did nothing (the scheduler cannot write its journal,
+                    or its policy failed on the request and was rebuilt from the journal): try again later
 """
 
 from colocate.protocol.cluster import *  # noqa: F403

@@ -19,7 +19,13 @@ Rules:
   * Liveness (zguide Paranoid Pirate): the node sends ``NodeHeartbeat`` every ``heartbeat_s`` of the
     ``NodeWelcome`` and the scheduler echoes it; a node silent for ``heartbeat_s * liveness`` is down; a
     node that hears nothing for as long reconnects with exponential backoff and says hello again.
-  * ``StartPlacement`` is idempotent per ``placement_id``: a node that has seen the id starts nothing
+  * ``StartRefused.code``: ``refused`` (this request cannot run here: counts as a failed start) or ``stale``
+    (the node is still stopping a placement of its own on those GPUs, e.g. an orphan of a silent spell:
+    never the job's failure; the scheduler retries later with a backoff).
+  * Fencing: ``NodeWelcome.lease_s`` > 0 gives the node a lease, renewed by each echoed heartbeat from the
+    time the node sent it; the launchers of placed workers stop them when it lapses. ``WorkerExited.fenced``
+    and ``WorkerStatus.fenced`` mark a worker that ended that way (not the job's failure).
+  * ``StartPlacement`` is idempotent per ``(cluster_id, placement_id)``: a node that has seen the id starts nothing
     twice. ``StopPlacement`` and ``PromotePlacement`` are idempotent too.
   * Each worker of a placement is one process with torchrun's contract (``RANK``, ``LOCAL_RANK``,
     ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) on its GPUs.
@@ -65,6 +71,8 @@ MAX_NODE_GPUS = 64  # GPUs of one node
 MAX_WORKERS = 4096  # workers (ranks) of one job
 MAX_ENV_VALUE_CHARS = 65536  # one variable of a job's environment
 GPU_INDICES = ListOf(COUNT, MAX_NODE_GPUS)
+REFUSED, REFUSED_STALE = "refused", "stale"  # StartRefused.code: the request's fault / the node's own stale state
+REFUSAL = Str(choices=(REFUSED, REFUSED_STALE))
 MAX_PAGE = 1000  # jobs per JobsReply
 LOG_TAIL_MAX_BYTES = 64 << 10  # the most of one worker's log a LogTail carries
 LOG_TEXT = Str(LOG_TAIL_MAX_BYTES)
@@ -95,6 +103,7 @@ class WorkerStatus(_Record):
     pid: int = _f(PID)
     running: bool = _f(Bool())
     exit_code: int | None = _f(Opt(EXIT_CODE), default=None)
+    fenced: bool = _f(Bool(), default=False)  # it ended while the node's lease had lapsed: not the job's failure
 
 
 @_record()
@@ -223,6 +232,7 @@ class WorkerExited(Message):
     placement_id: str = _f(NAME)
     rank: int = _f(COUNT)
     exit_code: int = _f(EXIT_CODE)  # 128+N when killed by signal N
+    fenced: bool = _f(Bool(), default=False)  # it ended while the node's lease had lapsed: not the job's failure
 
 
 @_record("start_refused")
@@ -232,6 +242,7 @@ class StartRefused(Message):
     job_id: str = _f(JOB_ID)
     placement_id: str = _f(NAME)
     reason: str = _f(TEXT)
+    code: str = _f(REFUSAL, default=REFUSED)  # REFUSED_STALE: the node is busy with its own stale state
 
 
 @_record("log_tail")
@@ -256,6 +267,8 @@ class NodeWelcome(Message):
     scheduler_epoch: int = _f(COUNT)
     heartbeat_s: float = _f(Num(float, 0.01, 3600.0))
     liveness: int = _f(Num(int, 1, 1000))
+    cluster_id: str = _f(NAME, default="")  # minted with the scheduler's state file; scopes placement ids
+    lease_s: float = _f(Num(float, 0.0, 3600.0), default=0.0)  # the node's lease per echoed heartbeat; 0: none
 
 
 @_record("start_placement")
@@ -269,6 +282,7 @@ class StartPlacement(Message):
     group_rank: int = _f(COUNT)  # this node's index among the placement's nodes
     master_addr: str = _f(NAME)
     master_port: int = _f(PORT)
+    cluster_id: str = _f(NAME, default="")  # the placement's identity on the node is (cluster_id, placement_id)
 
 
 @_record("stop_placement")
@@ -300,7 +314,12 @@ class LogTailRequest(Message):
 
 @_record("submit")
 class Submit(Message):
+    """``request_id``: minted by the client once per submission and repeated by its retries; the
+    scheduler creates one job per (user, request id) and answers a repeat with that job's id. ""
+    (none): every Submit is a new job."""
+
     request: JobRequest = _f(Nested(JobRequest))
+    request_id: str = _f(NAME, default="")
 
 
 @_record("submitted")

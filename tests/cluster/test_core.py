@@ -8,7 +8,7 @@ import random
 import pytest
 
 from cluster import events as ev
-from cluster.core import SchedulerCore
+from cluster.core import SchedulerCore, refusal_backoff_s
 from cluster.events import CANCELLED, FAILED, PENDING, PLACING, RUNNING, SUCCEEDED
 from cluster.spec import NodeSpec
 from tests.cluster.helpers import (
@@ -80,6 +80,9 @@ def test_gang_start_failure_requeues_then_fails(how):
         assert rank0_node in st[0].nodes  # rank 0 started: it must be stopped
         assert out.index(st[0]) > 0  # the JobChanged comes first
         out = confirm_stops(core, out, now=t + 1)
+        if attempt == 1 and how == "refused":  # a refused start is queued again after a backoff
+            assert "g" not in starts(out)  # the stops were confirmed, but it waits for the Tick after its backoff
+            out = core.handle(ev.Tick(), t + refusal_backoff_s(1))
         if attempt == 1:
             assert starts(out)["g"].placement_id == "g.2"  # requeued and placed again, new id
     assert core.job("g").state == FAILED and "start failed 2 times" in core.job("g").reason
@@ -246,7 +249,8 @@ def test_restore_keeps_attempts_and_needs_a_fresh_core():
     cfg = config(["fifo", "gang", "binpack"], scheduler={"max_start_failures": 5})
     core = make_core(cfg, [("n0", 1)])
     submit(core, job("j"))
-    core.handle(ev.StartRefused("j", "j.1", "n0", "x"), 1.0)  # requeued, placed again as j.2
+    core.handle(ev.StartRefused("j", "j.1", "n0", "x"), 1.0)  # requeued, placed again as j.2 after its backoff
+    core.handle(ev.Tick(), 1.0 + refusal_backoff_s(1))
     assert core.job("j").placement_id == "j.2"
     new = SchedulerCore(cfg, random.Random(0))
     new.restore(core.records(), 5.0)
@@ -256,3 +260,40 @@ def test_restore_keeps_attempts_and_needs_a_fresh_core():
     assert new.job("j").failed_starts == 1
     with pytest.raises(RuntimeError, match="fresh core"):
         new.restore(core.records(), 8.0)
+
+
+def test_stale_refusals_never_count_and_every_refused_start_backs_off():
+    """A node busy with its own stopping placement refuses with ``stale``: the job keeps all its start failures,
+    however often; each retry waits 0.5 s doubling (bounded), never re-sent at once."""
+    cfg = config(["fifo", "gang", "binpack"], scheduler={"max_start_failures": 2})
+    core = make_core(cfg, [("n0", 1)])
+    out = submit(core, job("j"))
+    now, waits = 0.0, []
+    for attempt in range(1, 8):
+        pid = starts(out)["j"].placement_id
+        assert pid == f"j.{attempt}"
+        out = core.handle(ev.StartRefused("j", pid, "n0", "GPU 0 is busy", stale=True), now)
+        assert "j" not in starts(out) and core.job("j").state == PENDING
+        due = now + refusal_backoff_s(attempt)
+        assert "j" not in starts(core.handle(ev.Tick(), due - 0.01))
+        out = core.handle(ev.Tick(), due)
+        waits.append(due - now)
+        now = due
+    assert core.job("j").failed_starts == 0 and core.job("j").state == PLACING
+    assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0]  # bounded
+    core.handle(ev.StartRefused("j", core.job("j").placement_id, "n0", "no such GPU"), now)  # a real refusal counts
+    assert core.job("j").failed_starts == 1
+
+
+def test_a_silent_nodes_placement_is_held_then_readopted_when_it_returns():
+    core = make_core("gang-binpack", [("n0", 1), ("n1", 1)])
+    out = submit(core, job("j"))
+    start_all(core, out)
+    node = core.job("j").placement.slots[0].node_id
+    out = core.handle(ev.NodeLost(node, "silent", hold_s=13.5), 10.0)
+    assert changes(out, "j") == [] and core.job("j").state == RUNNING  # held: its lease may still let it run
+    assert starts(core.handle(ev.Tick(), 19.0)) == {}
+    core.handle(ev.NodeJoined(NodeSpec(node, 1), 1), 20.0)  # back in time (the same epoch: it was stopped)
+    out = report(core, node, [0.0], workers=(ev.WorkerReport("j", "j.1", 0, True),), now=20.1)
+    assert core.job("j").state == RUNNING and core.job("j").placement_id == "j.1" and starts(out) == {}
+    assert starts(core.handle(ev.Tick(), 40.0)) == {}  # the hold is over: nothing lost

@@ -25,8 +25,8 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("exit"), st.integers(0, 50), st.integers(0, 2), st.sampled_from([0, 0, 0, 1])),
     st.tuples(st.just("confirm")),
     st.tuples(st.just("cancel"), st.integers(0, 50)),
-    st.tuples(st.just("refuse"), st.integers(0, 50)),
-    st.tuples(st.just("lose"), st.integers(0, 2)),
+    st.tuples(st.just("refuse"), st.integers(0, 50), st.booleans()),
+    st.tuples(st.just("lose"), st.integers(0, 2), st.sampled_from([0.0, 0.0, 20.0])),
     st.tuples(st.just("join"), st.integers(0, 2)),
     st.tuples(st.just("report"), st.integers(0, 2), st.lists(st.floats(0, 1), min_size=4, max_size=4), st.booleans()),
     st.tuples(st.just("tick"), st.floats(0, 400)),
@@ -57,9 +57,9 @@ def _event(core, op, n):
         return [ev.JobCancelled(jobs[op[1] % len(jobs)].job_id)]
     if kind == "refuse" and live:
         j = live[op[1] % len(live)]
-        return [ev.StartRefused(j.job_id, j.placement_id, j.placement.slots[0].node_id, "test")]
-    if kind == "lose":
-        return [ev.NodeLost(NODES[op[1]].node_id, "test")]
+        return [ev.StartRefused(j.job_id, j.placement_id, j.placement.slots[0].node_id, "test", op[2])]
+    if kind == "lose":  # at once, or held while the node's lease may still let its workers run
+        return [ev.NodeLost(NODES[op[1]].node_id, "test", op[2])]
     if kind == "join":
         node = core.state.nodes.get(NODES[op[1]].node_id)
         return [ev.NodeJoined(NODES[op[1]], (node.epoch if node else 0) + 1)]
@@ -98,11 +98,15 @@ def _check_state(core):
     for j in core.jobs.values():
         if j.state in (PLACING, RUNNING):
             held = core.state.allocs.get(j.placement_id, {})
+            awaited = {slot.rank for items in core.recovery.awaiting.values() for _, pid, slot in items
+                       if pid == j.placement_id}  # on a silent node, until it returns or its hold ends
             want = set(range(j.spec.workers)) - {r for r, c in j.exited.items() if c == 0}
-            assert set(held) == want, f"{j.job_id}: gang not whole ({sorted(held)} of {sorted(want)})"
+            assert set(held) | awaited >= want, f"{j.job_id}: gang not whole ({sorted(held)} of {sorted(want)})"
+            assert set(held) <= want
             assert all(core.state.nodes[a.node_id].up for a in held.values())
         elif j.state == PENDING:
-            assert j in core.fw.queues.get(j.queue, []), f"{j.job_id} pending but not queued"
+            queued = j in core.fw.queues.get(j.queue, []) or core.retry.get(j.job_id, (0, None))[1] is j  # or backing off
+            assert queued, f"{j.job_id} pending but not queued"
 
 
 def drive(policy, program):

@@ -366,3 +366,84 @@ def test_merge_stats_without_processes(tmp_path):
     m = L.merge_stats(str(tmp_path))
     assert all(m[k] == 0 for k in SUMMARY_KEYS)
     assert m["processes"] == []
+
+
+# ---------------------------------------------------------------- fencing: --lease-file
+
+TICKER = """\
+import os, signal, sys, time
+if sys.argv[1] == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+open(sys.argv[2] + ".pid", "w").write(str(os.getpid()))
+while True:
+    with open(sys.argv[2], "a") as f:
+        f.write(f"{time.time()}\\n")
+    time.sleep(0.05)
+"""
+
+
+def _fenced_launcher(tmp_path, mode: str, grace_s: float):
+    """A launcher with a lease of 300 s (the test shortens it once the command runs), its command ticking."""
+    from colocate.lease import lease_clock, write_lease
+    from tests.support import child_env
+
+    lease, ticks = tmp_path / "lease", tmp_path / "ticks"
+    write_lease(str(lease), lease_clock() + 300.0, grace_s)
+    (tmp_path / "ticker.py").write_text(TICKER)
+    proc = subprocess.Popen([sys.executable, "-m", "colocate", "run", "--device", "sim", "--lease-file", str(lease),
+                             "--", sys.executable, str(tmp_path / "ticker.py"), mode, str(ticks)],
+                            env=child_env(), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    wait_for(lambda: ticks.exists() and (tmp_path / "ticks.pid").exists() and (tmp_path / "ticks.pid").read_text(),
+             60, what="the command to tick")
+    return proc, lease, ticks, int((tmp_path / "ticks.pid").read_text())
+
+
+def _gone(pid: int) -> bool:
+    from tests.support import alive
+
+    return not alive(pid)
+
+
+def test_a_lapsed_lease_stops_the_command_and_a_renewed_one_does_not(tmp_path):
+    from colocate.lease import lease_clock, write_lease
+
+    proc, lease, ticks, child = _fenced_launcher(tmp_path, "term", grace_s=5.0)
+    try:
+        write_lease(str(lease), lease_clock() + 1.0, 5.0)  # renewed, then let lapse
+        t_lapse = __import__("time").time() + 1.0
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 143, out  # SIGTERM, through the launcher
+        assert b"lease" in out and b"lapsed" in out
+        last = float(ticks.read_text().split()[-1])
+        assert last < t_lapse + 0.25 + 0.5  # within a lease check (and a tick) of the lapse
+        assert _gone(child)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_command_that_ignores_sigterm_is_killed_after_the_grace_with_its_launcher(tmp_path):
+    from colocate.lease import lease_clock, write_lease
+
+    proc, lease, ticks, child = _fenced_launcher(tmp_path, "ignore", grace_s=0.5)
+    try:
+        write_lease(str(lease), lease_clock() - 1.0, 0.5)  # lapsed
+        proc.communicate(timeout=60)
+        assert proc.returncode == -signal.SIGKILL  # the whole group, the launcher too
+        wait_for(lambda: _gone(child), 10, what="the command to be gone")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_the_command_dies_with_a_killed_launcher(tmp_path):
+    proc, lease, ticks, child = _fenced_launcher(tmp_path, "ignore", grace_s=5.0)
+    try:
+        proc.kill()  # the launcher only (not its group): PR_SET_PDEATHSIG takes the command with it
+        proc.communicate(timeout=30)
+        wait_for(lambda: _gone(child), 10, what="the command to die with its launcher")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -97,6 +97,9 @@ class RawNode:
             if self.sock.poll(200):
                 msg = P.decode(self.sock.recv())
                 self.received.append(msg)
+                if isinstance(msg, P.NodeWelcome):  # as a real node: a full status at once (it joins with it)
+                    self.send(P.NodeStatus(node_id=self.node_id, epoch=1, workers=(), gpus=tuple(
+                        P.GpuStatus(index=g.index, utilization=0.0, mem_used=0) for g in self.gpus)))
                 if isinstance(msg, P.StartPlacement):
                     for w in msg.workers:
                         self.send(P.WorkerStarted(node_id=self.node_id, epoch=1, job_id=msg.job_id,

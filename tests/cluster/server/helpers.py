@@ -51,8 +51,9 @@ class Harness:
         return out
 
     def submit(self, workers=1, gpus=1, priority="guaranteed", **kw):
-        req = P.JobRequest(command=("python", "train.py"), cwd="/tmp", env={"PATH": "/usr/bin"}, workers=workers,
-                           gpus=gpus, priority=priority, **kw)
+        env = kw.pop("env", {"PATH": "/usr/bin"})
+        req = P.JobRequest(command=("python", "train.py"), cwd="/tmp", env=env, workers=workers, gpus=gpus,
+                           priority=priority, **kw)
         return self.send(CLIENT, P.Submit(request=req))
 
 
@@ -62,9 +63,13 @@ class FakeNode:
         self.ident = f"ident-{node_id}-{epoch}".encode()
         self.workers: dict[tuple[str, int], P.WorkerStatus] = {}
 
-    def hello(self) -> list:
+    def hello(self, status: bool = True) -> list:
+        """Say hello and, as a real node does once welcomed, send a full status (``status=False``: not yet;
+        the node joins the core with that first status)."""
         gpus = tuple(P.NodeGpu(index=i, model="sim", mem_total=16 * GiB) for i in range(self.ngpus))
-        return self.h.send(self.ident, P.NodeHello(node_id=self.node_id, epoch=self.epoch, host=self.host, gpus=gpus))
+        out = self.h.send(self.ident, P.NodeHello(node_id=self.node_id, epoch=self.epoch, host=self.host, gpus=gpus))
+        welcomed = any(i == self.ident and isinstance(m, P.NodeWelcome) for i, m in out)
+        return out + (self.status() if status and welcomed else [])
 
     def inbox(self, kind=None) -> list[P.Message]:
         return [m for ident, m in self.h.sent if ident == self.ident and (kind is None or isinstance(m, kind))]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 
 import pytest
 import zmq
@@ -14,7 +15,8 @@ from hypothesis import strategies as st
 from colocate import keys as K
 from colocate import protocol as P
 from colocate import rpc
-from tests.support import PY, Procs, ask, child_env, dealer, free_port, metric_samples, pack, read_log, sample, scrape, wait_for
+from tests.support import (PY, Procs, ask, child_env, dealer, free_port, metric_samples, pack, read_log, sample, scrape,
+                           wait_for)
 
 
 class SchedulerProc:
@@ -121,6 +123,7 @@ def test_metrics_over_http(sched, ctx):
     assert sample(s, "colocate_scheduler_messages_total", type="nodes_request") >= 1
     assert sample(s, "colocate_scheduler_nodes", state="up") == 0
     assert sample(s, "colocate_scheduler_gpus", state="total") == 0
+    assert sample(s, "colocate_scheduler_journal_writable") == 1
 
 
 def test_curve_admits_known_keys_only(procs, tmp_path):
@@ -180,3 +183,210 @@ def test_top_once_shows_the_cluster_or_says_it_is_away(sched, tmp_path):
     res = colocate_cli("top", "--scheduler", away, "--once", "--timeout", "0.5")
     assert res.returncode == 1, res.stdout + res.stderr
     assert "Traceback" not in res.stdout + res.stderr
+
+
+def test_a_second_scheduler_on_the_same_state_file_exits_naming_the_holder(procs, tmp_path, sched):
+    argv = [PY, "-m", "colocate", "scheduler", "--bind", f"tcp://127.0.0.1:{free_port()}", "--state", sched.state,
+            "--insecure"]
+    second = procs.start(argv, "second.log")
+    wait_for(lambda: second.poll() is not None, 30, what="the second scheduler to exit")
+    lines = read_log(second).strip().splitlines()
+    assert second.returncode == 1 and len(lines) == 1, read_log(second)
+    assert lines[0].startswith("colocate scheduler:") and f"pid {sched.proc.pid} on " in lines[0], lines
+    assert isinstance(rpc.request(sched.endpoint, P.NodesRequest(), 5), P.NodesReply)  # the first serves on
+    sched.proc.send_signal(signal.SIGTERM)
+    assert sched.proc.wait(timeout=20) == 0
+    third = SchedulerProc(procs, tmp_path, "--insecure", metrics=False)  # the lock went with its holder
+    assert isinstance(third.wait_ready(), P.NodesReply)
+
+
+def test_an_immutable_state_file_is_refused_in_one_line(tmp_path):
+    from cluster.server.journal import Journal
+
+    state = tmp_path / "s.db"
+    Journal(str(state)).close()  # a state file a scheduler left
+    if subprocess.run(["chattr", "+i", str(state)], capture_output=True, check=False).returncode != 0:
+        pytest.skip("chattr +i is not permitted here (it needs root on a filesystem with attributes)")
+    try:
+        res = subprocess.run([PY, "-m", "colocate", "scheduler", "--state", str(state), "--bind",
+                              f"tcp://127.0.0.1:{free_port()}", "--insecure"], env=child_env(), capture_output=True,
+                             text=True, timeout=60)
+    finally:
+        subprocess.run(["chattr", "-i", str(state)], check=True)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    assert "cannot write the state file" in lines[0] and "readonly" in lines[0]
+
+
+def _peak_rss(pid: int) -> int:
+    """The process's peak resident set (VmHWM), bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM:"))
+
+
+def test_frames_over_the_limit_are_refused_by_the_socket_and_memory_stays_bounded(sched, ctx):
+    import psutil
+    from zmq.utils.monitor import recv_monitor_message
+
+    sock = dealer(ctx, sched.endpoint)
+    assert isinstance(ask(sock, P.NodesRequest()), P.NodesReply)
+    monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    before = _peak_rss(sched.proc.pid)
+    frame = bytes(50 << 20)  # 50 MB, the limit is 1 MiB
+    for _ in range(4):
+        sock.send(frame, copy=False)
+    drops, replies = [], []
+
+    def refused():
+        while monitor.poll(0):
+            drops.append(recv_monitor_message(monitor))
+        while sock.poll(0):
+            replies.append(sock.recv())  # the old scheduler read each frame whole and answered it
+        return drops or len(replies) == 4
+    wait_for(refused, 60, what="the scheduler to drop the connection")
+    assert drops and not replies  # the socket refused the frame at its header: never read, never answered
+    fresh = dealer(ctx, sched.endpoint)
+    assert isinstance(ask(fresh, P.NodesRequest()), P.NodesReply)  # it still answers
+    grown = _peak_rss(sched.proc.pid) - before
+    assert grown < (20 << 20), f"peak RSS grew by {grown >> 20} MiB"
+    assert psutil.Process(sched.proc.pid).memory_info().rss < before + (20 << 20)
+    sock.disable_monitor()
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 1 MiB tmpfs: a disk that really fills (ENOSPC). Needs the right to mount (root)."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, check=False)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def _fill(folder) -> None:
+    with open(folder / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(bytes(64 << 10))
+                f.flush()
+        except OSError:
+            pass
+
+
+class _BeatingNode(threading.Thread):
+    """A node that says hello, reports once and heartbeats every 0.1 s on its own thread, keeping every reply."""
+
+    def __init__(self, ctx, endpoint: str):
+        super().__init__(daemon=True)
+        self.ctx, self.endpoint, self.replies, self.stop = ctx, endpoint, [], threading.Event()
+        self.start()
+
+    def run(self):
+        sock = dealer(self.ctx, self.endpoint)
+        sock.send(P.encode(P.NodeHello(node_id="n1", epoch=1, host="127.0.0.1",
+                                       gpus=(P.NodeGpu(index=0, model="sim", mem_total=1 << 30),))))
+        # as a real node does once welcomed: the scheduler joins a node to its core with its first report
+        sock.send(P.encode(P.NodeStatus(node_id="n1", epoch=1, gpus=(P.GpuStatus(index=0, utilization=0.0,
+                                                                                mem_used=0),), workers=())))
+        while not self.stop.wait(0.1):
+            sock.send(P.encode(P.NodeHeartbeat(node_id="n1", epoch=1)))
+            while sock.poll(0):
+                self.replies.append(P.decode(sock.recv()))
+        sock.close(0)
+
+    def beats(self) -> int:
+        return sum(isinstance(m, P.NodeHeartbeat) for m in list(self.replies))
+
+
+def test_a_full_disk_refuses_submits_in_one_line_keeps_the_node_and_resumes(procs, tiny_disk, ctx):
+    from tests.support import colocate_cli
+
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    proc = procs.start([PY, "-m", "colocate", "scheduler", "--bind", endpoint, "--state", tiny_disk / "sched.db",
+                        "--heartbeat", "0.2", "--insecure"], "scheduler.log")
+    wait_for(lambda: _answers(endpoint, proc), 30, what="the scheduler to answer")
+    node = _BeatingNode(ctx, endpoint)
+    try:
+        wait_for(lambda: node.beats() > 0, 30, what="the node to be welcomed and echoed")
+
+        def submit():
+            return colocate_cli("submit", "--scheduler", endpoint, "--insecure", "--gpus", "1", "--priority",
+                                "guaranteed", "--", "python", "-c", "pass")
+        ok = submit()
+        assert ok.returncode == 0, ok.stderr
+        _fill(tiny_disk)
+        for _ in range(2):
+            res = submit()
+            lines = res.stderr.strip().splitlines()
+            assert res.returncode == 1 and len(lines) == 1 and "cannot write its journal" in lines[0], res.stderr
+            assert "full" in lines[0] and "nothing was submitted" in lines[0]
+        beats = node.beats()
+        wait_for(lambda: node.beats() >= beats + 10, 30, what="heartbeats echoed while the disk is full")
+        assert proc.poll() is None
+        nodes = rpc.request(endpoint, P.NodesRequest(), 5).nodes
+        assert [(n.node_id, n.up) for n in nodes] == [("n1", True)]
+        assert not [m for m in node.replies if isinstance(m, P.Error)]  # never forgotten (unknown_node)
+        log = read_log(proc)
+        assert log.count("cannot write the journal") == 1 and "Traceback" not in log, log
+
+        (tiny_disk / "filler").unlink()
+        again = wait_for(lambda: (r := submit()).returncode == 0 and r, 30, interval=0.5,
+                         what="submits to be taken again")
+        assert again.stdout.strip() == "2"  # the refused submits left no job behind
+        assert "can be written again" in read_log(proc)
+    finally:
+        node.stop.set()
+        node.join(5)
+
+
+def _answers(endpoint, proc):
+    assert proc.poll() is None, read_log(proc)
+    try:
+        return rpc.request(endpoint, P.NodesRequest(), 0.5)
+    except rpc.NoAnswer:
+        return None
+
+
+BROKEN_PLUGIN = """\
+import os, sys
+from cluster.plugins.binpack import BinPack
+def on_placed(self, job, placement, now):  # a plugin bug, on while the flag file exists
+    if os.path.exists(sys.argv[1]):
+        raise RuntimeError("plugin bug")
+BinPack.on_placed = on_placed  # runs after the cycle committed its statement: the core is half-updated
+from colocate.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_plugin_that_raises_in_a_real_scheduler_is_logged_once_and_the_scheduler_serves_on(procs, tmp_path, ctx):
+    from tests.support import colocate_cli
+
+    flag = tmp_path / "broken"
+    flag.touch()
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    proc = procs.start([PY, "-c", BROKEN_PLUGIN, flag, "scheduler", "--bind", endpoint, "--state",
+                        tmp_path / "sched.db", "--config", "gang-binpack", "--heartbeat", "0.2", "--insecure"],
+                       "scheduler.log")
+    wait_for(lambda: _answers(endpoint, proc), 30, what="the scheduler to answer")
+    node = _BeatingNode(ctx, endpoint)
+    try:
+        wait_for(lambda: node.beats() > 0, 30, what="the node to be welcomed and echoed")
+        res = colocate_cli("submit", "--scheduler", endpoint, "--insecure", "--gpus", "1", "--priority",
+                           "guaranteed", "--", "python", "-c", "pass")
+        assert res.returncode == 0 and res.stdout.strip() == "1", res.stderr  # journaled, so acknowledged
+        beats = node.beats()
+        wait_for(lambda: node.beats() >= beats + 10, 30, what="heartbeats while every cycle fails")
+        (job,) = rpc.request(endpoint, P.JobsRequest(), 5).jobs
+        assert job.state == "pending" and proc.poll() is None
+        assert not [m for m in node.replies if isinstance(m, P.StartPlacement)]
+        log = read_log(proc)
+        assert log.count("the policy core failed") == 1 and "plugin bug" in log, log
+        flag.unlink()  # the bug is gone: the next cycle places the job
+        wait_for(lambda: [m for m in node.replies if isinstance(m, P.StartPlacement)], 30, what="the job's start")
+        assert [m.job_id for m in node.replies if isinstance(m, P.StartPlacement)] == ["1"]
+    finally:
+        node.stop.set()
+        node.join(5)

@@ -16,6 +16,7 @@ from colocate import protocol as P
 from colocate.gpus import GpuSpec
 from colocate.node.agent import SchedulerAgent
 from colocate.node.core import Promote
+from types import SimpleNamespace
 from colocate.node.worker_table import Placement
 from tests.support import GiB, FakeScheduler, wait_for
 
@@ -34,23 +35,41 @@ class Clock:
 class FakeWorkers:
     """Records what the agent asks; returns what the test sets."""
 
+    cfg = SimpleNamespace(lease_file=None)
+
     def __init__(self):
         self.calls, self.recovered, self.events, self.placed = [], [], [], []
+        self.guarantee = lambda job_id, on: None  # the agent wires it to the node core
 
-    def recover(self):
+    def recover(self):  # the placement core tells a new node core its promotions again
+        for p in self.placed:
+            if p.promoted and p.running:
+                self.guarantee(p.job_id, True)
         return list(self.recovered)
 
     def start(self, msg):
         self.calls.append(("start", msg.placement_id))
+        self.guarantee(msg.job_id, False)  # the placement core: a new placement starts as placed
         return [P.WorkerStarted(node_id="n1", epoch=7, job_id=msg.job_id, placement_id=msg.placement_id, rank=w.rank,
                                 pid=100 + w.rank, log_path=f"/logs/{w.rank}") for w in msg.workers]
 
-    def stop(self, placement_id, grace_s, job_id=""):
+    def stop(self, placement_id, grace_s, job_id="", cluster_id=""):
         self.calls.append(("stop", placement_id, grace_s, job_id))
+        return []
 
-    def promote(self, placement_id):
+    def promote(self, placement_id, cluster_id=""):
         self.calls.append(("promote", placement_id))
-        return "job-a" if placement_id == "p1" else None
+        if placement_id == "p1":
+            self.guarantee("job-a", True)
+            return "job-a"
+        return None
+
+    def welcomed(self, cluster_id):
+        self.calls.append(("welcomed", cluster_id))
+        return []
+
+    def fence(self, lapsed):
+        return []
 
     def poll(self, now):
         out, self.events = self.events, []

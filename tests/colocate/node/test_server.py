@@ -21,7 +21,7 @@ from colocate.config import NodeConfig
 from colocate.gpus import GpuSpec
 from colocate.node.core import NodeCore
 from colocate.node.server import NodeServer
-from tests.support import GiB, ServerHarness, pack
+from tests.support import GiB, ServerHarness, pack, wait_for
 
 PID = os.getpid()  # registered jobs are this (live) process, so no tick finds them gone
 
@@ -244,3 +244,24 @@ def test_a_second_server_cannot_take_a_live_endpoint(node):
     with pytest.raises(zmq.ZMQError, match="in use"):
         NodeServer(core, node.endpoint)
     assert isinstance(node.connect().ask(register()), P.Welcome)  # the first one still serves
+
+
+@pytest.mark.parametrize("ctl", [False, True], ids=["jobs", "ctl"])
+def test_a_frame_over_the_limit_is_refused_by_the_socket_unread(node, ctl):
+    from zmq.utils.monitor import recv_monitor_message
+
+    conn = node.connect(ctl=ctl)
+    monitor = conn.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    conn.send(bytes(P.MAX_MESSAGE_BYTES + 1))
+    got = []
+
+    def dropped():
+        if monitor.poll(0):
+            got.append(recv_monitor_message(monitor))
+        if conn.sock.poll(0):
+            got.append(P.decode(conn.sock.recv()))  # the old node read it whole and answered "malformed"
+        return got
+    wait_for(dropped, 10, what="the node to drop the connection")
+    assert isinstance(got[0], dict) and got[0]["event"] == zmq.EVENT_DISCONNECTED, got
+    conn.sock.disable_monitor()
+    assert isinstance(node.connect(ctl=ctl).ask(P.CtlList() if ctl else register()), (P.CtlJobs, P.Welcome))

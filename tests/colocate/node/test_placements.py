@@ -1,0 +1,166 @@
+"""The node's pure placement core (``colocate.node.placements``) and its exclusivity rule (``colocate.node.claims``),
+table-driven: each case is a sequence of events and what the last one must command. No processes, no files."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from colocate import protocol as P
+from colocate.node import placements as PC
+from colocate.node.claims import Claim, conflict
+from colocate.node.worker_table import Worker, WorkerTable
+
+REQ = P.JobRequest(command=("python", "x.py"), cwd="/", env=())
+
+
+def start(pid="1.1", job="1", gpus=(0,), priority="guaranteed", cluster="c1") -> P.StartPlacement:
+    return P.StartPlacement(placement_id=pid, job_id=job, priority=priority, request=REQ,
+                            workers=tuple(P.WorkerLaunch(r, r, (g,)) for r, g in enumerate(gpus)),
+                            world_size=len(gpus), group_rank=0, master_addr="127.0.0.1", master_port=0,
+                            cluster_id=cluster)
+
+
+def launched(msg: P.StartPlacement) -> PC.Launched:
+    return PC.Launched(msg, tuple(Worker(rank=w.rank, local_rank=w.local_rank, gpus=list(w.gpus), pid=100 + w.rank,
+                                         create_time=1.0, log_path=f"/l/{w.rank}", exit_file=f"/e/{w.rank}")
+                                  for w in msg.workers))
+
+
+def run(msg: P.StartPlacement) -> list:
+    """Start and launch ``msg``: the events of a placement whose workers run."""
+    return [PC.Start(msg), launched(msg)]
+
+
+def core(cluster="c1") -> PC.PlacementCore:
+    return PC.PlacementCore("n1", 7, [0, 1], WorkerTable("/nonexistent"), keep_ended_s=300.0, cluster=cluster)
+
+
+def shown(cmds) -> list:
+    """The commands as short tuples (notes and saves left out)."""
+    out = []
+    for c in cmds:
+        if isinstance(c, PC.Launch):
+            out.append(("launch", c.key))
+        elif isinstance(c, PC.Signal):
+            out.append(("signal", c.key, c.rank, signal.Signals(c.sig).name))
+        elif isinstance(c, PC.Guarantee):
+            out.append(("guarantee", c.job_id, c.on))
+        elif isinstance(c, PC.Report):
+            m = c.msg
+            if isinstance(m, P.StartRefused):
+                out.append(("refused", m.placement_id, m.code, m.reason))
+            elif isinstance(m, P.WorkerExited):
+                out.append(("exited", m.placement_id, m.rank, m.exit_code, m.fenced))
+            else:
+                out.append((m.TYPE, m.placement_id, m.rank))
+    return out
+
+
+A = start("1.1", "1")
+HOLDER_STOPPING = run(A) + [PC.Stop("1.1", "1", 5.0, "c1")]
+CASES = {
+    "a free GPU: launch": ([PC.Start(A)], [("launch", "c1/1.1")]),
+    "launched: starts as placed, reports each worker": (
+        [PC.Start(A), launched(A)], [("guarantee", "1", False), ("worker_started", "1.1", 0)]),
+    "a guaranteed holder: refused": (
+        run(A) + [PC.Start(start("2.1", "2"))],
+        [("refused", "2.1", P.REFUSED, "GPU 0 already runs guaranteed job 1 (placement 1.1)")]),
+    "a holder being stopped: stale, never the job's fault": (
+        HOLDER_STOPPING + [PC.Start(start("2.1", "2"))],
+        [("refused", "2.1", P.REFUSED_STALE, "GPU 0 is busy with placement 1.1 of job 1, which this node is stopping")]),
+    "a stale refusal is not remembered: the same id starts once the GPU is free": (
+        HOLDER_STOPPING + [PC.Start(start("2.1", "2")), PC.Exited("c1/1.1", 0, 143), PC.Start(start("2.1", "2"))],
+        [("launch", "c1/2.1")]),
+    "opportunistic beside a guaranteed job: launch": (
+        run(A) + [PC.Start(start("3.1", "3", priority="opportunistic"))], [("launch", "c1/3.1")]),
+    "a GPU the node lacks: refused, and the repeat gets the same": (
+        [PC.Start(start("4.1", "4", gpus=(5,))), PC.Start(start("4.1", "4", gpus=(5,)))],
+        [("refused", "4.1", P.REFUSED, "GPU 5 is not on this node (it has 0,1)")]),
+    "two workers on one GPU: refused": (
+        [PC.Start(start("5.1", "5", gpus=(1, 1)))], [("refused", "5.1", P.REFUSED, "two workers share a GPU")]),
+    "a stop that overtook its start": (
+        [PC.Stop("6.1", "6", 5.0, "c1"), PC.Start(start("6.1", "6"))],
+        [("refused", "6.1", P.REFUSED, PC.STOPPED_BEFORE_START)]),
+    "a known placement starts nothing again": (run(A) + [PC.Start(A)], []),
+    "the same id in another cluster is another placement": (
+        run(A) + [PC.Exited("c1/1.1", 0, 0), PC.Start(start("1.1", "1", cluster="c2"))], [("launch", "c2/1.1")]),
+    "stop: SIGTERM now": (run(A) + [PC.Stop("1.1", "1", 5.0, "c1")], [("signal", "c1/1.1", 0, "SIGTERM")]),
+    "promote: guaranteed in the node core": (run(A) + [PC.Promote("1.1", "c1")], [("guarantee", "1", True)]),
+    "the end of a placement ends its promotion": (
+        run(A) + [PC.Promote("1.1", "c1"), PC.Exited("c1/1.1", 0, 0)],
+        [("guarantee", "1", False), ("exited", "1.1", 0, 0, False)]),
+    "an exit while the lease has lapsed is fenced": (
+        run(A) + [PC.Fence(True), PC.Exited("c1/1.1", 0, 143)],
+        [("guarantee", "1", False), ("exited", "1.1", 0, 143, True)]),
+    "a clean exit is never fenced": (
+        run(A) + [PC.Fence(True), PC.Exited("c1/1.1", 0, 0)],
+        [("guarantee", "1", False), ("exited", "1.1", 0, 0, False)]),
+    "an exit after the lease is held again is the job's own": (
+        run(A) + [PC.Fence(True), PC.Fence(False), PC.Exited("c1/1.1", 0, 1)],
+        [("guarantee", "1", False), ("exited", "1.1", 0, 1, False)]),
+    "another cluster's scheduler: the old workers are stopped": (
+        run(A) + [PC.Welcomed("c2")], [("signal", "c1/1.1", 0, "SIGTERM")]),
+    "another cluster's exits are not reported to the new one": (
+        run(A) + [PC.Welcomed("c2"), PC.Exited("c1/1.1", 0, 143)], [("guarantee", "1", False)]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_placement_core(case):
+    events, want = CASES[case]
+    c = core()
+    for e in events[:-1]:
+        c.handle(e, 1000.0)
+    assert shown(c.handle(events[-1], 1000.0)) == want
+
+
+def test_kill_deadline_and_forgetting_ended_placements():
+    c = core()
+    for e in run(A) + [PC.Stop("1.1", "1", 5.0, "c1")]:
+        c.handle(e, 1000.0)
+    assert shown(c.handle(PC.Tick(), 1004.9)) == []
+    assert shown(c.handle(PC.Tick(), 1005.0)) == [("signal", "c1/1.1", 0, "SIGKILL")]
+    assert shown(c.handle(PC.Tick(), 1006.0)) == []  # once
+    c.handle(PC.Exited("c1/1.1", 0, 137), 1006.0)
+    assert [w.running for w in c.status()] == [False]
+    c.handle(PC.Tick(), 1306.1)  # 300 s after it ended: only its id is remembered
+    assert c.status() == [] and c.table.known("c1/1.1")
+    assert shown(c.handle(PC.Start(A), 1307.0)) == []
+
+
+def test_events_before_the_first_welcome_wait_for_it_and_only_the_welcoming_clusters_go():
+    c = core(cluster=None)  # a node with a scheduler link: the table's cluster is unknown until welcomed
+    for e in run(A) + run(start("9.1", "9", gpus=(1,), cluster="c2")):
+        c.handle(e, 1000.0)  # (restored from the table in real life)
+    assert shown(c.handle(PC.Exited("c1/1.1", 0, 0), 1001.0)) == [("guarantee", "1", False)]  # held
+    assert [w.placement_id for w in c.status()] == ["1.1", "9.1"]
+    out = shown(c.handle(PC.Welcomed("c2"), 1002.0))
+    assert ("worker_started", "9.1", 0) in out and ("exited", "1.1", 0, 0, False) not in out
+    assert not any(o[0] == "worker_started" and o[1] == "1.1" for o in out)
+    assert [w.placement_id for w in c.status()] == ["9.1"]
+
+
+def test_recovered_tells_a_new_node_core_its_promotions():
+    c = core()
+    for e in run(A) + [PC.Promote("1.1", "c1")] + run(start("2.1", "2", gpus=(1,))):
+        c.handle(e, 1000.0)
+    assert shown(c.handle(PC.Recovered(), 1001.0)) == [("guarantee", "1", True)]
+
+
+CLAIMS = [  # (claims, gpus, owner, share, the conflicting claim's owner or None)
+    ([], [0], "a", 1.0, None),
+    ([Claim(0, "b")], [0], "a", 1.0, "b"),
+    ([Claim(0, "b")], [1], "a", 1.0, None),
+    ([Claim(0, "a")], [0], "a", 1.0, None),  # its own claim does not count
+    ([Claim(1, "b"), Claim(0, "c")], [0, 1], "a", 1.0, "c"),  # the lowest GPU first
+    ([Claim(0, "b", 0.5)], [0], "a", 0.5, None),  # partitions: fractions summing to <= 1
+    ([Claim(0, "b", 0.5), Claim(0, "c", 0.3)], [0], "a", 0.3, "b"),
+]
+
+
+@pytest.mark.parametrize("claims, gpus, owner, share, want", CLAIMS)
+def test_guaranteed_shares_per_gpu_sum_to_at_most_one(claims, gpus, owner, share, want):
+    held = conflict(claims, gpus, owner, share)
+    assert (held.owner if held else None) == want

@@ -1,0 +1,262 @@
+"""A job never has two live copies that make progress: a scheduler and `colocate node` daemons on loopback, a
+node silenced (SIGSTOP, SIGTERM and a restart, kill -9 and a restart) or outliving its scheduler's state file.
+
+Every worker appends ``JOB TAG PID TIME`` to a progress file every 0.1 s, so two copies making progress at once
+are seen from outside the daemons: two pids of one job whose progress intervals overlap.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster.client import SchedulerClient, request_from_here
+from colocate import rpc
+from tests.support import PY, Procs, free_port, read_log, wait_for
+
+PROGRESS = """\
+import os, sys, time
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    with open(os.environ["PROGRESS"], "a") as f:
+        f.write(f"{os.environ['COLOCATE_JOB_ID']} {os.environ.get('TAG', '-')} {os.getpid()} {time.time():.3f}\\n")
+    time.sleep(0.1)
+"""
+
+
+class Fleet:
+    """A scheduler (state file ``state``) and nodes of one simulated GPU each, on 127.0.0.1."""
+
+    def __init__(self, procs: Procs, tmp: Path, nodes: int, lease_s: float | None = None):
+        self.procs, self.tmp, self.lease_s = procs, tmp, lease_s
+        self.endpoint = f"tcp://127.0.0.1:{free_port()}"
+        self.progress = tmp / "progress.txt"
+        self.progress.touch()
+        self.script = tmp / "progress.py"
+        self.script.write_text(PROGRESS)
+        self.scheduler = None
+        self.start_scheduler(tmp / "sched.db")
+        self.nodes = {f"n{i}": self.start_node(f"n{i}") for i in range(nodes)}
+        self.client = SchedulerClient(self.endpoint, None, timeout_s=5.0)
+        self.wait_up(set(self.nodes))
+
+    def start_scheduler(self, state: Path):
+        argv = [PY, "-m", "colocate", "scheduler", "--bind", self.endpoint, "--state", state, "--config",
+                "antman", "--log-level", "info"] + (["--lease", self.lease_s] if self.lease_s is not None else [])
+        self.scheduler = self.procs.start(argv, f"scheduler-{state.stem}.log")
+        client = SchedulerClient(self.endpoint, None, timeout_s=0.5)
+
+        def answers():
+            assert self.scheduler.poll() is None, read_log(self.scheduler)[-3000:]
+            try:
+                return client.nodes()
+            except rpc.NoAnswer:
+                return None
+        wait_for(answers, 30, what="the scheduler to answer")
+
+    def start_node(self, node_id: str):
+        argv = [PY, "-m", "colocate", "node", "--device", "sim", "--sim-gpus", 1, "--scheduler", self.endpoint,
+                "--node-id", node_id, "--host", "127.0.0.1", "--endpoint", f"ipc://{self.tmp}/{node_id}.sock",
+                "--log-dir", self.tmp / "logs", "--state-dir", self.tmp / node_id, "--log-level", "info"]
+        return self.procs.start(argv, f"{node_id}.log")
+
+    def wait_up(self, ids: set, timeout: float = 60):
+        wait_for(lambda: {n.node_id for n in self.client.nodes().nodes if n.up} >= ids, timeout,
+                 what=f"nodes {sorted(ids)} up")
+
+    def submit(self, seconds: float, tag: str = "-") -> str:
+        env = {**os.environ, "PROGRESS": str(self.progress), "TAG": tag}
+        return self.client.submit(request_from_here([PY, str(self.script), f"{seconds:g}"], environ=env,
+                                                    cwd=str(self.tmp)))
+
+    def job(self, job_id: str):
+        return {j.job_id: j for j in self.client.jobs()[0]}[job_id]
+
+    def wait_state(self, job_id: str, states, timeout: float):
+        return wait_for(lambda: (j := self.job(job_id)).state in states and j, timeout, interval=0.2,
+                        what=f"job {job_id} to be {'/'.join(states)}")
+
+    def failed_starts(self, state: Path, job_id: str) -> int:
+        with sqlite3.connect(f"file:{state}?mode=ro", uri=True) as db:
+            return db.execute("SELECT failed_starts FROM jobs WHERE job_id = ?", (job_id,)).fetchone()[0]
+
+    def runs(self, job_id: str, tag: str | None = None) -> dict[int, tuple[float, float]]:
+        """pid -> (first, last) progress time of each copy of ``job_id`` (of ``tag``, if given)."""
+        out: dict[int, tuple[float, float]] = {}
+        for line in self.progress.read_text().splitlines():
+            parts = line.split()
+            if len(parts) != 4 or parts[0] != job_id or (tag is not None and parts[1] != tag):
+                continue
+            pid, t = int(parts[2]), float(parts[3])
+            first, last = out.get(pid, (t, t))
+            out[pid] = (min(first, t), max(last, t))
+        return out
+
+    def progressing(self, job_id: str, since: float) -> int | None:
+        """The pid of a copy of ``job_id`` that made progress after ``since`` (wall clock), else None."""
+        return next((pid for pid, (_, last) in self.runs(job_id).items() if last > since), None)
+
+    def logs(self) -> str:
+        return "\n".join(f"==> {p.log_path.name}\n{read_log(p)[-3000:]}" for p in self.procs.all)
+
+    def kill_workers(self) -> None:
+        """SIGKILL the process group (the launcher's) of every worker that wrote progress."""
+        pids = {int(line.split()[2]) for line in self.progress.read_text().splitlines() if len(line.split()) == 4}
+        for pid in pids:
+            try:
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def overlaps(runs: dict[int, tuple[float, float]]) -> list:
+    """Pairs of copies whose progress intervals overlap: two live copies making progress at once."""
+    spans = sorted((first, last, pid) for pid, (first, last) in runs.items())
+    return [(a, b) for a, b in zip(spans, spans[1:]) if b[0] <= a[1]]
+
+
+@pytest.fixture
+def procs(tmp_path):
+    p = Procs(tmp_path)
+    fleets: list[Fleet] = []
+    p.fleets = fleets
+    yield p
+    for f in fleets:
+        f.kill_workers()
+    p.cleanup()
+
+
+def fleet(procs, tmp_path, nodes: int, lease_s: float | None = None) -> Fleet:
+    f = Fleet(procs, tmp_path, nodes, lease_s)
+    procs.fleets.append(f)
+    return f
+
+
+def running_on(f: Fleet, job_id: str, timeout: float = 60) -> tuple[str, int]:
+    """(node id, worker pid) once the job runs and its worker makes progress."""
+    j = f.wait_state(job_id, ("running",), timeout)
+    pid = wait_for(lambda: f.progressing(job_id, 0.0), timeout, what=f"job {job_id} to make progress")
+    return j.nodes[0], pid
+
+
+def finished_by_one_copy_at_a_time(f: Fleet, job: str, pid: int) -> None:
+    """The job succeeded, never two copies at once, no failed start; the copy ``pid`` went on to the end unless
+    the node's return outlasted its lease (a slow machine), in which case it was fenced before another ran."""
+    j = f.wait_state(job, ("succeeded", "failed"), 120)
+    runs = f.runs(job)
+    assert overlaps(runs) == [], (runs, f.logs())
+    assert j.state == "succeeded" and (list(runs) == [pid]) == (j.attempts == 1), (j, runs, f.logs())
+    assert f.failed_starts(f.tmp / "sched.db", job) == 0
+
+
+def hold(seconds: float) -> None:
+    """The fault lasts ``seconds`` (the scenario's own duration, not a wait for something)."""
+    end = time.monotonic() + seconds
+    wait_for(lambda: time.monotonic() >= end, seconds + 1, interval=0.05, what=f"{seconds} s to pass")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_node_stopped_for_8s_keeps_its_job_and_no_second_copy_runs(procs, tmp_path):
+    """SIGSTOP for 8 s (< the 10 s lease): the node is down after 2.4 s, but its job is not placed again
+    (that waits for lease + grace since it was last heard); after SIGCONT it is reconciled and the job goes on."""
+    f = fleet(procs, tmp_path, nodes=2)
+    job = f.submit(30.0)
+    victim, pid = running_on(f, job)
+    node = f.nodes[victim]
+    node.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: not next(n for n in f.client.nodes().nodes if n.node_id == victim).up, 10,
+                 what="the silent node to be marked down")
+        hold(8.0 - 2.4)
+    finally:
+        node.send_signal(signal.SIGCONT)
+    f.wait_up({victim}, 30)
+    finished_by_one_copy_at_a_time(f, job, pid)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_node_whose_lease_lapses_has_its_worker_stopped_before_the_job_is_placed_again(procs, tmp_path):
+    """With a 3 s lease, an 8 s SIGSTOP outlasts it: the worker's launcher stops it (the lease lapsed) before the
+    scheduler places the job again (lease + grace after it last heard the node); the returning node's report of
+    the fenced exit costs the job nothing."""
+    f = fleet(procs, tmp_path, nodes=2, lease_s=3.0)
+    job = f.submit(20.0)
+    victim, pid = running_on(f, job)
+    node = f.nodes[victim]
+    node.send_signal(signal.SIGSTOP)
+    t_stop = time.time()
+    try:
+        hold(8.0)
+    finally:
+        node.send_signal(signal.SIGCONT)
+    j = f.wait_state(job, ("succeeded", "failed"), 120)
+    runs = f.runs(job)
+    assert overlaps(runs) == [], (runs, f.logs())
+    assert runs[pid][1] < t_stop + 3.0 + 3.0 + 0.6  # fenced: it stopped within lease + grace of the stop
+    assert j.state == "succeeded" and j.attempts >= 2 and len(runs) >= 2, (j, runs, f.logs())
+    assert f.failed_starts(tmp_path / "sched.db", job) == 0
+    assert "lease" in (tmp_path / "logs" / job / "worker-0.log").read_text()  # the launcher said why
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_node_stopped_and_restarted_6s_later_keeps_its_job(procs, tmp_path):
+    """SIGTERM leaves the workers running; a node started again 6 s later on the same state dir re-adopts them
+    and the scheduler, which had held the placement, keeps it: one copy, no start failure."""
+    f = fleet(procs, tmp_path, nodes=2)
+    job = f.submit(25.0)
+    victim, pid = running_on(f, job)
+    f.nodes[victim].send_signal(signal.SIGTERM)
+    f.nodes[victim].wait(30)
+    hold(6.0)
+    f.nodes[victim] = f.start_node(victim)
+    f.wait_up({victim}, 30)
+    finished_by_one_copy_at_a_time(f, job, pid)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_kill9_of_a_node_and_a_restart_uses_none_of_the_jobs_start_failures(procs, tmp_path):
+    f = fleet(procs, tmp_path, nodes=1)
+    job = f.submit(20.0)
+    victim, pid = running_on(f, job)
+    f.nodes[victim].send_signal(signal.SIGKILL)
+    f.nodes[victim].wait(30)
+    f.nodes[victim] = f.start_node(victim)
+    f.wait_up({victim}, 30)
+    j = f.wait_state(job, ("succeeded", "failed"), 120)
+    runs = f.runs(job)
+    assert overlaps(runs) == [], (runs, f.logs())
+    assert j.state == "succeeded" and j.attempts == 1 and list(runs) == [pid], (j, runs, f.logs())
+    assert f.failed_starts(tmp_path / "sched.db", job) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_node_that_outlived_its_schedulers_state_file_takes_no_new_placement_for_an_old_one(procs, tmp_path):
+    """The scheduler starts again on a new state file (a new cluster id): its placement "1.1" is not the old
+    "1.1" the node remembers; the old cluster's worker is stopped, the new job runs, with no failed start."""
+    f = fleet(procs, tmp_path, nodes=1)
+    old = f.submit(120.0, tag="old")
+    assert old == "1"
+    running_on(f, old)
+    f.scheduler.send_signal(signal.SIGKILL)
+    f.scheduler.wait(30)
+    f.start_scheduler(tmp_path / "new.db")
+    f.wait_up(set(f.nodes), 30)
+    new = f.submit(3.0, tag="new")
+    assert new == "1"  # the same job id, so the same first placement id: 1.1
+    j = f.wait_state(new, ("succeeded", "failed"), 120)
+    old_runs, new_runs = f.runs("1", "old"), f.runs("1", "new")
+    assert j.state == "succeeded" and len(new_runs) == 1, (j, new_runs, f.logs())
+    (old_last,) = [last for _, last in old_runs.values()]
+    (new_first,) = [first for first, _ in new_runs.values()]
+    assert old_last < new_first, (old_runs, new_runs)  # the old cluster's worker stopped before the new one ran
+    assert f.failed_starts(tmp_path / "new.db", new) == 0
