@@ -39,6 +39,7 @@ from cluster.jobs import Job
 from cluster.recovery import Recovery
 from cluster.spec import JobSpec, Placement
 from cluster.state import ClusterState
+from colocate.vocab import JobState, Priority
 
 
 def refusal_backoff_s(n: int) -> float:
@@ -168,8 +169,8 @@ class SchedulerCore:
             out.append({
                 "node_id": n.node_id, "up": n.up, "epoch": n.epoch, "gpu_model": n.model, "free_gpus": n.free,
                 "cpu_milli": n.cpu, "mem_mib": n.host_mem, "workers": len(n.slots),
-                "gpus": [{"index": g.index, "milli": g.milli, "mem": g.mem, "guaranteed": sorted(g.g),
-                          "opportunistic": sorted(g.o), "utilization": g.util, "mem_used": g.mem_used}
+                "gpus": [{"index": g.index, "milli": g.milli, "mem": g.mem, Priority.GUARANTEED: sorted(g.g),
+                          Priority.OPPORTUNISTIC: sorted(g.o), "utilization": g.util, "mem_used": g.mem_used}
                          for g in n.gpus],
             })
         return out
@@ -317,10 +318,10 @@ class SchedulerCore:
             return
         if job.state == PENDING:
             self.fw.dequeue(job)
-            self._set(job, CANCELLED, "cancelled", out)
+            self._set(job, CANCELLED, JobState.CANCELLED, out)
         else:
-            self._set(job, CANCELLED, "cancelled", out, job.placement_id)
-            self._stop(job, "cancelled", now, out)
+            self._set(job, CANCELLED, JobState.CANCELLED, out, job.placement_id)
+            self._stop(job, JobState.CANCELLED, now, out)
         job.ended_at = now
         self.fw.ended(job, now)
         self._dirty = True
@@ -426,7 +427,7 @@ class SchedulerCore:
         if job is None or job.state != RUNNING or job.placement_id != pid or not self.state.promote(pid):
             return
         p = job.placement
-        job.placement = Placement(p.placement_id, p.job_id, p.slots, "guaranteed")
+        job.placement = Placement(p.placement_id, p.job_id, p.slots, Priority.GUARANTEED)
         self.stats["promotions"] += 1
         self._set(job, RUNNING, "promoted to guaranteed", out, pid)
         out.append(ev.Promote(job.job_id, pid, p.nodes()))
@@ -436,7 +437,7 @@ class SchedulerCore:
         timeout = self.sched["start_timeout_s"]
         if timeout > 0:
             late = []
-            for pid, job in self.placing.items():
+            for job in self.placing.values():
                 if now - job.placed_at < timeout:
                     break
                 late.append(job)
@@ -505,7 +506,7 @@ class SchedulerCore:
         moved = False
         for g in e.gpus:
             moved |= self.state.report_gpu(e.node_id, g.index, g.utilization, g.mem_used)
-        if moved and self.fw.places("opportunistic"):
+        if moved and self.fw.places(Priority.OPPORTUNISTIC):
             self._dirty = True
         listed: set[tuple[str, int]] = set()
         for w in e.workers:
@@ -529,7 +530,7 @@ class SchedulerCore:
             if w.running and job is None:
                 self.stats["orphan_stops"] += 1
                 out.append(ev.StopWorkers(w.job_id, pid, (e.node_id,), "orphan"))
-        for (pid, rank), a in list(node.slots.items()):
+        for pid, rank in list(node.slots):
             if pid in self.stopping and (pid, rank) not in listed:
                 self._release_slot(pid, rank, now)
         self.recovery.reported(node, listed, now, out)

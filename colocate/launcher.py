@@ -16,9 +16,9 @@ same GPUs by NVML UUID in the same order), and each process with torchrun's
 from __future__ import annotations
 
 import glob
-import secrets
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -31,6 +31,7 @@ import colocate
 from colocate import stats
 from colocate.env import JobEnv, format_gpus
 from colocate.files import write_json_atomic
+from colocate.vocab import Priority
 
 INJECT_DIR = str(Path(__file__).with_name("_inject"))
 PROJECT_ROOT = str(Path(colocate.__file__).resolve().parent.parent)
@@ -50,7 +51,7 @@ class RunSpec:
     gpus: tuple[int, ...] = ()  # the job's GPUs, distinct node indices in order; () = (gpu,)
     gpu_mem: int | None = None
     sm_share: float = 1.0
-    priority: str = "guaranteed"
+    priority: str = Priority.GUARANTEED
     on_cap: str = "host"
     stats_file: str | None = None
     job_id: str | None = None

@@ -31,6 +31,7 @@ from colocate.gpus import GpuSpec
 from colocate.node.claims import Claim, conflict
 from colocate.node.policies import POLICIES, Want
 from colocate.node.state import GpuState, JobState
+from colocate.vocab import Priority
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,8 @@ class NodeCore:
         gpu = self.gpus[m.gpu]
         old = self.jobs.get(m.job_id)
         holder = self._guaranteed_holder(gpu, m.job_id)
-        priority = "guaranteed" if m.job in self.promoted and holder is None else m.priority
-        if priority == "guaranteed":
+        priority = Priority.GUARANTEED if m.job in self.promoted and holder is None else m.priority
+        if priority == Priority.GUARANTEED:
             if holder is not None:
                 return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id,
                                       message=f"GPU {m.gpu} already runs guaranteed job {holder}"))]
@@ -217,7 +218,7 @@ class NodeCore:
             if holder is not None:
                 self.notes.append(f"{job.job_id} stays opportunistic: GPU {job.gpu} runs guaranteed job {holder}")
                 continue
-            job.priority = "guaranteed"
+            job.priority = Priority.GUARANTEED
             out += self._replan(gpu, now)
         return out
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from colocate import protocol as P
 from colocate.node.claims import Claim, conflict
 from colocate.node.worker_table import Placement, WorkerTable, scoped
+from colocate.vocab import Priority
 
 STOPPED_BEFORE_START = "the placement was stopped before it started"
 OTHER_CLUSTER = "a placement of another cluster (the scheduler's state file changed)"
@@ -218,7 +219,7 @@ class PlacementCore:
             return f"GPU {missing[0]} is not on this node (it has {have})"
         if len(set(gpus)) != len(gpus):
             return "two workers share a GPU"
-        if msg.priority == "guaranteed":
+        if msg.priority == Priority.GUARANTEED:
             key = scoped(msg.cluster_id, msg.placement_id)
             held = conflict(self._claims(), gpus, key)
             if held is not None:
@@ -233,7 +234,7 @@ class PlacementCore:
     def _claims(self):
         """Every running guaranteed (or promoted) worker's GPUs, owned by its placement's key."""
         for key, p in self.table.placements.items():
-            if p.priority == "guaranteed":
+            if p.priority == Priority.GUARANTEED:
                 for w in p.workers:
                     if w.running:
                         yield from (Claim(g, key) for g in w.gpus)
@@ -296,7 +297,7 @@ class PlacementCore:
             return [Note("warning", f"promote: placement {e.placement_id} is not running here")]
         out: list = []
         if not p.promoted:
-            p.promoted, p.priority = True, "guaranteed"
+            p.promoted, p.priority = True, Priority.GUARANTEED
             out.append(Save())
         return out + [Note("info", f"placement {p.placement_id} of job {p.job_id} promoted: guaranteed from now on"),
                       Guarantee(p.job_id, on=True)]
