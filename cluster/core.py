@@ -29,7 +29,8 @@ job therefore gets the freed GPUs in a cycle after the stops are confirmed.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from cluster import events as ev
 from cluster.config import PolicyConfig
@@ -75,7 +76,7 @@ class SchedulerCore:
         self.refusals: dict[str, int] = {}  # job id -> refused starts in a row (the backoff's exponent)
         self.stats = dict.fromkeys(("events", "decisions", "cycles", "placements", "preemptions", "promotions",
                                     "start_failures", "requeues", "orphan_stops", "nodes_lost", "duplicates"), 0)
-        self._handlers = {
+        self._handlers: dict[type, Callable[..., Any]] = {
             ev.JobSubmitted: self._submitted, ev.JobCancelled: self._cancelled, ev.NodeJoined: self._joined,
             ev.NodeLost: self._lost, ev.NodeReport: self._report, ev.WorkerStarted: self._started,
             ev.WorkerExited: self._exited, ev.StartRefused: self._refused, ev.Tick: self._tick,
@@ -260,6 +261,7 @@ class SchedulerCore:
         """Stop ``job``'s current placement: slots known gone are released now, the rest wait
         for their exits (a StopWorkers to the nodes that still hold them)."""
         placement = job.placement
+        assert placement is not None  # only a placed job is stopped
         pid = placement.placement_id
         self.placing.pop(pid, None)
         for r in gone_ranks:
@@ -342,7 +344,7 @@ class SchedulerCore:
             return
         job.started.add(rank)
         if len(job.started) == job.spec.workers:
-            self.placing.pop(job.placement_id, None)
+            self.placing.pop(job.placement_id or "", None)
             self.refusals.pop(job.job_id, None)
             job.running_since = now
             self._set(job, RUNNING, "", out, job.placement_id)
@@ -366,6 +368,7 @@ class SchedulerCore:
             return
         job.exited[rank] = code
         pid = job.placement_id
+        assert pid is not None  # the exit of the job's current placement (_current)
         if job.state == PLACING:
             self._start_failed(job, f"rank {rank} exited with code {code} before the gang started", now, out, (rank,))
         elif code != 0:
@@ -427,6 +430,7 @@ class SchedulerCore:
         if job is None or job.state != RUNNING or job.placement_id != pid or not self.state.promote(pid):
             return
         p = job.placement
+        assert p is not None  # it runs placement pid
         job.placement = Placement(p.placement_id, p.job_id, p.slots, Priority.GUARANTEED)
         self.stats["promotions"] += 1
         self._set(job, RUNNING, "promoted to guaranteed", out, pid)
@@ -438,7 +442,7 @@ class SchedulerCore:
         if timeout > 0:
             late = []
             for job in self.placing.values():
-                if now - job.placed_at < timeout:
+                if now - (job.placed_at or now) < timeout:  # set when it was placed
                     break
                 late.append(job)
             for job in late:
@@ -497,7 +501,9 @@ class SchedulerCore:
         if pid not in self.state.allocs and pid in self.holders:
             stop = self.stopping.get(pid)
             job = self.holders[pid]
-            self._released(job, stop.placement if stop else job.placement, now)
+            placement = stop.placement if stop else job.placement
+            assert placement is not None  # pid is its placement
+            self._released(job, placement, now)
 
     def _report(self, e: ev.NodeReport, now: float, out: list) -> None:
         node = self.state.nodes.get(e.node_id)

@@ -20,7 +20,7 @@ class Job:
         self.spec = spec
         self.job_id = spec.job_id
         self.seq = seq  # arrival order at the core (ties in submit time)
-        self.state = PENDING
+        self.state: str = PENDING
         self.queue = ""  # set by the queue-sort plugin at submit
         self.key: tuple = ()  # sort key within the queue
         self.rshape = (spec.workers, spec.gpus, spec.gpu_milli, spec.gpu_mem, spec.cpu_milli,

@@ -121,6 +121,7 @@ class Recovery:
             if job.state not in (PLACING, RUNNING) or job.placement_id != pid:
                 continue
             spec = job.spec
+            assert job.placement is not None  # its placement is pid
             klass = job.placement.priority
             fits = all(0 <= i < len(node.gpus) for i in slot.gpus) and len(slot.gpus) == spec.gpus and (
                 klass != Priority.GUARANTEED or all(gpu_fits_guaranteed(node.gpus[i], spec.gpu_milli, spec.gpu_mem) for i in slot.gpus))

@@ -23,7 +23,9 @@ until the job leaves. Handlers are found through one explicit table (``_handlers
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from colocate import protocol as P
 from colocate.config import NodeConfig
@@ -85,7 +87,7 @@ class NodeCore:
         self.left: deque[tuple[str, str]] = deque(maxlen=1000)  # (job_id, reason), for logs
         self.promoted: set[str] = set()  # jobs (not worker ids) the scheduler promoted to guaranteed
         self.notes: deque[str] = deque(maxlen=100)  # what the edge should log (e.g. a promotion that cannot hold)
-        self._handlers = {
+        self._handlers: dict[type, Callable[..., Any]] = {
             P.Register: self._on_register,
             P.BatchReport: self._on_batch_report,
             P.LimitsApplied: self._on_limits_applied,

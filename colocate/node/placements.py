@@ -27,7 +27,9 @@ are persisted with the table and outlive the node process).
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from colocate import protocol as P
 from colocate.node.claims import Claim, conflict
@@ -155,7 +157,7 @@ class PlacementCore:
         self.cluster = cluster
         self.fenced = False
         self._held: list = []  # (cluster, message) produced before the first welcome
-        self._handlers = {Start: self._start, Launched: self._launched, LaunchFailed: self._launch_failed,
+        self._handlers: dict[type, Callable[..., Any]] = {Start: self._start, Launched: self._launched, LaunchFailed: self._launch_failed,
                           Stop: self._stop, Promote: self._promote, Exited: self._exited, Tick: self._tick,
                           Fence: self._fence, Welcomed: self._welcomed, Recovered: self._recovered}
 
@@ -305,7 +307,9 @@ class PlacementCore:
     # ------------------------------------------------------------------ watching
     def _exited(self, e: Exited, now: float) -> list:
         p = self.table.placements.get(e.key)
-        w = next((w for w in p.workers if w.rank == e.rank), None) if p is not None else None
+        if p is None:
+            return []
+        w = next((w for w in p.workers if w.rank == e.rank), None)
         if w is None or not w.running:
             return []
         w.exit_code, w.kill_at = e.code, None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 from colocate.config import POLICY_NAMES
 
@@ -215,5 +216,5 @@ class Adaptive:
         return max(0, min(cap, fair))
 
 
-POLICIES = {"exclusive": Exclusive, "pack": Pack, "static": Static, "adaptive": Adaptive}
+POLICIES: dict[str, Any] = {"exclusive": Exclusive, "pack": Pack, "static": Static, "adaptive": Adaptive}
 assert tuple(POLICIES) == POLICY_NAMES, "colocate.config.POLICY_NAMES is the one list of names"
