@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from colocate.vocab import Priority
 
-PRIORITIES = (Priority.GUARANTEED, Priority.OPPORTUNISTIC)
+PRIORITIES = tuple(Priority)
 MILLI = 1000  # milli-GPUs in one GPU
 
 

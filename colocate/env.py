@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from colocate.units import parse_fraction, parse_size
-from colocate.vocab import Priority
+from colocate.vocab import DeviceKind, OnCap, Priority, YieldMode
 
 PREFIX = "COLOCATE_"
 
@@ -29,7 +29,7 @@ class Variable:
 VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_ENABLED", "0", "1 in a process started by `colocate run`: install the runtime when torch is imported."),
     Variable("COLOCATE_JOB_ID", "<pid>", "Job identifier used in statistics, logs and the node protocol."),
-    Variable("COLOCATE_DEVICE", "sim", "Device kind the job runs on: `sim` or `cuda` (the launcher resolves `auto`)."),
+    Variable("COLOCATE_DEVICE", DeviceKind.SIM, "Device kind the job runs on: `sim` or `cuda` (the launcher resolves `auto`)."),
     Variable("COLOCATE_GPUS", "0", "The job's GPUs, comma-separated node indices (simulated or NVML), written by `colocate run --gpus`; a process with torchrun's `LOCAL_RANK` uses GPU number LOCAL_RANK of the list (modulo its length; on CUDA, `CUDA_VISIBLE_DEVICES` lists the same GPUs in the same order, so it is device `cuda:LOCAL_RANK`), any other process the first."),
     Variable("COLOCATE_GPU", "<from COLOCATE_GPUS>", "This process's GPU (a node index), when it must differ from what COLOCATE_GPUS and LOCAL_RANK give; it must be one of COLOCATE_GPUS when both are set. The launcher never writes it."),
     Variable("COLOCATE_GPU_MEM", "<device total>", "Device memory cap in bytes; over it, allocations go to host or fail (COLOCATE_ON_CAP)."),
@@ -52,13 +52,13 @@ VARIABLES: tuple[Variable, ...] = (
 
 NAMES = frozenset(v.name for v in VARIABLES)
 
-DEVICES = ("sim", "cuda")  # concrete device kinds
+DEVICES = tuple(DeviceKind)  # concrete device kinds
 DEVICE_CHOICES = ("auto",) + DEVICES  # what a user may ask for; auto = cuda when NVML sees a GPU
-PRIORITIES = (Priority.GUARANTEED, Priority.OPPORTUNISTIC)
-ON_CAP = ("host", "error")
+PRIORITIES = tuple(Priority)
+ON_CAP = tuple(OnCap)
 LOG_LEVELS = ("debug", "info", "warning", "error")
-YIELD_MODES = ("priority", "gate")
-DEFAULT_YIELD = ("priority",)  # measured: the gate's polling adds nothing on top of priority (benchmarks/RESULTS.md)
+YIELD_MODES = tuple(YieldMode)
+DEFAULT_YIELD = (YieldMode.PRIORITY,)  # measured: the gate's polling adds nothing on top of priority (benchmarks/RESULTS.md)
 
 DEFAULT_SIM_GPU_MEM = 16 << 30
 DEFAULT_BOUNDARY_WARN_S = 60.0
@@ -77,13 +77,13 @@ class JobEnv:
     enabled: bool = False
     job_id: str = ""
     token: str = ""
-    device: str = "sim"
+    device: str = DeviceKind.SIM
     gpu: int = 0  # this process's GPU (a node index)
     gpus: tuple[int, ...] = ()  # the job's GPUs (COLOCATE_GPUS), in CUDA_VISIBLE_DEVICES order; () = just (gpu,)
     gpu_mem: int | None = None
     sm_share: float = 1.0
     priority: str = Priority.GUARANTEED
-    on_cap: str = "host"
+    on_cap: str = OnCap.HOST
     stats_dir: str | None = None
     node: str | None = None
     sim_core: int | None = None
@@ -156,13 +156,13 @@ class JobEnv:
             enabled=_get(env, "COLOCATE_ENABLED") == "1",
             job_id=_get(env, "COLOCATE_JOB_ID") or str(os.getpid()),
             token=_get(env, "COLOCATE_TOKEN") or "",
-            device=parsed("COLOCATE_DEVICE", choice(DEVICES), "sim"),
+            device=parsed("COLOCATE_DEVICE", choice(DEVICES), DeviceKind.SIM),
             gpu=gpu,
             gpus=gpus,
             gpu_mem=parsed("COLOCATE_GPU_MEM", parse_size, None),
             sm_share=parsed("COLOCATE_SM_SHARE", lambda r: parse_fraction(r, "share"), 1.0),
             priority=parsed("COLOCATE_PRIORITY", choice(PRIORITIES), Priority.GUARANTEED),
-            on_cap=parsed("COLOCATE_ON_CAP", choice(ON_CAP), "host"),
+            on_cap=parsed("COLOCATE_ON_CAP", choice(ON_CAP), OnCap.HOST),
             stats_dir=_get(env, "COLOCATE_STATS_DIR"),
             node=_get(env, "COLOCATE_NODE"),
             sim_core=parsed("COLOCATE_SIM_CORE", nonneg_int, None),

@@ -21,6 +21,8 @@ import os
 import sys
 import threading
 
+from colocate.vocab import DeviceKind
+
 _rt = None
 _lock = threading.Lock()
 
@@ -119,7 +121,7 @@ def _install_excepthook(device: str) -> None:
         if marker >= 0:
             print(text[marker:].splitlines()[0], file=sys.stderr)
             return
-        if device == "cuda" and exc_type.__name__ == "OutOfMemoryError" and _rt is not None:
+        if device == DeviceKind.CUDA and exc_type.__name__ == "OutOfMemoryError" and _rt is not None:
             from colocate.units import format_size
 
             cap = _rt.limits()["mem_cap"]

@@ -30,7 +30,7 @@ import time
 import zmq
 
 from colocate import protocol as P
-from colocate.vocab import Priority
+from colocate.vocab import DeviceKind, Priority, YieldMode
 from torch_hooks.gate import GateFollower, GatePublisher, gate_path
 
 log = logging.getLogger("colocate.link")
@@ -72,7 +72,7 @@ class NodeLink:
             self.publisher = GatePublisher(path)
             rt.add_start_hook(self.publisher.start)
             rt.add_end_hook(self.publisher.end)
-        elif env.device == "sim" and "gate" in env.yield_via:
+        elif env.device == DeviceKind.SIM and YieldMode.GATE in env.yield_via:
             from torch_hooks import _ext
 
             self.follower = GateFollower(path, _ext.load())

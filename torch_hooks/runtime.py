@@ -52,6 +52,7 @@ import time
 from collections.abc import Callable
 
 from colocate.units import parse_fraction
+from colocate.vocab import DeviceKind
 from torch_hooks.records import BatchRecord, StatsBook
 from torch_hooks.throttle import host_penalty_s, idle_after
 
@@ -90,7 +91,7 @@ class Runtime:
         self._last_idle = 0.0
         self._watch_stop = threading.Event()
         self.no_boundary_warned = False
-        self._sim = device.kind == "sim"
+        self._sim = device.kind == DeviceKind.SIM
         # set by torch_hooks.hooks: called on the training thread at the end of every boundary
         self.after_boundary: Callable[[], None] | None = None
 
