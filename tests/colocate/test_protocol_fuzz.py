@@ -106,7 +106,13 @@ CLUSTER_MESSAGES = {
     P.Ok: st.builds(P.Ok, message=texts),
     P.LogsRequest: st.builds(P.LogsRequest, job_id=ids, rank=st.none() | counts),
     P.LogsReply: st.builds(P.LogsReply, job_id=ids,
-                           logs=st.lists(st.builds(P.LogRef, rank=counts, node_id=names, path=texts), max_size=4)),
+                           logs=st.lists(st.builds(P.LogRef, rank=counts, node_id=names, path=texts,
+                                                   text=texts, truncated=st.booleans(), error=texts), max_size=4)),
+    P.LogTailRequest: st.builds(P.LogTailRequest, request_id=names, job_id=ids, rank=counts,
+                                max_bytes=st.integers(1, P.LOG_TAIL_MAX_BYTES)),
+    P.LogTail: st.builds(P.LogTail, node_id=node_ids, epoch=counts, request_id=names,
+                         text=texts,
+                         truncated=st.booleans(), error=texts),
 }  # fmt: skip
 
 MESSAGES = {

@@ -368,11 +368,15 @@ def test_a_plugin_that_raises_rebuilds_the_core_from_the_journal_and_serving_goe
 
 
 def test_a_node_lost_while_the_journal_is_down_is_lost_on_resuming_not_after_the_restore_grace(h):
+    """A node that falls silent during a journal outage is lost to the rebuilt core on resuming, with its
+    placements held only until its lease and the stop grace have run out since it was last heard (as for a
+    node lost while the journal works), not for the restore grace."""
     a, b = FakeNode(h, "a", gpus=1), FakeNode(h, "b", gpus=1)
     a.hello()
     (job,) = replies(h.submit(gpus=1), P.Submitted)
     a.start_all()
     b.hello()
+    heard = h.now
     _fill_the_disk(h)
     assert replies(h.submit(gpus=1, env={"BLOB": "x" * 60000}), P.Error)  # the journal is down
     for _ in range(4):  # a falls silent; b keeps beating past a's liveness limit
@@ -380,6 +384,13 @@ def test_a_node_lost_while_the_journal_is_down_is_lost_on_resuming_not_after_the
         h.advance(0.0)
     _free_the_disk(h)
     b.heartbeat(dt=1.1)  # past the next probe
-    h.advance(0.0)  # resumed: a is lost to the rebuilt core at once, its job requeued and placed on b
+    h.advance(0.0)  # resumed: a is lost to the rebuilt core; its job keeps its placement while a's lease may hold
+    assert b.inbox(P.StartPlacement) == []
+    while h.now < heard + replace_after_s() - 0.5:
+        b.heartbeat(dt=0.5)
+        h.advance(0.0)
+    assert b.inbox(P.StartPlacement) == []
+    b.heartbeat(dt=1.0)
+    h.advance(0.0)  # a's lease and grace are over: requeued and placed on b (far sooner than the restore grace)
     assert [m.job_id for m in b.inbox(P.StartPlacement)] == [job.job_id]
     assert json.loads(job_row(h, job.job_id)["placement"])["slots"][0][1] == "b"
