@@ -442,7 +442,8 @@ class SchedulerCore:
         if timeout > 0:
             late = []
             for job in self.placing.values():
-                if now - (job.placed_at or now) < timeout:  # set when it was placed
+                assert job.placed_at is not None  # set when it was placed
+                if now - job.placed_at < timeout:
                     break
                 late.append(job)
             for job in late:
