@@ -25,7 +25,7 @@ def _c(default, doc: str):
 
 @dataclass(frozen=True)
 class NodeConfig:
-    policy: str = _c(NodePolicy.ADAPTIVE, "co-location policy: " + ", ".join(POLICY_NAMES))
+    policy: str = _c(NodePolicy.ADAPTIVE.value, "co-location policy: " + ", ".join(POLICY_NAMES))
     # --- adaptive (AIMD on the opportunistic share, guarded by the guaranteed job's SLO)
     slo_slowdown: float = _c(0.05, "adaptive: the guaranteed job's mini-batch time may exceed its solo baseline by this fraction")
     baseline_batches: int = _c(30, "adaptive: guaranteed batches profiled alone (opportunistic jobs paused) for the baseline")
