@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import invocation, machine_info, machine_lines, markdown_table, update_results  # noqa: E402
+from _common import invocation, machine_info, machine_lines, markdown_table, update_results
 
-from colocate.demo import node as demo  # noqa: E402
+from colocate.demo import node as demo
 
 KEYS = ("guaranteed_throughput_ratio", "device_utilization", "utilization_gain",
         "opportunistic_throughput_ratio", "idle_share_used")

@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common as C  # noqa: E402
-import _soak as S  # noqa: E402
+import _common as C
+import _soak as S
 
 SECTION = "fault_soak"
 

@@ -23,9 +23,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import invocation, machine_info, machine_lines, markdown_table, update_results  # noqa: E402
+from _common import invocation, machine_info, machine_lines, markdown_table, update_results
 
-from colocate.demo.node import JobSpec, run_scenario  # noqa: E402
+from colocate.demo.node import JobSpec, run_scenario
 
 MiB = 1 << 20
 
@@ -77,7 +77,7 @@ def main() -> int:
     for i in range(args.repeats):
         print(f"[{i + 1}/{args.repeats}] burst run", flush=True)
         r = one_run(tempfile.mkdtemp(prefix="colocate-burst-"), args.burst_at, args.burst_mib, args.duration)
-        fmt = lambda v, scale=1.0, unit="": "-" if v is None else f"{v * scale:.0f}{unit}"  # noqa: E731
+        fmt = lambda v, scale=1.0, unit="": "-" if v is None else f"{v * scale:.0f}{unit}"
         table.append([str(i + 1), fmt(r.get("g_reserved_before"), 1 / MiB, " MiB"),
                       fmt(r.get("g_reserved_after"), 1 / MiB, " MiB"), fmt(r.get("cap_before"), 1 / MiB, " MiB"),
                       fmt(r.get("cap_after"), 1 / MiB, " MiB"), fmt(r.get("shrink_s"), 1000, " ms"),

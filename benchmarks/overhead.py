@@ -48,8 +48,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common as C  # noqa: E402
-from rich.table import Table  # noqa: E402
+import _common as C
+from rich.table import Table
 
 SECTION = "overhead"
 MARK = "@@RESULT@@"
@@ -426,7 +426,7 @@ def main(argv=None) -> int:
                            f"{lo:+.3f} .. {hi:+.3f}", v])
 
     for title, hdr, body in (
-            (f"per-iteration overhead, sim, share 1, no cap (sign-test 95% CIs)", headers, rows),
+            ("per-iteration overhead, sim, share 1, no cap (sign-test 95% CIs)", headers, rows),
             ("hook cost per call (timed windows: median per iteration / calls per iteration; two clock reads included)",
              call_headers, call_rows),
             (f"start-up, {args.startup_pairs} alternating pairs", s_headers, s_rows)):

@@ -32,13 +32,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import _common as C  # noqa: E402
-from rich.table import Table  # noqa: E402
+import _common as C
+from rich.table import Table
 
-from cluster import events as ev  # noqa: E402
-from cluster.config import preset  # noqa: E402
-from cluster.core import SchedulerCore  # noqa: E402
-from cluster.spec import JobSpec, NodeSpec  # noqa: E402
+from cluster import events as ev
+from cluster.config import preset
+from cluster.core import SchedulerCore
+from cluster.spec import JobSpec, NodeSpec
 
 NODES, GPUS = 1000, 8
 # (workers, gpus per worker, weight): 1-32 GPUs, gangs of several workers
@@ -175,7 +175,7 @@ def bench_latency(policy: str, n_jobs: int, seed: int = 3) -> dict:
                         seq += 1
                         heapq.heappush(heap, (now + 0.5, seq, ev.WorkerExited(p.job_id, p.placement_id, s.rank, 143)))
     lat.sort()
-    q = lambda f: lat[min(len(lat) - 1, int(f * len(lat)))] / 1e3  # noqa: E731
+    q = lambda f: lat[min(len(lat) - 1, int(f * len(lat)))] / 1e3
     return {"policy": policy, "events": len(lat), "p50_us": q(0.50), "p99_us": q(0.99), "max_us": lat[-1] / 1e3,
             "jobs_done": done, "preemptions": core.counters()["preemptions"]}
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common as C  # noqa: E402
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
-from rich.table import Table  # noqa: E402
+import _common as C
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 SECTION = "share_accuracy"
 
@@ -120,7 +120,7 @@ def run_once(example: str, share: float, duration: float, timeout: float, tmpdir
 def run_clean(example: str, share: float, args, tmpdir: str) -> tuple[dict, int]:
     """Re-run while the job waited for its core (another process on it); keep the cleanest attempt."""
     best, attempts = None, 0
-    for attempts in range(1, 2 + args.max_retries):
+    for attempts in range(1, 2 + args.max_retries):  # noqa: B007 (the count is returned)
         res = run_once(example, share, args.duration, args.timeout, tmpdir, args.core)
         if best is None or res["foreign"] < best["foreign"]:
             best = res

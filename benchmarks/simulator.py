@@ -26,11 +26,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import _common as C  # noqa: E402
+import _common as C
 
-from cluster.config import PRESETS, preset  # noqa: E402
-from cluster.sim import ColocationModel, LucidTable, load_workload, run_policy  # noqa: E402
-from cluster.sim.colocation import default_lucid_path  # noqa: E402
+from cluster.config import PRESETS, preset
+from cluster.sim import ColocationModel, LucidTable, load_workload, run_policy
+from cluster.sim.colocation import default_lucid_path
 
 TRACE = C.ROOT.parent / "shared" / "traces" / "philly-pollux" / "philly.csv"
 GOAL_S = 10.0

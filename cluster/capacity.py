@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from cluster.spec import MILLI, JobSpec, model_allows
+from colocate.vocab import Priority
 
 INF = math.inf
 
@@ -28,7 +29,7 @@ def _per_node(spec: JobSpec, klass: str, gpus: int, gpu_mem: int, cpu: int, host
     if g:
         if gpus < g:
             return 0
-        per_gpu = 1 if klass != "guaranteed" or spec.gpu_milli >= MILLI else MILLI // spec.gpu_milli
+        per_gpu = 1 if klass != Priority.GUARANTEED or spec.gpu_milli >= MILLI else MILLI // spec.gpu_milli
         if spec.gpu_mem and gpu_mem:
             per_gpu = min(per_gpu, gpu_mem // spec.gpu_mem)
         n = (gpus * per_gpu) // g
@@ -56,7 +57,7 @@ def never_fits(shapes: dict[tuple[int, str, int, int, int], int], spec: JobSpec,
     allowed = [(s, c) for s, c in shapes.items() if model_allows(spec.gpu_model, s[1])]
     if not allowed:
         return f"no known node has{model} GPUs (models: {', '.join(sorted({s[1] or 'unnamed' for s in shapes}))})"
-    total = 0
+    total = 0.0
     for (gpus, _, gpu_mem, cpu, host_mem), count in allowed:
         total += count * _per_node(spec, klass, gpus, gpu_mem, cpu, host_mem)
         if total >= spec.workers:
@@ -67,13 +68,13 @@ def never_fits(shapes: dict[tuple[int, str, int, int, int], int], spec: JobSpec,
         return f"a worker needs {g}{model} GPUs on one node; the largest node has {largest}"
     big = [s for s, _ in allowed if s[0] >= g]
     checks = (
-        ("GPU memory per GPU", spec.gpu_mem if g else 0, 2, _size),
-        ("milli-CPU", spec.cpu_milli, 3, str),
-        ("MiB of host memory", spec.mem_mib, 4, str),
+        ("GPU memory per GPU", spec.gpu_mem if g else 0, [s[2] for s in big], _size),
+        ("milli-CPU", spec.cpu_milli, [s[3] for s in big], str),
+        ("MiB of host memory", spec.mem_mib, [s[4] for s in big], str),
     )
-    for what, want, i, fmt in checks:
-        if want and all(s[i] and s[i] < want for s in big):
-            most = max(s[i] for s in big)
+    for what, want, offered, fmt in checks:
+        if want and all(o and o < want for o in offered):
+            most = max(offered)
             return f"a worker needs {fmt(want)} {what}; the largest{model} node has {fmt(most)}"
     if total == 0:
         return f"no known{model} node can hold one worker ({g} GPUs" + (

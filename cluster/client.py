@@ -20,10 +20,10 @@ from __future__ import annotations
 import os
 import secrets
 
-from colocate import endpoints
+from colocate import endpoints, rpc
 from colocate import keys as K
 from colocate import protocol as P
-from colocate import rpc
+from colocate.vocab import Priority
 
 SUBMIT_ATTEMPTS = 3
 
@@ -34,7 +34,7 @@ class Refused(rpc.RpcError):
         self.code = code
 
 
-def request_from_here(command, *, workers: int = 1, gpus: int = 1, gpu_mem: int = 0, priority: str = "guaranteed",
+def request_from_here(command, *, workers: int = 1, gpus: int = 1, gpu_mem: int = 0, priority: str = Priority.GUARANTEED,
                       queue: str = "", name: str = "", estimate_s: float | None = None,
                       environ=None, cwd: str | None = None) -> P.JobRequest:
     """A ``JobRequest`` that runs ``command`` in this process's working directory with its environment,

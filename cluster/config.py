@@ -27,10 +27,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import cluster.plugins  # noqa: F401  (registers every plugin)
 from cluster.framework import REGISTRY, Plugin, check_plugins
 from cluster.params import Param, parse_params
-
-import cluster.plugins  # noqa: F401  (registers every plugin)
 
 SCHEDULER_PARAMS = {
     "feasible_nodes": Param(4, "int", lambda v: v >= 1, "an integer >= 1"),

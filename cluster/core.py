@@ -29,7 +29,8 @@ job therefore gets the freed GPUs in a cycle after the stops are confirmed.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from cluster import events as ev
 from cluster.config import PolicyConfig
@@ -39,6 +40,7 @@ from cluster.jobs import Job
 from cluster.recovery import Recovery
 from cluster.spec import JobSpec, Placement
 from cluster.state import ClusterState
+from colocate.vocab import JobState, Priority
 
 
 def refusal_backoff_s(n: int) -> float:
@@ -75,7 +77,7 @@ class SchedulerCore:
         self.refusals: dict[str, int] = {}  # job id -> refused starts in a row (the backoff's exponent)
         self.stats = dict.fromkeys(("events", "decisions", "cycles", "placements", "preemptions", "promotions",
                                     "start_failures", "requeues", "orphan_stops", "nodes_lost", "duplicates"), 0)
-        self._handlers = {
+        self._handlers: dict[type, Callable[..., Any]] = {
             ev.JobSubmitted: self._submitted, ev.JobCancelled: self._cancelled, ev.NodeJoined: self._joined,
             ev.NodeLost: self._lost, ev.NodeReport: self._report, ev.WorkerStarted: self._started,
             ev.WorkerExited: self._exited, ev.StartRefused: self._refused, ev.Tick: self._tick,
@@ -169,8 +171,8 @@ class SchedulerCore:
             out.append({
                 "node_id": n.node_id, "up": n.up, "epoch": n.epoch, "gpu_model": n.model, "free_gpus": n.free,
                 "cpu_milli": n.cpu, "mem_mib": n.host_mem, "workers": len(n.slots),
-                "gpus": [{"index": g.index, "milli": g.milli, "mem": g.mem, "guaranteed": sorted(g.g),
-                          "opportunistic": sorted(g.o), "utilization": g.util, "mem_used": g.mem_used}
+                "gpus": [{"index": g.index, "milli": g.milli, "mem": g.mem, Priority.GUARANTEED: sorted(g.g),
+                          Priority.OPPORTUNISTIC: sorted(g.o), "utilization": g.util, "mem_used": g.mem_used}
                          for g in n.gpus],
             })
         return out
@@ -265,6 +267,7 @@ class SchedulerCore:
         """Stop ``job``'s current placement: slots known gone are released now, the rest wait
         for their exits (a StopWorkers to the nodes that still hold them)."""
         placement = job.placement
+        assert placement is not None  # only a placed job is stopped
         pid = placement.placement_id
         self.placing.pop(pid, None)
         for r in gone_ranks:
@@ -323,10 +326,10 @@ class SchedulerCore:
             return
         if job.state == PENDING:
             self.fw.dequeue(job)
-            self._set(job, CANCELLED, "cancelled", out)
+            self._set(job, CANCELLED, JobState.CANCELLED, out)
         else:
-            self._set(job, CANCELLED, "cancelled", out, job.placement_id)
-            self._stop(job, "cancelled", now, out)
+            self._set(job, CANCELLED, JobState.CANCELLED, out, job.placement_id)
+            self._stop(job, JobState.CANCELLED, now, out)
         job.ended_at = now
         self.fw.ended(job, now)
         self._dirty = True
@@ -347,7 +350,7 @@ class SchedulerCore:
             return
         job.started.add(rank)
         if len(job.started) == job.spec.workers:
-            self.placing.pop(job.placement_id, None)
+            self.placing.pop(job.placement_id or "", None)
             self.refusals.pop(job.job_id, None)
             job.running_since = now
             self._set(job, RUNNING, "", out, job.placement_id)
@@ -372,6 +375,7 @@ class SchedulerCore:
             return
         job.exited[rank] = code
         pid = job.placement_id
+        assert pid is not None  # the exit of the job's current placement (_current)
         if job.state == PLACING:
             self._start_failed(job, f"rank {rank} exited with code {code} before the gang started", now, out, (rank,))
         elif code != 0:
@@ -433,7 +437,8 @@ class SchedulerCore:
         if job is None or job.state != RUNNING or job.placement_id != pid or not self.state.promote(pid):
             return
         p = job.placement
-        job.placement = Placement(p.placement_id, p.job_id, p.slots, "guaranteed")
+        assert p is not None  # it runs placement pid
+        job.placement = Placement(p.placement_id, p.job_id, p.slots, Priority.GUARANTEED)
         self.stats["promotions"] += 1
         self._set(job, RUNNING, "promoted to guaranteed", out, pid)
         out.append(ev.Promote(job.job_id, pid, p.nodes()))
@@ -443,7 +448,8 @@ class SchedulerCore:
         timeout = self.sched["start_timeout_s"]
         if timeout > 0:
             late = []
-            for pid, job in self.placing.items():
+            for job in self.placing.values():
+                assert job.placed_at is not None  # set when it was placed
                 if now - job.placed_at < timeout:
                     break
                 late.append(job)
@@ -503,7 +509,9 @@ class SchedulerCore:
         if pid not in self.state.allocs and pid in self.holders:
             stop = self.stopping.get(pid)
             job = self.holders[pid]
-            self._released(job, stop.placement if stop else job.placement, now)
+            placement = stop.placement if stop else job.placement
+            assert placement is not None  # pid is its placement
+            self._released(job, placement, now)
 
     def _report(self, e: ev.NodeReport, now: float, out: list) -> None:
         node = self.state.nodes.get(e.node_id)
@@ -512,7 +520,7 @@ class SchedulerCore:
         moved = False
         for g in e.gpus:
             moved |= self.state.report_gpu(e.node_id, g.index, g.utilization, g.mem_used)
-        if moved and self.fw.places("opportunistic"):
+        if moved and self.fw.places(Priority.OPPORTUNISTIC):
             self._dirty = True
         listed: set[tuple[str, int]] = set()
         for w in e.workers:
@@ -536,7 +544,7 @@ class SchedulerCore:
             if w.running and job is None:
                 self.stats["orphan_stops"] += 1
                 out.append(ev.StopWorkers(w.job_id, pid, (e.node_id,), "orphan"))
-        for (pid, rank), a in list(node.slots.items()):
+        for pid, rank in list(node.slots):
             if pid in self.stopping and (pid, rank) not in listed:
                 self._release_slot(pid, rank, now)
         running = frozenset((w.placement_id, w.rank) for w in e.workers if w.running)

@@ -27,10 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cluster.spec import JobSpec, NodeSpec, Placement
+from colocate.vocab import JobState
 
 # job states (one small state machine; terminal states never change again)
-PENDING, PLACING, RUNNING = "pending", "placing", "running"
-SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
+PENDING, PLACING, RUNNING = JobState.PENDING, JobState.PLACING, JobState.RUNNING
+SUCCEEDED, FAILED, CANCELLED = JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED
 STATES = (PENDING, PLACING, RUNNING, SUCCEEDED, FAILED, CANCELLED)
 TERMINAL = frozenset((SUCCEEDED, FAILED, CANCELLED))
 

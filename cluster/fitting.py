@@ -52,8 +52,8 @@ def pick_guaranteed(node: NodeState, gpus: int, milli: int, mem: int, best_fit: 
     if milli >= MILLI:
         if node.free < gpus:
             return None
-        clean = []
-        busy = []
+        clean: list[int] = []
+        busy: list[int] = []
         for gpu in node.gpus:
             if gpu.milli == 0 and (not mem or gpu.mem_free() >= mem):
                 (busy if gpu.o else clean).append(gpu.index)

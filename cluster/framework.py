@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -50,6 +51,7 @@ from cluster.points import (  # noqa: F401
 from cluster.spec import Placement
 from cluster.state import ClusterState, NodeState
 from cluster.statement import Statement
+from colocate.vocab import JobState
 
 
 @dataclass(slots=True)
@@ -125,10 +127,12 @@ class Framework:
                 self.pt[point] = {k: [getattr(p, point) for p in impl if k in p.serves] for k in CLASSES}
             else:
                 self.pt[point] = [getattr(p, point) for p in impl]
-        self._scorers = {k: [(score, score.__self__.p.get("weight", 1)) for score in self.pt["score"][k]]
-                         for k in CLASSES}  # (bound score method, its plugin's weight)
+        self._scorers: dict[str, list[tuple[Callable, float]]] = {
+            k: [(score, score.__self__.p.get("weight", 1)) for score in self.pt["score"][k]]
+            for k in CLASSES}  # (bound score method, its plugin's weight)
         self._order = {k: (v[0] if v else None) for k, v in self.pt["node_order"].items()}
-        self._pick = {k: (v[0] if v else None) for k, v in self.pt["pick_gpus"].items()}
+        # a class with a node order has its one GPU pick (checked when the config loads)
+        self._pick: dict[str, Callable] = {k: v[0] for k, v in self.pt["pick_gpus"].items() if v}
         self._queue_order = self.pt["queue_order"][0] if self.pt["queue_order"] else None
         self._cache_keys = self.pt["cache_key"]
 
@@ -238,7 +242,7 @@ class Framework:
         for job_id in claims:
             self._unreserve(job_id)  # served now, placed or not: a failed claim may plan again later
             job = self.jobs.get(job_id)
-            if job is None or job.state != "pending" or not self.dequeue(job):
+            if job is None or job.state != JobState.PENDING or not self.dequeue(job):
                 continue
             self.attempts += 1
             _, placement, _ = self._schedule(req.setup(job, job.spec.priority, now))
@@ -266,7 +270,7 @@ class Framework:
                 st = self._first_failure(admit[klass], req)
                 if st is not None:
                     continue
-            shape = (klass, job.rshape)
+            shape: tuple = (klass, job.rshape)
             if self._cache_keys:
                 shape += tuple(f(job) for f in self._cache_keys)
             st = tried.get(shape)
@@ -344,7 +348,7 @@ class Framework:
         self._reserving = False
         try:
             return self._attempt(req)
-        except Exception as exc:  # noqa: BLE001 (a plugin's bug, whatever it is, becomes its ERROR status)
+        except Exception as exc:
             st = error(_raiser(exc), exc)
             if self._reserving:  # reserve was called: every reserve plugin's unreserve runs, as for a refusal
                 self._undo(req, stmt, st)
@@ -376,7 +380,7 @@ class Framework:
             if got.__class__ is Status:
                 stmt.discard()
                 return got, None, True
-            node, gpus = got
+            node, gpus = got  # type: ignore[misc]  # not a Status (the class test above is the hot path's)
             stmt.allocate(rank, node, gpus, req.milli, req.mem, req.cpu, req.host_mem, now)
             req.gang_nodes[node] = None
         self._reserving = True

@@ -20,7 +20,7 @@ class Job:
         self.spec = spec
         self.job_id = spec.job_id
         self.seq = seq  # arrival order at the core (ties in submit time)
-        self.state = PENDING
+        self.state: str = PENDING
         self.queue = ""  # set by the queue-sort plugin at submit
         self.key: tuple = ()  # sort key within the queue
         self.rshape = (spec.workers, spec.gpus, spec.gpu_milli, spec.gpu_mem, spec.cpu_milli,
@@ -54,7 +54,7 @@ class Request:
                  "cpu", "host_mem", "model", "rank", "remaining", "seen", "gang_nodes")
 
     def __init__(self) -> None:
-        self.job: Job | None = None
+        self.job: Job = None  # type: ignore[assignment]  # set by setup() before any plugin sees it
         self.seen: set = set()
         self.gang_nodes: dict = {}  # nodes holding workers placed so far in this attempt, in order
 

@@ -72,10 +72,11 @@ from cluster.params import Param
 from cluster.spec import JobSpec, Placement
 from cluster.state import NodeState
 from cluster.statement import Statement
+from colocate.vocab import Priority
 
 if TYPE_CHECKING:
     from cluster.framework import Framework
-CLASSES = frozenset(("guaranteed", "opportunistic"))
+CLASSES = frozenset((Priority.GUARANTEED, Priority.OPPORTUNISTIC))
 
 
 class Code(enum.IntEnum):
@@ -192,7 +193,7 @@ def check_plugins(classes: list[type[Plugin]]) -> None:
                          f"got {', '.join(sorters) or 'none'}")
     for klass in sorted(CLASSES):
         orders, picks = impl("node_order", klass), impl("pick_gpus", klass)
-        if not orders and not picks and klass != "guaranteed":
+        if not orders and not picks and klass != Priority.GUARANTEED:
             continue
         for point, got in (("node-order", orders), ("GPU-pick", picks)):
             if len(got) != 1:

@@ -15,6 +15,7 @@ from cluster.fitting import gpu_fits_guaranteed
 from cluster.jobs import Job
 from cluster.spec import WorkerSlot
 from cluster.state import Alloc, NodeState
+from colocate.vocab import Priority
 
 if TYPE_CHECKING:
     from cluster.core import SchedulerCore
@@ -166,9 +167,10 @@ class Recovery:
             if job.state not in (PLACING, RUNNING) or job.placement_id != pid:
                 continue
             spec = job.spec
+            assert job.placement is not None  # its placement is pid
             klass = job.placement.priority
             fits = all(0 <= i < len(node.gpus) for i in slot.gpus) and len(slot.gpus) == spec.gpus and (
-                klass != "guaranteed" or all(gpu_fits_guaranteed(node.gpus[i], spec.gpu_milli, spec.gpu_mem) for i in slot.gpus))
+                klass != Priority.GUARANTEED or all(gpu_fits_guaranteed(node.gpus[i], spec.gpu_milli, spec.gpu_mem) for i in slot.gpus))
             if not fits:
                 lost.append(pid)
                 continue

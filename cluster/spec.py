@@ -19,7 +19,9 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-PRIORITIES = ("guaranteed", "opportunistic")
+from colocate.vocab import Priority
+
+PRIORITIES = tuple(Priority)
 MILLI = 1000  # milli-GPUs in one GPU
 
 
@@ -38,7 +40,7 @@ class JobSpec:
     cpu_milli: int = 0  # per worker (0: not stated)
     mem_mib: int = 0  # host memory per worker (0: not stated)
     gpu_model: str = ""  # only GPUs of this model ("" any)
-    priority: str = "guaranteed"
+    priority: str = Priority.GUARANTEED
     queue: str = "default"
     user: str = ""
     name: str = ""
@@ -68,7 +70,7 @@ class JobSpec:
 
     @property
     def guaranteed(self) -> bool:
-        return self.priority == "guaranteed"
+        return self.priority == Priority.GUARANTEED
 
     @property
     def total_gpus(self) -> int:

@@ -28,6 +28,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterator
 
 from cluster.spec import MILLI, NodeSpec, allowed_models
+from colocate.vocab import Priority
 
 UTIL_BUCKETS = 101  # 0..100 percent
 NOPP_LEVELS = 4  # opportunistic workers on a GPU, as a tie-break within a utilization bucket (3 = 3 or more)
@@ -46,7 +47,7 @@ class Alloc:
 
     @property
     def guaranteed(self) -> bool:
-        return self.klass == "guaranteed"
+        return self.klass == Priority.GUARANTEED
 
 
 class GpuState:
@@ -90,7 +91,7 @@ class NodeState:
         self.cpu = 0  # milli-cores allocated
         self.host_mem = 0  # MiB allocated
         self.slots: dict[tuple[str, int], Alloc] = {}
-        self.keys = ("",) if not spec.gpu_model else ("", spec.gpu_model)
+        self.keys: tuple[str, ...] = ("",) if not spec.gpu_model else ("", spec.gpu_model)
 
     def cpu_free(self) -> float:
         return float("inf") if not self.spec.cpu_milli else self.spec.cpu_milli - self.cpu
@@ -310,7 +311,7 @@ class ClusterState:
         node.slots[(a.pid, a.rank)] = a
         node.cpu += a.cpu
         node.host_mem += a.host_mem
-        g = a.klass == "guaranteed"
+        g = a.klass == Priority.GUARANTEED
         for i in a.gpus:
             gpu = node.gpus[i]
             gpu.mem += a.mem
@@ -338,7 +339,7 @@ class ClusterState:
         del node.slots[(pid, rank)]
         node.cpu -= a.cpu
         node.host_mem -= a.host_mem
-        g = a.klass == "guaranteed"
+        g = a.klass == Priority.GUARANTEED
         for i in a.gpus:
             gpu = node.gpus[i]
             gpu.mem -= a.mem
@@ -375,7 +376,7 @@ class ClusterState:
         """Whether ``promote(pid)`` would succeed now: an opportunistic placement on up nodes whose
         GPUs each have its guaranteed milli free (memory needs nothing more: it already holds it)."""
         per = self.allocs.get(pid)
-        if not per or any(a.klass == "guaranteed" for a in per.values()):
+        if not per or any(a.klass == Priority.GUARANTEED for a in per.values()):
             return False
         need: dict[GpuState, int] = {}
         for a in per.values():
@@ -394,7 +395,7 @@ class ClusterState:
             return False
         for a in list(self.allocs[pid].values()):
             self.release(pid, a.rank)
-            a.klass = "guaranteed"
+            a.klass = Priority.GUARANTEED
             self.apply(a)
         return True
 

@@ -13,8 +13,9 @@ import json
 import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 
+from colocate.vocab import NodePolicy
 
-POLICY_NAMES = ("exclusive", "pack", "static", "adaptive")
+POLICY_NAMES = tuple(NodePolicy)
 
 
 def _c(default, doc: str):
@@ -24,7 +25,7 @@ def _c(default, doc: str):
 
 @dataclass(frozen=True)
 class NodeConfig:
-    policy: str = _c("adaptive", "co-location policy: " + ", ".join(POLICY_NAMES))
+    policy: str = _c(NodePolicy.ADAPTIVE.value, "co-location policy: " + ", ".join(POLICY_NAMES))
     # --- adaptive (AIMD on the opportunistic share, guarded by the guaranteed job's SLO)
     slo_slowdown: float = _c(0.05, "adaptive: the guaranteed job's mini-batch time may exceed its solo baseline by this fraction")
     baseline_batches: int = _c(30, "adaptive: guaranteed batches profiled alone (opportunistic jobs paused) for the baseline")
@@ -71,7 +72,7 @@ class NodeConfig:
                 raise ValueError(f"{name}: must be a finite number >= 0, got {v!r}")
 
     @classmethod
-    def from_dict(cls, data: dict) -> "NodeConfig":
+    def from_dict(cls, data: dict) -> NodeConfig:
         if not isinstance(data, dict):
             raise ValueError("config must be a JSON object")
         known = {f.name: f for f in fields(cls)}
@@ -88,7 +89,7 @@ class NodeConfig:
         return cls(**kwargs)
 
     @classmethod
-    def from_file(cls, path: str) -> "NodeConfig":
+    def from_file(cls, path: str) -> NodeConfig:
         try:
             with open(path) as f:
                 data = json.load(f)
@@ -98,7 +99,7 @@ class NodeConfig:
             raise ValueError(f"config {path} is not valid JSON: {exc}") from None
         return cls.from_dict(data)
 
-    def with_overrides(self, **kw) -> "NodeConfig":
+    def with_overrides(self, **kw) -> NodeConfig:
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
 
 

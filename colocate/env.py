@@ -9,10 +9,11 @@ generated from it (``colocate env``) and ``JobEnv`` parses exactly these names.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from colocate.units import parse_fraction, parse_size
+from colocate.vocab import DeviceKind, OnCap, Priority, YieldMode
 
 PREFIX = "COLOCATE_"
 
@@ -28,12 +29,12 @@ class Variable:
 VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_ENABLED", "0", "1 in a process started by `colocate run`: install the runtime when torch is imported."),
     Variable("COLOCATE_JOB_ID", "<pid>", "Job identifier used in statistics, logs and the node protocol."),
-    Variable("COLOCATE_DEVICE", "sim", "Device kind the job runs on: `sim` or `cuda` (the launcher resolves `auto`)."),
+    Variable("COLOCATE_DEVICE", DeviceKind.SIM, "Device kind the job runs on: `sim` or `cuda` (the launcher resolves `auto`)."),
     Variable("COLOCATE_GPUS", "0", "The job's GPUs, comma-separated node indices (simulated or NVML), written by `colocate run --gpus`; a process with torchrun's `LOCAL_RANK` uses GPU number LOCAL_RANK of the list (modulo its length; on CUDA, `CUDA_VISIBLE_DEVICES` lists the same GPUs in the same order, so it is device `cuda:LOCAL_RANK`), any other process the first."),
     Variable("COLOCATE_GPU", "<from COLOCATE_GPUS>", "This process's GPU (a node index), when it must differ from what COLOCATE_GPUS and LOCAL_RANK give; it must be one of COLOCATE_GPUS when both are set. The launcher never writes it."),
     Variable("COLOCATE_GPU_MEM", "<device total>", "Device memory cap in bytes; over it, allocations go to host or fail (COLOCATE_ON_CAP)."),
     Variable("COLOCATE_SM_SHARE", "1.0", "Compute share 0..1: the job's device busy fraction is held at or below it; 0 pauses at the next mini-batch."),
-    Variable("COLOCATE_PRIORITY", "guaranteed", "`guaranteed` or `opportunistic`."),
+    Variable("COLOCATE_PRIORITY", Priority.GUARANTEED, "`guaranteed` or `opportunistic`."),
     Variable("COLOCATE_ON_CAP", "host", "`host`: allocations over the cap are served from host memory; `error`: the job stops with one line."),
     Variable("COLOCATE_STATS_DIR", "", "Directory where each job process writes `stats-<pid>.json` at exit (the launcher merges them)."),
     Variable("COLOCATE_TOKEN", "<random>", "Secret the launcher draws per job; the node binds the job id to it, so no other process can register as this job."),
@@ -51,13 +52,13 @@ VARIABLES: tuple[Variable, ...] = (
 
 NAMES = frozenset(v.name for v in VARIABLES)
 
-DEVICES = ("sim", "cuda")  # concrete device kinds
+DEVICES = tuple(DeviceKind)  # concrete device kinds
 DEVICE_CHOICES = ("auto",) + DEVICES  # what a user may ask for; auto = cuda when NVML sees a GPU
-PRIORITIES = ("guaranteed", "opportunistic")
-ON_CAP = ("host", "error")
+PRIORITIES = tuple(Priority)
+ON_CAP = tuple(OnCap)
 LOG_LEVELS = ("debug", "info", "warning", "error")
-YIELD_MODES = ("priority", "gate")
-DEFAULT_YIELD = ("priority",)  # measured: the gate's polling adds nothing on top of priority (benchmarks/RESULTS.md)
+YIELD_MODES = tuple(YieldMode)
+DEFAULT_YIELD = (YieldMode.PRIORITY,)  # measured: the gate's polling adds nothing on top of priority (benchmarks/RESULTS.md)
 
 DEFAULT_SIM_GPU_MEM = 16 << 30
 DEFAULT_BOUNDARY_WARN_S = 60.0
@@ -76,13 +77,13 @@ class JobEnv:
     enabled: bool = False
     job_id: str = ""
     token: str = ""
-    device: str = "sim"
+    device: str = DeviceKind.SIM
     gpu: int = 0  # this process's GPU (a node index)
     gpus: tuple[int, ...] = ()  # the job's GPUs (COLOCATE_GPUS), in CUDA_VISIBLE_DEVICES order; () = just (gpu,)
     gpu_mem: int | None = None
     sm_share: float = 1.0
-    priority: str = "guaranteed"
-    on_cap: str = "host"
+    priority: str = Priority.GUARANTEED
+    on_cap: str = OnCap.HOST
     stats_dir: str | None = None
     node: str | None = None
     sim_core: int | None = None
@@ -107,7 +108,7 @@ class JobEnv:
         return self.gpus.index(self.gpu) if self.gpu in self.gpus else 0
 
     @classmethod
-    def from_environ(cls, env: Mapping[str, str] | None = None) -> "JobEnv":
+    def from_environ(cls, env: Mapping[str, str] | None = None) -> JobEnv:
         """Parse the variables; raise ValueError naming the variable on a bad value."""
         env = os.environ if env is None else env
 
@@ -155,13 +156,13 @@ class JobEnv:
             enabled=_get(env, "COLOCATE_ENABLED") == "1",
             job_id=_get(env, "COLOCATE_JOB_ID") or str(os.getpid()),
             token=_get(env, "COLOCATE_TOKEN") or "",
-            device=parsed("COLOCATE_DEVICE", choice(DEVICES), "sim"),
+            device=parsed("COLOCATE_DEVICE", choice(DEVICES), DeviceKind.SIM),
             gpu=gpu,
             gpus=gpus,
             gpu_mem=parsed("COLOCATE_GPU_MEM", parse_size, None),
             sm_share=parsed("COLOCATE_SM_SHARE", lambda r: parse_fraction(r, "share"), 1.0),
-            priority=parsed("COLOCATE_PRIORITY", choice(PRIORITIES), "guaranteed"),
-            on_cap=parsed("COLOCATE_ON_CAP", choice(ON_CAP), "host"),
+            priority=parsed("COLOCATE_PRIORITY", choice(PRIORITIES), Priority.GUARANTEED),
+            on_cap=parsed("COLOCATE_ON_CAP", choice(ON_CAP), OnCap.HOST),
             stats_dir=_get(env, "COLOCATE_STATS_DIR"),
             node=_get(env, "COLOCATE_NODE"),
             sim_core=parsed("COLOCATE_SIM_CORE", nonneg_int, None),

@@ -34,9 +34,11 @@ import shutil
 import socket
 import tempfile
 
+from colocate.vocab import KeyRole
+
 SERVER = "scheduler"
-NODE, USER, OPERATOR = "node", "user", "operator"
-ROLES = (NODE, USER, OPERATOR)
+NODE, USER, OPERATOR = KeyRole.NODE, KeyRole.USER, KeyRole.OPERATOR
+ROLES = tuple(KeyRole)
 CLIENT_ROLES = (USER, OPERATOR)
 AUTHORIZED = "authorized"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
@@ -264,7 +266,7 @@ class Admitted:
 
     def __init__(self, directory: str):
         self.folder = os.path.join(directory, AUTHORIZED)
-        self._stamp = None
+        self._stamp: tuple[int, int] | None = None  # the folder's (mtime_ns, inode) when last read
         self._keys: dict[bytes, str] = {}
 
     def name_of(self, z85_key: bytes) -> str | None:

@@ -16,9 +16,9 @@ same GPUs by NVML UUID in the same order), and each process with torchrun's
 from __future__ import annotations
 
 import glob
-import secrets
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -31,6 +31,7 @@ import colocate
 from colocate import stats
 from colocate.env import JobEnv, format_gpus
 from colocate.files import write_json_atomic
+from colocate.vocab import DeviceKind, OnCap, Priority
 
 INJECT_DIR = str(Path(__file__).with_name("_inject"))
 PROJECT_ROOT = str(Path(colocate.__file__).resolve().parent.parent)
@@ -45,13 +46,13 @@ class LaunchError(Exception):
 @dataclass(frozen=True)
 class RunSpec:
     command: tuple[str, ...]
-    device: str = "sim"  # resolved: sim | cuda
+    device: str = DeviceKind.SIM  # resolved: sim | cuda
     gpu: int = 0  # the job's one GPU when ``gpus`` is empty (the older single-GPU form)
     gpus: tuple[int, ...] = ()  # the job's GPUs, distinct node indices in order; () = (gpu,)
     gpu_mem: int | None = None
     sm_share: float = 1.0
-    priority: str = "guaranteed"
-    on_cap: str = "host"
+    priority: str = Priority.GUARANTEED
+    on_cap: str = OnCap.HOST
     stats_file: str | None = None
     job_id: str | None = None
     node: str | None = None
@@ -145,7 +146,7 @@ def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
     old_pp = base.get("PYTHONPATH", "")
     env["COLOCATE_CHAIN_SITECUSTOMIZE"] = os.pathsep.join([p for p in old_pp.split(os.pathsep) if p] + sys.path)
     env["PYTHONPATH"] = os.pathsep.join([INJECT_DIR, PROJECT_ROOT] + ([old_pp] if old_pp else []))
-    if spec.device == "sim":
+    if spec.device == DeviceKind.SIM:
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("MKL_NUM_THREADS", "1")
     else:
@@ -179,7 +180,7 @@ def launch(spec: RunSpec) -> int:
         raise LaunchError(f"--gpus {format_gpus(gpus)}: lists a GPU twice")
     if spec.job_id is not None and not 1 <= len(spec.job_id) <= MAX_JOB_ID_CHARS:
         raise LaunchError(f"--job-id: 1 to {MAX_JOB_ID_CHARS} characters, got {len(spec.job_id)}")
-    if spec.device == "cuda":
+    if spec.device == DeviceKind.CUDA:
         from colocate.gpus.nvml import device_count as nvml_device_count
 
         count = nvml_device_count()
@@ -188,7 +189,7 @@ def launch(spec: RunSpec) -> int:
                               f"indices 0..{count - 1}")
     with tempfile.TemporaryDirectory(prefix="colocate-stats-") as stats_dir:
         env = job_environment(spec, base, stats_dir)
-        if spec.device == "sim":
+        if spec.device == DeviceKind.SIM:
             # the launcher, and the job until its runtime pins it, stay off the simulated GPU's core
             from colocate.gpus.sim import core_of, keep_off_cores
 

@@ -10,6 +10,8 @@ counted from the process's first device work.
 
 from __future__ import annotations
 
+from typing import Any
+
 FIELDS: dict[str, str] = {
     "job_id": "the job's id (COLOCATE_JOB_ID)",
     "pid": "process id of the (main) process",
@@ -45,7 +47,7 @@ _PEAKS = ("mem_reserved_peak_bytes", "mem_allocated_peak_bytes", "host_bytes_pea
 def merge(procs: list[dict]) -> dict:
     """One summary for a job from its processes' summaries (``processes`` keeps them all)."""
     if not procs:
-        out = {k: 0 for k in NUMERIC}
+        out: dict[str, Any] = dict.fromkeys(NUMERIC, 0)
         out["note"] = "no process of the job installed the runtime (it never imported torch)"
         out["processes"] = []
         return out

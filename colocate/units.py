@@ -91,11 +91,11 @@ def parse_duration(text: str | int | float) -> float:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = float(text)
     elif isinstance(text, str) and ":" in text:
-        parts = text.strip().split(":")
-        if not 2 <= len(parts) <= 3 or not all(p.strip().isdigit() for p in parts):
+        fields = text.strip().split(":")
+        if not 2 <= len(fields) <= 3 or not all(p.strip().isdigit() for p in fields):
             raise ValueError(f"malformed duration {text!r}: expected h:mm:ss or mm:ss")
         value = 0.0
-        for p in parts:
+        for p in fields:
             value = value * 60 + int(p)
     elif isinstance(text, str):
         t = text.strip().replace(" ", "")

@@ -173,7 +173,7 @@ class NodeProc:
         self.proc = None
         self.starts = 0
 
-    def start(self, timeout: float = 30.0) -> "NodeProc":
+    def start(self, timeout: float = 30.0) -> NodeProc:
         argv = [PY, "-m", "colocate", "node", "--device", "sim", "--endpoint", self.endpoint, "--log-level", "info"]
         if self.metrics_port is not None:
             argv += ["--metrics-port", self.metrics_port]

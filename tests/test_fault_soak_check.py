@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import _soak_check as SC  # noqa: E402
+import _soak_check as SC
 
 
 def run(job, placement, rank, pid, t0, steps=5, node="n0", gpu=0, prio="guaranteed", done=True, dt=0.1):

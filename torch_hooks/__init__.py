@@ -21,6 +21,8 @@ import os
 import sys
 import threading
 
+from colocate.vocab import DeviceKind
+
 _rt = None
 _lock = threading.Lock()
 
@@ -31,8 +33,8 @@ def install(env=None):
     with _lock:
         if _rt is not None:
             return _rt
-        from torch_hooks.device import job_device
         from colocate.env import JobEnv
+        from torch_hooks.device import job_device
         from torch_hooks.hooks import install_hooks
         from torch_hooks.runtime import Runtime
 
@@ -50,8 +52,9 @@ def install(env=None):
         if env.node:
             from torch_hooks.link import NodeLink
 
-            rt.link = NodeLink(env, rt)
-            rt.link.start()
+            link = NodeLink(env, rt)
+            rt.link = link  # type: ignore[attr-defined]  # found by uninstall()
+            link.start()
         _rt = rt
         return rt
 
@@ -118,7 +121,7 @@ def _install_excepthook(device: str) -> None:
         if marker >= 0:
             print(text[marker:].splitlines()[0], file=sys.stderr)
             return
-        if device == "cuda" and exc_type.__name__ == "OutOfMemoryError" and _rt is not None:
+        if device == DeviceKind.CUDA and exc_type.__name__ == "OutOfMemoryError" and _rt is not None:
             from colocate.units import format_size
 
             cap = _rt.limits()["mem_cap"]

@@ -141,7 +141,8 @@ def install_hooks(rt, timer: HookTimer | None = None) -> None:
 
     import weakref
 
-    known, pending = weakref.WeakSet(), weakref.WeakSet()
+    known: weakref.WeakSet = weakref.WeakSet()
+    pending: weakref.WeakSet = weakref.WeakSet()
     solo = None  # weakref to the only known optimizer while one steps alone (the fast path)
     book = rt.book
     grad_enabled = torch.is_grad_enabled

@@ -30,6 +30,7 @@ import time
 import zmq
 
 from colocate import protocol as P
+from colocate.vocab import DeviceKind, Priority, YieldMode
 from torch_hooks.gate import GateFollower, GatePublisher, gate_path
 
 log = logging.getLogger("colocate.link")
@@ -67,11 +68,11 @@ class NodeLink:
         self.follower = None
         self.yielding = False  # the node asked this (opportunistic) job to yield, and it does
         path = gate_path(env.node, env.gpu)
-        if env.priority == "guaranteed":
+        if env.priority == Priority.GUARANTEED:
             self.publisher = GatePublisher(path)
             rt.add_start_hook(self.publisher.start)
             rt.add_end_hook(self.publisher.end)
-        elif env.device == "sim" and "gate" in env.yield_via:
+        elif env.device == DeviceKind.SIM and YieldMode.GATE in env.yield_via:
             from torch_hooks import _ext
 
             self.follower = GateFollower(path, _ext.load())
@@ -227,7 +228,7 @@ class NodeLink:
 
     def _set_yield(self, on: bool) -> None:
         """Start or stop yielding the device to the guaranteed job (idempotent)."""
-        if self.env.priority != "opportunistic" or on == self.yielding:
+        if self.env.priority != Priority.OPPORTUNISTIC or on == self.yielding:
             return
         self.yielding = on
         if self.follower is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from colocate.stats import FIELDS
 
+
 @dataclass(frozen=True)
 class BatchRecord:
     """One mini-batch, boundary to boundary.

@@ -49,9 +49,10 @@ import logging
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from colocate.units import parse_fraction
+from colocate.vocab import DeviceKind
 from torch_hooks.records import BatchRecord, StatsBook
 from torch_hooks.throttle import host_penalty_s, idle_after
 
@@ -90,7 +91,7 @@ class Runtime:
         self._last_idle = 0.0
         self._watch_stop = threading.Event()
         self.no_boundary_warned = False
-        self._sim = device.kind == "sim"
+        self._sim = device.kind == DeviceKind.SIM
         # set by torch_hooks.hooks: called on the training thread at the end of every boundary
         self.after_boundary: Callable[[], None] | None = None
 
@@ -171,7 +172,8 @@ class Runtime:
         with self._boundary_lock:
             if (not self._listeners and not self.keep_records and not self._end_hooks
                     and self._share >= 1.0 and not self._shrink_pending and self._quiet(self._cap)):
-                return self._lean(source)
+                self._lean(source)
+                return None
             return self._boundary(source)
 
     def _lean(self, source: str) -> None:
@@ -273,7 +275,7 @@ class Runtime:
                 if share <= 0.0:
                     seen = self._limits_changed
                     t = self._clock()
-                    self._cond.wait_for(lambda: self._closed or self._limits_changed != seen)
+                    self._cond.wait_for(lambda: self._closed or self._limits_changed != seen)  # noqa: B023 (called here)
                     self.book.paused_s += self._clock() - t
                     if not self._closed:
                         self._apply_while_paused()
@@ -283,7 +285,8 @@ class Runtime:
                     break
                 seen = self._limits_changed
                 # a limit change during the idle re-evaluates it
-                if not self._cond.wait_for(lambda: self._closed or self._limits_changed != seen, timeout=want):
+                if not self._cond.wait_for(lambda: self._closed or self._limits_changed != seen,  # noqa: B023 (called here)
+                                           timeout=want):
                     break
         return self._clock() - start
 

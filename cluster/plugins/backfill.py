@@ -21,6 +21,7 @@ from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.spec import MILLI, JobSpec, Placement
 from cluster.statement import Statement
+from colocate.vocab import Priority
 
 
 class _Reservation:
@@ -33,7 +34,7 @@ class _Reservation:
 @register
 class Backfill(Plugin):
     name = "backfill"
-    serves = frozenset(("guaranteed",))
+    serves = frozenset((Priority.GUARANTEED,))
     PARAMS = {"depth": Param(100, "int", lambda v: v >= 1, "an integer >= 1")}
 
     def __init__(self, params) -> None:
@@ -52,7 +53,7 @@ class Backfill(Plugin):
 
     # running guaranteed placements by expected end
     def on_placed(self, job: Job, placement: Placement, now: float) -> None:
-        if placement.priority == "guaranteed":
+        if placement.priority == Priority.GUARANTEED:
             self._track(job, placement, now)
 
     def on_promoted(self, job: Job, placement: Placement, now: float) -> None:

@@ -16,6 +16,7 @@ from cluster.jobs import Request
 from cluster.params import Param
 from cluster.spec import MILLI
 from cluster.state import NodeState
+from colocate.vocab import Priority
 
 BIG = 1 << 30
 WEIGHT = Param(1, "int", lambda v: v >= 0, "score weight >= 0")
@@ -30,7 +31,7 @@ def closeness(free: int, target: int) -> int:
 @register
 class BinPack(Plugin):
     name = "binpack"
-    serves = frozenset(("guaranteed",))
+    serves = frozenset((Priority.GUARANTEED,))
     PARAMS = {"weight": WEIGHT}
 
     def node_order(self, req: Request) -> Iterator[NodeState]:

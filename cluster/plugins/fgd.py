@@ -32,7 +32,7 @@ per node x K) for a share, K = number of task types kept (35 for the openb defau
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
@@ -62,7 +62,7 @@ def parse_type(text: str) -> TypeKey:
     return (cpu, gpus, milli if gpus else 0, parts[3] if len(parts) == 4 else "")
 
 
-def typical(counts: dict[TypeKey, float], coverage: float) -> list[tuple[TypeKey, float]]:
+def typical(counts: Mapping[TypeKey, float], coverage: float) -> list[tuple[TypeKey, float]]:
     """The most popular types until they cover ``coverage`` of the total, weights renormalized to
     sum 1; ordered by weight descending, then key (deterministic)."""
     total = float(sum(counts.values()))

@@ -7,8 +7,9 @@ from __future__ import annotations
 from cluster.framework import Plugin, register
 from cluster.jobs import Job
 from cluster.spec import JobSpec
+from colocate.vocab import Priority
 
-OPPORTUNISTIC_QUEUE = "opportunistic"
+OPPORTUNISTIC_QUEUE = Priority.OPPORTUNISTIC
 
 
 @register
@@ -16,7 +17,7 @@ class Fifo(Plugin):
     name = "fifo"
 
     def queue_of(self, spec: JobSpec) -> str:
-        return OPPORTUNISTIC_QUEUE if spec.priority == "opportunistic" else "default"
+        return OPPORTUNISTIC_QUEUE if spec.priority == Priority.OPPORTUNISTIC else "default"
 
     def sort_key(self, job: Job) -> tuple:
         return (job.spec.submit_time,)

@@ -8,6 +8,7 @@ from cluster.fitting import fits_guaranteed, node_host_fits
 from cluster.framework import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.jobs import Job, Request
 from cluster.state import NodeState
+from colocate.vocab import Priority
 
 
 @register
@@ -25,7 +26,7 @@ class Fit(Plugin):
         return SUCCESS
 
     def pre_filter(self, req: Request) -> Status:
-        if req.klass != "guaranteed" or req.gpus == 0:
+        if req.klass != Priority.GUARANTEED or req.gpus == 0:
             return SUCCESS
         state = self.fw.state
         free = state.free_gpus(req.model)
@@ -42,6 +43,6 @@ class Fit(Plugin):
     def filter(self, req: Request, node: NodeState) -> Status:
         if (req.cpu or req.host_mem) and not node_host_fits(node, req.cpu, req.host_mem):
             return self._host
-        if req.klass == "guaranteed" and not fits_guaranteed(node, req.gpus, req.milli, req.mem):
+        if req.klass == Priority.GUARANTEED and not fits_guaranteed(node, req.gpus, req.milli, req.mem):
             return self._gpu
         return SUCCESS

@@ -20,6 +20,7 @@ from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.plugins.fifo import OPPORTUNISTIC_QUEUE
 from cluster.spec import JobSpec
+from colocate.vocab import JobState, Priority
 
 
 def _ascending_to_inf(d: dict) -> bool:
@@ -57,7 +58,7 @@ class MultiQueue(Plugin):
         return SUCCESS
 
     def queue_of(self, spec: JobSpec) -> str:
-        if spec.priority == "opportunistic":
+        if spec.priority == Priority.OPPORTUNISTIC:
             return OPPORTUNISTIC_QUEUE
         if spec.queue in self._named:
             return spec.queue
@@ -76,7 +77,7 @@ class MultiQueue(Plugin):
         oldest = None
         for queue, (job_id, _) in self.fw.blocked.items():
             job = self.fw.jobs.get(job_id)
-            if (queue == OPPORTUNISTIC_QUEUE or job is None or job.state != "pending"
+            if (queue == OPPORTUNISTIC_QUEUE or job is None or job.state != JobState.PENDING
                     or now - job.enqueued_at < self._starve):
                 continue
             if oldest is None or job.enqueued_at < oldest[1].enqueued_at:
@@ -88,6 +89,6 @@ class MultiQueue(Plugin):
 
     def pre_filter(self, req: Request) -> Status:
         hold = self._hold
-        if hold is None or req.klass != "guaranteed" or req.job.queue == hold[0]:
+        if hold is None or req.klass != Priority.GUARANTEED or req.job.queue == hold[0]:
             return SUCCESS
         return hold[2]

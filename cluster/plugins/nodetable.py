@@ -31,6 +31,7 @@ from cluster.jobs import Request
 from cluster.spec import MILLI, allowed_models
 from cluster.state import ClusterState, NodeState
 from cluster.statement import Statement
+from colocate.vocab import Priority
 
 INF = float("inf")
 
@@ -122,9 +123,9 @@ class NodeTable:
             self.version = state.version
         if self._pending:
             for node_id in self._pending:
-                node = state.nodes.get(node_id)
-                if node is not None and node_id in self.row_of:
-                    self.refresh(node)
+                pending = state.nodes.get(node_id)
+                if pending is not None and node_id in self.row_of:
+                    self.refresh(pending)
             self._pending.clear()
         for node in self._last_gang:
             self.refresh(node)
@@ -205,7 +206,7 @@ class TablePlugin(Plugin):
     order) and ``pick_gpus``; they define no ``score``, so the framework takes the first
     candidate that passes the filters and ``feasible_nodes`` never truncates the ranking."""
 
-    serves = frozenset(("guaranteed",))
+    serves = frozenset((Priority.GUARANTEED,))
 
     def bind(self, fw) -> None:
         super().bind(fw)

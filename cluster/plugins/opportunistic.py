@@ -16,12 +16,13 @@ from cluster.jobs import Request
 from cluster.params import Param
 from cluster.plugins.binpack import BIG
 from cluster.state import NodeState
+from colocate.vocab import Priority
 
 
 @register
 class Opportunistic(Plugin):
     name = "opportunistic"
-    serves = frozenset(("opportunistic",))
+    serves = frozenset((Priority.OPPORTUNISTIC,))
     PARAMS = {
         "util_threshold": Param(0.8, "float", lambda v: 0 < v <= 1, "a fraction in (0, 1]"),
         "max_per_gpu": Param(2, "int", lambda v: v >= 0, "an integer >= 0 (0: no limit)"),

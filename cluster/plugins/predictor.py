@@ -48,7 +48,7 @@ class Predictor(Plugin):
 
     @staticmethod
     def _keys(spec: JobSpec) -> list[tuple]:
-        keys = []
+        keys: list[tuple] = []
         if spec.user and spec.name:
             keys.append(("user+name", spec.user, spec.name))
         if spec.user:

@@ -15,12 +15,13 @@ from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.spec import MILLI, JobSpec, Placement
 from cluster.statement import Statement
+from colocate.vocab import Priority
 
 
 @register
 class Quota(Plugin):
     name = "quota"
-    serves = frozenset(("guaranteed",))
+    serves = frozenset((Priority.GUARANTEED,))
     PARAMS = {
         "quotas": Param({}, "dict[str,int]", lambda d: all(v >= 0 for v in d.values()), "GPUs >= 0 per tenant"),
         "tenant": Param("queue", "str", choices=("queue", "user")),

@@ -12,12 +12,13 @@ from cluster.jobs import Request
 from cluster.plugins.binpack import BIG, WEIGHT
 from cluster.spec import MILLI
 from cluster.state import NodeState
+from colocate.vocab import Priority
 
 
 @register
 class Spread(Plugin):
     name = "spread"
-    serves = frozenset(("guaranteed",))
+    serves = frozenset((Priority.GUARANTEED,))
     PARAMS = {"weight": WEIGHT}
 
     def node_order(self, req: Request) -> Iterator[NodeState]:

@@ -39,12 +39,12 @@ def build(opts: SchedulerOptions, clock=time.time):
     """The server, ready to serve (restored from the state file); raises StartError."""
     import zmq
 
-    from colocate import keys as K
     from cluster.config_file import resolve
     from cluster.core import SchedulerCore
     from cluster.server.journal import Journal, JournalError, JournalUnavailable
     from cluster.server.server import SchedulerServer
     from cluster.server.service import SchedulerService
+    from colocate import keys as K
 
     try:
         config = resolve(opts.config)

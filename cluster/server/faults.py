@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 
-from colocate import protocol as P
 from cluster import events as ev
 from cluster.server.journal import JournalUnavailable
+from colocate import protocol as P
 
 log = logging.getLogger("colocate.scheduler")
 

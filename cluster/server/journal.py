@@ -40,6 +40,7 @@ from dataclasses import asdict
 
 from cluster.events import TERMINAL, JobRecord
 from cluster.spec import JobSpec, Placement, WorkerSlot
+from colocate.vocab import JobState
 
 SCHEMA = 2  # 2: jobs.submitter and jobs.request_id (idempotent submits)
 PROBE_BYTES = 64 << 10  # what writable() writes (and takes back) to see whether the file can grow
@@ -242,18 +243,18 @@ class Journal:
         seq = self.db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
         self.db.execute("INSERT INTO jobs(job_id, seq, spec, request, state, submitted_at, submitter, request_id) "
                         "VALUES(?, ?, ?, ?, ?, ?, ?, ?)", (spec.job_id, seq, spec_to_json(spec), request_json,
-                                                        "pending", now, spec.user, request_id or None))
+                                                        JobState.PENDING, now, spec.user, request_id or None))
 
     def set_state(self, job_id: str, state: str, reason: str, now: float) -> None:
         sets = ["state = ?", "reason = ?"]
         args: list = [state, reason]
-        if state == "running":
+        if state == JobState.RUNNING:
             sets.append("started_at = COALESCE(started_at, ?)")
             args.append(now)
         if state in TERMINAL:  # the last placement stays: where it ran (restore ignores it)
             sets.append("ended_at = ?")
             args.append(now)
-        if state == "pending":
+        if state == JobState.PENDING:
             sets.append("placement = NULL")
         self.db.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE job_id = ?", (*args, job_id))
 

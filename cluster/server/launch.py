@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import zlib
 
-from colocate import protocol as P
 from cluster.spec import JobSpec, Placement
+from colocate import protocol as P
 
 
 class PortPool:

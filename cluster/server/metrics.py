@@ -24,7 +24,9 @@ from collections import Counter
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
-STATES = ("pending", "placing", "running", "succeeded", "failed", "cancelled")
+from colocate.vocab import JobState, Priority
+
+STATES = tuple(JobState)
 
 
 class SchedulerCollector:
@@ -46,8 +48,8 @@ class SchedulerCollector:
             nodes = core.nodes()
             gpus = GaugeMetricFamily("colocate_scheduler_gpus", "GPUs by state", labels=["state"])
             gpus.add_metric(["total"], sum(len(n["gpus"]) for n in nodes if n["up"]))
-            gpus.add_metric(["allocated"], sum(1 for n in nodes if n["up"] for g in n["gpus"] if g["guaranteed"]))
-            gpus.add_metric(["shared"], sum(1 for n in nodes if n["up"] for g in n["gpus"] if g["opportunistic"]))
+            gpus.add_metric(["allocated"], sum(1 for n in nodes if n["up"] for g in n["gpus"] if g[Priority.GUARANTEED]))
+            gpus.add_metric(["shared"], sum(1 for n in nodes if n["up"] for g in n["gpus"] if g[Priority.OPPORTUNISTIC]))
             up = GaugeMetricFamily("colocate_scheduler_node_up", "1 while the node is up", labels=["node"])
             count = GaugeMetricFamily("colocate_scheduler_nodes", "Nodes by state", labels=["state"])
             for n in nodes:

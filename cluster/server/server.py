@@ -27,11 +27,11 @@ import time
 
 import zmq
 
+from cluster.server.handshakes import HandshakeWatch
+from cluster.server.service import CoreBroken, SchedulerService
 from colocate import keys as K
 from colocate import protocol as P
 from colocate.daemon import LogLimit
-from cluster.server.handshakes import HandshakeWatch
-from cluster.server.service import CoreBroken, SchedulerService
 
 log = logging.getLogger("colocate.scheduler")
 

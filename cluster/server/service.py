@@ -50,8 +50,6 @@ import json
 import logging
 from collections import Counter, deque
 
-from colocate import protocol as P
-from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS, replace_after_s
 from cluster import events as ev
 from cluster.core import SchedulerCore
 from cluster.server.faults import MAX_DEFERRED, CoreBroken, Faults, _Refused
@@ -61,6 +59,8 @@ from cluster.server.launch import PortPool, master_host, start_messages
 from cluster.server.logs import LogRelay
 from cluster.server.views import QueueView, job_view, node_views
 from cluster.spec import JobSpec, NodeSpec, SpecError
+from colocate import protocol as P
+from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS, replace_after_s
 
 log = logging.getLogger("colocate.scheduler")
 

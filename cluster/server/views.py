@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
-from colocate import protocol as P
 from cluster.core import SchedulerCore
 from cluster.server.journal import placement_from_json
+from colocate import protocol as P
+from colocate.vocab import JobState, Priority
 
 
 class QueueView:
@@ -29,7 +30,7 @@ def job_view(row: dict, core: SchedulerCore, queues: QueueView) -> P.JobView:
     placement = placement_from_json(row["placement"])
     reason = row["reason"] or ""
     job = core.job(row["job_id"])
-    if job is not None and row["state"] == "pending":
+    if job is not None and row["state"] == JobState.PENDING:
         where = queues.positions.get(row["job_id"])
         if row["job_id"] in queues.blocked:
             reason = f"blocked: {queues.blocked[row['job_id']]}"
@@ -39,7 +40,7 @@ def job_view(row: dict, core: SchedulerCore, queues: QueueView) -> P.JobView:
     return P.JobView(
         job_id=row["job_id"], name=spec.get("name", ""), user=spec.get("user", ""),
         queue=job.queue if job is not None and job.queue else spec.get("queue", ""),
-        priority=placement.priority if placement else spec.get("priority", "guaranteed"), state=row["state"],
+        priority=placement.priority if placement else spec.get("priority", Priority.GUARANTEED), state=row["state"],
         workers=spec["workers"], gpus=spec["gpus"], submitted_at=row["submitted_at"], started_at=row["started_at"],
         ended_at=row["ended_at"], reason=reason[:P.MAX_TEXT_CHARS], placement_id=placement.placement_id if placement else "",
         nodes=placement.nodes() if placement else (), attempts=row["attempt"], exit_code=row["exit_code"])
@@ -54,12 +55,12 @@ def node_views(core: SchedulerCore, hosts: dict[str, str]) -> list[P.NodeView]:
     for n in core.nodes():
         gpus = n["gpus"]
         views = tuple(P.GpuView(index=g["index"], utilization=min(1.0, max(0.0, g["utilization"])),
-                                guaranteed=tuple(job_of(p) for p in g["guaranteed"]),
-                                opportunistic=tuple(job_of(p) for p in g["opportunistic"])) for g in gpus)
+                                guaranteed=tuple(job_of(p) for p in g[Priority.GUARANTEED]),
+                                opportunistic=tuple(job_of(p) for p in g[Priority.OPPORTUNISTIC])) for g in gpus)
         util = sum(g["utilization"] for g in gpus) / len(gpus) if gpus else 0.0
         out.append(P.NodeView(
             node_id=n["node_id"], host=hosts.get(n["node_id"], ""), up=n["up"], gpu_model=n["gpu_model"],
-            gpus=len(gpus), gpus_allocated=sum(1 for g in gpus if g["guaranteed"]),
-            gpus_shared=sum(1 for g in gpus if g["opportunistic"]), utilization=min(1.0, max(0.0, util)),
+            gpus=len(gpus), gpus_allocated=sum(1 for g in gpus if g[Priority.GUARANTEED]),
+            gpus_shared=sum(1 for g in gpus if g[Priority.OPPORTUNISTIC]), utilization=min(1.0, max(0.0, util)),
             workers=n["workers"], gpu_views=views))
     return out

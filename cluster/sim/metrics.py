@@ -26,6 +26,7 @@ import math
 from pathlib import Path
 
 from cluster.events import SUCCEEDED, TERMINAL
+from colocate.vocab import JobState, Priority
 
 CSV_FIELDS = ("job_id", "class", "ran_as", "queue", "workers", "gpus", "gpu_milli", "submit_s", "start_s", "end_s",
               "queue_delay_s", "wait_s", "jct_s", "run_s", "duration_s", "slowdown", "starts", "requeues",
@@ -56,7 +57,7 @@ def job_rows(sim) -> list[dict]:
         done = j.state == SUCCEEDED
         jct = j.end - j.submit if done else None
         q = j.first_start - j.submit if j.first_start is not None else None
-        wait = j.wait + ((sim.t - j.pending_since) if j.state == "pending" else 0.0)
+        wait = j.wait + ((sim.t - j.pending_since) if j.state == JobState.PENDING else 0.0)
         rows.append({
             "job_id": j.job_id, "class": j.label, "ran_as": j.klass if j.starts else "", "queue": j.queue,
             "workers": s.workers, "gpus": s.total_gpus, "gpu_milli": s.gpu_milli, "submit_s": j.submit,
@@ -76,8 +77,8 @@ def _figures(rows: list[dict]) -> dict:
     q = [r["queue_delay_s"] for r in rows if r["queue_delay_s"] is not None]
     slow = [r["slowdown"] for r in done if r["slowdown"] is not None]
     return {
-        "jobs": len(rows), "succeeded": len(done),
-        "failed": sum(1 for r in rows if r["state"] == "failed"),
+        "jobs": len(rows), JobState.SUCCEEDED: len(done),
+        JobState.FAILED: sum(1 for r in rows if r["state"] == JobState.FAILED),
         "unfinished": sum(1 for r in rows if r["state"] not in TERMINAL),
         "never_started": sum(1 for r in rows if r["start_s"] is None),
         "dropped": sum(1 for r in rows if _dropped(r)),
@@ -151,7 +152,7 @@ def summarize(sim, policy: str, rows: list[dict] | None = None, skipped: dict | 
         "core": {k: v for k, v in sim.core.stats.items() if v},
     })
     labels = {r["class"] for r in rows}
-    if "opportunistic" in labels:
+    if Priority.OPPORTUNISTIC in labels:
         out["by_class"] = {k: _figures([r for r in rows if r["class"] == k]) for k in sorted(labels)}
         for k, v in out["by_class"].items():
             v["gpu_seconds_run"] = sum(r["run_s"] * (r["gpus"] or 0) for r in rows if r["class"] == k)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from cluster.sim.colocation import LucidTable
 from cluster.spec import MILLI, JobSpec, NodeSpec
 from cluster.traces import TraceResult, load_nodes, load_trace, parse_shape
+from colocate.vocab import Priority
 
 ESTIMATES = ("oracle", "user", "predicted")
 QUEUES = ("default", "trace")
@@ -69,8 +70,8 @@ class Workload:
         places no opportunistic work: it runs them exclusively); labels unchanged."""
         out = []
         for j in self.jobs:
-            if j.spec.priority == "opportunistic":
-                j = JobInput(dataclasses.replace(j.spec, priority="guaranteed"), j.duration, j.cfg, j.busy, j.label)
+            if j.spec.priority == Priority.OPPORTUNISTIC:
+                j = JobInput(dataclasses.replace(j.spec, priority=Priority.GUARANTEED), j.duration, j.cfg, j.busy, j.label)
             out.append(j)
         return out
 
@@ -139,7 +140,7 @@ def load_workload(trace: str, *, format: str | None = None, nodes: str | None = 
         if queues == "default" and spec.queue != "default":
             changes["queue"] = "default"
         if draw is not None and draw.random() < f:
-            changes["priority"] = "opportunistic"
+            changes["priority"] = Priority.OPPORTUNISTIC
         if estimates == "oracle":
             est = None if dur is None else max(dur, 1.0)
         elif estimates == "user":

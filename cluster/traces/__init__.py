@@ -12,8 +12,19 @@ The formats, the mapping rules and the bad-row accounting are described in docs/
 from __future__ import annotations
 
 from cluster.traces.alibaba import read_alibaba_pods
-from cluster.traces.common import (JOB_FORMATS, MAX_PROBLEMS, NODE_FORMATS, NodeResult, TraceJob, TraceResult,
-                                   allowed_models, detect_format, detect_node_format, model_allows, split_gang)
+from cluster.traces.common import (
+    JOB_FORMATS,
+    MAX_PROBLEMS,
+    NODE_FORMATS,
+    NodeResult,
+    TraceJob,
+    TraceResult,
+    allowed_models,
+    detect_format,
+    detect_node_format,
+    model_allows,
+    split_gang,
+)
 from cluster.traces.csvjobs import read_csv_jobs
 from cluster.traces.nodes import load_nodes, parse_shape
 from cluster.traces.philly import read_philly

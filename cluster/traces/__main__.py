@@ -22,15 +22,15 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.paths:
         t = time.perf_counter()
         if args.nodes:
-            result = load_nodes(path, format=args.format)
-            facts = summarize_nodes(result)
+            nodes = load_nodes(path, format=args.format)
+            facts, problems = summarize_nodes(nodes), nodes.problems
         else:
             opts = {"allow_no_duration": True} if args.allow_no_duration else {}
-            result = load_trace(path, args.format, **opts)
-            facts = summarize_jobs(result)
+            trace = load_trace(path, args.format, **opts)
+            facts, problems = summarize_jobs(trace), trace.problems
         facts["load_s"] = round(time.perf_counter() - t, 3)
         print(json.dumps(facts))
-        for line in result.problems[: args.problems]:
+        for line in problems[: args.problems]:
             print("  " + line)
     return 0
 

@@ -32,13 +32,26 @@ negative duration, never scheduled, no duration, bad spec.
 from __future__ import annotations
 
 from cluster.spec import MILLI, JobSpec, SpecError
-from cluster.traces.common import (BadRow, RowLog, TraceJob, TraceResult, columns, data_rows, finish,
-                                   normalize_models, open_table, to_float, to_int)
+from cluster.traces.common import (
+    BadRow,
+    RowLog,
+    TraceJob,
+    TraceResult,
+    columns,
+    data_rows,
+    finish,
+    normalize_models,
+    open_table,
+    to_float,
+    to_int,
+)
+from colocate.vocab import Priority
 
 REQUIRED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 TIMES = ("creation_time", "deletion_time", "scheduled_time")
 OPTIONAL = ("gpu_spec", "qos", "pod_phase") + TIMES
-QOS = {"BE": "opportunistic", "LS": "guaranteed", "Burstable": "guaranteed", "Guaranteed": "guaranteed"}
+QOS = {"BE": Priority.OPPORTUNISTIC, "LS": Priority.GUARANTEED, "Burstable": Priority.GUARANTEED,
+       "Guaranteed": Priority.GUARANTEED}
 
 
 def read_alibaba_pods(path, *, allow_no_duration: bool = False, include_cpu_only: bool = True,
@@ -80,11 +93,12 @@ def read_alibaba_pods(path, *, allow_no_duration: bool = False, include_cpu_only
                 elif milli < MILLI and n != 1:
                     raise BadRow("fractional share on several GPUs", f"gpu_milli {milli} x num_gpu {n}")
                 model = normalize_models(row[i_spec]) if i_spec is not None else ""
-                priority = "guaranteed"
+                priority = Priority.GUARANTEED
                 if i_qos is not None:
-                    priority = QOS.get(row[i_qos].strip())
-                    if priority is None:
+                    qos = QOS.get(row[i_qos].strip())
+                    if qos is None:
                         raise BadRow("bad qos", repr(row[i_qos]))
+                    priority = qos
                 submit, duration = _times(row, i_ct, i_st, i_dt, allow_no_duration)
                 spec = JobSpec(job_id=name, name=name, submit_time=submit, gpus=n, gpu_milli=milli,
                                cpu_milli=cpu, mem_mib=mem, gpu_model=model, priority=priority)

@@ -18,13 +18,14 @@ from __future__ import annotations
 import csv
 import math
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
-from colocate.units import parse_size
 from cluster.spec import JobSpec, NodeSpec, allowed_models, model_allows  # noqa: F401 (the readers' API: re-exported)
+from colocate.units import parse_size
 
 MAX_PROBLEMS = 50  # problem lines kept per file; all bad rows are still counted
 
@@ -103,7 +104,7 @@ def data_rows(reader, width: int, result, log: RowLog) -> Iterator[tuple[int, li
 
 
 @contextmanager
-def open_table(path, what: str) -> Iterator[tuple[csv.reader, list[str]]]:
+def open_table(path, what: str) -> Iterator[tuple[Iterator[list[str]], list[str]]]:
     """Open ``path`` as CSV and read its header (names stripped, lower-cased, BOM removed).
     Yields ``(reader, names)``. Unreadable, undecodable, malformed or empty files raise
     ``ValueError`` naming the file; ``what`` says what the file should be."""

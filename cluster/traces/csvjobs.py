@@ -21,8 +21,23 @@ inconsistent workers, fractional share on several GPUs, gpu_milli without gpus, 
 from __future__ import annotations
 
 from cluster.spec import MILLI, PRIORITIES, JobSpec, SpecError
-from cluster.traces.common import (BadRow, RowLog, TraceJob, TraceResult, check_node_gpus, columns, data_rows,
-                                   finish, normalize_models, open_table, split_gang, to_float, to_int, to_size)
+from cluster.traces.common import (
+    BadRow,
+    RowLog,
+    TraceJob,
+    TraceResult,
+    check_node_gpus,
+    columns,
+    data_rows,
+    finish,
+    normalize_models,
+    open_table,
+    split_gang,
+    to_float,
+    to_int,
+    to_size,
+)
+from colocate.vocab import Priority
 
 REQUIRED = ("submit_time", "duration", "num_gpus")
 OPTIONAL = ("job_id", "workers", "gpu_milli", "gpu_mem", "cpu_milli", "mem_mib", "gpu_model", "priority",
@@ -90,7 +105,7 @@ def _job(c: dict[str, str], line: int, node_gpus: int, allow_no_duration: bool) 
             raise BadRow("fractional share on several GPUs",
                          f"gpu_milli {milli} needs one GPU per worker, got {gpus} (num_gpus is the total)")
     gpu_mem = to_size(c["gpu_mem"], "gpu_mem") if c.get("gpu_mem") else 0
-    priority = c.get("priority", "").lower() or "guaranteed"
+    priority = c.get("priority", "").lower() or Priority.GUARANTEED
     if priority not in PRIORITIES:
         raise BadRow("bad priority", repr(c["priority"]))
     estimate = to_float(c["estimate_s"], "estimate_s") if c.get("estimate_s") else None

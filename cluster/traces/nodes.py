@@ -25,8 +25,18 @@ from __future__ import annotations
 import re
 
 from cluster.spec import NodeSpec, SpecError
-from cluster.traces.common import (BadRow, NodeResult, RowLog, columns, data_rows, detect_node_format, open_table,
-                                   to_float, to_int, to_size)
+from cluster.traces.common import (
+    BadRow,
+    NodeResult,
+    RowLog,
+    columns,
+    data_rows,
+    detect_node_format,
+    open_table,
+    to_float,
+    to_int,
+    to_size,
+)
 from colocate.units import parse_size
 
 MIB = 1 << 20

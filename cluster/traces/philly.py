@@ -24,12 +24,25 @@ bad num_gpus, no gpus, bad spec.
 from __future__ import annotations
 
 import random
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from cluster.spec import JobSpec, SpecError
-from cluster.traces.common import (BadRow, RowLog, TraceJob, TraceResult, check_node_gpus, columns, data_rows,
-                                   finish, open_table, split_gang, to_float, to_int)
+from cluster.traces.common import (
+    BadRow,
+    RowLog,
+    TraceJob,
+    TraceResult,
+    check_node_gpus,
+    columns,
+    data_rows,
+    finish,
+    open_table,
+    split_gang,
+    to_float,
+    to_int,
+)
 from colocate.units import parse_fraction
+from colocate.vocab import Priority
 
 REQUIRED = ("timestamp", "duration", "num_gpus")
 OPTIONAL = ("gpu_time", "cluster")
@@ -42,7 +55,7 @@ def _seconds(text: str) -> float:
     except ValueError:
         raise BadRow("bad timestamp", repr(text)) from None
     if dt.tzinfo is not None:
-        dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+        dt = dt.astimezone(UTC).replace(tzinfo=None)
     return (dt - _EPOCH).total_seconds()
 
 
@@ -82,7 +95,8 @@ def read_philly(path, *, node_gpus: int = 8, opportunistic_fraction: float = 0.0
     jobs: list[TraceJob] = []
     for line, t, dur, n, queue in good:
         workers, gpus = split_gang(n, node_gpus)
-        priority = "opportunistic" if fraction > 0 and rng.random() < fraction else "guaranteed"
+        priority = Priority.OPPORTUNISTIC if rng is not None and fraction > 0 and rng.random() < fraction \
+            else Priority.GUARANTEED
         try:
             spec = JobSpec(job_id=f"philly-{line}", submit_time=t - t0, workers=workers, gpus=gpus,
                            priority=priority, queue=queue)

@@ -43,10 +43,10 @@ def _install_now() -> None:
         torch_hooks.install()
     except ValueError as exc:  # a bad COLOCATE_* value
         print(f"colocate: {exc}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
     except Exception as exc:
         print(f"colocate: the job runtime failed to start: {type(exc).__name__}: {exc}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
 
 
 class _TorchImportHook(importlib.abc.MetaPathFinder):
@@ -66,7 +66,7 @@ class _TorchImportHook(importlib.abc.MetaPathFinder):
             original(module)
             _install_now()
 
-        loader.exec_module = exec_module
+        loader.exec_module = exec_module  # type: ignore[method-assign]  # the import hook: run after the module
         return spec
 
 

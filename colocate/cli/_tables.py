@@ -8,7 +8,7 @@ in their cells; a column's header may span two lines where the caller gives a ne
 from __future__ import annotations
 
 import time
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from rich import box
 from rich.console import Console
@@ -17,6 +17,7 @@ from rich.text import Text
 
 from colocate import protocol as P
 from colocate.units import format_size
+from colocate.vocab import JobState, Priority
 
 WIDE = 400  # columns of the console when output is not a terminal
 
@@ -76,8 +77,8 @@ def gpu_table(listing: P.CtlJobs, bars: bool = False) -> Table:
 
 def job_table(listing: P.CtlJobs) -> Table:
     rows = []
-    for j in sorted(listing.jobs, key=lambda j: (j.gpu, j.priority != "guaranteed", j.job_id)):
-        rows.append((j.job_id, str(j.gpu), Text(j.priority, style="bold" if j.priority == "guaranteed" else ""),
+    for j in sorted(listing.jobs, key=lambda j: (j.gpu, j.priority != Priority.GUARANTEED, j.job_id)):
+        rows.append((j.job_id, str(j.gpu), Text(j.priority, style="bold" if j.priority == Priority.GUARANTEED else ""),
                      str(j.pid), format_size(j.mem_cap), f"{j.sm_share:.2f}", format_size(j.mem_reserved),
                      Text(format_size(j.host_bytes), style="red" if j.host_bytes else ""), f"{j.throughput:.1f}",
                      Text(j.slo_state or "-", style=SLO_STYLES.get(j.slo_state, "")), str(j.iterations)))
@@ -87,7 +88,7 @@ def job_table(listing: P.CtlJobs) -> Table:
 # ---- the cluster as the scheduler sees it (top --scheduler, demo) ---------------------------------
 
 
-_QUEUE_ORDER = {"running": 0, "placing": 1, "pending": 2}
+_QUEUE_ORDER = {JobState.RUNNING: 0, JobState.PLACING: 1, JobState.PENDING: 2}
 
 
 def in_queue_order(jobs) -> list:
@@ -122,7 +123,7 @@ def render_cluster(endpoint: str, snap, error: str | None, now_wall: float, inte
                          right=("GPUS", "ALLOC", "SHARED", "WORKERS")))
     rows = [(j.job_id, j.name, j.priority, j.state, f"{j.workers}x{j.gpus}",
              format_duration(now_wall - (j.started_at or j.submitted_at)),
-             ",".join(j.nodes) if j.state != "pending" else j.reason)
+             ",".join(j.nodes) if j.state != JobState.PENDING else j.reason)
             for j in in_queue_order(jobs)]
     parts.append(table(("JOB", "NAME", "CLASS", "STATE", "GPUS", "TIME", "NODES / WHY WAITING"), rows,
                          title="Jobs", right=("GPUS", "TIME")) if rows else Text("no jobs", style="dim"))

@@ -13,6 +13,8 @@ import sys
 import tempfile
 import time
 
+from colocate.vocab import JobState
+
 TARGETS = """\
 node part, targets (adaptive): guaranteed >= 0.95 of solo, utilization >= 1.3x the guaranteed
 job's solo utilization, opportunistic job uses >= half of the idle device time, and pack slows
@@ -45,9 +47,8 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from colocate.files import write_json_atomic
-
     from colocate.demo import node as demo
+    from colocate.files import write_json_atomic
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     bad = [m for m in modes if m not in demo.MODES]
@@ -134,7 +135,7 @@ def _cluster_part(args):
     rows, series = C.analyse(run)
     plot = C.plot(series, args.out)
     _print_cluster(rows)
-    failed = [r["name"] for r in rows if r["state"] != "succeeded"] + (["(timed out)"] if run.timed_out else [])
+    failed = [r["name"] for r in rows if r["state"] != JobState.SUCCEEDED] + (["(timed out)"] if run.timed_out else [])
     if failed:
         print(f"colocate demo: cluster part: not succeeded: {', '.join(failed)} (logs in {workdir})", file=sys.stderr)
     n = max(1, len(series["t"]))

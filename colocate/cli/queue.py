@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from colocate.cli._common import add_scheduler_options, client_failure, scheduler_client
+from colocate.vocab import JobState
 
 
 def register(sub) -> None:
@@ -28,7 +29,7 @@ def main(args) -> int:
     jobs = in_queue_order(jobs)
     rows = [(j.job_id, j.name, j.user, j.queue, j.priority, j.state, f"{j.workers}x{j.gpus}",
              format_duration(now - (j.started_at or j.submitted_at)),
-             ",".join(j.nodes) if j.state != "pending" else f"({j.reason})") for j in jobs]
+             ",".join(j.nodes) if j.state != JobState.PENDING else f"({j.reason})") for j in jobs]
     print_table(("JOBID", "NAME", "USER", "QUEUE", "CLASS", "STATE", "GPUS", "TIME", "NODES(REASON)"), rows,
                 right=("GPUS", "TIME"))
     if queued:

@@ -7,6 +7,7 @@ import sys
 
 from colocate.cli._common import ENDPOINT, NONNEG_INT, SHARE, SIZE, argtype
 from colocate.env import DEVICE_CHOICES, LOG_LEVELS, ON_CAP, PRIORITIES, parse_gpus
+from colocate.vocab import OnCap, Priority
 
 GPU_LIST = argtype(parse_gpus, "gpus")
 ONE_GPU = argtype(lambda text: (NONNEG_INT(text),), "index")
@@ -50,9 +51,9 @@ def register(sub) -> None:
     p.add_argument("--sm-share", type=SHARE, default=1.0, metavar="F",
                    help="compute share 0..1: the job's device busy fraction is held at or below F (default 1); "
                         "under a node, the most the node will give")
-    p.add_argument("--priority", choices=PRIORITIES, default="guaranteed",
+    p.add_argument("--priority", choices=PRIORITIES, default=Priority.GUARANTEED,
                    help="guaranteed (default) or opportunistic")
-    p.add_argument("--on-cap", choices=ON_CAP, default="host",
+    p.add_argument("--on-cap", choices=ON_CAP, default=OnCap.HOST,
                    help="over the memory cap: serve from host memory (default) or stop with an error")
     p.add_argument("--job-id", default=None, help="job identifier (default: job-<launcher pid>)")
     p.add_argument("--stats-file", default=None, metavar="PATH",

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from colocate.cli._common import POSITIVE_INT as COUNT, argtype, fail
+from colocate.cli._common import POSITIVE_INT as COUNT
+from colocate.cli._common import argtype, fail
+from colocate.vocab import JobState
 
 EPILOG = """\
 examples:
@@ -190,7 +192,7 @@ def _print_summary(summaries: list[dict], out: str, plots: bool = True) -> None:
     for col in ("policy", "jobs", "done", "dropped", "JCT", "p99", "queue", "p99", "span d", "alloc", "util", "sim s"):
         t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for s in summaries:
-        t.add_row(s["policy"], str(s["jobs"]), str(s["succeeded"]), str(s["dropped"]), _h(s["mean_jct_s"]),
+        t.add_row(s["policy"], str(s["jobs"]), str(s[JobState.SUCCEEDED]), str(s["dropped"]), _h(s["mean_jct_s"]),
                   _h(s["p99_jct_s"]), _h(s["mean_queue_s"]), _h(s["p99_queue_s"]),
                   f"{s['makespan_s'] / 86400:.1f}", _pct(s["gpu_allocation_rate"]),
                   _pct(s["gpu_utilization"]), f"{s['sim_wall_s']:.1f}")

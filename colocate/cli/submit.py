@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from colocate.cli._common import (DURATION, POSITIVE_INT, SIZE, add_scheduler_options, client_failure, fail,
-                                  scheduler_client)
+from colocate.cli._common import (
+    DURATION,
+    POSITIVE_INT,
+    SIZE,
+    add_scheduler_options,
+    client_failure,
+    fail,
+    scheduler_client,
+)
 from colocate.env import PRIORITIES
+from colocate.vocab import Priority
 
 EPILOG = """\
 examples:
@@ -34,7 +42,7 @@ def register(sub) -> None:
     p.add_argument("--workers", type=POSITIVE_INT, default=1, metavar="W", help="workers in the gang (default 1)")
     p.add_argument("--gpu-mem", type=SIZE, default=0, metavar="SIZE",
                    help="GPU memory per GPU, e.g. 8GiB (opportunistic: its ceiling; default: not stated)")
-    p.add_argument("--priority", choices=PRIORITIES, default="guaranteed",
+    p.add_argument("--priority", choices=PRIORITIES, default=Priority.GUARANTEED,
                    help="guaranteed: reserved GPUs (the default); opportunistic: idle capacity, may be preempted")
     p.add_argument("--queue", default="", help="queue (default: the policy's choice)")
     p.add_argument("--estimate", type=DURATION, default=None, metavar="DURATION",
@@ -45,9 +53,9 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
+    from cluster.client import request_from_here
     from colocate import rpc
     from colocate.launcher import LaunchError, check_command
-    from cluster.client import request_from_here
 
     command = list(args.command)
     if command and command[0] == "--":

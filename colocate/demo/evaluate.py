@@ -13,10 +13,11 @@ its report (``node_t``) inside it, with its busy time.
 from __future__ import annotations
 
 from colocate.record import Batch
+from colocate.vocab import Priority
 
 
 def window(batches: list[Batch], warmup_s: float) -> tuple[float, float]:
-    g = [b.node_t for b in batches if b.priority == "guaranteed"]
+    g = [b.node_t for b in batches if b.priority == Priority.GUARANTEED]
     src = g or [b.node_t for b in batches]
     if not src:
         return 0.0, 0.0

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from colocate import record
 from colocate.config import POLICY_NAMES
-from colocate.endpoints import ipc_path
 from colocate.demo import evaluate as ev
+from colocate.endpoints import ipc_path
+from colocate.vocab import Priority
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "_examples"  # examples/, shipped in the package
 MODES = POLICY_NAMES  # one run per node policy
@@ -56,14 +57,14 @@ class Pair:
 
 PAIRS = {
     "cnn+transformer": Pair("cnn+transformer",
-                            JobSpec("guaranteed-cnn", "guaranteed", "train_cnn.py", ("--host-ms", "14"), "4GiB"),
-                            JobSpec("opportunistic-lm", "opportunistic", "train_transformer.py", ("--host-ms", "0"))),
+                            JobSpec("guaranteed-cnn", Priority.GUARANTEED, "train_cnn.py", ("--host-ms", "14"), "4GiB"),
+                            JobSpec("opportunistic-lm", Priority.OPPORTUNISTIC, "train_transformer.py", ("--host-ms", "0"))),
     "recsys+cnn": Pair("recsys+cnn",
-                       JobSpec("guaranteed-recsys", "guaranteed", "train_recsys.py", ("--host-ms", "15"), "4GiB"),
-                       JobSpec("opportunistic-cnn", "opportunistic", "train_cnn.py", ("--host-ms", "0"))),
+                       JobSpec("guaranteed-recsys", Priority.GUARANTEED, "train_recsys.py", ("--host-ms", "15"), "4GiB"),
+                       JobSpec("opportunistic-cnn", Priority.OPPORTUNISTIC, "train_cnn.py", ("--host-ms", "0"))),
     "transformer+recsys": Pair("transformer+recsys",
-                               JobSpec("guaranteed-lm", "guaranteed", "train_transformer.py", ("--host-ms", "16"), "4GiB"),
-                               JobSpec("opportunistic-recsys", "opportunistic", "train_recsys.py", ("--host-ms", "0"))),
+                               JobSpec("guaranteed-lm", Priority.GUARANTEED, "train_transformer.py", ("--host-ms", "16"), "4GiB"),
+                               JobSpec("opportunistic-recsys", Priority.OPPORTUNISTIC, "train_recsys.py", ("--host-ms", "0"))),
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from colocate.env import DEVICE_CHOICES, DEVICES
+from colocate.vocab import DeviceKind
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,12 @@ def resolve(kind: str) -> str:
 
     if kind not in DEVICE_CHOICES:
         raise ValueError(f"unknown device {kind!r}: use one of {', '.join(DEVICE_CHOICES)}")
-    if kind != "sim" and nvml.missing_binding():
+    if kind != DeviceKind.SIM and nvml.missing_binding():
         raise ValueError(f"--device {kind}: this machine has an NVIDIA driver but nvidia-ml-py is not installed: "
                          "pip install 'colocate[gpu]' (or use --device sim)")
     if kind == "auto":
-        return "cuda" if cuda_available() else "sim"
-    if kind == "cuda" and not cuda_available():
+        return DeviceKind.CUDA if cuda_available() else DeviceKind.SIM
+    if kind == DeviceKind.CUDA and not cuda_available():
         raise ValueError("--device cuda: no CUDA GPU is visible (NVML found none); use --device sim or auto")
     return kind
 
@@ -52,7 +53,7 @@ def resolve(kind: str) -> str:
 def node_gpus(kind: str, sim_gpus: int = 1, sim_gpu_mem: int = 16 << 30) -> list[GpuSpec]:
     """The GPUs of this machine for a node coordinator."""
     kind = resolve(kind)
-    if kind == "cuda":
+    if kind == DeviceKind.CUDA:
         from colocate.gpus import nvml
 
         return nvml.node_gpus()

@@ -7,6 +7,7 @@ Every function degrades quietly where NVML is missing or fails: counts and total
 from __future__ import annotations
 
 from colocate.gpus import GpuSpec
+from colocate.vocab import DeviceKind
 
 
 def _nvml():
@@ -41,7 +42,7 @@ def node_gpus() -> list[GpuSpec]:
         name = pynvml.nvmlDeviceGetName(h)
         if isinstance(name, bytes):  # older nvidia-ml-py
             name = name.decode(errors="replace")
-        out.append(GpuSpec(index=i, kind="cuda", mem_total=int(mem.total), name=str(name)))
+        out.append(GpuSpec(index=i, kind=DeviceKind.CUDA, mem_total=int(mem.total), name=str(name)))
     return out
 
 

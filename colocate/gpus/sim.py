@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from colocate.gpus import GpuSpec
+from colocate.vocab import DeviceKind
 
 
 def default_core(index: int, ncores: int | None = None) -> int:
@@ -28,7 +29,7 @@ def node_gpus(count: int, mem_total: int) -> list[GpuSpec]:
     if count < 1:
         raise ValueError(f"need at least one simulated GPU, got {count}")
     return [
-        GpuSpec(index=i, kind="sim", mem_total=mem_total, name="colocate-sim", core=default_core(i))
+        GpuSpec(index=i, kind=DeviceKind.SIM, mem_total=mem_total, name="colocate-sim", core=default_core(i))
         for i in range(count)
     ]
 

@@ -17,14 +17,14 @@ _EPS = 1e-9
 
 @dataclass(frozen=True)
 class Claim:
-    """``owner`` (a job, a placement: whatever the caller compares) holds ``share`` of GPU ``gpu``."""
+    """``owner`` (a job id, a placement key: whatever the caller compares) holds ``share`` of GPU ``gpu``."""
 
     gpu: int
-    owner: object
+    owner: str
     share: float = WHOLE
 
 
-def conflict(claims: Iterable[Claim], gpus: Iterable[int], owner: object, share: float = WHOLE) -> Claim | None:
+def conflict(claims: Iterable[Claim], gpus: Iterable[int], owner: str, share: float = WHOLE) -> Claim | None:
     """The first claim of another owner on a GPU of ``gpus`` where adding ``share`` for ``owner`` would put the
     guaranteed total over 1 (the lowest such GPU), else None. Claims of ``owner`` itself do not count."""
     wanted = set(gpus)

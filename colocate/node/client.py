@@ -8,11 +8,10 @@ when the node is away, ``BadReply`` for an undecodable answer, ``Error`` replies
 
 from __future__ import annotations
 
-from colocate import endpoints
+from colocate import endpoints, rpc
 from colocate import protocol as P
-from colocate import rpc
-from colocate.rpc import BadEndpoint, BadReply, NoAnswer
-from colocate.rpc import RpcError as CtlClientError
+from colocate.rpc import BadEndpoint, BadReply, NoAnswer  # noqa: F401 (re-exported: what callers catch)
+from colocate.rpc import RpcError as CtlClientError  # noqa: F401 (re-exported)
 
 DEFAULT_TIMEOUT_S = 2.0
 

@@ -23,7 +23,9 @@ until the job leaves. Handlers are found through one explicit table (``_handlers
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from colocate import protocol as P
 from colocate.config import NodeConfig
@@ -31,6 +33,7 @@ from colocate.gpus import GpuSpec
 from colocate.node.claims import Claim, conflict
 from colocate.node.policies import POLICIES, Want
 from colocate.node.state import GpuState, JobState
+from colocate.vocab import Priority
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ class NodeCore:
         self.left: deque[tuple[str, str]] = deque(maxlen=1000)  # (job_id, reason), for logs
         self.promoted: set[str] = set()  # jobs (not worker ids) the scheduler promoted to guaranteed
         self.notes: deque[str] = deque(maxlen=100)  # what the edge should log (e.g. a promotion that cannot hold)
-        self._handlers = {
+        self._handlers: dict[type, Callable[..., Any]] = {
             P.Register: self._on_register,
             P.BatchReport: self._on_batch_report,
             P.LimitsApplied: self._on_limits_applied,
@@ -112,8 +115,8 @@ class NodeCore:
         gpu = self.gpus[m.gpu]
         old = self.jobs.get(m.job_id)
         holder = self._guaranteed_holder(gpu, m.job_id)
-        priority = "guaranteed" if m.job in self.promoted and holder is None else m.priority
-        if priority == "guaranteed":
+        priority = Priority.GUARANTEED if m.job in self.promoted and holder is None else m.priority
+        if priority == Priority.GUARANTEED:
             if holder is not None:
                 return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id,
                                       message=f"GPU {m.gpu} already runs guaranteed job {holder}"))]
@@ -217,7 +220,7 @@ class NodeCore:
             if holder is not None:
                 self.notes.append(f"{job.job_id} stays opportunistic: GPU {job.gpu} runs guaranteed job {holder}")
                 continue
-            job.priority = "guaranteed"
+            job.priority = Priority.GUARANTEED
             out += self._replan(gpu, now)
         return out
 

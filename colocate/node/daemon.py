@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 from colocate.daemon import StartError, configure_logging, serve_metrics, stop_on_signals
+from colocate.vocab import DeviceKind
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def _agent(opts: NodeOptions, core, server, gpus):
     node_id = opts.node_id or socket.gethostname()
     state_dir = os.path.abspath(opts.state_dir or default_state_dir(node_id))
     log_dir = os.path.abspath(opts.log_dir or os.path.join(state_dir, "logs"))
-    kind = gpus[0].kind if gpus else "sim"
+    kind = gpus[0].kind if gpus else DeviceKind.SIM
     try:
         workers = WorkerManager(WorkerConfig(node_id=node_id, epoch=core.node_epoch, job_endpoint=opts.endpoint,
                                              device=kind, gpus={g.index: g.mem_total for g in gpus},
@@ -106,7 +107,7 @@ def _agent(opts: NodeOptions, core, server, gpus):
                                              lease_file=os.path.join(state_dir, "lease")))
     except StateDirError as exc:
         raise StartError(str(exc), 1) from None
-    gpu_status = server.gpu_status if kind == "sim" else NvmlSampler([g.index for g in gpus])
+    gpu_status = server.gpu_status if kind == DeviceKind.SIM else NvmlSampler([g.index for g in gpus])
     try:
         from colocate import keys as K
 

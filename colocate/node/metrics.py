@@ -31,6 +31,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
+from colocate.vocab import Priority
+
 
 class NodeCollector:
     def __init__(self, server):
@@ -47,7 +49,7 @@ class NodeCollector:
                 i = str(g.spec.index)
                 gpu_mem.add_metric([i, g.spec.kind], g.spec.mem_total)
                 gpu_util.add_metric([i], g.utilization(now))
-                for prio in ("guaranteed", "opportunistic"):
+                for prio in (Priority.GUARANTEED, Priority.OPPORTUNISTIC):
                     gpu_jobs.add_metric([i, prio], sum(1 for j in g.jobs if core.jobs[j].priority == prio))
             labels = ["job", "gpu", "priority"]
             fam = {

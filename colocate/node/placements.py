@@ -27,11 +27,14 @@ are persisted with the table and outlive the node process).
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from colocate import protocol as P
 from colocate.node.claims import Claim, conflict
 from colocate.node.worker_table import Placement, WorkerTable, scoped
+from colocate.vocab import Priority
 
 STOPPED_BEFORE_START = "the placement was stopped before it started"
 OTHER_CLUSTER = "a placement of another cluster (the scheduler's state file changed)"
@@ -154,7 +157,7 @@ class PlacementCore:
         self.cluster = cluster
         self.fenced = False
         self._held: list = []  # (cluster, message) produced before the first welcome
-        self._handlers = {Start: self._start, Launched: self._launched, LaunchFailed: self._launch_failed,
+        self._handlers: dict[type, Callable[..., Any]] = {Start: self._start, Launched: self._launched, LaunchFailed: self._launch_failed,
                           Stop: self._stop, Promote: self._promote, Exited: self._exited, Tick: self._tick,
                           Fence: self._fence, Welcomed: self._welcomed, Recovered: self._recovered}
 
@@ -218,7 +221,7 @@ class PlacementCore:
             return f"GPU {missing[0]} is not on this node (it has {have})"
         if len(set(gpus)) != len(gpus):
             return "two workers share a GPU"
-        if msg.priority == "guaranteed":
+        if msg.priority == Priority.GUARANTEED:
             key = scoped(msg.cluster_id, msg.placement_id)
             held = conflict(self._claims(), gpus, key)
             if held is not None:
@@ -233,7 +236,7 @@ class PlacementCore:
     def _claims(self):
         """Every running guaranteed (or promoted) worker's GPUs, owned by its placement's key."""
         for key, p in self.table.placements.items():
-            if p.priority == "guaranteed":
+            if p.priority == Priority.GUARANTEED:
                 for w in p.workers:
                     if w.running:
                         yield from (Claim(g, key) for g in w.gpus)
@@ -296,7 +299,7 @@ class PlacementCore:
             return [Note("warning", f"promote: placement {e.placement_id} is not running here")]
         out: list = []
         if not p.promoted:
-            p.promoted, p.priority = True, "guaranteed"
+            p.promoted, p.priority = True, Priority.GUARANTEED
             out.append(Save())
         return out + [Note("info", f"placement {p.placement_id} of job {p.job_id} promoted: guaranteed from now on"),
                       Guarantee(p.job_id, on=True)]
@@ -304,7 +307,9 @@ class PlacementCore:
     # ------------------------------------------------------------------ watching
     def _exited(self, e: Exited, now: float) -> list:
         p = self.table.placements.get(e.key)
-        w = next((w for w in p.workers if w.rank == e.rank), None) if p is not None else None
+        if p is None:
+            return []
+        w = next((w for w in p.workers if w.rank == e.rank), None)
         if w is None or not w.running:
             return []
         w.exit_code, w.kill_at = e.code, None

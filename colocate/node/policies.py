@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 from colocate.config import POLICY_NAMES
+from colocate.vocab import NodePolicy
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ class Exclusive:
         total = gpu.spec.mem_total
         out = {}
         if g:
-            out[g.job_id] = Want(_g_cap(g, total), 1.0, False, "exclusive")
+            out[g.job_id] = Want(_g_cap(g, total), 1.0, False, NodePolicy.EXCLUSIVE)
         for j in opps:
             out[j.job_id] = Want(total - (_g_cap(g, total) if g else 0), 0.0 if g else 1.0 / len(opps), False,
                                  "waiting" if g else "running")
@@ -88,10 +90,10 @@ class Static:
         out = {}
         opp_share, opp_mem = 1.0, total
         if g:
-            out[g.job_id] = Want(int(total * cfg.static_mem_fraction), cfg.static_share, False, "static")
+            out[g.job_id] = Want(int(total * cfg.static_mem_fraction), cfg.static_share, False, NodePolicy.STATIC)
             opp_share, opp_mem = 1.0 - cfg.static_share, int(total * (1.0 - cfg.static_mem_fraction))
         for j in opps:
-            out[j.job_id] = Want(opp_mem // len(opps), opp_share / len(opps), False, "static")
+            out[j.job_id] = Want(opp_mem // len(opps), opp_share / len(opps), False, NodePolicy.STATIC)
         return out
 
 
@@ -215,5 +217,6 @@ class Adaptive:
         return max(0, min(cap, fair))
 
 
-POLICIES = {"exclusive": Exclusive, "pack": Pack, "static": Static, "adaptive": Adaptive}
+POLICIES: dict[str, Any] = {NodePolicy.EXCLUSIVE: Exclusive, NodePolicy.PACK: Pack, NodePolicy.STATIC: Static,
+                            NodePolicy.ADAPTIVE: Adaptive}
 assert tuple(POLICIES) == POLICY_NAMES, "colocate.config.POLICY_NAMES is the one list of names"

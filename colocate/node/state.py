@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from colocate import protocol as P
 from colocate.gpus import GpuSpec
+from colocate.vocab import Priority
 
 RECENT = 64  # reports kept per job
 
@@ -39,7 +40,7 @@ class JobState:
 
     @property
     def guaranteed(self) -> bool:
-        return self.priority == "guaranteed"
+        return self.priority == Priority.GUARANTEED
 
     @property
     def last(self) -> P.BatchReport | None:

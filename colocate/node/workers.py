@@ -65,6 +65,7 @@ from colocate.launcher import PROJECT_ROOT, LaunchError, check_command
 from colocate.node import placements as PC
 from colocate.node.placements import PlacementCore
 from colocate.node.worker_table import Placement, StateDirError, Worker, WorkerTable, scoped
+from colocate.vocab import DeviceKind
 
 log = logging.getLogger("colocate.node.workers")
 
@@ -229,7 +230,7 @@ class WorkerManager:
                     argv += ["--lease-file", self.cfg.lease_file]
                 if req.gpu_mem:
                     argv += ["--gpu-mem", str(req.gpu_mem)]
-                if self.cfg.device == "sim":
+                if self.cfg.device == DeviceKind.SIM:
                     argv += ["--sim-gpu-mem", str(self.cfg.gpus[w.gpus[0]])]
                 argv += ["--", *req.command]
                 proc = self._spawn(argv, _worker_env(msg, w), req.cwd, log_path, msg)

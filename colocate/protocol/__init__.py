@@ -27,7 +27,7 @@ Error codes (``Error.code``, the one list: ``ERROR_CODES``):
                     or its policy failed on the request and was rebuilt from the journal): try again later
 """
 
-from colocate.protocol.codec import *  # noqa: F401,F403
+from colocate.protocol.cluster import *  # noqa: F403
+from colocate.protocol.codec import *  # noqa: F403
 from colocate.protocol.codec import _SPECS  # noqa: F401  (tests walk every message's field rules)
-from colocate.protocol.job import *  # noqa: F401,F403
-from colocate.protocol.cluster import *  # noqa: F401,F403
+from colocate.protocol.job import *  # noqa: F403

@@ -39,15 +39,34 @@ Rules:
 
 from __future__ import annotations
 
-from typing import Optional
-
 from colocate.protocol.codec import (
-    COUNT, EXIT_CODE, JOB_ID, NAME, NODE_ID, PID, PRIORITY, SECONDS, SHARE, SIZE, TEXT, Bool, ListOf, MapOf, Message,
-    Nested, Num, Opt, Str, _f, _record, _Record,
+    COUNT,
+    EXIT_CODE,
+    JOB_ID,
+    NAME,
+    NODE_ID,
+    PID,
+    PRIORITY,
+    SECONDS,
+    SHARE,
+    SIZE,
+    TEXT,
+    Bool,
+    ListOf,
+    MapOf,
+    Message,
+    Nested,
+    Num,
+    Opt,
+    Str,
+    _f,
+    _Record,
+    _record,
 )
+from colocate.vocab import JobState, Priority
 
 PORT = Num(int, 0, 65535)
-STATE = Str(choices=("pending", "placing", "running", "succeeded", "failed", "cancelled"))
+STATE = Str(choices=tuple(JobState))
 MAX_NODE_GPUS = 64  # GPUs of one node
 MAX_WORKERS = 4096  # workers (ranks) of one job
 MAX_ENV_VALUE_CHARS = 65536  # one variable of a job's environment
@@ -83,7 +102,7 @@ class WorkerStatus(_Record):
     rank: int = _f(COUNT)
     pid: int = _f(PID)
     running: bool = _f(Bool())
-    exit_code: Optional[int] = _f(Opt(EXIT_CODE), default=None)
+    exit_code: int | None = _f(Opt(EXIT_CODE), default=None)
     fenced: bool = _f(Bool(), default=False)  # it ended while the node's lease had lapsed: not the job's failure
 
 
@@ -105,11 +124,11 @@ class JobRequest(_Record):
     workers: int = _f(Num(int, 1, MAX_WORKERS), default=1)
     gpus: int = _f(Num(int, 0, 64), default=1)  # per worker
     gpu_mem: int = _f(SIZE, default=0)  # bytes per GPU; 0: not stated
-    priority: str = _f(PRIORITY, default="guaranteed")
+    priority: str = _f(PRIORITY, default=Priority.GUARANTEED)
     queue: str = _f(NAME, default="")  # "": the policy's default queue
     name: str = _f(NAME, default="")
     user: str = _f(NAME, default="")
-    estimate_s: Optional[float] = _f(Opt(SECONDS), default=None)
+    estimate_s: float | None = _f(Opt(SECONDS), default=None)
 
 
 @_record()
@@ -123,13 +142,13 @@ class JobView(_Record):
     workers: int = _f(COUNT)
     gpus: int = _f(COUNT)
     submitted_at: float = _f(SECONDS)
-    started_at: Optional[float] = _f(Opt(SECONDS))
-    ended_at: Optional[float] = _f(Opt(SECONDS))
+    started_at: float | None = _f(Opt(SECONDS))
+    ended_at: float | None = _f(Opt(SECONDS))
     reason: str = _f(TEXT)
     placement_id: str = _f(NAME)  # "" when none
     nodes: tuple = _f(ListOf(NAME))
     attempts: int = _f(COUNT)
-    exit_code: Optional[int] = _f(Opt(EXIT_CODE))
+    exit_code: int | None = _f(Opt(EXIT_CODE))
 
 
 @_record()
@@ -310,7 +329,7 @@ class Submitted(Message):
 
 @_record("jobs_request")
 class JobsRequest(Message):
-    job_id: Optional[str] = _f(Opt(JOB_ID), default=None)  # one job, or all
+    job_id: str | None = _f(Opt(JOB_ID), default=None)  # one job, or all
     active_only: bool = _f(Bool(), default=False)  # pending, placing and running only
     offset: int = _f(COUNT, default=0)
     limit: int = _f(Num(int, 1, MAX_PAGE), default=MAX_PAGE)
@@ -347,7 +366,7 @@ class Ok(Message):
 @_record("logs_request")
 class LogsRequest(Message):
     job_id: str = _f(JOB_ID)
-    rank: Optional[int] = _f(Opt(COUNT), default=None)
+    rank: int | None = _f(Opt(COUNT), default=None)
 
 
 @_record("logs_reply")

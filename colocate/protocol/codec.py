@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Optional
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
+from enum import StrEnum
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 import msgpack
+
+from colocate.vocab import Priority
 
 PROTOCOL_VERSION = 3  # 3: Register.rank and world_size (torchrun workers)
 MAX_MESSAGE_BYTES = 1 << 20  # inputs above this are rejected before unpacking
@@ -32,11 +36,28 @@ MAX_LIST_ITEMS = 1024
 _I64 = (1 << 63) - 1
 _RESERVED_KEYS = ("v", "t")
 
-MALFORMED, VERSION, UNKNOWN_TYPE, INVALID = "malformed", "version", "unknown_type", "invalid"
-FORBIDDEN, REJECTED, UNKNOWN_JOB = "forbidden", "rejected", "unknown_job"
-UNKNOWN_NODE, NOT_FOUND, UNAVAILABLE = "unknown_node", "not_found", "unavailable"
+
+
+class ErrorCode(StrEnum):
+    """An ``Error`` reply's code (meanings: ``colocate.protocol``); the value is the wire string."""
+
+    MALFORMED = "malformed"
+    VERSION = "version"
+    UNKNOWN_TYPE = "unknown_type"
+    INVALID = "invalid"
+    FORBIDDEN = "forbidden"
+    REJECTED = "rejected"
+    UNKNOWN_JOB = "unknown_job"
+    UNKNOWN_NODE = "unknown_node"
+    NOT_FOUND = "not_found"
+    UNAVAILABLE = "unavailable"
+
+
+MALFORMED, VERSION, UNKNOWN_TYPE, INVALID = ErrorCode.MALFORMED, ErrorCode.VERSION, ErrorCode.UNKNOWN_TYPE, ErrorCode.INVALID
+FORBIDDEN, REJECTED, UNKNOWN_JOB = ErrorCode.FORBIDDEN, ErrorCode.REJECTED, ErrorCode.UNKNOWN_JOB
+UNKNOWN_NODE, NOT_FOUND, UNAVAILABLE = ErrorCode.UNKNOWN_NODE, ErrorCode.NOT_FOUND, ErrorCode.UNAVAILABLE
 DECODE_ERRORS = (MALFORMED, VERSION, UNKNOWN_TYPE, INVALID)
-ERROR_CODES = DECODE_ERRORS + (FORBIDDEN, REJECTED, UNKNOWN_JOB, UNKNOWN_NODE, NOT_FOUND, UNAVAILABLE)  # meanings: colocate.protocol
+ERROR_CODES = tuple(ErrorCode)
 
 
 class ProtocolError(ValueError):
@@ -46,7 +67,7 @@ class ProtocolError(ValueError):
         super().__init__(message)
         self.code = code
 
-    def to_error(self, job_id: Optional[str] = None) -> "Error":
+    def to_error(self, job_id: str | None = None) -> Error:
         """The ``Error`` reply a daemon sends back for this failure."""
         return Error(code=self.code, message=str(self)[:MAX_TEXT_CHARS], job_id=job_id)
 
@@ -110,8 +131,9 @@ class Str(_Spec):
     choices: tuple = ()
 
     def check(self, v: Any, name: str) -> str:
-        if type(v) is not str:
+        if not isinstance(v, str):
             raise _bad(name, "a string", v)
+        v = str.__str__(v)  # a vocabulary member (colocate.vocab) travels as its plain wire string
         if self.choices and v not in self.choices:
             raise _bad(name, "one of " + "|".join(self.choices), v)
         if not self.min_len <= len(v) <= self.max_len:
@@ -189,8 +211,9 @@ class MapOf(_Spec):
         items = v.items() if isinstance(v, dict) else v
         if not isinstance(items, (list, tuple, type({}.items()))):
             raise _bad(name, f"a map of at most {self.max_len} entries", v)
-        pairs = []
-        for i, kv in enumerate(items):
+        pairs: list[tuple[Any, Any]] = []
+        kv: Any
+        for kv in items:
             if not (isinstance(kv, (tuple, list)) and len(kv) == 2):
                 raise _bad(name, "(key, value) pairs", kv)
             pairs.append((self.key.check(kv[0], f"{name} key"), self.value.check(kv[1], f"{name}[{kv[0]!r:.40}]")))
@@ -210,10 +233,10 @@ class MapOf(_Spec):
         return {k: x for k, x in v}
 
 
-def _f(spec: _Spec, **kw) -> Any:
+def _f(spec: _Spec, *, default: Any = MISSING, init: bool = True) -> Any:
     """Declare a dataclass field with its wire rule (a default only eases construction:
     on the wire every field is required)."""
-    return field(metadata={"spec": spec}, **kw)
+    return field(default=default, init=init, metadata={"spec": spec})
 
 
 JOB_ID = Str(MAX_ID_CHARS, min_len=1)
@@ -225,7 +248,7 @@ PID = Num(int, 0, (1 << 31) - 1)
 EXIT_CODE = Num(int, -(1 << 31), (1 << 31) - 1)
 SECONDS = Num(float, 0.0, math.inf)
 SHARE = Num(float, 0.0, 1.0)
-PRIORITY = Str(choices=("guaranteed", "opportunistic"))
+PRIORITY = Str(choices=tuple(Priority))
 NAME = Str(MAX_ID_CHARS)  # node ids, placement ids, queue, user and job names (may be empty where optional)
 
 # ---------------------------------------------------------------- message classes
@@ -256,16 +279,20 @@ class Message(_Record):
     TYPE: ClassVar[str] = ""
 
 
-def _record(type_name: str = ""):
+_R = TypeVar("_R", bound=_Record)
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(_f,))
+def _record(type_name: str = "") -> Callable[[type[_R]], type[_R]]:
     """Make ``cls`` a frozen dataclass with registered field rules; with ``type_name``, a message."""
 
-    def wrap(cls: type) -> type:
+    def wrap(cls: type[_R]) -> type[_R]:
         cls = dataclass(frozen=True, slots=True)(cls)
-        _SPECS[cls] = tuple((f.name, f.metadata["spec"]) for f in fields(cls))
+        _SPECS[cls] = tuple((f.name, f.metadata["spec"]) for f in fields(cls))  # type: ignore[arg-type]
         assert not {n for n, _ in _SPECS[cls]} & set(_RESERVED_KEYS), cls
         if type_name:
             assert type_name not in MESSAGE_TYPES, type_name
-            cls.TYPE = type_name
+            setattr(cls, "TYPE", type_name)  # noqa: B010 (Message.TYPE: _R is any record)
             MESSAGE_TYPES[type_name] = cls
         return cls
 
@@ -277,7 +304,7 @@ def _record(type_name: str = ""):
 class Error(Message):
     code: str = _f(Str(64, choices=ERROR_CODES))
     message: str = _f(TEXT)
-    job_id: Optional[str] = _f(Opt(JOB_ID))
+    job_id: str | None = _f(Opt(JOB_ID))
 
 
 # ---------------------------------------------------------------- codec

@@ -31,12 +31,33 @@ again; the node drops the job).
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 from colocate.protocol.codec import (
-    COUNT, EXIT_CODE, JOB_ID, PID, PRIORITY, SECONDS, SHARE, SIZE, TEXT, Bool, Error, ListOf, Message, Nested,
-    Num, Opt, ProtocolError, Str, _f, _record, _Record, INVALID,
+    COUNT,
+    EXIT_CODE,
+    INVALID,
+    JOB_ID,
+    PID,
+    PRIORITY,
+    SECONDS,
+    SHARE,
+    SIZE,
+    TEXT,
+    Bool,
+    Error,
+    ListOf,
+    Message,
+    Nested,
+    Num,
+    Opt,
+    ProtocolError,
+    Str,
+    _f,
+    _Record,
+    _record,
 )
+from colocate.vocab import DeviceKind
+
 
 @_record()
 class Limits(_Record):
@@ -51,7 +72,7 @@ class GpuInfo(_Record):
     index: int = _f(COUNT)
     mem_total: int = _f(SIZE)
     utilization: float = _f(SHARE)
-    kind: str = _f(Str(choices=("sim", "cuda")))
+    kind: str = _f(Str(choices=tuple(DeviceKind)))
 
 
 @_record()
@@ -77,13 +98,13 @@ class Register(Message):
     pid: int = _f(PID)
     gpu: int = _f(COUNT)
     priority: str = _f(PRIORITY)
-    mem_request: Optional[int] = _f(Opt(SIZE))  # the job's --gpu-mem: the most the node may give (None: any)
+    mem_request: int | None = _f(Opt(SIZE))  # the job's --gpu-mem: the most the node may give (None: any)
     sm_share: float = _f(SHARE)  # the share in force now (a re-registering job may be paused)
     mem_cap: int = _f(SIZE)  # the cap in force now
     epoch: int = _f(COUNT)  # job-side incarnation counter
     token: str = _f(Str(128), default="")  # secret from the launcher; re-registering must repeat it
     sm_request: float = _f(SHARE, default=1.0)  # the job's --sm-share: the most the node may give
-    rank: Optional[int] = _f(Opt(COUNT), default=None)  # torchrun's RANK of this worker; None: not a torchrun worker
+    rank: int | None = _f(Opt(COUNT), default=None)  # torchrun's RANK of this worker; None: not a torchrun worker
     world_size: int = _f(Num(int, 1, 1 << 20), default=1)  # torchrun's WORLD_SIZE (1 without one)
 
     def _check(self) -> None:
@@ -125,7 +146,7 @@ class LimitsApplied(Message):
 @_record("goodbye")
 class Goodbye(Message):
     job_id: str = _f(JOB_ID)
-    exit_code: Optional[int] = _f(Opt(EXIT_CODE))
+    exit_code: int | None = _f(Opt(EXIT_CODE))
     reason: str = _f(TEXT)
 
 
@@ -160,8 +181,8 @@ class CtlList(Message):
 @_record("ctl_set")
 class CtlSet(Message):
     job_id: str = _f(JOB_ID)
-    mem_cap: Optional[int] = _f(Opt(SIZE))
-    sm_share: Optional[float] = _f(Opt(SHARE))
+    mem_cap: int | None = _f(Opt(SIZE))
+    sm_share: float | None = _f(Opt(SHARE))
 
     def _check(self) -> None:
         if self.mem_cap is None and self.sm_share is None:

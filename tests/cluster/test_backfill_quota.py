@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from cluster.events import PENDING, RUNNING
-
 from tests.cluster.helpers import changes, config, confirm_stops, finish, job, make_core, run, starts, stops, submit
 
 

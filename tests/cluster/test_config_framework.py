@@ -9,11 +9,10 @@ import pytest
 from cluster.config import PRESETS, parse_config, preset
 from cluster.config_file import load_config, resolve
 from cluster.core import SchedulerCore
-from cluster.framework import REGISTRY, SUCCESS, Plugin, register, unschedulable
+from cluster.framework import REGISTRY, Plugin, register, unschedulable
 from cluster.spec import MILLI, NodeSpec
 from cluster.state import Alloc, ClusterState
 from cluster.statement import Statement
-
 from tests.cluster.helpers import config, job, make_core, run, starts, submit
 
 

@@ -11,9 +11,20 @@ from cluster import events as ev
 from cluster.core import SchedulerCore, refusal_backoff_s
 from cluster.events import CANCELLED, FAILED, PENDING, PLACING, RUNNING, SUCCEEDED
 from cluster.spec import NodeSpec
-
-from tests.cluster.helpers import (changes, config, confirm_stops, finish, job, make_core, report, run, start_all,
-                                   starts, stops, submit)
+from tests.cluster.helpers import (
+    changes,
+    config,
+    confirm_stops,
+    finish,
+    job,
+    make_core,
+    report,
+    run,
+    start_all,
+    starts,
+    stops,
+    submit,
+)
 
 
 def test_happy_path_and_decision_order():

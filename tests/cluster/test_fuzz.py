@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from cluster import events as ev
 from cluster.events import PENDING, PLACING, RUNNING, TERMINAL
 from cluster.spec import JobSpec, NodeSpec
-
 from tests.cluster.helpers import make_core
 
 GIB = 1 << 30

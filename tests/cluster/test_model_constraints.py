@@ -8,7 +8,6 @@ import pytest
 from cluster import events as ev
 from cluster.events import FAILED, PENDING
 from cluster.spec import NodeSpec
-
 from tests.cluster.helpers import job, make_core, report, run, starts, submit
 
 NODES = [NodeSpec("p100", 2, gpu_model="P100"), NodeSpec("t4", 2, gpu_model="T4"), NodeSpec("v100", 4, gpu_model="V100")]

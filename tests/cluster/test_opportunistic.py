@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from cluster.events import PENDING, RUNNING, Promote, Tick
-
 from tests.cluster.helpers import changes, config, confirm_stops, job, make_core, report, run, starts, stops, submit
 
 GIB = 1 << 30

@@ -14,7 +14,6 @@ from cluster import events as ev
 from cluster.events import PLACING, RUNNING
 from cluster.plugins.nodetable import NodeTable
 from cluster.spec import JobSpec, NodeSpec
-
 from tests.cluster.helpers import make_core
 
 PRESETS = ["first-fit", "round-robin", "best-fit", "tetris", "fgd", "genetic", "genetic-after"]

@@ -7,7 +7,6 @@ import pytest
 
 from cluster.events import FAILED, PENDING, PLACING, NodeJoined, NodeLost, Tick
 from cluster.spec import NodeSpec
-
 from tests.cluster.helpers import changes, config, job, make_core, nodes_of, run, starts, submit
 
 

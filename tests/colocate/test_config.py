@@ -6,9 +6,7 @@ import sys
 import pytest
 
 from colocate.config import NodeConfig
-
 from tests.support import REPO
-
 
 
 def test_defaults_are_valid_and_adaptive():

@@ -6,9 +6,7 @@ import pytest
 
 from colocate import env as envmod
 from colocate.env import DEFAULT_SIM_GPU_MEM, NAMES, PREFIX, VARIABLES, JobEnv, markdown_table
-
 from tests.support import REPO
-
 
 
 def test_variables_are_prefixed_unique_and_documented():

@@ -11,11 +11,10 @@ import pytest
 from colocate import launcher as L  # colocate never imports torch: cheap in-process
 from colocate.env import JobEnv
 from colocate.gpus import nvml as N
+from colocate.stats import NUMERIC as SUMMARY_KEYS
 from tests.support import wait_for
 
 MiB = 1 << 20
-
-from colocate.stats import NUMERIC as SUMMARY_KEYS
 
 TRAIN = """\
 import os, sys, torch, torch_hooks

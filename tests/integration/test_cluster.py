@@ -6,11 +6,9 @@ and when is seen from outside the daemons.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sqlite3
-import sys
 import threading
 import time
 from pathlib import Path
@@ -202,7 +200,7 @@ def test_fifty_mixed_jobs_finish_through_a_scheduler_kill9(procs, tmp_path, sim_
     assert not failed, (failed, c.logs())
     starts = c.starts()
     per_worker = {}
-    for job, rank, pid, t in starts:
+    for job, rank, _pid, t in starts:
         per_worker.setdefault((job, rank), []).append(t)
     assert {k: len(v) for k, v in per_worker.items() if len(v) != 1} == {}  # 0 started twice
     assert {j for j, _ in per_worker} == set(ids)
@@ -292,6 +290,7 @@ def test_with_curve_an_unauthenticated_node_and_client_are_refused(procs, tmp_pa
     with pytest.raises(rpc.NoAnswer):
         SchedulerClient(c.endpoint, str(other), timeout_s=1.5).nodes()
     for refused in (plain, stranger):  # each said hello, heard nothing, and is trying again
-        wait_for(lambda: "reconnecting in" in read_log(refused), 30, what="a refused node to retry")
+        wait_for(lambda: "reconnecting in" in read_log(refused), 30,  # noqa: B023 (waited here)
+                 what="a refused node to retry")
     assert [n.node_id for n in c.client.nodes().nodes] == ["good"]
     assert good.poll() is None and plain.poll() is None and stranger.poll() is None

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tests.support import MiB, REPO, result_of
+from tests.support import REPO, MiB, result_of
 
 SCRIPTS = ["train_cnn.py", "train_transformer.py", "train_recsys.py"]
 FAST = ["--iters", "5", "--host-ms", "0", "--log-every", "0", "--threads", "1"]

@@ -14,7 +14,7 @@ from tests.support import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-import _soak as S  # noqa: E402
+import _soak as S
 
 
 @pytest.mark.slow

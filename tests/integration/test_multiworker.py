@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import (JOB_START_S, PY, REPO, NodeProc, child_env, finish, free_port, read_log, stats_of,
-                           wait_for)
+from tests.support import JOB_START_S, PY, REPO, NodeProc, child_env, finish, free_port, read_log, stats_of, wait_for
 
 DDP = str(REPO / "examples" / "train_ddp.py")
 TORCHRUN = str(Path(PY).parent / "torchrun")

@@ -15,8 +15,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import (GiB, JOB_START_S, MiB, PY, NodeProc, alive, cnn, colocate_cli, finish, metric_samples,
-                           read_log, sample, start_job, stats_of, wait_for)
+from tests.support import (
+    JOB_START_S,
+    PY,
+    GiB,
+    MiB,
+    NodeProc,
+    alive,
+    cnn,
+    colocate_cli,
+    finish,
+    metric_samples,
+    read_log,
+    sample,
+    start_job,
+    stats_of,
+    wait_for,
+)
 
 # jobs start in here: on a fresh machine the first one also builds the allocator extension
 pytestmark = pytest.mark.timeout(300)

@@ -207,7 +207,6 @@ def test_gpu_index_out_of_range(colocate, tmp_path):
 
 @pytest.mark.slow
 def test_guaranteed_and_opportunistic_jobs_share_a_cuda_node(procs, ipc_dir):
-    from colocate.node import client as C
 
     node = NodeProc(procs, ipc_dir, "--device", "cuda").start()
     g = start_job(procs, node, "g1", *cnn("--duration", 12, "--host-ms", 5, "--batch-size", 256),

@@ -9,9 +9,9 @@ import types
 
 import pytest
 
-from torch_hooks.device import cuda as C
-from colocate.gpus import nvml as N
 from colocate.env import JobEnv
+from colocate.gpus import nvml as N
+from torch_hooks.device import cuda as C
 
 MiB, GiB = 1 << 20, 1 << 30
 H100_TOTAL = 85029158912  # a CUDA total for which cap / total rounds short for many caps

@@ -17,11 +17,11 @@ import zmq
 
 from colocate import protocol as P
 from colocate.env import JobEnv
+from tests.support import FakeClock, GiB, wait_for
 from torch_hooks.device.base import MemoryStats
 from torch_hooks.gate import gate_path
 from torch_hooks.link import NodeLink
 from torch_hooks.runtime import Runtime
-from tests.support import GiB, FakeClock, wait_for
 
 
 class FakeDevice:

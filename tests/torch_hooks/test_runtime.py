@@ -10,14 +10,13 @@ import time
 
 import pytest
 
-from torch_hooks.device.base import MemoryStats
 from colocate.env import JobEnv
+from colocate.stats import FIELDS, NUMERIC
+from torch_hooks.device.base import MemoryStats
 from torch_hooks.records import BatchRecord
 from torch_hooks.runtime import Runtime
 
 MiB = 1 << 20
-
-from colocate.stats import FIELDS, NUMERIC
 
 
 class FakeClock:

@@ -11,9 +11,7 @@ import sys
 import pytest
 
 from colocate.gpus import sim
-
 from tests.support import REPO
-
 
 linux_only = pytest.mark.skipif(not hasattr(os, "SCHED_IDLE") or not os.path.isdir("/proc/self/task"),
                                 reason="needs Linux scheduling classes")

@@ -4,12 +4,13 @@ Imports torch lazily, when the device is installed."""
 
 from __future__ import annotations
 
+from colocate.vocab import DeviceKind
 from torch_hooks.device.base import JobDevice, MemoryStats
 
 
 def job_device(env) -> JobDevice:
     """The in-job device for a parsed ``JobEnv``."""
-    if env.device == "cuda":
+    if env.device == DeviceKind.CUDA:
         from torch_hooks.device.cuda import CudaJobDevice
 
         return CudaJobDevice(env)

@@ -35,6 +35,7 @@ import sys
 import threading
 
 from colocate.gpus.nvml import memory_total as nvml_memory_total
+from colocate.vocab import DeviceKind, OnCap
 from torch_hooks.device.base import MemoryStats
 
 log = logging.getLogger("colocate.cuda")
@@ -63,13 +64,13 @@ def _next_up(x: float) -> float:
 class CudaJobDevice:
     """In-job side of a CUDA GPU (see ``torch_hooks.device.base.JobDevice``)."""
 
-    kind = "cuda"
+    kind: str = DeviceKind.CUDA
 
     def __init__(self, env, torch_module=None):
         self.index = env.gpu  # the NVML index
         self.cuda_index = env.device_index  # the same GPU as this process's CUDA device ordinal
         self._requested = env.gpu_mem  # None: the whole device
-        self._soft = env.on_cap != "error"
+        self._soft = env.on_cap != OnCap.ERROR
         self._torch = torch_module
         self._lock = threading.Lock()  # busy time
         self._mem_lock = threading.RLock()  # cap, limit, total
@@ -114,7 +115,7 @@ class CudaJobDevice:
             free, _ = real(device)
             return self.mem_get_info_from(free)
 
-        mem_get_info._colocate_real = real
+        mem_get_info._colocate_real = real  # type: ignore[attr-defined]  # found again by a later install
         mem_get_info.__doc__ = real.__doc__
         self._real_mem_get_info = real
         cuda.mem_get_info = mem_get_info

@@ -11,23 +11,25 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from colocate.gpus.sim import core_of
+from colocate.vocab import DeviceKind, OnCap
 from torch_hooks.device.base import MemoryStats
 
 
 class SimJobDevice:
     """In-job side of a simulated GPU (see ``torch_hooks.device.base.JobDevice``)."""
 
-    kind = "sim"
+    kind: str = DeviceKind.SIM
 
     def __init__(self, env):
         self.index = env.gpu
         self.core = core_of(env)
         self.mem_total = env.sim_gpu_mem
         self._cap = min(env.gpu_mem, self.mem_total) if env.gpu_mem is not None else self.mem_total
-        self._error_on_cap = env.on_cap == "error"
-        self._ext = None
+        self._error_on_cap = env.on_cap == OnCap.ERROR
+        self._ext: Any = None  # the compiled allocator module, loaded by install()
 
     def install(self) -> None:
         import torch

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import random
 
-from colocate import protocol as P
 from cluster.config_file import resolve
 from cluster.core import SchedulerCore
 from cluster.server.journal import Journal
 from cluster.server.service import SchedulerService
+from colocate import protocol as P
 
 GiB = 1 << 30
 CLIENT = b"client-1"

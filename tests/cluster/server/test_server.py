@@ -15,8 +15,20 @@ from hypothesis import strategies as st
 from colocate import keys as K
 from colocate import protocol as P
 from colocate import rpc
-from tests.support import (PY, Procs, ask, child_env, dealer, free_port, metric_samples, pack, read_log, sample, scrape,
-                           wait_for)
+from tests.support import (
+    PY,
+    Procs,
+    ask,
+    child_env,
+    dealer,
+    free_port,
+    metric_samples,
+    pack,
+    read_log,
+    sample,
+    scrape,
+    wait_for,
+)
 
 
 class SchedulerProc:

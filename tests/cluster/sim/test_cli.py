@@ -10,9 +10,8 @@ import statistics
 
 import pytest
 
-from colocate.cli import main
 from cluster.sim import load_workload
-
+from colocate.cli import main
 from tests.cluster.sim.helpers import lucid_csv
 
 SUMMARY_KEYS = {"policy", "jobs", "mean_jct_s", "p50_jct_s", "p99_jct_s", "mean_queue_s", "p99_queue_s",

@@ -9,7 +9,6 @@ from types import SimpleNamespace as J
 import pytest
 
 from cluster.sim import ADAPTIVE_FILL, ADAPTIVE_KEEP, ColocationModel, LucidTable
-
 from tests.cluster.sim.helpers import LUCID, LUCID_HEADER, SOLO, lucid_csv
 
 

@@ -10,7 +10,6 @@ import pytest
 from cluster.config import PRESETS
 from cluster.sim import ColocationModel, LucidTable, SimConfig, load_workload
 from cluster.sim.engine import Simulation
-
 from tests.cluster.sim.helpers import GIB, LUCID, PHILLY, node_specs, replay, run, stable, synth_jobs
 
 POLICIES = sorted(PRESETS)
@@ -64,9 +63,10 @@ def philly_wl():
 
 @pytest.mark.parametrize("policy", ["backfill", "antman"])
 def test_philly_slice_seeded_and_replayable(policy, philly_wl):
+    import random
+
     from cluster.config import preset
     from cluster.core import SchedulerCore
-    import random
 
     table, load = philly_wl
     model = ColocationModel(table)

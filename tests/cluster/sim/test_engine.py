@@ -10,7 +10,6 @@ import pytest
 
 from cluster import events as ev
 from cluster.sim import ADAPTIVE_FILL, ADAPTIVE_KEEP, ColocationModel, LucidTable, SimConfig
-
 from tests.cluster.sim.helpers import GIB, SOLO, config, job, lucid_csv, node_specs, run
 
 

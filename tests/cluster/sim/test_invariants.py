@@ -18,7 +18,6 @@ from cluster import events as ev
 from cluster.config import PRESETS, preset
 from cluster.sim import ColocationModel, LucidTable, load_workload, run_policy
 from cluster.sim.engine import SimConfig
-
 from tests.cluster.sim.helpers import GIB, LUCID, PHILLY, node_specs, run, synth_jobs, terminal_counts
 
 POLICIES = sorted(PRESETS)

@@ -14,8 +14,19 @@ from pathlib import Path
 import pytest
 
 from colocate import protocol as P
-from tests.support import (JOB_START_S, PY, REPO, NodeProc, Procs, child_env, cnn, colocate_cli, read_log, start_job,
-                           wait_for)
+from tests.support import (
+    JOB_START_S,
+    PY,
+    REPO,
+    NodeProc,
+    Procs,
+    child_env,
+    cnn,
+    colocate_cli,
+    read_log,
+    start_job,
+    wait_for,
+)
 
 GiB = 1 << 30
 JOB_FIELDS = set(P.JobInfo.__dataclass_fields__)

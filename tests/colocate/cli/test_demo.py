@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from colocate.demo import node as demo
-from colocate.demo import evaluate as ev
 from colocate import record
-
+from colocate.demo import node as demo
 from tests.support import REPO
 
 PAIR = demo.PAIRS["cnn+transformer"]

@@ -8,6 +8,7 @@ scheduler messages is the subject here (tests/colocate/node/test_workers.py cove
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import pytest
 import zmq
@@ -16,9 +17,8 @@ from colocate import protocol as P
 from colocate.gpus import GpuSpec
 from colocate.node.agent import SchedulerAgent
 from colocate.node.core import Promote
-from types import SimpleNamespace
 from colocate.node.worker_table import Placement
-from tests.support import GiB, FakeScheduler, wait_for
+from tests.support import FakeScheduler, GiB, wait_for
 
 GPU_STATUS = [P.GpuStatus(index=0, utilization=0.25, mem_used=123), P.GpuStatus(index=1, utilization=0.0, mem_used=0)]
 REQUEST = P.JobRequest(command=("python", "t.py"), cwd="/", env={})

@@ -20,7 +20,7 @@ import pytest
 from colocate import protocol as P
 from colocate.node.worker_table import StateDirError
 from colocate.node.workers import WorkerConfig, WorkerManager, port_in_use
-from tests.support import GiB, PY, alive, child_env, free_port, tiny_script, wait_for
+from tests.support import PY, GiB, alive, child_env, free_port, tiny_script, wait_for
 
 ENV_DUMP = """\
 import json, os, sys
