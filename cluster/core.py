@@ -73,7 +73,7 @@ class SchedulerCore:
         self._seq = 0
         self._dirty = False
         self.retry: dict[str, tuple[float, Job]] = {}  # job id -> (when it is queued again, job): refused starts,
-        # jobs waiting for a silent node's old workers (Recovery.wait)
+        # jobs waiting for the workers of their old placement to be gone (Recovery.wait)
         self.refusals: dict[str, int] = {}  # job id -> refused starts in a row (the backoff's exponent)
         self.stats = dict.fromkeys(("events", "decisions", "cycles", "placements", "preemptions", "promotions",
                                     "start_failures", "requeues", "orphan_stops", "nodes_lost", "duplicates"), 0)
@@ -237,7 +237,9 @@ class SchedulerCore:
 
     def _requeue(self, job: Job, now: float, delay_s: float = 0.0) -> None:
         """Back to pending: queued now, or after ``delay_s`` (a Tick queues it; a refused start's backoff), and
-        never while a silent node may still run a worker of its old placement (``Recovery.wait``)."""
+        never while a worker of its old placement may still run (``Recovery.wait``): one an up node is stopping
+        (until its exit is reported), or a silent node's (until its hold is over or it says the worker is
+        gone). Call after ``_stop``."""
         old = job.placement_id
         until = self.recovery.wait(job, old, now + delay_s) if old is not None else None
         if until is not None:
@@ -289,6 +291,7 @@ class SchedulerCore:
         self.holders.pop(pid, None)
         self.stopping.pop(pid, None)
         self.fw.released(job, placement, now)
+        self.recovery.settle(pid, now)  # its job, requeued, may be waiting for these workers to be gone
 
     def _release_slot(self, pid: str, rank: int | None, now: float, node_id: str | None = None) -> None:
         """Release a rank (or every rank on ``node_id``) of a placement; finish it when empty."""
@@ -481,8 +484,11 @@ class SchedulerCore:
         live = {pid for pid in (a.pid for a in slots) if hold_s > 0 and pid not in self.stopping
                 and (job := self.holders.get(pid)) is not None and job.placement_id == pid
                 and job.state in (PLACING, RUNNING)}
-        if live:
-            self.recovery.hold(node_id, [a for a in slots if a.pid in live], now + hold_s, reason)
+        # A stopping placement whose requeued job waits for it: its workers here may run until the hold is over.
+        fenced = live | {a.pid for a in slots if hold_s > 0 and a.pid in self.stopping
+                         and a.pid in self.recovery.waiting}
+        if fenced:
+            self.recovery.hold(node_id, [a for a in slots if a.pid in fenced], now + hold_s, reason)
         for pid in dict.fromkeys(a.pid for a in slots if a.pid not in live):
             self.placement_lost(pid, reason, now, out)
         self._dirty = True

@@ -28,8 +28,9 @@ class Recovery:
         self.reconcile: set[str] = set()  # nodes whose next report decides their placements
         self.deadlines: dict[str, tuple[float, str]] = {}  # node id -> (when its awaited slots are lost, why)
         self.deadline: float | None = None  # the restore's: nodes that have not registered by then are lost
-        # A job requeued while a silent node may still run a worker of its old placement waits for that node:
-        # old pid -> (job, when its own retry is due); confirm: node id -> its old slots it must say are gone.
+        # A job requeued while a worker of its old placement may still run (a silent node's, or one an up node
+        # is stopping) waits until none may: old pid -> (job, when its own retry is due); confirm: node id ->
+        # its old slots it must say are gone.
         self.waiting: dict[str, tuple[Job, float]] = {}
         self.confirm: dict[str, list[tuple[Job, str, WorkerSlot]]] = {}
 
@@ -96,8 +97,11 @@ class Recovery:
 
     def fenced_until(self, pid: str) -> float | None:
         """When every worker of (stopped) placement ``pid`` is known gone: the latest hold deadline of the
-        silent nodes that held it, ``inf`` while a returned node has not said its worker exited; ``None``
-        when no node may still run one."""
+        silent nodes that held it, ``inf`` while it is still stopping (an up node holds a slot of it until
+        that worker's exit is reported) or a returned node has not said its worker exited; ``None`` when no
+        node may still run one."""
+        if pid in self.core.stopping:
+            return float("inf")
         until = None
         for nid, items in self.awaiting.items():
             if nid in self.deadlines and any(p == pid for _, p, _ in items):
@@ -115,8 +119,9 @@ class Recovery:
         self.waiting[pid] = (job, due)
         return max(until, due)
 
-    def _settle(self, pid: str, now: float) -> None:
-        """A node that held old placement ``pid`` is no longer a reason to wait: queue its job when none is."""
+    def settle(self, pid: str, now: float) -> None:
+        """A node that held old placement ``pid`` is no longer a reason to wait (its slots released, its hold
+        over, its word that the worker is gone): queue its job when none is."""
         if pid not in self.waiting:
             return
         job, due = self.waiting[pid]
@@ -160,7 +165,7 @@ class Recovery:
         lost = []
         for pid in dict.fromkeys(p for _, p, _ in items if p in self.waiting):
             self.confirm.setdefault(nid, []).extend(it for it in items if it[1] == pid)
-            self._settle(pid, now)  # back: its lease no longer fences the old worker, only its word does
+            self.settle(pid, now)  # back: its lease no longer fences the old worker, only its word does
         for job, pid, slot in items:
             if pid in self.waiting:
                 continue
@@ -186,7 +191,7 @@ class Recovery:
             self.confirm[nid] = [it for it in self.confirm[nid] if (it[1], it[2].rank) != (pid, rank)]
             if not self.confirm[nid]:
                 del self.confirm[nid]
-            self._settle(pid, now)
+            self.settle(pid, now)
 
     def reported(self, node: NodeState, listed: set[tuple[str, int]], now: float, out: list,
                  running: frozenset[tuple[str, int]] = frozenset()) -> None:
@@ -217,7 +222,7 @@ class Recovery:
                 if job.placement_id == pid and job.state in (PLACING, RUNNING):
                     self.core.placement_lost(pid, reason, now, out)
                 else:
-                    self._settle(pid, now)
+                    self.settle(pid, now)
 
     def forget_node(self, nid: str, now: float, deadline: float | None = None, reason: str = "") -> None:
         """Node ``nid`` is down: old slots it had yet to confirm gone wait for ``deadline`` (its hold) like
@@ -228,4 +233,4 @@ class Recovery:
             self.awaiting.setdefault(nid, []).extend(items)
             self.deadlines[nid] = (deadline, reason)
         for pid in dict.fromkeys(p for _, p, _ in items):
-            self._settle(pid, now)
+            self.settle(pid, now)

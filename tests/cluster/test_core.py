@@ -79,7 +79,7 @@ def test_gang_start_failure_requeues_then_fails(how):
         rank0_node = [s.node_id for s in core.stopping[pid].placement.slots if s.rank == 0][0]
         assert rank0_node in st[0].nodes  # rank 0 started: it must be stopped
         assert out.index(st[0]) > 0  # the JobChanged comes first
-        out = confirm_stops(core, out, now=t + 1)
+        out = confirm_stops(core, out, now=t + (0.25 if how == "refused" else 1))
         if attempt == 1 and how == "refused":  # a refused start is queued again after a backoff
             assert "g" not in starts(out)  # the stops were confirmed, but it waits for the Tick after its backoff
             out = core.handle(ev.Tick(), t + refusal_backoff_s(1))
@@ -238,10 +238,12 @@ def test_restore(report_lists, node_joins):
         out = report(new, s.node_id, [0.5, 0.5], workers=ws, now=12.0)
         if not report_lists and s.node_id == "n0":
             assert changes(out, "r") == [PENDING] and [d.nodes for d in stops(out)] == [("n1",)]
+            # r waits out of its queue until n1 says its rank is gone: the freed n0 goes to p1 meanwhile
+            assert "r" not in starts(out) and starts(out)["p1"].slots[0].node_id == "n0"
     if report_lists:
         assert new.job("r").state == RUNNING and new.job("r").attempt == 1
-    else:  # n1's report released the stopped slot; r, the oldest, is placed again
-        assert new.job("r").state == PLACING and new.job("r").placement_id == "r.2"
+    else:  # n1's report released the stopped slot: r, the oldest, is queued again (and waits for room)
+        assert new.job("r").state == PENDING and new.queues() == {"default": ["r", "p2"]}
     new.state.check_invariants()
 
 
@@ -335,4 +337,63 @@ def test_a_gang_lost_on_one_node_waits_for_its_silent_other_node(how):
             assert starts(core.handle(ev.Tick(), 30.0)) == {}  # a is back: its lease no longer fences it
         out = report(core, "a", [0.0, 0.0], workers=() if how == "not_listed" else (old,), now=31.0)
     assert starts(out)["g"].placement_id == "g.2"
+    core.state.check_invariants()
+
+
+@pytest.mark.parametrize("how", ["exit_event", "report", "silent_hold_over", "silent_returns", "cancelled"])
+def test_a_requeued_gang_waits_for_its_stopping_rank_on_an_up_node(how):
+    """Node a restarts and no longer runs its rank: the gang is requeued and b, up, is told to stop its rank.
+    No new placement starts (though a and c have room) until b's rank is gone: its exit reported, its report
+    no longer listing it, or b falls silent and its hold ends (or it returns saying so); a job cancelled while
+    it waits stays cancelled."""
+    core = make_core("gang-binpack", [("a", 1), ("b", 1), ("c", 1)])
+    placed = run(core, job("g", workers=2), now=1.0)
+    rank_b = next(s.rank for s in placed["g"].slots if s.node_id == "b")
+    assert sorted(s.node_id for s in placed["g"].slots) == ["a", "b"]
+    core.handle(ev.NodeJoined(NodeSpec("a", 1), 2), 10.0)  # a restarted: a new epoch
+    out = report(core, "a", [0.0], now=10.1)  # ... and runs nothing
+    assert changes(out, "g") == [PENDING] and starts(out) == {}
+    [st] = stops(out)
+    assert st.nodes == ("b",) and core.job("g").state == PENDING
+    assert starts(core.handle(ev.Tick(), 30.0)) == {}  # b has not said its rank is gone: no second copy
+    assert starts(report(core, "b", [0.5], workers=(ev.WorkerReport("g", "g.1", rank_b, True),), now=31.0)) == {}
+    if how == "exit_event":
+        out = core.handle(ev.WorkerExited("g", "g.1", rank_b, 143), 32.0)
+    elif how == "report":
+        out = report(core, "b", [0.0], now=32.0)
+    elif how == "cancelled":
+        assert changes(core.handle(ev.JobCancelled("g"), 31.5), "g") == [CANCELLED]
+        out = core.handle(ev.WorkerExited("g", "g.1", rank_b, 143), 32.0)
+        assert starts(out) == {} and core.job("g").state == CANCELLED and core.queues() == {}
+        assert starts(core.handle(ev.Tick(), 40.0)) == {}
+        return
+    else:
+        out = core.handle(ev.NodeLost("b", "silent", hold_s=13.5), 32.0)  # its lease may let the rank run
+        assert starts(out) == {} and starts(core.handle(ev.Tick(), 45.0)) == {}
+        if how == "silent_hold_over":
+            out = core.handle(ev.Tick(), 45.5)
+        else:
+            core.handle(ev.NodeJoined(NodeSpec("b", 1), 1), 40.0)  # back (same epoch) before the hold is over
+            assert starts(core.handle(ev.Tick(), 46.0)) == {}  # back: only its word ends the wait now
+            out = report(core, "b", [0.0], now=46.5)
+    assert starts(out)["g"].placement_id == "g.2" and core.job("g").state == PLACING
+    core.state.check_invariants()
+
+
+def test_a_preempted_job_restarts_only_once_its_old_worker_is_gone():
+    """o is preempted for g: though it fits beside h on n0 at once, it is placed again only with g, after
+    n1 said o's old worker exited."""
+    cfg = config(["fifo", "gang", "binpack", "opportunistic", "preemption"])
+    gib = 1 << 30
+    core = make_core(cfg, [("n0", 1, 16 * gib), ("n1", 1, 16 * gib)])
+    assert run(core, job("h", gpu_mem=8 * gib))["h"].slots[0].node_id == "n0"
+    report(core, "n0", [0.1])
+    report(core, "n1", [0.0])
+    o = run(core, job("o", gpu_mem=4 * gib, priority="opportunistic"), now=0.5)["o"]
+    assert o.slots[0].node_id == "n1"
+    out = submit(core, job("g", gpu_mem=14 * gib, t=1), now=1.0)
+    assert [(d.job_id, d.reason) for d in stops(out)] == [("o", "preempted")] and changes(out, "o") == [PENDING]
+    assert starts(core.handle(ev.Tick(), 1.5)) == {}  # o's old worker still runs on n1
+    out = confirm_stops(core, out, 2.0)
+    assert sorted(starts(out)) == ["g", "o"] and starts(out)["o"].slots[0].node_id == "n0"
     core.state.check_invariants()

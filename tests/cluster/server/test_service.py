@@ -396,11 +396,8 @@ def test_a_node_lost_while_the_journal_is_down_is_lost_on_resuming_not_after_the
     assert json.loads(job_row(h, job.job_id)["placement"])["slots"][0][1] == "b"
 
 
-@pytest.mark.parametrize("a_returns", [False, True])
-def test_a_gang_lost_on_a_restarted_node_waits_for_its_other_silent_node(h, a_returns):
-    """Gang ranks on a and b; a falls silent, then b restarts without its worker: the placement is lost, but
-    the job is placed again only once a's lease and grace are over since it was last heard, or once a, back,
-    says its worker exited (never while it may still run: two copies)."""
+def _gang_on_a_and_b_then_c_joins(h):
+    """A 2-rank gang of 2 GPUs per rank running on nodes a and b (one rank each), then node c joins."""
     a, b, c = FakeNode(h, "a"), FakeNode(h, "b"), FakeNode(h, "c")
     a.hello()
     b.hello()
@@ -409,7 +406,16 @@ def test_a_gang_lost_on_a_restarted_node_waits_for_its_other_silent_node(h, a_re
     assert b.inbox(P.StartPlacement)[0].placement_id == first.placement_id  # one rank per node
     a.start_all()
     b.start_all()
-    c.hello()  # room for the gang without a
+    c.hello()
+    return a, b, c, ack, first
+
+
+@pytest.mark.parametrize("a_returns", [False, True])
+def test_a_gang_lost_on_a_restarted_node_waits_for_its_other_silent_node(h, a_returns):
+    """Gang ranks on a and b; a falls silent, then b restarts without its worker: the placement is lost, but
+    the job is placed again only once a's lease and grace are over since it was last heard, or once a, back,
+    says its worker exited (never while it may still run: two copies)."""
+    a, b, c, ack, first = _gang_on_a_and_b_then_c_joins(h)  # room for the gang without a
     heard = h.now
     reborn = FakeNode(h, "b", epoch=2)  # b restarts: its old connection falls silent, its workers are gone
     while h.now < heard + 4.5:  # a and b's old connection past liveness (3 x 1 s)
@@ -436,4 +442,33 @@ def test_a_gang_lost_on_a_restarted_node_waits_for_its_other_silent_node(h, a_re
         for n in (reborn, c):
             n.heartbeat(dt=0.5)
         h.advance(0.0)
+    assert job_row(h, ack.job_id)["state"] == "placing" and placed_again()
+
+
+def test_a_gang_lost_on_a_restarted_node_waits_until_its_other_up_node_stopped_its_rank(h):
+    """Gang ranks on a and b; a restarts without its worker: the placement is lost and b, up and heard, is told
+    to stop its rank. The job is placed again only once b says that rank exited, however long the stop takes
+    (SIGTERM, grace, SIGKILL): never while b's rank may still run beside a new copy."""
+    a, b, c, ack, first = _gang_on_a_and_b_then_c_joins(h)  # room for the gang beside the reborn a, without b
+    heard = h.now
+    reborn = FakeNode(h, "a", epoch=2)  # a restarts: its old connection falls silent, its workers are gone
+    while h.now < heard + 3.5:  # a's old connection past liveness (3 x 1 s)
+        for n in (b, c):
+            n.heartbeat(dt=0.25)
+        h.advance(0.0)
+    reborn.hello()  # with a report listing no worker: a's rank of the placement is lost
+    assert job_row(h, ack.job_id)["state"] == "pending"
+    assert [m.placement_id for m in b.inbox(P.StopPlacement)] == [first.placement_id]
+
+    def placed_again():
+        return [m for n in (reborn, b, c) for m in n.inbox(P.StartPlacement) if m.placement_id != first.placement_id]
+
+    until = h.now + 30.0  # longer than any stop grace: b, up, still says its rank runs
+    while h.now < until:
+        for n in (reborn, b, c):
+            n.heartbeat(dt=0.25)
+        b.status()
+        h.advance(0.0)
+        assert placed_again() == [], "placed again while b's rank of the old placement still runs"
+    b.exit(first.placement_id, 143)  # stopped
     assert job_row(h, ack.job_id)["state"] == "placing" and placed_again()
