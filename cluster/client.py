@@ -56,7 +56,7 @@ def request_from_here(command, *, workers: int = 1, gpus: int = 1, gpu_mem: int 
     except (KeyError, OSError):
         user = ""
     req = P.JobRequest(command=tuple(command), cwd=cwd or os.getcwd(), env=env, workers=workers, gpus=gpus,
-                       gpu_mem=gpu_mem, priority=priority, queue=queue, name=(name or default_name(command))[:128],
+                       gpu_mem=gpu_mem, priority=priority, queue=queue, name=name or default_name(command)[:P.MAX_ID_CHARS],
                        user=user[:128], estimate_s=estimate_s)
     check_size(req)
     return req

@@ -77,6 +77,7 @@ def client(*args):
     (["submit", "--gpus", "1", "--gpu-mem", "99999999999TiB", "--", "true"], "gpu_mem"),
     (["submit", "--gpus", "1", "--estimate", "nan", "--", "true"], "--estimate"),
     (["submit", "--gpus", "1", "--queue", LONG_ID, "--", "true"], "JobRequest.queue"),
+    (["submit", "--gpus", "1", "--name", LONG_ID, "--", "true"], "JobRequest.name"),  # refused, never cut
     (["submit", "--gpus", "1", "--", "/nonexistent/program"], "command not found"),
     (["status", "1", "--scheduler", "not-an-endpoint"], "expected tcp://HOST:PORT"),
     (["status", "1", "--scheduler", "tcp://127.0.0.1:0"], "must be 1..65535"),
