@@ -149,6 +149,20 @@ class Procs:
                 pass
 
 
+def wait_until_scheduler_answers(proc, client, timeout: float = 30.0):
+    """Poll ``client.nodes()`` (a ``SchedulerClient``) until the scheduler started as ``proc`` answers;
+    fails at once, with its log, if it exited."""
+    from colocate import rpc
+
+    def answers():
+        assert proc.poll() is None, read_log(proc)[-3000:]
+        try:
+            return client.nodes()
+        except rpc.NoAnswer:
+            return None
+    return wait_for(answers, timeout, what="the scheduler to answer")
+
+
 def read_log(proc) -> str:
     try:
         return Path(proc.log_path).read_text(errors="replace")

@@ -19,7 +19,7 @@ import pytest
 from cluster.client import SchedulerClient, request_from_here
 from colocate import keys as K
 from colocate import rpc
-from tests.support import PY, REPO, Procs, free_port, read_log, wait_for
+from tests.support import PY, REPO, Procs, free_port, read_log, wait_for, wait_until_scheduler_answers
 
 EXAMPLES = REPO / "examples"
 MARK = """\
@@ -64,13 +64,7 @@ class Cluster:
         self.scheduler = self.procs.start(argv, "scheduler.log")
         client = SchedulerClient(self.endpoint, str(self.keys) if self.keys else None, timeout_s=0.5)
 
-        def answers():
-            assert self.scheduler.poll() is None, read_log(self.scheduler)[-3000:]
-            try:
-                return client.nodes()
-            except rpc.NoAnswer:
-                return None
-        wait_for(answers, 30, what="the scheduler to answer")
+        wait_until_scheduler_answers(self.scheduler, client)
 
     def start_node(self, node_id: str, gpus: int, keys: Path | None | bool = True):
         """``keys``: True for the cluster's keys (the user's own folder without ``self.keys``), None for no

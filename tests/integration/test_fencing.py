@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from cluster.client import SchedulerClient, request_from_here
-from colocate import rpc
-from tests.support import PY, Procs, free_port, read_log, wait_for
+from tests.support import PY, Procs, free_port, read_log, wait_for, wait_until_scheduler_answers
 
 PROGRESS = """\
 import os, sys, time
@@ -51,13 +50,7 @@ class Fleet:
         self.scheduler = self.procs.start(argv, f"scheduler-{state.stem}.log")
         client = SchedulerClient(self.endpoint, None, timeout_s=0.5)
 
-        def answers():
-            assert self.scheduler.poll() is None, read_log(self.scheduler)[-3000:]
-            try:
-                return client.nodes()
-            except rpc.NoAnswer:
-                return None
-        wait_for(answers, 30, what="the scheduler to answer")
+        wait_until_scheduler_answers(self.scheduler, client)
 
     def start_node(self, node_id: str):
         argv = [PY, "-m", "colocate", "node", "--device", "sim", "--sim-gpus", 1, "--scheduler", self.endpoint,
