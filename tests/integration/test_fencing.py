@@ -2,7 +2,10 @@
 node silenced (SIGSTOP, SIGTERM and a restart, kill -9 and a restart) or outliving its scheduler's state file.
 
 Every worker appends ``JOB TAG PID TIME`` to a progress file every 0.1 s, so two copies making progress at once
-are seen from outside the daemons: two pids of one job whose progress intervals overlap.
+are seen from outside the daemons: two pids of one job whose progress intervals overlap. A worker runs until the
+test releases its job (a stop file), once the copy has made progress past the moment a scheduler that ignored the
+fault's end would have placed the job again (``replace_after_s``, a fault's window): nothing waits for a fixed
+job length. The tests of the default lease share one scheduler and two nodes.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ from pathlib import Path
 import pytest
 
 from cluster.client import SchedulerClient, request_from_here
+from colocate.endpoints import NODE_LEASE_S, replace_after_s
 from tests.support import PY, Procs, free_port, read_log, wait_for, wait_until_scheduler_answers
 
 PROGRESS = """\
 import os, sys, time
 end = time.monotonic() + float(sys.argv[1])
-while time.monotonic() < end:
+while time.monotonic() < end and not os.path.exists(sys.argv[2]):
     with open(os.environ["PROGRESS"], "a") as f:
         f.write(f"{os.environ['COLOCATE_JOB_ID']} {os.environ.get('TAG', '-')} {os.getpid()} {time.time():.3f}\\n")
     time.sleep(0.1)
@@ -39,6 +43,7 @@ class Fleet:
         self.script = tmp / "progress.py"
         self.script.write_text(PROGRESS)
         self.scheduler = None
+        self.stops: dict[str, Path] = {}
         self.start_scheduler(tmp / "sched.db")
         self.nodes = {f"n{i}": self.start_node(f"n{i}") for i in range(nodes)}
         self.client = SchedulerClient(self.endpoint, None, timeout_s=5.0)
@@ -62,10 +67,25 @@ class Fleet:
         wait_for(lambda: {n.node_id for n in self.client.nodes().nodes if n.up} >= ids, timeout,
                  what=f"nodes {sorted(ids)} up")
 
-    def submit(self, seconds: float, tag: str = "-") -> str:
+    def submit(self, seconds: float = 120.0, tag: str = "-") -> str:
+        """A job whose workers run ``seconds`` at most, or until ``release(job)``."""
+        stop = self.tmp / f"stop-{len(self.stops)}"
         env = {**os.environ, "PROGRESS": str(self.progress), "TAG": tag}
-        return self.client.submit(request_from_here([PY, str(self.script), f"{seconds:g}"], environ=env,
-                                                    cwd=str(self.tmp)))
+        job = self.client.submit(request_from_here([PY, str(self.script), f"{seconds:g}", str(stop)], environ=env,
+                                                   cwd=str(self.tmp)))
+        self.stops[job] = stop
+        return job
+
+    def release(self, job_id: str) -> None:
+        """Every copy of ``job_id``, now or later, ends at once (successfully)."""
+        self.stops[job_id].touch()
+
+    def ready(self) -> None:
+        """Every node runs (one a failed test left dead is started again) and is up."""
+        for node_id, proc in self.nodes.items():
+            if proc.poll() is not None:
+                self.nodes[node_id] = self.start_node(node_id)
+        self.wait_up(set(self.nodes))
 
     def job(self, job_id: str):
         return {j.job_id: j for j in self.client.jobs()[0]}[job_id]
@@ -130,6 +150,35 @@ def fleet(procs, tmp_path, nodes: int, lease_s: float | None = None) -> Fleet:
     return f
 
 
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One scheduler (default lease) and two nodes for the tests whose faults end with every node back up."""
+    tmp = tmp_path_factory.mktemp("fleet")
+    p = Procs(tmp)
+    f = Fleet(p, tmp, nodes=2)
+    yield f
+    f.kill_workers()
+    p.cleanup()
+
+
+@pytest.fixture
+def fleet2(shared):
+    """The shared fleet, every node up; the workers of a test that failed are stopped after it."""
+    shared.ready()
+    yield shared
+    for job in shared.stops:
+        shared.release(job)
+
+
+def window_passes(f: Fleet, job: str, last_heard: float) -> None:
+    """Wait until a copy of ``job`` made progress past the moment a scheduler that ignored the fault's end would
+    have placed it again (``replace_after_s`` after the node was last heard, plus 1 s), then release the job."""
+    since = last_heard + replace_after_s(NODE_LEASE_S) + 1.0
+    wait_for(lambda: f.progressing(job, since), since - time.time() + 60, interval=0.2,
+             what=f"job {job} to make progress past its fault's window")
+    f.release(job)
+
+
 def running_on(f: Fleet, job_id: str, timeout: float = 60) -> tuple[str, int]:
     """(node id, worker pid) once the job runs and its worker makes progress."""
     j = f.wait_state(job_id, ("running",), timeout)
@@ -155,13 +204,14 @@ def hold(seconds: float) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_node_stopped_for_8s_keeps_its_job_and_no_second_copy_runs(procs, tmp_path):
+def test_a_node_stopped_for_8s_keeps_its_job_and_no_second_copy_runs(fleet2):
     """SIGSTOP for 8 s (< the 10 s lease): the node is down after 2.4 s, but its job is not placed again
     (that waits for lease + grace since it was last heard); after SIGCONT it is reconciled and the job goes on."""
-    f = fleet(procs, tmp_path, nodes=2)
-    job = f.submit(30.0)
+    f = fleet2
+    job = f.submit()
     victim, pid = running_on(f, job)
     node = f.nodes[victim]
+    t_stop = time.time()
     node.send_signal(signal.SIGSTOP)
     try:
         wait_for(lambda: not next(n for n in f.client.nodes().nodes if n.node_id == victim).up, 10,
@@ -170,6 +220,7 @@ def test_a_node_stopped_for_8s_keeps_its_job_and_no_second_copy_runs(procs, tmp_
     finally:
         node.send_signal(signal.SIGCONT)
     f.wait_up({victim}, 30)
+    window_passes(f, job, t_stop)
     finished_by_one_copy_at_a_time(f, job, pid)
 
 
@@ -180,7 +231,7 @@ def test_a_node_whose_lease_lapses_has_its_worker_stopped_before_the_job_is_plac
     scheduler places the job again (lease + grace after it last heard the node); the returning node's report of
     the fenced exit costs the job nothing."""
     f = fleet(procs, tmp_path, nodes=2, lease_s=3.0)
-    job = f.submit(20.0)
+    job = f.submit()
     victim, pid = running_on(f, job)
     node = f.nodes[victim]
     node.send_signal(signal.SIGSTOP)
@@ -189,6 +240,11 @@ def test_a_node_whose_lease_lapses_has_its_worker_stopped_before_the_job_is_plac
         hold(8.0)
     finally:
         node.send_signal(signal.SIGCONT)
+    f.wait_up({victim}, 30)  # back, it has reported the fenced exit; the job goes on in its new copy
+    t_up = time.time()
+    wait_for(lambda: f.progressing(job, t_up + 1.0) not in (None, pid), 60, interval=0.2,
+             what="the job's new copy to make progress after the node's return")
+    f.release(job)
     j = f.wait_state(job, ("succeeded", "failed"), 120)
     runs = f.runs(job)
     assert overlaps(runs) == [], (runs, f.logs())
@@ -200,35 +256,41 @@ def test_a_node_whose_lease_lapses_has_its_worker_stopped_before_the_job_is_plac
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_node_stopped_and_restarted_6s_later_keeps_its_job(procs, tmp_path):
+def test_a_node_stopped_and_restarted_6s_later_keeps_its_job(fleet2):
     """SIGTERM leaves the workers running; a node started again 6 s later on the same state dir re-adopts them
     and the scheduler, which had held the placement, keeps it: one copy, no start failure."""
-    f = fleet(procs, tmp_path, nodes=2)
-    job = f.submit(25.0)
+    f = fleet2
+    job = f.submit()
     victim, pid = running_on(f, job)
+    t_term = time.time()
     f.nodes[victim].send_signal(signal.SIGTERM)
     f.nodes[victim].wait(30)
     hold(6.0)
     f.nodes[victim] = f.start_node(victim)
     f.wait_up({victim}, 30)
+    window_passes(f, job, t_term)
     finished_by_one_copy_at_a_time(f, job, pid)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_kill9_of_a_node_and_a_restart_uses_none_of_the_jobs_start_failures(procs, tmp_path):
-    f = fleet(procs, tmp_path, nodes=1)
-    job = f.submit(20.0)
+def test_kill9_of_a_node_and_a_restart_uses_none_of_the_jobs_start_failures(fleet2):
+    """The documented recovery: the node restarted at once on its state dir re-adopts the worker; the job keeps
+    its one copy (not placed on the other node either) and its start failures."""
+    f = fleet2
+    job = f.submit()
     victim, pid = running_on(f, job)
+    t_kill = time.time()
     f.nodes[victim].send_signal(signal.SIGKILL)
     f.nodes[victim].wait(30)
     f.nodes[victim] = f.start_node(victim)
     f.wait_up({victim}, 30)
+    window_passes(f, job, t_kill)
     j = f.wait_state(job, ("succeeded", "failed"), 120)
     runs = f.runs(job)
     assert overlaps(runs) == [], (runs, f.logs())
     assert j.state == "succeeded" and j.attempts == 1 and list(runs) == [pid], (j, runs, f.logs())
-    assert f.failed_starts(tmp_path / "sched.db", job) == 0
+    assert f.failed_starts(f.tmp / "sched.db", job) == 0
 
 
 @pytest.mark.slow
