@@ -17,6 +17,45 @@ import pytest
 
 from tests import support as S
 
+# ---------------------------------------------------------------- running the suite on several workers (xdist)
+#
+# `addopts` runs the suite on pytest-xdist workers (`--dist loadgroup`): most of its time is spent waiting on
+# daemons' timers (heartbeats, leases, fault windows) rather than computing. Every test is in one group (one
+# worker runs a group's tests in order), its module's, so that module-scoped fixtures are set up once, except:
+# - SIM_CORE: tests whose point is how the simulated GPU's core is shared (a job's busy fraction under a share,
+#   a low-priority job getting the core): they pin their jobs to the same core, so they run one after another.
+# - SPREAD: modules of independent, long tests (each its own cluster or node), spread over the workers.
+# Groups run longest first (a test's declared `timeout`, else its `slow` mark, stands for its length), so that
+# no long test starts last.
+SIM_CORE = {"tests/torch_hooks/test_boundaries.py", "tests/torch_hooks/test_sim_device.py",
+            "tests/colocate/test_launcher.py"}
+SPREAD = {"tests/integration/test_cluster.py", "tests/integration/test_node.py",
+          "tests/integration/test_node_placements.py", "tests/integration/test_multiworker.py",
+          "tests/integration/test_examples_checkpoint.py", "tests/integration/test_identity.py",
+          "tests/colocate/cli/test_cluster_commands.py", "tests/test_packaging.py"}
+
+
+def _length(item) -> float:
+    timeout = item.get_closest_marker("timeout")
+    if timeout is not None and timeout.args:
+        return float(timeout.args[0])
+    return 60.0 if item.get_closest_marker("slow") is not None else 0.0
+
+
+def pytest_collection_modifyitems(config, items):
+    groups: dict[str, float] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        group = "sim-core" if module in SIM_CORE else item.nodeid if module in SPREAD else module
+        item.add_marker(pytest.mark.xdist_group(group))
+        item.stash[_GROUP] = group
+        groups[group] = max(groups.get(group, 0.0), _length(item))
+    order = {g: i for i, g in enumerate(groups)}
+    items.sort(key=lambda it: (-groups[it.stash[_GROUP]], order[it.stash[_GROUP]]))
+
+
+_GROUP = pytest.StashKey[str]()
+
 
 @pytest.fixture(scope="session", autouse=True)
 def private_keys(tmp_path_factory):

@@ -4,6 +4,7 @@ StartWorkers/StopWorkers it causes, and the same events give the same decisions.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -147,6 +148,7 @@ def drive(policy, program):
     return decisions
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(policy=st.sampled_from(POLICIES), program=ops)
 def test_random_event_sequences_keep_every_invariant(policy, program):

@@ -331,6 +331,7 @@ def sc(alloc):
     return get
 
 
+@pytest.mark.slow
 def test_install_once(alloc):
     assert alloc["install"] == [True, False, True]
 

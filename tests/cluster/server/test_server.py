@@ -119,6 +119,7 @@ anything = st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**64 
 types = st.sampled_from(sorted(P.MESSAGE_TYPES))
 
 
+@pytest.mark.slow
 def test_fuzz_thousands_of_messages_never_crash_it(sched, ctx):
     sock = dealer(ctx, sched.endpoint)
 

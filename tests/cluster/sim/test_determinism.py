@@ -61,6 +61,7 @@ def philly_wl():
                                              seed=seed, table=table, estimates="user")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["backfill", "antman"])
 def test_philly_slice_seeded_and_replayable(policy, philly_wl):
     import random

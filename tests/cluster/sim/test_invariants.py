@@ -103,6 +103,7 @@ def philly_slice():
                                 table=table)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", POLICIES)
 def test_philly_slice_invariants_every_preset(policy, philly_slice):
     table, wl = philly_slice

@@ -213,6 +213,7 @@ def _fuzz(job_sock, ctl_sock, data, on_ctl):
     _drain(ctl_sock)
 
 
+@pytest.mark.slow
 def test_fuzz_the_node_stays_up(node, job_sock, ctl_sock):
     _fuzz(job_sock, ctl_sock)
     assert _state["sent"] >= 1000
