@@ -57,6 +57,27 @@ def pytest_collection_modifyitems(config, items):
 _GROUP = pytest.StashKey[str]()
 
 
+def pytest_configure(config):
+    """The processes the suite starts (daemons, launchers, jobs: hundreds) import this checkout's packages.
+    Where the environment says PYTHONDONTWRITEBYTECODE, each would compile them again at its start; they share
+    one bytecode cache for the session instead (PYTHONPYCACHEPREFIX, a temporary folder outside the checkout).
+    Set once, by the first pytest process (xdist's workers inherit it)."""
+    if os.environ.get("PYTHONDONTWRITEBYTECODE") and "PYTHONPYCACHEPREFIX" not in os.environ:
+        config.stash[_PYCACHE] = tempfile.mkdtemp(prefix="colocate-pyc-")
+        del os.environ["PYTHONDONTWRITEBYTECODE"]
+        os.environ["PYTHONPYCACHEPREFIX"] = config.stash[_PYCACHE]
+
+
+def pytest_unconfigure(config):
+    if _PYCACHE in config.stash:
+        os.environ.pop("PYTHONPYCACHEPREFIX", None)
+        os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+        shutil.rmtree(config.stash[_PYCACHE], ignore_errors=True)
+
+
+_PYCACHE = pytest.StashKey[str]()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_keys(tmp_path_factory):
     """Every scheduler, node and client of the suite (and the processes it starts, which inherit the
