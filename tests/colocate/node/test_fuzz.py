@@ -106,7 +106,8 @@ def test_bad_input_on_the_job_endpoint_gets_an_error(job_sock, case, data, code)
     (b"\x93garbage", "malformed"),
     (P.encode(P.CtlSet(job_id="nobody-here", mem_cap=GiB, sm_share=None)), "unknown_job"),
     (pack({"v": P.PROTOCOL_VERSION, "t": "ctl_set", "job_id": "x", "mem_cap": None, "sm_share": None}), "invalid"),
-])
+], ids=["heartbeat", "register", "garbage", "ctl_set for an unknown job", "ctl_set with nothing to set"])  # one id
+# in every process (xdist's workers must collect the same tests; the register frame holds this process's pid)
 def test_bad_input_on_the_operator_endpoint_gets_an_error(ctl_sock, data, code):
     reply = ask(ctl_sock, data)
     assert isinstance(reply, P.Error) and reply.code == code, reply
