@@ -24,15 +24,17 @@ from tests import support as S
 # worker runs a group's tests in order), its module's, so that module-scoped fixtures are set up once, except:
 # - SIM_CORE: tests whose point is how the simulated GPU's core is shared (a job's busy fraction under a share,
 #   a low-priority job getting the core): they pin their jobs to the same core, so they run one after another.
-# - SPREAD: modules of independent, long tests (each its own cluster or node), spread over the workers.
+# - SPREAD: modules of independent, long tests (each its own cluster, node or job), spread over the workers.
 # Groups run longest first (a test's declared `timeout`, else its `slow` mark, stands for its length), so that
 # no long test starts last.
-SIM_CORE = {"tests/torch_hooks/test_boundaries.py", "tests/torch_hooks/test_sim_device.py",
-            "tests/colocate/test_launcher.py"}
+SIM_CORE = {"tests/torch_hooks/test_boundaries.py::test_hand_update_loop_finds_backward_boundaries_and_holds_the_share",
+            "tests/colocate/test_launcher.py::test_sm_share_half_holds_busy_fraction",
+            "tests/torch_hooks/test_sim_device.py::test_low_priority_job_gets_the_core_only_while_the_other_waits"}
 SPREAD = {"tests/integration/test_cluster.py", "tests/integration/test_node.py",
           "tests/integration/test_node_placements.py", "tests/integration/test_multiworker.py",
-          "tests/integration/test_examples_checkpoint.py", "tests/integration/test_identity.py",
-          "tests/colocate/cli/test_cluster_commands.py", "tests/test_packaging.py"}
+          "tests/integration/test_examples_checkpoint.py", "tests/integration/test_examples.py",
+          "tests/integration/test_identity.py", "tests/colocate/cli/test_cluster_commands.py",
+          "tests/torch_hooks/test_boundaries.py", "tests/test_packaging.py"}
 
 
 def _length(item) -> float:
@@ -46,7 +48,8 @@ def pytest_collection_modifyitems(config, items):
     groups: dict[str, float] = {}
     for item in items:
         module = item.nodeid.split("::")[0]
-        group = "sim-core" if module in SIM_CORE else item.nodeid if module in SPREAD else module
+        group = ("sim-core" if item.nodeid.split("[")[0] in SIM_CORE else item.nodeid if module in SPREAD
+                 else module)
         item.add_marker(pytest.mark.xdist_group(group))
         item.stash[_GROUP] = group
         groups[group] = max(groups.get(group, 0.0), _length(item))

@@ -74,6 +74,7 @@ def nonempty_lines(text):
     return [l for l in text.splitlines() if l.strip()]
 
 
+@pytest.mark.slow
 def test_stats_file_and_environment(colocate, tmp_path):
     script = write(tmp_path / "train.py", TRAIN)
     proc, s = run_job(colocate, tmp_path, ["--gpu-mem", "256MiB", "--job-id", "t-1", "--priority", "opportunistic"],
@@ -208,6 +209,7 @@ def big_job_script(tmp_path_factory):
     return write(tmp_path_factory.mktemp("big") / "big.py", BIG)
 
 
+@pytest.mark.slow
 def test_memory_cap_below_working_set_spills_to_host(colocate, tmp_path, big_job_script):
     proc, s = run_job(colocate, tmp_path, ["--gpu-mem", "3MiB"], [sys.executable, big_job_script])
     assert proc.returncode == 0, proc.stderr
@@ -233,6 +235,7 @@ def test_on_cap_error_stops_with_one_line(colocate, tmp_path, big_job_script):
     assert s["exit_code"] == proc.returncode
 
 
+@pytest.mark.slow
 def test_sm_share_half_holds_busy_fraction(colocate, tmp_path):
     script = write(tmp_path / "busy.py", BUSY)
     proc, s = run_job(colocate, tmp_path, ["--sm-share", "0.5"], [sys.executable, script])

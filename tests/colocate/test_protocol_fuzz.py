@@ -4,6 +4,7 @@ round-trip exactly through msgpack and JSON."""
 from __future__ import annotations
 
 import msgpack
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -199,6 +200,8 @@ def test_arbitrary_msgpack_structures(obj):
     _decode_or_protocol_error(_pack(obj))
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 @STRUCTURES
 @given(
     st.sampled_from(sorted(P.MESSAGE_TYPES)),

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each test runs a torch job under the launcher
+
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 300  # the first job on a machine builds the allocator extension
 WARNING = "colocate: no mini-batch boundary"

@@ -489,14 +489,16 @@ def test_startup_before_the_first_forward_is_not_device_time():
     rt, dev, clock = make()
     clock.advance(2.0)
     dev.busy += 1.5  # building the model and optimizer
+    t0 = time.monotonic()
     rt.on_device_start()
     clock.advance(0.1)
     dev.busy += 0.1
     rec = rt.on_boundary()
     assert rec.busy_s == pytest.approx(0.1, abs=1e-6)
     s = rt.summary()
+    real = time.monotonic() - t0  # the clock also moves with real time: as long as this test was descheduled
     assert s["device_busy_s"] == pytest.approx(0.1, abs=1e-6)
-    assert s["wall_s"] == pytest.approx(0.1, abs=0.01)
+    assert 0.1 <= s["wall_s"] <= 0.1 + real
 
 
 def test_records_and_listeners():

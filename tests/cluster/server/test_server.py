@@ -120,6 +120,7 @@ types = st.sampled_from(sorted(P.MESSAGE_TYPES))
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # 1500 generated frames: CPU-bound, longer on a loaded machine
 def test_fuzz_thousands_of_messages_never_crash_it(sched, ctx):
     sock = dealer(ctx, sched.endpoint)
 

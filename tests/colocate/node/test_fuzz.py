@@ -215,6 +215,7 @@ def _fuzz(job_sock, ctl_sock, data, on_ctl):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # 2000 generated frames: CPU-bound, longer on a loaded machine
 def test_fuzz_the_node_stays_up(node, job_sock, ctl_sock):
     _fuzz(job_sock, ctl_sock)
     assert _state["sent"] >= 1000
