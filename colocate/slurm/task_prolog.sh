@@ -1,0 +1,36 @@
+#!/bin/sh
+# colocate's Slurm TaskProlog: turns colocate's runtime on in a task, for sites that do not build the
+# SPANK plugin (spank_colocate.c). slurm.conf: TaskProlog=/path/to/this/file. Slurm runs it as the user
+# before each task, in the task's environment, and applies the `export NAME=VALUE` lines it prints.
+#
+# A task asks for colocate with COLOCATE_SLURM=auto|guaranteed|opportunistic in its environment (srun passes
+# the user's environment on), or holds GPU shards while ENFORCE=shard; it may lower its share or cap with
+# COLOCATE_SM_SHARE / COLOCATE_GPU_MEM. colocate.slurm.worker.resolve maps the grant when torch is imported.
+# Any other task is left untouched. `colocate slurm config --task-prolog FILE` writes this file with the
+# site's settings below filled in.
+# --- site settings (colocate slurm config) ---
+INJECT=""
+ROOT=""
+NODE=""
+SHARDS=""
+DEVICE="sim"
+SIM_GPU_MEM=""
+ENFORCE="shard"
+# --- end of site settings ---
+
+if [ -z "${COLOCATE_SLURM:-}" ]; then
+    if [ "$ENFORCE" != "shard" ] || [ -z "${SLURM_SHARDS_ON_NODE:-}" ] || [ "${SLURM_SHARDS_ON_NODE:-0}" = "0" ]; then
+        exit 0  # not a colocate task: untouched
+    fi
+    echo "export COLOCATE_SLURM=auto"
+fi
+endpoint=$(printf '%s' "$NODE" | sed "s/%n/${SLURMD_NODENAME:-}/g")
+echo "export COLOCATE_ENABLED=1"
+echo "export COLOCATE_ENGINE=slurm"
+echo "export COLOCATE_NODE=$endpoint"
+echo "export COLOCATE_NODE_REQUIRED=1"
+echo "export COLOCATE_DEVICE=$DEVICE"
+[ -n "$SHARDS" ] && echo "export COLOCATE_SLURM_SHARDS=$SHARDS"
+[ -n "$SIM_GPU_MEM" ] && echo "export COLOCATE_SIM_GPU_MEM=$SIM_GPU_MEM"
+echo "export PYTHONPATH=$INJECT${ROOT:+:$ROOT}${PYTHONPATH:+:$PYTHONPATH}"
+exit 0
