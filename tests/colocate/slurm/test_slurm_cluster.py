@@ -40,3 +40,23 @@ def test_a_bad_option_fails_in_one_line(slurm_cluster, option):
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and option.split("=")[0] in lines[0], proc.stderr
+
+
+def slurm_config(cluster, *args):
+    from tests import support as S
+
+    return S.colocate_cli("slurm", "config", "--gres-conf", cluster.tmp / "gres.conf", "--device", "sim",
+                          "--sim-gpu-mem", cluster.loop.sim_gpu_mem, *args)
+
+
+def test_slurm_config_prints_the_sites_lines_and_checks_the_node(slurm_cluster):
+    node = f"ipc://{slurm_cluster.tmp}/%n/node.sock"
+    proc = slurm_config(slurm_cluster, "--node", node, "--node-name", "n1", "--plugin", slurm_cluster.tmp / "spank_colocate.so")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (slurm_cluster.tmp / "plugstack.conf").read_text().strip() in proc.stdout.splitlines()
+    assert "ok   " in proc.stdout and "4 shards per GPU on 1 GPU(s)" in proc.stdout
+    assert "node coordinator at " + slurm_cluster.nodes["n1"].endpoint + ": answers" in proc.stdout
+    wrong = slurm_config(slurm_cluster, "--node", node, "--node-name", "n1", "--shards", "8")
+    assert wrong.returncode == 1 and "FAIL" in wrong.stdout and "does NOT match" in wrong.stdout
+    gone = slurm_config(slurm_cluster, "--node", f"ipc://{slurm_cluster.tmp}/nowhere.sock", "--node-name", "n2")
+    assert gone.returncode == 1 and "FAIL no node coordinator answers" in gone.stdout

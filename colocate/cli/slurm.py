@@ -1,0 +1,153 @@
+"""``colocate slurm config``: the lines a Slurm site adds to turn colocate on, and the checks it can run.
+
+Prints the command that builds the SPANK plugin, the plugstack.conf line (or, with ``--task-prolog FILE``,
+writes the TaskProlog for sites that do not compile), the slurm.conf/gres.conf lines, and the node
+coordinator to run beside slurmd. Then checks this node: the shards per GPU against gres.conf, and that
+the node coordinator answers at its endpoint. Exit 0 when every check passes, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+from colocate.cli._common import argtype
+from colocate.units import parse_size
+from colocate.vocab import DeviceKind
+
+DEFAULT_NODE = "ipc:///run/colocate/node.sock"
+DEFAULT_PLUGIN = "/usr/local/lib/colocate/spank_colocate.so"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("slurm", help="run colocate inside Slurm (site set-up)",
+                       description="colocate inside Slurm: a SPANK plugin (or a TaskProlog) turns colocate on in "
+                       "the tasks that ask for it or hold GPU shards; see docs/slurm.md.")
+    cmds = p.add_subparsers(dest="slurm_command", metavar="SUBCOMMAND", required=True)
+    c = cmds.add_parser("config", help="print the site's configuration lines and check this node",
+                        description="Print the lines a Slurm site adds (plugin build, plugstack.conf, slurm.conf, "
+                        "gres.conf, the node coordinator) and check this node: shards per GPU against gres.conf, "
+                        "the node coordinator's endpoint. Exit 1 when a check fails.")
+    c.add_argument("--node", default=DEFAULT_NODE, metavar="ENDPOINT",
+                   help=f"the node coordinator's job endpoint on every node; %%n is the Slurm node name "
+                   f"(default {DEFAULT_NODE})")
+    c.add_argument("--ctl", default=None, metavar="ENDPOINT",
+                   help="the node coordinator's operator endpoint, to check it (default: the job endpoint + '.ctl')")
+    c.add_argument("--shards", type=argtype(_positive, "shards"), default=None, metavar="S",
+                   help="shards per GPU, as gres.conf gives them out (default: read from --gres-conf)")
+    c.add_argument("--device", choices=tuple(DeviceKind), default=DeviceKind.CUDA, help="GPU kind (default cuda)")
+    c.add_argument("--sim-gpu-mem", type=argtype(_size, "size"), default=None, metavar="SIZE",
+                   help="sim: memory of each simulated GPU (the node coordinator's --sim-gpu-mem)")
+    c.add_argument("--enforce", choices=("shard", "none"), default="shard",
+                   help="shard: every task holding GPU shards is fenced; none: only tasks that ask (default shard)")
+    c.add_argument("--plugin", default=DEFAULT_PLUGIN, metavar="PATH", help=f"where the plugin is installed "
+                   f"(default {DEFAULT_PLUGIN})")
+    c.add_argument("--gres-conf", default=None, metavar="PATH",
+                   help="gres.conf to check (default: beside $SLURM_CONF, else /etc/slurm/gres.conf)")
+    c.add_argument("--node-name", default=None, metavar="NAME", help="this node's Slurm name (default: host name)")
+    c.add_argument("--task-prolog", default=None, metavar="FILE",
+                   help="write the TaskProlog (with these settings) to FILE, for sites that do not build the plugin")
+    c.set_defaults(func=main)
+
+
+def _positive(text: str) -> int:
+    value = int(text) if text.isdigit() else 0
+    if value < 1:
+        raise ValueError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _size(text: str) -> str:
+    parse_size(text)
+    return text
+
+
+def main(args) -> int:
+    import os
+
+    from colocate.slurm import site
+
+    node_name = args.node_name or socket.gethostname().split(".")[0]
+    gres_path = Path(args.gres_conf) if args.gres_conf else Path(
+        os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")).with_name("gres.conf")
+    checks: list[tuple[bool, str]] = []
+    shards = args.shards
+    try:
+        found = site.gres_shards(gres_path.read_text(), node_name)
+    except OSError as exc:
+        found = None
+        checks.append((False, f"cannot read {gres_path}: {exc.strerror}"))
+    except ValueError as exc:
+        found = None
+        checks.append((False, f"{gres_path}: cannot read its shard lines ({exc})"))
+    if found is not None:
+        total, gpus = found
+        per_gpu, rest = divmod(total, gpus)
+        if rest:
+            checks.append((False, f"{gres_path}: node {node_name} has {total} shards on {gpus} GPUs: not the same "
+                           "number on every GPU, which colocate needs"))
+        elif shards is None:
+            shards = per_gpu
+            checks.append((True, f"{gres_path}: node {node_name}: {per_gpu} shards per GPU on {gpus} GPU(s)"))
+        else:
+            checks.append((shards == per_gpu, f"{gres_path}: node {node_name}: {per_gpu} shards per GPU on {gpus} "
+                           f"GPU(s); --shards {shards} {'matches' if shards == per_gpu else 'does NOT match'}"))
+    elif not any(not ok for ok, _ in checks):
+        checks.append((True, f"{gres_path}: node {node_name} has no shards (only --gres=gpu and opportunistic jobs)"))
+    settings = site.SiteSettings(node=args.node, shards=shards, device=args.device, sim_gpu_mem=args.sim_gpu_mem,
+                                 enforce=args.enforce)
+    endpoint = args.node.replace("%n", node_name)
+    checks.append(_check_node(endpoint, args.ctl and args.ctl.replace("%n", node_name)))
+    if args.task_prolog:
+        path = Path(args.task_prolog)
+        try:
+            path.write_text(site.task_prolog(settings))
+            path.chmod(0o755)
+        except OSError as exc:
+            print(f"colocate slurm config: error: cannot write {path}: {exc.strerror}", file=sys.stderr)
+            return 2
+    _print_lines(args, settings, endpoint)
+    print("\n# checks on this node")
+    for ok, line in checks:
+        print(f"{'ok  ' if ok else 'FAIL'} {line}")
+    return 0 if all(ok for ok, _ in checks) else 1
+
+
+def _check_node(endpoint: str, ctl: str | None) -> tuple[bool, str]:
+    from colocate.endpoints import ctl_endpoint
+    from colocate.node import client
+
+    try:
+        ctl = ctl or ctl_endpoint(endpoint)
+    except ValueError:
+        return True, f"node coordinator at {endpoint}: not an ipc:// endpoint and no --ctl, not checked"
+    try:
+        jobs = client.list_jobs(ctl, 1.0)
+    except client.CtlClientError:
+        return False, (f"no node coordinator answers at {ctl}: start `colocate node --endpoint {endpoint}` "
+                       "beside slurmd (docs/slurm.md has a systemd unit)")
+    return True, f"node coordinator at {endpoint}: answers, {len(jobs.gpus)} GPU(s), {len(jobs.jobs)} job(s)"
+
+
+def _print_lines(args, settings, endpoint: str) -> None:
+    from colocate.slurm import site
+
+    plugin = Path(args.plugin)
+    print("# 1. build the SPANK plugin (needs gcc and libslurm-dev), on every node and login node:")
+    print(f"mkdir -p {plugin.parent} && " + " ".join(site.build_command(plugin)))
+    print("# 2. plugstack.conf (every node and login node):")
+    print(site.plugstack_line(plugin, settings))
+    if args.task_prolog:
+        print(f"#    or, without the plugin, slurm.conf: TaskProlog={Path(args.task_prolog).resolve()}")
+    else:
+        print("#    or, without the plugin: colocate slurm config --task-prolog FILE, and slurm.conf TaskProlog=FILE")
+    print("# 3. slurm.conf: shards, and a count of opportunistic tasks per node (optional):")
+    print("GresTypes=gpu,shard,colocate_opp")
+    print("#    NodeName=... Gres=gpu:N,shard:N*S,colocate_opp:8   with gres.conf lines such as:")
+    print(f"#    Name=shard Count=N*{settings.shards or 'S'}   Name=colocate_opp Count=8 Flags=CountOnly")
+    print("# 4. beside slurmd on every node (docs/slurm.md has a systemd unit):")
+    sim = f" --sim-gpu-mem {settings.sim_gpu_mem}" if settings.sim_gpu_mem else ""
+    ctl = f" --ctl {args.ctl}" if args.ctl else ""
+    print(f"colocate node --device {settings.device}{sim} --endpoint {args.node}{ctl} --policy adaptive"
+          + ("   (%n: this node's Slurm name)" if "%n" in args.node else ""))
