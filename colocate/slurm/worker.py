@@ -22,13 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from colocate.env import DEFAULT_SIM_GPU_MEM, parse_gpus
+from colocate.env import DEFAULT_SIM_GPU_MEM, PICK_GPU, parse_gpus
 from colocate.units import parse_fraction, parse_size
 from colocate.vocab import DeviceKind, Priority
 
 AUTO = "auto"  # --colocate without a mode: guaranteed with a Slurm GPU, opportunistic without
 MODES = (AUTO,) + tuple(Priority)
-NODE_PICKS = "node"  # COLOCATE_GPUS value: the node coordinator picks the GPU
 
 
 def resolve(environ: Mapping[str, str], memory_total: Callable[[int], int] | None = None) -> dict[str, str]:
@@ -70,7 +69,7 @@ def _identity(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def _opportunistic(environ: Mapping[str, str]) -> dict[str, str]:
-    out = {"COLOCATE_PRIORITY": Priority.OPPORTUNISTIC, "COLOCATE_GPUS": NODE_PICKS}
+    out = {"COLOCATE_PRIORITY": Priority.OPPORTUNISTIC, "COLOCATE_GPUS": PICK_GPU}
     return out | _lowered(environ, None, None)
 
 
