@@ -60,3 +60,54 @@ def test_slurm_config_prints_the_sites_lines_and_checks_the_node(slurm_cluster):
     assert wrong.returncode == 1 and "FAIL" in wrong.stdout and "does NOT match" in wrong.stdout
     gone = slurm_config(slurm_cluster, "--node", f"ipc://{slurm_cluster.tmp}/nowhere.sock", "--node-name", "n2")
     assert gone.returncode == 1 and "FAIL no node coordinator answers" in gone.stdout
+
+
+def shard_steps(cluster, count: int) -> list[tuple[dict, object]]:
+    """``count`` steps of ``srun --gres=shard:2`` (of 4) on n1 at once, each a CNN that tries to hold 600 MiB
+    of the 1 GiB GPU and runs device-bound; returns each step's (stats, the node's view of it)."""
+    import json
+
+    from tests import support as S
+
+    node = cluster.nodes["n1"]
+    steps = []
+    for i in range(count):
+        stats = cluster.tmp / f"stats-{count}-{i}"
+        stats.mkdir()
+        proc = cluster.srun_bg(f"shard-{count}-{i}.log", "-w", "n1", "--gres=shard:2", S.PY,
+                               *S.cnn("--duration", 4, "--host-ms", 0, "--mem-burst-at", 3, "--mem-burst-mib", 600),
+                               env={"COLOCATE_STATS_DIR": str(stats)})
+        steps.append((proc, stats))
+    def running():
+        for proc, _ in steps:
+            assert proc.poll() is None, f"a step ended before all ran under the node:\n{S.read_log(proc)[-3000:]}"
+        jobs = node.jobs()
+        return jobs if len(jobs) == count and all(j.iterations for j in jobs.values()) else None
+
+    seen = S.wait_for(running, S.JOB_START_S, what=f"{count} shard steps to run under the node")
+    out = []
+    for proc, stats in steps:
+        assert S.finish(proc) == 0, S.read_log(proc)[-3000:]
+        [path] = list(stats.glob("stats-*.json"))
+        out.append(json.loads(path.read_text()))
+    return [(s, seen[s["job_id"] + "/0"]) for s in out]
+
+
+def assert_held(stats: dict, info) -> None:
+    half = (1 << 30) // 2
+    assert info.priority == "guaranteed" and info.sm_share == 0.5 and info.mem_cap == half, info
+    assert stats["busy_fraction"] <= 0.53, stats
+    assert stats["mem_reserved_peak_bytes"] <= half and stats["host_bytes_peak"] > 0, stats
+
+
+def test_two_shards_of_four_hold_the_step_to_half_the_gpu(slurm_cluster, sim_ext):
+    [(stats, info)] = shard_steps(slurm_cluster, 1)
+    assert stats["job_id"].startswith("slurm-")
+    assert_held(stats, info)
+
+
+def test_two_shard_steps_at_once_are_both_held(slurm_cluster, sim_ext):
+    steps = shard_steps(slurm_cluster, 2)
+    assert len({s["job_id"] for s, _ in steps}) == 2
+    for stats, info in steps:
+        assert_held(stats, info)
