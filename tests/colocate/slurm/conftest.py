@@ -1,6 +1,6 @@
 """A real Slurm cluster for the Slurm tests (``colocate.slurm.loopback``: one slurmctld and two slurmd on
-127.0.0.1, fake GPUs, colocate's SPANK plugin), plus one ``colocate node`` (one simulated GPU) beside each
-slurmd. One cluster per module; skipped with one line only where Slurm's packages or root are missing
+127.0.0.1, fake GPUs, colocate's SPANK plugin), plus one ``colocate node`` (one simulated GPU) beside n1 and
+n2; a third slurmd, n3, has none (a node whose coordinator is down). One cluster per module; skipped with one line only where Slurm's packages or root are missing
 (``.ci/run`` installs the packages when it runs as root).
 """
 from __future__ import annotations
@@ -44,11 +44,11 @@ def slurm_cluster():
         pytest.skip(reason)
     tmp = Path(tempfile.mkdtemp(prefix="sl-"))  # short: ipc socket paths are limited to ~100 bytes
     procs = S.Procs(tmp)
-    loop = loopback.LoopbackCluster(tmp)
+    loop = loopback.LoopbackCluster(tmp, nodes=("n1", "n2", "n3"))
     cluster = Cluster(loop, procs)
     try:
         loop.start()
-        for name in loop.nodes:
+        for name in ("n1", "n2"):
             cluster.nodes[name] = S.NodeProc(procs, tmp / name, "--sim-gpus", 1, "--sim-gpu-mem", loop.sim_gpu_mem,
                                              record=False).start()
         yield cluster

@@ -111,3 +111,12 @@ def test_two_shard_steps_at_once_are_both_held(slurm_cluster, sim_ext):
     assert len({s["job_id"] for s, _ in steps}) == 2
     for stats, info in steps:
         assert_held(stats, info)
+
+
+def test_a_task_whose_node_coordinator_is_down_fails_closed_in_one_line(slurm_cluster):
+    from tests import support as S
+
+    proc = slurm_cluster.srun("-w", "n3", "--colocate=opportunistic", S.PY, "-c", "import torch; print('ran')")
+    assert proc.returncode != 0 and "ran" not in proc.stdout
+    ours = [line for line in proc.stderr.strip().splitlines() if not line.startswith("srun: ")]
+    assert len(ours) == 1 and ours[0].startswith("colocate: ") and "colocate node" in ours[0], proc.stderr
