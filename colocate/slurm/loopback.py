@@ -89,7 +89,7 @@ class LoopbackCluster:
         while not all(self.sinfo().get(n) == "idle" for n in self.nodes):
             for proc in self.procs:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"{proc.args[0]} exited ({proc.returncode}): see {self.folder}")
+                    raise RuntimeError(f"a Slurm daemon exited ({proc.returncode}): see {self.folder}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the slurmd did not register within {timeout:.0f}s: see {self.folder}")
             time.sleep(0.1)
