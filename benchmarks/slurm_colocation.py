@@ -116,6 +116,7 @@ def main() -> int:
         print(f"slurm_colocation: {reason}", file=sys.stderr)
         return 2
     rows = []
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="sb-") as tmp:
         workdir = Path(tmp)
         with loopback.LoopbackCluster(workdir / "c", sim_gpu_mem="16GiB") as cluster:
@@ -131,6 +132,8 @@ def main() -> int:
     body = "\n".join([
         "## Slurm: a guaranteed `--gres=gpu:1` job beside an opportunistic one (`benchmarks/slurm_colocation.py`)",
         "", *machine_lines(machine_info()), f"- command: `{invocation()}`",
+        f"- load average (1 min) before / after: {load_before:.1f} / {os.getloadavg()[0]:.1f} "
+        f"(on {os.cpu_count()} cores: above that, other work shared the simulated GPU's core)",
         "- loopback Slurm 22.05 (slurmctld + slurmd on 127.0.0.1), the SPANK plugin, a `colocate node` (adaptive, "
         "one simulated GPU) beside slurmd; the guaranteed CNN (`--host-ms 14`) solo before and after, then with an "
         "opportunistic transformer (`--colocate=opportunistic`, its GPU picked by the node)", "",

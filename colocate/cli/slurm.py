@@ -41,6 +41,9 @@ def register(sub) -> None:
                    help="sim: memory of each simulated GPU (the node coordinator's --sim-gpu-mem)")
     c.add_argument("--enforce", choices=("shard", "none"), default="shard",
                    help="shard: every task holding GPU shards is fenced; none: only tasks that ask (default shard)")
+    c.add_argument("--opp-gres", default=None, metavar="NAME",
+                   help="a count-only GRES whose jobs are opportunistic, e.g. colocate_opp (default: none; users say "
+                   "--colocate=opportunistic)")
     c.add_argument("--plugin", default=DEFAULT_PLUGIN, metavar="PATH", help=f"where the plugin is installed "
                    f"(default {DEFAULT_PLUGIN})")
     c.add_argument("--gres-conf", default=None, metavar="PATH",
@@ -96,7 +99,7 @@ def main(args) -> int:
     elif not any(not ok for ok, _ in checks):
         checks.append((True, f"{gres_path}: node {node_name} has no shards (only --gres=gpu and opportunistic jobs)"))
     settings = site.SiteSettings(node=args.node, shards=shards, device=args.device, sim_gpu_mem=args.sim_gpu_mem,
-                                 enforce=args.enforce)
+                                 enforce=args.enforce, opp_gres=args.opp_gres)
     endpoint = args.node.replace("%n", node_name)
     checks.append(_check_node(endpoint, args.ctl and args.ctl.replace("%n", node_name)))
     if args.task_prolog:
@@ -142,10 +145,11 @@ def _print_lines(args, settings, endpoint: str) -> None:
         print(f"#    or, without the plugin, slurm.conf: TaskProlog={Path(args.task_prolog).resolve()}")
     else:
         print("#    or, without the plugin: colocate slurm config --task-prolog FILE, and slurm.conf TaskProlog=FILE")
-    print("# 3. slurm.conf: shards, and a count of opportunistic tasks per node (optional):")
-    print("GresTypes=gpu,shard,colocate_opp")
-    print("#    NodeName=... Gres=gpu:N,shard:N*S,colocate_opp:8   with gres.conf lines such as:")
-    print(f"#    Name=shard Count=N*{settings.shards or 'S'}   Name=colocate_opp Count=8 Flags=CountOnly")
+    opp = settings.opp_gres
+    print("# 3. slurm.conf: shards" + (f", and {opp}: opportunistic tasks per node" if opp else "") + ":")
+    print("GresTypes=gpu,shard" + (f",{opp}" if opp else ""))
+    print(f"#    NodeName=... Gres=gpu:N,shard:N*S{f',{opp}:8' if opp else ''}   with gres.conf lines such as:")
+    print(f"#    Name=shard Count=N*{settings.shards or 'S'}" + (f"   Name={opp} Count=8 Flags=CountOnly" if opp else ""))
     print("# 4. beside slurmd on every node (docs/slurm.md has a systemd unit):")
     sim = f" --sim-gpu-mem {settings.sim_gpu_mem}" if settings.sim_gpu_mem else ""
     ctl = f" --ctl {args.ctl}" if args.ctl else ""

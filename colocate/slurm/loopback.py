@@ -77,6 +77,7 @@ class LoopbackCluster:
         self.stop()
 
     def start(self, timeout: float = 30.0) -> LoopbackCluster:
+        self.folder.mkdir(parents=True, exist_ok=True)
         plugin = self.folder / "spank_colocate.so"
         built = subprocess.run(build_command(plugin), capture_output=True, text=True, timeout=120)
         if built.returncode != 0:
@@ -172,5 +173,5 @@ PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE St
         gres.append(f"NodeName={','.join(self.nodes)} Name=colocate_opp Count=8 Flags=CountOnly")
         (tmp / "gres.conf").write_text("\n".join(gres) + "\n")
         settings = SiteSettings(node=f"ipc://{tmp}/%n/node.sock", shards=self.shards, device=DeviceKind.SIM,
-                                sim_gpu_mem=self.sim_gpu_mem)
+                                sim_gpu_mem=self.sim_gpu_mem, opp_gres="colocate_opp")
         (tmp / "plugstack.conf").write_text(plugstack_line(plugin, settings) + "\n")

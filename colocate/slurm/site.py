@@ -32,6 +32,7 @@ class SiteSettings:
     device: str = DeviceKind.CUDA
     sim_gpu_mem: str | None = None
     enforce: str = "shard"  # shard: a task holding shards is always fenced; none: only tasks that ask
+    opp_gres: str | None = None  # a count-only GRES whose jobs are opportunistic (e.g. colocate_opp)
     inject: str = str(INJECT_DIR)
     root: str = str(PROJECT_ROOT)
 
@@ -45,6 +46,8 @@ class SiteSettings:
             args.append(f"sim_gpu_mem={self.sim_gpu_mem}")
         if self.enforce != "shard":
             args.append(f"enforce={self.enforce}")
+        if self.opp_gres:
+            args.append(f"opp_gres={self.opp_gres}")
         return args
 
 
@@ -62,7 +65,8 @@ def task_prolog(settings: SiteSettings) -> str:
     """The TaskProlog script with the site's settings filled in."""
     values = {"INJECT": settings.inject, "ROOT": settings.root, "NODE": settings.node,
               "SHARDS": "" if settings.shards is None else str(settings.shards), "DEVICE": settings.device,
-              "SIM_GPU_MEM": settings.sim_gpu_mem or "", "ENFORCE": settings.enforce}
+              "SIM_GPU_MEM": settings.sim_gpu_mem or "", "ENFORCE": settings.enforce,
+              "OPP_GRES": settings.opp_gres or ""}
     lines = TASK_PROLOG.read_text().splitlines(keepends=True)
     out = []
     for line in lines:

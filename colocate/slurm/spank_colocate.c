@@ -5,10 +5,11 @@
  *   gcc -shared -fPIC -O2 -Wall -o spank_colocate.so spank_colocate.c
  * and add one line to plugstack.conf (`colocate slurm config` prints it with this site's paths):
  *   required /usr/local/lib/colocate/spank_colocate.so inject=DIR root=DIR node=ENDPOINT shards=S [device=KIND]
- *            [sim_gpu_mem=SIZE] [enforce=shard|none]
+ *            [sim_gpu_mem=SIZE] [enforce=shard|none] [opp_gres=colocate_opp]
  *
  * The plugin only switches colocate on; it decides nothing per task. In a task that asks for colocate
- * (--colocate[=MODE]), or that holds GPU shards while enforce=shard (the default), it sets
+ * (--colocate[=MODE], or a job GRES named by opp_gres=: opportunistic), or that holds GPU shards while
+ * enforce=shard (the default), it sets
  *   COLOCATE_ENABLED=1 COLOCATE_ENGINE=slurm COLOCATE_NODE=ENDPOINT (%n: this node's name)
  *   COLOCATE_NODE_REQUIRED=1 COLOCATE_SLURM=MODE COLOCATE_SLURM_SHARDS=S COLOCATE_DEVICE=KIND
  *   [COLOCATE_SIM_GPU_MEM] [COLOCATE_GPU_MEM, COLOCATE_SM_SHARE: the user's lowering options]
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <slurm/slurm.h>
 #include <slurm/spank.h>
 
 SPANK_PLUGIN(colocate, 1);
@@ -37,6 +39,7 @@ static char shards[32];
 static char device[16] = "sim";
 static char sim_gpu_mem[64];
 static int enforce_shard = 1;
+static char opp_gres[64]; /* a count-only GRES that makes a job opportunistic (e.g. colocate_opp); "": off */
 
 /* user options */
 static int asked = 0;
@@ -161,6 +164,8 @@ static int site_args(int ac, char **av)
 				return -1;
 			}
 			rc = copy(sim_gpu_mem, sizeof(sim_gpu_mem), v, "sim_gpu_mem=");
+		} else if (k == 8 && !strncmp(a, "opp_gres", k)) {
+			rc = copy(opp_gres, sizeof(opp_gres), v, "opp_gres=");
 		} else if (k == 7 && !strncmp(a, "enforce", k)) {
 			if (strcmp(v, "shard") && strcmp(v, "none")) {
 				slurm_error("colocate: plugstack.conf: enforce=%s: use shard or none", v);
@@ -169,7 +174,7 @@ static int site_args(int ac, char **av)
 			enforce_shard = strcmp(v, "shard") == 0;
 		} else {
 			slurm_error("colocate: plugstack.conf: unknown argument %s (known: inject= root= node= shards= "
-				    "device= sim_gpu_mem= enforce=)", a);
+				    "device= sim_gpu_mem= enforce= opp_gres=)", a);
 			return -1;
 		}
 		if (rc)
@@ -192,6 +197,54 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 			slurm_error("colocate: cannot register option --%s", options[i].name);
 			return -1;
 		}
+	return 0;
+}
+
+/* does a TRES list ("gres:colocate_opp:1,gres:gpu:1" or with "gres/") name GRES `name`? */
+static int names_gres(const char *list, const char *name)
+{
+	const char *p = list;
+	size_t n = strlen(name);
+	while (p && *p) {
+		const char *q = strstr(p, name);
+		if (!q)
+			return 0;
+		if (q - list >= 5 && (!strncmp(q - 5, "gres:", 5) || !strncmp(q - 5, "gres/", 5)) &&
+		    (q[n] == ':' || q[n] == ',' || q[n] == ';' || q[n] == '=' || q[n] == '\0'))
+			return 1;
+		p = q + n;
+	}
+	return 0;
+}
+
+/* once per step on each node, before the tasks start: a job that asked for the opportunistic GRES is an
+ * opportunistic colocate job (its tasks inherit this). One slurmctld query, only when opp_gres= is set. */
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+	uint32_t job_id;
+	job_info_msg_t *msg = NULL;
+	uint32_t i;
+	int found = 0;
+	(void)ac;
+	(void)av;
+	if (!opp_gres[0] || asked || spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS)
+		return 0;
+	if (slurm_load_job(&msg, job_id, SHOW_DETAIL) != 0 || !msg) {
+		slurm_error("colocate: cannot read job %u's GRES from slurmctld (opp_gres=%s)", job_id, opp_gres);
+		return -1; /* fail closed: it may have asked for colocate */
+	}
+	for (i = 0; i < msg->record_count; i++) {
+		slurm_job_info_t *j = &msg->job_array[i];
+		if (names_gres(j->tres_per_node, opp_gres) || names_gres(j->tres_per_job, opp_gres) ||
+		    names_gres(j->tres_per_task, opp_gres) || names_gres(j->tres_per_socket, opp_gres))
+			found = 1;
+	}
+	slurm_free_job_info_msg(msg);
+	if (found) {
+		asked = 1;
+		if (!strcmp(mode, "auto"))
+			strcpy(mode, "opportunistic");
+	}
 	return 0;
 }
 

@@ -4,7 +4,8 @@
 # before each task, in the task's environment, and applies the `export NAME=VALUE` lines it prints.
 #
 # A task asks for colocate with COLOCATE_SLURM=auto|guaranteed|opportunistic in its environment (srun passes
-# the user's environment on), or holds GPU shards while ENFORCE=shard; it may lower its share or cap with
+# the user's environment on), or its job asked for the GRES OPP_GRES (opportunistic), or it holds GPU shards
+# while ENFORCE=shard; it may lower its share or cap with
 # COLOCATE_SM_SHARE / COLOCATE_GPU_MEM. colocate.slurm.worker.resolve maps the grant when torch is imported.
 # Any other task is left untouched. `colocate slurm config --task-prolog FILE` writes this file with the
 # site's settings below filled in.
@@ -16,8 +17,19 @@ SHARDS=""
 DEVICE="sim"
 SIM_GPU_MEM=""
 ENFORCE="shard"
+OPP_GRES=""
 # --- end of site settings ---
 
+if [ -z "${COLOCATE_SLURM:-}" ] && [ -n "$OPP_GRES" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+    # a job that asked for the count-only GRES is opportunistic (one slurmctld query per task)
+    if ! job=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null); then
+        COLOCATE_SLURM=scontrol-failed  # fail closed: the runtime refuses this value in one line
+        echo "export COLOCATE_SLURM=$COLOCATE_SLURM"
+    elif printf '%s' "$job" | grep -Eq "gres[:/]$OPP_GRES([:,;= ]|\$)"; then
+        COLOCATE_SLURM=opportunistic
+        echo "export COLOCATE_SLURM=$COLOCATE_SLURM"
+    fi
+fi
 if [ -z "${COLOCATE_SLURM:-}" ]; then
     if [ "$ENFORCE" != "shard" ] || [ -z "${SLURM_SHARDS_ON_NODE:-}" ] || [ "${SLURM_SHARDS_ON_NODE:-0}" = "0" ]; then
         exit 0  # not a colocate task: untouched

@@ -46,7 +46,7 @@ def slurm_config(cluster, *args):
     from tests import support as S
 
     return S.colocate_cli("slurm", "config", "--gres-conf", cluster.tmp / "gres.conf", "--device", "sim",
-                          "--sim-gpu-mem", cluster.loop.sim_gpu_mem, *args)
+                          "--sim-gpu-mem", cluster.loop.sim_gpu_mem, "--opp-gres", "colocate_opp", *args)
 
 
 def test_slurm_config_prints_the_sites_lines_and_checks_the_node(slurm_cluster):
@@ -116,7 +116,15 @@ def test_two_shard_steps_at_once_are_both_held(slurm_cluster, sim_ext):
 def test_a_task_whose_node_coordinator_is_down_fails_closed_in_one_line(slurm_cluster):
     from tests import support as S
 
-    proc = slurm_cluster.srun("-w", "n3", "--colocate=opportunistic", S.PY, "-c", "import torch; print('ran')")
+    proc = slurm_cluster.srun("-w", "n3", "--colocate=opportunistic", S.PY, "-c", "import torch; print('ran')",
+                              env={"COLOCATE_NODE_WAIT_S": "1"})  # the wait a user may shorten; 5 s by default
     assert proc.returncode != 0 and "ran" not in proc.stdout
     ours = [line for line in proc.stderr.strip().splitlines() if not line.startswith("srun: ")]
     assert len(ours) == 1 and ours[0].startswith("colocate: ") and "colocate node" in ours[0], proc.stderr
+
+
+def test_the_opportunistic_gres_makes_a_job_opportunistic(slurm_cluster):
+    proc = slurm_cluster.srun("-w", "n2", "--gres=colocate_opp:1", "env")
+    assert proc.returncode == 0, proc.stderr
+    got = colocate_vars(proc.stdout)
+    assert got["COLOCATE_ENABLED"] == "1" and got["COLOCATE_SLURM"] == "opportunistic", got
