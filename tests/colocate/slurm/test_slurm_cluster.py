@@ -128,3 +128,17 @@ def test_the_opportunistic_gres_makes_a_job_opportunistic(slurm_cluster):
     assert proc.returncode == 0, proc.stderr
     got = colocate_vars(proc.stdout)
     assert got["COLOCATE_ENABLED"] == "1" and got["COLOCATE_SLURM"] == "opportunistic", got
+
+
+def test_the_tasks_of_a_multi_node_step_are_one_colocate_job_ranked_by_slurm(slurm_cluster):
+    from tests import support as S
+
+    code = ("import os, torch; e = os.environ; print('@', e['COLOCATE_JOB_ID'], e['COLOCATE_RANK'], "
+            "e['COLOCATE_WORLD_SIZE'], e['COLOCATE_NODE'], e['COLOCATE_PRIORITY'], flush=True)")
+    proc = slurm_cluster.srun("-N", 2, "-n", 2, "-w", "n1,n2", "--colocate", S.PY, "-c", code)
+    assert proc.returncode == 0, proc.stderr
+    rows = sorted(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("@ "))
+    assert len(rows) == 2 and rows[0][0] == rows[1][0] and rows[0][0].startswith("slurm-"), rows
+    assert [r[1:3] for r in rows] == [["0", "2"], ["1", "2"]]
+    assert {r[3] for r in rows} == {slurm_cluster.nodes["n1"].endpoint, slurm_cluster.nodes["n2"].endpoint}
+    assert {r[4] for r in rows} == {"opportunistic"}
