@@ -8,6 +8,7 @@ the node coordinator answers at its endpoint. Exit 0 when every check passes, 1 
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from pathlib import Path
@@ -67,41 +68,16 @@ def _size(text: str) -> str:
 
 
 def main(args) -> int:
-    import os
-
     from colocate.slurm import site
 
     node_name = args.node_name or socket.gethostname().split(".")[0]
     gres_path = Path(args.gres_conf) if args.gres_conf else Path(
         os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")).with_name("gres.conf")
-    checks: list[tuple[bool, str]] = []
-    shards = args.shards
-    try:
-        found = site.gres_shards(gres_path.read_text(), node_name)
-    except OSError as exc:
-        found = None
-        checks.append((False, f"cannot read {gres_path}: {exc.strerror}"))
-    except ValueError as exc:
-        found = None
-        checks.append((False, f"{gres_path}: cannot read its shard lines ({exc})"))
-    if found is not None:
-        total, gpus = found
-        per_gpu, rest = divmod(total, gpus)
-        if rest:
-            checks.append((False, f"{gres_path}: node {node_name} has {total} shards on {gpus} GPUs: not the same "
-                           "number on every GPU, which colocate needs"))
-        elif shards is None:
-            shards = per_gpu
-            checks.append((True, f"{gres_path}: node {node_name}: {per_gpu} shards per GPU on {gpus} GPU(s)"))
-        else:
-            checks.append((shards == per_gpu, f"{gres_path}: node {node_name}: {per_gpu} shards per GPU on {gpus} "
-                           f"GPU(s); --shards {shards} {'matches' if shards == per_gpu else 'does NOT match'}"))
-    elif not any(not ok for ok, _ in checks):
-        checks.append((True, f"{gres_path}: node {node_name} has no shards (only --gres=gpu and opportunistic jobs)"))
+    shards, check = _check_shards(gres_path, node_name, args.shards)
     settings = site.SiteSettings(node=args.node, shards=shards, device=args.device, sim_gpu_mem=args.sim_gpu_mem,
                                  enforce=args.enforce, opp_gres=args.opp_gres)
     endpoint = args.node.replace("%n", node_name)
-    checks.append(_check_node(endpoint, args.ctl and args.ctl.replace("%n", node_name)))
+    checks = [check, _check_node(endpoint, args.ctl and args.ctl.replace("%n", node_name))]
     if args.task_prolog:
         path = Path(args.task_prolog)
         try:
@@ -115,6 +91,29 @@ def main(args) -> int:
     for ok, line in checks:
         print(f"{'ok  ' if ok else 'FAIL'} {line}")
     return 0 if all(ok for ok, _ in checks) else 1
+
+
+def _check_shards(path: Path, node: str, shards: int | None) -> tuple[int | None, tuple[bool, str]]:
+    """The shards per GPU to use (``shards``, else gres.conf's) and the check of ``shards`` against gres.conf."""
+    from colocate.slurm import site
+
+    try:
+        found = site.gres_shards(path.read_text(), node)
+    except OSError as exc:
+        return shards, (False, f"cannot read {path}: {exc.strerror}")
+    except ValueError as exc:
+        return shards, (False, f"{path}: cannot read its shard lines ({exc})")
+    if found is None:
+        return shards, (True, f"{path}: node {node} has no shards (only --gres=gpu and opportunistic jobs)")
+    total, gpus = found
+    per_gpu, rest = divmod(total, gpus)
+    if rest:
+        return shards, (False, f"{path}: node {node} has {total} shards on {gpus} GPUs: not the same number on "
+                        "every GPU, which colocate needs")
+    where = f"{path}: node {node}: {per_gpu} shards per GPU on {gpus} GPU(s)"
+    if shards is None:
+        return per_gpu, (True, where)
+    return shards, (shards == per_gpu, f"{where}; --shards {shards} {'matches' if shards == per_gpu else 'does NOT match'}")
 
 
 def _check_node(endpoint: str, ctl: str | None) -> tuple[bool, str]:
