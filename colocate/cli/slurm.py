@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from colocate.cli._common import argtype
+from colocate.slurm.site import ENFORCE
 from colocate.units import parse_size
 from colocate.vocab import DeviceKind
 
@@ -40,8 +41,9 @@ def register(sub) -> None:
     c.add_argument("--device", choices=tuple(DeviceKind), default=DeviceKind.CUDA, help="GPU kind (default cuda)")
     c.add_argument("--sim-gpu-mem", type=argtype(_size, "size"), default=None, metavar="SIZE",
                    help="sim: memory of each simulated GPU (the node coordinator's --sim-gpu-mem)")
-    c.add_argument("--enforce", choices=("shard", "none"), default="shard",
-                   help="shard: every task holding GPU shards is fenced; none: only tasks that ask (default shard)")
+    c.add_argument("--enforce", choices=ENFORCE, default="shard",
+                   help="which tasks run under colocate without asking: shard (holding GPU shards; the default), all "
+                   "(any Slurm GPU: opportunistic work then always yields to them), none")
     c.add_argument("--opp-gres", default=None, metavar="NAME",
                    help="a count-only GRES whose jobs are opportunistic, e.g. colocate_opp (default: none; users say "
                    "--colocate=opportunistic)")

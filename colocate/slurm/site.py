@@ -20,7 +20,7 @@ SOURCE = HERE / "spank_colocate.c"
 TASK_PROLOG = HERE / "task_prolog.sh"
 INJECT_DIR = HERE.parent / "_inject"
 PROJECT_ROOT = HERE.parent.parent
-ENFORCE = ("shard", "none")
+ENFORCE = ("shard", "all", "none")  # which tasks are under colocate without asking: shard holders, any GPU, none
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class SiteSettings:
     shards: int | None = None  # shards per GPU, as gres.conf gives them out
     device: str = DeviceKind.CUDA
     sim_gpu_mem: str | None = None
-    enforce: str = "shard"  # shard: a task holding shards is always fenced; none: only tasks that ask
+    enforce: str = "shard"  # shard: a task holding shards is always fenced; all: any Slurm GPU; none: only askers
     opp_gres: str | None = None  # a count-only GRES whose jobs are opportunistic (e.g. colocate_opp)
     inject: str = str(INJECT_DIR)
     root: str = str(PROJECT_ROOT)

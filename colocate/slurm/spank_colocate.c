@@ -5,11 +5,11 @@
  *   gcc -shared -fPIC -O2 -Wall -o spank_colocate.so spank_colocate.c
  * and add one line to plugstack.conf (`colocate slurm config` prints it with this site's paths):
  *   required /usr/local/lib/colocate/spank_colocate.so inject=DIR root=DIR node=ENDPOINT shards=S [device=KIND]
- *            [sim_gpu_mem=SIZE] [enforce=shard|none] [opp_gres=colocate_opp]
+ *            [sim_gpu_mem=SIZE] [enforce=shard|all|none] [opp_gres=colocate_opp]
  *
  * The plugin only switches colocate on; it decides nothing per task. In a task that asks for colocate
  * (--colocate[=MODE], or a job GRES named by opp_gres=: opportunistic), or that holds GPU shards while
- * enforce=shard (the default), it sets
+ * enforce=shard (the default) or any Slurm GPU while enforce=all, it sets
  *   COLOCATE_ENABLED=1 COLOCATE_ENGINE=slurm COLOCATE_NODE=ENDPOINT (%n: this node's name)
  *   COLOCATE_NODE_REQUIRED=1 COLOCATE_SLURM=MODE COLOCATE_SLURM_SHARDS=S COLOCATE_DEVICE=KIND
  *   [COLOCATE_SIM_GPU_MEM] [COLOCATE_GPU_MEM, COLOCATE_SM_SHARE: the user's lowering options]
@@ -38,7 +38,7 @@ static char node_ep[MAXV];
 static char shards[32];
 static char device[16] = "sim";
 static char sim_gpu_mem[64];
-static int enforce_shard = 1;
+static int enforce = 1; /* 0 none: only tasks that ask; 1 shard: also tasks holding shards; 2 all: any GPU */
 static char opp_gres[64]; /* a count-only GRES that makes a job opportunistic (e.g. colocate_opp); "": off */
 
 /* user options */
@@ -167,11 +167,11 @@ static int site_args(int ac, char **av)
 		} else if (k == 8 && !strncmp(a, "opp_gres", k)) {
 			rc = copy(opp_gres, sizeof(opp_gres), v, "opp_gres=");
 		} else if (k == 7 && !strncmp(a, "enforce", k)) {
-			if (strcmp(v, "shard") && strcmp(v, "none")) {
-				slurm_error("colocate: plugstack.conf: enforce=%s: use shard or none", v);
+			if (strcmp(v, "shard") && strcmp(v, "all") && strcmp(v, "none")) {
+				slurm_error("colocate: plugstack.conf: enforce=%s: use shard, all or none", v);
 				return -1;
 			}
-			enforce_shard = strcmp(v, "shard") == 0;
+			enforce = !strcmp(v, "none") ? 0 : !strcmp(v, "shard") ? 1 : 2;
 		} else {
 			slurm_error("colocate: plugstack.conf: unknown argument %s (known: inject= root= node= shards= "
 				    "device= sim_gpu_mem= enforce= opp_gres=)", a);
@@ -295,11 +295,13 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	char endpoint[MAXV];
 	char path[3 * MAXV + 8];
 	char old[MAXV] = "";
-	int has_shards;
+	int has_shards, has_gpus;
 	(void)ac;
 	(void)av;
 	has_shards = spank_getenv(sp, "SLURM_SHARDS_ON_NODE", buf, sizeof(buf)) == ESPANK_SUCCESS && buf[0] && strcmp(buf, "0");
-	if (!asked && !(enforce_shard && has_shards))
+	has_gpus = has_shards || (spank_getenv(sp, "SLURM_STEP_GPUS", buf, sizeof(buf)) == ESPANK_SUCCESS && buf[0]) ||
+		   (spank_getenv(sp, "SLURM_JOB_GPUS", buf, sizeof(buf)) == ESPANK_SUCCESS && buf[0]);
+	if (!asked && !(enforce >= 1 && has_shards) && !(enforce >= 2 && has_gpus))
 		return 0; /* not a colocate task: untouched */
 	if (expand_node(sp, endpoint, sizeof(endpoint)))
 		return -1;

@@ -5,7 +5,7 @@
 #
 # A task asks for colocate with COLOCATE_SLURM=auto|guaranteed|opportunistic in its environment (srun passes
 # the user's environment on), or its job asked for the GRES OPP_GRES (opportunistic), or it holds GPU shards
-# while ENFORCE=shard; it may lower its share or cap with
+# while ENFORCE=shard (or all), or any Slurm GPU while ENFORCE=all; it may lower its share or cap with
 # COLOCATE_SM_SHARE / COLOCATE_GPU_MEM. colocate.slurm.worker.resolve maps the grant when torch is imported.
 # Any other task is left untouched. `colocate slurm config --task-prolog FILE` writes this file with the
 # site's settings below filled in.
@@ -31,9 +31,13 @@ if [ -z "${COLOCATE_SLURM:-}" ] && [ -n "$OPP_GRES" ] && [ -n "${SLURM_JOB_ID:-}
     fi
 fi
 if [ -z "${COLOCATE_SLURM:-}" ]; then
-    if [ "$ENFORCE" != "shard" ] || [ -z "${SLURM_SHARDS_ON_NODE:-}" ] || [ "${SLURM_SHARDS_ON_NODE:-0}" = "0" ]; then
-        exit 0  # not a colocate task: untouched
-    fi
+    shards=${SLURM_SHARDS_ON_NODE:-0}
+    gpus=${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-}}
+    case "$ENFORCE" in  # otherwise: not a colocate task, untouched
+        all) [ "$shards" != "0" ] || [ -n "$gpus" ] || exit 0 ;;
+        shard) [ "$shards" != "0" ] || exit 0 ;;
+        *) exit 0 ;;
+    esac
     echo "export COLOCATE_SLURM=auto"
 fi
 endpoint=$(printf '%s' "$NODE" | sed "s/%n/${SLURMD_NODENAME:-}/g")

@@ -142,3 +142,16 @@ def test_the_tasks_of_a_multi_node_step_are_one_colocate_job_ranked_by_slurm(slu
     assert [r[1:3] for r in rows] == [["0", "2"], ["1", "2"]]
     assert {r[3] for r in rows} == {slurm_cluster.nodes["n1"].endpoint, slurm_cluster.nodes["n2"].endpoint}
     assert {r[4] for r in rows} == {"opportunistic"}
+
+
+def test_enforce_all_puts_every_gpu_task_under_colocate(slurm_cluster):
+    plugstack = slurm_cluster.tmp / "plugstack.conf"
+    site_line = plugstack.read_text()
+    plugstack.write_text(site_line.strip() + " enforce=all\n")  # srun and slurmstepd read it for every step
+    try:
+        proc = slurm_cluster.srun("-w", "n2", "--gres=gpu:1", "env")
+    finally:
+        plugstack.write_text(site_line)
+    assert proc.returncode == 0, proc.stderr
+    got = colocate_vars(proc.stdout)
+    assert got["COLOCATE_ENABLED"] == "1" and got["COLOCATE_SLURM"] == "auto", got

@@ -98,6 +98,8 @@ def test_the_task_prolog_turns_colocate_on_as_the_plugin_does(tmp_path):
     shards = run_prolog(tmp_path, {"SLURMD_NODENAME": "gpu7", "SLURM_SHARDS_ON_NODE": "2"}, **settings)
     assert shards["COLOCATE_SLURM"] == "auto" and shards["COLOCATE_ENABLED"] == "1"
     assert run_prolog(tmp_path, {"SLURM_SHARDS_ON_NODE": "2"}, **settings, enforce="none") == {}
+    assert run_prolog(tmp_path, {"SLURM_STEP_GPUS": "0"}, **settings) == {}  # a whole GPU: only with enforce=all
+    assert run_prolog(tmp_path, {"SLURM_STEP_GPUS": "0"}, **settings, enforce="all")["COLOCATE_SLURM"] == "auto"
 
 
 def test_gres_conf_shards_per_gpu():
