@@ -293,7 +293,7 @@ class NodeCore:
             return f"GPU {gpu.spec.index} already runs guaranteed job {holder}"
         held = sum(p.sm_request for p in parts)
         return (f"GPU {gpu.spec.index}: a partition of share {m.sm_request:g} does not fit: its partitions "
-                f"({', '.join(p.job_id for p in parts)[:200]}) hold {held:g} of its compute")
+                f"({', '.join(sorted(p.job_id for p in parts))[:200]}) hold {held:g} of its compute")
 
     def _rooms(self, now: float) -> list[GpuRoom]:
         """Each GPU's utilization over the last 10 s and the memory its jobs leave (for ``pick_gpu``):
