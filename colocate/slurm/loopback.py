@@ -27,11 +27,17 @@ from colocate.slurm.site import SiteSettings, build_command, plugstack_line
 from colocate.vocab import DeviceKind
 
 BINARIES = ("slurmctld", "slurmd", "srun", "sinfo", "gcc")
+SEARCH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])  # the daemons live in sbin
+
+
+def binary(name: str) -> str:
+    """The path of Slurm program ``name`` (PATH, then sbin); ``name`` itself when absent."""
+    return shutil.which(name, path=SEARCH) or name
 
 
 def missing() -> str | None:
     """Why a loopback cluster cannot start here (one line), or None."""
-    absent = [b for b in BINARIES if shutil.which(b) is None]
+    absent = [b for b in BINARIES if shutil.which(b, path=SEARCH) is None]
     if absent:
         return f"Slurm not installed ({', '.join(absent)} missing): apt-get install slurm-wlm libslurm-dev"
     if not os.path.exists("/usr/include/slurm/spank.h"):
@@ -83,9 +89,9 @@ class LoopbackCluster:
         if built.returncode != 0:
             raise RuntimeError(f"building the SPANK plugin failed: {built.stderr.strip()}")
         self._write_config(plugin)
-        self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld.out")
+        self._spawn([binary("slurmctld"), "-D", "-i", "-f", str(self.conf)], "slurmctld.out")
         for name in self.nodes:
-            self._spawn(["slurmd", "-D", "-N", name, "-f", str(self.conf)], f"slurmd-{name}.out")
+            self._spawn([binary("slurmd"), "-D", "-N", name, "-f", str(self.conf)], f"slurmd-{name}.out")
         deadline = time.monotonic() + timeout
         while not all(self.sinfo().get(n) == "idle" for n in self.nodes):
             for proc in self.procs:
