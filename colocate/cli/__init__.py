@@ -33,6 +33,7 @@ COMMANDS = {
     "cancel": "colocate.cli.cancel",
     "logs": "colocate.cli.logs",
     "keys": "colocate.cli.keys",
+    "slurm": "colocate.cli.slurm",
 }
 
 
