@@ -119,6 +119,8 @@ class NodeLink:
             mem_request=self.env.gpu_mem, sm_share=limits["sm_share"], mem_cap=limits["mem_cap"], epoch=self.epoch,
             token=self.env.token[:128], sm_request=self.env.sm_share, rank=self.env.rank,
             world_size=max(self.env.world_size or 1, (self.env.rank or 0) + 1),
+            priority_yield=(self.env.priority == Priority.OPPORTUNISTIC and YieldMode.PRIORITY in self.env.yield_via
+                            and self.rt.device.kind == DeviceKind.SIM),  # CUDA has no process priority yet
         )
         self._send(sock, msg)
 
@@ -212,9 +214,11 @@ class NodeLink:
             self.welcomes += 1
             self._apply(msg.limits)
             self.registered.set()
+            self._ack_before_device_work(sock, msg.limits)
         elif isinstance(msg, P.SetLimits):
             if self.registered.is_set() and msg.job_id == self.worker_id:
                 self._apply(msg.limits)
+                self._ack_before_device_work(sock, msg.limits)
         elif isinstance(msg, P.Error):
             if msg.code == P.REJECTED:
                 if not self.rejected:
@@ -225,6 +229,12 @@ class NodeLink:
                 self._register(sock)
             else:
                 log.warning("node error (%s): %s", msg.code, msg.message)
+
+    def _ack_before_device_work(self, sock, limits) -> None:
+        """A pause (share 0) reaching a job before its first device work is in force at once: the job
+        will wait before any device work (``Runtime``), so the node need not wait for a boundary."""
+        if limits.sm_share <= 0.0 and not self.rt.device_work_started():
+            self._ack(sock, limits.seq, self._clock())
 
     def _set_yield(self, on: bool) -> None:
         """Start or stop yielding the device to the guaranteed job (idempotent)."""

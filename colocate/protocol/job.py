@@ -106,6 +106,8 @@ class Register(Message):
     sm_request: float = _f(SHARE, default=1.0)  # the job's --sm-share: the most the node may give
     rank: int | None = _f(Opt(COUNT), default=None)  # torchrun's RANK of this worker; None: not a torchrun worker
     world_size: int = _f(Num(int, 1, 1 << 20), default=1)  # torchrun's WORLD_SIZE (1 without one)
+    # told to yield (limits ``gate``), the job takes low device priority (COLOCATE_YIELD_VIA has it, the device can)
+    priority_yield: bool = _f(Bool(), default=False)
 
     def _check(self) -> None:
         if self.rank is not None and not self.job_id.endswith(f"/{self.rank}"):
