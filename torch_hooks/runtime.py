@@ -350,7 +350,7 @@ class Runtime:
             share = self._share
         job = {"job_id": env.job_id, "device": env.device, "gpu": env.gpu, "priority": env.priority,
                "on_cap": env.on_cap, "sm_share": share}
-        return self.book.summary(job=job, wall_s=wall, busy_s=busy, mem=self.device.memory())
+        return self.book.summary(job=job, wall_s=wall, busy_s=busy, mem=self.device.memory(), ready_at=self.ready_at)
 
     def close(self) -> None:
         """Release a paused training thread; later boundaries do not idle; the

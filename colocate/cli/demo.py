@@ -162,15 +162,22 @@ def _print_cluster(rows: list[dict]) -> None:
 
 def print_table(rows: list[dict], pair) -> None:
     from colocate.cli._tables import print_table as show
+    from colocate.demo.node import phase_cells
 
     headers = ("mode", "guaranteed\nvs solo", "device\nutilization", "util vs\nG solo", "opportunistic\nvs solo",
-               "idle share\nused", "G host\nbytes peak")
+               "idle share\nused", "... while\nrunning", "O start-up", "O baseline", "O paused", "O running",
+               "G host\nbytes peak")
     body = [(r["mode"], f"{r['guaranteed_throughput_ratio']:.3f}", f"{r['device_utilization']:.3f}",
              f"{r['utilization_gain']:.2f}x", f"{r['opportunistic_throughput_ratio']:.3f}",
-             f"{r['idle_share_used']:.3f}", str(r["guaranteed_host_bytes_peak"])) for r in rows]
+             f"{r['idle_share_used']:.3f}", f"{r['idle_share_used_running']:.3f}", *phase_cells(r),
+             str(r["guaranteed_host_bytes_peak"])) for r in rows]
     show(headers, body, right=headers[1:],
          title=f"colocate demo: {pair.guaranteed.job_id} (guaranteed) + {pair.opportunistic.job_id} "
                f"(opportunistic) on one simulated GPU")
+    print("O start-up/baseline/paused/running: parts of the measured window the opportunistic job spent starting "
+          "(before its first device work), held for the guaranteed job's solo baseline, paused (SLO break, memory, "
+          "waiting) and running; idle share used while running: its busy time over the idle time of its running "
+          "part")
     if rows:
         runs = ", ".join(f"{x:.1f}" for x in rows[0]["guaranteed_solo_runs_it_s"])
         print(f"guaranteed solo utilization {rows[0]['guaranteed_solo_utilization']:.3f}, "

@@ -111,7 +111,9 @@ class Adaptive:
       the pause is a fresh solo profile whose median becomes the new baseline (catching drift in
       the guaranteed job's own work); ``pause_batches`` batches long, times ``pause_growth`` for
       each break within ``pause_recur_windows`` windows of the last resume, at most
-      ``pause_max_batches``. A window faster than the baseline by more than the margin re-profiles too.
+      ``pause_max_batches`` (a pause whose solo batches are as slow as the broken window found drift,
+      not interference: it does not count). A window faster than the baseline by more than twice the
+      margin re-profiles too (the job's own work shrank).
     * **AIMD**, for the others (yielding without priority, or served from host memory over their
       cap, whose bus traffic no priority orders): the budget starts at ``opp_start_share``; every
       ``window_batches`` guaranteed batches, while the median stays within ``slo_grow_fraction`` of
@@ -198,8 +200,10 @@ class Adaptive:
             reps = list(g.recent)[-st["need"]:]
             st.update(phase="steady", baseline=statistics.median(r.duration_s for r in reps), baseline_at=now,
                       next_iter=g.iterations + cfg.window_batches, resumed=g.iterations, seen=g.iterations, ok=True)
-            if st["why"] == Phase.PAUSED:
-                st["after_break"] = g.iterations
+            if st["why"] == Phase.PAUSED and st["baseline"] * (1.0 + cfg.slo_slowdown) < st["broken"]:
+                st["after_break"] = g.iterations  # alone it met the SLO: the opportunistic work broke it
+            elif st["why"] == Phase.PAUSED:  # as slow alone: the job's own work drifted, not a break to grow on
+                st["breaks"] = max(0, st["breaks"] - 1)
         if cfg.rebaseline_s and now - st["baseline_at"] > cfg.rebaseline_s:
             _hold(st, now, Phase.BASELINE, cfg.baseline_batches)
             return Phase.BASELINE, 0.0, Phase.BASELINE
@@ -228,17 +232,17 @@ class Adaptive:
         recur = after is not None and g.iterations - after < cfg.pause_recur_windows * win
         st["breaks"] = st["breaks"] + 1 if recur else 0
         need = min(cfg.pause_max_batches, round(cfg.pause_batches * cfg.pause_growth ** st["breaks"]))
-        st.update(ok=False, trend=-1, budget=max(cfg.opp_min_share, st["budget"] * cfg.opp_backoff))
+        st.update(ok=False, trend=-1, budget=max(cfg.opp_min_share, st["budget"] * cfg.opp_backoff), broken=median)
         _hold(st, now, Phase.PAUSED, need)
         return True
 
     @staticmethod
     def _window(st, g, opps, cfg, now) -> None:
         """One decision window: AIMD on the budget; with pause-or-full jobs, a window faster than the
-        baseline by more than the margin re-profiles it (the guaranteed job's own work shrank)."""
+        baseline by more than twice the margin re-profiles it (the guaranteed job's own work shrank)."""
         window = statistics.median(r.duration_s for r in list(g.recent)[-cfg.window_batches:])
         st["next_iter"] = g.iterations + cfg.window_batches
-        if any(_pause_or_full(j) for j in opps) and window < st["baseline"] * (1.0 - cfg.slo_slowdown):
+        if any(_pause_or_full(j) for j in opps) and window < st["baseline"] * (1.0 - 2 * cfg.slo_slowdown):
             _hold(st, now, Phase.BASELINE, cfg.pause_batches)
             return
         ok = window <= st["baseline"] * (1.0 + cfg.slo_slowdown)

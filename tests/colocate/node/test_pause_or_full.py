@@ -67,7 +67,8 @@ def test_full_share_after_the_baseline_and_the_guaranteed_job_never_throttled():
     ([0.0524] * 4, (1.0, "running")),              # just inside the margin: still full (no hold region)
     ([0.051, 0.051, 0.051, 0.09], (1.0, "running")),  # one slow batch: the window's median holds
     ([0.054] * 4, (0.0, "paused")),                # over the SLO once: pause at once (no patience)
-    ([0.045] * 4, (0.0, "baseline")),              # faster than the baseline by more than the margin: re-profile
+    ([0.047] * 4, (1.0, "running")),               # faster by less than twice the margin: noise, no re-profile
+    ([0.044] * 4, (0.0, "baseline")),              # faster by more: the job's own work shrank, re-profile
 ])
 def test_one_window_decides(window, want):
     n = running(pair())
@@ -114,6 +115,27 @@ def pause_lengths(n: Node, gaps: list[int]) -> list[int]:
 def test_the_pause_grows_while_breaks_recur(gaps, want):
     n = running(pair())
     assert pause_lengths(n, gaps) == want
+
+
+def test_a_pause_that_finds_drift_does_not_lengthen_the_next():
+    """The guaranteed job's own work grows step by step: each step breaks the SLO, and each pause finds the
+    job as slow alone (drift, not interference), so the pauses stay short."""
+    n = running(pair())
+    lengths = []
+    for d in (0.06, 0.07, 0.08):
+        for _ in range(4):
+            n.report("g", duration=d)
+            if n.state("o") == "paused":
+                break
+        assert n.state("o") == "paused"
+        confirm(n)
+        k = 0
+        while n.share("o") == 0.0 and k < 100:
+            n.report("g", duration=d)
+            confirm(n)
+            k += 1
+        lengths.append(k)
+    assert lengths == [4, 4, 4]
 
 
 @pytest.mark.parametrize("o_priority, host, want_share, want_state", [
