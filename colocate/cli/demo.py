@@ -16,9 +16,9 @@ import time
 from colocate.vocab import JobState
 
 TARGETS = """\
-node part, targets (adaptive): guaranteed >= 0.95 of solo, utilization >= 1.3x the guaranteed
-job's solo utilization, opportunistic job uses >= half of the idle device time, and pack slows
-the guaranteed job more than adaptive does.
+node part, targets (adaptive): guaranteed >= 0.98 of solo, the opportunistic job uses >= 0.80 of the
+idle device time, and pack slows the guaranteed job more than adaptive does; the table shows where
+the opportunistic job's time went (start-up, baseline, paused, running).
 cluster part: per-job queue wait and completion time, GPU allocation and utilization over time
 (cluster-gpus.png), and the share of each opportunistic job's run spent beside a guaranteed job.
 Exit code: 0; 1 when a job failed; 2 on bad options."""
