@@ -67,6 +67,13 @@ class Phase(StrEnum):
     RUNNING = "running"
 
 
+class Engine(StrEnum):
+    """An existing engine colocate runs inside (``COLOCATE_ENGINE``; ``colocate.engines``)."""
+
+    RAY = "ray"
+    SLURM = "slurm"
+
+
 class NodePolicy(StrEnum):
     """A node's co-location policy (``colocate.node.policies``)."""
 
