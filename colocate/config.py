@@ -29,7 +29,7 @@ class NodeConfig:
     # --- adaptive (pause-or-full or AIMD on the opportunistic share, guarded by the guaranteed job's SLO)
     slo_slowdown: float = _c(0.05, "adaptive: the guaranteed job's mini-batch time may exceed its solo baseline by this fraction")
     baseline_batches: int = _c(16, "adaptive: guaranteed batches profiled alone (opportunistic jobs paused) for the baseline")
-    baseline_warmup_batches: int = _c(5, "adaptive: a new guaranteed job's first batches (warm-up) are never profiled")
+    baseline_warmup_batches: int = _c(10, "adaptive: a new guaranteed job's first batches (warm-up) are never profiled")
     baseline_quiet_timeout_s: float = _c(5.0, "adaptive: start profiling anyway if a paused job has not confirmed by then")
     rebaseline_s: float = _c(120.0, "adaptive: re-profile the baseline this often (0: never)")
     window_batches: int = _c(16, "adaptive: guaranteed batches per decision window (AIMD steps once per window; pause-or-full checks the last window after every batch)")
