@@ -165,7 +165,7 @@ def print_table(rows: list[dict], pair) -> None:
     from colocate.demo.node import phase_cells
 
     headers = ("mode", "guaranteed\nvs solo", "device\nutilization", "util vs\nG solo", "opportunistic\nvs solo",
-               "idle share\nused", "... while\nrunning", "O start-up", "O baseline", "O paused", "O running",
+               "idle share\nused", "... while\nrunning", "O\nstart-up", "O\nbaseline", "O\npaused", "O\nrunning",
                "G host\nbytes peak")
     body = [(r["mode"], f"{r['guaranteed_throughput_ratio']:.3f}", f"{r['device_utilization']:.3f}",
              f"{r['utilization_gain']:.2f}x", f"{r['opportunistic_throughput_ratio']:.3f}",
@@ -174,10 +174,10 @@ def print_table(rows: list[dict], pair) -> None:
     show(headers, body, right=headers[1:],
          title=f"colocate demo: {pair.guaranteed.job_id} (guaranteed) + {pair.opportunistic.job_id} "
                f"(opportunistic) on one simulated GPU")
-    print("O start-up/baseline/paused/running: parts of the measured window the opportunistic job spent starting "
-          "(before its first device work), held for the guaranteed job's solo baseline, paused (SLO break, memory, "
-          "waiting) and running; idle share used while running: its busy time over the idle time of its running "
-          "part")
+    print("O start-up/baseline/paused/running: parts of the measured window the opportunistic job (O) spent\n"
+          "starting (before its first device work), held while the guaranteed job's solo baseline was profiled,\n"
+          "paused (SLO break, memory, waiting) and running; '... while running': its busy time over the idle\n"
+          "time of its running part")
     if rows:
         runs = ", ".join(f"{x:.1f}" for x in rows[0]["guaranteed_solo_runs_it_s"])
         print(f"guaranteed solo utilization {rows[0]['guaranteed_solo_utilization']:.3f}, "
