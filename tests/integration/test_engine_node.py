@@ -2,7 +2,7 @@
 
 One node with two simulated GPUs of 1 GiB. Two `colocate run --partition` jobs share GPU 0 (shares 0.5 and
 0.3, caps 512 and 256 MiB), each held to its share and cap while both train; a third partition that does not
-fit, and a whole-GPU guaranteed worker that must register, exit with one line. An opportunistic worker started
+fit exits with one line. An opportunistic worker started
 as an engine starts it (no launcher: COLOCATE_ENABLED, the injected sitecustomize, COLOCATE_GPUS=node) is put
 on GPU 1, the one its memory fits, and runs there (its core, its memory); one that fits nowhere exits with one
 line. A worker with COLOCATE_NODE_REQUIRED=1 and no node exits with one line naming `colocate node`.
@@ -10,6 +10,7 @@ line. A worker with COLOCATE_NODE_REQUIRED=1 and no node exits with one line nam
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -17,9 +18,11 @@ from colocate.gpus.sim import default_core
 from colocate.launcher import INJECT_DIR
 from tests.support import (
     JOB_START_S,
+    PY,
     REPO,
     MiB,
     NodeProc,
+    clean_env,
     finish,
     read_log,
     result_of,
@@ -59,12 +62,34 @@ print("@@RESULT@@" + json.dumps({"gpu": rt.env.gpu, "cores": sorted(os.sched_get
 """
 
 
-def engine_worker(node: str, job_id: str, **colocate):
-    """A worker started as an engine starts one: no launcher, the runtime through the injected sitecustomize."""
+REFUSED = """\
+import sys
+import torch_hooks
+try:
+    torch_hooks.install()  # refused before the device opens: torch is never imported
+except ValueError as exc:
+    sys.exit(f"colocate: {exc}")  # what the injected sitecustomize does (tests/colocate/test_engines.py)
+print("ran")
+"""
+
+
+def engine_worker(node: str, job_id: str, code: str = WORKER, **colocate) -> subprocess.Popen:
+    """A worker started as an engine starts one: no launcher, the runtime through the injected sitecustomize
+    (started now; ``ended`` collects it)."""
     env = {"COLOCATE_ENABLED": "1", "COLOCATE_DEVICE": "sim", "COLOCATE_NODE": node, "COLOCATE_JOB_ID": job_id,
            "COLOCATE_NODE_WAIT_S": "20", "PYTHONPATH": os.pathsep.join([INJECT_DIR, str(REPO)]),
            **{f"COLOCATE_{k.upper()}": str(v) for k, v in colocate.items()}}
-    return run_py(WORKER, env=env, timeout=120)
+    return subprocess.Popen([PY, "-c", code], cwd=REPO, env=clean_env(env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def ended(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def partition(procs, node, job_id, share, cap_mib, hold_mib, stop):
@@ -89,20 +114,18 @@ def test_partitions_share_a_gpu_and_the_node_picks_an_opportunistic_gpu(sim_ext,
     sent = [(r["job_id"], r["limits"]["seq"]) for r in node.records() if r["kind"] == "limits"]
     assert sent == [], sent  # the Welcome only: the node never changed a partition's limits
 
-    # a partition that does not fit, and a whole-GPU guaranteed worker that must register: one line each
-    c = engine_worker(node.endpoint, "c", partition=1, sm_share=0.3, gpu_mem="128MiB", gpu=0)
-    assert c.returncode == 2 and c.stderr.strip() == (
+    # at once: a partition that does not fit, an opportunistic worker whose GPU the node picks (GPU 0 has 256 MiB
+    # left, so 512 MiB fit on GPU 1 only), and one that fits nowhere
+    workers = [engine_worker(node.endpoint, "c", REFUSED, partition=1, sm_share=0.3, gpu_mem="128MiB", gpu=0),
+               engine_worker(node.endpoint, "o", gpus="node", priority="opportunistic", gpu_mem="512MiB"),
+               engine_worker(node.endpoint, "p", REFUSED, gpus="node", priority="opportunistic", gpu_mem="2GiB")]
+    c, o, p = map(ended, workers)
+    assert c.returncode == 1 and c.stdout == "" and c.stderr.strip() == (
         f"colocate: the node coordinator at {node.endpoint} refused worker c: GPU 0: a partition of share 0.3 "
         "does not fit: its partitions (a, b) hold 0.8 of its compute"), c.stderr
-    g = engine_worker(node.endpoint, "g", node_required=1, gpu=0)
-    assert g.returncode == 2 and g.stderr.strip().endswith("refused worker g: GPU 0 already runs guaranteed job a")
-
-    # the node picks the GPU of an opportunistic worker: GPU 0 has 256 MiB left, so 512 MiB fit on GPU 1 only
-    o = engine_worker(node.endpoint, "o", gpus="node", priority="opportunistic", gpu_mem="512MiB")
     assert o.returncode == 0, o.stderr
     assert result_of(o.stdout, o.stderr) == {"gpu": 1, "cores": [default_core(1)], "mem_total": 1 << 30}
-    p = engine_worker(node.endpoint, "p", gpus="node", priority="opportunistic", gpu_mem="2GiB")
-    assert p.returncode == 2 and "refused worker p: no GPU on this node is under 80% busy with 2048 MiB free" in \
+    assert p.returncode == 1 and p.stdout == "" and "refused worker p: no GPU on this node is under 80% busy with 2048 MiB free" in \
         p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
     stop.write_text("")
