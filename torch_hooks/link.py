@@ -12,7 +12,11 @@ silent intervals the link drops the socket, reconnects with exponential backoff
 and registers again (``epoch`` + 1). Both numbers are the node's: its ``Welcome``
 carries them (``DEFAULT_HEARTBEAT_S`` and ``DEFAULT_LIVENESS`` hold until then). While
 the node is away the job keeps running at its last limits. Messages from a node
-incarnation older than the one that welcomed the job are ignored.
+incarnation older than the one that welcomed the job are ignored. Limits are acknowledged
+(``LimitsApplied``) by the first batch under them, or while paused; a pause (share 0) that
+arrives before the job's first device work is acknowledged at once, since the runtime holds
+that work until the share is raised. ``Register.priority_yield`` tells the node that the job
+yields by low device priority (``COLOCATE_YIELD_VIA`` has it, on the simulated GPU).
 
 ``register_first(env)`` is the registration a worker must finish before it runs (a fixed partition, a GPU the
 node picks, ``COLOCATE_NODE_REQUIRED``): it runs at install, before the device is opened (so before CUDA
