@@ -30,15 +30,22 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_ENABLED", "0", "1 in a process started by `colocate run`: install the runtime when torch is imported."),
     Variable("COLOCATE_JOB_ID", "<pid>", "Job identifier used in statistics, logs and the node protocol."),
     Variable("COLOCATE_DEVICE", DeviceKind.SIM, "Device kind the job runs on: `sim` or `cuda` (the launcher resolves `auto`)."),
-    Variable("COLOCATE_GPUS", "0", "The job's GPUs, comma-separated node indices (simulated or NVML), written by `colocate run --gpus`; a process with torchrun's `LOCAL_RANK` uses GPU number LOCAL_RANK of the list (modulo its length; on CUDA, `CUDA_VISIBLE_DEVICES` lists the same GPUs in the same order, so it is device `cuda:LOCAL_RANK`), any other process the first."),
+    Variable("COLOCATE_ENGINE", "", "The engine that started this worker (`ray`, `slurm`): when the runtime installs, before any other variable is read, `colocate.<engine>.worker:resolve(environ)` returns the `COLOCATE_*` values this worker runs with (GPU, share, cap, job id, rank, priority, partition; docs/engines.md). Empty: none (`colocate run` wrote the variables)."),
+    Variable("COLOCATE_GPUS", "0", "The job's GPUs, comma-separated node indices (simulated or NVML), written by `colocate run --gpus`; a process with torchrun's `LOCAL_RANK` (or COLOCATE_LOCAL_RANK) uses GPU number LOCAL_RANK of the list (modulo its length; on CUDA, `CUDA_VISIBLE_DEVICES` lists the same GPUs in the same order, so it is device `cuda:LOCAL_RANK`), any other process the first. `node` (an opportunistic worker with COLOCATE_NODE): the node coordinator picks this process's GPU when it registers, before CUDA starts (the least utilized over the last 10 s, under 80%, where the memory fits); none fits: the process exits with one line."),
     Variable("COLOCATE_GPU", "<from COLOCATE_GPUS>", "This process's GPU (a node index), when it must differ from what COLOCATE_GPUS and LOCAL_RANK give; it must be one of COLOCATE_GPUS when both are set. The launcher never writes it."),
     Variable("COLOCATE_GPU_MEM", "<device total>", "Device memory cap in bytes; over it, allocations go to host or fail (COLOCATE_ON_CAP)."),
     Variable("COLOCATE_SM_SHARE", "1.0", "Compute share 0..1: the job's device busy fraction is held at or below it; 0 pauses at the next mini-batch."),
     Variable("COLOCATE_PRIORITY", Priority.GUARANTEED, "`guaranteed` or `opportunistic`."),
+    Variable("COLOCATE_PARTITION", "0", "1: a guaranteed worker holding a fixed partition of its GPU, its COLOCATE_SM_SHARE and COLOCATE_GPU_MEM (both required). The node admits several partitions on one GPU while their shares sum to at most 1 and their caps to at most the GPU's memory, never changes their limits, and refuses one that does not fit: the process exits with the node's one line. Opportunistic workers on that GPU get what the partitions leave."),
+    Variable("COLOCATE_RANK", "<RANK>", "This worker's rank in its job, when the engine's name for it is not torchrun's `RANK` (read when this is unset). Workers with one COLOCATE_JOB_ID and ranks are one job: each registers as `JOB/RANK`."),
+    Variable("COLOCATE_WORLD_SIZE", "<WORLD_SIZE>", "The number of workers in the job (torchrun's `WORLD_SIZE` when unset)."),
+    Variable("COLOCATE_LOCAL_RANK", "<LOCAL_RANK>", "This worker's rank on its machine (torchrun's `LOCAL_RANK` when unset): picks its GPU from COLOCATE_GPUS."),
     Variable("COLOCATE_ON_CAP", "host", "`host`: allocations over the cap are served from host memory; `error`: the job stops with one line."),
     Variable("COLOCATE_STATS_DIR", "", "Directory where each job process writes `stats-<pid>.json` at exit (the launcher merges them)."),
-    Variable("COLOCATE_TOKEN", "<random>", "Secret the launcher draws per job; the node binds the job id to it, so no other process can register as this job."),
+    Variable("COLOCATE_TOKEN", "<random>", "Secret the launcher draws per job (a process started without the launcher draws its own); the node binds the job id to it, so no other process can register as this job."),
     Variable("COLOCATE_NODE", "", "Endpoint of the node coordinator (`colocate node` listens on ipc:///tmp/colocate-$UID/node.sock by default); empty: run standalone."),
+    Variable("COLOCATE_NODE_REQUIRED", "0", "1: fail closed. The process exits with one line, naming `colocate node`, when the node coordinator at COLOCATE_NODE does not welcome it within COLOCATE_NODE_WAIT_S of install (unreachable, or the registration refused); it never runs without its limits."),
+    Variable("COLOCATE_NODE_WAIT_S", "5", "Seconds a process that must register before it runs (COLOCATE_NODE_REQUIRED, COLOCATE_PARTITION, COLOCATE_GPUS=node) waits for the node's answer."),
     Variable("COLOCATE_YIELD_VIA", "priority", "How an opportunistic job gives way when the node says so (limits `gate`): `priority` runs it at low device priority (sim: the GPU core's idle scheduling class), `gate` holds its operators while the guaranteed job's device phase runs or is due (sim); comma-separated, or `none`."),
     Variable("COLOCATE_SIM_CORE", "<gpu index mod cores>", "sim: CPU core that is the simulated GPU's compute; the job is pinned to it."),
     Variable("COLOCATE_SIM_GPU_MEM", "16GiB", "sim: total memory of the simulated GPU in bytes (the cap when none is given)."),
@@ -62,6 +69,8 @@ DEFAULT_YIELD = (YieldMode.PRIORITY,)  # measured: the gate's polling adds nothi
 
 DEFAULT_SIM_GPU_MEM = 16 << 30
 DEFAULT_BOUNDARY_WARN_S = 60.0
+DEFAULT_NODE_WAIT_S = 5.0
+PICK_GPU = "node"  # COLOCATE_GPUS=node: the node coordinator picks this process's GPU
 
 
 def _get(env: Mapping[str, str], name: str) -> str | None:
@@ -92,9 +101,14 @@ class JobEnv:
     log: str = "warning"
     boundary_warn_s: float = DEFAULT_BOUNDARY_WARN_S
     yield_via: tuple[str, ...] = DEFAULT_YIELD
-    rank: int | None = None  # torchrun's RANK, LOCAL_RANK and WORLD_SIZE (not COLOCATE_* variables; None: unset)
+    rank: int | None = None  # COLOCATE_RANK/LOCAL_RANK/WORLD_SIZE, else torchrun's RANK, ... (None: unset)
     local_rank: int | None = None
     world_size: int | None = None
+    engine: str = ""  # COLOCATE_ENGINE (already resolved by colocate.engines when the runtime reads this)
+    partition: bool = False  # a guaranteed fixed partition: gpu_mem and sm_share are its cap and share
+    pick_gpu: bool = False  # COLOCATE_GPUS=node: the node picks ``gpu`` at registration (0 until then)
+    node_required: bool = False
+    node_wait_s: float = DEFAULT_NODE_WAIT_S
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -134,6 +148,12 @@ class JobEnv:
                 raise ValueError("must be a non-negative integer")
             return value
 
+        def positive_int(raw):
+            value = int(raw)
+            if value < 1:
+                raise ValueError("must be a positive integer")
+            return value
+
         def nonneg_float(raw):
             value = float(raw)
             if not value >= 0 or value == float("inf"):
@@ -146,12 +166,30 @@ class JobEnv:
                 raise ValueError("must be a positive number")
             return value
 
-        gpus = parsed("COLOCATE_GPUS", parse_gpus, ())
+        def flag(raw):
+            if raw not in ("0", "1"):
+                raise ValueError("must be 0 or 1")
+            return raw == "1"
+
+        pick_gpu = _get(env, "COLOCATE_GPUS") == PICK_GPU
+        gpus = () if pick_gpu else parsed("COLOCATE_GPUS", parse_gpus, ())
         explicit = parsed("COLOCATE_GPU", nonneg_int, None)
-        local_rank = _torchrun_int(env, "LOCAL_RANK")
+        rank = parsed("COLOCATE_RANK", nonneg_int, _torchrun_int(env, "RANK"))
+        local_rank = parsed("COLOCATE_LOCAL_RANK", nonneg_int, _torchrun_int(env, "LOCAL_RANK"))
+        world_size = parsed("COLOCATE_WORLD_SIZE", positive_int, _torchrun_int(env, "WORLD_SIZE"))
         if gpus and explicit is not None and explicit not in gpus:
             raise ValueError(f"COLOCATE_GPU={explicit}: must be one of COLOCATE_GPUS ({','.join(map(str, gpus))})")
         gpu = explicit if explicit is not None else (gpus[(local_rank or 0) % len(gpus)] if gpus else 0)
+        priority = parsed("COLOCATE_PRIORITY", choice(PRIORITIES), Priority.GUARANTEED)
+        partition = parsed("COLOCATE_PARTITION", flag, False)
+        node = _get(env, "COLOCATE_NODE")
+        if partition and (priority != Priority.GUARANTEED or _get(env, "COLOCATE_SM_SHARE") is None
+                          or _get(env, "COLOCATE_GPU_MEM") is None):
+            raise ValueError("COLOCATE_PARTITION=1: a partition is guaranteed and needs both COLOCATE_SM_SHARE "
+                             "and COLOCATE_GPU_MEM (its share and cap)")
+        if pick_gpu and (priority != Priority.OPPORTUNISTIC or node is None or explicit is not None):
+            raise ValueError("COLOCATE_GPUS=node: only an opportunistic worker with COLOCATE_NODE (and no "
+                             "COLOCATE_GPU) has its GPU picked by the node")
         return cls(
             enabled=_get(env, "COLOCATE_ENABLED") == "1",
             job_id=_get(env, "COLOCATE_JOB_ID") or str(os.getpid()),
@@ -161,24 +199,30 @@ class JobEnv:
             gpus=gpus,
             gpu_mem=parsed("COLOCATE_GPU_MEM", parse_size, None),
             sm_share=parsed("COLOCATE_SM_SHARE", lambda r: parse_fraction(r, "share"), 1.0),
-            priority=parsed("COLOCATE_PRIORITY", choice(PRIORITIES), Priority.GUARANTEED),
+            priority=priority,
             on_cap=parsed("COLOCATE_ON_CAP", choice(ON_CAP), OnCap.HOST),
             stats_dir=_get(env, "COLOCATE_STATS_DIR"),
-            node=_get(env, "COLOCATE_NODE"),
+            node=node,
             sim_core=parsed("COLOCATE_SIM_CORE", nonneg_int, None),
             sim_gpu_mem=parsed("COLOCATE_SIM_GPU_MEM", parse_size, DEFAULT_SIM_GPU_MEM),
             sim_host_gbps=parsed("COLOCATE_SIM_HOST_GBPS", positive_float, 2.0),
             log=parsed("COLOCATE_LOG", choice(LOG_LEVELS), "warning"),
             boundary_warn_s=parsed("COLOCATE_BOUNDARY_WARN_S", nonneg_float, DEFAULT_BOUNDARY_WARN_S),
             yield_via=parsed("COLOCATE_YIELD_VIA", parse_yield, DEFAULT_YIELD),
-            rank=_torchrun_int(env, "RANK"),
+            rank=rank,
             local_rank=local_rank,
-            world_size=_torchrun_int(env, "WORLD_SIZE"),
+            world_size=world_size,
+            engine=_get(env, "COLOCATE_ENGINE") or "",
+            partition=partition,
+            pick_gpu=pick_gpu,
+            node_required=parsed("COLOCATE_NODE_REQUIRED", flag, False),
+            node_wait_s=parsed("COLOCATE_NODE_WAIT_S", positive_float, DEFAULT_NODE_WAIT_S),
         )
 
     def to_environ(self) -> dict[str, str]:
         """The variables that reproduce this value (only those that are set; ``COLOCATE_GPU`` only where
-        ``gpus`` does not give ``gpu``). torchrun's ``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` are not written."""
+        ``gpus`` does not give ``gpu``). Ranks (``COLOCATE_RANK``, torchrun's ``RANK``, ...) and the engine
+        are not written: they belong to the process, not to the job."""
         out = {
             "COLOCATE_ENABLED": "1" if self.enabled else "0",
             "COLOCATE_JOB_ID": self.job_id,
@@ -190,10 +234,18 @@ class JobEnv:
             "COLOCATE_SIM_HOST_GBPS": repr(float(self.sim_host_gbps)),
             "COLOCATE_LOG": self.log,
         }
-        if self.gpus:
+        if self.pick_gpu:
+            out["COLOCATE_GPUS"] = PICK_GPU
+        elif self.gpus:
             out["COLOCATE_GPUS"] = format_gpus(self.gpus)
-        if not self.gpus or self.gpu != self.gpus[0]:
+        if not self.pick_gpu and (not self.gpus or self.gpu != self.gpus[0]):
             out["COLOCATE_GPU"] = str(self.gpu)
+        if self.partition:
+            out["COLOCATE_PARTITION"] = "1"
+        if self.node_required:
+            out["COLOCATE_NODE_REQUIRED"] = "1"
+        if self.node_wait_s != DEFAULT_NODE_WAIT_S:
+            out["COLOCATE_NODE_WAIT_S"] = repr(float(self.node_wait_s))
         if self.gpu_mem is not None:
             out["COLOCATE_GPU_MEM"] = str(self.gpu_mem)
         if self.token:

@@ -56,6 +56,13 @@ class YieldMode(StrEnum):
     GATE = "gate"
 
 
+class Engine(StrEnum):
+    """An existing engine colocate runs inside (``COLOCATE_ENGINE``; ``colocate.engines``)."""
+
+    RAY = "ray"
+    SLURM = "slurm"
+
+
 class NodePolicy(StrEnum):
     """A node's co-location policy (``colocate.node.policies``)."""
 

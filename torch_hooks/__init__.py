@@ -5,7 +5,7 @@ Nothing happens on import. ``install()`` (called by the launcher's injected
 ``COLOCATE_*`` variables, installs the device (memory cap, busy clock), the
 mini-batch hooks and the statistics writer. Public, thread-safe API::
 
-    torch_hooks.install(env=None) -> Runtime    # idempotent
+    torch_hooks.install(env=None) -> Runtime    # idempotent; env None: from os.environ (colocate.engines.prepare)
     torch_hooks.step()                          # explicit boundary (loops the hooks cannot see)
     torch_hooks.set_limits(mem_cap=None, sm_share=None)
     torch_hooks.limits() -> {"mem_cap", "sm_share", "seq"}
@@ -40,7 +40,11 @@ def install(env=None):
 
         globals()["runtime"] = _runtime_accessor  # the submodule import rebinds the name
 
-        env = env or JobEnv.from_environ()
+        if env is None:
+            from colocate.engines import prepare
+
+            prepare(os.environ)  # the engine's resolver, then a token of its own: before anything reads them
+            env = JobEnv.from_environ()
         logging.basicConfig(format="colocate[%(process)d] %(levelname)s %(message)s")
         logging.getLogger("colocate").setLevel(env.log.upper())
         device = job_device(env)

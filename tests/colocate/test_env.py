@@ -220,3 +220,43 @@ def test_torchrun_variables_give_the_worker_id():
     assert (e.rank, e.local_rank, e.world_size, e.worker_id) == (3, 1, 4, "j/3")
     assert JobEnv.from_environ({"COLOCATE_JOB_ID": "j"}).worker_id == "j"
     assert JobEnv.from_environ({"COLOCATE_JOB_ID": "j", "RANK": "x"}).worker_id == "j"  # not ours to reject
+
+
+@pytest.mark.parametrize("env, rank, local_rank, world, worker", [
+    ({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}, 3, 1, 4, "j/3"),  # torchrun's names
+    ({"COLOCATE_RANK": "2", "COLOCATE_LOCAL_RANK": "0", "COLOCATE_WORLD_SIZE": "3", "RANK": "9"}, 2, 0, 3, "j/2"),
+    ({"RANK": "x"}, None, None, None, "j"),  # torchrun's are not colocate's to reject
+])
+def test_ranks_come_from_colocate_names_before_torchrun_names(env, rank, local_rank, world, worker):
+    e = JobEnv.from_environ({"COLOCATE_JOB_ID": "j", **env})
+    assert (e.rank, e.local_rank, e.world_size, e.worker_id) == (rank, local_rank, world, worker)
+
+
+def test_engine_partition_pick_and_required_round_trip():
+    raw = {"COLOCATE_ENGINE": "ray", "COLOCATE_PARTITION": "1", "COLOCATE_SM_SHARE": "0.5",
+           "COLOCATE_GPU_MEM": "1GiB", "COLOCATE_NODE_REQUIRED": "1", "COLOCATE_NODE_WAIT_S": "2"}
+    e = JobEnv.from_environ(raw)
+    assert (e.engine, e.partition, e.node_required, e.node_wait_s) == ("ray", True, True, 2.0)
+    assert JobEnv.from_environ(e.to_environ()).partition
+    pick = JobEnv.from_environ({"COLOCATE_GPUS": "node", "COLOCATE_PRIORITY": "opportunistic",
+                                "COLOCATE_NODE": "ipc:///tmp/n.sock"})
+    assert pick.pick_gpu and pick.gpus == () and pick.gpu == 0
+    assert JobEnv.from_environ(pick.to_environ()).pick_gpu
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"COLOCATE_RANK": "-1"}, "COLOCATE_RANK='-1': "),
+    ({"COLOCATE_WORLD_SIZE": "0"}, "COLOCATE_WORLD_SIZE='0': "),
+    ({"COLOCATE_PARTITION": "yes"}, "COLOCATE_PARTITION='yes': must be 0 or 1"),
+    ({"COLOCATE_NODE_REQUIRED": "2"}, "COLOCATE_NODE_REQUIRED='2': must be 0 or 1"),
+    ({"COLOCATE_NODE_WAIT_S": "0"}, "COLOCATE_NODE_WAIT_S='0': "),
+    ({"COLOCATE_PARTITION": "1", "COLOCATE_SM_SHARE": "0.5"}, "needs both COLOCATE_SM_SHARE and COLOCATE_GPU_MEM"),
+    ({"COLOCATE_PARTITION": "1", "COLOCATE_SM_SHARE": "0.5", "COLOCATE_GPU_MEM": "1GiB",
+      "COLOCATE_PRIORITY": "opportunistic"}, "a partition is guaranteed"),
+    ({"COLOCATE_GPUS": "node", "COLOCATE_NODE": "ipc:///tmp/n.sock"}, "only an opportunistic worker"),
+    ({"COLOCATE_GPUS": "node", "COLOCATE_PRIORITY": "opportunistic"}, "with COLOCATE_NODE"),
+])
+def test_bad_engine_variables_are_one_line(env, words):
+    with pytest.raises(ValueError) as info:
+        JobEnv.from_environ(env)
+    assert words in str(info.value) and "\n" not in str(info.value)
