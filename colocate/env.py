@@ -46,6 +46,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_NODE", "", "Endpoint of the node coordinator (`colocate node` listens on ipc:///tmp/colocate-$UID/node.sock by default); empty: run standalone."),
     Variable("COLOCATE_NODE_REQUIRED", "0", "1: fail closed. The process exits with one line, naming `colocate node`, when the node coordinator at COLOCATE_NODE does not welcome it within COLOCATE_NODE_WAIT_S of install (unreachable, or the registration refused); it never runs without its limits."),
     Variable("COLOCATE_NODE_WAIT_S", "5", "Seconds a process that must register before it runs (COLOCATE_NODE_REQUIRED, COLOCATE_PARTITION, COLOCATE_GPUS=node) waits for the node's answer."),
+    Variable("COLOCATE_RAY", "", "Written by the Ray runtime_env plugin (`colocate.ray.plugin`) in a worker that asked for colocate: its `colocate` fields as JSON. A worker with COLOCATE_ENGINE=ray and none ran on a node without the plugin, and refuses to run (docs/ray.md)."),
     Variable("COLOCATE_YIELD_VIA", "priority", "How an opportunistic job gives way when the node says so (limits `gate`): `priority` runs it at low device priority (sim: the GPU core's idle scheduling class), `gate` holds its operators while the guaranteed job's device phase runs or is due (sim); comma-separated, or `none`."),
     Variable("COLOCATE_SIM_CORE", "<gpu index mod cores>", "sim: CPU core that is the simulated GPU's compute; the job is pinned to it."),
     Variable("COLOCATE_SIM_GPU_MEM", "16GiB", "sim: total memory of the simulated GPU in bytes (the cap when none is given)."),

@@ -5,9 +5,10 @@ On each node, ``colocate ray start [ray start options]`` runs a ``colocate node`
 Train worker then asks for colocate in its runtime_env; the helpers here build the options::
 
     import colocate.ray
-    @ray.remote(**colocate.ray.options(num_gpus=0.5))                      # cap and share: half the GPU
-    @ray.remote(**colocate.ray.options(num_gpus=0.25, gpu_mem="1GiB"))     # share 0.25, cap 1 GiB
-    @ray.remote(**colocate.ray.options(priority="opportunistic"))          # no Ray GPU: the node picks one
+    @colocate.ray.remote(num_gpus=0.5)                        # cap and share: half the GPU
+    @colocate.ray.remote(num_gpus=0.25, gpu_mem="1GiB")       # share 0.25, cap 1 GiB
+    @colocate.ray.remote(priority="opportunistic")            # no Ray GPU: the node picks one
+    f.options(**colocate.ray.options(num_gpus=0.5))           # the same keywords for .options()
     RunConfig(worker_runtime_env=colocate.ray.runtime_env())               # Ray Train: one colocate job
 
 A plain ``runtime_env={"colocate": {...}}`` works on nodes with the plugin; the helpers also make a node without
@@ -20,7 +21,7 @@ from __future__ import annotations
 from colocate.ray.fields import FIELD, KEYS, OPPORTUNISTIC_RESOURCE, Fields, parse_fields
 from colocate.vocab import Priority
 
-__all__ = ["FIELD", "KEYS", "OPPORTUNISTIC_RESOURCE", "Fields", "options", "parse_fields", "runtime_env"]
+__all__ = ["FIELD", "KEYS", "OPPORTUNISTIC_RESOURCE", "Fields", "options", "parse_fields", "remote", "runtime_env"]
 
 
 def runtime_env(priority: str | None = None, gpu_mem: str | int | None = None, sm_share: float | None = None,
@@ -44,15 +45,16 @@ def runtime_env(priority: str | None = None, gpu_mem: str | int | None = None, s
 
 
 def options(num_gpus: float | None = None, *, priority: str | None = None, gpu_mem: str | int | None = None,
-            sm_share: float | None = None, on_cap: str | None = None, actor: bool = False,
-            base: dict | None = None, resources: dict | None = None) -> dict:
-    """Keyword arguments for ``@ray.remote(...)`` / ``.options(...)`` of a colocate task (``actor=True``: an actor;
-    ``base``: a runtime_env to add to).
+            sm_share: float | None = None, on_cap: str | None = None, base: dict | None = None,
+            resources: dict | None = None) -> dict:
+    """Keyword arguments for ``.options(...)`` (or ``@ray.remote(...)``) of a colocate task or actor
+    (``base``: a runtime_env to add to; ``resources``: other custom resources).
 
     Guaranteed (default): ``num_gpus`` (a fraction, or 1; default 1) of one GPU, enforced as cap and share.
     Opportunistic: no Ray GPU, one unit of ``OPPORTUNISTIC_RESOURCE`` (the node coordinator picks the GPU).
-    A task gets ``max_calls=1``: Ray reuses a worker for tasks of one runtime_env, while colocate decides a
-    worker's GPU and limits once, when it imports torch."""
+    A task should be declared with ``max_calls=1`` (``remote`` does it; Ray refuses it in ``.options()``): Ray
+    reuses a worker for tasks of one runtime_env, while colocate decides a worker's GPU and limits once, when
+    it imports torch."""
     env = runtime_env(priority, gpu_mem, sm_share, on_cap, base=base)
     out: dict = {"runtime_env": env}
     extra = dict(resources or {})
@@ -69,6 +71,19 @@ def options(num_gpus: float | None = None, *, priority: str | None = None, gpu_m
         out["num_gpus"] = gpus
     if extra:
         out["resources"] = extra
-    if not actor:
-        out["max_calls"] = 1
     return out
+
+
+def remote(target=None, **kwargs):
+    """``ray.remote`` with ``options(**kwargs)``, and ``max_calls=1`` for a task:
+    ``@colocate.ray.remote(num_gpus=0.5)`` over a function or an actor class (``@colocate.ray.remote`` alone:
+    one whole GPU, guaranteed)."""
+    import ray
+
+    def wrap(obj):
+        opts = options(**kwargs)
+        if not isinstance(obj, type):
+            opts["max_calls"] = 1
+        return ray.remote(**opts)(obj)
+
+    return wrap(target) if target is not None else wrap

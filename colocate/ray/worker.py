@@ -14,7 +14,8 @@ From Ray (``ray.get_gpu_ids()``, ``get_runtime_context().get_assigned_resources(
 * an opportunistic worker holds no Ray GPU (it asked for the ``colocate_opportunistic`` resource):
   ``COLOCATE_GPUS=node``, the node coordinator picks its GPU.
 
-Identity: the workers of one Ray Train run are one colocate job (``raytrain-NAME-RUNID``, ranks from Ray
+A process a Ray worker starts inherits the worker's resolved variables (its ``COLOCATE_JOB_ID`` among them)
+and keeps them. Identity: the workers of one Ray Train run are one colocate job (``raytrain-NAME-RUNID``, ranks from Ray
 Train's context); any other actor is a job of its own (``ray-actor-ID``), a task too (``ray-task-ID``).
 """
 
@@ -41,11 +42,11 @@ def resolve(environ: Mapping[str, str]) -> dict[str, str]:
     fields = Fields.from_json(raw)
     if not environ.get("COLOCATE_NODE"):
         raise ValueError(NO_NODE)
-    import ray
-
-    if not ray.is_initialized():
-        raise ValueError("COLOCATE_ENGINE=ray in a process that is not a Ray worker (a process a Ray task started "
-                         "inherits its task's resolved variables, not the engine)")
+    ray = sys.modules.get("ray")  # a Ray worker has imported it; any other process is not one
+    if ray is None or not ray.is_initialized():
+        if environ.get("COLOCATE_JOB_ID"):
+            return {}  # a process its Ray worker started (a spawned DataLoader worker): the worker's values hold
+        raise ValueError("COLOCATE_ENGINE=ray in a process that is neither a Ray worker nor started by one")
     ctx = ray.get_runtime_context()
     gpu_ids = list(ray.get_gpu_ids())
     fraction = float(ctx.get_assigned_resources().get("GPU", 0.0))
@@ -93,8 +94,8 @@ def identity(ctx) -> dict[str, str]:
                 "COLOCATE_WORLD_SIZE": str(dist.world_size), "COLOCATE_LOCAL_RANK": str(dist.local_rank)}
     actor = ctx.get_actor_id()
     if actor:
-        return {"COLOCATE_JOB_ID": f"ray-actor-{actor}"}
-    return {"COLOCATE_JOB_ID": f"ray-task-{ctx.get_task_id()}"}
+        return {"COLOCATE_JOB_ID": f"ray-actor-{actor[:24]}"}  # its unique part (the rest names the Ray job)
+    return {"COLOCATE_JOB_ID": f"ray-task-{ctx.get_task_id()[:16]}"}  # ditto (the rest names the parent)
 
 
 def _train_context():
