@@ -188,6 +188,9 @@ class JobEnv:
                           or _get(env, "COLOCATE_GPU_MEM") is None):
             raise ValueError("COLOCATE_PARTITION=1: a partition is guaranteed and needs both COLOCATE_SM_SHARE "
                              "and COLOCATE_GPU_MEM (its share and cap)")
+        node_required = parsed("COLOCATE_NODE_REQUIRED", flag, False)
+        if node_required and node is None:
+            raise ValueError("COLOCATE_NODE_REQUIRED=1: COLOCATE_NODE is not set (the node coordinator's endpoint)")
         if pick_gpu and (priority != Priority.OPPORTUNISTIC or node is None or explicit is not None):
             raise ValueError("COLOCATE_GPUS=node: only an opportunistic worker with COLOCATE_NODE (and no "
                              "COLOCATE_GPU) has its GPU picked by the node")
@@ -216,7 +219,7 @@ class JobEnv:
             engine=_get(env, "COLOCATE_ENGINE") or "",
             partition=partition,
             pick_gpu=pick_gpu,
-            node_required=parsed("COLOCATE_NODE_REQUIRED", flag, False),
+            node_required=node_required,
             node_wait_s=parsed("COLOCATE_NODE_WAIT_S", positive_float, DEFAULT_NODE_WAIT_S),
         )
 

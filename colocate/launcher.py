@@ -36,6 +36,8 @@ from colocate.vocab import DeviceKind, OnCap, Priority
 INJECT_DIR = str(Path(__file__).with_name("_inject"))
 PROJECT_ROOT = str(Path(colocate.__file__).resolve().parent.parent)
 FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGCONT")
+PER_JOB = ("COLOCATE_GPU", "COLOCATE_GPUS", "COLOCATE_ENGINE", "COLOCATE_PARTITION", "COLOCATE_RANK",
+           "COLOCATE_WORLD_SIZE", "COLOCATE_LOCAL_RANK")  # never inherited: the launcher decides them
 MAX_JOB_ID_CHARS = 112  # the wire allows 128: room for a worker's "/RANK"
 
 
@@ -60,6 +62,7 @@ class RunSpec:
     log: str = "warning"
     exit_file: str | None = None  # where the exit code is written when the command ends
     lease_file: str | None = None  # a node's lease (``colocate.lease``): the command is stopped when it lapses
+    partition: bool = False  # a guaranteed fixed partition: gpu_mem and sm_share are its own, never changed
 
     @property
     def job_gpus(self) -> tuple[int, ...]:
@@ -122,7 +125,7 @@ def python_script(args) -> str | None:
 
 def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
     """The child's environment: ``base`` plus the COLOCATE_* table and injection."""
-    env = {k: v for k, v in base.items() if k not in ("COLOCATE_GPU", "COLOCATE_GPUS")}  # this job's own only
+    env = {k: v for k, v in base.items() if k not in PER_JOB}  # this job's own only
     inherited = JobEnv.from_environ(env)
     gpus = spec.job_gpus
     job = JobEnv(
@@ -141,6 +144,7 @@ def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
         sim_core=inherited.sim_core,
         sim_gpu_mem=spec.sim_gpu_mem or inherited.sim_gpu_mem,
         log=spec.log,
+        partition=spec.partition,
     )
     env.update(job.to_environ())
     old_pp = base.get("PYTHONPATH", "")

@@ -1,9 +1,11 @@
 """colocate's in-job runtime for PyTorch.
 
 Nothing happens on import. ``install()`` (called by the launcher's injected
-``sitecustomize`` right after ``import torch`` completes) reads the
-``COLOCATE_*`` variables, installs the device (memory cap, busy clock), the
-mini-batch hooks and the statistics writer. Public, thread-safe API::
+``sitecustomize`` right after ``import torch`` completes) runs the engine's resolver
+(``colocate.engines``), reads the ``COLOCATE_*`` variables, registers with the node first
+where the worker must (``torch_hooks.link.register_first``: a partition, a GPU the node
+picks, ``COLOCATE_NODE_REQUIRED``; before the device opens, so before CUDA starts), then
+installs the device (memory cap, busy clock), the mini-batch hooks and the statistics writer. Public, thread-safe API::
 
     torch_hooks.install(env=None) -> Runtime    # idempotent; env None: from os.environ (colocate.engines.prepare)
     torch_hooks.step()                          # explicit boundary (loops the hooks cannot see)
@@ -47,6 +49,13 @@ def install(env=None):
             env = JobEnv.from_environ()
         logging.basicConfig(format="colocate[%(process)d] %(levelname)s %(message)s")
         logging.getLogger("colocate").setLevel(env.log.upper())
+        if env.node and (env.partition or env.pick_gpu or env.node_required):
+            from torch_hooks.link import register_first
+
+            picking = env.pick_gpu
+            env = register_first(env)  # before the device opens: a refusal stops the process, a pick binds it
+            if picking and env.device == DeviceKind.CUDA:
+                _select_cuda_device(env.gpu)
         device = job_device(env)
         device.install()
         rt = Runtime(env, device)
@@ -61,6 +70,17 @@ def install(env=None):
             link.start()
         _rt = rt
         return rt
+
+
+def _select_cuda_device(gpu: int) -> None:
+    """Make NVML GPU ``gpu`` this process's only CUDA device (``cuda:0``); CUDA must not have started."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        raise ValueError(f"COLOCATE_GPUS=node: CUDA started before the node's GPU {gpu} could be selected")
+    from colocate.gpus.nvml import visible_device
+
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible_device(gpu)
 
 
 def runtime():

@@ -14,6 +14,11 @@ carries them (``DEFAULT_HEARTBEAT_S`` and ``DEFAULT_LIVENESS`` hold until then).
 the node is away the job keeps running at its last limits. Messages from a node
 incarnation older than the one that welcomed the job are ignored.
 
+``register_first(env)`` is the registration a worker must finish before it runs (a fixed partition, a GPU the
+node picks, ``COLOCATE_NODE_REQUIRED``): it runs at install, before the device is opened (so before CUDA
+starts), on a socket of its own, and returns the ``JobEnv`` to run with (the node's GPU for a pick) or raises
+``NodeRefused`` with one line. The link then registers again as the same worker.
+
 The guaranteed job of a GPU also publishes its device phases on the GPU's gate
 (``torch_hooks.gate``). When its limits say ``gate``, an opportunistic job
 yields the device in the ways ``COLOCATE_YIELD_VIA`` names: it follows the gate
@@ -22,6 +27,7 @@ yields the device in the ways ``COLOCATE_YIELD_VIA`` names: it follows the gate
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -30,6 +36,7 @@ import time
 import zmq
 
 from colocate import protocol as P
+from colocate.env import JobEnv
 from colocate.vocab import DeviceKind, Priority, YieldMode
 from torch_hooks.gate import GateFollower, GatePublisher, gate_path
 
@@ -39,6 +46,68 @@ DEFAULT_HEARTBEAT_S = 1.0
 DEFAULT_LIVENESS = 3
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 2.0
+
+
+class NodeRefused(ValueError):
+    """The node refused this worker, or did not answer in time where it must (one line)."""
+
+
+def _register_msg(env, epoch: int, mem_cap: int, sm_share: float) -> P.Register:
+    return P.Register(
+        job_id=env.worker_id, pid=os.getpid(), gpu=env.gpu, priority=env.priority, mem_request=env.gpu_mem,
+        sm_share=sm_share, mem_cap=mem_cap, epoch=epoch, token=env.token[:128], sm_request=env.sm_share,
+        rank=env.rank, world_size=max(env.world_size or 1, (env.rank or 0) + 1), partition=env.partition,
+        pick_gpu=env.pick_gpu,
+    )
+
+
+def register_first(env: JobEnv, clock=time.monotonic) -> JobEnv:
+    """Register with the node at ``env.node`` and wait up to ``env.node_wait_s`` for its answer.
+
+    Returns ``env`` bound to the GPU the node welcomed it on (a pick: that GPU, its memory and sim core, and
+    ``pick_gpu`` off, so the link registers on that GPU). Raises ``NodeRefused`` (one line) when the node
+    refuses, or when it does not answer and the worker cannot run without it (``node_required``, a pick);
+    a partition that is not required runs on with its own limits when no node answers."""
+    assert env.node, "register_first needs a node endpoint"
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(env.node)
+        sock.send(P.encode(_register_msg(env, 0, env.gpu_mem or 0, env.sm_share)))
+        deadline = clock() + env.node_wait_s
+        while (left := deadline - clock()) > 0:
+            if not sock.poll(max(1, int(left * 1000))):
+                continue
+            try:
+                msg = P.decode(sock.recv())
+            except P.ProtocolError:
+                continue
+            if isinstance(msg, P.Welcome) and msg.job_id == env.worker_id:
+                return _bound(env, msg)
+            if isinstance(msg, P.Error) and msg.code != P.UNKNOWN_JOB:
+                raise NodeRefused(f"the node coordinator at {env.node} refused worker {env.worker_id}: "
+                                  f"{msg.message.splitlines()[0] if msg.message else msg.code}")
+    except zmq.ZMQError as exc:
+        raise NodeRefused(f"cannot reach the node coordinator at {env.node}: {exc}") from None
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+    if env.node_required or env.pick_gpu:
+        why = "COLOCATE_NODE_REQUIRED=1" if env.node_required else "COLOCATE_GPUS=node"
+        raise NodeRefused(f"no node coordinator answered at {env.node} within {env.node_wait_s:g} s: start "
+                          f"`colocate node` on this machine ({why}: this worker does not run without it)")
+    log.warning("no node coordinator answered at %s within %g s: the partition runs on at its own limits",
+                env.node, env.node_wait_s)
+    return env
+
+
+def _bound(env: JobEnv, welcome: P.Welcome) -> JobEnv:
+    if welcome.gpu is None or not env.pick_gpu:
+        return env
+    gpu = welcome.gpu
+    return dataclasses.replace(env, gpu=gpu, gpus=(gpu,), pick_gpu=False, sim_core=welcome.sim_core,
+                               sim_gpu_mem=welcome.mem_total or env.sim_gpu_mem)
 
 
 class NodeLink:
@@ -114,13 +183,7 @@ class NodeLink:
     def _register(self, sock) -> None:
         self.epoch += 1
         limits = self.rt.limits()
-        msg = P.Register(
-            job_id=self.worker_id, pid=os.getpid(), gpu=self.env.gpu, priority=self.env.priority,
-            mem_request=self.env.gpu_mem, sm_share=limits["sm_share"], mem_cap=limits["mem_cap"], epoch=self.epoch,
-            token=self.env.token[:128], sm_request=self.env.sm_share, rank=self.env.rank,
-            world_size=max(self.env.world_size or 1, (self.env.rank or 0) + 1),
-        )
-        self._send(sock, msg)
+        self._send(sock, _register_msg(self.env, self.epoch, limits["mem_cap"], limits["sm_share"]))
 
     def _send(self, sock, msg) -> None:
         try:

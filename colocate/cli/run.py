@@ -18,6 +18,7 @@ examples:
   colocate run --priority opportunistic --on-cap error --stats-file s.json -- python -m mypkg.train
   colocate run --node ipc:///tmp/colocate-$UID/node.sock --gpus 1 -- python train.py
   colocate run --gpus 0,1 -- torchrun --nproc-per-node 2 train.py
+  colocate run --node ipc:///tmp/colocate-$UID/node.sock --partition --sm-share 0.5 --gpu-mem 8GiB -- python train.py
 
 --gpus lists the job's GPUs. A job of several processes (torchrun's workers) is one job:
 the worker with LOCAL_RANK=i runs on GPU number i of the list (its cuda:i; on CUDA,
@@ -53,6 +54,10 @@ def register(sub) -> None:
                         "under a node, the most the node will give")
     p.add_argument("--priority", choices=PRIORITIES, default=Priority.GUARANTEED,
                    help="guaranteed (default) or opportunistic")
+    p.add_argument("--partition", action="store_true",
+                   help="guaranteed only: hold a fixed partition of the GPU, --gpu-mem and --sm-share, which the "
+                        "node never changes; several partitions share a GPU while their shares sum to at most 1 "
+                        "and their caps to at most its memory (a partition that does not fit exits with one line)")
     p.add_argument("--on-cap", choices=ON_CAP, default=OnCap.HOST,
                    help="over the memory cap: serve from host memory (default) or stop with an error")
     p.add_argument("--job-id", default=None, help="job identifier (default: job-<launcher pid>)")
@@ -81,11 +86,13 @@ def main(args) -> int:
     if command and command[0] == "--":
         command = command[1:]
     try:
+        if args.partition and (args.gpu_mem is None or args.priority != Priority.GUARANTEED):
+            raise LaunchError("--partition needs --gpu-mem and a guaranteed job")
         spec = RunSpec(
             command=tuple(command), device=resolve(args.device), gpus=tuple(args.gpus), gpu_mem=args.gpu_mem,
             sm_share=args.sm_share, priority=args.priority, on_cap=args.on_cap, stats_file=args.stats_file,
             job_id=args.job_id, node=args.node, sim_gpu_mem=args.sim_gpu_mem, log=args.log, exit_file=args.exit_file,
-            lease_file=args.lease_file,
+            lease_file=args.lease_file, partition=args.partition,
         )
         return launch(spec)
     except (LaunchError, ValueError) as exc:

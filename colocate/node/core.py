@@ -13,8 +13,13 @@ A promoted job's workers are guaranteed from then on, those registered and those
 register later (whatever priority they started with), where their GPU holds no other
 guaranteed worker; ``Promote(job, on=False)`` forgets the promotion (a new placement).
 
-Invariants: at most one guaranteed job per GPU (``colocate.node.claims``, the placement core's rule too); limits sent to a job carry a
-strictly increasing ``seq``; a job never gets more than it asked for at
+Invariants: the guaranteed claims on a GPU sum to at most 1 (``colocate.node.claims``, the placement core's rule
+too): a guaranteed worker claims the whole GPU, so there is one per GPU, except fixed partitions
+(``Register.partition``), each claiming its own share; partitions of one GPU also have caps summing to at most its
+memory. A partition's limits are its request, never changed (not by the policy, not by ``CtlSet``); the policy sees
+a GPU's partitions as one guaranteed job (``GuaranteedSide``) and opportunistic caps there never exceed what the
+partitions' caps leave. An opportunistic ``Register.pick_gpu`` is placed by ``colocate.node.pick``. Limits sent to
+a job carry a strictly increasing ``seq``; a job never gets more than it asked for at
 registration (``Register.mem_request`` and ``sm_share`` are ceilings on what the
 policy gives); an operator override (``CtlSet``) pins the job's cap and/or share
 until the job leaves. Handlers are found through one explicit table (``_handlers``).
@@ -30,9 +35,10 @@ from typing import Any
 from colocate import protocol as P
 from colocate.config import NodeConfig
 from colocate.gpus import GpuSpec
-from colocate.node.claims import Claim, conflict
+from colocate.node.claims import WHOLE, Claim, conflict
+from colocate.node.pick import GpuRoom, pick_gpu
 from colocate.node.policies import POLICIES, Want
-from colocate.node.state import GpuState, JobState
+from colocate.node.state import GpuState, GuaranteedSide, JobState
 from colocate.vocab import Priority
 
 
@@ -64,6 +70,10 @@ class Send:
 @dataclass(frozen=True)
 class Reply:
     msg: P.Message
+
+
+PICK_WINDOW_S = 10.0  # a picked GPU is the least utilized over this window (AntMan's rule, as the scheduler's)
+PARTITION_STATE = "partition"  # a fixed partition's slo_state
 
 
 class NodeCore:
@@ -109,31 +119,43 @@ class NodeCore:
         return fn(event, now)
 
     def _on_register(self, m: P.Register, now):
-        if m.gpu not in self.gpus:
-            return [Reply(P.Error(code=P.INVALID, message=f"no GPU {m.gpu} on this node (have {sorted(self.gpus)})",
-                                  job_id=m.job_id))]
-        gpu = self.gpus[m.gpu]
         old = self.jobs.get(m.job_id)
-        holder = self._guaranteed_holder(gpu, m.job_id)
-        priority = Priority.GUARANTEED if m.job in self.promoted and holder is None else m.priority
-        if priority == Priority.GUARANTEED:
-            if holder is not None:
-                return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id,
-                                      message=f"GPU {m.gpu} already runs guaranteed job {holder}"))]
         if old is not None and old.token != m.token:
             return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id,
                                   message=f"job id {m.job_id} is registered with another token"))]
         if old is not None and old.pid != m.pid:
             return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id,
                                   message=f"job id {m.job_id} is in use by pid {old.pid}"))]
-        if old is not None and old.gpu != m.gpu:
+        index = m.gpu
+        if m.pick_gpu:
+            picked = old.gpu if old is not None else pick_gpu(self._rooms(now), m.mem_request)
+            if picked is None:
+                return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id, message=self._no_pick(m.mem_request, now)))]
+            index = picked
+        if index not in self.gpus:
+            return [Reply(P.Error(code=P.INVALID, message=f"no GPU {index} on this node (have {sorted(self.gpus)})",
+                                  job_id=m.job_id))]
+        gpu = self.gpus[index]
+        claim = m.sm_request if m.partition else WHOLE
+        holder = self._guaranteed_holder(gpu, m.job_id, claim)
+        priority = Priority.GUARANTEED if m.job in self.promoted and holder is None else m.priority
+        if priority == Priority.GUARANTEED and holder is not None:
+            return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id, message=self._no_room(gpu, m, holder)))]
+        if m.partition and priority == Priority.GUARANTEED:
+            held = sum(int(self.jobs[j].mem_request or 0) for j in gpu.jobs
+                       if j != m.job_id and self.jobs[j].partition)
+            if held + int(m.mem_request or 0) > gpu.spec.mem_total:
+                return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id, message=(
+                    f"GPU {index}: a partition capped at {m.mem_request} bytes does not fit: its partitions "
+                    f"hold {held} of {gpu.spec.mem_total} bytes")))]
+        if old is not None and old.gpu != index:
             self._drop(old.job_id)
             old = None
         if old is None:
-            job = JobState(job_id=m.job_id, gpu=m.gpu, priority=priority, pid=m.pid, mem_request=m.mem_request,
+            job = JobState(job_id=m.job_id, gpu=index, priority=priority, pid=m.pid, mem_request=m.mem_request,
                            sm_request=m.sm_request, registered_at=now, last_seen=now, token=m.token,
                            limits=P.Limits(seq=0, mem_cap=m.mem_cap, sm_share=m.sm_share, gate=False),
-                           job=m.job, rank=m.rank)
+                           job=m.job, rank=m.rank, partition=m.partition and priority == Priority.GUARANTEED)
             self.jobs[m.job_id] = job
             gpu.jobs.append(m.job_id)
         else:  # the same job registering again (its link reconnected)
@@ -144,7 +166,8 @@ class NodeCore:
         job.limits = self._limits_for(job, wants.get(job.job_id), bump=True)
         job.sent_at[job.limits.seq] = now
         welcome = P.Welcome(job_id=job.job_id, node_epoch=self.node_epoch, limits=job.limits,
-                            heartbeat_s=self.cfg.heartbeat_s, liveness=self.cfg.liveness)
+                            heartbeat_s=self.cfg.heartbeat_s, liveness=self.cfg.liveness, gpu=job.gpu,
+                            mem_total=gpu.spec.mem_total, sim_core=gpu.spec.core)
         return [Send(job.job_id, welcome)] + out
 
     def _on_batch_report(self, m: P.BatchReport, now):
@@ -228,6 +251,9 @@ class NodeCore:
         job = self.jobs.get(m.job_id)
         if job is None:
             return [Reply(_unknown(m.job_id))]
+        if job.partition:
+            return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id, message=(
+                f"{job.job_id} is a fixed partition of GPU {job.gpu}: its limits are what its engine granted")))]
         if m.mem_cap is not None:
             job.override_cap = m.mem_cap
         if m.sm_share is not None:
@@ -253,15 +279,56 @@ class NodeCore:
                 throughput=j.throughput(), slo_state=j.slo_state[:32], iterations=j.iterations))
         return P.CtlJobs(node_epoch=self.node_epoch, gpus=tuple(gpus), jobs=tuple(jobs))
 
-    def _guaranteed_holder(self, gpu: GpuState, job_id: str) -> str | None:
-        """The guaranteed job on ``gpu`` that keeps ``job_id`` from being guaranteed there too, else None
-        (the rule is ``colocate.node.claims``, shared with the placement core)."""
-        claims = (Claim(gpu.spec.index, j) for j in gpu.jobs if self.jobs[j].guaranteed)
-        held = conflict(claims, (gpu.spec.index,), job_id)
+    def _guaranteed_holder(self, gpu: GpuState, job_id: str, share: float = WHOLE) -> str | None:
+        """The guaranteed worker on ``gpu`` that keeps ``job_id`` from claiming ``share`` of it as guaranteed,
+        else None (the rule is ``colocate.node.claims``, shared with the placement core)."""
+        claims = (Claim(gpu.spec.index, j, self.jobs[j].claim) for j in gpu.jobs if self.jobs[j].guaranteed)
+        held = conflict(claims, (gpu.spec.index,), job_id, share)
         return None if held is None else held.owner
 
+    def _no_room(self, gpu: GpuState, m: P.Register, holder: str) -> str:
+        """The one line refusing guaranteed worker ``m`` on ``gpu``, which ``holder`` (and maybe others) hold."""
+        parts = [self.jobs[j] for j in gpu.jobs if j != m.job_id and self.jobs[j].partition]
+        if not m.partition or not parts:
+            return f"GPU {gpu.spec.index} already runs guaranteed job {holder}"
+        held = sum(p.sm_request for p in parts)
+        return (f"GPU {gpu.spec.index}: a partition of share {m.sm_request:g} does not fit: its partitions "
+                f"({', '.join(sorted(p.job_id for p in parts))[:200]}) hold {held:g} of its compute")
+
+    def _rooms(self, now: float) -> list[GpuRoom]:
+        """Each GPU's utilization over the last 10 s and the memory its jobs leave (for ``pick_gpu``):
+        a partition holds its cap, any other job what it reserved at its last report."""
+        rooms = []
+        for g in self.gpus.values():
+            jobs = [self.jobs[j] for j in g.jobs]
+            used = sum(int(j.mem_request or 0) if j.partition else (j.last.mem_reserved if j.last else 0)
+                       for j in jobs)
+            rooms.append(GpuRoom(g.spec.index, g.utilization(now, PICK_WINDOW_S), max(0, g.spec.mem_total - used)))
+        return rooms
+
+    def _no_pick(self, mem_request: int | None, now: float) -> str:
+        rooms = ", ".join(f"GPU {r.index}: {r.utilization:.0%} busy, {r.mem_free >> 20} MiB free"
+                          for r in self._rooms(now))
+        need = f"{mem_request >> 20} MiB" if mem_request else "any memory"
+        return f"no GPU on this node is under 80% busy with {need} free ({rooms})"[:1000]
+
     def _want(self, gpu: GpuState, now: float) -> dict:
-        return self.policy.plan(gpu, [self.jobs[j] for j in gpu.jobs], self.cfg, now)
+        """The policy's plan for ``gpu``: its partitions appear to it as one guaranteed job (``GuaranteedSide``)
+        and keep their own limits; opportunistic caps stay within what the partitions' caps leave."""
+        jobs = [self.jobs[j] for j in gpu.jobs]
+        parts = [j for j in jobs if j.partition]
+        if not parts:
+            return self.policy.plan(gpu, jobs, self.cfg, now)
+        side = GuaranteedSide(parts)
+        wants = self.policy.plan(gpu, [side] + [j for j in jobs if not j.partition], self.cfg, now)
+        wants.pop(side.job_id, None)
+        left = max(0, gpu.spec.mem_total - side.mem_request)
+        for job_id, want in list(wants.items()):
+            if want.mem_cap > left:
+                wants[job_id] = Want(left, want.sm_share, want.gate, want.slo_state)
+        for p in parts:
+            wants[p.job_id] = Want(int(p.mem_request or 0), p.sm_request, False, PARTITION_STATE)
+        return wants
 
     def _limits_for(self, job: JobState, want: Want | None, bump: bool = False) -> P.Limits:
         """The policy's wish, within the job's own request (``--gpu-mem``/``--sm-share`` are ceilings),

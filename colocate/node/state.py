@@ -1,4 +1,8 @@
-"""What the node knows about its GPUs and jobs (plain data, owned by NodeCore)."""
+"""What the node knows about its GPUs and jobs (plain data, owned by NodeCore).
+
+``GuaranteedSide`` is how a GPU's fixed partitions look to a node policy: one guaranteed job (see its
+docstring), so a policy written for one guaranteed job per GPU co-locates opportunistic work beside them.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ class JobState:
     last_report_at: float | None = None
     job: str = ""  # the job this worker belongs to (``Register.job``; job_id itself for a one-process job)
     rank: int | None = None  # torchrun's RANK, None for a one-process job
+    partition: bool = False  # a guaranteed fixed partition: mem_request and sm_request are its limits, for good
 
     def __post_init__(self) -> None:
         self.job = self.job or self.job_id
@@ -41,6 +46,14 @@ class JobState:
     @property
     def guaranteed(self) -> bool:
         return self.priority == Priority.GUARANTEED
+
+    @property
+    def claim(self) -> float:
+        """The share of its GPU this worker holds against other guaranteed ones (``colocate.node.claims``):
+        a partition its own share, any other guaranteed worker the whole GPU, an opportunistic one nothing."""
+        if not self.guaranteed:
+            return 0.0
+        return self.sm_request if self.partition else 1.0
 
     @property
     def last(self) -> P.BatchReport | None:
@@ -69,3 +82,43 @@ class GpuState:
         """Fraction of the last ``window_s`` seconds the GPU did job device work."""
         busy = sum(b for t, b in self.busy if t > now - window_s)
         return min(1.0, busy / window_s)
+
+
+class GuaranteedSide:
+    """A GPU's fixed partitions as one guaranteed job, for a node policy (read-only, rebuilt per plan).
+
+    ``job_id`` names the set of partitions (a new set is a new guaranteed job: the policy measures it again);
+    its batches are the first-registered partition's (the policy's SLO guards that one), and ``mem_request``
+    the sum of their caps. It is idle only when every partition is (``last_report_at`` is the latest of
+    theirs). Memory needs no view: the node core never lets opportunistic caps on the GPU exceed what the
+    partitions' caps leave, whatever the policy wishes.
+    """
+
+    guaranteed = True
+    partition = False
+    override_cap: int | None = None
+
+    def __init__(self, parts: list[JobState]):
+        self.parts = parts
+        first = parts[0]
+        self.job_id = "\x00partitions:" + ",".join(p.job_id for p in parts)  # never a worker's id on the wire
+        self.mem_request = sum(int(p.mem_request or 0) for p in parts)
+        self.sm_request = min(1.0, sum(p.sm_request for p in parts))
+        self.registered_at = first.registered_at
+        self.iterations = first.iterations
+        self.limits = first.limits
+        self.applied_seq = first.applied_seq
+        self.override_share: float | None = None
+        reports = [p.last_report_at for p in parts if p.last_report_at is not None]
+        self.last_report_at = max(reports) if reports else None
+        self.recent = first.recent
+
+    @property
+    def last(self) -> P.BatchReport | None:
+        return self.recent[-1] if self.recent else None
+
+    def throughput(self, n: int = 16) -> float:
+        return JobState.throughput(self, n)  # type: ignore[arg-type]  # same fields, same arithmetic
+
+    def busy_fraction(self, n: int = 16) -> float:
+        return JobState.busy_fraction(self, n)  # type: ignore[arg-type]

@@ -8,6 +8,13 @@ Who sends what:
 ``t_end``/``applied_at``/``sent_at`` are read from the *sender's* ``time.monotonic()`` and are only
 comparable with each other (a node uses its own receive time).
 
+Partitions and picks: a guaranteed ``Register`` with ``partition`` holds a fixed partition of its GPU (its
+``mem_request`` and ``sm_request``, which the node never changes); the node admits it only while the partitions
+of that GPU fit (shares summing to at most 1, memory requests to at most the GPU's memory) and no whole-GPU
+guaranteed worker is there, else answers ``Error(REJECTED)`` with one line. An opportunistic ``Register`` with
+``pick_gpu`` leaves the GPU to the node (``gpu`` is ignored); ``Welcome.gpu`` names the GPU it was registered
+on, or ``Error(REJECTED)`` says that none fits.
+
 Workers: a job may be several processes (torchrun's workers), each on its own GPU. Each registers on its own,
 as ``job_id = "JOB/RANK"`` with ``Register.rank``/``world_size`` when torchrun's ``RANK`` is set, else as
 ``job_id = "JOB"`` with ``rank=None``; the node treats each worker as one of its jobs (one GPU, its own
@@ -56,7 +63,7 @@ from colocate.protocol.codec import (
     _Record,
     _record,
 )
-from colocate.vocab import DeviceKind
+from colocate.vocab import DeviceKind, Priority
 
 
 @_record()
@@ -106,8 +113,16 @@ class Register(Message):
     sm_request: float = _f(SHARE, default=1.0)  # the job's --sm-share: the most the node may give
     rank: int | None = _f(Opt(COUNT), default=None)  # torchrun's RANK of this worker; None: not a torchrun worker
     world_size: int = _f(Num(int, 1, 1 << 20), default=1)  # torchrun's WORLD_SIZE (1 without one)
+    partition: bool = _f(Bool(), default=False)  # a guaranteed fixed partition: mem_request, sm_request are its own
+    pick_gpu: bool = _f(Bool(), default=False)  # the node picks this (opportunistic) worker's GPU; ``gpu`` is ignored
 
     def _check(self) -> None:
+        if self.partition and (self.priority != Priority.GUARANTEED or self.mem_request is None
+                               or not self.sm_request > 0):
+            raise ProtocolError(INVALID, "Register: a partition is guaranteed, with a mem_request and an "
+                                         "sm_request above 0")
+        if self.pick_gpu and self.priority != Priority.OPPORTUNISTIC:
+            raise ProtocolError(INVALID, "Register: the node picks the GPU of opportunistic workers only")
         if self.rank is not None and not self.job_id.endswith(f"/{self.rank}"):
             raise ProtocolError(INVALID, f"Register: a worker of rank {self.rank} registers as JOB/{self.rank}, "
                                          f"not {self.job_id!r:.80}")
@@ -164,6 +179,9 @@ class Welcome(Message):
     limits: Limits = _f(Nested(Limits))
     heartbeat_s: float = _f(Num(float, 0.01, 3600.0), default=1.0)  # the job heartbeats this often
     liveness: int = _f(Num(int, 1, 1000), default=3)  # silent intervals before a peer counts as gone
+    gpu: int | None = _f(Opt(COUNT), default=None)  # the GPU the node registered the worker on (its pick)
+    mem_total: int | None = _f(Opt(SIZE), default=None)  # that GPU's memory in bytes
+    sim_core: int | None = _f(Opt(COUNT), default=None)  # a simulated GPU's CPU core (None: not simulated)
 
 
 @_record("set_limits")

@@ -234,7 +234,8 @@ def test_ranks_come_from_colocate_names_before_torchrun_names(env, rank, local_r
 
 def test_engine_partition_pick_and_required_round_trip():
     raw = {"COLOCATE_ENGINE": "ray", "COLOCATE_PARTITION": "1", "COLOCATE_SM_SHARE": "0.5",
-           "COLOCATE_GPU_MEM": "1GiB", "COLOCATE_NODE_REQUIRED": "1", "COLOCATE_NODE_WAIT_S": "2"}
+           "COLOCATE_GPU_MEM": "1GiB", "COLOCATE_NODE_REQUIRED": "1", "COLOCATE_NODE_WAIT_S": "2",
+           "COLOCATE_NODE": "ipc:///tmp/n.sock"}
     e = JobEnv.from_environ(raw)
     assert (e.engine, e.partition, e.node_required, e.node_wait_s) == ("ray", True, True, 2.0)
     assert JobEnv.from_environ(e.to_environ()).partition
@@ -249,6 +250,7 @@ def test_engine_partition_pick_and_required_round_trip():
     ({"COLOCATE_WORLD_SIZE": "0"}, "COLOCATE_WORLD_SIZE='0': "),
     ({"COLOCATE_PARTITION": "yes"}, "COLOCATE_PARTITION='yes': must be 0 or 1"),
     ({"COLOCATE_NODE_REQUIRED": "2"}, "COLOCATE_NODE_REQUIRED='2': must be 0 or 1"),
+    ({"COLOCATE_NODE_REQUIRED": "1"}, "COLOCATE_NODE_REQUIRED=1: COLOCATE_NODE is not set"),
     ({"COLOCATE_NODE_WAIT_S": "0"}, "COLOCATE_NODE_WAIT_S='0': "),
     ({"COLOCATE_PARTITION": "1", "COLOCATE_SM_SHARE": "0.5"}, "needs both COLOCATE_SM_SHARE and COLOCATE_GPU_MEM"),
     ({"COLOCATE_PARTITION": "1", "COLOCATE_SM_SHARE": "0.5", "COLOCATE_GPU_MEM": "1GiB",
