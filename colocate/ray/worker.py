@@ -15,7 +15,9 @@ From Ray (``ray.get_gpu_ids()``, ``get_runtime_context().get_assigned_resources(
   ``COLOCATE_GPUS=node``, the node coordinator picks its GPU.
 
 A process a Ray worker starts inherits the worker's resolved variables (its ``COLOCATE_JOB_ID`` among them)
-and keeps them. Identity: the workers of one Ray Train run are one colocate job (``raytrain-NAME-RUNID``, ranks from Ray
+and keeps them. A Ray Train worker imports torch before Ray Train gives it its context (run and ranks): its resolver defers
+(``colocate.engines.Deferred``) and installs the runtime right after Ray Train sets the context, before the
+training function runs. Identity: the workers of one Ray Train run are one colocate job (``raytrain-NAME-RUNID``, ranks from Ray
 Train's context); any other actor is a job of its own (``ray-actor-ID``), a task too (``ray-task-ID``).
 """
 
@@ -26,12 +28,14 @@ import re
 import sys
 from collections.abc import Mapping
 
+from colocate.engines import Deferred
 from colocate.ray.fields import OPPORTUNISTIC_RESOURCE, Fields
 from colocate.vocab import DeviceKind, Priority
 
 NO_PLUGIN = ("this Ray node does not load the colocate plugin, and the task asked for colocate: start the node "
              "with `colocate ray start` (or add the plugin to RAY_RUNTIME_ENV_PLUGINS, docs/ray.md)")
 NO_NODE = "this Ray node runs no colocate node coordinator: start the node with `colocate ray start`"
+TRAIN_WORKER = "ray.train.v2._internal.execution.worker_group.worker"  # Ray Train V2's worker actor
 MAX_NAME = 48  # characters of a Ray Train run's name kept in the job id
 
 
@@ -48,6 +52,8 @@ def resolve(environ: Mapping[str, str]) -> dict[str, str]:
             return {}  # a process its Ray worker started (a spawned DataLoader worker): the worker's values hold
         raise ValueError("COLOCATE_ENGINE=ray in a process that is neither a Ray worker nor started by one")
     ctx = ray.get_runtime_context()
+    if ctx.get_actor_id() and _defer_to_train_context():
+        raise Deferred("a Ray Train worker: colocate installs once Ray Train has given it its ranks")
     gpu_ids = list(ray.get_gpu_ids())
     fraction = float(ctx.get_assigned_resources().get("GPU", 0.0))
     out = {"COLOCATE_PRIORITY": str(fields.priority), "COLOCATE_ON_CAP": str(fields.on_cap)}
@@ -96,6 +102,29 @@ def identity(ctx) -> dict[str, str]:
     if actor:
         return {"COLOCATE_JOB_ID": f"ray-actor-{actor[:24]}"}  # its unique part (the rest names the Ray job)
     return {"COLOCATE_JOB_ID": f"ray-task-{ctx.get_task_id()[:16]}"}  # ditto (the rest names the parent)
+
+
+def _defer_to_train_context() -> bool:
+    """In a Ray Train worker that has no context yet (torch is imported while Ray Train hands the worker its
+    context, ranks included): install the runtime right after Ray Train sets it; True when so arranged."""
+    worker = sys.modules.get(TRAIN_WORKER)
+    if worker is None or _train_context() is not None or not callable(getattr(worker, "set_train_context", None)):
+        return False
+    original = worker.set_train_context
+
+    def set_train_context(context) -> None:
+        original(context)
+        worker.set_train_context = original
+        import torch_hooks
+
+        try:
+            torch_hooks.install()
+        except ValueError as exc:  # what the injected sitecustomize does with a refusal: one line, exit 2
+            print(f"colocate: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
+
+    worker.set_train_context = set_train_context
+    return True
 
 
 def _train_context():
