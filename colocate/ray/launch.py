@@ -148,7 +148,7 @@ def stop(state_dir: str) -> str:
     stopped = []
     for key, word, what in (("ray_pid", "ray", "Ray"), ("node_pid", "colocate", "the node coordinator")):
         pid = recorded.get(key)
-        if _is_ours(pid, word):
+        if isinstance(pid, int) and _is_ours(pid, word):
             _stop_pid(pid)
             stopped.append(f"{what} (pid {pid})")
     (state / STATE_FILE).unlink(missing_ok=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 
 from colocate.ray.fields import PLUGIN_CLASS, Fields
 
@@ -24,18 +25,19 @@ def plugins_value(existing: str | None) -> str:
     """``RAY_RUNTIME_ENV_PLUGINS`` with colocate's plugin added to ``existing`` (a JSON list, or empty)."""
     plugins = json.loads(existing) if existing else []
     if not isinstance(plugins, list):
-        raise ValueError(f"{PLUGINS_VAR} must be a JSON list of {{\"class\": ...}}, got {existing[:80]!r}")
+        raise ValueError(f"{PLUGINS_VAR} must be a JSON list of {{\"class\": ...}}, got {str(existing)[:80]!r}")
     if not any(isinstance(p, dict) and p.get("class") == PLUGIN_CLASS for p in plugins):
         plugins.append({"class": PLUGIN_CLASS})
     return json.dumps(plugins)
 
 
-def node_environment(endpoint: str, device: str, sim_gpu_mem: int | None = None, base: dict | None = None) -> dict:
+def node_environment(endpoint: str, device: str, sim_gpu_mem: int | None = None,
+                     base: Mapping[str, str] | None = None) -> dict:
     """The variables to add to ``ray start``'s environment on a node whose ``colocate node`` listens on
     ``endpoint`` (``base``: the environment they join, for an existing plugin list)."""
-    base = os.environ if base is None else base
+    existing = (os.environ if base is None else base).get(PLUGINS_VAR)
     env = {
-        PLUGINS_VAR: plugins_value(base.get(PLUGINS_VAR)),
+        PLUGINS_VAR: plugins_value(existing),
         "COLOCATE_NODE": endpoint,
         "COLOCATE_DEVICE": device,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # Ray's GPU ids are then NVML's indices, the node coordinator's

@@ -23,10 +23,10 @@ Train's context); any other actor is a job of its own (``ray-actor-ID``), a task
 
 from __future__ import annotations
 
-
 import re
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from colocate.engines import Deferred
 from colocate.ray.fields import OPPORTUNISTIC_RESOURCE, Fields
@@ -107,7 +107,7 @@ def identity(ctx) -> dict[str, str]:
 def _defer_to_train_context() -> bool:
     """In a Ray Train worker that has no context yet (torch is imported while Ray Train hands the worker its
     context, ranks included): install the runtime right after Ray Train sets it; True when so arranged."""
-    worker = sys.modules.get(TRAIN_WORKER)
+    worker: Any = sys.modules.get(TRAIN_WORKER)
     if worker is None or _train_context() is not None or not callable(getattr(worker, "set_train_context", None)):
         return False
     original = worker.set_train_context

@@ -89,6 +89,7 @@ class Worker:
 
     def run(self, seconds: float = 0.0, hold_mib: int = 0) -> dict:
         import torch
+
         import torch_hooks
 
         model = torch.nn.Sequential(torch.nn.Linear(128, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
@@ -166,6 +167,7 @@ def test_ray_train_on_two_nodes_is_one_job_and_its_placement_group_all_or_nothin
 
         import torch
         import torch.distributed as dist
+
         import torch_hooks
 
         model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 1))
