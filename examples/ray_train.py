@@ -51,6 +51,9 @@ def train_loop(config: dict) -> None:
     gen = torch.Generator().manual_seed(ray.train.get_context().get_world_rank())
     images = torch.randn(config["batch_size"], 3, 32, 32, generator=gen)
     labels = torch.randint(0, 10, (config["batch_size"],), generator=gen)
+    out = config.get("out")  # a folder for benchmarks/ray_colocation.py: the window and each rank's summary
+    if out and ray.train.get_context().get_world_rank() == 0:
+        open(os.path.join(out, "start"), "w").close()
     iterations, start = 0, time.monotonic()
     while time.monotonic() - start < config["seconds"]:
         time.sleep(config["host_ms"] / 1000.0)  # the data phase: the device is idle, others may use it
@@ -75,13 +78,21 @@ def train_loop(config: dict) -> None:
         if "cap" in summary else "no colocate")
     print(f"rank {summary['rank']}: job {summary['job']}, GPU {summary['gpu']}, {limits}, "
           f"{summary['it_per_s']:.1f} it/s", flush=True)
+    if out:
+        import json
+
+        with open(os.path.join(out, f"rank-{summary['rank']}.json"), "w") as f:
+            json.dump(summary, f)
+        if summary["rank"] == 0:
+            open(os.path.join(out, "stop"), "w").close()
     ray.train.report({k: v for k, v in summary.items() if isinstance(v, (int, float))})
 
 
 def trainer(mode: str, seconds: float, host_ms: float, backend: str | None, storage: str,
-            with_colocate: bool = True, loop=None):
+            with_colocate: bool = True, loop=None, out: str | None = None):
     """The TorchTrainer of ``mode`` (``fraction`` or ``whole``) running ``loop`` (default ``train_loop``);
-    ``with_colocate=False``: the same without colocate."""
+    ``with_colocate=False``: the same without colocate; ``out``: a folder (on a shared file system) where rank 0
+    marks its training window (files ``start``, ``stop``) and each rank writes ``rank-N.json``."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -90,7 +101,7 @@ def trainer(mode: str, seconds: float, host_ms: float, backend: str | None, stor
     gpu, strategy = (0.5, "PACK") if mode == "fraction" else (1, "STRICT_SPREAD")
     return TorchTrainer(
         loop or train_loop,
-        train_loop_config={"seconds": seconds, "host_ms": host_ms, "batch_size": 32},
+        train_loop_config={"seconds": seconds, "host_ms": host_ms, "batch_size": 32, "out": out},
         torch_config=TorchConfig(backend=backend) if backend else None,
         scaling_config=ScalingConfig(num_workers=2, use_gpu=True, resources_per_worker={"GPU": gpu},
                                      placement_strategy=strategy),

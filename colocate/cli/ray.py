@@ -45,7 +45,7 @@ def register(sub) -> None:
     s.add_argument("--sim-gpu-mem", type=SIZE, default=16 << 30, metavar="SIZE",
                    help="sim: memory of each simulated GPU (default 16GiB)")
     s.add_argument("--endpoint", default=None, type=ENDPOINT,
-                   help="the colocate node's job endpoint (default: ipc://STATE_DIR/node.sock)")
+                   help="the colocate node's job endpoint (default: the node's default, where `colocate top` looks)")
     s.add_argument("--policy", default=None, help="the node's co-location policy (default: the node's)")
     s.add_argument("--opportunistic-slots", type=int, default=None, metavar="N",
                    help="units of the colocate_opportunistic resource this node advertises (default: one per GPU)")

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from colocate.endpoints import node_endpoint
 from colocate.ray.fields import OPPORTUNISTIC_RESOURCE
 from colocate.ray.node import node_environment
 from colocate.vocab import AUTO_DEVICE, DeviceKind
@@ -63,7 +64,7 @@ class NodeSetup:
             raise ValueError(f"--opportunistic-slots must be 0 or more, got {slots}")
         if any(a == "--block" or a.startswith("--block=") for a in extra):
             raise ValueError("--block is colocate ray start's own option")
-        endpoint = args.endpoint or f"ipc://{os.path.abspath(state_dir)}/node.sock"
+        endpoint = args.endpoint or node_endpoint()  # where `colocate top` and `colocate ctl` look by default
         return cls(device=device, sim_gpus=gpus, sim_gpu_mem=args.sim_gpu_mem, endpoint=endpoint,
                    policy=args.policy, slots=slots, state_dir=state_dir, ray_args=tuple(extra))
 

@@ -58,7 +58,7 @@ class LocalCluster:
         self._wait_node()
         loopback = {"node_ip_address": "127.0.0.1"}
         self.cluster = Cluster(initialize_head=True, head_node_args=dict(
-            loopback, num_cpus=2, num_gpus=0, include_dashboard=False,
+            loopback, num_cpus=2, num_gpus=0, include_dashboard=False, dashboard_agent_listen_port=_free_port(),
             _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False}))
         for i in range(self.ray_nodes):
             env = node_environment(self.endpoint, DeviceKind.SIM, self.sim_gpu_mem, base={})
@@ -102,3 +102,11 @@ class LocalCluster:
                 except subprocess.TimeoutExpired:
                     self.node.kill()
                     self.node.wait()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

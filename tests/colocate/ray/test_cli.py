@@ -37,7 +37,8 @@ def test_start_runs_a_node_and_ray_with_the_plugin_and_stop_stops_both():
     started: list[int] = []
     try:
         res = colocate_ray("start", "--device", "sim", "--sim-gpus", 1, "--sim-gpu-mem", "1GiB",
-                           "--state-dir", state, "--head", "--node-ip-address", "127.0.0.1", "--port", free_port(),
+                           "--state-dir", state, "--endpoint", f"ipc://{state}/node.sock", "--head",
+                           "--node-ip-address", "127.0.0.1", "--port", free_port(),
                            "--dashboard-agent-listen-port", free_port(),
                            "--include-dashboard=false", "--disable-usage-stats", "--num-cpus", 1)
         assert res.returncode == 0, res.stderr[-3000:] + (state / "ray.log").read_text(errors="replace")[-3000:]

@@ -25,7 +25,7 @@ ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'colo
 from colocate.ray import OPPORTUNISTIC_RESOURCE, options, remote  # noqa: E402
 from colocate.ray.node import node_environment  # noqa: E402
 from colocate.ray.worker import NO_PLUGIN  # noqa: E402
-from tests.support import GiB, MiB, NodeProc, Procs, wait_for  # noqa: E402
+from tests.support import GiB, MiB, NodeProc, Procs, free_port, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 SIM_MEM = 1 * GiB
@@ -45,6 +45,7 @@ class Cluster:
         loopback = {"node_ip_address": "127.0.0.1"}
         self.ray = RayCluster(initialize_head=True, head_node_args=dict(
             loopback, num_cpus=2, num_gpus=1, resources={"noplugin": 8}, include_dashboard=False,
+            dashboard_agent_listen_port=free_port(),  # not Ray's fixed default: another Ray may run here
             _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False}))
         for name, node, gpus in (("node_a", self.node_a, 2), ("node_b", self.node_b, 1)):
             env = node_environment(node.endpoint, "sim", SIM_MEM, base={})

@@ -95,7 +95,7 @@ def test_the_resolver_refuses_a_node_without_plugin_or_coordinator():
 
 
 def test_ray_start_gets_the_plugin_the_resource_and_the_node():
-    args = argparse.Namespace(device="sim", sim_gpus=2, sim_gpu_mem=GiB, endpoint=None, policy=None,
+    args = argparse.Namespace(device="sim", sim_gpus=2, sim_gpu_mem=GiB, endpoint="ipc:///tmp/st/node.sock", policy=None,
                               opportunistic_slots=None)
     setup = NodeSetup.from_args(args, ["--head", "--resources", '{"a": 1}', "--node-ip-address", "127.0.0.1"],
                                 "/tmp/st")
