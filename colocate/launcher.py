@@ -126,7 +126,9 @@ def python_script(args) -> str | None:
 def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
     """The child's environment: ``base`` plus the COLOCATE_* table and injection."""
     env = {k: v for k, v in base.items() if k not in PER_JOB}  # this job's own only
-    inherited = JobEnv.from_environ(env)
+    # only the simulated GPU's settings are inherited; a COLOCATE_NODE_REQUIRED=1 of the caller stays in the
+    # environment and is checked in the job, against the job's own COLOCATE_NODE (--node)
+    inherited = JobEnv.from_environ({k: v for k, v in env.items() if k != "COLOCATE_NODE_REQUIRED"})
     gpus = spec.job_gpus
     job = JobEnv(
         enabled=True,

@@ -17,7 +17,8 @@ incarnation older than the one that welcomed the job are ignored.
 ``register_first(env)`` is the registration a worker must finish before it runs (a fixed partition, a GPU the
 node picks, ``COLOCATE_NODE_REQUIRED``): it runs at install, before the device is opened (so before CUDA
 starts), on a socket of its own, and returns the ``JobEnv`` to run with (the node's GPU for a pick) or raises
-``NodeRefused`` with one line. The link then registers again as the same worker.
+``NodeRefused`` with one line. The link then registers again as the same worker (on the welcomed GPU; should the
+worker take longer than the node's liveness to get there, the node has forgotten it and admits it anew).
 
 The guaranteed job of a GPU also publishes its device phases on the GPU's gate
 (``torch_hooks.gate``). When its limits say ``gate``, an opportunistic job

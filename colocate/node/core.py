@@ -296,13 +296,11 @@ class NodeCore:
                 f"({', '.join(sorted(p.job_id for p in parts))[:200]}) hold {held:g} of its compute")
 
     def _rooms(self, now: float) -> list[GpuRoom]:
-        """Each GPU's utilization over the last 10 s and the memory its jobs leave (for ``pick_gpu``):
-        a partition holds its cap, any other job what it reserved at its last report."""
+        """Each GPU's utilization over the last 10 s and the memory its jobs leave (``JobState.mem_held``),
+        for ``pick_gpu``."""
         rooms = []
         for g in self.gpus.values():
-            jobs = [self.jobs[j] for j in g.jobs]
-            used = sum(int(j.mem_request or 0) if j.partition else (j.last.mem_reserved if j.last else 0)
-                       for j in jobs)
+            used = sum(self.jobs[j].mem_held for j in g.jobs)
             rooms.append(GpuRoom(g.spec.index, g.utilization(now, PICK_WINDOW_S), max(0, g.spec.mem_total - used)))
         return rooms
 

@@ -1,7 +1,7 @@
 """Each GPU's state for the scheduler's ``NodeStatus``: utilization over the last 10 s and memory in use.
 
 * simulated GPUs: from the node core (``core_gpu_status``): the device busy time the GPU's jobs
-  reported in the window, and the reserved bytes of each job's last mini-batch;
+  reported in the window, and the reserved bytes of each job's last mini-batch (a fixed partition's whole cap);
 * CUDA GPUs: from NVML (``NvmlSampler``): the mean of NVML's utilization samples taken over the window
   (at most one per second) and NVML's memory in use, which counts every process on the card.
 """
@@ -20,7 +20,7 @@ def core_gpu_status(core, now: float, window_s: float = WINDOW_S) -> list:
     out = []
     for g in core.gpus.values():
         jobs = [core.jobs[j] for j in g.jobs if j in core.jobs]
-        used = sum(j.last.mem_reserved for j in jobs if j.last is not None)
+        used = sum(j.mem_held for j in jobs)
         out.append(P.GpuStatus(index=g.spec.index, utilization=g.utilization(now, window_s), mem_used=int(used)))
     return out
 

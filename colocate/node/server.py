@@ -190,8 +190,10 @@ class NodeServer:
             if any(isinstance(c, Send) and c.job_id == event.job_id and isinstance(c.msg, P.Welcome)
                    for c in commands):
                 self._identity[event.job_id] = ident
-                log.info("job %s registered: gpu %d %s pid %d (epoch %d)", event.job_id, event.gpu,
-                         event.priority, event.pid, event.epoch)
+                job = self.core.jobs[event.job_id]
+                log.info("job %s registered: gpu %d%s %s%s pid %d (epoch %d)", event.job_id, job.gpu,
+                         " (picked)" if event.pick_gpu else "", job.priority, " partition" if job.partition else "",
+                         event.pid, event.epoch)
         for job_id in before - after:
             self._identity.pop(job_id, None)
             reason = next((r for j, r in reversed(self.core.left) if j == job_id), "left")

@@ -59,6 +59,14 @@ class JobState:
     def last(self) -> P.BatchReport | None:
         return self.recent[-1] if self.recent else None
 
+    @property
+    def mem_held(self) -> int:
+        """Bytes of its GPU this worker counts as using: a partition its whole cap (it may grow to it at any
+        time), any other worker what it reserved at its last report (0 before one)."""
+        if self.partition:
+            return int(self.mem_request or 0)
+        return self.last.mem_reserved if self.last is not None else 0
+
     def throughput(self, n: int = 16) -> float:
         """Iterations per second over the last ``n`` reports."""
         reps = list(self.recent)[-n:]

@@ -330,6 +330,18 @@ def test_job_environment(tmp_path, monkeypatch):
     assert L.job_environment(L.RunSpec(command=("x",)), {}, str(tmp_path))["COLOCATE_JOB_ID"].startswith("job-")
 
 
+def test_a_job_decides_its_own_engine_variables(tmp_path):
+    """An engine worker's per-process variables are not inherited by a job it launches; fail-closed is, and is
+    checked against the job's own --node; --partition is written."""
+    base = {"PATH": "/usr/bin", "COLOCATE_ENGINE": "ray", "COLOCATE_RANK": "3", "COLOCATE_GPUS": "node",
+            "COLOCATE_PARTITION": "1", "COLOCATE_NODE_REQUIRED": "1"}
+    spec = L.RunSpec(command=("x",), gpu_mem=1 << 30, sm_share=0.5, node="ipc:///tmp/n.sock", partition=True)
+    job = JobEnv.from_environ(L.job_environment(spec, base, str(tmp_path)))
+    assert (job.engine, job.rank, job.gpus, job.partition, job.node_required) == ("", None, (0,), True, True)
+    plain = L.job_environment(L.RunSpec(command=("x",)), {"COLOCATE_PARTITION": "1"}, str(tmp_path))
+    assert "COLOCATE_PARTITION" not in plain
+
+
 @pytest.mark.parametrize("uuids, gpu, want", [
     ({0: "GPU-aaaa", 2: "GPU-cccc"}, 2, "GPU-cccc"),  # NVML's device 2, named so CUDA's order cannot differ
     ({0: "GPU-aaaa"}, 2, "2"),  # NVML has no such device: the index

@@ -199,3 +199,14 @@ def test_the_node_picks_an_opportunistic_worker_gpu_and_says_which():
     # GPU 0 has gone quiet but has 1 GiB left; GPU 1 is busy
     assert got == ("rejected: no GPU on this node is under 80% busy with 2048 MiB free (GPU 0: 0% busy, 1024 MiB "
                    "free, GPU 1: 90% busy, 16320 MiB free)")
+
+
+def test_the_scheduler_sees_a_partition_cap_as_used_memory():
+    from colocate.node.gpustatus import core_gpu_status
+
+    c = Core()
+    c.register("a", share=0.5, cap=6 * GiB, partition=True)
+    c.register("o", priority=O)
+    c.report("a", reserved=100 * MiB)
+    c.report("o", reserved=300 * MiB)
+    assert core_gpu_status(c.core, c.t)[0].mem_used == 6 * GiB + 300 * MiB
