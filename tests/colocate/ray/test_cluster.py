@@ -3,7 +3,7 @@
 The cluster: a head with one simulated GPU and NO colocate plugin (resource ``noplugin``), node A with two
 simulated GPUs and node B with one, each with the plugin and its own ``colocate node`` (the environment
 ``colocate ray start`` gives ``ray start``: ``colocate.ray.node.node_environment``). Every Ray listener is on
-127.0.0.1 (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, ``node_ip_address``). The tests drive it from this process;
+127.0.0.1 (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` from conftest.py, ``node_ip_address``). The tests drive it from this process;
 what a worker saw comes back from the worker, what the node coordinators admitted from their listings.
 """
 
@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # read when ray is imported: loopback stays loopback
-os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'colocate[ray]')")
 
 from colocate.ray import OPPORTUNISTIC_RESOURCE, options, remote  # noqa: E402
@@ -34,7 +32,10 @@ CALL_S = 120  # bound on one remote call (a worker starts and imports torch on a
 
 class Cluster:
     def __init__(self, tmp: Path):
+        import ray._private.ray_constants as ray_constants
         from ray.cluster_utils import Cluster as RayCluster
+
+        assert not ray_constants.ENABLE_RAY_CLUSTER, "conftest.py: ray was imported before it set loopback"
 
         self.tmp = tmp
         self.procs = [Procs(_mkdir(tmp / "a")), Procs(_mkdir(tmp / "b"))]  # a node's log is in its folder
