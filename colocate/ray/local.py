@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 from colocate.ray.fields import OPPORTUNISTIC_RESOURCE
 from colocate.ray.node import node_environment
@@ -32,7 +33,7 @@ class LocalCluster:
         self.dir = tempfile.mkdtemp(prefix="colocate-ray-")
         self.endpoint = f"ipc://{self.dir}/node.sock"
         self.node: subprocess.Popen | None = None
-        self.cluster = None
+        self.cluster: Any = None  # ray.cluster_utils.Cluster once started
 
     def __enter__(self) -> LocalCluster:
         self.start()
