@@ -62,7 +62,6 @@ def cnn_steps(seconds: float, host_ms: float = 0.0, hold_bytes: int = 0, window:
     images, labels = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
     held = torch.ones(hold_bytes // 4) if hold_bytes else None
     begin = time.monotonic()
-    busy0 = torch_hooks.stats()["device_busy_s"]
     marks: dict = {}
     while (time.monotonic() - begin < seconds) if window is None else "stop" not in marks:
         if window is not None:
@@ -77,9 +76,9 @@ def cnn_steps(seconds: float, host_ms: float = 0.0, hold_bytes: int = 0, window:
         opt.step()
     del held
     stats = torch_hooks.stats()
-    out = {k: stats[k] for k in ("job_id", "gpu", "priority", "sm_share", "mem_cap_bytes",
+    # busy_fraction: from this process's first device work (this call's first step) to now
+    out = {k: stats[k] for k in ("job_id", "gpu", "priority", "sm_share", "mem_cap_bytes", "busy_fraction",
                                  "mem_reserved_peak_bytes", "host_bytes_peak", "iterations", "wall_s")}
-    out["busy_fraction"] = (stats["device_busy_s"] - busy0) / (time.monotonic() - begin)  # this call's window
     if window is not None and "start" in marks:
         (t0, b0), (t1, b1) = marks["start"], marks["stop"]
         out["window_busy_fraction"] = (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0

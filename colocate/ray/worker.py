@@ -15,10 +15,12 @@ From Ray (``ray.get_gpu_ids()``, ``get_runtime_context().get_assigned_resources(
   ``COLOCATE_GPUS=node``, the node coordinator picks its GPU.
 
 A process a Ray worker starts inherits the worker's resolved variables (its ``COLOCATE_JOB_ID`` among them)
-and keeps them. A Ray Train worker imports torch before Ray Train gives it its context (run and ranks): its resolver defers
-(``colocate.engines.Deferred``) and installs the runtime right after Ray Train sets the context, before the
-training function runs. Identity: the workers of one Ray Train run are one colocate job (``raytrain-NAME-RUNID``, ranks from Ray
-Train's context); any other actor is a job of its own (``ray-actor-ID``), a task too (``ray-task-ID``).
+and keeps them. A Ray Train (V2) worker imports torch before Ray Train gives it its context (run and ranks):
+its resolver defers (``colocate.engines.Deferred``) and installs the runtime right after Ray Train sets the
+context, before the training function runs (tests/colocate/ray/test_cluster.py fails should a Ray release
+set it another way). Identity: the workers of one Ray Train run are one colocate job
+(``raytrain-NAME-RUNID``, ranks from Ray Train's context); any other actor is a job of its own
+(``ray-actor-ID``), a task too (``ray-task-ID``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from colocate.engines import Deferred
+from colocate.env import PICK_GPU
 from colocate.ray.fields import OPPORTUNISTIC_RESOURCE, Fields
 from colocate.vocab import DeviceKind, Priority
 
@@ -62,7 +65,7 @@ def resolve(environ: Mapping[str, str]) -> dict[str, str]:
         if gpu_ids:
             raise ValueError(f"an opportunistic colocate task asks for no Ray GPU (num_gpus=0) and one unit of the "
                              f"{OPPORTUNISTIC_RESOURCE!r} resource: the node coordinator picks its GPU")
-        out["COLOCATE_GPUS"] = "node"
+        out["COLOCATE_GPUS"] = PICK_GPU
         if fields.gpu_mem is not None:
             out["COLOCATE_GPU_MEM"] = str(fields.gpu_mem)
         if fields.sm_share is not None:
