@@ -1,6 +1,7 @@
 """colocate inside Ray, measured on a Ray cluster of simulated-GPU nodes on 127.0.0.1 (``colocate.ray.local``).
 
-Three parts (``--parts``), each written to its table in ``benchmarks/RESULTS.md`` (section ``ray_colocation``):
+Three parts (``--parts``), each written to its own section of ``benchmarks/RESULTS.md`` (``ray_fractions``,
+``ray_colocation``, ``ray_startup``):
 
 * fractions: two actors of ``num_gpus=0.5`` on one GPU, both training flat out at once, and a third of 0.25
   with ``gpu_mem`` 1 GiB that holds 1.25 GiB: each one's device busy fraction (over its training call, the
@@ -46,6 +47,16 @@ from colocate.vocab import Priority
 
 GiB = 1 << 30
 PARTS = ("fractions", "colocation", "startup")
+SECTION = {"fractions": "ray_fractions", "colocation": "ray_colocation", "startup": "ray_startup"}  # RESULTS.md
+NOTES = {
+    "fractions": "three actors trained flat out at once (after a warm-up call); busy = device busy fraction of "
+                 "that call; the 0.25 actor held 1.25 GiB",
+    "colocation": "G = the guaranteed Ray Train run (2 whole-GPU workers, one per Ray node, CNN with a 14 ms data "
+                  "phase), solo then beside O = one opportunistic Ray task per GPU (the node picked the GPU); idle "
+                  "share used = O's device busy time in G's window / G's solo idle time, both GPUs",
+    "startup": "`.remote()` to `ray.get` of a task importing torch on a fresh worker (max_calls=1), 1 GPU; the "
+               "first round (cold node) dropped",
+}
 
 
 def cnn_steps(seconds: float, host_ms: float = 0.0, hold_bytes: int = 0, window: str | None = None) -> dict:
@@ -214,7 +225,6 @@ def main() -> int:
     from colocate.ray.local import LocalCluster
 
     info = machine_info()
-    sections = []
     with LocalCluster(ray_nodes=2, policy="adaptive") as cluster:
         for part in parts:
             t0 = time.monotonic()
@@ -222,15 +232,13 @@ def main() -> int:
                              if part == "colocation" else part_startup(args))
             table = markdown_table(headers, rows)
             print(f"\n{part} ({time.monotonic() - t0:.0f} s)\n{table}", flush=True)
-            sections.append(f"### {part}\n\n{table}\n")
-    body = "\n".join([
-        "## colocate inside Ray (2 Ray nodes on 127.0.0.1, one colocate node with 2 sim GPUs of 4 GiB)", "",
-        *machine_lines(info), f"- command: `{invocation()}`",
-        f"- {args.repeats} repeat(s), {args.seconds:g} s per run; G = the guaranteed Ray Train run (host phase "
-        f"{args.host_ms:g} ms per step), O = opportunistic Ray tasks (one per GPU, picked by the node)",
-        "- a shared 2-core machine: medians, noisy", "", *sections])
-    if not args.no_write:
-        print(f"wrote {update_results('ray_colocation', body)}")
+            body = "\n".join([
+                f"## colocate inside Ray: {part} (2 Ray nodes on 127.0.0.1, one colocate node, 2 sim GPUs of 4 GiB)",
+                "", *machine_lines(info), f"- command: `{invocation()}`",
+                f"- {args.repeats} repeat(s), {args.seconds:g} s per run; " + NOTES[part],
+                "- a shared 2-core machine (other work running): medians, noisy", "", table, ""])
+            if not args.no_write:
+                print(f"wrote {update_results(SECTION[part], body)}")
     return 0
 
 
