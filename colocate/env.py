@@ -23,7 +23,8 @@ class Variable:
     name: str
     default: str
     meaning: str
-    scope: str = "job"  # job: set by the launcher, read by the runtime (JobEnv); client: read by commands/daemons
+    scope: str = "job"  # job: set by the launcher, read by the runtime (JobEnv); client: read by commands/daemons;
+    # engine: read only by an engine's resolver (colocate.<engine>.worker), before JobEnv
 
 
 VARIABLES: tuple[Variable, ...] = (
@@ -54,6 +55,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_CHAIN_SITECUSTOMIZE", "", "Set by the launcher: the sys.path entries searched for a pre-existing sitecustomize to run first."),
     Variable("COLOCATE_BOUNDARY_WARN_S", "60", "Seconds of device work with no mini-batch boundary after which the job says so once on stderr, naming `torch_hooks.step()`; 0 disables."),
     Variable("COLOCATE_LOG", "warning", "Log level of the runtime inside the job (debug, info, warning)."),
+    Variable("COLOCATE_SLURM", "", "Slurm: the task asks for colocate (`--colocate[=MODE]` sets it; with the TaskProlog, the user does): `auto` (guaranteed with a Slurm GPU or shard, opportunistic without), `guaranteed` or `opportunistic`; read by `colocate.slurm.worker`.", "engine"),
+    Variable("COLOCATE_SLURM_SHARDS", "", "Slurm: shards per GPU on this node, as gres.conf configures them (the site's plugstack.conf `shards=` or TaskProlog setting); `--gres=shard:N` becomes compute share N/S and memory cap N/S.", "engine"),
     Variable("COLOCATE_SCHEDULER", "tcp://127.0.0.1:5555", "Clients and nodes: the scheduler's endpoint when `--scheduler` is not given.", "client"),
     Variable("COLOCATE_KEYS", "", "The scheduler, nodes and clients: folder of CURVE keys (`colocate keys generate`) when `--keys` is not given; empty: `$XDG_CONFIG_HOME/colocate/keys` (`~/.config/colocate/keys`), made on first use. No CURVE only with `--insecure`, on loopback.", "client"),
 )

@@ -34,6 +34,7 @@ COMMANDS = {
     "logs": "colocate.cli.logs",
     "keys": "colocate.cli.keys",
     "ray": "colocate.cli.ray",
+    "slurm": "colocate.cli.slurm",
 }
 
 
