@@ -110,3 +110,20 @@ def test_ray_start_gets_the_plugin_the_resource_and_the_node():
     assert node_environment("ipc:///n", "cuda", base={})["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     with pytest.raises(ValueError, match="--resources"):
         NodeSetup.from_args(args, ["--resources", "[1]"], "/tmp/st").ray_command()
+
+
+def _deferring(environ):
+    from colocate.engines import Deferred
+
+    raise Deferred("not yet")
+
+
+def test_a_resolver_that_defers_is_not_a_refusal():
+    """``Deferred`` passes through ``colocate.engines`` (the runtime then installs nothing yet), where a
+    ValueError would stop the worker; nothing is written into the environment."""
+    from colocate.engines import Deferred, prepare
+
+    environ = {"COLOCATE_ENGINE": "x"}
+    with pytest.raises(Deferred):
+        prepare(environ, {"x": "tests.colocate.ray.test_fields:_deferring"})
+    assert environ == {"COLOCATE_ENGINE": "x"}
