@@ -43,6 +43,13 @@ class LocalCluster:
         self.close()
 
     def start(self) -> None:
+        try:
+            self._start()
+        except BaseException:
+            self.close()  # what did start is stopped when the set-up fails
+            raise
+
+    def _start(self) -> None:
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback stays loopback (read at import...)
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         import ray

@@ -33,12 +33,22 @@ CALL_S = 120  # bound on one remote call (a worker starts and imports torch on a
 class Cluster:
     def __init__(self, tmp: Path):
         import ray._private.ray_constants as ray_constants
-        from ray.cluster_utils import Cluster as RayCluster
 
         assert not ray_constants.ENABLE_RAY_CLUSTER, "conftest.py: ray was imported before it set loopback"
 
         self.tmp = tmp
         self.procs = [Procs(_mkdir(tmp / "a")), Procs(_mkdir(tmp / "b"))]  # a node's log is in its folder
+        self.ray = None
+        try:
+            self._start()
+        except BaseException:
+            self.close()  # what did start (a node, Ray's processes) is stopped even when the set-up fails
+            raise
+
+    def _start(self) -> None:
+        from ray.cluster_utils import Cluster as RayCluster
+
+        tmp = self.tmp
         self.node_a = NodeProc(self.procs[0], tmp / "a", "--sim-gpus", 2, "--sim-gpu-mem", SIM_MEM,
                                metrics=False, record=False).start()
         self.node_b = NodeProc(self.procs[1], tmp / "b", "--sim-gpus", 1, "--sim-gpu-mem", SIM_MEM,
@@ -58,7 +68,8 @@ class Cluster:
         try:
             ray.shutdown()
         finally:
-            self.ray.shutdown()
+            if self.ray is not None:
+                self.ray.shutdown()
             for procs in self.procs:
                 procs.cleanup()
 
