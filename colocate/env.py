@@ -23,7 +23,8 @@ class Variable:
     name: str
     default: str
     meaning: str
-    scope: str = "job"  # job: set by the launcher, read by the runtime (JobEnv); client: read by commands/daemons
+    scope: str = "job"  # job: set by the launcher, read by the runtime (JobEnv); client: read by commands/daemons;
+    # engine: read only by an engine's resolver (colocate.<engine>.worker), before JobEnv
 
 
 VARIABLES: tuple[Variable, ...] = (
@@ -46,6 +47,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_NODE", "", "Endpoint of the node coordinator (`colocate node` listens on ipc:///tmp/colocate-$UID/node.sock by default); empty: run standalone."),
     Variable("COLOCATE_NODE_REQUIRED", "0", "1: fail closed. The process exits with one line, naming `colocate node`, when the node coordinator at COLOCATE_NODE does not welcome it within COLOCATE_NODE_WAIT_S of install (unreachable, or the registration refused); it never runs without its limits."),
     Variable("COLOCATE_NODE_WAIT_S", "5", "Seconds a process that must register before it runs (COLOCATE_NODE_REQUIRED, COLOCATE_PARTITION, COLOCATE_GPUS=node) waits for the node's answer."),
+    Variable("COLOCATE_RAY", "", "Written by the Ray runtime_env plugin (`colocate.ray.plugin`) in a worker that asked for colocate: its `colocate` fields as JSON. A worker with COLOCATE_ENGINE=ray and none ran on a node without the plugin, and refuses to run (docs/ray.md)."),
     Variable("COLOCATE_YIELD_VIA", "priority", "How an opportunistic job gives way when the node says so (limits `gate`): `priority` runs it at low device priority (sim: the GPU core's idle scheduling class), `gate` holds its operators while the guaranteed job's device phase runs or is due (sim); comma-separated, or `none`."),
     Variable("COLOCATE_SIM_CORE", "<gpu index mod cores>", "sim: CPU core that is the simulated GPU's compute; the job is pinned to it."),
     Variable("COLOCATE_SIM_GPU_MEM", "16GiB", "sim: total memory of the simulated GPU in bytes (the cap when none is given)."),
@@ -53,6 +55,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_CHAIN_SITECUSTOMIZE", "", "Set by the launcher: the sys.path entries searched for a pre-existing sitecustomize to run first."),
     Variable("COLOCATE_BOUNDARY_WARN_S", "60", "Seconds of device work with no mini-batch boundary after which the job says so once on stderr, naming `torch_hooks.step()`; 0 disables."),
     Variable("COLOCATE_LOG", "warning", "Log level of the runtime inside the job (debug, info, warning)."),
+    Variable("COLOCATE_SLURM", "", "Slurm: the task asks for colocate (`--colocate[=MODE]` sets it; with the TaskProlog, the user does): `auto` (guaranteed with a Slurm GPU or shard, opportunistic without), `guaranteed` or `opportunistic`; read by `colocate.slurm.worker`.", "engine"),
+    Variable("COLOCATE_SLURM_SHARDS", "", "Slurm: shards per GPU on this node, as gres.conf configures them (the site's plugstack.conf `shards=` or TaskProlog setting); `--gres=shard:N` becomes compute share N/S and memory cap N/S.", "engine"),
     Variable("COLOCATE_SCHEDULER", "tcp://127.0.0.1:5555", "Clients and nodes: the scheduler's endpoint when `--scheduler` is not given.", "client"),
     Variable("COLOCATE_KEYS", "", "The scheduler, nodes and clients: folder of CURVE keys (`colocate keys generate`) when `--keys` is not given; empty: `$XDG_CONFIG_HOME/colocate/keys` (`~/.config/colocate/keys`), made on first use. No CURVE only with `--insecure`, on loopback.", "client"),
 )

@@ -1,0 +1,158 @@
+"""``colocate slurm config``: the lines a Slurm site adds to turn colocate on, and the checks it can run.
+
+Prints the command that builds the SPANK plugin, the plugstack.conf line (or, with ``--task-prolog FILE``,
+writes the TaskProlog for sites that do not compile), the slurm.conf/gres.conf lines, and the node
+coordinator to run beside slurmd. Then checks this node: the shards per GPU against gres.conf, and that
+the node coordinator answers at its endpoint. Exit 0 when every check passes, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+from colocate.cli._common import argtype
+from colocate.slurm.site import ENFORCE
+from colocate.units import parse_size
+from colocate.vocab import DeviceKind
+
+DEFAULT_NODE = "ipc:///run/colocate/node.sock"
+DEFAULT_PLUGIN = "/usr/local/lib/colocate/spank_colocate.so"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("slurm", help="run colocate inside Slurm (site set-up)",
+                       description="colocate inside Slurm: a SPANK plugin (or a TaskProlog) turns colocate on in "
+                       "the tasks that ask for it or hold GPU shards; see docs/slurm.md.")
+    cmds = p.add_subparsers(dest="slurm_command", metavar="SUBCOMMAND", required=True)
+    c = cmds.add_parser("config", help="print the site's configuration lines and check this node",
+                        description="Print the lines a Slurm site adds (plugin build, plugstack.conf, slurm.conf, "
+                        "gres.conf, the node coordinator) and check this node: shards per GPU against gres.conf, "
+                        "the node coordinator's endpoint. Exit 1 when a check fails.")
+    c.add_argument("--node", default=DEFAULT_NODE, metavar="ENDPOINT",
+                   help=f"the node coordinator's job endpoint on every node; %%n is the Slurm node name "
+                   f"(default {DEFAULT_NODE})")
+    c.add_argument("--ctl", default=None, metavar="ENDPOINT",
+                   help="the node coordinator's operator endpoint, to check it (default: the job endpoint + '.ctl')")
+    c.add_argument("--shards", type=argtype(_positive, "shards"), default=None, metavar="S",
+                   help="shards per GPU, as gres.conf gives them out (default: read from --gres-conf)")
+    c.add_argument("--device", choices=tuple(DeviceKind), default=DeviceKind.CUDA, help="GPU kind (default cuda)")
+    c.add_argument("--sim-gpu-mem", type=argtype(_size, "size"), default=None, metavar="SIZE",
+                   help="sim: memory of each simulated GPU (the node coordinator's --sim-gpu-mem)")
+    c.add_argument("--enforce", choices=ENFORCE, default="shard",
+                   help="which tasks run under colocate without asking: shard (holding GPU shards; the default), all "
+                   "(any Slurm GPU: opportunistic work then always yields to them), none")
+    c.add_argument("--opp-gres", default=None, metavar="NAME",
+                   help="a count-only GRES whose jobs are opportunistic, e.g. colocate_opp (default: none; users say "
+                   "--colocate=opportunistic)")
+    c.add_argument("--plugin", default=DEFAULT_PLUGIN, metavar="PATH", help=f"where the plugin is installed "
+                   f"(default {DEFAULT_PLUGIN})")
+    c.add_argument("--gres-conf", default=None, metavar="PATH",
+                   help="gres.conf to check (default: beside $SLURM_CONF, else /etc/slurm/gres.conf)")
+    c.add_argument("--node-name", default=None, metavar="NAME", help="this node's Slurm name (default: host name)")
+    c.add_argument("--task-prolog", default=None, metavar="FILE",
+                   help="write the TaskProlog (with these settings) to FILE, for sites that do not build the plugin")
+    c.set_defaults(func=main)
+
+
+def _positive(text: str) -> int:
+    value = int(text) if text.isdigit() else 0
+    if value < 1:
+        raise ValueError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _size(text: str) -> str:
+    parse_size(text)
+    return text
+
+
+def main(args) -> int:
+    from colocate.slurm import site
+
+    node_name = args.node_name or socket.gethostname().split(".")[0]
+    gres_path = Path(args.gres_conf) if args.gres_conf else Path(
+        os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")).with_name("gres.conf")
+    shards, check = _check_shards(gres_path, node_name, args.shards)
+    settings = site.SiteSettings(node=args.node, shards=shards, device=args.device, sim_gpu_mem=args.sim_gpu_mem,
+                                 enforce=args.enforce, opp_gres=args.opp_gres)
+    endpoint = args.node.replace("%n", node_name)
+    checks = [check, _check_node(endpoint, args.ctl and args.ctl.replace("%n", node_name))]
+    if args.task_prolog:
+        path = Path(args.task_prolog)
+        try:
+            path.write_text(site.task_prolog(settings))
+            path.chmod(0o755)
+        except OSError as exc:
+            print(f"colocate slurm config: error: cannot write {path}: {exc.strerror}", file=sys.stderr)
+            return 2
+    _print_lines(args, settings, endpoint)
+    print("\n# checks on this node")
+    for ok, line in checks:
+        print(f"{'ok  ' if ok else 'FAIL'} {line}")
+    return 0 if all(ok for ok, _ in checks) else 1
+
+
+def _check_shards(path: Path, node: str, shards: int | None) -> tuple[int | None, tuple[bool, str]]:
+    """The shards per GPU to use (``shards``, else gres.conf's) and the check of ``shards`` against gres.conf."""
+    from colocate.slurm import site
+
+    try:
+        found = site.gres_shards(path.read_text(), node)
+    except OSError as exc:
+        return shards, (False, f"cannot read {path}: {exc.strerror}")
+    except ValueError as exc:
+        return shards, (False, f"{path}: cannot read its shard lines ({exc})")
+    if found is None:
+        return shards, (True, f"{path}: node {node} has no shards (only --gres=gpu and opportunistic jobs)")
+    total, gpus = found
+    per_gpu, rest = divmod(total, gpus)
+    if rest:
+        return shards, (False, f"{path}: node {node} has {total} shards on {gpus} GPUs: not the same number on "
+                        "every GPU, which colocate needs")
+    where = f"{path}: node {node}: {per_gpu} shards per GPU on {gpus} GPU(s)"
+    if shards is None:
+        return per_gpu, (True, where)
+    return shards, (shards == per_gpu, f"{where}; --shards {shards} {'matches' if shards == per_gpu else 'does NOT match'}")
+
+
+def _check_node(endpoint: str, ctl: str | None) -> tuple[bool, str]:
+    from colocate.endpoints import ctl_endpoint
+    from colocate.node import client
+
+    try:
+        ctl = ctl or ctl_endpoint(endpoint)
+    except ValueError:
+        return True, f"node coordinator at {endpoint}: not an ipc:// endpoint and no --ctl, not checked"
+    try:
+        jobs = client.list_jobs(ctl, 1.0)
+    except client.CtlClientError:
+        return False, (f"no node coordinator answers at {ctl}: start `colocate node --endpoint {endpoint}` "
+                       "beside slurmd (docs/slurm.md has a systemd unit)")
+    return True, f"node coordinator at {endpoint}: answers, {len(jobs.gpus)} GPU(s), {len(jobs.jobs)} job(s)"
+
+
+def _print_lines(args, settings, endpoint: str) -> None:
+    from colocate.slurm import site
+
+    plugin = Path(args.plugin)
+    print("# 1. build the SPANK plugin (needs gcc and libslurm-dev), on every node and login node:")
+    print(f"mkdir -p {plugin.parent} && " + " ".join(site.build_command(plugin)))
+    print("# 2. plugstack.conf (every node and login node):")
+    print(site.plugstack_line(plugin, settings))
+    if args.task_prolog:
+        print(f"#    or, without the plugin, slurm.conf: TaskProlog={Path(args.task_prolog).resolve()}")
+    else:
+        print("#    or, without the plugin: colocate slurm config --task-prolog FILE, and slurm.conf TaskProlog=FILE")
+    opp = settings.opp_gres
+    print("# 3. slurm.conf: shards" + (f", and {opp}: opportunistic tasks per node" if opp else "") + ":")
+    print("GresTypes=gpu,shard" + (f",{opp}" if opp else ""))
+    print(f"#    NodeName=... Gres=gpu:N,shard:N*S{f',{opp}:8' if opp else ''}   with gres.conf lines such as:")
+    print(f"#    Name=shard Count=N*{settings.shards or 'S'}" + (f"   Name={opp} Count=8 Flags=CountOnly" if opp else ""))
+    print("# 4. beside slurmd on every node (docs/slurm.md has a systemd unit):")
+    sim = f" --sim-gpu-mem {settings.sim_gpu_mem}" if settings.sim_gpu_mem else ""
+    ctl = f" --ctl {args.ctl}" if args.ctl else ""
+    print(f"colocate node --device {settings.device}{sim} --endpoint {args.node}{ctl} --policy adaptive"
+          + ("   (%n: this node's Slurm name)" if "%n" in args.node else ""))
