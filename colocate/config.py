@@ -26,13 +26,13 @@ def _c(default, doc: str):
 @dataclass(frozen=True)
 class NodeConfig:
     policy: str = _c(NodePolicy.ADAPTIVE.value, "co-location policy: " + ", ".join(POLICY_NAMES))
-    # --- adaptive (AIMD on the opportunistic share, guarded by the guaranteed job's SLO)
+    # --- adaptive (pause-or-full or AIMD on the opportunistic share, guarded by the guaranteed job's SLO)
     slo_slowdown: float = _c(0.05, "adaptive: the guaranteed job's mini-batch time may exceed its solo baseline by this fraction")
-    baseline_batches: int = _c(30, "adaptive: guaranteed batches profiled alone (opportunistic jobs paused) for the baseline")
+    baseline_batches: int = _c(16, "adaptive: guaranteed batches profiled alone (opportunistic jobs paused) for the baseline")
     baseline_warmup_batches: int = _c(10, "adaptive: a new guaranteed job's first batches (warm-up) are never profiled")
     baseline_quiet_timeout_s: float = _c(5.0, "adaptive: start profiling anyway if a paused job has not confirmed by then")
     rebaseline_s: float = _c(120.0, "adaptive: re-profile the baseline this often (0: never)")
-    window_batches: int = _c(16, "adaptive: guaranteed batches per AIMD decision")
+    window_batches: int = _c(16, "adaptive: guaranteed batches per decision window (AIMD steps once per window; pause-or-full checks the last window after every batch)")
     slo_grow_fraction: float = _c(0.5, "adaptive: grow only while the slowdown is within this part of the SLO margin; hold above")
     slo_patience_windows: int = _c(2, "adaptive: windows over the SLO in a row before backing off (beyond twice the margin: at once)")
     opp_start_share: float = _c(0.25, "adaptive: an opportunistic job's first compute share")
@@ -41,6 +41,10 @@ class NodeConfig:
     opp_min_share: float = _c(0.05, "adaptive: no running opportunistic job gets less (no starvation)")
     opp_start_mem_fraction: float = _c(0.25, "adaptive: an opportunistic job's first memory cap, as a part of what is free")
     mem_headroom_bytes: int = _c(256 << 20, "adaptive: bytes kept free between the guaranteed job's use and opportunistic caps")
+    pause_batches: int = _c(16, "adaptive, pause-or-full (jobs yielding by priority): guaranteed batches profiled alone after an SLO break; their median is the new baseline")
+    pause_growth: float = _c(2.0, "adaptive, pause-or-full: a break within pause_recur_windows windows of the last resume multiplies the pause by this")
+    pause_recur_windows: int = _c(4, "adaptive, pause-or-full: a break this many windows after a resume or later starts again from pause_batches")
+    pause_max_batches: int = _c(64, "adaptive, pause-or-full: the longest pause, in guaranteed batches")
     gate: bool = _c(True, "adaptive: opportunistic jobs yield the device to the guaranteed job (how: COLOCATE_YIELD_VIA)")
     guaranteed_idle_s: float = _c(1.0, "adaptive: no guaranteed batch for this long: its GPU counts as free")
     # --- static
@@ -60,10 +64,13 @@ class NodeConfig:
                 raise ValueError(f"{name}: must be between 0 and 1, got {v!r}")
         if not (0.0 < self.opp_backoff < 1.0):
             raise ValueError(f"opp_backoff: must be in (0, 1), got {self.opp_backoff!r}")
-        for name in ("baseline_batches", "window_batches", "liveness", "slo_patience_windows"):
+        for name in ("baseline_batches", "window_batches", "liveness", "slo_patience_windows", "pause_batches",
+                     "pause_recur_windows", "pause_max_batches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1")
-        for name in ("baseline_batches", "window_batches"):
+        if not (1.0 <= self.pause_growth <= 16.0):
+            raise ValueError(f"pause_growth: must be between 1 and 16, got {self.pause_growth!r}")
+        for name in ("baseline_batches", "window_batches", "pause_batches", "pause_max_batches"):
             if getattr(self, name) > 64:
                 raise ValueError(f"{name}: at most 64 (the reports a node keeps per job)")
         for name in ("rebaseline_s", "guaranteed_idle_s", "baseline_quiet_timeout_s", "heartbeat_s", "mem_headroom_bytes"):

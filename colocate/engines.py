@@ -30,6 +30,12 @@ ENGINES: dict[str, str] = {e.value: f"colocate.{e.value}.worker:resolve" for e i
 Resolver = Callable[[Mapping[str, str]], Mapping[str, str]]
 
 
+class Deferred(Exception):
+    """Raised by a resolver whose worker's facts are not known yet when torch is imported (a Ray Train worker
+    imports torch before Ray Train gives it its ranks): nothing is installed now, and the resolver has arranged
+    to call ``torch_hooks.install()`` itself once they are, before the worker's own code runs."""
+
+
 def resolver(name: str, engines: Mapping[str, str] | None = None) -> Resolver:
     """The resolver of engine ``name``; ValueError (one line) when it is unknown or cannot be imported."""
     table = ENGINES if engines is None else engines
@@ -51,7 +57,7 @@ def resolver(name: str, engines: Mapping[str, str] | None = None) -> Resolver:
 def resolve(environ: MutableMapping[str, str], engines: Mapping[str, str] | None = None) -> dict[str, str]:
     """Run the resolver ``COLOCATE_ENGINE`` names on ``environ`` and write its values into it; returns them
     ({} without an engine). Raises ValueError with one line on an unknown engine, a resolver's own
-    ValueError, or a value that is not a ``COLOCATE_*`` variable of ``colocate.env``."""
+    ValueError, or a value that is not a ``COLOCATE_*`` variable of ``colocate.env``; lets ``Deferred`` through."""
     name = environ.get("COLOCATE_ENGINE") or ""
     if not name:
         return {}

@@ -11,7 +11,8 @@ compare. Message fields keep their protocol names (``colocate.protocol``); a fie
 
 kinds:
   ``report``   a ``BatchReport`` received, plus ``gpu`` and ``priority`` of the job
-  ``limits``   a ``SetLimits`` sent (``job_id``, ``limits``)
+  ``limits``   a ``SetLimits`` sent (``job_id``, ``limits``), plus the job's policy label ``slo_state``
+  ``welcome``  a ``Welcome`` sent (a registration's first limits), plus ``slo_state``
   ``applied``  a ``LimitsApplied`` received
 
 A line cut short by a crash is skipped by the reader; unknown kinds are skipped too.
@@ -26,8 +27,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from colocate import protocol as P
 
-REPORT, LIMITS, APPLIED = "report", "limits", "applied"
-KINDS = (REPORT, LIMITS, APPLIED)
+REPORT, LIMITS, APPLIED, WELCOME = "report", "limits", "applied", "welcome"
+KINDS = (REPORT, LIMITS, APPLIED, WELCOME)
 
 
 def row(kind: str, node_t: float, msg: P.Message, **extra) -> str:
@@ -58,6 +59,7 @@ class Record:
     batches: list[Batch] = field(default_factory=list)
     limits: list[dict] = field(default_factory=list)  # raw ``limits`` rows
     applied: list[dict] = field(default_factory=list)  # raw ``applied`` rows
+    welcomes: list[dict] = field(default_factory=list)  # raw ``welcome`` rows
 
 
 def read(path: str) -> Record:
@@ -77,4 +79,6 @@ def read(path: str) -> Record:
                 out.limits.append(r)
             elif kind == APPLIED:
                 out.applied.append(r)
+            elif kind == WELCOME:
+                out.welcomes.append(r)
     return out

@@ -22,6 +22,8 @@ FIELDS: dict[str, str] = {
     "sm_share": "compute share in force at exit",
     "iterations": "mini-batches (boundaries) seen",
     "boundaries": "boundaries by how they were found: optimizer, backward, step (torch_hooks.step()), scaler",
+    "ready_at": "CLOCK_MONOTONIC seconds when the process reached its first device work (null: never); "
+                "a job paused then waits there",
     "wall_s": "seconds from the first device work to exit",
     "device_busy_s": "device busy seconds in that time",
     "busy_fraction": "device_busy_s / wall_s",

@@ -56,6 +56,17 @@ class YieldMode(StrEnum):
     GATE = "gate"
 
 
+class Phase(StrEnum):
+    """Where an opportunistic job's time beside a guaranteed job goes: starting (host work, before its first
+    device work), held while the guaranteed job's solo baseline is profiled, paused (an SLO break, memory),
+    or running (``colocate.node.policies`` labels; the demo's and benchmark's phase columns)."""
+
+    STARTUP = "start-up"
+    BASELINE = "baseline"
+    PAUSED = "paused"
+    RUNNING = "running"
+
+
 class Engine(StrEnum):
     """An existing engine colocate runs inside (``COLOCATE_ENGINE``; ``colocate.engines``)."""
 

@@ -62,6 +62,7 @@ def test_declared_dependencies_are_exactly_what_the_code_imports():
     project = pyproject()["project"]
     declared = {requirement_name(r) for r in project["dependencies"]}
     declared_gpu = {requirement_name(r) for r in project["optional-dependencies"]["gpu"]}
+    declared_ray = {requirement_name(r) for r in project["optional-dependencies"]["ray"]}
     dists = metadata.packages_distributions()
     used = set()
     for module in imported_top_level():
@@ -70,7 +71,8 @@ def test_declared_dependencies_are_exactly_what_the_code_imports():
             continue
         assert module in dists, f"{module} is imported but no installed distribution provides it"
         used.update(d.lower().replace("_", "-") for d in dists[module])
-    assert used == declared | declared_gpu, (sorted(used), sorted(declared | declared_gpu))
+    assert used == declared | declared_gpu | declared_ray, (sorted(used), sorted(declared | declared_gpu | declared_ray))
+    assert declared_ray == {"ray"}  # colocate.ray (the runtime_env plugin, `colocate ray start`)
     assert declared_gpu == {"nvidia-ml-py"}  # the CUDA path's own need (NVML); torch's CUDA build does the rest
     assert not (declared & declared_gpu)
 

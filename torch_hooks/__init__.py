@@ -30,7 +30,8 @@ _lock = threading.Lock()
 
 
 def install(env=None):
-    """Install the runtime in this process once; returns the ``Runtime``."""
+    """Install the runtime in this process once; returns the ``Runtime`` (None when the engine's resolver
+    deferred it: ``colocate.engines.Deferred``)."""
     global _rt
     with _lock:
         if _rt is not None:
@@ -43,9 +44,12 @@ def install(env=None):
         globals()["runtime"] = _runtime_accessor  # the submodule import rebinds the name
 
         if env is None:
-            from colocate.engines import prepare
+            from colocate.engines import Deferred, prepare
 
-            prepare(os.environ)  # the engine's resolver, then a token of its own: before anything reads them
+            try:
+                prepare(os.environ)  # the engine's resolver, then a token of its own: before anything reads them
+            except Deferred:
+                return None  # the engine's worker is not set up yet: its resolver calls install() once it is
             env = JobEnv.from_environ()
         logging.basicConfig(format="colocate[%(process)d] %(levelname)s %(message)s")
         logging.getLogger("colocate").setLevel(env.log.upper())

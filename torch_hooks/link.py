@@ -12,7 +12,11 @@ silent intervals the link drops the socket, reconnects with exponential backoff
 and registers again (``epoch`` + 1). Both numbers are the node's: its ``Welcome``
 carries them (``DEFAULT_HEARTBEAT_S`` and ``DEFAULT_LIVENESS`` hold until then). While
 the node is away the job keeps running at its last limits. Messages from a node
-incarnation older than the one that welcomed the job are ignored.
+incarnation older than the one that welcomed the job are ignored. Limits are acknowledged
+(``LimitsApplied``) by the first batch under them, or while paused; a pause (share 0) that
+arrives before the job's first device work is acknowledged at once, since the runtime holds
+that work until the share is raised. ``Register.priority_yield`` tells the node that the job
+yields by low device priority (``COLOCATE_YIELD_VIA`` has it, on the simulated GPU).
 
 ``register_first(env)`` is the registration a worker must finish before it runs (a fixed partition, a GPU the
 node picks, ``COLOCATE_NODE_REQUIRED``): it runs at install, before the device is opened (so before CUDA
@@ -59,6 +63,8 @@ def _register_msg(env, epoch: int, mem_cap: int, sm_share: float) -> P.Register:
         sm_share=sm_share, mem_cap=mem_cap, epoch=epoch, token=env.token[:128], sm_request=env.sm_share,
         rank=env.rank, world_size=max(env.world_size or 1, (env.rank or 0) + 1), partition=env.partition,
         pick_gpu=env.pick_gpu,
+        priority_yield=(env.priority == Priority.OPPORTUNISTIC and YieldMode.PRIORITY in env.yield_via
+                        and env.device == DeviceKind.SIM),  # CUDA has no process priority yet
     )
 
 
@@ -276,9 +282,11 @@ class NodeLink:
             self.welcomes += 1
             self._apply(msg.limits)
             self.registered.set()
+            self._ack_before_device_work(sock, msg.limits)
         elif isinstance(msg, P.SetLimits):
             if self.registered.is_set() and msg.job_id == self.worker_id:
                 self._apply(msg.limits)
+                self._ack_before_device_work(sock, msg.limits)
         elif isinstance(msg, P.Error):
             if msg.code == P.REJECTED:
                 if not self.rejected:
@@ -289,6 +297,12 @@ class NodeLink:
                 self._register(sock)
             else:
                 log.warning("node error (%s): %s", msg.code, msg.message)
+
+    def _ack_before_device_work(self, sock, limits) -> None:
+        """A pause (share 0) reaching a job before its first device work is in force at once: the job
+        will wait before any device work (``Runtime``), so the node need not wait for a boundary."""
+        if limits.sm_share <= 0.0 and not self.rt.device_work_started():
+            self._ack(sock, limits.seq, self._clock())
 
     def _set_yield(self, on: bool) -> None:
         """Start or stop yielding the device to the guaranteed job (idempotent)."""

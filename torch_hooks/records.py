@@ -71,7 +71,7 @@ class StatsBook:
         if rec.mem_floor > self.max_floor:
             self.max_floor = rec.mem_floor
 
-    def summary(self, *, job, wall_s: float, busy_s: float, mem) -> dict:
+    def summary(self, *, job, wall_s: float, busy_s: float, mem, ready_at: float | None = None) -> dict:
         out = {
             "job_id": job["job_id"],
             "pid": os.getpid(),
@@ -82,6 +82,7 @@ class StatsBook:
             "sm_share": job["sm_share"],
             "iterations": self.iterations,
             "boundaries": dict(self.boundaries),
+            "ready_at": ready_at,
             "wall_s": wall_s,
             "device_busy_s": busy_s,
             "busy_fraction": busy_s / wall_s if wall_s > 0 else 0.0,

@@ -38,7 +38,9 @@ Limits contract:
   cache is released; if live tensors still need more than the cap, the record's
   ``mem_floor`` reports the reserved bytes they hold, and allocations beyond the
   cap go to host memory (or fail with ``--on-cap error``);
-* SM share: applied at the next boundary; 0 pauses there until it is raised;
+* SM share: applied at the next boundary; 0 pauses there until it is raised, and a job
+  that reaches its first device work at share 0 waits there (start-up is host work; a
+  paused job never starts device work);
 * ``seq``: an update with a seq not greater than the last applied one is
   ignored, so retried updates are idempotent.
 """
@@ -85,6 +87,7 @@ class Runtime:
         self._resume_busy = self._busy0
         self._device_start: float | None = None
         self._seen_device = False
+        self.ready_at: float | None = None  # clock() when the job reached its first device work
         self._prev_boundary = self._t0  # boundary times, before idling
         self.keep_records = False  # build a record at every boundary, even a lean one (tests, debugging)
         self._quiet = getattr(device, "quiet", lambda cap: False)
@@ -151,17 +154,43 @@ class Runtime:
         """First device work of a mini-batch (idempotent within a batch)."""
         if self._device_start is not None:
             return
+        first = not self._seen_device
+        if first:
+            self._hold_first_device_work()
         for hook in self._start_hooks:
             hook()
         self._device_start = self._clock()
-        if not self._seen_device:
+        if first:
             # start-up (imports, model and optimizer construction) is host work:
             # device accounting and the throttle start with the first device work
-            self._seen_device = True
             self._t0 = self._resume_t = self._prev_boundary = self._device_start
             self._busy0 = self._resume_busy = self.device.busy_time()
             self._start_watch()
         self.device.phase_start()
+
+    def device_work_started(self) -> bool:
+        """True once the job has reached its first device work (any thread). While False, a share
+        of 0 set now is in force: the job will not start device work until it is raised."""
+        with self._cond:
+            return self._seen_device
+
+    def _hold_first_device_work(self) -> None:
+        """The job reaches its first device work: note when (``ready_at``); paused (share 0), wait
+        here until the share is raised, so a paused job never starts device work. The paused-apply
+        hooks hear that the limits are in force."""
+        with self._cond:
+            self._seen_device = True
+            self.ready_at = self._clock()
+            if self._share > 0.0 or self._closed:
+                return
+            t = self._clock()
+            self._apply_while_paused()
+            while not self._closed and self._share <= 0.0:
+                seen = self._limits_changed
+                self._cond.wait_for(lambda: self._closed or self._limits_changed != seen)  # noqa: B023 (called here)
+                if not self._closed:
+                    self._apply_while_paused()
+            self.book.paused_s += self._clock() - t
 
     def on_boundary(self, source: str = "step") -> BatchRecord | None:
         """End of a mini-batch: charge host traffic, enforce memory, throttle, record.
@@ -321,7 +350,7 @@ class Runtime:
             share = self._share
         job = {"job_id": env.job_id, "device": env.device, "gpu": env.gpu, "priority": env.priority,
                "on_cap": env.on_cap, "sm_share": share}
-        return self.book.summary(job=job, wall_s=wall, busy_s=busy, mem=self.device.memory())
+        return self.book.summary(job=job, wall_s=wall, busy_s=busy, mem=self.device.memory(), ready_at=self.ready_at)
 
     def close(self) -> None:
         """Release a paused training thread; later boundaries do not idle; the

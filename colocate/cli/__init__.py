@@ -33,6 +33,7 @@ COMMANDS = {
     "cancel": "colocate.cli.cancel",
     "logs": "colocate.cli.logs",
     "keys": "colocate.cli.keys",
+    "ray": "colocate.cli.ray",
     "slurm": "colocate.cli.slurm",
 }
 
@@ -52,7 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "passthrough", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra  # a command that passes options on (``colocate ray start``) sets ``passthrough``
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

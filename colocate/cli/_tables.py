@@ -17,7 +17,7 @@ from rich.text import Text
 
 from colocate import protocol as P
 from colocate.units import format_size
-from colocate.vocab import JobState, Priority
+from colocate.vocab import JobState, Phase, Priority
 
 WIDE = 400  # columns of the console when output is not a terminal
 
@@ -52,7 +52,7 @@ JOB_HEADERS = ("JOB", "GPU", "PRIORITY", "PID", "CAP", "SHARE", "RESERVED", "HOS
 _RIGHT = {"GPU", "MEMORY", "JOBS", "PID", "CAP", "SHARE", "RESERVED", "HOST", "IT/S", "ITERS"}
 SLO_STYLES = {"ok": "green", "violated": "bold red", "baseline": "yellow", "paused-mem": "red",
               "waiting": "yellow", "backoff": "yellow", "holding": "yellow", "growing": "green", "full": "cyan",
-              "override": "magenta", "idle": "dim"}
+              "override": "magenta", "idle": "dim", Phase.RUNNING: "green", Phase.PAUSED: "red"}
 
 
 def util_bar(ratio: float, width: int = 20) -> Text:

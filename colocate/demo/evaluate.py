@@ -7,13 +7,17 @@ its report (``node_t``) inside it, with its busy time.
 * throughput: batches per second of the job in the window;
 * device utilization: busy seconds of all jobs in the window / window length;
 * idle share used: opportunistic busy seconds / the idle device time the
-  guaranteed job leaves when alone (window x (1 - its solo utilization)).
+  guaranteed job leaves when alone (window x (1 - its solo utilization));
+* phases of the opportunistic job (``phases``): where the window's time went, so that a user sees
+  where idle time was lost: ``start-up`` before it reached its first device work, ``baseline`` held
+  while the guaranteed job's solo baseline was profiled, ``paused`` (an SLO break, memory, a policy
+  that makes it wait), ``running`` (a share above 0).
 """
 
 from __future__ import annotations
 
 from colocate.record import Batch
-from colocate.vocab import Priority
+from colocate.vocab import Phase, Priority
 
 
 def window(batches: list[Batch], warmup_s: float) -> tuple[float, float]:
@@ -51,3 +55,30 @@ def timeline(batches: list[Batch], t0: float, t1: float, bin_s: float = 0.5) -> 
             util[i] += b.busy_s / bin_s
             tput.setdefault(b.job_id, [0.0] * n)[i] += 1.0 / bin_s
     return {"t": [i * bin_s for i in range(n)], "utilization": [min(1.0, u) for u in util], "throughput": tput}
+
+
+def phases(batches: list[Batch], limits: list[dict], job_id: str, ready_at: float | None, t0: float,
+           t1: float) -> dict[str, float]:
+    """Seconds of [t0, t1] the job spent in each ``Phase``. ``limits``: the record's ``welcome`` and
+    ``limits`` rows (any jobs); ``ready_at``: when the job reached its first device work (its stats
+    file; None: the first batch's start, or never). Before it is ready the job is starting, whatever
+    its limits (a hold then costs nothing); after, share 0 is ``baseline`` when labelled so, else
+    ``paused``, and a share above 0 is ``running``."""
+    if ready_at is None:
+        first = next((b for b in batches if b.job_id == job_id), None)
+        ready_at = first.node_t - first.duration_s if first is not None else float("inf")
+    rows = sorted((r["node_t"], r["limits"]["sm_share"], r.get("slo_state", "")) for r in limits
+                  if r.get("job_id") == job_id)
+    cuts = sorted({t0, t1, *(t for t, _, _ in rows if t0 < t < t1), *([ready_at] if t0 < ready_at < t1 else [])})
+    out = dict.fromkeys(Phase, 0.0)
+    for a, b in zip(cuts, cuts[1:]):
+        last = [(share, label) for t, share, label in rows if t <= a]
+        share, label = last[-1] if last else (1.0, "")
+        if a < ready_at:
+            phase = Phase.STARTUP
+        elif share > 0:
+            phase = Phase.RUNNING
+        else:
+            phase = Phase.BASELINE if label == Phase.BASELINE else Phase.PAUSED
+        out[phase] += b - a
+    return {str(k): v for k, v in out.items()}

@@ -24,7 +24,7 @@ from colocate import record
 from colocate.config import POLICY_NAMES
 from colocate.demo import evaluate as ev
 from colocate.endpoints import ipc_path
-from colocate.vocab import Priority
+from colocate.vocab import Phase, Priority
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "_examples"  # examples/, shipped in the package
 MODES = POLICY_NAMES  # one run per node policy
@@ -133,9 +133,9 @@ def analyse(pair: Pair, runs: dict[str, Run], warmup_s: float = 1.0) -> tuple[li
     gid, oid = pair.guaranteed.job_id, pair.opportunistic.job_id
 
     def figures(run):
-        batches = record.read(run.record).batches
-        t0, t1 = ev.window(batches, warmup_s)
-        return batches, t0, t1, ev.job_figures(batches, t0, t1)
+        rec = record.read(run.record)
+        t0, t1 = ev.window(rec.batches, warmup_s)
+        return rec, t0, t1, ev.job_figures(rec.batches, t0, t1)
 
     # the guaranteed job's reference: the mean of its solo runs before and after the modes (the
     # machine's speed drifts over minutes; one run alone would favour whichever modes ran near it)
@@ -147,8 +147,12 @@ def analyse(pair: Pair, runs: dict[str, Run], warmup_s: float = 1.0) -> tuple[li
     o_solo_tput = o_solo.get(oid, {}).get("throughput", 0.0)
     rows, lines = [], {}
     for mode in [name for name in runs if not name.startswith("solo-")]:
-        batches, t0, t1, figs = figures(runs[mode])
+        rec, t0, t1, figs = figures(runs[mode])
+        batches = rec.batches
         g, o = figs.get(gid, {}), figs.get(oid, {})
+        span = max(1e-9, t1 - t0)
+        o_phases = ev.phases(batches, rec.welcomes + rec.limits, oid, runs[mode].stats.get(oid, {}).get("ready_at"),
+                             t0, t1)
         util = sum(f["utilization"] for f in figs.values())
         idle = (1.0 - g_solo_util) * (t1 - t0)
         rows.append({
@@ -160,6 +164,10 @@ def analyse(pair: Pair, runs: dict[str, Run], warmup_s: float = 1.0) -> tuple[li
             "utilization_gain": _ratio(util, g_solo_util),
             "opportunistic_throughput_ratio": _ratio(o.get("throughput", 0.0), o_solo_tput),
             "idle_share_used": _ratio(o.get("busy_s", 0.0), idle),
+            # where the window went for the opportunistic job (parts of the window, by Phase)
+            "opportunistic_phases": {k: v / span for k, v in o_phases.items()},
+            # idle time used while it ran: its busy seconds / the idle time of its running phase
+            "idle_share_used_running": _ratio(o.get("busy_s", 0.0), (1.0 - g_solo_util) * o_phases[Phase.RUNNING]),
             "guaranteed_host_bytes_peak": runs[mode].stats.get(gid, {}).get("host_bytes_peak", 0),
             "guaranteed_throughput_it_s": g.get("throughput", 0.0),
             "guaranteed_solo_throughput_it_s": g_solo_tput,
@@ -171,6 +179,11 @@ def analyse(pair: Pair, runs: dict[str, Run], warmup_s: float = 1.0) -> tuple[li
         })
         lines[mode] = ev.timeline(batches, t0 - warmup_s, t1)
     return rows, lines
+
+
+def phase_cells(row: dict) -> list[str]:
+    """The opportunistic job's phases of a result row, as parts of the window, in ``Phase`` order."""
+    return [f"{row['opportunistic_phases'][p]:.2f}" for p in Phase]
 
 
 def _ratio(a: float, b: float) -> float:

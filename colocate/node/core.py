@@ -155,7 +155,8 @@ class NodeCore:
             job = JobState(job_id=m.job_id, gpu=index, priority=priority, pid=m.pid, mem_request=m.mem_request,
                            sm_request=m.sm_request, registered_at=now, last_seen=now, token=m.token,
                            limits=P.Limits(seq=0, mem_cap=m.mem_cap, sm_share=m.sm_share, gate=False),
-                           job=m.job, rank=m.rank, partition=m.partition and priority == Priority.GUARANTEED)
+                           job=m.job, rank=m.rank, partition=m.partition and priority == Priority.GUARANTEED,
+                           priority_yield=m.priority_yield)
             self.jobs[m.job_id] = job
             gpu.jobs.append(m.job_id)
         else:  # the same job registering again (its link reconnected)

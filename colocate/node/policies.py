@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from colocate.config import POLICY_NAMES
-from colocate.vocab import NodePolicy
+from colocate.vocab import NodePolicy, Phase
 
 
 @dataclass(frozen=True)
@@ -98,26 +98,40 @@ class Static:
 
 
 class Adaptive:
-    """AntMan-style dynamic scaling with an SLO-guarded AIMD on the opportunistic share.
+    """AntMan-style co-location guarded by the guaranteed job's SLO (its solo mini-batch time x
+    ``1 + slo_slowdown``). Two controls for the opportunistic compute share, chosen per job:
 
-    Per GPU: when a guaranteed job arrives its solo mini-batch time is measured
-    (``baseline_batches`` batches once every opportunistic job has confirmed its
-    pause; again every ``rebaseline_s``). Then every ``window_batches`` guaranteed batches, the
-    median batch time is compared with ``baseline x (1 + slo_slowdown)``: while
-    it stays within ``slo_grow_fraction`` of that margin, the opportunistic budget
-    grows by ``opp_share_step``; in the rest of the margin it holds; beyond it for
-    ``slo_patience_windows`` windows in a row, or beyond twice the margin at
-    once, it is multiplied by ``opp_backoff`` (a single window a little over the
-    SLO holds the budget: batch times on a shared machine are noisy). The budget
-    is water-filled over the opportunistic jobs by measured demand (busy
-    fraction, or 1 when a job uses all it is given), each getting at least
-    ``opp_min_share``. Opportunistic jobs are told to yield the device (limits
-    ``gate``; each job yields as ``COLOCATE_YIELD_VIA`` says). Memory: the guaranteed job keeps its request;
-    opportunistic caps share what the guaranteed job does not use (its recent
-    reserved peak plus a headroom), start small, double while they fill their
-    cap, and shrink at once when the guaranteed job grows; a job whose live set
-    exceeds its new cap is paused. Without a guaranteed job (or while it idles)
-    opportunistic jobs get the whole GPU.
+    * **pause-or-full**, for a job that yields by device priority (``JobState.priority_yield``) and is
+      not under memory pressure: share 1 while the guaranteed job meets its SLO (its device priority
+      keeps it out of the guaranteed job's way), 0 on a break. A fractional share would make it wake
+      at every boundary and take the core despite its priority, which measurably hurts more than
+      running freely. After every guaranteed batch, once ``window_batches`` batches have run since
+      the last resume, the median of the last ``window_batches`` is compared with the SLO: a break
+      pauses every opportunistic job at once (so it is caught within one window of its start) and
+      the pause is a fresh solo profile whose median becomes the new baseline (catching drift in
+      the guaranteed job's own work); ``pause_batches`` batches long, times ``pause_growth`` for
+      each break within ``pause_recur_windows`` windows of the last resume, at most
+      ``pause_max_batches`` (a pause whose solo batches are as slow as the broken window found drift,
+      not interference: it does not count). A window faster than the baseline by more than twice the
+      margin re-profiles too (the job's own work shrank).
+    * **AIMD**, for the others (yielding without priority, or served from host memory over their
+      cap, whose bus traffic no priority orders): the budget starts at ``opp_start_share``; every
+      ``window_batches`` guaranteed batches, while the median stays within ``slo_grow_fraction`` of
+      the margin it grows by ``opp_share_step``; in the rest it holds; beyond it for
+      ``slo_patience_windows`` windows in a row, or beyond twice the margin at once, it is
+      multiplied by ``opp_backoff``. The budget is water-filled over these jobs by measured demand
+      (busy fraction, or 1 when a job uses all it is given), each getting at least ``opp_min_share``.
+
+    The first baseline: ``baseline_batches`` guaranteed batches (after ``baseline_warmup_batches``)
+    profiled once every opportunistic job has confirmed its pause (a job that has not started device
+    work confirms at once: it waits before its first device work); again every ``rebaseline_s``.
+    Opportunistic jobs are told to yield (limits ``gate``; how: ``COLOCATE_YIELD_VIA``). Memory: the
+    guaranteed job keeps its request; opportunistic caps share what it does not use (its recent
+    reserved peak plus a headroom), start small, double while they fill their cap, and shrink at once
+    when it grows; a job whose live set exceeds its new cap is paused. Without a guaranteed job (or
+    while it idles) opportunistic jobs get the whole GPU. Labels (``Want.slo_state``): the guaranteed
+    job's ``baseline``/``ok``/``violated``/``idle``; an opportunistic job's ``Phase`` while held
+    (``baseline``, ``paused``) or running pause-or-full, else AIMD's ``growing``/``holding``/``backoff``.
     """
 
     def plan(self, gpu, jobs, cfg, now):
@@ -125,7 +139,7 @@ class Adaptive:
         g, opps = _split(jobs)
         total = gpu.spec.mem_total
         out = {}
-        g_state, budget = self._budget(st, g, opps, cfg, now)
+        g_state, budget, hold = self._budget(st, g, opps, cfg, now)
         if g:
             out[g.job_id] = Want(_g_cap(g, total), 1.0, False, g_state)
             recent = list(g.recent)[-8:]
@@ -136,15 +150,23 @@ class Adaptive:
         if not opps:
             return out
         fair = avail // len(opps)
-        demands = [self._demand(j) for j in opps]
-        shares = water_fill(budget, demands, cfg.opp_min_share)
         idle_g = g is None or g_state == "idle"
-        for j, share in zip(opps, shares):
+        aimd = [j for j in opps if not _pause_or_full(j)]
+        shares = dict(zip((j.job_id for j in aimd),
+                          water_fill(budget, [self._demand(j) for j in aimd], cfg.opp_min_share)))
+        trend = st.get("trend", 1)
+        for j in opps:
             cap = fair if g is None else self._opp_cap(j, fair, avail, cfg)
+            if idle_g:
+                share, state = shares.get(j.job_id, 1.0), "full"
+            elif hold:
+                share, state = 0.0, hold
+            elif j.job_id not in shares:
+                share, state = 1.0, Phase.RUNNING
+            else:
+                share = shares[j.job_id]
+                state = "growing" if trend > 0 else "holding" if trend == 0 else "backoff"
             last = j.last
-            trend = st.get("trend", 1)
-            state = "full" if idle_g else ("waiting" if budget == 0 else
-                                           ("growing" if trend > 0 else "holding" if trend == 0 else "backoff"))
             if last is not None and last.mem_floor > cap:
                 share, state = 0.0, "paused-mem"
             out[j.job_id] = Want(cap, share, cfg.gate and g is not None, state)
@@ -152,51 +174,90 @@ class Adaptive:
 
     # -- compute -----------------------------------------------------------------
     def _budget(self, st, g, opps, cfg, now):
-        """(guaranteed job's state label, opportunistic budget)."""
+        """(guaranteed job's label, AIMD budget, hold): ``hold`` is the ``Phase`` every opportunistic
+        job waits in (share 0), or "" when they run."""
         if g is None:
             st.clear()
-            return "", 1.0
+            return "", 1.0, ""
         if st.get("job") != g.job_id:
             st.clear()
-            st.update(job=g.job_id, phase="baseline", quiet=False, since=now, budget=cfg.opp_start_share, trend=1)
+            st.update(job=g.job_id, budget=cfg.opp_start_share, trend=1, breaks=0)
+            _hold(st, now, Phase.BASELINE, cfg.baseline_batches)
         last_t = g.last_report_at if g.last_report_at is not None else g.registered_at
         if now - last_t > cfg.guaranteed_idle_s or (g.override_share == 0.0):
-            return "idle", 1.0
-        if st["phase"] == "baseline":
-            # profile only while every opportunistic job has confirmed its pause at a boundary
-            # (one that joins meanwhile restarts the count)
+            return "idle", 1.0, ""
+        if st["phase"] == Phase.BASELINE:
+            # profile only while every opportunistic job has confirmed its pause (at a boundary, or at
+            # once before its first device work); one that joins meanwhile restarts the count
             paused = all(j.limits.sm_share == 0.0 and j.applied_seq >= j.limits.seq for j in opps)
             if not (paused or now - st["since"] > cfg.baseline_quiet_timeout_s):
                 st["quiet"] = False
-                return "baseline", 0.0
+                return Phase.BASELINE, 0.0, st["why"]
             if not st["quiet"]:
                 st.update(quiet=True, from_iter=max(g.iterations + 1, cfg.baseline_warmup_batches))
-            # batches counted by this node (a job's own seq may predate this node incarnation)
-            if g.iterations - st["from_iter"] < cfg.baseline_batches:
-                return "baseline", 0.0
-            reps = list(g.recent)[-cfg.baseline_batches:]
-            st.update(phase="steady", baseline=statistics.median(r.duration_s for r in reps),
-                      baseline_at=now, next_iter=g.iterations + cfg.window_batches)
+            if g.iterations - st["from_iter"] < st["need"]:
+                return Phase.BASELINE, 0.0, st["why"]
+            reps = list(g.recent)[-st["need"]:]
+            st.update(phase="steady", baseline=statistics.median(r.duration_s for r in reps), baseline_at=now,
+                      next_iter=g.iterations + cfg.window_batches, resumed=g.iterations, seen=g.iterations, ok=True)
+            if st["why"] == Phase.PAUSED and st["baseline"] * (1.0 + cfg.slo_slowdown) < st["broken"]:
+                st["after_break"] = g.iterations  # alone it met the SLO: the opportunistic work broke it
+            elif st["why"] == Phase.PAUSED:  # as slow alone: the job's own work drifted, not a break to grow on
+                st["breaks"] = max(0, st["breaks"] - 1)
         if cfg.rebaseline_s and now - st["baseline_at"] > cfg.rebaseline_s:
-            st.update(phase="baseline", quiet=False, since=now)
-            return "baseline", 0.0
+            _hold(st, now, Phase.BASELINE, cfg.baseline_batches)
+            return Phase.BASELINE, 0.0, Phase.BASELINE
+        if g.iterations != st["seen"]:
+            st["seen"] = g.iterations
+            if any(_pause_or_full(j) for j in opps) and self._break(st, g, cfg, now):
+                return "violated", st["budget"], Phase.PAUSED
         if g.iterations >= st["next_iter"]:
-            window = statistics.median(r.duration_s for r in list(g.recent)[-cfg.window_batches:])
-            ok = window <= st["baseline"] * (1.0 + cfg.slo_slowdown)
-            st["over"] = 0 if ok else st.get("over", 0) + 1
-            if window <= st["baseline"] * (1.0 + cfg.slo_slowdown * cfg.slo_grow_fraction):
-                st["budget"] = min(1.0, st["budget"] + cfg.opp_share_step)
-                st["trend"] = 1
-            elif ok:  # inside the SLO but close to it: hold
-                st["trend"] = 0
-            elif st["over"] >= cfg.slo_patience_windows or window > st["baseline"] * (1.0 + 2 * cfg.slo_slowdown):
-                st["budget"] = max(cfg.opp_min_share, st["budget"] * cfg.opp_backoff)
-                st["trend"] = -1
-            else:  # one window over the SLO by less than twice its margin: hold, it may be noise
-                st["trend"] = 0
-            st["ok"] = ok
-            st["next_iter"] = g.iterations + cfg.window_batches
-        return ("ok" if st.get("ok", True) else "violated"), st["budget"]
+            self._window(st, g, opps, cfg, now)
+            if st["phase"] == Phase.BASELINE:
+                return Phase.BASELINE, 0.0, st["why"]
+        return ("ok" if st.get("ok", True) else "violated"), st["budget"], ""
+
+    @staticmethod
+    def _break(st, g, cfg, now) -> bool:
+        """Pause-or-full: the last ``window_batches`` guaranteed batches (all since the last resume)
+        broke the SLO: pause for a fresh baseline, longer when breaks recur. True when it paused."""
+        win = cfg.window_batches
+        since = g.iterations - st["resumed"]
+        if since < win:
+            return False
+        median = statistics.median(r.duration_s for r in list(g.recent)[-win:])
+        if median <= st["baseline"] * (1.0 + cfg.slo_slowdown):
+            return False
+        after = st.get("after_break")  # the resume that ended the last break's pause
+        recur = after is not None and g.iterations - after < cfg.pause_recur_windows * win
+        st["breaks"] = st["breaks"] + 1 if recur else 0
+        need = min(cfg.pause_max_batches, round(cfg.pause_batches * cfg.pause_growth ** st["breaks"]))
+        st.update(ok=False, trend=-1, budget=max(cfg.opp_min_share, st["budget"] * cfg.opp_backoff), broken=median)
+        _hold(st, now, Phase.PAUSED, need)
+        return True
+
+    @staticmethod
+    def _window(st, g, opps, cfg, now) -> None:
+        """One decision window: AIMD on the budget; with pause-or-full jobs, a window faster than the
+        baseline by more than twice the margin re-profiles it (the guaranteed job's own work shrank)."""
+        window = statistics.median(r.duration_s for r in list(g.recent)[-cfg.window_batches:])
+        st["next_iter"] = g.iterations + cfg.window_batches
+        if any(_pause_or_full(j) for j in opps) and window < st["baseline"] * (1.0 - 2 * cfg.slo_slowdown):
+            _hold(st, now, Phase.BASELINE, cfg.pause_batches)
+            return
+        ok = window <= st["baseline"] * (1.0 + cfg.slo_slowdown)
+        st["over"] = 0 if ok else st.get("over", 0) + 1
+        if window <= st["baseline"] * (1.0 + cfg.slo_slowdown * cfg.slo_grow_fraction):
+            st["budget"] = min(1.0, st["budget"] + cfg.opp_share_step)
+            st["trend"] = 1
+        elif ok:  # inside the SLO but close to it: hold
+            st["trend"] = 0
+        elif st["over"] >= cfg.slo_patience_windows or window > st["baseline"] * (1.0 + 2 * cfg.slo_slowdown):
+            st["budget"] = max(cfg.opp_min_share, st["budget"] * cfg.opp_backoff)
+            st["trend"] = -1
+        else:  # one window over the SLO by less than twice its margin: hold, it may be noise
+            st["trend"] = 0
+        st["ok"] = ok
 
     @staticmethod
     def _demand(j) -> float:
@@ -215,6 +276,17 @@ class Adaptive:
         if last is not None and (last.mem_reserved >= 0.9 * cap or last.host_bytes > 0 or last.mem_floor > 0):
             cap = max(cap * 2, last.mem_reserved * 2, last.mem_floor + last.host_bytes)
         return max(0, min(cap, fair))
+
+
+def _pause_or_full(j) -> bool:
+    """The job runs pause-or-full: it yields by device priority and is not served from host memory."""
+    last = j.last
+    return j.priority_yield and not (last is not None and (last.host_bytes > 0 or last.mem_floor > 0))
+
+
+def _hold(st: dict, now: float, why: str, need: int) -> None:
+    """Hold every opportunistic job (``why``: a ``Phase``) and profile ``need`` guaranteed batches alone."""
+    st.update(phase=Phase.BASELINE, why=why, need=need, quiet=False, since=now)
 
 
 POLICIES: dict[str, Any] = {NodePolicy.EXCLUSIVE: Exclusive, NodePolicy.PACK: Pack, NodePolicy.STATIC: Static,

@@ -209,6 +209,8 @@ class NodeServer:
                     self.jobs_sock.send_multipart([target, P.encode(cmd.msg)])
                 if isinstance(cmd.msg, P.SetLimits) and self._record:
                     self._write_record(record.LIMITS, now, cmd.msg)
+                elif isinstance(cmd.msg, P.Welcome) and self._record:
+                    self._write_record(record.WELCOME, now, cmd.msg)
             elif isinstance(cmd, Reply) and ident is not None:
                 if isinstance(cmd.msg, P.Error):
                     with self.lock:
@@ -241,10 +243,11 @@ class NodeServer:
 
     def _write_record(self, kind: str, now: float, msg) -> None:
         extra = {}
-        if kind == record.REPORT:
-            job = self.core.jobs.get(msg.job_id)
-            if job is not None:
-                extra = {"gpu": job.gpu, "priority": job.priority}
+        job = self.core.jobs.get(msg.job_id)
+        if job is not None and kind == record.REPORT:
+            extra = {"gpu": job.gpu, "priority": job.priority}
+        elif job is not None and kind in (record.LIMITS, record.WELCOME):
+            extra = {"slo_state": job.slo_state}
         self._record.write(record.row(kind, now, msg, **extra) + "\n")
 
 

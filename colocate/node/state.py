@@ -38,6 +38,7 @@ class JobState:
     last_report_at: float | None = None
     job: str = ""  # the job this worker belongs to (``Register.job``; job_id itself for a one-process job)
     rank: int | None = None  # torchrun's RANK, None for a one-process job
+    priority_yield: bool = False  # ``Register.priority_yield``: told to yield, it takes low device priority
     partition: bool = False  # a guaranteed fixed partition: mem_request and sm_request are its limits, for good
 
     def __post_init__(self) -> None:

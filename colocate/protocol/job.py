@@ -115,6 +115,8 @@ class Register(Message):
     world_size: int = _f(Num(int, 1, 1 << 20), default=1)  # torchrun's WORLD_SIZE (1 without one)
     partition: bool = _f(Bool(), default=False)  # a guaranteed fixed partition: mem_request, sm_request are its own
     pick_gpu: bool = _f(Bool(), default=False)  # the node picks this (opportunistic) worker's GPU; ``gpu`` is ignored
+    # told to yield (limits ``gate``), the job takes low device priority (COLOCATE_YIELD_VIA has it, the device can)
+    priority_yield: bool = _f(Bool(), default=False)
 
     def _check(self) -> None:
         if self.partition and (self.priority != Priority.GUARANTEED or self.mem_request is None

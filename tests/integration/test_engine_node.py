@@ -56,6 +56,7 @@ import json, os
 import torch  # the runtime installs here, as in an engine's worker
 import torch_hooks
 rt = torch_hooks.runtime()
+torch.nn.Linear(2, 2)(torch.ones(1, 2))  # its first device work: a simulated GPU's process joins its core here
 print("@@RESULT@@" + json.dumps({"gpu": rt.env.gpu, "cores": sorted(os.sched_getaffinity(0)),
                                  "mem_total": rt.device.mem_total}), flush=True)
 """

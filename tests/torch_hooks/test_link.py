@@ -287,3 +287,16 @@ def test_a_rejected_job_stops_registering(wired, caplog):
     _, bye = node.recv()
     assert isinstance(bye, P.Goodbye)
     assert [type(m).__name__ for _, m in node.seen] == ["Register", "Goodbye"]  # no heartbeat, no register again
+
+
+def test_a_pause_before_the_first_device_work_is_acknowledged_at_once(wired):
+    """The node may profile the guaranteed job's baseline while this job starts: a pause (share 0) that
+    reaches the job before its first device work is in force at once (the runtime waits before that work),
+    so the link says so without a batch; a share above 0 is acknowledged by the first batch as before."""
+    link, rt, node, clock = wired
+    ident, reg = registered(wired, seq=1, share=0.5)
+    assert reg.priority_yield is False  # yield_via=() here: it yields without priority
+    node.send(ident, set_limits(2, 0.0))
+    _, ack = node.recv()
+    assert isinstance(ack, P.LimitsApplied) and ack.limits_seq == 2
+    assert not any(isinstance(m, P.LimitsApplied) and m.limits_seq == 1 for _, m in node.seen)

@@ -371,6 +371,31 @@ def test_share_zero_from_env_pauses_first_boundary():
     assert box["rec"].index == 0
 
 
+def test_share_zero_holds_the_first_device_work_until_raised():
+    """A job paused before it reaches device work (the node profiles the guaranteed job's baseline while
+    this one starts) waits there: no device work starts, and the hook hears that the pause is in force."""
+    rt, dev, _ = make(share=1.0)
+    applies = PausedApplies(rt)
+    rt.set_limits(sm_share=0.0)
+    assert not rt.device_work_started()  # a pause set now is in force: the link acknowledges it at once
+    t = threading.Thread(target=rt.on_device_start, daemon=True)
+    t.start()
+    wait_paused(rt, applies)
+    assert t.is_alive() and dev.count("phase_start") == 0, "no device work while paused"
+    assert rt.device_work_started() and rt.ready_at is not None
+    rt.set_limits(sm_share=1.0)
+    t.join(5)
+    assert not t.is_alive() and dev.count("phase_start") == 1
+    rt.on_device_start()  # the same batch: nothing more
+    assert dev.count("phase_start") == 1
+
+
+def test_first_device_work_at_a_share_goes_straight_on():
+    rt, dev, _ = make(share=0.5)
+    rt.on_device_start()
+    assert dev.count("phase_start") == 1 and rt.device_work_started()
+
+
 def test_close_releases_a_paused_job_and_stops_idling():
     rt, dev, _ = make(share=0.0)
     applies = PausedApplies(rt)

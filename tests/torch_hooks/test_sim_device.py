@@ -44,6 +44,7 @@ from torch_hooks.device.sim import SimJobDevice
 from colocate.env import JobEnv
 
 dev = SimJobDevice(JobEnv())
+dev.join_core()
 tids, stop = [], threading.Event()
 def worker():
     tids.append(threading.get_native_id())
@@ -69,6 +70,41 @@ print(json.dumps(res))
 
 
 @linux_only
+def test_a_job_joins_the_core_at_its_first_device_work_and_takes_its_priority_there():
+    """Start-up is host work: until the first device work (``phase_start``) the process keeps its own CPUs and
+    its normal class, even when low priority was asked for; then every thread moves onto the GPU's core
+    (threads started later too) and into the idle class."""
+    out = run_child(r'''
+import json, os, threading
+from torch_hooks.device.sim import SimJobDevice
+from colocate.env import JobEnv
+
+dev = SimJobDevice(JobEnv())
+ready, stop = threading.Event(), threading.Event()
+tid = []
+def worker():
+    tid.append(threading.get_native_id()); ready.set(); stop.wait()
+t = threading.Thread(target=worker); t.start(); ready.wait(10)
+main = threading.get_native_id()
+res = {"core": dev.core, "before": sorted(os.sched_getaffinity(0))}
+res["ok_low"] = dev.set_low_priority(True)
+res["asked"] = [os.sched_getscheduler(x) for x in (main, tid[0])]
+dev.phase_start()
+dev.phase_start()  # idempotent
+res["after"] = [sorted(os.sched_getaffinity(x)) for x in (main, tid[0])]
+res["low"] = [os.sched_getscheduler(x) for x in (main, tid[0])]
+late = []
+t2 = threading.Thread(target=lambda: late.append(sorted(os.sched_getaffinity(0)))); t2.start(); t2.join()
+res["late"] = late[0]
+stop.set(); t.join()
+print(json.dumps(res))
+''')
+    assert out["ok_low"] and out["asked"] == [os.SCHED_OTHER] * 2  # kept for the join
+    assert out["after"] == [[out["core"]]] * 2 and out["late"] == [out["core"]]
+    assert out["low"] == [os.SCHED_IDLE] * 2
+
+
+@linux_only
 def test_low_priority_job_gets_the_core_only_while_the_other_waits():
     """Two spinning processes on one core: the idle-class one gets (almost) nothing
     while the normal one is runnable; as two normal ones they split the core."""
@@ -89,7 +125,9 @@ def cpu_of(pid):
 def spin(low, seconds, conn, watch=None):
     os.sched_setaffinity(0, {core})
     if low:
-        SimJobDevice(JobEnv()).set_low_priority(True)
+        dev = SimJobDevice(JobEnv())
+        dev.join_core()
+        dev.set_low_priority(True)
     conn.send("ready")
     conn.recv()  # start together
     other0 = None if watch is None else cpu_of(watch)

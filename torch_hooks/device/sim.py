@@ -3,17 +3,21 @@
 Jobs placed on the same simulated GPU are pinned to the same core with one
 intra-op thread, so their device work time-shares that core as kernels of
 different processes time-share a GPU. A job's device busy time is the CPU time
-its process spends there. Memory is the caching-allocator model of
+its process spends there. A job joins the core at its first device work
+(``phase_start``): until then (Python and torch start-up, model construction) it
+is host work and runs off that core, never competing with device work there;
+low device priority asked for before then takes effect when it joins. Memory is the caching-allocator model of
 ``torch_hooks/csrc/sim_allocator.cpp`` over all of the job's tensor storage.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
-from colocate.gpus.sim import core_of
+from colocate.gpus.sim import core_of, keep_off_cores
 from colocate.vocab import DeviceKind, OnCap
 from torch_hooks.device.base import MemoryStats
 
@@ -30,16 +34,16 @@ class SimJobDevice:
         self._cap = min(env.gpu_mem, self.mem_total) if env.gpu_mem is not None else self.mem_total
         self._error_on_cap = env.on_cap == OnCap.ERROR
         self._ext: Any = None  # the compiled allocator module, loaded by install()
+        self._lock = threading.Lock()  # orders joining the core with priority changes
+        self.joined = False  # the process runs on the GPU's core (from its first device work)
+        self._low = False  # low device priority asked for
 
     def install(self) -> None:
         import torch
 
         from torch_hooks import _ext
 
-        try:
-            os.sched_setaffinity(0, {self.core})
-        except (AttributeError, OSError):  # not Linux, or core not allowed
-            pass
+        keep_off_cores({self.core})  # start-up is host work (the launcher's child is off the core already)
         torch.set_num_threads(1)
         try:
             torch.set_num_interop_threads(1)
@@ -86,7 +90,24 @@ class SimJobDevice:
         return time.process_time()
 
     def phase_start(self) -> None:
-        """Device work of a mini-batch begins (nothing to do on sim)."""
+        """Device work of a mini-batch begins: the first one moves the process onto the GPU's core."""
+        if not self.joined:
+            self.join_core()
+
+    def join_core(self) -> None:
+        """Pin every thread of this process to the GPU's core (threads started later inherit it) and
+        take the device priority asked for so far. Idempotent."""
+        with self._lock:
+            if self.joined:
+                return
+            self.joined = True
+            for tid in _threads():
+                try:
+                    os.sched_setaffinity(tid, {self.core})
+                except (AttributeError, OSError):  # not Linux, core not allowed, or the thread has exited
+                    pass
+            if self._low:
+                self._set_class(True)
 
     def phase_end(self) -> None:
         """Device work of a mini-batch ends (nothing to do on sim)."""
@@ -102,16 +123,20 @@ class SimJobDevice:
         normal-priority job on it is runnable, and a guaranteed job that wakes
         takes the core at once (the device's priority scheduling, as MPS client
         priority or stream priorities give on a GPU). Threads started later
-        inherit the class. Returns False if the OS refused (an unprivileged
-        process may not leave the idle class; it then stays there).
+        inherit the class. Before the job joins the core the wish is kept and
+        taken at the join (start-up runs at normal priority, off the core).
+        Returns False if the OS refused (an unprivileged process may not leave
+        the idle class; it then stays there).
         """
+        with self._lock:
+            self._low = bool(on)
+            return self._set_class(on) if self.joined else True
+
+    @staticmethod
+    def _set_class(on: bool) -> bool:
         policy = os.SCHED_IDLE if on else os.SCHED_OTHER
         ok = True
-        try:
-            tids = [int(t) for t in os.listdir("/proc/self/task")]
-        except OSError:
-            tids = [0]
-        for tid in tids:
+        for tid in _threads():
             try:
                 os.sched_setscheduler(tid, policy, os.sched_param(0))
             except ProcessLookupError:  # the thread has exited
@@ -127,3 +152,11 @@ class SimJobDevice:
         end = time.thread_time() + seconds
         while time.thread_time() < end:
             pass
+
+
+def _threads() -> list[int]:
+    """Native ids of this process's threads (0, the caller, where /proc is missing)."""
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]

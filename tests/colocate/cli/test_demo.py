@@ -72,6 +72,35 @@ def test_analyse_with_one_guaranteed_solo_run(runs):
     assert r["guaranteed_throughput_ratio"] == pytest.approx(0.95, rel=0.02)
 
 
+def lim(t, share, state, kind="limits"):
+    return {"kind": kind, "node_t": t, "job_id": OID, "limits": {"seq": 1, "mem_cap": 1, "sm_share": share,
+                                                                  "gate": True}, "slo_state": state}
+
+
+B = record.Batch(OID, "opportunistic", 0, node_t=6.5, duration_s=0.5, busy_s=0.1, mem_reserved=0, host_bytes=0,
+                 limits_seq=1)
+
+
+@pytest.mark.parametrize("rows, ready_at, want", [
+    # welcomed held for the baseline at 0, ready (at its first device work) at 3, released at 4, a break
+    # pauses it 6..7, a re-profile 8..8.5; window [1, 10]
+    ([lim(0, 0.0, "baseline", "welcome"), lim(4, 1.0, "running"), lim(6, 0.0, "paused"), lim(7, 1.0, "running"),
+      lim(8, 0.0, "baseline"), lim(8.5, 1.0, "running")], 3.0,
+     {"start-up": 2.0, "baseline": 1.5, "paused": 1.0, "running": 4.5}),
+    # never held: start-up until its first batch began (no stats: 6.5 - 0.5)
+    ([lim(0, 1.0, "full", "welcome")], None, {"start-up": 5.0, "baseline": 0.0, "paused": 0.0, "running": 4.0}),
+    # held past its start-up: the hold is the baseline's cost; one that waited after (AIMD's label) is paused
+    ([lim(0, 0.0, "baseline", "welcome"), lim(2.5, 0.0, "waiting"), lim(5, 0.25, "growing")], 2.0,
+     {"start-up": 1.0, "baseline": 0.5, "paused": 2.5, "running": 5.0}),
+])
+def test_phases_of_the_opportunistic_job(rows, ready_at, want):
+    from colocate.demo import evaluate as ev
+
+    got = ev.phases([B], rows, OID, ready_at, 1.0, 10.0)
+    assert got == pytest.approx(want)
+    assert sum(got.values()) == pytest.approx(9.0)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--modes", "adaptive,bogus"], "unknown mode(s) bogus"),
     (["--modes", ","], "unknown mode(s) (none)"),

@@ -211,7 +211,7 @@ def test_goodbye_and_job_lost_free_the_gpu():
 
 def test_adaptive_baseline_then_additive_increase_then_multiplicative_decrease():
     n = adaptive_pair()
-    assert n.share("o") == 0.0 and n.state("o") == "waiting"  # paused while the baseline is measured
+    assert n.share("o") == 0.0 and n.state("o") == "baseline"  # paused while the baseline is measured
     assert n.share("g") == 1.0 and n.cap("g") == 4 * GiB
     assert n.limits["o"].gate  # opportunistic device work follows the guaranteed job's phases
 
