@@ -38,6 +38,10 @@ def register(sub) -> None:
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     acts = p.add_subparsers(dest="ray_action", metavar="ACTION")
     s = acts.add_parser("start", help="start a colocate node and `ray start` (other options go to `ray start`)",
+                        description="Start a colocate node (the node coordinator of this machine's GPUs), wait until "
+                        "it answers, then `ray start` with the runtime_env plugin `colocate` registered and the "
+                        "`colocate_opportunistic` resource advertised. Options this command does not know go to "
+                        "`ray start` unchanged.",
                         allow_abbrev=False, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="GPU kind (default auto)")
     s.add_argument("--sim-gpus", type=NODE_GPUS, default=1, metavar="N",
@@ -53,8 +57,11 @@ def register(sub) -> None:
                    help="process ids and logs (default: $XDG_STATE_HOME/colocate/ray)")
     s.add_argument("--block", action="store_true", help="stay in the foreground; SIGTERM stops both")
     s.set_defaults(func=main, passthrough=True)
-    t = acts.add_parser("stop", help="stop what `colocate ray start` started (by process id)")
-    t.add_argument("--state-dir", default=None, metavar="DIR")
+    t = acts.add_parser("stop", help="stop what `colocate ray start` started (by process id)",
+                        description="Stop what `colocate ray start` started on this machine: `ray stop`, then the "
+                        "colocate node, by the process ids in the state folder.")
+    t.add_argument("--state-dir", default=None, metavar="DIR",
+                   help="where `colocate ray start` wrote its process ids (default: $XDG_STATE_HOME/colocate/ray)")
     t.set_defaults(func=main)
     p.set_defaults(func=main)
 

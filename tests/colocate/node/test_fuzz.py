@@ -58,7 +58,8 @@ def ctl_sock(ctx, node):
 def register_map(**over):
     m = {"v": P.PROTOCOL_VERSION, "t": "register", "job_id": "fz-job", "pid": os.getpid(), "gpu": 0,
          "priority": "opportunistic", "mem_request": None, "sm_share": 0.5, "mem_cap": GiB, "epoch": 1, "token": "",
-         "sm_request": 1.0, "rank": None, "world_size": 1, "partition": False, "pick_gpu": False}
+         "sm_request": 1.0, "rank": None, "world_size": 1, "partition": False, "pick_gpu": False,
+         "priority_yield": False}
     m.update(over)
     return m
 
