@@ -31,6 +31,16 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 RESULT_MARK = "@@RESULT@@"
 # Generous: the first process on a fresh machine compiles the allocator extension.
 SUBPROCESS_TIMEOUT = 300
+# Fuzz tests generate examples(N) cases: N x FUZZ_SCALE (0.4 in the suite; FUZZ_SCALE=4 for a deep run,
+# e.g. `FUZZ_SCALE=4 python3 -m pytest -q tests -k fuzz`). The counts N are what a deep run of scale 1 does.
+FUZZ_SCALE = float(os.environ.get("FUZZ_SCALE") or 0.4)
+
+
+def examples(n: int) -> int:
+    """How many examples a fuzz test of nominal size ``n`` generates in this run (at least 20)."""
+    return max(20, round(n * FUZZ_SCALE))
+
+
 JOB_START_S = 120  # a job registers once torch is imported (longer when the allocator extension is built)
 
 

@@ -12,6 +12,7 @@ from cluster import events as ev
 from cluster.events import PENDING, PLACING, RUNNING, TERMINAL
 from cluster.spec import JobSpec, NodeSpec
 from tests.cluster.helpers import make_core
+from tests.support import examples
 
 GIB = 1 << 30
 NODES = [NodeSpec("n0", 4, gpu_mem=16 * GIB), NodeSpec("n1", 2, gpu_mem=16 * GIB), NodeSpec("n2", 4)]
@@ -149,7 +150,7 @@ def drive(policy, program):
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(policy=st.sampled_from(POLICIES), program=ops)
 def test_random_event_sequences_keep_every_invariant(policy, program):
     first = drive(policy, program)

@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 
 from colocate import protocol as P
 from colocate.protocol import ProtocolError
+from tests.support import examples
 
-BYTES = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-STRUCTURES = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-ROUND_TRIP = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+BYTES = settings(max_examples=examples(1500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+STRUCTURES = settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+ROUND_TRIP = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _decode_or_protocol_error(data, decoder=P.decode):
@@ -250,7 +251,7 @@ def test_arbitrary_json_text(data):
     _decode_or_protocol_error(data, P.decode_json)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(messages, st.data())
 def test_mutated_json(msg, data):
     text = P.encode_json(msg)

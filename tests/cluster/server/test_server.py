@@ -21,6 +21,7 @@ from tests.support import (
     ask,
     child_env,
     dealer,
+    examples,
     free_port,
     metric_samples,
     pack,
@@ -124,7 +125,7 @@ types = st.sampled_from(sorted(P.MESSAGE_TYPES))
 def test_fuzz_thousands_of_messages_never_crash_it(sched, ctx):
     sock = dealer(ctx, sched.endpoint)
 
-    @settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(max_examples=examples(1500), deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(data=st.one_of(
         st.binary(max_size=200),
         st.builds(lambda t, fields: pack({"v": P.PROTOCOL_VERSION, "t": t, **fields}), types,
