@@ -132,6 +132,20 @@ def add_node_options(p: argparse.ArgumentParser) -> None:
                    help="seconds to wait for the node's answer (default 2)")
 
 
+def add_device_options(p: argparse.ArgumentParser, sim_gpus_help: str) -> None:
+    """``--device`` / ``--sim-gpus`` / ``--sim-gpu-mem`` / ``--policy``: the GPUs a node coordinator owns and
+    how it co-locates on them (``colocate node``, and the node ``colocate ray start`` runs)."""
+    from colocate.config import POLICY_NAMES
+    from colocate.env import DEVICE_CHOICES
+
+    p.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="GPU kind (default auto)")
+    p.add_argument("--sim-gpus", type=NODE_GPUS, default=1, metavar="N", help=sim_gpus_help)
+    p.add_argument("--sim-gpu-mem", type=SIZE, default=16 << 30, metavar="SIZE",
+                   help="sim: memory of each simulated GPU (default 16GiB)")
+    p.add_argument("--policy", default=None, choices=[str(n) for n in POLICY_NAMES],
+                   help="co-location policy (default adaptive, or the node's config file's)")
+
+
 def fail(prog: str, text: str, code: int = 1) -> int:
     """Print ``colocate PROG: TEXT`` on stderr and return ``code``."""
     print(f"colocate {prog}: {text}", file=sys.stderr)

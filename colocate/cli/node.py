@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from colocate.cli._common import ENDPOINT, NODE_GPUS, NODE_ID, PORT, SIZE
-from colocate.config import POLICY_NAMES
-from colocate.env import DEVICE_CHOICES, LOG_LEVELS
+from colocate.cli._common import ENDPOINT, NODE_ID, PORT, add_device_options
+from colocate.env import LOG_LEVELS
 
 EPILOG = """\
 examples:
@@ -39,13 +38,7 @@ def register(sub) -> None:
     p.add_argument("--endpoint", default=node_endpoint(), type=ENDPOINT, help="job endpoint (default %(default)s)")
     p.add_argument("--ctl", default=None, type=ENDPOINT, metavar="ENDPOINT",
                    help="operator endpoint for `colocate ctl`/`top` (default: the job endpoint + '.ctl')")
-    p.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="GPU kind (default auto)")
-    p.add_argument("--sim-gpus", type=NODE_GPUS, default=1, metavar="N",
-                   help="sim: number of simulated GPUs, 1..64 (default 1)")
-    p.add_argument("--sim-gpu-mem", type=SIZE, default=16 << 30, metavar="SIZE",
-                   help="sim: memory of each simulated GPU (default 16GiB)")
-    p.add_argument("--policy", default=None, choices=POLICY_NAMES,
-                   help="co-location policy (default adaptive, or the config file's)")
+    add_device_options(p, "sim: number of simulated GPUs, 1..64 (default 1)")
     p.add_argument("--config", default=None, metavar="FILE",
                    help="JSON file of node config fields (see the README's node configuration table)")
     p.add_argument("--metrics-port", type=PORT, default=None, metavar="PORT",

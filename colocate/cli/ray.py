@@ -16,8 +16,7 @@ import argparse
 import os
 import sys
 
-from colocate.cli._common import ENDPOINT, NODE_GPUS, SIZE
-from colocate.env import DEVICE_CHOICES
+from colocate.cli._common import ENDPOINT, add_device_options
 
 EPILOG = """\
 examples:
@@ -43,14 +42,9 @@ def register(sub) -> None:
                         "`colocate_opportunistic` resource advertised. Options this command does not know go to "
                         "`ray start` unchanged.",
                         allow_abbrev=False, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    s.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="GPU kind (default auto)")
-    s.add_argument("--sim-gpus", type=NODE_GPUS, default=1, metavar="N",
-                   help="sim: simulated GPUs, also Ray's --num-gpus unless given (default 1)")
-    s.add_argument("--sim-gpu-mem", type=SIZE, default=16 << 30, metavar="SIZE",
-                   help="sim: memory of each simulated GPU (default 16GiB)")
+    add_device_options(s, "sim: simulated GPUs, also Ray's --num-gpus unless given (default 1)")
     s.add_argument("--endpoint", default=None, type=ENDPOINT,
                    help="the colocate node's job endpoint (default: the node's default, where `colocate top` looks)")
-    s.add_argument("--policy", default=None, help="the node's co-location policy (default: the node's)")
     s.add_argument("--opportunistic-slots", type=int, default=None, metavar="N",
                    help="units of the colocate_opportunistic resource this node advertises (default: one per GPU)")
     s.add_argument("--state-dir", default=None, metavar="DIR",
