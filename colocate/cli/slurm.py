@@ -13,7 +13,7 @@ import socket
 import sys
 from pathlib import Path
 
-from colocate.cli._common import argtype
+from colocate.cli._common import POSITIVE_INT, argtype
 from colocate.slurm.site import ENFORCE
 from colocate.units import parse_size
 from colocate.vocab import DeviceKind
@@ -36,7 +36,7 @@ def register(sub) -> None:
                    f"(default {DEFAULT_NODE})")
     c.add_argument("--ctl", default=None, metavar="ENDPOINT",
                    help="the node coordinator's operator endpoint, to check it (default: the job endpoint + '.ctl')")
-    c.add_argument("--shards", type=argtype(_positive, "shards"), default=None, metavar="S",
+    c.add_argument("--shards", type=POSITIVE_INT, default=None, metavar="S",
                    help="shards per GPU, as gres.conf gives them out (default: read from --gres-conf)")
     c.add_argument("--device", choices=tuple(DeviceKind), default=DeviceKind.CUDA, help="GPU kind (default cuda)")
     c.add_argument("--sim-gpu-mem", type=argtype(_size, "size"), default=None, metavar="SIZE",
@@ -55,13 +55,6 @@ def register(sub) -> None:
     c.add_argument("--task-prolog", default=None, metavar="FILE",
                    help="write the TaskProlog (with these settings) to FILE, for sites that do not build the plugin")
     c.set_defaults(func=main)
-
-
-def _positive(text: str) -> int:
-    value = int(text) if text.isdigit() else 0
-    if value < 1:
-        raise ValueError(f"must be a positive integer, got {text!r}")
-    return value
 
 
 def _size(text: str) -> str:
