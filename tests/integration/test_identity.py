@@ -18,8 +18,7 @@ import zmq
 from cluster.client import SchedulerClient, request_from_here
 from colocate import keys as K
 from colocate import protocol as P
-from colocate import rpc
-from tests.support import PY, REPO, Procs, child_env, free_port, read_log, wait_for
+from tests.support import PY, REPO, Procs, child_env, free_port, read_log, wait_for, wait_until_scheduler_answers
 
 SECRET = "MY_SECRET"
 
@@ -36,14 +35,7 @@ def start_scheduler(procs: Procs, tmp: Path, *extra, client_keys: Path | None = 
     proc = procs.start([PY, "-m", "colocate", "scheduler", "--bind", endpoint, "--state", tmp / "sched.db",
                         "--log-level", "info", *extra], "scheduler.log")
     client = SchedulerClient(endpoint, str(client_keys) if client_keys else None, timeout_s=0.5)
-
-    def answers():
-        assert proc.poll() is None, read_log(proc)[-3000:]
-        try:
-            return client.nodes()
-        except rpc.NoAnswer:
-            return None
-    wait_for(answers, 60, what="the scheduler to answer")
+    wait_until_scheduler_answers(proc, client, 60)
     procs.scheduler = proc
     return endpoint
 
