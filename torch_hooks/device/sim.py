@@ -19,6 +19,7 @@ from typing import Any
 
 from colocate.gpus.sim import core_of, keep_off_cores
 from colocate.vocab import DeviceKind, OnCap
+from torch_hooks.device import autogroup
 from torch_hooks.device.base import MemoryStats
 
 
@@ -126,7 +127,9 @@ class SimJobDevice:
         inherit the class. Before the job joins the core the wish is kept and
         taken at the join (start-up runs at normal priority, off the core).
         Returns False if the OS refused (an unprivileged process may not leave
-        the idle class; it then stays there).
+        the idle class; it then stays there). The idle class orders threads
+        within one session only (Linux autogroups): a job in a session of its
+        own also lowers its session's weight (``torch_hooks.device.autogroup``).
         """
         with self._lock:
             self._low = bool(on)
@@ -143,7 +146,7 @@ class SimJobDevice:
                 pass
             except (AttributeError, OSError):
                 ok = False
-        return ok
+        return autogroup.lower(on) and ok
 
     def charge(self, seconds: float) -> None:
         """Spend ``seconds`` of device time (this thread's CPU time on the core)."""
