@@ -38,6 +38,17 @@ class SmallCNN(nn.Module):
         return self.fc(x.flatten(1))
 
 
+def _time_up(mine: bool, device) -> bool:
+    """True on every rank once any rank's time is up: the ranks stop after the same iteration (a rank that
+    stopped alone would leave the others waiting in DDP's gradient all-reduce forever)."""
+    import torch.distributed as dist
+
+    flag = torch.tensor([1.0 if mine else 0.0], device=device)
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
 def train_loop(config: dict) -> None:
     """One Ray Train worker: plain PyTorch, then a summary line per rank on the driver's collector."""
     import ray.train
@@ -55,7 +66,7 @@ def train_loop(config: dict) -> None:
     if out and ray.train.get_context().get_world_rank() == 0:
         open(os.path.join(out, "start"), "w").close()
     iterations, start = 0, time.monotonic()
-    while time.monotonic() - start < config["seconds"]:
+    while not _time_up(time.monotonic() - start >= config["seconds"], device):
         time.sleep(config["host_ms"] / 1000.0)  # the data phase: the device is idle, others may use it
         loss = F.cross_entropy(model(images.to(device)), labels.to(device))
         opt.zero_grad()

@@ -199,6 +199,9 @@ class NodeLink:
             log.debug("node link: send queue full, dropped %s", msg.TYPE)
 
     def _run(self) -> None:
+        mark = getattr(self.rt.device, "control_thread", None)  # the sim device keeps this thread off its core
+        if mark is not None:
+            mark()
         sock = self._connect()
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)

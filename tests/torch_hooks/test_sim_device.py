@@ -105,6 +105,46 @@ print(json.dumps(res))
 
 
 @linux_only
+def test_a_control_thread_stays_off_the_core_and_out_of_the_idle_class():
+    """The node link's thread is host work: an opportunistic job starved of device time (idle class on a
+    busy core) must still answer its node, so neither the join nor low priority moves that thread, whether
+    it was marked before the join or after it (a thread started later inherits the core and the class)."""
+    out = run_child(r'''
+import json, os, threading
+from torch_hooks.device.sim import SimJobDevice
+from colocate.env import JobEnv
+
+if len(os.sched_getaffinity(0)) < 2:
+    print(json.dumps({"skip": True})); raise SystemExit
+dev = SimJobDevice(JobEnv())
+dev.set_low_priority(True)
+ready, stop, seen = threading.Event(), threading.Event(), {}
+def control():
+    dev.control_thread(); seen["early"] = threading.get_native_id(); ready.set(); stop.wait()
+t = threading.Thread(target=control); t.start(); ready.wait(10)
+dev.phase_start()
+late_ready = threading.Event()
+def late_control():
+    dev.control_thread(); seen["late"] = threading.get_native_id(); late_ready.set(); stop.wait()
+t2 = threading.Thread(target=late_control); t2.start(); late_ready.wait(10)
+main = threading.get_native_id()
+res = {"core": dev.core,
+       "main": [sorted(os.sched_getaffinity(main)), os.sched_getscheduler(main)],
+       "control": [[sorted(os.sched_getaffinity(seen[k])), os.sched_getscheduler(seen[k])] for k in ("early", "late")]}
+dev.set_low_priority(False); dev.set_low_priority(True)
+res["control_again"] = [os.sched_getscheduler(seen[k]) for k in ("early", "late")]
+stop.set(); t.join(); t2.join()
+print(json.dumps(res))
+''')
+    if out.get("skip"):
+        pytest.skip("needs two CPUs: one for the simulated GPU, one for host work")
+    assert out["main"] == [[out["core"]], os.SCHED_IDLE]
+    for cpus, policy in out["control"]:
+        assert out["core"] not in cpus and policy == os.SCHED_OTHER
+    assert out["control_again"] == [os.SCHED_OTHER] * 2
+
+
+@linux_only
 def test_low_priority_job_gets_the_core_only_while_the_other_waits():
     """Two spinning processes on one core: the idle-class one gets (almost) nothing
     while the normal one is runnable; as two normal ones they split the core."""

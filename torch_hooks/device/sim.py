@@ -38,6 +38,11 @@ class SimJobDevice:
         self._lock = threading.Lock()  # orders joining the core with priority changes
         self.joined = False  # the process runs on the GPU's core (from its first device work)
         self._low = False  # low device priority asked for
+        self._control: set[int] = set()  # native ids of control threads (the node link): host work
+        try:
+            self._host_cpus = os.sched_getaffinity(0) - {self.core}  # where host work may run
+        except (AttributeError, OSError):
+            self._host_cpus = set()
 
     def install(self) -> None:
         import torch
@@ -96,19 +101,35 @@ class SimJobDevice:
             self.join_core()
 
     def join_core(self) -> None:
-        """Pin every thread of this process to the GPU's core (threads started later inherit it) and
-        take the device priority asked for so far. Idempotent."""
+        """Pin every thread of this process but its control threads to the GPU's core (threads started
+        later inherit it) and take the device priority asked for so far. Idempotent."""
         with self._lock:
             if self.joined:
                 return
             self.joined = True
             for tid in _threads():
+                if tid in self._control:
+                    continue
                 try:
                     os.sched_setaffinity(tid, {self.core})
                 except (AttributeError, OSError):  # not Linux, core not allowed, or the thread has exited
                     pass
             if self._low:
                 self._set_class(True)
+
+    def control_thread(self) -> None:
+        """The calling thread carries the job's control messages (the node link): host work, kept off the
+        GPU's core and out of the idle class, so a job that yields the device still answers its node at
+        once (on a GPU, too, only kernels have a priority, not the process's CPU threads). Idempotent."""
+        tid = threading.get_native_id()
+        with self._lock:
+            self._control.add(tid)
+            try:
+                if self._host_cpus:
+                    os.sched_setaffinity(0, self._host_cpus)
+                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+            except (AttributeError, OSError):
+                pass
 
     def phase_end(self) -> None:
         """Device work of a mini-batch ends (nothing to do on sim)."""
@@ -135,11 +156,12 @@ class SimJobDevice:
             self._low = bool(on)
             return self._set_class(on) if self.joined else True
 
-    @staticmethod
-    def _set_class(on: bool) -> bool:
+    def _set_class(self, on: bool) -> bool:
         policy = os.SCHED_IDLE if on else os.SCHED_OTHER
         ok = True
         for tid in _threads():
+            if tid in self._control:
+                continue
             try:
                 os.sched_setscheduler(tid, policy, os.sched_param(0))
             except ProcessLookupError:  # the thread has exited
