@@ -227,7 +227,7 @@ def main() -> int:
     info = machine_info()
     with LocalCluster(ray_nodes=2, policy="adaptive") as cluster:
         for part in parts:
-            t0 = time.monotonic()
+            t0, load0 = time.monotonic(), os.getloadavg()[0]
             headers, rows = (part_fractions(args) if part == "fractions" else part_colocation(args, cluster)
                              if part == "colocation" else part_startup(args))
             table = markdown_table(headers, rows)
@@ -236,7 +236,9 @@ def main() -> int:
                 f"## colocate inside Ray: {part} (2 Ray nodes on 127.0.0.1, one colocate node, 2 sim GPUs of 4 GiB)",
                 "", *machine_lines(info), f"- command: `{invocation()}`",
                 f"- {args.repeats} repeat(s), {args.seconds:g} s per run; " + NOTES[part],
-                "- a shared 2-core machine (other work running): medians, noisy", "", table, ""])
+                f"- load average (1 min) before / after: {load0:.1f} / {os.getloadavg()[0]:.1f} on "
+                f"{os.cpu_count()} cores (Ray's own processes add about 2-3; more means other work shared the "
+                "machine and the figures are noise)", "", table, ""])
             if not args.no_write:
                 print(f"wrote {update_results(SECTION[part], body)}")
     return 0
