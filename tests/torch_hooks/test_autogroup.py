@@ -59,6 +59,31 @@ def test_a_session_shared_with_another_process_is_left_alone():
     assert out == [False, True, 0]
 
 
+def test_the_other_ranks_of_its_own_job_may_share_the_session_but_not_another_job():
+    # a launcher starts two ranks of one job in its session (torchrun under a node's launcher): the other
+    # rank is the same job, so the session is the job's; a rank of another job in it is not
+    out = run_in_new_session("""
+        import json, os, subprocess, sys
+        sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+        probe = [sys.executable, "-c", '''
+        import json
+        from torch_hooks.device import autogroup
+        print(json.dumps([autogroup.own_session("job-a"), autogroup.lower(True, "job-a"), autogroup.nice()]))
+        ''']
+        res = []
+        for other_job in ("job-a", "job-b"):
+            other = subprocess.Popen(sleeper, env={**os.environ, "COLOCATE_JOB_ID": other_job})
+            try:
+                job = subprocess.run(probe, capture_output=True, text=True, timeout=30,
+                                     env={**os.environ, "COLOCATE_JOB_ID": "job-a"})
+                res.append(json.loads(job.stdout.strip().splitlines()[-1]))
+            finally:
+                other.kill(); other.wait()
+        print(json.dumps(res))
+    """)
+    assert out == [[True, True, 19], [False, True, 0]]
+
+
 def test_a_launcher_in_the_session_is_fine_and_gets_its_weight_back_at_exit():
     # a launcher (the job's parent) in the session is the job's own tree; when the job exits the
     # launcher's session is back at nice 0

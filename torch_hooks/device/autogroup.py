@@ -8,9 +8,11 @@ shared core against a normal job in another session (measured here: a 44 ms slee
 slurmstepd (each task is a session leader), by a shell per terminal.
 
 ``lower(on)`` gives this process's autogroup the lowest weight (nice 19) while it asks for low device
-priority, and back (nice 0) when it stops, but only when the session holds nothing but this process's
-own tree (itself, its ancestors and its descendants): lowering a session shared with another job would
-slow that job too, and jobs in one session are already ordered by ``SCHED_IDLE``. Raising the weight
+priority, and back (nice 0) when it stops, but only when the session holds nothing but this job: this
+process's own tree (itself, its ancestors and its descendants) and the other processes of its job (the same
+``COLOCATE_JOB_ID`` in their environment at start, such as a launcher's other ranks) with their descendants.
+Lowering a session shared with another job would slow that job too, and jobs in one session are already
+ordered by ``SCHED_IDLE``. Raising the weight
 back needs ``CAP_SYS_NICE`` (or RLIMIT_NICE); without it the session stays low, as the idle class does.
 """
 
@@ -51,8 +53,21 @@ def _stat(pid: str) -> tuple[int, int] | None:
         return None
 
 
-def own_session() -> bool:
-    """True when every process in this session is this process, an ancestor or a descendant."""
+def _job_of(pid: int) -> str | None:
+    """The COLOCATE_JOB_ID ``pid`` started with, if this process may read it."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for item in f.read().split(b"\0"):
+                if item.startswith(b"COLOCATE_JOB_ID="):
+                    return item.split(b"=", 1)[1].decode(errors="replace")
+    except OSError:
+        pass
+    return None
+
+
+def own_session(job_id: str | None = None) -> bool:
+    """True when every process in this session is this process, an ancestor or a descendant, or (given
+    ``job_id``) a process that started with ``COLOCATE_JOB_ID=job_id`` or a descendant of one."""
     me, sid = os.getpid(), os.getsid(0)
     parent: dict[int, int] = {}
     members: list[int] = []
@@ -73,16 +88,20 @@ def own_session() -> bool:
         ancestors.add(p)
         p = parent[p]
 
-    def descends(q: int) -> bool:
+    def descends(q: int, roots: set[int]) -> bool:
         seen = set()
         while q in parent and q not in seen:
-            if q == me:
+            if q in roots:
                 return True
             seen.add(q)
             q = parent[q]
         return False
 
-    return all(m in ancestors or descends(m) for m in members)
+    outside = [m for m in members if m not in ancestors and not descends(m, {me})]
+    if outside and job_id:
+        ranks = {m for m in outside if _job_of(m) == job_id}
+        outside = [m for m in outside if not descends(m, ranks)]
+    return not outside
 
 
 def _write(value: int) -> bool:
@@ -94,14 +113,15 @@ def _write(value: int) -> bool:
         return False
 
 
-def lower(on: bool) -> bool:
-    """Lower (``on``) or restore this session's autogroup weight; see the module's docstring.
-    Idempotent. False only when the OS refused a change it should have made."""
+def lower(on: bool, job_id: str | None = None) -> bool:
+    """Lower (``on``) or restore this session's autogroup weight; ``job_id``: this job's COLOCATE_JOB_ID
+    (its other processes may share the session); see the module's docstring. Idempotent. False only when
+    the OS refused a change it should have made."""
     global _lowered
     if on == _lowered:
         return True
     if on:
-        if not enabled() or nice() is None or not own_session():
+        if not enabled() or nice() is None or not own_session(job_id):
             return True  # nothing to do: no autogroups, or a session shared with other work
         if not _write(LOW_NICE):
             return False

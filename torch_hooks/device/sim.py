@@ -34,6 +34,7 @@ class SimJobDevice:
         self.mem_total = env.sim_gpu_mem
         self._cap = min(env.gpu_mem, self.mem_total) if env.gpu_mem is not None else self.mem_total
         self._error_on_cap = env.on_cap == OnCap.ERROR
+        self._job_id = env.job_id  # its other processes (ranks) may share this one's session
         self._ext: Any = None  # the compiled allocator module, loaded by install()
         self._lock = threading.Lock()  # orders joining the core with priority changes
         self.joined = False  # the process runs on the GPU's core (from its first device work)
@@ -168,7 +169,7 @@ class SimJobDevice:
                 pass
             except (AttributeError, OSError):
                 ok = False
-        return autogroup.lower(on) and ok
+        return autogroup.lower(on, self._job_id) and ok
 
     def charge(self, seconds: float) -> None:
         """Spend ``seconds`` of device time (this thread's CPU time on the core)."""
