@@ -113,7 +113,8 @@ class Adaptive:
       each break within ``pause_recur_windows`` windows of the last resume, at most
       ``pause_max_batches`` (a pause whose solo batches are as slow as the broken window found drift,
       not interference: it does not count). A window faster than the baseline by more than twice the
-      margin re-profiles too (the job's own work shrank).
+      margin becomes the baseline (the job's own work shrank; alone it is at least that fast, so no
+      pause is needed to learn it).
     * **AIMD**, for the others (yielding without priority, or served from host memory over their
       cap, whose bus traffic no priority orders): the budget starts at ``opp_start_share``; every
       ``window_batches`` guaranteed batches, while the median stays within ``slo_grow_fraction`` of
@@ -239,11 +240,13 @@ class Adaptive:
     @staticmethod
     def _window(st, g, opps, cfg, now) -> None:
         """One decision window: AIMD on the budget; with pause-or-full jobs, a window faster than the
-        baseline by more than twice the margin re-profiles it (the guaranteed job's own work shrank)."""
+        baseline by more than twice the margin becomes the baseline (the guaranteed job's own work shrank)."""
         window = statistics.median(r.duration_s for r in list(g.recent)[-cfg.window_batches:])
         st["next_iter"] = g.iterations + cfg.window_batches
         if any(_pause_or_full(j) for j in opps) and window < st["baseline"] * (1.0 - 2 * cfg.slo_slowdown):
-            _hold(st, now, Phase.BASELINE, cfg.pause_batches)
+            # the job's own work shrank: beside the opportunistic work it runs faster than its old solo
+            # time, so alone it would be at least as fast: this window is the new baseline, no pause
+            st["baseline"] = window
             return
         ok = window <= st["baseline"] * (1.0 + cfg.slo_slowdown)
         st["over"] = 0 if ok else st.get("over", 0) + 1

@@ -68,11 +68,22 @@ def test_full_share_after_the_baseline_and_the_guaranteed_job_never_throttled():
     ([0.051, 0.051, 0.051, 0.09], (1.0, "running")),  # one slow batch: the window's median holds
     ([0.054] * 4, (0.0, "paused")),                # over the SLO once: pause at once (no patience)
     ([0.047] * 4, (1.0, "running")),               # faster by less than twice the margin: noise, no re-profile
-    ([0.044] * 4, (0.0, "baseline")),              # faster by more: the job's own work shrank, re-profile
+    ([0.044] * 4, (1.0, "running")),               # faster by more: the job's own work shrank (below)
 ])
 def test_one_window_decides(window, want):
     n = running(pair())
     assert g_batches(n, window)[-1] == want
+
+
+def test_a_window_much_faster_than_the_baseline_becomes_the_baseline_without_a_pause():
+    """The guaranteed job's own work shrank: beside the opportunistic job it beats its old solo time, so
+    alone it is at least that fast. The window is the new baseline at once (no pause), and the SLO is held
+    against it: a later window 5% over it is a break."""
+    n = running(pair())
+    old = n.core.gpus[0].policy["baseline"]
+    assert g_batches(n, [0.044] * 4)[-1] == (1.0, "running")
+    assert n.core.gpus[0].policy["baseline"] == pytest.approx(0.044) and old > 0.044 / 0.9
+    assert g_batches(n, [0.047] * 4)[-1] == (0.0, "paused")  # within the old SLO, over the new one
 
 
 def test_the_pause_is_a_fresh_baseline_that_follows_the_guaranteed_jobs_own_work():
@@ -185,7 +196,7 @@ def test_a_burst_of_longer_guaranteed_batches_pauses_within_one_window_and_the_s
     burst = slice(60, 460)
     # one pause, whose baseline followed the work: the burst ran beside the opportunistic job, within the SLO
     assert sum(beside[burst]) >= 0.8 * 400
-    assert sum(beside[460:]) >= 0.5 * 100  # after the burst: a re-profile (faster batches), then full again
+    assert sum(beside[460:]) >= 0.5 * 100  # after the burst: faster batches become the baseline, full again
 
 
 def test_a_burst_the_opportunistic_job_hurts_gets_longer_and_longer_pauses():
