@@ -6,10 +6,13 @@ Inputs (measurements, not assumptions):
     each job's speed relative to running alone (``speed1``/``speed2``) and the pair's GPU
     utilization (``gpu_util``, percent). Speeds above 1 (a fifth of the values, up to 1.5) are
     read as measurement noise and capped at 1: sharing never speeds a job up.
-  * colocate's own node measurements (``benchmarks/RESULTS.md``, "Co-location modes"): under the
-    ``adaptive`` node policy the guaranteed job keeps 0.971 / 1.002 / 0.988 of its solo speed
-    (median ``ADAPTIVE_KEEP`` = 0.988) and the opportunistic job fills 0.658 / 0.767 / 0.738 of
-    the device time the guaranteed job leaves idle (median ``ADAPTIVE_FILL`` = 0.738).
+  * colocate's own node measurements (``benchmarks/colocation.py``, 2026-11-22, the AIMD control
+    of the time): under the ``adaptive`` node policy the guaranteed job kept 0.971 / 1.002 / 0.988
+    of its solo speed (median ``ADAPTIVE_KEEP`` = 0.988) and the opportunistic job filled 0.658 /
+    0.767 / 0.738 of the device time the guaranteed job leaves idle (median ``ADAPTIVE_FILL`` =
+    0.738). Pause-or-full, the control since then for jobs yielding by priority, fills more (see
+    ``benchmarks/RESULTS.md``); the model keeps these older, more conservative figures so that the
+    results in ``docs/evaluation.md`` stand (changing them means re-running its commands).
 
 Solo busy fraction. Lucid's file gives only the *pair's* utilization, so each configuration's
 solo busy fraction ``u`` is fitted to it: a job running at speed ``s`` keeps the device busy
