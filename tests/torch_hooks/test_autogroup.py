@@ -13,7 +13,6 @@ import textwrap
 import pytest
 
 from tests.support import REPO
-
 from torch_hooks.device import autogroup
 
 pytestmark = pytest.mark.skipif(not (autogroup.enabled() and autogroup.nice() is not None and os.geteuid() == 0),

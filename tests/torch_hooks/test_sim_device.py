@@ -145,6 +145,37 @@ print(json.dumps(res))
 
 
 @linux_only
+def test_a_control_threads_cpu_time_is_not_device_busy_time():
+    """The node link's CPU time is host work: busy_time (the device time the throttle and the reports count)
+    leaves it out, while it runs and after the thread has ended."""
+    out = run_child(r'''
+import json, threading, time
+from torch_hooks.device.sim import SimJobDevice
+from colocate.env import JobEnv
+
+dev = SimJobDevice(JobEnv())
+busy0, cpu0 = dev.busy_time(), time.process_time()
+spun, done = threading.Event(), threading.Event()
+def control():
+    dev.control_thread()
+    end = time.thread_time() + 0.3
+    while time.thread_time() < end:
+        pass
+    spun.set(); done.wait(10)
+t = threading.Thread(target=control); t.start(); spun.wait(10)
+busy1, cpu1 = dev.busy_time(), time.process_time()
+done.set(); t.join()
+busy_ended = dev.busy_time()  # the ended thread's time, as last read, stays out
+dev.charge(0.2)  # device work on this thread counts
+busy2 = dev.busy_time()
+print(json.dumps({"cpu": cpu1 - cpu0, "busy": busy1 - busy0, "ended": busy_ended - busy0,
+                  "charged": busy2 - busy_ended}))
+''')
+    assert out["cpu"] >= 0.3 and out["busy"] < 0.1 and out["ended"] < 0.1, out
+    assert 0.2 <= out["charged"] < 0.3, out
+
+
+@linux_only
 def test_low_priority_job_gets_the_core_only_while_the_other_waits():
     """Two spinning processes on one core: the idle-class one gets (almost) nothing
     while the normal one is runnable; as two normal ones they split the core."""

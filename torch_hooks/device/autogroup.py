@@ -82,11 +82,11 @@ def own_session(job_id: str | None = None) -> bool:
         parent[int(p)] = st[0]
         if st[1] == sid:
             members.append(int(p))
-    ancestors = set()
-    p = me
-    while p in parent and p not in ancestors:
-        ancestors.add(p)
-        p = parent[p]
+    ancestors: set[int] = set()
+    up = me
+    while up in parent and up not in ancestors:
+        ancestors.add(up)
+        up = parent[up]
 
     def descends(q: int, roots: set[int]) -> bool:
         seen = set()

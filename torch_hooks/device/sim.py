@@ -40,6 +40,7 @@ class SimJobDevice:
         self.joined = False  # the process runs on the GPU's core (from its first device work)
         self._low = False  # low device priority asked for
         self._control: set[int] = set()  # native ids of control threads (the node link): host work
+        self._control_cpu: dict[int, list] = {}  # their CPU clocks: native id -> [clock id, last seconds read]
         try:
             self._host_cpus = os.sched_getaffinity(0) - {self.core}  # where host work may run
         except (AttributeError, OSError):
@@ -94,7 +95,15 @@ class SimJobDevice:
         return not (s["win_host_at_start"] or s["win_host_alloc_bytes"]) and s["reserved"] <= cap
 
     def busy_time(self) -> float:
-        return time.process_time()
+        """The process's CPU seconds but its control threads' (they run off the core: not device work)."""
+        busy = time.process_time()
+        for clock in list(self._control_cpu.values()):
+            try:
+                clock[1] = time.clock_gettime(clock[0])
+            except OSError:  # the thread has ended: its time stays in the process's, as last read
+                pass
+            busy -= clock[1]
+        return busy
 
     def phase_start(self) -> None:
         """Device work of a mini-batch begins: the first one moves the process onto the GPU's core."""
@@ -125,6 +134,11 @@ class SimJobDevice:
         tid = threading.get_native_id()
         with self._lock:
             self._control.add(tid)
+            try:
+                clock = time.pthread_getcpuclockid(threading.get_ident())
+                self._control_cpu[tid] = [clock, time.clock_gettime(clock)]
+            except (AttributeError, OSError):  # no per-thread CPU clocks here: its time counts as busy
+                pass
             try:
                 if self._host_cpus:
                     os.sched_setaffinity(0, self._host_cpus)
