@@ -39,8 +39,9 @@ class SimJobDevice:
         self._lock = threading.Lock()  # orders joining the core with priority changes
         self.joined = False  # the process runs on the GPU's core (from its first device work)
         self._low = False  # low device priority asked for
-        self._control: set[int] = set()  # native ids of control threads (the node link): host work
-        self._control_cpu: dict[int, list] = {}  # their CPU clocks: native id -> [clock id, last seconds read]
+        # control threads (the node link), host work: native id -> [CPU clock id, last seconds read], or None
+        # where the thread's CPU clock cannot be read
+        self._control: dict[int, list | None] = {}
         try:
             self._host_cpus = os.sched_getaffinity(0) - {self.core}  # where host work may run
         except (AttributeError, OSError):
@@ -97,7 +98,9 @@ class SimJobDevice:
     def busy_time(self) -> float:
         """The process's CPU seconds but its control threads' (they run off the core: not device work)."""
         busy = time.process_time()
-        for clock in list(self._control_cpu.values()):
+        for clock in list(self._control.values()):
+            if clock is None:
+                continue
             try:
                 clock[1] = time.clock_gettime(clock[0])
             except OSError:  # the thread has ended: its time stays in the process's, as last read
@@ -133,15 +136,17 @@ class SimJobDevice:
         once (on a GPU, too, only kernels have a priority, not the process's CPU threads). Idempotent."""
         tid = threading.get_native_id()
         with self._lock:
-            self._control.add(tid)
             try:
                 clock = time.pthread_getcpuclockid(threading.get_ident())
-                self._control_cpu[tid] = [clock, time.clock_gettime(clock)]
+                self._control[tid] = [clock, time.clock_gettime(clock)]
             except (AttributeError, OSError):  # no per-thread CPU clocks here: its time counts as busy
-                pass
+                self._control[tid] = None
             try:
                 if self._host_cpus:
                     os.sched_setaffinity(0, self._host_cpus)
+            except (AttributeError, OSError):
+                pass
+            try:  # out of the idle class even where the affinity was refused
                 os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
             except (AttributeError, OSError):
                 pass
