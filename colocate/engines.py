@@ -11,6 +11,12 @@ job id, rank, world size, priority, partition) from what the engine set; it must
 with that line, exit 2. Every key it returns is a ``COLOCATE_*`` variable of ``colocate.env``, every value
 a string; anything else is a ``ValueError`` too.
 
+Grants only go down: what a task asks of colocate itself (Ray's ``runtime_env`` fields, Slurm's
+``--colocate-gpu-mem``/``--colocate-sm-share``) may lower the share and cap its engine granted, never raise
+them; ``within_grant`` is the one check every resolver makes, and a value above the grant is a ``ValueError``
+naming the grant. Work the engine granted no GPU (opportunistic) has no grant: its fields are requests, and
+the node never gives it more than it asked for (``Register.mem_request``/``sm_request`` are ceilings).
+
 After the resolver, a process with no ``COLOCATE_TOKEN`` (one not started by ``colocate run``) draws its
 own, so no other process can register on the node under its job id.
 """
@@ -22,12 +28,35 @@ import secrets
 from collections.abc import Callable, Mapping, MutableMapping
 
 from colocate.env import NAMES
+from colocate.units import format_size
 from colocate.vocab import Engine
 
 # engine name -> "module:function" of its resolver (imported only when a worker names the engine)
 ENGINES: dict[str, str] = {e.value: f"colocate.{e.value}.worker:resolve" for e in Engine}
 
 Resolver = Callable[[Mapping[str, str]], Mapping[str, str]]
+
+
+_EPS = 1e-9  # engines hand out fractions as floats (Ray: 0.0001 steps); a share equal to the grant is not above it
+
+
+def within_grant(name: str, asked: float | None, granted: float, engine: str, source: str, *,
+                 size: bool = False) -> float:
+    """What a task runs with: ``asked`` (its own value of ``name``, as the user wrote the option: a share 0..1,
+    or bytes with ``size``) when it is at most ``granted`` (what engine ``engine`` gave it, ``source`` saying
+    how: ``"num_gpus"``, ``"--gres=shard:2 of 4"``), ``granted`` when ``asked`` is None. Above the grant:
+    ``ValueError``, one line naming the value and the grant. Pure."""
+    if asked is None:
+        return granted
+    if asked > granted + (0 if size else _EPS):
+        def show(v: float) -> str:
+            if not size:
+                return f"{v:g}"
+            return format_size(v) if format_size(asked) != format_size(granted) else f"{int(v)} bytes"
+
+        raise ValueError(f"{name} {show(asked)} is above this task's {engine} grant {show(granted)} ({source}); "
+                         "a task may only lower its grant")
+    return asked
 
 
 class Deferred(Exception):

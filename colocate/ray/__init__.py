@@ -18,6 +18,7 @@ imports Ray itself.
 
 from __future__ import annotations
 
+from colocate.engines import within_grant
 from colocate.ray.fields import FIELD, KEYS, OPPORTUNISTIC_RESOURCE, Fields, parse_fields
 from colocate.vocab import Priority
 
@@ -69,6 +70,8 @@ def options(num_gpus: float | None = None, *, priority: str | None = None, gpu_m
         if not 0 < gpus <= 1:
             raise ValueError(f"num_gpus must be more than 0 and at most 1 for a colocate worker, got {num_gpus!r}")
         out["num_gpus"] = gpus
+        if sm_share is not None:  # the worker checks it too (and gpu_mem, once it knows the GPU's memory)
+            within_grant("sm_share", float(sm_share), float(gpus), "Ray", "num_gpus")
     if extra:
         out["resources"] = extra
     return out

@@ -6,6 +6,8 @@ words as ``colocate run``:
 * ``priority``: ``guaranteed`` (default) or ``opportunistic``;
 * ``gpu_mem``: the memory cap, bytes (int) or a size (``"4GiB"``); default: Ray's GPU fraction of the device;
 * ``sm_share``: the compute share 0..1; default: Ray's GPU fraction (1 for a whole GPU);
+  both may lower what Ray granted (``num_gpus``), never raise it: the worker refuses a value above the grant
+  (``colocate.ray.worker.granted``), as Ray's fraction is known only there;
 * ``on_cap``: ``host`` or ``error``, what an allocation over the cap does (default ``host``).
 
 ``parse_fields`` is the one validator: the runtime_env plugin (on the node), the driver-side helpers

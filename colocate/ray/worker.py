@@ -8,11 +8,14 @@ prints it and the process exits 2) when the worker must not run: its node has no
 From Ray (``ray.get_gpu_ids()``, ``get_runtime_context().get_assigned_resources()``):
 
 * a guaranteed worker with a fraction ``f < 1`` of a GPU is a fixed partition (``COLOCATE_PARTITION=1``): memory
-  cap ``f`` of the device's memory unless ``gpu_mem`` says otherwise, compute share ``f`` unless ``sm_share``
+  cap ``f`` of the device's memory unless ``gpu_mem`` lowers it, compute share ``f`` unless ``sm_share``
   does; the node admits partitions on one GPU while their shares and caps fit;
 * a guaranteed worker with a whole GPU is a guaranteed job of the node's policy (cap and share only if given);
 * an opportunistic worker holds no Ray GPU (it asked for the ``colocate_opportunistic`` resource):
-  ``COLOCATE_GPUS=node``, the node coordinator picks its GPU.
+  ``COLOCATE_GPUS=node``, the node coordinator picks its GPU; its fields are requests the node never exceeds.
+
+A field above Ray's grant (``sm_share`` above ``f``, ``gpu_mem`` above ``f`` of the GPU's memory, or above the
+whole memory for a whole GPU) is refused in one line naming the grant (``granted``): a task may only lower it.
 
 A process a Ray worker starts inherits the worker's resolved variables (its ``COLOCATE_JOB_ID`` among them)
 and keeps them. A Ray Train (V2) worker imports torch before Ray Train gives it its context (run and ranks):
@@ -27,12 +30,13 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from colocate.engines import Deferred
+from colocate.engines import Deferred, within_grant
 from colocate.env import PICK_GPU
 from colocate.ray.fields import OPPORTUNISTIC_RESOURCE, Fields
+from colocate.units import format_size
 from colocate.vocab import DeviceKind, Priority
 
 NO_PLUGIN = ("this Ray node does not load the colocate plugin, and the task asked for colocate: start the node "
@@ -65,7 +69,7 @@ def resolve(environ: Mapping[str, str]) -> dict[str, str]:
         if gpu_ids:
             raise ValueError(f"an opportunistic colocate task asks for no Ray GPU (num_gpus=0) and one unit of the "
                              f"{OPPORTUNISTIC_RESOURCE!r} resource: the node coordinator picks its GPU")
-        out["COLOCATE_GPUS"] = PICK_GPU
+        out["COLOCATE_GPUS"] = PICK_GPU  # no Ray grant to stay within: the fields are requests, the node's ceilings
         if fields.gpu_mem is not None:
             out["COLOCATE_GPU_MEM"] = str(fields.gpu_mem)
         if fields.sm_share is not None:
@@ -79,16 +83,28 @@ def resolve(environ: Mapping[str, str]) -> dict[str, str]:
                          f"({fraction:g} GPU): ask for num_gpus <= 1 per worker")
     gpu = _index(gpu_ids[0])
     out.update(_gpus(environ, gpu))
+    return out | granted(fields, fraction, lambda: device_memory(environ, gpu))
+
+
+def granted(fields: Fields, fraction: float, memory: Callable[[], int]) -> dict[str, str]:
+    """A guaranteed worker's ``COLOCATE_SM_SHARE``/``COLOCATE_GPU_MEM``/``COLOCATE_PARTITION`` from Ray's grant
+    (``fraction`` of one GPU of ``memory()`` bytes, read only when needed) and the task's own fields, which may
+    lower the grant, never raise it (``colocate.engines.within_grant``: ValueError naming the grant). A fraction
+    below 1 is a fixed partition (share and cap: the fraction, or the fields); a whole GPU is a guaranteed job
+    of the node's policy (share and cap only if given; a cap above the GPU's memory is refused). Pure but for
+    ``memory()`` (the simulated GPU's size, or NVML's total)."""
+    source = f"num_gpus={fraction:g}" if fraction < 1 else "num_gpus=1: the whole GPU"
     if fraction < 1:
-        total = device_memory(environ, gpu)
-        out["COLOCATE_PARTITION"] = "1"
-        out["COLOCATE_SM_SHARE"] = repr(fields.sm_share if fields.sm_share is not None else fraction)
-        out["COLOCATE_GPU_MEM"] = str(fields.gpu_mem if fields.gpu_mem is not None else int(total * fraction))
-    else:
-        if fields.gpu_mem is not None:
-            out["COLOCATE_GPU_MEM"] = str(fields.gpu_mem)
-        if fields.sm_share is not None:
-            out["COLOCATE_SM_SHARE"] = repr(fields.sm_share)
+        total = memory()
+        share = within_grant("sm_share", fields.sm_share, fraction, "Ray", "num_gpus")
+        cap = within_grant("gpu_mem", fields.gpu_mem, int(total * fraction), "Ray",
+                           f"{source} of the GPU's {format_size(total)}", size=True)
+        return {"COLOCATE_PARTITION": "1", "COLOCATE_SM_SHARE": repr(float(share)), "COLOCATE_GPU_MEM": str(int(cap))}
+    out = {}
+    if fields.gpu_mem is not None:
+        out["COLOCATE_GPU_MEM"] = str(int(within_grant("gpu_mem", fields.gpu_mem, memory(), "Ray", source, size=True)))
+    if fields.sm_share is not None:
+        out["COLOCATE_SM_SHARE"] = repr(fields.sm_share)
     return out
 
 

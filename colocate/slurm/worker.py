@@ -13,7 +13,9 @@ It reads Slurm's variables and the ones the plugin set, and returns the ``COLOCA
   coordinator picks the GPU (``COLOCATE_GPUS=node``).
 
 The user's ``--colocate-gpu-mem``/``--colocate-sm-share`` (``COLOCATE_GPU_MEM``/``COLOCATE_SM_SHARE``)
-only ever lower what Slurm granted. Every task of one step is one colocate job, ``slurm-JOB.STEP``, with
+only ever lower what Slurm granted: a value above the grant (a share above N/S, a cap above N/S of the GPU's
+memory, or above the whole memory for a whole GPU) is refused in one line naming the grant
+(``colocate.engines.within_grant``); without a Slurm GPU they are requests, which the node never exceeds. Every task of one step is one colocate job, ``slurm-JOB.STEP``, with
 ranks from ``SLURM_PROCID``/``SLURM_LOCALID``/``SLURM_NTASKS``. A grant colocate cannot enforce raises
 ``ValueError`` naming it (the task then stops with one line: fail closed).
 """
@@ -22,8 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from colocate.engines import within_grant
 from colocate.env import DEFAULT_SIM_GPU_MEM, PICK_GPU, parse_gpus
-from colocate.units import parse_fraction, parse_size
+from colocate.units import format_size, parse_fraction, parse_size
 from colocate.vocab import DeviceKind, Priority
 
 AUTO = "auto"  # --colocate without a mode: guaranteed with a Slurm GPU, opportunistic without
@@ -47,7 +50,7 @@ def resolve(environ: Mapping[str, str], memory_total: Callable[[int], int] | Non
     if shards:
         return out | _partition(environ, shards, gpus, memory_total)
     if gpus:
-        return out | _whole_gpus(environ, gpus)
+        return out | _whole_gpus(environ, gpus, memory_total)
     if mode == Priority.GUARANTEED:
         raise ValueError("--colocate=guaranteed needs a Slurm GPU: add --gres=gpu:K or --gres=shard:N")
     return out | _opportunistic(environ)
@@ -69,15 +72,30 @@ def _identity(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def _opportunistic(environ: Mapping[str, str]) -> dict[str, str]:
+    """No Slurm GPU, so no grant: the user's options are requests, which the node never exceeds."""
     out = {"COLOCATE_PRIORITY": Priority.OPPORTUNISTIC, "COLOCATE_GPUS": PICK_GPU}
-    return out | _lowered(environ, None, None)
+    asked_mem, asked_share = _asked(environ)
+    if asked_mem is not None:
+        out["COLOCATE_GPU_MEM"] = str(asked_mem)
+    if asked_share is not None:
+        out["COLOCATE_SM_SHARE"] = repr(asked_share)
+    return out
 
 
-def _whole_gpus(environ: Mapping[str, str], gpus: tuple[int, ...]) -> dict[str, str]:
+def _whole_gpus(environ: Mapping[str, str], gpus: tuple[int, ...],
+                memory_total: Callable[[int], int] | None) -> dict[str, str]:
     local = _int(environ, "SLURM_LOCALID") or 0
+    gpu = gpus[local % len(gpus)]
     out = {"COLOCATE_PRIORITY": Priority.GUARANTEED, "COLOCATE_GPUS": ",".join(map(str, gpus)),
-           "COLOCATE_GPU": str(gpus[local % len(gpus)])}
-    return out | _lowered(environ, None, None)
+           "COLOCATE_GPU": str(gpu)}
+    asked_mem, asked_share = _asked(environ)  # the whole GPU: share 1 (no share is above it), all its memory
+    if asked_mem is not None:
+        source = f"--gres=gpu:{len(gpus)}: the whole GPU {gpu}"
+        out["COLOCATE_GPU_MEM"] = str(int(within_grant(
+            "--colocate-gpu-mem", asked_mem, _device_memory(environ, gpu, memory_total), "Slurm", source, size=True)))
+    if asked_share is not None:
+        out["COLOCATE_SM_SHARE"] = repr(asked_share)
+    return out
 
 
 def _partition(environ: Mapping[str, str], shards: int, gpus: tuple[int, ...],
@@ -97,32 +115,32 @@ def _partition(environ: Mapping[str, str], shards: int, gpus: tuple[int, ...],
     tasks = _local_tasks(environ)
     share = shards / per_gpu / tasks
     total = _device_memory(environ, gpu, memory_total)
+    source = f"--gres=shard:{shards} of {per_gpu}" + (f" between {tasks} tasks" if tasks > 1 else "")
+    asked_mem, asked_share = _asked(environ)
     out = {"COLOCATE_PRIORITY": Priority.GUARANTEED, "COLOCATE_PARTITION": "1", "COLOCATE_GPUS": str(gpu)}
-    return out | _lowered(environ, share, int(total * share))
+    share = within_grant("--colocate-sm-share", asked_share, share, "Slurm", source)
+    cap = within_grant("--colocate-gpu-mem", asked_mem, int(total * shards / per_gpu / tasks), "Slurm",
+                       f"{source} of the GPU's {format_size(total)}", size=True)
+    return out | {"COLOCATE_GPU_MEM": str(int(cap)), "COLOCATE_SM_SHARE": repr(float(share))}
 
 
-def _lowered(environ: Mapping[str, str], share: float | None, cap: int | None) -> dict[str, str]:
-    """Slurm's grant (``None``: the whole GPU) lowered by the user's own request, never raised."""
-    out = {}
+def _asked(environ: Mapping[str, str]) -> tuple[int | None, float | None]:
+    """The user's own cap and share (``--colocate-gpu-mem``/``--colocate-sm-share``, or the TaskProlog's
+    ``COLOCATE_GPU_MEM``/``COLOCATE_SM_SHARE``), None where not given; ValueError on a bad value."""
+    asked_mem = asked_share = None
     raw_mem = environ.get("COLOCATE_GPU_MEM")
     if raw_mem:
         try:
-            asked = parse_size(raw_mem)
+            asked_mem = parse_size(raw_mem)
         except ValueError as exc:
             raise ValueError(f"--colocate-gpu-mem (COLOCATE_GPU_MEM={raw_mem!r}): {exc}") from None
-        cap = asked if cap is None else min(cap, asked)
     raw_share = environ.get("COLOCATE_SM_SHARE")
     if raw_share:
         try:
             asked_share = parse_fraction(raw_share, "the compute share")
         except ValueError as exc:
             raise ValueError(f"--colocate-sm-share (COLOCATE_SM_SHARE={raw_share!r}): {exc}") from None
-        share = asked_share if share is None else min(share, asked_share)
-    if cap is not None:
-        out["COLOCATE_GPU_MEM"] = str(cap)
-    if share is not None:
-        out["COLOCATE_SM_SHARE"] = repr(float(share))
-    return out
+    return asked_mem, asked_share
 
 
 def _device_memory(environ: Mapping[str, str], gpu: int, memory_total: Callable[[int], int] | None) -> int:

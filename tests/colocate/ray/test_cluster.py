@@ -243,6 +243,25 @@ def test_fail_closed_without_the_plugin_and_with_a_bad_field(cluster):
                              runtime_env={"colocate": {"gpu_mem": "lots"}}).remote(), timeout=CALL_S)
 
 
+def test_a_task_cannot_raise_its_ray_grant(cluster):
+    """The issue's case, with a plain runtime_env as a user would write it: num_gpus=0.25 asking colocate for
+    share 1.0 used to run with the whole GPU's share (and crowd out what Ray placed beside it). Its worker now
+    exits with one line naming the grant, before it registers with the node."""
+    @ray.remote(max_calls=1, max_retries=0)
+    def task():
+        import torch  # noqa: F401  (the runtime decides here)
+
+        return "ran"
+
+    raised = task.options(num_gpus=0.25, resources={"node_a": 1},
+                          runtime_env={"colocate": {"sm_share": 1.0, "gpu_mem": "512MiB"}})
+    with pytest.raises(ray.exceptions.RayError):
+        ray.get(raised.remote(), timeout=CALL_S)
+    want = "colocate: sm_share 1 is above this task's Ray grant 0.25 (num_gpus); a task may only lower its grant"
+    lines = wait_for(lambda: cluster.logs_with("is above this task's Ray grant"), 15, what="the worker's one line")
+    assert [line.strip() for line in lines] == [want]
+
+
 def test_fail_closed_without_a_node_coordinator(cluster):
     """Node B's coordinator stopped: a colocate task there exits with one line naming `colocate node`, instead
     of running without its limits."""

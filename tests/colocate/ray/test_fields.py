@@ -127,3 +127,76 @@ def test_a_resolver_that_defers_is_not_a_refusal():
     with pytest.raises(Deferred):
         prepare(environ, {"x": "tests.colocate.ray.test_fields:_deferring"})
     assert environ == {"COLOCATE_ENGINE": "x"}
+
+
+class FakeRay:
+    """What the resolver reads of Ray inside a worker: its GPU ids and the assigned ``GPU`` fraction."""
+
+    def __init__(self, gpu_ids, fraction):
+        self.gpu_ids, self.fraction = gpu_ids, fraction
+
+    def is_initialized(self):
+        return True
+
+    def get_gpu_ids(self):
+        return self.gpu_ids
+
+    def get_runtime_context(self):
+        fraction = self.fraction
+
+        class Context:
+            def get_actor_id(self):
+                return None
+
+            def get_task_id(self):
+                return "ab" * 12
+
+            def get_assigned_resources(self):
+                return {"GPU": fraction} if fraction else {}
+
+        return Context()
+
+
+def ray_worker(monkeypatch, fields: dict, num_gpus: float, gpu_mem=GiB) -> dict:
+    """``resolve`` in a Ray worker granted ``num_gpus`` of GPU 0 (a simulated GPU of ``gpu_mem``), with the
+    runtime_env field ``fields``."""
+    monkeypatch.setitem(__import__("sys").modules, "ray", FakeRay([0] if num_gpus else [], num_gpus))
+    return resolve({"COLOCATE_RAY": parse_fields(fields).to_json(), "COLOCATE_NODE": "ipc:///x.sock",
+                    "COLOCATE_DEVICE": "sim", "COLOCATE_SIM_GPU_MEM": str(gpu_mem)})
+
+
+@pytest.mark.parametrize("num_gpus, fields, mem, share", [
+    (0.25, {}, GiB // 4, 0.25),                                    # the grant
+    (0.25, {"sm_share": 0.1, "gpu_mem": "100MiB"}, 100 * MiB, 0.1),  # lowered
+    (0.25, {"sm_share": 0.25, "gpu_mem": "256MiB"}, 256 * MiB, 0.25),  # the grant, said
+    (0.5, {"gpu_mem": "128MiB"}, 128 * MiB, 0.5),
+    (1, {"gpu_mem": "1GiB", "sm_share": 1.0}, GiB, 1.0),          # a whole GPU: all of its memory
+    (1, {}, None, None),                                           # a whole GPU: the node's policy decides
+    (0, {"priority": "opportunistic", "gpu_mem": "64GiB", "sm_share": 1.0}, 64 * GiB, 1.0),  # requests, no grant
+])
+def test_a_ray_tasks_fields_lower_its_grant(monkeypatch, num_gpus, fields, mem, share):
+    out = ray_worker(monkeypatch, fields, num_gpus)
+    assert (int(out["COLOCATE_GPU_MEM"]) if "COLOCATE_GPU_MEM" in out else None) == mem
+    assert (float(out["COLOCATE_SM_SHARE"]) if "COLOCATE_SM_SHARE" in out else None) == share
+    assert (out.get("COLOCATE_PARTITION") == "1") == (0 < num_gpus < 1)
+
+
+@pytest.mark.parametrize("num_gpus, fields, words", [
+    # the issue's case: num_gpus=0.25 with sm_share 1.0 and gpu_mem 4GiB took the whole GPU
+    (0.25, {"sm_share": 1.0, "gpu_mem": "4GiB"}, "sm_share 1 is above this task's Ray grant 0.25 (num_gpus)"),
+    (0.25, {"gpu_mem": "4GiB"}, "gpu_mem 4.0 GiB is above this task's Ray grant 256.0 MiB (num_gpus=0.25 of the "
+                                "GPU's 1.0 GiB)"),
+    (0.5, {"sm_share": 0.51}, "sm_share 0.51 is above this task's Ray grant 0.5 (num_gpus)"),
+    (1, {"gpu_mem": "2GiB"}, "gpu_mem 2.0 GiB is above this task's Ray grant 1.0 GiB (num_gpus=1: the whole GPU)"),
+])
+def test_a_ray_field_above_the_grant_is_refused_in_one_line_naming_it(monkeypatch, num_gpus, fields, words):
+    with pytest.raises(ValueError) as info:
+        ray_worker(monkeypatch, fields, num_gpus)
+    assert words in str(info.value) and str(info.value).endswith("a task may only lower its grant")
+    assert "\n" not in str(info.value)
+
+
+def test_the_driver_refuses_a_share_above_num_gpus_before_ray_sees_it():
+    with pytest.raises(ValueError, match="sm_share 1 is above this task's Ray grant 0.25"):
+        options(0.25, sm_share=1.0)
+    assert options(0.25, sm_share=0.25)["runtime_env"]["colocate"] == {"sm_share": 0.25}

@@ -34,15 +34,41 @@ def test_shards_of_a_cuda_gpu_take_its_memory():
     assert int(out["COLOCATE_GPU_MEM"]) == 20 * GiB
 
 
-@pytest.mark.parametrize("mem, share, want_mem, want_share", [
-    ("1GiB", "0.1", 1 * GiB, 0.1),     # lowered
-    ("64GiB", "0.9", 4 * GiB, 0.5),    # never raised above the grant
+SHARDS_2 = {"SLURM_SHARDS_ON_NODE": "2", "SLURM_STEP_GPUS": "0"}  # 2 of 4 shards of an 8 GiB GPU: 0.5, 4 GiB
+WHOLE = {"SLURM_STEP_GPUS": "0"}  # a whole 8 GiB GPU
+OPP = {"COLOCATE_SLURM": "opportunistic"}  # no Slurm GPU: no grant
+
+
+@pytest.mark.parametrize("grant, mem, share, want_mem, want_share", [
+    (SHARDS_2, "1GiB", "0.1", 1 * GiB, 0.1),      # lowered
+    (SHARDS_2, "4GiB", "0.5", 4 * GiB, 0.5),      # the grant itself
+    (SHARDS_2, None, None, 4 * GiB, 0.5),         # nothing asked: the grant
+    (SHARDS_2 | {"SLURM_GTIDS": "4,5"}, "2GiB", "0.25", 2 * GiB, 0.25),  # two tasks: a quarter each
+    (WHOLE, "8GiB", "1", 8 * GiB, 1.0),           # a whole GPU: all its memory, share 1
+    (WHOLE, "3GiB", "0.2", 3 * GiB, 0.2),
+    (OPP, "64GiB", "1", 64 * GiB, 1.0),           # requests, not a grant: the node never gives more than them
 ])
-def test_the_users_options_only_lower_the_grant(mem, share, want_mem, want_share):
-    env = TASK | {"SLURM_SHARDS_ON_NODE": "2", "SLURM_STEP_GPUS": "0", "COLOCATE_GPU_MEM": mem,
-                  "COLOCATE_SM_SHARE": share}
+def test_the_users_options_lower_the_grant(grant, mem, share, want_mem, want_share):
+    env = TASK | grant | {k: v for k, v in (("COLOCATE_GPU_MEM", mem), ("COLOCATE_SM_SHARE", share)) if v}
     out = resolve(env)
     assert int(out["COLOCATE_GPU_MEM"]) == want_mem and float(out["COLOCATE_SM_SHARE"]) == want_share
+
+
+@pytest.mark.parametrize("grant, asked, words", [
+    (SHARDS_2, {"COLOCATE_SM_SHARE": "0.9"}, "--colocate-sm-share 0.9 is above this task's Slurm grant 0.5 "
+                                             "(--gres=shard:2 of 4)"),
+    (SHARDS_2, {"COLOCATE_GPU_MEM": "64GiB"}, "--colocate-gpu-mem 64.0 GiB is above this task's Slurm grant "
+                                              "4.0 GiB (--gres=shard:2 of 4 of the GPU's 8.0 GiB)"),
+    (SHARDS_2, {"COLOCATE_GPU_MEM": str(4 * GiB + 1)}, f"--colocate-gpu-mem {4 * GiB + 1} bytes is above"),
+    (SHARDS_2 | {"SLURM_GTIDS": "4,5"}, {"COLOCATE_SM_SHARE": "0.5"}, "grant 0.25 (--gres=shard:2 of 4 between 2 tasks)"),
+    (WHOLE, {"COLOCATE_GPU_MEM": "9GiB"}, "--colocate-gpu-mem 9.0 GiB is above this task's Slurm grant 8.0 GiB "
+                                          "(--gres=gpu:1: the whole GPU 0)"),
+])
+def test_an_option_above_the_grant_is_refused_in_one_line_naming_it(grant, asked, words):
+    with pytest.raises(ValueError) as info:
+        resolve(TASK | grant | asked)
+    assert words in str(info.value) and str(info.value).endswith("a task may only lower its grant")
+    assert "\n" not in str(info.value)
 
 
 def test_whole_gpus_are_guaranteed_and_each_local_task_takes_one():
