@@ -1,9 +1,15 @@
-"""``colocate slurm config``: the lines a Slurm site adds to turn colocate on, and the checks it can run.
+"""``colocate slurm``: a Slurm site's set-up.
 
-Prints the command that builds the SPANK plugin, the plugstack.conf line (or, with ``--task-prolog FILE``,
-writes the TaskProlog for sites that do not compile), the slurm.conf/gres.conf lines, and the node
-coordinator to run beside slurmd. Then checks this node: the shards per GPU against gres.conf, and that
-the node coordinator answers at its endpoint. Exit 0 when every check passes, 1 otherwise.
+``colocate slurm build-plugin [PATH]`` compiles this installation's SPANK plugin source with gcc into PATH
+(its folder made first) and prints PATH: no other Python needs to import colocate, so a venv install works.
+
+``colocate slurm config`` prints the lines a site adds: the build command, the plugstack.conf line with this
+installation's paths (with ``--plugstack FILE``, written into FILE in place of any colocate line there; with
+``--task-prolog FILE``, the TaskProlog for sites that do not compile), the slurm.conf/gres.conf lines, and the
+node coordinator to run beside slurmd. Then it checks this node: the shards per GPU against gres.conf, that the
+node coordinator answers at its endpoint, and that its GPUs are what the plugin's line says (device kind, and
+for simulated GPUs ``sim_gpu_mem=`` against the node's ``--sim-gpu-mem``). Exit 0 when every check passes, 1
+otherwise, 2 on a bad option or a file it cannot write.
 """
 
 from __future__ import annotations
@@ -54,12 +60,52 @@ def register(sub) -> None:
     c.add_argument("--node-name", default=None, metavar="NAME", help="this node's Slurm name (default: host name)")
     c.add_argument("--task-prolog", default=None, metavar="FILE",
                    help="write the TaskProlog (with these settings) to FILE, for sites that do not build the plugin")
+    c.add_argument("--plugstack", default=None, metavar="FILE",
+                   help="write the plugstack.conf line into FILE (e.g. /etc/slurm/plugstack.conf), in place of any "
+                   "colocate line there; other lines are kept (default: print it only)")
     c.set_defaults(func=main)
+    b = cmds.add_parser("build-plugin", help="compile the SPANK plugin (gcc, libslurm-dev) and print its path",
+                        description="Compile this installation's SPANK plugin (spank_colocate.c) with gcc into PATH, "
+                        "making its folder first; print PATH. Needs gcc and libslurm-dev (slurm/spank.h).")
+    b.add_argument("path", nargs="?", default=DEFAULT_PLUGIN, metavar="PATH",
+                   help=f"where to write the plugin (default {DEFAULT_PLUGIN})")
+    b.add_argument("--print-source", action="store_true",
+                   help="print the path of the plugin's C source instead, and build nothing")
+    b.set_defaults(func=build_plugin)
 
 
 def _size(text: str) -> str:
     parse_size(text)
     return text
+
+
+def build_plugin(args) -> int:
+    """``colocate slurm build-plugin``: 0 and the plugin's path on stdout; 1 with one line when it cannot."""
+    import shutil
+    import subprocess
+
+    from colocate.slurm import site
+
+    if args.print_source:
+        print(site.SOURCE)
+        return 0
+    out = Path(args.path)
+    if shutil.which("gcc") is None:
+        print("colocate slurm build-plugin: error: gcc not found: install gcc (and libslurm-dev)", file=sys.stderr)
+        return 1
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"colocate slurm build-plugin: error: cannot make {out.parent}: {exc.strerror}", file=sys.stderr)
+        return 1
+    proc = subprocess.run(site.build_command(out), capture_output=True, text=True)
+    if proc.returncode != 0:
+        errors = [line for line in proc.stderr.splitlines() if "error" in line] or proc.stderr.splitlines() or ["?"]
+        hint = " (install libslurm-dev)" if "spank.h" in proc.stderr else ""
+        print(f"colocate slurm build-plugin: error: gcc failed{hint}: {errors[0].strip()[:300]}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
 
 
 def main(args) -> int:
@@ -72,7 +118,18 @@ def main(args) -> int:
     settings = site.SiteSettings(node=args.node, shards=shards, device=args.device, sim_gpu_mem=args.sim_gpu_mem,
                                  enforce=args.enforce, opp_gres=args.opp_gres)
     endpoint = args.node.replace("%n", node_name)
-    checks = [check, _check_node(endpoint, args.ctl and args.ctl.replace("%n", node_name))]
+    node_ok, node_line, gpus = _check_node(endpoint, args.ctl and args.ctl.replace("%n", node_name))
+    checks = [check, (node_ok, node_line)]
+    if gpus:
+        checks.append(_check_gpus(gpus, settings))
+    if args.plugstack:
+        path = Path(args.plugstack)
+        try:
+            old = path.read_text() if path.exists() else ""
+            path.write_text(site.with_plugstack_line(old, site.plugstack_line(args.plugin, settings)))
+        except OSError as exc:
+            print(f"colocate slurm config: error: cannot write {path}: {exc.strerror}", file=sys.stderr)
+            return 2
     if args.task_prolog:
         path = Path(args.task_prolog)
         try:
@@ -111,20 +168,43 @@ def _check_shards(path: Path, node: str, shards: int | None) -> tuple[int | None
     return shards, (shards == per_gpu, f"{where}; --shards {shards} {'matches' if shards == per_gpu else 'does NOT match'}")
 
 
-def _check_node(endpoint: str, ctl: str | None) -> tuple[bool, str]:
+def _check_node(endpoint: str, ctl: str | None) -> tuple[bool, str, tuple]:
+    """(ok, line, the node's GPUs: ``GpuInfo``s, () when not asked or no answer)."""
     from colocate.endpoints import ctl_endpoint
     from colocate.node import client
 
     try:
         ctl = ctl or ctl_endpoint(endpoint)
     except ValueError:
-        return True, f"node coordinator at {endpoint}: not an ipc:// endpoint and no --ctl, not checked"
+        return True, f"node coordinator at {endpoint}: not an ipc:// endpoint and no --ctl, not checked", ()
     try:
         jobs = client.list_jobs(ctl, 1.0)
     except client.CtlClientError:
         return False, (f"no node coordinator answers at {ctl}: start `colocate node --endpoint {endpoint}` "
-                       "beside slurmd (docs/slurm.md has a systemd unit)")
-    return True, f"node coordinator at {endpoint}: answers, {len(jobs.gpus)} GPU(s), {len(jobs.jobs)} job(s)"
+                       "beside slurmd (docs/slurm.md has a systemd unit)"), ()
+    return (True, f"node coordinator at {endpoint}: answers, {len(jobs.gpus)} GPU(s), {len(jobs.jobs)} job(s)",
+            tuple(jobs.gpus))
+
+
+def _check_gpus(gpus, settings) -> tuple[bool, str]:
+    """The node's GPUs against the plugin's ``device=`` and ``sim_gpu_mem=``: a task computes its shards' cap
+    from the plugin's size, the node admits partitions by its own, so the two must be the same."""
+    from colocate.env import DEFAULT_SIM_GPU_MEM
+    from colocate.units import format_size
+
+    kinds = sorted({g.kind for g in gpus})
+    if kinds != [settings.device]:
+        return False, (f"the plugin's device={settings.device} but the node coordinator's GPUs are "
+                       f"{'/'.join(kinds)}: give both the same --device")
+    if settings.device != DeviceKind.SIM:
+        return True, f"the node coordinator's GPUs are {settings.device}, as the plugin's device="
+    want = parse_size(settings.sim_gpu_mem) if settings.sim_gpu_mem else DEFAULT_SIM_GPU_MEM
+    wrong = sorted({g.mem_total for g in gpus if g.mem_total != want})
+    said = f"sim_gpu_mem={settings.sim_gpu_mem}" if settings.sim_gpu_mem else f"no sim_gpu_mem= ({format_size(want)})"
+    if wrong:
+        return False, (f"the plugin's {said} but the node coordinator's simulated GPUs have "
+                       f"{', '.join(format_size(m) for m in wrong)}: give --sim-gpu-mem the same size to both")
+    return True, f"the plugin's {said} is the node coordinator's simulated GPU memory"
 
 
 def _print_lines(args, settings, endpoint: str) -> None:
@@ -132,15 +212,19 @@ def _print_lines(args, settings, endpoint: str) -> None:
 
     plugin = Path(args.plugin)
     print("# 1. build the SPANK plugin (needs gcc and libslurm-dev), on every node and login node:")
-    print(f"mkdir -p {plugin.parent} && " + " ".join(site.build_command(plugin)))
-    print("# 2. plugstack.conf (every node and login node):")
+    print(f"mkdir -p {plugin.parent}")
+    print(f"colocate slurm build-plugin {plugin}      # or: " + " ".join(site.build_command(plugin)))
+    print("# 2. plugstack.conf (every node and login node)" + (f", written into {args.plugstack}:" if args.plugstack
+                                                               else "; --plugstack FILE writes it:"))
     print(site.plugstack_line(plugin, settings))
     if args.task_prolog:
         print(f"#    or, without the plugin, slurm.conf: TaskProlog={Path(args.task_prolog).resolve()}")
     else:
         print("#    or, without the plugin: colocate slurm config --task-prolog FILE, and slurm.conf TaskProlog=FILE")
     opp = settings.opp_gres
-    print("# 3. slurm.conf: shards" + (f", and {opp}: opportunistic tasks per node" if opp else "") + ":")
+    print("# 3. slurm.conf: shards (they need select/cons_tres)" + (f", and {opp}: opportunistic tasks per node"
+                                                                   if opp else "") + ":")
+    print("SelectType=select/cons_tres")
     print("GresTypes=gpu,shard" + (f",{opp}" if opp else ""))
     print(f"#    NodeName=... Gres=gpu:N,shard:N*S{f',{opp}:8' if opp else ''}   with gres.conf lines such as:")
     print(f"#    Name=shard Count=N*{settings.shards or 'S'}" + (f"   Name={opp} Count=8 Flags=CountOnly" if opp else ""))

@@ -61,6 +61,27 @@ def plugstack_line(plugin: str | Path, settings: SiteSettings) -> str:
     return " ".join(["required", str(plugin), *settings.arguments()])
 
 
+PLUGIN_NAME = "spank_colocate.so"
+
+
+def with_plugstack_line(text: str, line: str) -> str:
+    """plugstack.conf ``text`` with ``line`` in place of its colocate lines (those loading a
+    ``spank_colocate.so``; the first one's place is kept), or added at the end; every other line kept.
+    Idempotent: writing the same line twice leaves one. Pure."""
+    out, placed = [], False
+    for raw in text.splitlines():
+        words = raw.split("#", 1)[0].split()
+        if len(words) >= 2 and words[1].endswith(PLUGIN_NAME):
+            if not placed:
+                out.append(line)
+                placed = True
+            continue
+        out.append(raw)
+    if not placed:
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
 def task_prolog(settings: SiteSettings) -> str:
     """The TaskProlog script with the site's settings filled in."""
     values = {"INJECT": settings.inject, "ROOT": settings.root, "NODE": settings.node,

@@ -62,6 +62,21 @@ def test_slurm_config_prints_the_sites_lines_and_checks_the_node(slurm_cluster):
     assert gone.returncode == 1 and "FAIL no node coordinator answers" in gone.stdout
 
 
+def test_slurm_config_fails_when_the_plugins_gpu_memory_is_not_the_nodes(slurm_cluster):
+    """The plugin's sim_gpu_mem= sizes a shard task's cap, the node's --sim-gpu-mem its admission: the check
+    names both when they differ (as it does a device kind the node does not have)."""
+    from tests import support as S
+
+    node = ["--node", f"ipc://{slurm_cluster.tmp}/%n/node.sock", "--node-name", "n1"]
+    base = ["slurm", "config", "--gres-conf", slurm_cluster.tmp / "gres.conf", *node]
+    wrong = S.colocate_cli(*base, "--device", "sim", "--sim-gpu-mem", "2GiB")
+    assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+    assert ("FAIL the plugin's sim_gpu_mem=2GiB but the node coordinator's simulated GPUs have 1.0 GiB: give "
+            "--sim-gpu-mem the same size to both") in wrong.stdout.splitlines()
+    cuda = S.colocate_cli(*base, "--device", "cuda")
+    assert cuda.returncode == 1 and "FAIL the plugin's device=cuda but the node coordinator's GPUs are sim" in cuda.stdout
+
+
 def shard_steps(cluster, count: int) -> list[tuple[dict, object]]:
     """``count`` steps of ``srun --gres=shard:2`` (of 4) on n1 at once, each a CNN that tries to hold 600 MiB
     of the 1 GiB GPU and runs device-bound; returns each step's (stats, the node's view of it)."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +140,24 @@ NodeName=gpu03 Name=shard Count=4 File=/dev/nvidia0
     assert site.gres_shards(text, "gpu03") == (4, 1)
     assert site.gres_shards(text, "gpu04") is None
     assert site.expand_hosts("n[1-3,7],gpu0") == ["n1", "n2", "n3", "n7", "gpu0"]
+
+
+def test_the_plugstack_line_replaces_colocates_own_and_keeps_the_rest():
+    line = "required /opt/c/spank_colocate.so inject=/i node=ipc:///n"
+    text = "optional /usr/lib/other.so x=1\nrequired /usr/local/lib/colocate/spank_colocate.so inject=/old\n# end\n"
+    once = site.with_plugstack_line(text, line)
+    assert once == f"optional /usr/lib/other.so x=1\n{line}\n# end\n"
+    assert site.with_plugstack_line(once, line) == once  # idempotent
+    assert site.with_plugstack_line("", line) == line + "\n"
+
+
+def test_build_plugin_without_gcc_is_one_line(tmp_path):
+    from tests import support as S
+
+    proc = subprocess.run([S.PY, "-m", "colocate", "slurm", "build-plugin", str(tmp_path / "p.so")], cwd=S.REPO,
+                          env=S.child_env({"PATH": str(tmp_path)}), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+        "colocate slurm build-plugin: error: gcc not found: install gcc (and libslurm-dev)"]
+    source = subprocess.run([S.PY, "-m", "colocate", "slurm", "build-plugin", "--print-source"], cwd=S.REPO,
+                            env=S.child_env(), capture_output=True, text=True, timeout=60)
+    assert source.returncode == 0 and Path(source.stdout.strip()) == site.SOURCE and site.SOURCE.is_file()
