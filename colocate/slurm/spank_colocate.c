@@ -1,9 +1,10 @@
 /*
  * spank_colocate: a Slurm SPANK plugin that turns colocate's runtime on in a job's tasks.
  *
- * Build (Debian/Ubuntu: apt-get install libslurm-dev):
- *   gcc -shared -fPIC -O2 -Wall -o spank_colocate.so spank_colocate.c
- * and add one line to plugstack.conf (`colocate slurm config` prints it with this site's paths):
+ * Build (Debian/Ubuntu: apt-get install gcc libslurm-dev):
+ *   colocate slurm build-plugin /usr/local/lib/colocate/spank_colocate.so
+ * (or gcc -shared -fPIC -O2 -Wall -o spank_colocate.so spank_colocate.c) and add one line to plugstack.conf
+ * (`colocate slurm config --plugstack /etc/slurm/plugstack.conf` writes it with this site's paths):
  *   required /usr/local/lib/colocate/spank_colocate.so inject=DIR root=DIR node=ENDPOINT shards=S [device=KIND]
  *            [sim_gpu_mem=SIZE] [enforce=shard|all|none] [opp_gres=colocate_opp]
  *
