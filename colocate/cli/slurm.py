@@ -100,7 +100,8 @@ def build_plugin(args) -> int:
         return 1
     proc = subprocess.run(site.build_command(out), capture_output=True, text=True)
     if proc.returncode != 0:
-        errors = [line for line in proc.stderr.splitlines() if "error" in line] or proc.stderr.splitlines() or ["?"]
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        errors = [line for line in lines if "cannot" in line or "error:" in line] or lines or ["(no message)"]
         hint = " (install libslurm-dev)" if "spank.h" in proc.stderr else ""
         print(f"colocate slurm build-plugin: error: gcc failed{hint}: {errors[0].strip()[:300]}", file=sys.stderr)
         return 1

@@ -170,3 +170,16 @@ def test_enforce_all_puts_every_gpu_task_under_colocate(slurm_cluster):
     assert proc.returncode == 0, proc.stderr
     got = colocate_vars(proc.stdout)
     assert got["COLOCATE_ENABLED"] == "1" and got["COLOCATE_SLURM"] == "auto", got
+
+
+def test_a_share_above_the_shards_is_refused_in_one_line(slurm_cluster):
+    """A task's own option may lower what Slurm granted, never raise it: 2 of 4 shards asking for share 0.9
+    stops before its code runs, with one line naming the grant."""
+    from tests import support as S
+
+    proc = slurm_cluster.srun("-w", "n1", "--gres=shard:2", "--colocate-sm-share=0.9", S.PY, "-c",
+                              "import torch; print('ran')")
+    assert proc.returncode != 0 and "ran" not in proc.stdout, proc.stdout + proc.stderr
+    ours = [line for line in proc.stderr.strip().splitlines() if not line.startswith("srun: ")]
+    assert ours == ["colocate: --colocate-sm-share 0.9 is above this task's Slurm grant 0.5 (--gres=shard:2 of 4); "
+                    "a task may only lower its grant"], proc.stderr
