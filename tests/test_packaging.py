@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -86,6 +87,11 @@ def test_every_subpackage_is_discovered():
     assert set(find_packages(str(REPO), include=find["include"])) == on_disk
 
 
+def wheel_prefix(dist_name: str) -> str:
+    """A wheel's file name starts with the distribution's name, normalized, '-' as '_' (PEP 427, PEP 503)."""
+    return re.sub(r"[-_.]+", "_", dist_name).lower()
+
+
 def clean_copy(dest: Path) -> Path:
     """What a fresh clone of this tree holds: tracked files plus untracked, not ignored ones."""
     if shutil.which("git") is None or not (REPO / ".git").exists():
@@ -116,7 +122,8 @@ def run(cmd, timeout=300, **kw) -> subprocess.CompletedProcess:
 def test_wheel_from_a_clean_checkout_works_in_a_fresh_venv(tmp_path):
     src = clean_copy(tmp_path / "src")
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp_path / "dist", src])
-    (wheel,) = (tmp_path / "dist").glob("colocate-*.whl")
+    dist_name = pyproject()["project"]["name"]
+    (wheel,) = (tmp_path / "dist").glob(f"{wheel_prefix(dist_name)}-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     packages_in_wheel = {n.rsplit("/", 1)[0].replace("/", ".") for n in names if n.endswith("/__init__.py")}
     on_disk = {str(p.parent.relative_to(src)).replace(os.sep, ".")
@@ -141,6 +148,11 @@ def test_wheel_from_a_clean_checkout_works_in_a_fresh_venv(tmp_path):
     assert where.stdout.strip().startswith(str(venv)), where.stdout
 
     assert run([colocate, "--version"], cwd=work, env=env).stdout.strip() == "colocate 0.1.0"
+    # the distribution is installed under its own name, at the version the package reports
+    shown = run([py, "-m", "pip", "show", dist_name], cwd=work, env=env).stdout
+    assert f"Name: {dist_name}" in shown and "Version: 0.1.0" in shown, shown
+    assert run([py, "-c", f"import importlib.metadata as m, colocate; print(m.version({dist_name!r}) == colocate.__version__)"],
+               cwd=work, env=env).stdout.strip() == "True"
     assert "COLOCATE_SM_SHARE" in run([colocate, "env"], cwd=work, env=env).stdout
 
     script = work / "train.py"

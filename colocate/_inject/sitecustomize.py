@@ -17,10 +17,17 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def _is_injector(path: str) -> bool:
+    """This directory, or another colocate's copy of it (a checkout's and an installed package's can both be on
+    PYTHONPATH, as with a Ray driver run in a checkout): never chained, or each copy would run the other forever."""
+    path = os.path.abspath(path)
+    return path == _HERE or (os.path.basename(path) == "_inject" and os.path.basename(os.path.dirname(path)) == "colocate")
+
+
 def _chain_previous() -> None:
     listed = os.environ.get("COLOCATE_CHAIN_SITECUSTOMIZE")
     paths = listed.split(os.pathsep) if listed else sys.path
-    paths = [p for p in paths if p and os.path.abspath(p) != _HERE]
+    paths = [p for p in paths if p and not _is_injector(p)]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", paths)
     if spec is None or spec.loader is None:
         return

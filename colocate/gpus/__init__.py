@@ -42,7 +42,7 @@ def resolve(kind: str) -> str:
         raise ValueError(f"unknown device {kind!r}: use one of {', '.join(DEVICE_CHOICES)}")
     if kind != DeviceKind.SIM and nvml.missing_binding():
         raise ValueError(f"--device {kind}: this machine has an NVIDIA driver but nvidia-ml-py is not installed: "
-                         "pip install 'colocate[gpu]' (or use --device sim)")
+                         "pip install 'nvidia-ml-py>=12' (the gpu extra), or use --device sim")
     if kind == "auto":
         return DeviceKind.CUDA if cuda_available() else DeviceKind.SIM
     if kind == DeviceKind.CUDA and not cuda_available():

@@ -26,7 +26,7 @@ def device_count() -> int:
 
 def missing_binding() -> bool:
     """True when this machine has an NVIDIA driver but ``nvidia-ml-py`` is not installed
-    (the CUDA path then cannot see the GPUs: ``pip install 'colocate[gpu]'``)."""
+    (the CUDA path then cannot see the GPUs: install the ``gpu`` extra, ``nvidia-ml-py``)."""
     import importlib.util
     import os
 

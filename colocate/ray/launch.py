@@ -122,9 +122,11 @@ def start(setup: NodeSetup, block: bool = False, out=sys.stdout) -> int:
     node = _spawn(setup.node_command(), state / "node.log", dict(os.environ), block)
     try:
         _wait_node(node, setup.endpoint, state / "node.log")
-        ray = _spawn(setup.ray_command(), state / "ray.log", setup.ray_environment(dict(os.environ)), block)
+        ray_log = state / "ray.log"  # appended to: an earlier start's "Ray runtime started" is before `since`
+        since = ray_log.stat().st_size if ray_log.exists() else 0
+        ray = _spawn(setup.ray_command(), ray_log, setup.ray_environment(dict(os.environ)), block)
         try:
-            _wait_ray(ray, state / "ray.log")
+            _wait_ray(ray, ray_log, since)
         except BaseException:
             _stop_pid(ray.pid)
             raise
@@ -168,11 +170,18 @@ def _spawn(argv: list[str], log: Path, env: dict, block: bool) -> subprocess.Pop
             raise StartFailed(f"cannot start {argv[0]}: {exc.strerror}") from None
 
 
-def _last_line(log: Path) -> str:
+def _read_from(log: Path, since: int = 0) -> str:
+    """What ``log`` holds from byte ``since`` on ("" when it cannot be read)."""
     try:
-        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        with open(log, "rb") as f:
+            f.seek(since)
+            return f.read().decode(errors="replace")
     except OSError:
         return ""
+
+
+def _last_line(log: Path, since: int = 0) -> str:
+    lines = [ln.strip() for ln in _read_from(log, since).splitlines() if ln.strip()]
     return lines[-1][:200] if lines else ""
 
 
@@ -193,16 +202,15 @@ def _wait_node(proc: subprocess.Popen, endpoint: str, log: Path) -> None:
             raise StartFailed(f"the colocate node did not answer on {ctl} within {NODE_START_S:g} s (log: {log})")
 
 
-def _wait_ray(proc: subprocess.Popen, log: Path) -> None:
+def _wait_ray(proc: subprocess.Popen, log: Path, since: int = 0) -> None:
+    """Return once ``proc`` (a ``ray start``) wrote RAY_STARTED to ``log`` after byte ``since`` (the log is
+    appended to: an earlier start's line does not count); StartFailed when it exits first or after RAY_START_S."""
     deadline = time.monotonic() + RAY_START_S
     while True:
-        try:
-            if RAY_STARTED in log.read_text(errors="replace"):
-                return
-        except OSError:
-            pass
+        if RAY_STARTED in _read_from(log, since):
+            return
         if proc.poll() is not None:
-            raise StartFailed(f"`ray start` exited ({proc.returncode}): {_last_line(log)} (log: {log})")
+            raise StartFailed(f"`ray start` exited ({proc.returncode}): {_last_line(log, since)} (log: {log})")
         if time.monotonic() > deadline:
             raise StartFailed(f"`ray start` did not start within {RAY_START_S:g} s (log: {log})")
         time.sleep(0.2)

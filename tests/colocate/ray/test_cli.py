@@ -14,7 +14,7 @@ import pytest
 from colocate.ray.fields import OPPORTUNISTIC_RESOURCE, PLUGIN_CLASS
 from tests.support import PY, REPO, child_env, free_port, wait_for
 
-pytest.importorskip("ray", reason="ray is not installed (pip install 'colocate[ray]')")
+pytest.importorskip("ray", reason="ray is not installed (pip install '.[ray]' in the checkout)")
 psutil = pytest.importorskip("psutil")
 
 

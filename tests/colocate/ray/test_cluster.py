@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'colocate[ray]')")
+ray = pytest.importorskip("ray", reason="ray is not installed (pip install '.[ray]' in the checkout)")
 
 from colocate.ray import OPPORTUNISTIC_RESOURCE, options, remote  # noqa: E402
 from colocate.ray.node import node_environment  # noqa: E402

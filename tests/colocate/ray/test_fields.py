@@ -64,7 +64,7 @@ def test_runtime_env_keeps_the_users_own_runtime_env():
 
 
 def test_the_plugin_turns_the_runtime_on_with_the_nodes_facts(monkeypatch):
-    pytest.importorskip("ray", reason="ray is not installed (pip install 'colocate[ray]')")
+    pytest.importorskip("ray", reason="ray is not installed (pip install '.[ray]' in the checkout)")
     from ray._private.runtime_env.context import RuntimeEnvContext
 
     from colocate.ray.plugin import ColocatePlugin

@@ -1,0 +1,50 @@
+"""`colocate ray start` waits for this start's "Ray runtime started", not an earlier one's: its ray.log is
+appended to, so a second start in the same state folder used to return at once, before Ray was up (the README's
+next line, ``ray.init(address='auto')``, then found no Ray). No Ray needed: a stand-in process plays ``ray start``."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import pytest
+
+from colocate.ray import launch
+
+
+class StandIn(launch.NodeSetup):
+    """A real sim `colocate node`, and in place of `ray start` a process that fails without a word of Ray's."""
+
+    def ray_command(self) -> list[str]:
+        return [sys.executable, "-c", "import sys; print('ray start: bad option'); sys.exit(3)"]
+
+
+def test_a_second_start_waits_for_its_own_ray_not_the_last_start_s_line(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "ray.log").write_text(f"{launch.RAY_STARTED}.\n...\nreceived SIGTERM. Draining\n")  # the last start's
+    setup = StandIn(device="sim", sim_gpus=1, sim_gpu_mem=1 << 30, endpoint=f"ipc://{tmp_path}/node.sock",
+                    policy=None, slots=1, state_dir=str(state), ray_args=())
+    try:
+        with pytest.raises(launch.StartFailed, match=r"`ray start` exited \(3\): ray start: bad option"):
+            launch.start(setup, out=io.StringIO())
+    finally:
+        launch.stop(str(state))  # what a start that wrongly succeeded left running (nothing when it failed)
+    assert not (state / launch.STATE_FILE).exists()
+
+
+def test_this_start_s_line_counts(tmp_path):
+    log = tmp_path / "ray.log"
+    log.write_text("an earlier start's last words\n")
+    since = log.stat().st_size
+    # the stand-in says it started, then stays up until its stdin closes (the handshake ends it, no sleep)
+    with open(log, "ab") as f:
+        proc = subprocess.Popen([sys.executable, "-c", f"print({launch.RAY_STARTED!r}, flush=True); import sys; "
+                                 "sys.stdin.read()"], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.PIPE)
+    try:
+        launch._wait_ray(proc, log, since)  # returns once the line is there (bounded by RAY_START_S)
+        assert proc.poll() is None  # it returned because of the line, not because the process ended
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
