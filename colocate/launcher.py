@@ -204,13 +204,14 @@ def launch(spec: RunSpec) -> int:
             job = JobEnv.from_environ(env)
             keep_off_cores({core_of(replace(job, gpu=g)) for g in gpus})
         session_nice = autogroup_nice()
+        watch = _lease_watch(spec.lease_file)  # read once before the command starts: what the node promised
         try:  # in every mode: a launcher killed by SIGKILL takes its command with it
             child = subprocess.Popen(list(spec.command), env=env, preexec_fn=_die_with_parent(os.getpid()))
         except OSError as exc:
             raise LaunchError(f"cannot start {spec.command[0]}: {exc.strerror}") from None
         previous = _forward_signals(child)
         try:
-            code = _wait_fenced(child, spec.lease_file) if spec.lease_file else child.wait()
+            code = _wait_fenced(child, watch) if watch is not None else child.wait()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -227,16 +228,27 @@ def launch(spec: RunSpec) -> int:
     return code
 
 
-def _wait_fenced(child: subprocess.Popen, lease_file: str) -> int:
-    """Wait for ``child`` while its node's lease holds for it (``colocate.lease.LeaseWatch``, checked every
-    ``LEASE_CHECK_S``; the node incarnation that started it is ``COLOCATE_PLACEMENT``'s epoch). Once it lapses:
-    SIGTERM to this process group (the launcher, placed by its node in a session of its own, ignores it),
-    SIGKILL to the group ``grace_s`` later (the launcher dies with it; the node reports the exit as fenced)."""
-    from colocate.endpoints import LEASE_CHECK_S
+def _lease_watch(lease_file: str | None):
+    """The ``LeaseWatch`` of ``--lease-file`` (None without one), checked once: the node incarnation that started
+    this worker is ``COLOCATE_PLACEMENT``'s epoch (none: not checked)."""
+    if not lease_file:
+        return None
     from colocate.lease import LeaseWatch, lease_clock, parse_marker
 
     marker = parse_marker(os.environ.get("COLOCATE_PLACEMENT"))
     watch = LeaseWatch(lease_file, marker[1] if marker else None)
+    watch.check(lease_clock())
+    return watch
+
+
+def _wait_fenced(child: subprocess.Popen, watch) -> int:
+    """Wait for ``child`` while its node's lease holds for it (``watch``: a ``colocate.lease.LeaseWatch``, checked
+    every ``LEASE_CHECK_S``). Once it lapses: SIGTERM to this process group (the launcher, placed by its node in a
+    session of its own, ignores it), SIGKILL to the group ``grace_s`` later (the launcher dies with it; the node
+    reports the exit as fenced)."""
+    from colocate.endpoints import LEASE_CHECK_S
+    from colocate.lease import lease_clock
+
     while True:
         try:
             return child.wait(timeout=LEASE_CHECK_S)
