@@ -5,7 +5,8 @@ Real processes on 127.0.0.1 with CURVE keys (``benchmarks/_soak.py``): one ``col
 gangs, single-GPU guaranteed, opportunistic), each worker a plain Python script that appends one
 progress line per step to a shared file. Faults, drawn by a seeded ``random.Random`` and logged to
 ``faults.jsonl``: kill -9 of the scheduler (restarted on its state file); kill -9, SIGSTOP for 1-20 s,
-SIGTERM of a node (restarted on its state dir); kill -9 of a worker. Then, with no faults, the cluster
+SIGTERM of a node (restarted on its state dir); kill -9 of a worker; kill -9 of a node whose worker table is then
+removed or corrupted, restarted within a second on the same state dir; deletion of a running node's state dir. Then, with no faults, the cluster
 drains, and the progress file and the journal (read-only) are counted (``benchmarks/_soak_check.py``):
 jobs lost, jobs finished twice, two copies of a job making progress at once, a GPU holding two
 guaranteed jobs at once. Every count must be 0.
