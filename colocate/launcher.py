@@ -293,16 +293,15 @@ def _die_with_parent(parent: int):
 
 
 def check_exit_file(path: str | None) -> None:
-    """Raise LaunchError unless ``path`` can take the exit code: a regular file or none yet, in a writable folder
-    (checked before the command starts, so that a job never runs to lose its exit code)."""
+    """Raise LaunchError unless ``path`` can take the exit code: a regular file or none yet, in a folder this user
+    may write (a missing folder is made when the code is written: a node's log folder may be deleted and made
+    again). Checked before the command starts, so that a job never runs to lose its exit code."""
     if not path:
         return
     if os.path.exists(path) and not os.path.isfile(path):
         raise LaunchError(f"--exit-file {path}: not a regular file (the exit code is written by replacing it)")
     folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise LaunchError(f"--exit-file {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK):
+    if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
         raise LaunchError(f"--exit-file {path}: the folder {folder} is not writable")
 
 

@@ -167,19 +167,27 @@ def test_a_sim_core_this_machine_does_not_have_is_refused():
 
 
 def test_an_exit_file_that_is_not_a_regular_file_is_refused_before_the_job_runs(tmp_path):
+    """``--exit-file /dev/full`` (the issue's case) is a device: refused in one line before the command runs. A FIFO
+    stands in for it here: the code before the fix replaced the path with a regular file (as root, /dev/full
+    itself), which a test must never risk on a shared machine."""
+    fifo = tmp_path / "full"
+    os.mkfifo(fifo)
     marker = tmp_path / "ran"
-    done = colocate_run(["run", "--device", "sim", "--exit-file", "/dev/full", "--", PY, "-c",
+    done = colocate_run(["run", "--device", "sim", "--exit-file", str(fifo), "--", PY, "-c",
                          f"open({str(marker)!r}, 'w')"])
-    _one_line_refusal(done, "--exit-file /dev/full: not a regular file")
+    _one_line_refusal(done, f"--exit-file {fifo}: not a regular file")
     assert not marker.exists()
     import stat
 
-    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)  # never replaced by a file
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # never replaced by a file
 
 
-def test_an_exit_file_whose_folder_is_missing_is_refused(tmp_path):
-    done = colocate_run(["run", "--device", "sim", "--exit-file", str(tmp_path / "no" / "code"), "--", PY, "-c", "pass"])
-    _one_line_refusal(done, "does not exist")
+def test_an_exit_file_in_a_folder_that_is_gone_is_written_there_again(tmp_path):
+    """A node's log folder deleted under a running worker is made again for its exit code."""
+    code = tmp_path / "gone" / "worker-0.exit"
+    done = colocate_run(["run", "--device", "sim", "--exit-file", str(code), "--", PY, "-c", "raise SystemExit(3)"])
+    assert done.returncode == 3, done.stderr
+    assert code.read_text().strip() == "3"
 
 
 def test_a_submit_with_an_empty_command_is_refused_by_the_decoder():

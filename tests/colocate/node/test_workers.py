@@ -423,16 +423,33 @@ def test_a_surviving_table_keeps_its_workers_and_their_epoch_in_the_lease(mgrs, 
         stale.wait()
 
 
-def test_a_placement_stored_as_a_list_is_refused_in_one_line(mgrs, tmp_path, caplog):
-    """Issue 22, item 11: a corrupt table is one log line (no traceback), moved aside; the node starts empty."""
+GOOD_WORKER = {"rank": 0, "local_rank": 0, "gpus": [0], "pid": 99999999, "create_time": 1.0, "log_path": "/l",
+               "exit_file": "/e"}
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"format": 1, "placements": [["p1", "job", 3]]}', "placements[0]: expected a map, got list"),
+    ('[{"format": 1}]', "expected a map, got list"),
+    (json.dumps({"format": 1, "placements": [{"placement_id": "p1", "job_id": "j", "priority": "guaranteed",
+                                              "workers": [{**GOOD_WORKER, "rank": "0"}]}]}),
+     "workers[0].rank: expected an integer, got '0'"),
+    (json.dumps({"format": 1, "placements": [{"placement_id": "p1", "job_id": "j", "priority": "guaranteed",
+                                              "workers": [GOOD_WORKER]}], "done": []}), "done: expected a map"),
+    ('{"format": 1, "placements": [{"placement_id": "p1", "job_', "Unterminated string"),
+])
+def test_a_corrupt_table_is_refused_in_one_line(mgrs, tmp_path, caplog, text, words):
+    """Issue 22, item 11: a corrupt table (a placement stored as a list, a wrong type, a truncated file) is one log
+    line naming what is wrong (no traceback, never accepted as it is), moved aside; the node starts empty."""
     (tmp_path / "state").mkdir()
-    (tmp_path / "state" / "workers.json").write_text('{"format": 1, "placements": [["p1", "job", 3]]}')
+    (tmp_path / "state" / "workers.json").write_text(text)
     with caplog.at_level("ERROR", logger="colocate.node.workers"):
         wm = mgrs.new()
-    assert wm.table.lost and wm.status() == []
+        events = wm.recover()
+    assert events == [] and wm.status() == [] and wm.table.lost
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
-    assert len(errors) == 1 and errors[0].exc_info is None and "\n" not in errors[0].getMessage()
-    assert "placements[0]: expected a map, got list" in errors[0].getMessage()
+    assert len(errors) == 1 and errors[0].exc_info is None and "\n" not in errors[0].getMessage(), errors
+    assert words in errors[0].getMessage()
+    assert any(p.name.startswith("workers.json.unreadable-") for p in (tmp_path / "state").iterdir())
 
 
 def test_a_deleted_state_dir_is_made_again_when_the_table_is_saved(mgrs, tmp_path):
