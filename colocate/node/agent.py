@@ -28,7 +28,11 @@ Behaviour:
     switch is wired to the node core here (``apply(Promote(job, on))``);
   * fencing: ``NodeWelcome.lease_s`` > 0 makes each answered hello or heartbeat renew the lease file
     (``colocate.lease``) until the time the node SENT it plus ``lease_s``; the placed workers' launchers stop
-    them when it lapses, and the worker manager is told (``fence``) so their exits are reported ``fenced``;
+    them when it lapses, and the worker manager is told (``fence``) so their exits are reported ``fenced``. The
+    file names this incarnation's epoch and those of the workers it holds: at start it is rewritten so (the
+    launchers of any other incarnation stop), and a node whose table was lost or unreadable connects only once
+    that revoked lease has run out (``colocate.node.fencing`` killed the orphans it could see). A state folder
+    deleted under the node is made again when the lease is renewed; a renewal that fails is logged once;
   * ``NodeWelcome.cluster_id`` scopes placement ids: placements of another cluster are stopped, and events
     of another cluster are never sent;
   * bad input never stops the node: an undecodable message is logged and answered with ``Error``
@@ -61,6 +65,7 @@ DEFAULT_HEARTBEAT_S = 1.0
 DEFAULT_LIVENESS = 3
 MAX_PENDING = 10000
 MAX_BAD_LOGS_PER_S = 20
+FOREVER_S = 10 * 365 * 86400.0  # the lease written when the scheduler gives none
 
 
 class SchedulerAgent:
@@ -299,7 +304,7 @@ class SchedulerAgent:
         (without a lease from the scheduler: for good)."""
         if not self.lease_file or sent_at is None:
             return
-        until = sent_at + self.lease_s if self.lease_s > 0 else lease_clock() + 10 * 365 * 86400.0
+        until = sent_at + self.lease_s if self.lease_s > 0 else lease_clock() + FOREVER_S
         if until <= self.lease_until:
             return
         if not self._write_lease(until):
@@ -349,6 +354,8 @@ class SchedulerAgent:
         if not self.lease_file or not getattr(self.workers.table, "lost", False):
             return 0.0
         now = lease_clock()
+        if not revoked and self.lease_until - now > FOREVER_S / 2:
+            return 0.0  # a lease "for good" (a scheduler without leases): no fencing to wait out
         ends = min(self.lease_until, now) if revoked else self.lease_until
         return max(0.0, ends + FENCE_GRACE_S + 2 * LEASE_CHECK_S - now)
 
