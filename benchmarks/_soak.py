@@ -12,7 +12,8 @@ resumes from, and a "done" line after the last step.
 A driver makes faults at random (``random.Random(seed)``; every one in ``faults.jsonl``): kill -9 of the
 scheduler (restarted), kill -9 / SIGSTOP for a while then SIGCONT / SIGTERM of a node (restarted on its
 state dir; a node whose workers are writing progress is drawn more often), kill -9 of one worker that
-is writing progress. Then, with no faults, the cluster drains
+is writing progress, kill -9 of a node whose ``workers.json`` is then removed or corrupted (``CORRUPTIONS``) and
+which is restarted within a second, and the deletion of a running node's whole state dir. Then, with no faults, the cluster drains
 (bounded), every process this run started is stopped by pid, and ``collect`` reads the progress file
 and the journal (read-only) for ``_soak_check.check``.
 """
@@ -24,6 +25,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -75,7 +77,11 @@ plugins = ["multi_queue", "gang", "binpack", "opportunistic", "preemption"]
 starvation_s = 10.0
 """
 
-FAULTS = ("scheduler kill -9", "node kill -9", "node SIGSTOP", "node SIGTERM", "worker kill -9")
+FAULTS = ("scheduler kill -9", "node kill -9", "node SIGSTOP", "node SIGTERM", "worker kill -9",
+          "node kill -9, table lost", "node kill -9, table corrupt", "state dir deleted")
+LOST_TABLE = FAULTS[5:7]  # the node is restarted within ``SoakConfig.table_restart_s`` (issue 22, item 2)
+# what a corrupt table holds: the saved one cut in half, a placement stored as a list, not JSON, a wrong type
+CORRUPTIONS = ("truncated", "placement as a list", "garbage", "pid as a string")
 KINDS = ("gang", "single", "opportunistic")
 
 
@@ -89,7 +95,8 @@ class SoakConfig:
     stop_s: tuple[float, float] = (1.0, 20.0)  # SIGSTOP length
     restart_s: tuple[float, float] = (0.5, 6.0)  # a node's downtime after kill -9 / SIGTERM
     sched_restart_s: tuple[float, float] = (0.2, 3.0)
-    fault_weights: tuple[float, ...] = (1.0, 1.0, 1.5, 1.0, 1.0)  # as FAULTS
+    fault_weights: tuple[float, ...] = (1.0, 1.0, 1.5, 1.0, 1.0, 0.75, 0.75, 0.75)  # as FAULTS
+    table_restart_s: tuple[float, float] = (0.1, 1.0)  # a node's downtime after kill -9 with its table lost
     kind_weights: tuple[float, ...] = (1.0, 1.0, 1.0)  # as KINDS
     nodes: int = 3
     gpus: int = 2  # simulated GPUs per node
@@ -328,7 +335,8 @@ class Soak:
         now = time.time()
         workers = [pid for pid, t in self._recent.items() if now - t < 0.5 and self._is_worker(pid)]
         possible = {"scheduler kill -9": self.sched.state == "up", "node kill -9": bool(nodes_up),
-                    "node SIGSTOP": bool(nodes_up), "node SIGTERM": bool(nodes_up), "worker kill -9": bool(workers)}
+                    "node SIGSTOP": bool(nodes_up), "node SIGTERM": bool(nodes_up), "worker kill -9": bool(workers),
+                    **{k: bool(nodes_up) for k in FAULTS[5:]}}
         kinds = [k for k in FAULTS if possible[k]]
         if not kinds:
             return None
@@ -351,7 +359,18 @@ class Soak:
             busy = [sum(1 for pid in workers if self._where.get(pid) == n.name) for n in nodes_up]
             node = self.rng.choices(nodes_up, weights=[1 + 2 * b for b in busy])[0]  # busy nodes more often
             target = node.name
-            if kind == "node SIGSTOP":
+            if kind in LOST_TABLE:  # kill -9, then the table is lost or corrupt, and the node is back at once
+                self._kill(node, signal.SIGKILL)
+                self._reap(node)
+                node.state = "down"
+                damage = self._damage_table(node.name, lost=kind == LOST_TABLE[0])
+                delay = self.rng.uniform(*self.cfg.table_restart_s)
+                self._at(delay, "restart", node.name)
+                detail = f"{damage}, restart in {delay:.1f} s"
+            elif kind == "state dir deleted":  # under the running node
+                shutil.rmtree(self.tmp / node.name, ignore_errors=True)
+                detail = ""
+            elif kind == "node SIGSTOP":
                 length = self.rng.uniform(*self.cfg.stop_s)
                 self._kill(node, signal.SIGSTOP)
                 node.state = "stopped"
@@ -365,6 +384,31 @@ class Soak:
                 detail = f"restart in {delay:.1f} s"
         self._log_fault(kind, target, detail)
         return f"{kind} {target} {detail}".rstrip()
+
+    def _damage_table(self, node: str, lost: bool) -> str:
+        """Remove (``lost``) or corrupt the node's ``workers.json``; what was done."""
+        table = self.tmp / node / "workers.json"
+        if lost:
+            table.unlink(missing_ok=True)
+            return "table removed"
+        how = self.rng.choice(CORRUPTIONS)
+        try:
+            text = table.read_text(errors="replace")
+        except OSError:
+            text = ""
+        if how == "truncated":
+            bad = text[: len(text) // 2]
+        elif how == "placement as a list":
+            bad = json.dumps({"format": 1, "placements": [["1.1", "1", "guaranteed"]]})
+        elif how == "garbage":
+            bad = "\x00\xff not a table"
+        else:
+            bad = re.sub(r'"pid":\s*(\d+)', r'"pid": "\1"', text) if '"pid"' in text else '{"format": "1"}'
+        try:
+            table.write_text(bad)
+        except OSError:  # the folder itself is gone
+            return f"table {how} (not written)"
+        return f"table {how}"
 
     # ------------------------------------------------------------------ the run
     def run(self) -> None:

@@ -5,7 +5,8 @@ Real processes on 127.0.0.1 with CURVE keys (``benchmarks/_soak.py``): one ``col
 gangs, single-GPU guaranteed, opportunistic), each worker a plain Python script that appends one
 progress line per step to a shared file. Faults, drawn by a seeded ``random.Random`` and logged to
 ``faults.jsonl``: kill -9 of the scheduler (restarted on its state file); kill -9, SIGSTOP for 1-20 s,
-SIGTERM of a node (restarted on its state dir); kill -9 of a worker. Then, with no faults, the cluster
+SIGTERM of a node (restarted on its state dir); kill -9 of a worker; kill -9 of a node whose worker table is then
+removed or corrupted, restarted within a second on the same state dir; deletion of a running node's state dir. Then, with no faults, the cluster
 drains, and the progress file and the journal (read-only) are counted (``benchmarks/_soak_check.py``):
 jobs lost, jobs finished twice, two copies of a job making progress at once, a GPU holding two
 guaranteed jobs at once. Every count must be 0.
@@ -50,6 +51,7 @@ def main(argv=None) -> int:
     cfg = S.SoakConfig(faults=args.faults, every_s=every, submit_every_s=args.submit_every, steps=args.steps,
                        stop_s=(1.0, max(1.0, args.stop_max)), drain_s=args.drain, seed=args.seed)
     console = C.console()
+    load_before = _load()
     tmp = Path(tempfile.mkdtemp(prefix="colocate-soak-"))
     console.print(f"run folder {tmp}")
     out = S.run_soak(tmp, cfg, say=console.print)
@@ -100,7 +102,12 @@ def main(argv=None) -> int:
             f"- faults about every {cfg.every_s:g} s, drawn by `random.Random({cfg.seed})`: kill -9 of the scheduler "
             f"(restarted {cfg.sched_restart_s[0]:g}-{cfg.sched_restart_s[1]:g} s later); kill -9, SIGSTOP "
             f"({cfg.stop_s[0]:g}-{cfg.stop_s[1]:g} s, then SIGCONT), SIGTERM of a node (restarted "
-            f"{cfg.restart_s[0]:g}-{cfg.restart_s[1]:g} s later on its state dir); kill -9 of a worker",
+            f"{cfg.restart_s[0]:g}-{cfg.restart_s[1]:g} s later on its state dir); kill -9 of a worker; kill -9 of a "
+            f"node whose `workers.json` is then removed or corrupted ({', '.join(S.CORRUPTIONS)}), restarted "
+            f"{cfg.table_restart_s[0]:g}-{cfg.table_restart_s[1]:g} s later on the same state dir; deletion of a "
+            "running node's whole state dir",
+            f"- load average before / after the run: {load_before} / {_load()} (the machine is shared: other "
+            "sessions' tests and builds ran beside it)",
             "- counted from the progress file and the journal after the drain (`benchmarks/_soak_check.py`): "
             "lost = acknowledged, not finished by every rank, not failed/cancelled with a reason; finished twice = "
             "two placements each did work and wrote every rank's done line; two copies = two pids of one job and rank whose "
@@ -110,6 +117,13 @@ def main(argv=None) -> int:
         ])
         console.print(f"wrote section '{SECTION}' of {C.update_results(SECTION, body)}")
     return 0 if rep.passed else 1
+
+
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages."""
+    import os
+
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

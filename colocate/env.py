@@ -24,7 +24,8 @@ class Variable:
     default: str
     meaning: str
     scope: str = "job"  # job: set by the launcher, read by the runtime (JobEnv); client: read by commands/daemons;
-    # engine: read only by an engine's resolver (colocate.<engine>.worker), before JobEnv
+    # engine: read only by an engine's resolver (colocate.<engine>.worker), before JobEnv; node: set by a node in the
+    # workers it places, read by their launchers and by the node (colocate.node.fencing)
 
 
 VARIABLES: tuple[Variable, ...] = (
@@ -57,6 +58,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_LOG", "warning", "Log level of the runtime inside the job (debug, info, warning)."),
     Variable("COLOCATE_SLURM", "", "Slurm: the task asks for colocate (`--colocate[=MODE]` sets it; with the TaskProlog, the user does): `auto` (guaranteed with a Slurm GPU or shard, opportunistic without), `guaranteed` or `opportunistic`; read by `colocate.slurm.worker`.", "engine"),
     Variable("COLOCATE_SLURM_SHARDS", "", "Slurm: shards per GPU on this node, as gres.conf configures them (the site's plugstack.conf `shards=` or TaskProlog setting); `--gres=shard:N` becomes compute share N/S and memory cap N/S.", "engine"),
+    Variable("COLOCATE_PLACEMENT", "", "Set by `colocate node` in each worker it places (and passed on to every process of the job): `CLUSTER/PLACEMENT@EPOCH`, the placement and the node incarnation that started it. The worker's launcher stops it when the node's lease file does not cover that incarnation (the node restarted without it); a node starting on the same state folder kills every process so marked that its table does not hold.", "node"),
+    Variable("COLOCATE_NODE_STATE", "", "Set by `colocate node` beside COLOCATE_PLACEMENT: the node's state folder, absolute (which node's worker a marked process is).", "node"),
     Variable("COLOCATE_SCHEDULER", "tcp://127.0.0.1:5555", "Clients and nodes: the scheduler's endpoint when `--scheduler` is not given.", "client"),
     Variable("COLOCATE_KEYS", "", "The scheduler, nodes and clients: folder of CURVE keys (`colocate keys generate`) when `--keys` is not given; empty: `$XDG_CONFIG_HOME/colocate/keys` (`~/.config/colocate/keys`), made on first use. No CURVE only with `--insecure`, on loopback.", "client"),
 )
@@ -152,6 +155,13 @@ class JobEnv:
                 raise ValueError("must be a non-negative integer")
             return value
 
+        def cpu_core(raw):
+            value = nonneg_int(raw)
+            cores = os.cpu_count() or 1
+            if value >= cores:
+                raise ValueError(f"this machine has {cores} CPU core(s), numbered 0..{cores - 1}")
+            return value
+
         def positive_int(raw):
             value = int(raw)
             if value < 1:
@@ -210,7 +220,7 @@ class JobEnv:
             on_cap=parsed("COLOCATE_ON_CAP", choice(ON_CAP), OnCap.HOST),
             stats_dir=_get(env, "COLOCATE_STATS_DIR"),
             node=node,
-            sim_core=parsed("COLOCATE_SIM_CORE", nonneg_int, None),
+            sim_core=parsed("COLOCATE_SIM_CORE", cpu_core, None),
             sim_gpu_mem=parsed("COLOCATE_SIM_GPU_MEM", parse_size, DEFAULT_SIM_GPU_MEM),
             sim_host_gbps=parsed("COLOCATE_SIM_HOST_GBPS", positive_float, 2.0),
             log=parsed("COLOCATE_LOG", choice(LOG_LEVELS), "warning"),

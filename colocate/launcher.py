@@ -193,7 +193,9 @@ def launch(spec: RunSpec) -> int:
         if count and max(gpus) >= count:
             raise LaunchError(f"--gpus {format_gpus(gpus)}: this machine has {count} CUDA GPU(s), "
                               f"indices 0..{count - 1}")
-    with tempfile.TemporaryDirectory(prefix="colocate-stats-") as stats_dir:
+    check_exit_file(spec.exit_file)
+    remove_stale_stats_dirs()
+    with tempfile.TemporaryDirectory(prefix=f"{STATS_PREFIX}{os.getpid()}-") as stats_dir:
         env = job_environment(spec, base, stats_dir)
         if spec.device == DeviceKind.SIM:
             # the launcher, and the job until its runtime pins it, stay off the simulated GPU's core
@@ -201,17 +203,19 @@ def launch(spec: RunSpec) -> int:
 
             job = JobEnv.from_environ(env)
             keep_off_cores({core_of(replace(job, gpu=g)) for g in gpus})
-        try:
-            child = subprocess.Popen(list(spec.command), env=env,
-                                     preexec_fn=_die_with_parent(os.getpid()) if spec.lease_file else None)
+        session_nice = autogroup_nice()
+        watch = _lease_watch(spec.lease_file)  # read once before the command starts: what the node promised
+        try:  # in every mode: a launcher killed by SIGKILL takes its command with it
+            child = subprocess.Popen(list(spec.command), env=env, preexec_fn=_die_with_parent(os.getpid()))
         except OSError as exc:
             raise LaunchError(f"cannot start {spec.command[0]}: {exc.strerror}") from None
         previous = _forward_signals(child)
         try:
-            code = _wait_fenced(child, spec.lease_file) if spec.lease_file else child.wait()
+            code = _wait_fenced(child, watch) if watch is not None else child.wait()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            restore_autogroup(session_nice)
         if spec.stats_file:
             summary = merge_stats(stats_dir)
             summary["exit_code"] = code
@@ -224,23 +228,37 @@ def launch(spec: RunSpec) -> int:
     return code
 
 
-def _wait_fenced(child: subprocess.Popen, lease_file: str) -> int:
-    """Wait for ``child`` while its node's lease holds (checked every ``LEASE_CHECK_S``). Once it lapses:
-    SIGTERM to this process group (the launcher, placed by its node in a session of its own, ignores it),
-    SIGKILL to the group ``grace_s`` later (the launcher dies with it; the node reports the exit as fenced)."""
+def _lease_watch(lease_file: str | None):
+    """The ``LeaseWatch`` of ``--lease-file`` (None without one), checked once: the node incarnation that started
+    this worker is ``COLOCATE_PLACEMENT``'s epoch (none: not checked)."""
+    if not lease_file:
+        return None
+    from colocate.lease import LeaseWatch, lease_clock, parse_marker
+
+    marker = parse_marker(os.environ.get("COLOCATE_PLACEMENT"))
+    watch = LeaseWatch(lease_file, marker[1] if marker else None)
+    watch.check(lease_clock())
+    return watch
+
+
+def _wait_fenced(child: subprocess.Popen, watch) -> int:
+    """Wait for ``child`` while its node's lease holds for it (``watch``: a ``colocate.lease.LeaseWatch``, checked
+    every ``LEASE_CHECK_S``). Once it lapses: SIGTERM to this process group (the launcher, placed by its node in a
+    session of its own, ignores it), SIGKILL to the group ``grace_s`` later (the launcher dies with it; the node
+    reports the exit as fenced)."""
     from colocate.endpoints import LEASE_CHECK_S
-    from colocate.lease import lapsed, lease_clock
+    from colocate.lease import lease_clock
 
     while True:
         try:
             return child.wait(timeout=LEASE_CHECK_S)
         except subprocess.TimeoutExpired:
             pass
-        gone, grace_s = lapsed(lease_file, lease_clock())
-        if gone:
+        why = watch.check(lease_clock())
+        if why is not None:
             break
-    print(f"colocate run: the node's lease ({lease_file}) lapsed: stopping the job (SIGTERM, SIGKILL in "
-          f"{grace_s:g} s)", file=sys.stderr, flush=True)
+    grace_s = watch.grace_s
+    print(f"colocate run: {why}: stopping the job (SIGTERM, SIGKILL in {grace_s:g} s)", file=sys.stderr, flush=True)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     group = os.getpgrp()
     if group == os.getpid():
@@ -259,7 +277,8 @@ def _wait_fenced(child: subprocess.Popen, lease_file: str) -> int:
 
 def _die_with_parent(parent: int):
     """A ``preexec_fn``: the child gets SIGKILL when its launcher dies (``PR_SET_PDEATHSIG``), so a killed
-    launcher never leaves an unfenced worker behind."""
+    launcher (standalone, ``--node`` or fenced) never leaves its job behind; a launcher that died before the
+    setting took effect (the parent is no longer ``parent``) ends the child at once."""
     import ctypes
 
     prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
@@ -273,14 +292,83 @@ def _die_with_parent(parent: int):
     return set_pdeathsig
 
 
-def write_exit_file(path: str | None, code: int) -> None:
-    """Record the launcher's exit code in ``path`` (atomically; a node reads it for workers it re-adopted)."""
+def check_exit_file(path: str | None) -> None:
+    """Raise LaunchError unless ``path`` can take the exit code: a regular file or none yet, in a folder this user
+    may write (a missing folder is made when the code is written: a node's log folder may be deleted and made
+    again). Checked before the command starts, so that a job never runs to lose its exit code."""
     if not path:
         return
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise LaunchError(f"--exit-file {path}: not a regular file (the exit code is written by replacing it)")
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
+        raise LaunchError(f"--exit-file {path}: the folder {folder} is not writable")
+
+
+def write_exit_file(path: str | None, code: int) -> None:
+    """Record the launcher's exit code in ``path`` (atomically; a node reads it for workers it re-adopted). Its
+    folder is made again if it was removed meanwhile (a node's deleted state folder); never over a file that is not
+    a regular one. A failure is said in one line on stderr."""
+    if not path:
+        return
+    if os.path.exists(path) and not os.path.isfile(path):
+        print(f"colocate run: cannot write the exit file {path}: not a regular file", file=sys.stderr)
+        return
     try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         write_json_atomic(path, code)  # "CODE\n"
     except OSError as exc:
-        print(f"colocate run: cannot write the exit file {path}: {exc.strerror}", file=sys.stderr)
+        print(f"colocate run: cannot write the exit file {path}: {exc.strerror or exc}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- what the launcher leaves behind
+
+STATS_PREFIX = "colocate-stats-"  # + the launcher's pid + "-" + random: the folder of one launch's stats files
+_AUTOGROUP = "/proc/self/autogroup"
+
+
+def remove_stale_stats_dirs(tmp: str | None = None) -> list[str]:
+    """Remove this user's stats folders (``STATS_PREFIX``PID-...) whose launcher is gone (killed before it could
+    remove its own); returns those removed. Called by every launcher before it makes its own."""
+    import psutil
+
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    for path in glob.glob(os.path.join(glob.escape(tmp), f"{STATS_PREFIX}*-*")):
+        pid = os.path.basename(path)[len(STATS_PREFIX):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or os.lstat(path).st_uid != os.getuid() or psutil.pid_exists(int(pid)):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def autogroup_nice() -> int | None:
+    """This process's session autogroup nice (``/proc/self/autogroup``), or None where there is none."""
+    try:
+        with open(_AUTOGROUP) as f:
+            return int(f.read().split("nice")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def restore_autogroup(before: int | None) -> None:
+    """Put the session's autogroup nice back to ``before`` (read before the command started): the job's runtime
+    lowers its session while it runs opportunistic work and restores it only at its own exit, which a killed job
+    never reaches; the launcher, in the same session, outlives it. Needs ``CAP_SYS_NICE`` to raise the weight
+    again; a refusal is said in one line."""
+    now = autogroup_nice()
+    if before is None or now is None or now == before:
+        return
+    try:
+        with open(_AUTOGROUP, "w") as f:
+            f.write(str(before))
+    except OSError as exc:
+        print(f"colocate run: cannot restore the session's autogroup nice {before} (the job left it at {now}): "
+              f"{exc.strerror or exc}", file=sys.stderr)
 
 
 def _forward_signals(child: subprocess.Popen) -> dict:

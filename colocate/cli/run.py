@@ -7,10 +7,21 @@ import sys
 
 from colocate.cli._common import ENDPOINT, NONNEG_INT, SHARE, SIZE, argtype
 from colocate.env import DEVICE_CHOICES, LOG_LEVELS, ON_CAP, PRIORITIES, parse_gpus
+from colocate.units import parse_size
 from colocate.vocab import OnCap, Priority
 
 GPU_LIST = argtype(parse_gpus, "gpus")
 ONE_GPU = argtype(lambda text: (NONNEG_INT(text),), "index")
+
+
+def _positive_size(text: str) -> int:
+    size = parse_size(text)
+    if size <= 0:
+        raise ValueError("must be more than 0 bytes")
+    return size
+
+
+POSITIVE_SIZE = argtype(_positive_size, "size")
 
 EPILOG = """\
 examples:
@@ -65,7 +76,7 @@ def register(sub) -> None:
                    help="write a JSON summary of the job here at exit (iterations, busy fraction, memory peaks)")
     p.add_argument("--node", default=None, type=ENDPOINT, metavar="ENDPOINT",
                    help="node coordinator endpoint to register with (e.g. ipc:///tmp/colocate-$UID/node.sock)")
-    p.add_argument("--sim-gpu-mem", type=SIZE, default=None, metavar="SIZE",
+    p.add_argument("--sim-gpu-mem", type=POSITIVE_SIZE, default=None, metavar="SIZE",
                    help="sim only: total memory of the simulated GPU (default 16GiB)")
     p.add_argument("--log", default="warning", choices=LOG_LEVELS, help="runtime log level inside the job")
     p.add_argument("--exit-file", default=None, metavar="PATH",
@@ -80,7 +91,7 @@ def register(sub) -> None:
 
 def main(args) -> int:
     from colocate.gpus import resolve
-    from colocate.launcher import LaunchError, RunSpec, launch, write_exit_file
+    from colocate.launcher import LaunchError, RunSpec, check_exit_file, launch, write_exit_file
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -97,5 +108,9 @@ def main(args) -> int:
         return launch(spec)
     except (LaunchError, ValueError) as exc:
         print(f"colocate run: error: {exc}", file=sys.stderr)
+        try:
+            check_exit_file(args.exit_file)
+        except LaunchError:
+            return 2  # the exit file itself is what was refused: said once above
         write_exit_file(args.exit_file, 2)
         return 2

@@ -28,7 +28,11 @@ Behaviour:
     switch is wired to the node core here (``apply(Promote(job, on))``);
   * fencing: ``NodeWelcome.lease_s`` > 0 makes each answered hello or heartbeat renew the lease file
     (``colocate.lease``) until the time the node SENT it plus ``lease_s``; the placed workers' launchers stop
-    them when it lapses, and the worker manager is told (``fence``) so their exits are reported ``fenced``;
+    them when it lapses, and the worker manager is told (``fence``) so their exits are reported ``fenced``. The
+    file names this incarnation's epoch and those of the workers it holds: at start it is rewritten so (the
+    launchers of any other incarnation stop), and a node whose table was lost or unreadable connects only once
+    that revoked lease has run out (``colocate.node.fencing`` killed the orphans it could see). A state folder
+    deleted under the node is made again when the lease is renewed; a renewal that fails is logged once;
   * ``NodeWelcome.cluster_id`` scopes placement ids: placements of another cluster are stopped, and events
     of another cluster are never sent;
   * bad input never stops the node: an undecodable message is logged and answered with ``Error``
@@ -61,6 +65,7 @@ DEFAULT_HEARTBEAT_S = 1.0
 DEFAULT_LIVENESS = 3
 MAX_PENDING = 10000
 MAX_BAD_LOGS_PER_S = 20
+FOREVER_S = 10 * 365 * 86400.0  # the lease written when the scheduler gives none
 
 
 class SchedulerAgent:
@@ -88,7 +93,7 @@ class SchedulerAgent:
         self.lease_s = 0.0
         self.lease_file = workers.cfg.lease_file
         lease = read_lease(self.lease_file) if self.lease_file else None
-        self.lease_until = lease[0] if lease else 0.0  # on lease_clock()
+        self.lease_until = lease.until if lease else 0.0  # on lease_clock()
         self._asks: deque = deque(maxlen=1000)  # lease_clock() when each unanswered hello/heartbeat was sent
         self._lapsed: bool | None = None
         workers.guarantee = lambda job_id, on: self.apply(Promote(job_id, on))
@@ -97,13 +102,23 @@ class SchedulerAgent:
         self._dirty = True
         self._refusal = ""  # the last refusal of a hello, logged once
         self._bad_logs = LogLimit(MAX_BAD_LOGS_PER_S)
+        self._lease_error = ""  # the last failure to write the lease, logged once
         self._check_keys()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        """Recover the worker table (its events wait for the welcome) and connect."""
+        """Recover the worker table (its events wait for the welcome; orphans of this folder are killed), write
+        this incarnation's epoch into the lease (launchers of incarnations it does not hold stop) and connect;
+        after a lost or unreadable table, only once that lease has been waited out."""
         self._check_lease()  # first: a worker found dead while the lease had lapsed is reported fenced
         self._queue(self.workers.recover())  # the node core is new: promotions are told again
+        revoked = self._publish_lease()
+        wait_s = self._lost_table_wait(revoked)
+        if wait_s > 0:
+            log.warning("the worker table was lost or unreadable: waiting out the last incarnation's lease "
+                        "(%.1f s) before taking work", wait_s)
+            self._reconnect_at = self.clock() + wait_s  # tick() connects then
+            return
         self._connect(self.clock())
 
     def close(self) -> None:
@@ -289,17 +304,60 @@ class SchedulerAgent:
         (without a lease from the scheduler: for good)."""
         if not self.lease_file or sent_at is None:
             return
-        until = sent_at + self.lease_s if self.lease_s > 0 else lease_clock() + 10 * 365 * 86400.0
+        until = sent_at + self.lease_s if self.lease_s > 0 else lease_clock() + FOREVER_S
         if until <= self.lease_until:
             return
-        try:
-            write_lease(self.lease_file, until, FENCE_GRACE_S)
-        except OSError as exc:  # a lease that cannot be renewed lapses: safe
-            if self._bad_logs.allow(self.clock()):
-                log.error("cannot renew the lease %s: %s", self.lease_file, exc.strerror or exc)
+        if not self._write_lease(until):
             return
         self.lease_until = until
         self._check_lease()
+
+    def _write_lease(self, until: float) -> bool:
+        """Write the lease file (this epoch, and those of the workers the node holds); a state folder deleted under
+        the node is made again first. A failure is logged once until it changes or ends (a lease that cannot be
+        renewed lapses: safe)."""
+        assert self.lease_file
+        try:
+            try:
+                write_lease(self.lease_file, until, FENCE_GRACE_S, self.epoch, self.workers.epochs())
+            except FileNotFoundError:
+                if not self.workers.table.restore():
+                    raise
+                self.workers.table.save()
+                write_lease(self.lease_file, until, FENCE_GRACE_S, self.epoch, self.workers.epochs())
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            if why != self._lease_error:
+                log.error("cannot renew the lease %s: %s (said once; the placed workers stop when it lapses)",
+                          self.lease_file, why)
+            self._lease_error = why
+            return False
+        if self._lease_error:
+            log.info("the lease %s is renewed again", self.lease_file)
+        self._lease_error = ""
+        return True
+
+    def _publish_lease(self) -> bool:
+        """At start: the last incarnation's lease, rewritten with this incarnation's epoch and those of the workers
+        it re-adopted (the launchers of any other epoch stop within a lease check); True when written. Nothing to
+        write when there is no lease yet."""
+        if not self.lease_file or not os.path.exists(self.lease_file):
+            return False
+        return self._write_lease(self.lease_until)
+
+    def _lost_table_wait(self, revoked: bool) -> float:
+        """Seconds to wait before taking work after the table was lost: until the workers it held are fenced. The
+        last lease ends for them when ``revoked`` (this epoch is in the file: they stop within a lease check and
+        the grace), else at its ``until``; 0 when nothing was lost or the lease already ended."""
+        from colocate.endpoints import LEASE_CHECK_S
+
+        if not self.lease_file or not getattr(self.workers.table, "lost", False):
+            return 0.0
+        now = lease_clock()
+        if not revoked and self.lease_until - now > FOREVER_S / 2:
+            return 0.0  # a lease "for good" (a scheduler without leases): no fencing to wait out
+        ends = min(self.lease_until, now) if revoked else self.lease_until
+        return max(0.0, ends + FENCE_GRACE_S + 2 * LEASE_CHECK_S - now)
 
     def _check_lease(self) -> None:
         if not self.lease_file:

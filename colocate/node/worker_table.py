@@ -6,7 +6,13 @@ two nodes never share a table. The file records, per placement: the job, its pri
 promoted or is stopping, and per worker its rank, GPUs, pid, the process's create time (so that a
 reused pid is never taken for the worker), its log and exit-status files and, once known, its exit code.
 It also keeps the ids of placements that ended, were refused or were stopped before they started, so
-that no placement id starts twice, not even across a restart (the newest ``KEEP_IDS`` of each).
+that no placement id starts twice, not even across a restart (the newest ``KEEP_IDS`` of each). Each worker
+records the node incarnation (epoch) that started it: the lease covers the epochs of the workers the node holds.
+
+A file that is not a table (bad JSON, a field of the wrong type, a placement that is not a map...) is refused by
+``decode`` in one line (``TableError``); ``load`` then moves it aside, starts empty and marks the table ``lost``, as
+it does for a missing table whose node left a lease behind: the node then fences what the lost table held
+(``colocate.node.fencing``). A state folder deleted under a running node is made again by ``restore``.
 """
 
 from __future__ import annotations
@@ -14,11 +20,13 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from colocate.files import write_json_atomic
+from colocate.vocab import Priority
 
 log = logging.getLogger("colocate.node.workers")
 
@@ -28,6 +36,10 @@ KEEP_IDS = 10000  # finished / refused / stopped-before-start placement ids reme
 
 class StateDirError(Exception):
     """The state folder cannot be used (another node holds it, or it cannot be created)."""
+
+
+class TableError(ValueError):
+    """A worker table file that is not one; ``str()`` is one line naming what is wrong."""
 
 
 @dataclass
@@ -43,6 +55,7 @@ class Worker:
     kill_at: float | None = None  # wall clock: SIGKILL the group then (a stop's grace period)
     killed: bool = False  # SIGKILL sent
     fenced: bool = False  # it ended (non-zero) while the node's lease had lapsed
+    epoch: int = 0  # the node incarnation that started it (0: unknown, a table of an older node)
 
     @property
     def running(self) -> bool:
@@ -71,6 +84,87 @@ def scoped(cluster_id: str, placement_id: str) -> str:
     return f"{cluster_id}/{placement_id}" if cluster_id else placement_id
 
 
+_NUM = (int, float)
+_WORKER_TYPES = {"rank": int, "local_rank": int, "gpus": list, "pid": int, "create_time": _NUM, "log_path": str,
+                 "exit_file": str, "exit_code": (int, type(None)), "kill_at": (*_NUM, type(None)), "killed": bool,
+                 "fenced": bool, "epoch": int}
+_PLACEMENT_TYPES = {"placement_id": str, "job_id": str, "priority": str, "workers": list, "promoted": bool,
+                    "stopping": bool, "stop_reason": str, "ended_at": (*_NUM, type(None)), "cluster": str}
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", list: "a list", bool: "true or false",
+               dict: "a map"}
+
+
+def _typed(obj, types: dict, defaults: dict, where: str) -> dict:
+    """The fields of ``types`` from map ``obj`` (unknown keys ignored: a newer node's), checked."""
+    if type(obj) is not dict:
+        raise TableError(f"{where}: expected a map, got {type(obj).__name__}")
+    out = {}
+    for name, want in types.items():
+        if name not in obj:
+            if name not in defaults:
+                raise TableError(f"{where}: missing {name!r}")
+            continue
+        v = obj[name]
+        wants = want if isinstance(want, tuple) else (want,)
+        # bool is an int to Python, never to the table; a float must be finite
+        if type(v) not in wants or (type(v) is float and not math.isfinite(v)):
+            shown = repr(v)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            what = " or ".join(_TYPE_NAMES.get(t, "null") for t in wants)
+            raise TableError(f"{where}.{name}: expected {what}, got {shown}")
+        out[name] = v
+    return out
+
+
+def _defaults(cls) -> dict:
+    return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+
+
+def _str_map(obj, where: str, value=str) -> dict:
+    if type(obj) is not dict:
+        raise TableError(f"{where}: expected a map, got {type(obj).__name__}")
+    for k, v in obj.items():
+        if value is list:
+            if type(v) is not list or len(v) != 2 or not all(type(x) is str for x in v):
+                raise TableError(f"{where}[{k!r}]: expected [job id, reason]")
+        elif type(v) is not str:
+            raise TableError(f"{where}[{k!r}]: expected a string, got {type(v).__name__}")
+    return {k: (list(v) if value is list else v) for k, v in obj.items()}
+
+
+def decode(data) -> tuple[dict, dict, dict, dict]:
+    """(placements by key, done, refused, stopped_unknown) from a table file's JSON value; ``TableError`` (one
+    line) for anything that is not a table of this ``FORMAT``."""
+    if type(data) is not dict:
+        raise TableError(f"expected a map, got {type(data).__name__}")
+    if data.get("format") != FORMAT or type(data.get("format")) is not int:
+        raise TableError(f"format {data.get('format')!r}, expected {FORMAT}")
+    raw = data.get("placements")
+    if type(raw) is not list:
+        raise TableError(f"placements: expected a list, got {type(raw).__name__}")
+    placements: dict[str, Placement] = {}
+    wdef, pdef = _defaults(Worker), {**_defaults(Placement), "workers": []}
+    for i, p in enumerate(raw):
+        where = f"placements[{i}]"
+        fields_ = _typed(p, _PLACEMENT_TYPES, pdef, where)
+        if fields_["priority"] not in tuple(Priority):
+            raise TableError(f"{where}.priority: {fields_['priority']!r} is not a priority")
+        workers = []
+        for j, w in enumerate(fields_.pop("workers", [])):
+            wf = _typed(w, _WORKER_TYPES, wdef, f"{where}.workers[{j}]")
+            if not all(type(g) is int and g >= 0 for g in wf["gpus"]):
+                raise TableError(f"{where}.workers[{j}].gpus: expected GPU indices")
+            if wf["pid"] <= 0 or wf["rank"] < 0 or wf["local_rank"] < 0:
+                raise TableError(f"{where}.workers[{j}]: a pid, rank or local rank out of range")
+            workers.append(Worker(**wf))
+        placement = Placement(**fields_, workers=workers)
+        placements[scoped(placement.cluster, placement.placement_id)] = placement
+    done = _str_map(data.get("done", {}), "done")
+    refused = _str_map(data.get("refused", {}), "refused", list)
+    stopped = _str_map(data.get("stopped_unknown", {}), "stopped_unknown")
+    return placements, done, refused, stopped
+
+
 class WorkerTable:
     """Placements by key (``scoped(cluster, placement id)``) plus the remembered keys; the pure placement core
     (``colocate.node.placements``) changes them, the edge calls ``save()`` after each change."""
@@ -82,6 +176,7 @@ class WorkerTable:
         self.done: dict[str, str] = {}  # key -> job id: ended and forgotten
         self.refused: dict[str, list] = {}  # key -> [job id, reason]
         self.stopped_unknown: dict[str, str] = {}  # key -> job id: stopped before it was ever started
+        self.lost = False  # load(): the last incarnation's table is gone or unreadable
         self._lock_fd: int | None = None
 
     # ------------------------------------------------------------------ folder
@@ -107,31 +202,31 @@ class WorkerTable:
 
     # ------------------------------------------------------------------ load / save
     def load(self) -> None:
-        """Read the file if there is one. A file that cannot be read is moved aside (and logged):
-        the node starts with an empty table rather than not at all."""
+        """Read the file if there is one. A file that is not a table is moved aside (and refused in one line):
+        the node starts with an empty table, marked ``lost``, rather than not at all. A missing file is ``lost``
+        too when the folder holds a lease (a node ran here and saved a table: it was removed)."""
+        self.lost = False
         if not os.path.exists(self.path):
+            self.lost = os.path.exists(os.path.join(self.state_dir, "lease"))
+            if self.lost:
+                log.error("worker table %s is missing, but a node ran on this folder (its lease is there): the "
+                          "workers it held are fenced", self.path)
             return
         try:
-            with open(self.path) as f:
-                data = json.load(f)
-            if data.get("format") != FORMAT:
-                raise ValueError(f"format {data.get('format')!r}, expected {FORMAT}")
-            for p in data["placements"]:
-                workers = [Worker(**{**w, "gpus": list(w["gpus"])}) for w in p.pop("workers")]
-                placement = Placement(**p, workers=workers)
-                self.placements[scoped(placement.cluster, placement.placement_id)] = placement
-            self.done = dict(data.get("done", {}))
-            self.refused = {k: list(v) for k, v in data.get("refused", {}).items()}
-            self.stopped_unknown = dict(data.get("stopped_unknown", {}))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            with open(self.path, "rb") as f:
+                data = json.loads(f.read().decode("utf-8"))
+            self.placements, self.done, self.refused, self.stopped_unknown = decode(data)
+        except (OSError, ValueError, RecursionError) as exc:  # TableError, JSON and UTF-8 errors are ValueErrors
             aside = f"{self.path}.unreadable-{int(time.time())}"
+            why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
             log.error("worker table %s is unreadable (%s): moved to %s, starting with an empty table",
-                      self.path, exc, aside)
+                      self.path, why, aside)
             try:
                 os.replace(self.path, aside)
             except OSError:
                 pass
             self.placements, self.done, self.refused, self.stopped_unknown = {}, {}, {}, {}
+            self.lost = True
 
     def save(self) -> None:
         data = {
@@ -143,9 +238,31 @@ class WorkerTable:
             "stopped_unknown": self.stopped_unknown,
         }
         try:
-            write_json_atomic(self.path, data)
+            try:
+                write_json_atomic(self.path, data)
+            except FileNotFoundError:  # the folder was deleted under the node: made again, then saved
+                self.restore()
+                write_json_atomic(self.path, data)
         except OSError as exc:  # a full disk must not take the node down; the table stays in memory
-            log.error("cannot save the worker table to %s: %s", self.path, exc.strerror)
+            log.error("cannot save the worker table to %s: %s", self.path, exc.strerror or exc)
+
+    def restore(self) -> bool:
+        """Make the state folder again if it was deleted under this node, and take its lock again; True when it was
+        missing (logged once per deletion). Raises OSError when it cannot be made."""
+        if os.path.isdir(self.state_dir):
+            return False
+        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        log.error("state folder %s was deleted under this node: made it again (the worker table is saved again, "
+                  "the lease renewed)", self.state_dir)
+        old, self._lock_fd = self._lock_fd, None
+        try:
+            self.lock()
+        except StateDirError as exc:
+            log.error("%s", exc)
+        finally:
+            if old is not None:
+                os.close(old)
+        return True
 
     # ------------------------------------------------------------------ ids
     def known(self, placement_id: str) -> bool:

@@ -62,6 +62,7 @@ import psutil
 from colocate import protocol as P
 from colocate.env import format_gpus
 from colocate.launcher import PROJECT_ROOT, LaunchError, check_command
+from colocate.node import fencing
 from colocate.node import placements as PC
 from colocate.node.placements import PlacementCore
 from colocate.node.worker_table import Placement, StateDirError, Worker, WorkerTable, scoped
@@ -106,9 +107,14 @@ class WorkerManager:
 
     # ------------------------------------------------------------------ interface
     def recover(self) -> list:
-        """Re-adopt the workers of the table that still run (same pid and create time) and report the
-        ones that died while no node watched. Call once, before anything else."""
+        """Re-adopt the workers of the table that still run (same pid and create time), kill the orphans of
+        this state folder that the table does not hold (``colocate.node.fencing``: found from the processes'
+        markers; waits until they are gone) and report the workers that died while no node watched. Call once,
+        before anything else."""
         out = []
+        held = {(key, w.epoch) for key, p in self.table.placements.items() for w in p.workers
+                if w.running and _same_process(w.pid, w.create_time)}
+        fencing.kill_orphans(self.cfg.state_dir, held)  # found from the processes, not only from the table
         for key, p in list(self.table.placements.items()):
             for w in p.workers:
                 if w.running and not _same_process(w.pid, w.create_time):
@@ -156,6 +162,10 @@ class WorkerManager:
 
     def status(self) -> list:
         return self.core.status()
+
+    def epochs(self) -> set[int]:
+        """The node incarnations whose workers this node holds (its own included): what its lease covers."""
+        return {self.cfg.epoch} | {w.epoch for p in self.table.placements.values() for w in p.workers if w.running}
 
     def placements(self) -> list[Placement]:
         return list(self.table.placements.values())
@@ -233,10 +243,12 @@ class WorkerManager:
                 if self.cfg.device == DeviceKind.SIM:
                     argv += ["--sim-gpu-mem", str(self.cfg.gpus[w.gpus[0]])]
                 argv += ["--", *req.command]
-                proc = self._spawn(argv, _worker_env(msg, w), req.cwd, log_path, msg)
+                env = {**_worker_env(msg, w), **fencing.marker_env(self.cfg.state_dir, key, self.cfg.epoch)}
+                proc = self._spawn(argv, env, req.cwd, log_path, msg)
                 self._procs[(key, w.rank)] = proc
                 workers.append(Worker(rank=w.rank, local_rank=w.local_rank, gpus=list(w.gpus), pid=proc.pid,
-                                      create_time=_create_time(proc.pid), log_path=log_path, exit_file=exit_file))
+                                      create_time=_create_time(proc.pid), log_path=log_path, exit_file=exit_file,
+                                      epoch=self.cfg.epoch))
         except OSError as exc:
             for w in workers:  # all or nothing: a half-started gang would only hang
                 self._signal(w, signal.SIGKILL)

@@ -117,7 +117,7 @@ class WorkerLaunch(_Record):
 class JobRequest(_Record):
     """What a user submits: resources per worker, the command, and where and how it runs."""
 
-    command: tuple = _f(ListOf(TEXT, 256))
+    command: tuple = _f(ListOf(TEXT, 256, min_len=1))  # the program and its arguments: never empty
     cwd: str = _f(TEXT)
     # the submitter's environment, COLOCATE_*-free
     env: tuple = _f(MapOf(Str(256, min_len=1), Str(MAX_ENV_VALUE_CHARS)))

@@ -183,10 +183,12 @@ class ListOf(_Spec):
 
     item: _Spec
     max_len: int = MAX_LIST_ITEMS
+    min_len: int = 0
 
     def check(self, v: Any, name: str) -> tuple:
-        if not isinstance(v, (list, tuple)) or len(v) > self.max_len:
-            raise _bad(name, f"a list of at most {self.max_len} items", v)
+        if not isinstance(v, (list, tuple)) or not self.min_len <= len(v) <= self.max_len:
+            raise _bad(name, f"a list of {self.min_len} to {self.max_len} items" if self.min_len
+                       else f"a list of at most {self.max_len} items", v)
         return tuple(self.item.check(x, f"{name}[{i}]") for i, x in enumerate(v))
 
     def load(self, v: Any, name: str) -> Any:

@@ -180,7 +180,7 @@ def test_jobenv_fields_cover_the_table():
     """Every per-job variable the launcher writes has a JobEnv field (CHAIN_SITECUSTOMIZE is launcher-internal)."""
     field_names = {f.name for f in fields(JobEnv)}
     for v in VARIABLES:
-        if v.name == "COLOCATE_CHAIN_SITECUSTOMIZE" or v.scope in ("client", "engine"):
+        if v.name == "COLOCATE_CHAIN_SITECUSTOMIZE" or v.scope in ("client", "engine", "node"):
             continue
         attr = v.name[len(PREFIX):].lower()
         assert attr in field_names, v.name

@@ -57,7 +57,7 @@ worker_registers = st.integers(0, 63).flatmap(lambda r: st.builds(
     priority=priorities, mem_request=st.none() | sizes, sm_share=shares, mem_cap=sizes, epoch=counts,
     token=st.text(max_size=128), sm_request=shares, rank=st.just(r), world_size=st.integers(r + 1, 1 << 20)))
 requests = st.builds(
-    P.JobRequest, command=st.lists(st.text(max_size=40), max_size=6), cwd=texts,
+    P.JobRequest, command=st.lists(st.text(max_size=40), min_size=1, max_size=6), cwd=texts,
     env=st.dictionaries(st.text(min_size=1, max_size=20), st.text(max_size=60), max_size=6),
     workers=st.integers(1, 4096), gpus=st.integers(0, 64), gpu_mem=sizes, priority=priorities, queue=names,
     name=names, user=names, estimate_s=st.none() | seconds)

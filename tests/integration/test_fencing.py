@@ -315,3 +315,73 @@ def test_a_node_that_outlived_its_schedulers_state_file_takes_no_new_placement_f
     (new_first,) = [first for first, _ in new_runs.values()]
     assert old_last < new_first, (old_runs, new_runs)  # the old cluster's worker stopped before the new one ran
     assert f.failed_starts(tmp_path / "new.db", new) == 0
+
+
+def _remove_tree(path: Path) -> bool:
+    """Delete ``path`` (True once it is gone; a node writing into it meanwhile makes one try fail)."""
+    import shutil
+
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return not path.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("damage", ["lost", "corrupt"])
+def test_a_node_killed_and_restarted_at_once_without_its_table_never_runs_two_copies(procs, tmp_path, damage):
+    """Issue 22, item 2: kill -9 a node; lose (or corrupt: a placement stored as a list) its workers.json; start it
+    again on the same state dir at once. The orphan is found from its process (COLOCATE_PLACEMENT) and killed before
+    the node takes work; the job runs again, never two copies at once."""
+    from tests.support import alive
+
+    f = fleet(procs, tmp_path, nodes=1)
+    job = f.submit()
+    victim, pid = running_on(f, job)
+    f.nodes[victim].send_signal(signal.SIGKILL)
+    f.nodes[victim].wait(30)
+    table = tmp_path / victim / "workers.json"
+    if damage == "lost":
+        table.unlink()
+    else:
+        table.write_text('{"format": 1, "placements": [["1.1", "1", "guaranteed"]]}')
+    f.nodes[victim] = f.start_node(victim)
+    f.wait_up({victim}, 60)
+    t_up = time.time()
+    wait_for(lambda: set(f.runs(job)) - {pid}, 90, interval=0.2, what=f"the job's new copy to make progress {t_up}")
+    f.release(job)
+    j = f.wait_state(job, ("succeeded", "failed"), 120)
+    runs = f.runs(job)
+    assert overlaps(runs) == [], (runs, f.logs())
+    assert j.state == "succeeded" and len(runs) == 2, (j, runs, f.logs())
+    assert not alive(pid)
+    assert "orphan" in read_log(f.nodes[victim])
+    assert "Traceback" not in read_log(f.nodes[victim])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_deleted_state_dir_is_made_again_and_its_job_goes_on(procs, tmp_path):
+    """Issue 22, item 9: the state dir of a node running a job is deleted. The node makes it again (table saved,
+    lease renewed), the launcher keeps the lease it was promised meanwhile: the same copy runs to success, and the
+    node says so once instead of "cannot renew the lease" every heartbeat."""
+    f = fleet(procs, tmp_path, nodes=1)
+    job = f.submit()
+    victim, pid = running_on(f, job)
+    state = tmp_path / victim
+    wait_for(lambda: _remove_tree(state), 30, what="the state dir to be deleted")
+    wait_for(lambda: (state / "lease").exists() and (state / "workers.json").exists(), 30,
+             what="the node to make its state dir again")
+    t_back = time.time()
+    wait_for(lambda: f.progressing(job, t_back + 2.0), 60, interval=0.2,
+             what="the job to make progress after the state dir is back")
+    f.release(job)
+    j = f.wait_state(job, ("succeeded", "failed"), 120)
+    assert j.state == "succeeded" and j.attempts == 1 and list(f.runs(job)) == [pid], (j, f.logs())
+    log_text = read_log(f.nodes[victim])
+    assert log_text.count("cannot renew the lease") <= 1, log_text[-3000:]
+    assert "Traceback" not in log_text

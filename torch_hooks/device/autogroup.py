@@ -14,6 +14,9 @@ process's own tree (itself, its ancestors and its descendants) and the other pro
 Lowering a session shared with another job would slow that job too, and jobs in one session are already
 ordered by ``SCHED_IDLE``. Raising the weight
 back needs ``CAP_SYS_NICE`` (or RLIMIT_NICE); without it the session stays low, as the idle class does.
+This process restores the weight at exit (``atexit``); a job killed before (SIGKILL) cannot, and its launcher,
+which outlives it in the same session, restores the nice it read before the job started
+(``colocate.launcher.restore_autogroup``).
 """
 
 from __future__ import annotations

@@ -337,3 +337,37 @@ def test_a_refused_hello_is_said_again_and_a_log_tail_is_answered_from_its_own_f
         assert tails["q0"].text == "" and tails["q0"].error  # the id is one safe path component: nothing found
     finally:
         r.close()
+
+
+class LostTableWorkers(FakeWorkers):
+    """A worker manager whose table was lost (``table.lost``), holding the epochs of ``held``."""
+
+    def __init__(self, lease_file, lost: bool, held=()):
+        super().__init__()
+        self.cfg = SimpleNamespace(lease_file=str(lease_file))
+        self.table = SimpleNamespace(lost=lost, restore=lambda: False, save=lambda: None)
+        self.held = set(held)
+
+    def epochs(self):
+        return {7} | self.held
+
+
+@pytest.mark.parametrize("lost", [True, False])
+def test_a_node_revokes_the_last_lease_at_start_and_waits_it_out_after_a_lost_table(tmp_path, lost):
+    """Issue 22, item 2: at start the lease file is rewritten with this incarnation's epoch and those it holds (the
+    launchers of any other incarnation stop); after a lost table, no hello before that revoked lease has run out."""
+    from colocate.endpoints import FENCE_GRACE_S, LEASE_CHECK_S
+    from colocate.lease import lease_clock, read_lease, write_lease
+
+    lease = tmp_path / "lease"
+    write_lease(str(lease), lease_clock() + 300.0, FENCE_GRACE_S, epoch=3)
+    r = Rig(workers=LostTableWorkers(lease, lost, held={5}))
+    try:
+        written = read_lease(str(lease))
+        assert written.epoch == 7 and written.epochs == {5, 7} and written.until > lease_clock() + 200
+        if lost:
+            assert r.agent.sock is None and [m for m in r.quiet() if isinstance(m, P.NodeHello)] == []
+            r.clock.t += FENCE_GRACE_S + 2 * LEASE_CHECK_S + 0.01
+        r.expect(P.NodeHello)
+    finally:
+        r.close()

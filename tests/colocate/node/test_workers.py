@@ -358,3 +358,108 @@ def test_promote_marks_the_placement_and_survives_a_restart(mgrs, tmp_path):
     assert p.promoted and p.priority == "guaranteed"
     clash = b.start(placement(tmp_path, "p2", [PY, waiter, "term"], workers=((0, 0, (0,)),), job="g"))
     assert "already runs guaranteed job job-a" in clash[0].reason  # promoted: it holds its GPU now
+
+
+# ---------------------------------------------------------------- fencing that survives lost files (issue 22, item 2)
+
+
+def _marked_sleeper(state_dir: Path, key: str, epoch: int) -> subprocess.Popen:
+    from colocate.node.fencing import marker_env
+
+    return subprocess.Popen(["sleep", "120"], env={**child_env(), **marker_env(str(state_dir), key, epoch)},
+                            start_new_session=True)
+
+
+@pytest.mark.parametrize("damage", ["lost", "corrupt"])
+def test_a_node_whose_table_is_gone_kills_the_workers_it_finds_by_their_marker(mgrs, tmp_path, damage):
+    """The table names nothing, but the processes say whose they are (COLOCATE_NODE_STATE, COLOCATE_PLACEMENT):
+    the next node on the folder kills them (the launcher's group, and the job in it) before it takes work. A
+    process marked by another node's folder is left alone."""
+    a = mgrs.new(epoch=1)
+    waiter = tiny_script(tmp_path, "wait.py", WAITER)
+    a.start(placement(tmp_path, "p1", [PY, waiter, "ignore"], workers=((0, 0, (0,)),)))
+    ready(tmp_path, 0)
+    launcher = a.placements()[0].workers[0].pid
+    job = [c.pid for c in psutil.Process(launcher).children()]
+    assert job
+    a.close()
+    other = _marked_sleeper(tmp_path / "another-node", "p1", 1)
+    try:
+        table = tmp_path / "state" / "workers.json"
+        if damage == "lost":
+            table.unlink()
+            (tmp_path / "state" / "lease").write_text('{"until": 0, "grace_s": 0}')  # a node ran here
+        else:
+            table.write_text('{"format": 1, "placements": [["p1", "job-a", "guaranteed"]]}')
+        b = mgrs.new(epoch=2)
+        assert b.table.lost
+        assert b.recover() == [] and b.status() == []
+        for pid in [launcher, *job]:
+            assert not alive(pid), pid  # gone when recover() returns: it waited for them
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_surviving_table_keeps_its_workers_and_their_epoch_in_the_lease(mgrs, tmp_path):
+    """Re-adopted workers are not orphans; the epochs the node holds are those of its workers and its own."""
+    a = mgrs.new(epoch=1)
+    waiter = tiny_script(tmp_path, "wait.py", WAITER)
+    a.start(placement(tmp_path, "p1", [PY, waiter, "term"], workers=((0, 0, (0,)),)))
+    ready(tmp_path, 0)
+    launcher = a.placements()[0].workers[0].pid
+    a.close()
+    stale = _marked_sleeper(tmp_path / "state", "p1", 7)  # an incarnation the table does not hold
+    try:
+        b = mgrs.new(epoch=2)
+        assert not b.table.lost
+        b.recover()
+        assert alive(launcher) and b.status()[0].running
+        assert b.epochs() == {1, 2}
+        wait_for(lambda: stale.poll() is not None, 10, what="the unheld marked process to be killed")
+    finally:
+        stale.kill()
+        stale.wait()
+
+
+GOOD_WORKER = {"rank": 0, "local_rank": 0, "gpus": [0], "pid": 99999999, "create_time": 1.0, "log_path": "/l",
+               "exit_file": "/e"}
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"format": 1, "placements": [["p1", "job", 3]]}', "placements[0]: expected a map, got list"),
+    ('[{"format": 1}]', "expected a map, got list"),
+    (json.dumps({"format": 1, "placements": [{"placement_id": "p1", "job_id": "j", "priority": "guaranteed",
+                                              "workers": [{**GOOD_WORKER, "rank": "0"}]}]}),
+     "workers[0].rank: expected an integer, got '0'"),
+    (json.dumps({"format": 1, "placements": [{"placement_id": "p1", "job_id": "j", "priority": "guaranteed",
+                                              "workers": [GOOD_WORKER]}], "done": []}), "done: expected a map"),
+    ('{"format": 1, "placements": [{"placement_id": "p1", "job_', "Unterminated string"),
+])
+def test_a_corrupt_table_is_refused_in_one_line(mgrs, tmp_path, caplog, text, words):
+    """Issue 22, item 11: a corrupt table (a placement stored as a list, a wrong type, a truncated file) is one log
+    line naming what is wrong (no traceback, never accepted as it is), moved aside; the node starts empty."""
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "workers.json").write_text(text)
+    with caplog.at_level("ERROR", logger="colocate.node.workers"):
+        wm = mgrs.new()
+        events = wm.recover()
+    assert events == [] and wm.status() == [] and wm.table.lost
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and errors[0].exc_info is None and "\n" not in errors[0].getMessage(), errors
+    assert words in errors[0].getMessage()
+    assert any(p.name.startswith("workers.json.unreadable-") for p in (tmp_path / "state").iterdir())
+
+
+def test_a_deleted_state_dir_is_made_again_when_the_table_is_saved(mgrs, tmp_path):
+    """Issue 22, item 9: the table is saved again into a folder made again (and locked again)."""
+    import shutil
+
+    wm = mgrs.new()
+    wm.stop("px", 1.0)  # something to save
+    shutil.rmtree(tmp_path / "state")
+    wm.stop("py", 1.0)
+    assert "py" in json.loads((tmp_path / "state" / "workers.json").read_text())["stopped_unknown"]
+    with pytest.raises(StateDirError):
+        mgrs.new()  # the folder made again is held by this node
