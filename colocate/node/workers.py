@@ -62,6 +62,7 @@ import psutil
 from colocate import protocol as P
 from colocate.env import format_gpus
 from colocate.launcher import PROJECT_ROOT, LaunchError, check_command
+from colocate.node import accounts as A
 from colocate.node import placements as PC
 from colocate.node.placements import PlacementCore
 from colocate.node.worker_table import Placement, StateDirError, Worker, WorkerTable, scoped
@@ -103,6 +104,7 @@ class WorkerManager:
         self.core = PlacementCore(cfg.node_id, cfg.epoch, cfg.gpus, self.table, cfg.keep_ended_s, cfg.cluster_id)
         self.guarantee = lambda job_id, on: None  # the node core's promotion switch (set by the agent)
         self._procs: dict[tuple[str, int], subprocess.Popen] = {}  # our own children, by (placement key, rank)
+        self.accounts: A.Accounts | None = None  # who runs a job's workers (``colocate.node.accounts``); None: us
 
     # ------------------------------------------------------------------ interface
     def recover(self) -> list:
@@ -156,6 +158,11 @@ class WorkerManager:
 
     def status(self) -> list:
         return self.core.status()
+
+    def launchers(self, job_id: str) -> list[int]:
+        """Pids of the live launchers this node started for job ``job_id`` (none: not one of its placements)."""
+        return [w.pid for p in self.table.placements.values() if p.job_id == job_id and p.running
+                for w in p.workers if w.running and _same_process(w.pid, w.create_time)]
 
     def placements(self) -> list[Placement]:
         return list(self.table.placements.values())
@@ -213,12 +220,21 @@ class WorkerManager:
         if reason is not None:
             return PC.LaunchFailed(msg, reason)
         req = msg.request
+        try:
+            acct = self.accounts.for_user(req.user) if self.accounts is not None else None
+        except A.AccountError as exc:
+            return PC.LaunchFailed(msg, str(exc))
+        closed = A.unreachable(self.cfg.lease_file, acct) if self.cfg.lease_file else None
+        if closed:
+            return PC.LaunchFailed(msg, f"the node's lease file is closed to the job's account: {closed} "
+                                        "(give the node a --state-dir others may pass through)")
         one_each = all(len(w.gpus) == 1 for w in msg.workers)
         layout = [g for w in sorted(msg.workers, key=lambda w: w.local_rank) for g in w.gpus]
         folder = os.path.join(self.cfg.log_dir, _safe(msg.job_id))
         workers: list[Worker] = []
         try:
-            os.makedirs(folder, exist_ok=True)
+            A.log_root(self.cfg.log_dir)
+            A.job_folder(folder, acct)
             for w in msg.workers:
                 gpus = layout if one_each else list(w.gpus)
                 log_path = os.path.join(folder, f"worker-{w.rank}.log")
@@ -233,7 +249,8 @@ class WorkerManager:
                 if self.cfg.device == DeviceKind.SIM:
                     argv += ["--sim-gpu-mem", str(self.cfg.gpus[w.gpus[0]])]
                 argv += ["--", *req.command]
-                proc = self._spawn(argv, _worker_env(msg, w), req.cwd, log_path, msg)
+                env = {**_worker_env(msg, w), **(acct.env() if acct is not None else {})}
+                proc = self._spawn(argv, env, req.cwd, log_path, msg, acct)
                 self._procs[(key, w.rank)] = proc
                 workers.append(Worker(rank=w.rank, local_rank=w.local_rank, gpus=list(w.gpus), pid=proc.pid,
                                       create_time=_create_time(proc.pid), log_path=log_path, exit_file=exit_file))
@@ -244,14 +261,15 @@ class WorkerManager:
             return PC.LaunchFailed(msg, f"cannot start the launcher: {exc.strerror or exc}")
         return PC.Launched(msg, tuple(workers))
 
-    def _spawn(self, argv, env, cwd, log_path, msg) -> subprocess.Popen:
-        with open(log_path, "ab") as out:
+    def _spawn(self, argv, env, cwd, log_path, msg, acct=None) -> subprocess.Popen:
+        with A.open_log(log_path, acct) as out:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             out.write(f"=== {stamp} node {self.cfg.node_id}: placement {msg.placement_id} of job {msg.job_id}: "
                       f"{' '.join(argv)}\n".encode(errors="replace"))
             out.flush()
             return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                    **A.spawn_kwargs(acct))
 
     # ------------------------------------------------------------------ watching
     def _reap(self, key: str, w: Worker) -> int | None:
