@@ -381,6 +381,8 @@ def start_authenticator(ctx, directory: str):
             return admitted.name_of(key) is not None
 
     class _Auth(ThreadAuthenticator):
+        admitted: Admitted
+
         def curve_user_id(self, client_public_key: bytes) -> str:
             key = zmq.utils.z85.encode(client_public_key)
             stem = admitted.name_of(key)

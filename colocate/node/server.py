@@ -40,9 +40,8 @@ from collections import Counter
 import psutil
 import zmq
 
-from colocate import peercred
+from colocate import peercred, record
 from colocate import protocol as P
-from colocate import record
 from colocate.daemon import LogLimit
 from colocate.endpoints import ctl_endpoint as default_ctl_endpoint
 from colocate.endpoints import ipc_path, private_dir

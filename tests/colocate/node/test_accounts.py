@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from colocate.node.accounts import Accounts, AccountError, read_map, unreachable
+from colocate.node.accounts import AccountError, Accounts, read_map, unreachable
 from colocate.node.accounts import account as account_of
 from tests.users import needs_root, open_dir, users  # noqa: F401 (fixtures)
 
