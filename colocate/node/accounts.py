@@ -158,8 +158,15 @@ def job_folder(folder: str, acct: Account | None) -> None:
 
 def open_log(path: str, acct: Account | None):
     """Open a worker's log for appending: created 0600, the account's; never through a link."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
     try:
+        st = os.fstat(fd)
+        # the job's account owns the folder: a log it replaced by a hard link or a FIFO is not written to
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            raise OSError(f"{path} is not a plain log file (a link or a FIFO planted in the job's folder?)")
+        if acct is not None and st.st_uid not in (acct.uid, os.geteuid()):
+            raise OSError(f"{path} belongs to uid {st.st_uid}, not to the job's account {acct.name}")
+        os.set_blocking(fd, True)  # the worker's stdout
         os.fchmod(fd, 0o600)
         if acct is not None:
             os.fchown(fd, acct.uid, acct.gid)

@@ -64,3 +64,22 @@ def test_a_lease_file_closed_to_the_account_is_named(open_dir, users):  # noqa: 
     assert unreachable(str(closed / "lease"), acct) is None
     os.chmod(closed / "lease", 0o600)
     assert "closed to account" in unreachable(str(closed / "lease"), acct)
+
+
+def test_a_log_planted_as_a_hard_link_or_fifo_is_neither_written_nor_read(tmp_path):
+    from colocate.node.accounts import open_log
+    from colocate.node.logs import tail
+
+    target = tmp_path / "someone-elses"
+    target.write_text("secret\n")
+    os.link(target, tmp_path / "worker-0.log")
+    with pytest.raises(OSError, match="not a plain log file"):
+        open_log(str(tmp_path / "worker-0.log"), None)
+    assert target.read_text() == "secret\n"
+    assert tail(str(tmp_path / "worker-0.log"), 100) == ("", False, "not a plain log file (it has other links)")
+    os.mkfifo(tmp_path / "worker-1.log")
+    with pytest.raises(OSError):  # no reader: ENXIO (with a reader: "not a plain log file"); never blocks
+        open_log(str(tmp_path / "worker-1.log"), None)
+    with open_log(str(tmp_path / "worker-2.log"), None) as f:
+        f.write(b"ok\n")
+    assert oct(os.stat(tmp_path / "worker-2.log").st_mode & 0o777) == "0o600"
