@@ -250,7 +250,8 @@ def client_cert(directory: str, environ=None) -> str:
         return cert_name(USER, me)
     if not mine:
         raise KeyError_(f"no user key in {directory}: create one with `colocate keys generate DIR --user NAME` "
-                        "and copy scheduler.key, user-NAME.key and user-NAME.key_secret here")
+                        "and copy scheduler.key, user-NAME.key and user-NAME.key_secret here (a folder only you may enter: "
+                        "mkdir -m 700)")
     raise KeyError_(f"several user keys in {directory} ({', '.join(mine)}) and none is {me!r}'s: keep one")
 
 
