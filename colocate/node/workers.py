@@ -25,8 +25,10 @@ Rules (the core's; ``cluster_id`` arguments default to "" for a scheduler that n
     before it started) never starts a worker again, across restarts too; a repeated start of a refused
     placement gets the same ``StartRefused`` again, a start after its own stop a ``StartRefused``, any
     other repeat gets nothing (``status()`` and ``NodeStatus`` show its workers);
-  * each worker runs under the launcher, in its own session (process group), from the request's ``cwd``
-    with the request's environment (``COLOCATE_*`` removed) plus torchrun's variables::
+  * each worker runs under the launcher, in its own session (process group), as the job's Unix account
+    (``accounts``: ``colocate.node.accounts``; a user without one refuses the start in one line; its log is
+    the account's, 0600), from the request's ``cwd`` with the request's environment (``COLOCATE_*``
+    removed; the account's ``HOME``/``USER``/``LOGNAME``) plus torchrun's variables::
 
       python -m colocate run --node JOB_ENDPOINT --device KIND --gpus G --job-id JOB --priority P
              --exit-file F [--lease-file L] [--gpu-mem SIZE] [--sim-gpu-mem SIZE] -- COMMAND...
