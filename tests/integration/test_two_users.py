@@ -178,3 +178,56 @@ def test_two_users_jobs_run_as_their_owners_and_cannot_reach_each_other(tmp_path
         assert "Traceback" not in read_log(node)
     finally:
         procs.cleanup()
+
+
+def test_a_node_that_is_not_root_runs_its_owners_jobs_and_refuses_others(tmp_path, users, open_dir):  # noqa: F811
+    """A single-user machine: the node runs as its owner (here a second account), needs no user map, runs the
+    jobs of the key that maps to its own account, and refuses another user's in one line (they would run
+    with the owner's files and keys)."""
+    owner, other = users.add("lp"), users.add("ot")
+    py, path = shared_python()
+    keys = tmp_path / "keys"
+    for who in (owner, other):
+        K.generate(str(keys), K.USER, who)
+    K.generate(str(keys), K.NODE, "lap")
+    mine = {who: _client_folder(tmp_path, keys, f"user-{who}") for who in (owner, other)}
+    home = open_dir / owner  # the owner's own: keys (0700, 0600), sockets, state
+    node_keys = home / "keys"
+    node_keys.mkdir(parents=True, mode=0o700)
+    for f in ("scheduler.key", "node-lap.key", "node-lap.key_secret"):
+        shutil.copy(keys / f, node_keys)
+    acct = users.as_user(owner)
+    for p in (home, node_keys, *node_keys.iterdir()):
+        os.chown(p, acct["user"], acct["group"])
+    os.chmod(home, 0o700)
+    procs = Procs(tmp_path)
+    try:
+        endpoint = f"tcp://127.0.0.1:{free_port()}"
+        sched = procs.start([PY, "-m", "colocate", "scheduler", "--bind", endpoint, "--state", tmp_path / "s.db",
+                             "--keys", keys], "scheduler.log")
+        client = {who: SchedulerClient(endpoint, str(folder), timeout_s=5.0) for who, folder in mine.items()}
+        wait_until_scheduler_answers(sched, client[owner], 60)
+        node = procs.start([py, "-m", "colocate", "node", "--device", "sim", "--sim-gpus", "1", "--scheduler", endpoint,
+                            "--node-id", "lap", "--host", "127.0.0.1", "--endpoint", f"ipc://{home}/run/node.sock",
+                            "--state-dir", home / "state", "--keys", node_keys, "--log-level", "info"], "lap.log",
+                           env_extra={"PYTHONPATH": path, "HOME": str(home)}, **acct)
+        wait_for(lambda: [n.node_id for n in client[owner].nodes().nodes if n.up] == ["lap"], 60,
+                 what=f"the owner's node to join:\n{read_log(node)}")
+        assert stat.S_IMODE(os.stat(home / "run").st_mode) == 0o700  # a node that is not root: private sockets
+
+        def request(command, name):
+            return request_from_here([str(c) for c in command], environ={"PATH": os.environ["PATH"],
+                                                                         "PYTHONPATH": path}, cwd="/", name=name)
+
+        ours = client[owner].submit(request([py, "-c", "import os; print('ran as', os.getuid())"], "ours"))
+        theirs = client[other].submit(request([py, "-c", "print('never')"], "theirs"))
+        wait_for(lambda: client[owner].job(ours).state == "succeeded", 120, what=f"the owner's job:\n{read_log(node)}")
+        wait_for(lambda: "not root" in client[other].job(theirs).reason, 60, what="the other user's job to be refused")
+        reason = client[other].job(theirs).reason
+        print(f"\nthe other user's job on {owner}'s node: {reason}")
+        assert f"this node runs as {owner} (not root), so it runs only {owner}'s jobs, not {other}'s" in reason
+        log = home / "state" / "logs" / ours / "worker-0.log"
+        assert f"ran as {users.uid(owner)}" in log.read_text() and log.stat().st_uid == users.uid(owner)
+        assert "Traceback" not in read_log(node)
+    finally:
+        procs.cleanup()
