@@ -64,6 +64,9 @@ def descends(pid: int, ancestor: int) -> bool:
 
 def claims(cred: Cred, pid: int) -> str | None:
     """Why the caller ``cred`` may not speak for process ``pid`` (None: it may)."""
+    if cred.pid == 0:  # the kernel's answer for a peer in a PID namespace this process cannot see
+        return ("the caller's process is not visible to the node (another PID namespace): run the node in the "
+                "jobs' PID namespace (Kubernetes: shareProcessNamespace: true)")
     if not descends(pid, cred.pid):
         return f"pid {pid} is not the caller (pid {cred.pid}) nor a process it started"
     owner = uid_of(pid)

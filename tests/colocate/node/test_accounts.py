@@ -83,3 +83,13 @@ def test_a_log_planted_as_a_hard_link_or_fifo_is_neither_written_nor_read(tmp_pa
     with open_log(str(tmp_path / "worker-2.log"), None) as f:
         f.write(b"ok\n")
     assert oct(os.stat(tmp_path / "worker-2.log").st_mode & 0o777) == "0o600"
+
+
+def test_a_caller_in_another_pid_namespace_is_named():
+    from colocate.peercred import Cred, claims, parse
+
+    assert parse("localhost:1000:1000:4242") == Cred(1000, 1000, 4242)
+    assert parse("127.0.0.1:5555") is None  # tcp: no credentials
+    assert "another PID namespace" in claims(Cred(1000, 1000, 0), os.getpid())
+    assert claims(Cred(os.getuid(), os.getgid(), os.getpid()), os.getpid()) is None
+    assert "is not the caller" in claims(Cred(os.getuid(), os.getgid(), os.getpid()), 1)
