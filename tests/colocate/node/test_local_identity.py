@@ -21,16 +21,18 @@ pytestmark = needs_root
 
 # run as another account: connect to the node's sockets, send each message, print what came back (JSON)
 POSER = r"""
-import json, os, sys, zmq
+import json, os, sys, time, zmq
 from colocate import protocol as P
 endpoint, asks = sys.argv[1], json.loads(sys.argv[2])
 ctx = zmq.Context()
-out = []
+out, kept = [], []
 for ask in asks:
-    if ask.get("hold"):  # keep what was registered until the test closes stdin
+    if ask.get("hold"):  # keep what was registered alive (heartbeats) until the test ends this process
         print(json.dumps(out), flush=True)
-        sys.stdin.read()
-        continue
+        while True:
+            for s, job_id in kept:
+                s.send(P.encode(P.Heartbeat(job_id=job_id, sent_at=0.0)))
+            time.sleep(0.2)
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(ask.get("endpoint", endpoint))
@@ -47,7 +49,9 @@ for ask in asks:
         out.append({"type": reply.TYPE, "code": getattr(reply, "code", None), "message": getattr(reply, "message", "")})
     else:
         out.append({"type": None})
-    if not ask.get("keep"):
+    if ask.get("keep") and fields is not None:
+        kept.append((sock, fields["job_id"]))
+    else:
         sock.close()
 print(json.dumps(out))
 """
