@@ -1,7 +1,8 @@
 """Default endpoints and the rules that derive one endpoint from another (the one place for them).
 
-* a node coordinator takes jobs on ``node_endpoint()`` (``ipc:///tmp/colocate-$UID/node.sock``)
-  and operators (``colocate ctl``, ``colocate top``) on ``ctl_endpoint(job endpoint)``: the same
+* a node coordinator takes jobs on ``node_endpoint()`` (``RUNTIME/node.sock``, where RUNTIME is
+  ``runtime_dir()``: ``$XDG_RUNTIME_DIR/colocate`` where that variable names a folder, else
+  ``/tmp/colocate-$UID``) and operators (``colocate ctl``, ``colocate top``) on ``ctl_endpoint(job endpoint)``: the same
   ipc path with ``.ctl`` appended;
 * the global scheduler listens on ``SCHEDULER_ENDPOINT`` unless ``--bind`` says otherwise; clients
   and nodes look for it at ``scheduler_endpoint()`` (``COLOCATE_SCHEDULER`` overrides);
@@ -44,9 +45,49 @@ def scheduler_endpoint(environ=None) -> str:
     return environ.get("COLOCATE_SCHEDULER") or SCHEDULER_ENDPOINT
 
 
-def runtime_dir() -> str:
-    """Per-user folder for ipc sockets: ``/tmp/colocate-$UID``."""
+def runtime_dir(environ=None) -> str:
+    """Per-user folder for ipc sockets: ``$XDG_RUNTIME_DIR/colocate`` where ``XDG_RUNTIME_DIR`` is a folder,
+    else ``/tmp/colocate-$UID``. Whoever binds in it makes it private first (``private_dir``)."""
+    environ = os.environ if environ is None else environ
+    xdg = environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isabs(xdg) and os.path.isdir(xdg):
+        return os.path.join(xdg, "colocate")
     return f"/tmp/colocate-{os.getuid()}"
+
+
+class UnsafeFolder(ValueError):
+    """A socket folder another user could have planted or could change; ``str()`` is one line naming the fix."""
+
+
+def private_dir(path: str, mode: int = 0o700) -> None:
+    """Make ``path`` (``mode``, the parents as needed) unless it exists, then check it: a real folder (not a
+    link) owned by this process's user or by root, writable by its owner only. A folder pre-created by
+    another user (``/tmp/colocate-$UID`` squatted with mode 0777) raises ``UnsafeFolder``: nothing is bound
+    there. A group/world-writable folder is accepted only when it is root's with the sticky bit (``/tmp``
+    itself, for an endpoint given there): nobody else can remove or replace what this user binds in it.
+
+    Idempotent; safe under concurrent callers (a folder made meanwhile by this same user is checked)."""
+    import stat
+
+    try:
+        os.mkdir(path, mode)
+        os.chmod(path, mode)  # the umask does not narrow what was asked for
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path) or ".", 0o700, exist_ok=True)
+        return private_dir(path, mode)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeFolder(f"refusing socket folder {path}: it is not a folder (a link or a file?): remove it")
+    me = os.getuid()
+    if st.st_uid not in (me, 0):
+        raise UnsafeFolder(f"refusing socket folder {path}: it belongs to uid {st.st_uid}, not to uid {me}: "
+                           f"remove it (another user may have planted it) or give an endpoint in a folder of yours")
+    writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if writable and not (st.st_mode & stat.S_ISVTX and st.st_uid == 0):
+        raise UnsafeFolder(f"refusing socket folder {path}: mode {stat.S_IMODE(st.st_mode):04o} lets others write "
+                           f"in it: `chmod go-w {path}`")
 
 
 def node_endpoint() -> str:

@@ -10,8 +10,16 @@ The file name of an admitted key is its identity: ``node-gpu7`` may say ``NodeHe
 ``gpu7`` and nothing else; ``user-alice`` submits as user ``alice`` and cancels only alice's jobs;
 ``operator-bob`` submits as ``bob`` and may cancel any job. Neither users nor operators can register
 as nodes, and node keys cannot act as clients. The scheduler reads ``DIR/authorized`` again when it
-changes, so a key added while it runs is admitted at the peer's next handshake. A peer whose key is
-not admitted gets nothing: the handshake fails and no message of it is delivered.
+or any admitted file in it changes (each file's mtime, size and inode, looked at most every
+``RELOAD_S``), so a key added while it runs is admitted at the peer's next handshake, a key replaced
+in place admits the new key and no longer the old one, and a connection whose key was removed or
+replaced is refused from its next message on (``Admitted.current``). A peer whose key is not admitted
+gets nothing: the handshake fails and no message of it is delivered.
+
+Modes: key folders are made 0700 and every key file 0600. Before a secret key is used its file and
+folder are checked (``check_private``): a secret file others may read, or a folder others may enter or
+write, refuses in one line naming the fix (``chmod 600 PATH``, ``chmod 700 DIR``); so does a folder
+``authorized`` others may write (they could admit themselves).
 
 Secure by default: without ``--keys`` the scheduler, local nodes and local clients use the user's
 folder ``$XDG_CONFIG_HOME/colocate/keys`` (``~/.config/colocate/keys``), created on first use (the
@@ -42,6 +50,7 @@ ROLES = tuple(KeyRole)
 CLIENT_ROLES = (USER, OPERATOR)
 AUTHORIZED = "authorized"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+RELOAD_S = 0.1  # the admitted folder is looked at again at most this often
 
 
 class KeyError_(ValueError):
@@ -162,9 +171,34 @@ def generate(directory: str, role: str, name: str, exist_ok: bool = False) -> li
 def _create(directory: str, stem: str) -> list[str]:
     import zmq.auth
 
-    public, secret = zmq.auth.create_certificates(directory, stem)
+    old = os.umask(0o077)  # no moment where a secret is readable by others
+    try:
+        public, secret = zmq.auth.create_certificates(directory, stem)
+    finally:
+        os.umask(old)
     os.chmod(secret, 0o600)
+    os.chmod(public, 0o600)
     return [public, secret]
+
+
+def check_private(path: str) -> None:
+    """Raise ``KeyError_`` (one line naming the fix) unless the secret key file ``path`` is readable by its
+    owner only, in a folder only its owner may enter and write, both this user's or root's."""
+    import stat
+
+    folder = os.path.dirname(os.path.abspath(path))
+    me = os.geteuid()
+    for where, mask, fix in ((path, 0o077, f"chmod 600 {path}"), (folder, 0o077, f"chmod 700 {folder}")):
+        try:
+            st = os.stat(where)
+        except OSError:
+            return  # a missing file is _load's one line
+        if st.st_uid not in (me, 0):
+            raise KeyError_(f"refusing key {path}: {where} belongs to uid {st.st_uid}, not to uid {me}: "
+                            f"`chown {me} {where}` if it is yours")
+        if st.st_mode & mask:
+            raise KeyError_(f"refusing key {path}: {where} has mode {stat.S_IMODE(st.st_mode):04o}, open to others: "
+                            f"`{fix}`")
 
 
 def _secret(directory: str, name: str) -> str:
@@ -176,6 +210,8 @@ def _load(path: str) -> tuple[bytes, bytes | None]:
 
     if not os.path.exists(path):
         raise KeyError_(f"missing key file {path} (create keys with `colocate keys generate DIR`)")
+    if path.endswith(".key_secret"):
+        check_private(path)
     try:
         return zmq.auth.load_certificate(path)
     except (ValueError, OSError) as exc:
@@ -214,7 +250,8 @@ def client_cert(directory: str, environ=None) -> str:
         return cert_name(USER, me)
     if not mine:
         raise KeyError_(f"no user key in {directory}: create one with `colocate keys generate DIR --user NAME` "
-                        "and copy scheduler.key, user-NAME.key and user-NAME.key_secret here")
+                        "and copy scheduler.key, user-NAME.key and user-NAME.key_secret here (a folder only you may enter: "
+                        "mkdir -m 700)")
     raise KeyError_(f"several user keys in {directory} ({', '.join(mine)}) and none is {me!r}'s: keep one")
 
 
@@ -239,8 +276,11 @@ def _os_user() -> str:
 def check_server(directory: str) -> None:
     """Raise ``KeyError_`` unless ``directory`` holds what a scheduler needs."""
     _load(_secret(directory, SERVER))
-    if not os.path.isdir(os.path.join(directory, AUTHORIZED)):
-        raise KeyError_(f"missing folder {os.path.join(directory, AUTHORIZED)} of admitted public keys")
+    admitted = os.path.join(directory, AUTHORIZED)
+    if not os.path.isdir(admitted):
+        raise KeyError_(f"missing folder {admitted} of admitted public keys")
+    if os.stat(admitted).st_mode & 0o022:
+        raise KeyError_(f"refusing {admitted}: others may write it (and admit themselves): `chmod 700 {admitted}`")
 
 
 def serve(sock, directory: str) -> None:
@@ -260,32 +300,63 @@ def connect(sock, directory: str, stem: str) -> None:
     sock.curve_serverkey = server_public
 
 
-class Admitted:
-    """The admitted public keys of ``DIR/authorized`` by z85 text -> certificate stem, read again whenever
-    the folder changes (its mtime). Files whose name is no ``ROLE-NAME`` are not admitted."""
+def user_id(stem: str, z85_key: bytes) -> str:
+    """The ZAP user id of a connection: its key's stem and the key (``current`` checks both later)."""
+    return f"{stem} {bytes(z85_key).decode('ascii')}"
 
-    def __init__(self, directory: str):
+
+class Admitted:
+    """The admitted public keys of ``DIR/authorized`` by z85 text -> certificate stem, read again when the
+    folder or any file in it changes (mtime, size, inode), looked at most every ``reload_s``. Files whose
+    name is no ``ROLE-NAME`` are not admitted."""
+
+    def __init__(self, directory: str, reload_s: float = RELOAD_S, clock=None):
+        import time
+
         self.folder = os.path.join(directory, AUTHORIZED)
-        self._stamp: tuple[int, int] | None = None  # the folder's (mtime_ns, inode) when last read
+        self.reload_s, self.clock = reload_s, clock or time.monotonic
+        self._stamp: tuple | None = None  # the folder's and each file's (name, mtime_ns, size, inode) when last read
+        self._looked = float("-inf")
         self._keys: dict[bytes, str] = {}
 
-    def name_of(self, z85_key: bytes) -> str | None:
-        self._refresh()
+    def name_of(self, z85_key: bytes, fresh: bool = True) -> str | None:
+        """The stem ``z85_key`` is admitted as (None: not admitted); ``fresh``: look at the folder now (a
+        handshake), else at most every ``reload_s`` (every message)."""
+        self._refresh(fresh)
         return self._keys.get(bytes(z85_key))
 
-    def _refresh(self) -> None:
+    def current(self, uid: str) -> str | None:
+        """The stem of ZAP user id ``uid`` (``user_id``) while its key is still admitted under that name,
+        else None (removed, or replaced by another key)."""
+        stem, _, key = (uid or "").partition(" ")
+        if not key:
+            return None
+        return stem if self.name_of(key.encode("ascii"), fresh=False) == stem else None
+
+    def _refresh(self, fresh: bool) -> None:
         import zmq.auth
 
+        now = self.clock()
+        if not fresh and now - self._looked < self.reload_s and self._stamp is not None:
+            return
+        self._looked = now
         try:
             st = os.stat(self.folder)
+            files = []
+            for f in sorted(os.listdir(self.folder)):
+                try:
+                    fs = os.stat(os.path.join(self.folder, f))
+                except OSError:
+                    continue
+                files.append((f, fs.st_mtime_ns, fs.st_size, fs.st_ino))
         except OSError:
             self._keys, self._stamp = {}, None
             return
-        stamp = (st.st_mtime_ns, st.st_ino)
+        stamp = (st.st_mtime_ns, st.st_ino, tuple(files))
         if stamp == self._stamp:
             return
         keys = {}
-        for f in _listdir(self.folder):
+        for f, *_ in files:
             stem = f[:-4] if f.endswith(".key") else ""
             if parse_identity(stem) is None:
                 continue
@@ -299,7 +370,8 @@ class Admitted:
 
 def start_authenticator(ctx, directory: str):
     """A ZAP handler admitting the keys of ``DIR/authorized``; its ZAP user id (``frame.get("User-Id")`` on
-    the server socket) is the key's stem, e.g. ``node-gpu7``. Call ``.stop()`` at exit."""
+    the server socket) is the key's stem and the key (``user_id``): ``.admitted.current(uid)`` is the stem
+    (e.g. ``node-gpu7``) while that key is admitted under it. Call ``.stop()`` at exit."""
     import zmq
     from zmq.auth.thread import ThreadAuthenticator
 
@@ -310,10 +382,15 @@ def start_authenticator(ctx, directory: str):
             return admitted.name_of(key) is not None
 
     class _Auth(ThreadAuthenticator):
+        admitted: Admitted
+
         def curve_user_id(self, client_public_key: bytes) -> str:
-            return admitted.name_of(zmq.utils.z85.encode(client_public_key)) or ""
+            key = zmq.utils.z85.encode(client_public_key)
+            stem = admitted.name_of(key)
+            return user_id(stem, key) if stem else ""
 
     auth = _Auth(ctx)
+    auth.admitted = admitted
     auth.start()
     auth.configure_curve_callback(domain="*", credentials_provider=_Provider())
     return auth

@@ -2,8 +2,9 @@
 
 With CURVE a peer's identity is the name of its admitted key, the ZAP user id the server reads from
 each message (``colocate.keys``): ``node-NAME`` may register as node NAME and as no other node, and
-acts as no client; ``user-NAME`` submits as user NAME and cancels NAME's jobs only; ``operator-NAME``
-submits as NAME and cancels any job. Users and operators cannot register as nodes.
+acts as no client; ``user-NAME`` submits as user NAME and cancels and reads the logs of NAME's jobs only;
+``operator-NAME`` submits as NAME and cancels and reads the logs of any job. Job views (``status``) carry
+no environment: a submitter's environment goes only to the nodes that run the job. Users and operators cannot register as nodes.
 
 Without keys (``--insecure``, allowed on loopback only) nothing about a peer can be known: over TCP
 the scheduler cannot learn the OS user of the connecting process. Then the user of a job is the name
@@ -86,6 +87,14 @@ class Gate:
         if why or peer.role in (None, K.OPERATOR) or peer.name == owner:
             return why
         return f"job {job_id} is {owner or 'nobody'}'s: only {owner or 'its user'} or an operator may cancel it"
+
+    def read_logs(self, peer: Peer, job_id: str, owner: str) -> str | None:
+        """May ``peer`` read the logs of job ``job_id`` of user ``owner``? Its user and operators only (a
+        job's output may hold its secrets)."""
+        why = self.client(peer, "read logs")
+        if why or peer.role in (None, K.OPERATOR) or peer.name == owner:
+            return why
+        return f"job {job_id} is {owner or 'nobody'}'s: only {owner or 'its user'} or an operator may read its logs"
 
     def refused(self, ident: bytes, why: str) -> None:
         """Log a refusal once per connection and reason."""

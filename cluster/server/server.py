@@ -120,6 +120,10 @@ class SchedulerServer:
                 self._bad(frames[0].bytes, P.ProtocolError(P.MALFORMED, f"expected 1 frame, got {len(frames) - 1}"))
                 continue
             ident, data, peer = frames[0].bytes, frames[1].bytes, self._peer(frames[1])
+            if peer == "":  # its key was removed or replaced since the handshake: the connection is refused
+                self._bad(ident, P.ProtocolError(P.FORBIDDEN, "this connection's key is no longer admitted: "
+                                                 "connect again with an admitted key"))
+                continue
             try:
                 msg = P.decode(data)
             except P.ProtocolError as exc:
@@ -133,11 +137,12 @@ class SchedulerServer:
                 self._latency(time.perf_counter() - t0)
 
     def _peer(self, frame) -> str | None:
-        """The sender's ZAP user id (its key's name) with CURVE; None without keys."""
+        """The sender's key name with CURVE (its ZAP user id, while that key is still admitted under that
+        name; "" once it was removed or replaced); None without keys."""
         if self.auth is None:
             return None
         try:
-            return frame.get("User-Id") or ""
+            return self.auth.admitted.current(frame.get("User-Id") or "") or ""
         except zmq.ZMQError:
             return ""
 

@@ -356,7 +356,11 @@ class SchedulerService(Faults):
         row = self.journal.job(m.job_id)
         if row is None:
             return [self._error(ident, P.NOT_FOUND, f"no job {m.job_id}")]
-        workers = json.loads(row["spec"])["workers"]
+        spec = json.loads(row["spec"])
+        why = self.gate.read_logs(self.peer, m.job_id, spec.get("user", ""))
+        if why:
+            return [self._error(ident, P.FORBIDDEN, why)]
+        workers = spec["workers"]
         if m.rank is not None and m.rank >= workers:
             return [self._error(ident, P.NOT_FOUND, f"job {m.job_id} has no worker {m.rank} (it has {workers}: "
                                                     f"ranks 0 to {workers - 1})")]

@@ -92,6 +92,7 @@ def run(opts: NodeOptions) -> int:
 
 def _agent(opts: NodeOptions, core, server, gpus):
     """The scheduler link and its worker manager (started: table recovered, hello sent)."""
+    from colocate.node.accounts import Accounts
     from colocate.node.agent import SchedulerAgent
     from colocate.node.gpustatus import NvmlSampler
     from colocate.node.workers import StateDirError, WorkerConfig, WorkerManager
@@ -113,6 +114,8 @@ def _agent(opts: NodeOptions, core, server, gpus):
 
         keys = K.resolve(opts.keys, opts.insecure)
         K.require_keys(opts.scheduler, keys)
+        workers.accounts = Accounts(keys)  # jobs run as their owners' accounts (``colocate.node.accounts``)
+        server.launchers = workers.launchers
         agent = SchedulerAgent(opts.scheduler, node_id, core.node_epoch, opts.host or socket.gethostname(), gpus,
                                workers, gpu_status, server.apply, keys_dir=keys, log_dir=log_dir)
         agent.start()

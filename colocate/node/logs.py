@@ -2,7 +2,8 @@
 
 The node reads only ``LOG_DIR/JOB/worker-RANK.log``, a path it builds itself from the request's job id
 (made one safe path component, as the worker manager made it when it started the worker) and rank (an
-integer), and never follows a symbolic link there. It answers at most ``max_bytes`` from the end of the
+integer), and never follows a symbolic link there nor reads a file with other hard links (the job's folder is
+its account's, which could plant one). It answers at most ``max_bytes`` from the end of the
 file; a missing or unreadable log is an ``error`` line, never an exception.
 """
 
@@ -30,6 +31,8 @@ def tail(path: str, max_bytes: int) -> tuple[str, bool, str]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return "", False, "not a regular file"
+        if st.st_nlink != 1:  # the job's account owns the folder: a hard link it planted is not read
+            return "", False, "not a plain log file (it has other links)"
         start = max(0, st.st_size - max_bytes)
         os.lseek(fd, start, os.SEEK_SET)
         data = os.read(fd, max_bytes)

@@ -7,6 +7,20 @@ accepted on that socket, or claiming another connection's job is answered with
 ``Error`` and logged, and the daemon carries on. A job's connection is bound to
 its job id at registration, so a job cannot speak (or set limits) for another.
 
+Who calls is the kernel's word (``SO_PEERCRED``, ``colocate.peercred``), never the message's, on ipc
+endpoints:
+  * the operator endpoint admits this node's own uid and root; anyone else gets ``Error(forbidden)``;
+  * a ``Register`` is bound to the caller's uid and pid: the pid it claims must be the caller or a
+    process the caller started, of the caller's uid; a job id this node's worker manager placed
+    (``launchers``: ``JOB`` of ``JOB/RANK``) must be claimed by a process below one of that job's
+    launchers, of the account the node started them as; a job id registered by one uid is refused to
+    every other uid while it is held (root may take any).
+
+The ipc folders are made private and checked before binding (``colocate.endpoints.private_dir``: a
+folder another user owns or may write is refused in one line). A root node, whose jobs run as other
+accounts, makes its job endpoint's folder 0711 and the socket 0666 (the checks above decide who may do
+what), the operator socket 0600.
+
 With a scheduler (``agent``: ``colocate.node.agent.SchedulerAgent``), the same single loop also
 polls the agent's socket and ticks it every ``TICK_S``; the agent hands node-core events
 (``Promote``) back through ``apply``. Nothing in the loop blocks, so the job endpoint stays
@@ -26,11 +40,11 @@ from collections import Counter
 import psutil
 import zmq
 
+from colocate import peercred, record
 from colocate import protocol as P
-from colocate import record
 from colocate.daemon import LogLimit
 from colocate.endpoints import ctl_endpoint as default_ctl_endpoint
-from colocate.endpoints import ipc_path
+from colocate.endpoints import ipc_path, private_dir
 from colocate.node.core import JobLost, NodeCore, Reply, Send, Tick
 
 log = logging.getLogger("colocate.node")
@@ -51,6 +65,8 @@ class NodeServer:
         self.counts: Counter = Counter()
         self.bad_counts: Counter = Counter()
         self._identity: dict[str, bytes] = {}  # job id -> ROUTER identity
+        self._uids: dict[str, int] = {}  # job id -> the uid that registered it (ipc only)
+        self.launchers = None  # job id -> pids of the launchers this node started for it (set with an agent)
         self._stop = threading.Event()
         self._bad_logs = LogLimit(MAX_BAD_LOGS_PER_S)
         for ep in (endpoint, self.ctl_endpoint):
@@ -58,18 +74,21 @@ class NodeServer:
                 raise zmq.ZMQError(errno.EADDRINUSE, f"{ep} is in use by a running process (another node?)")
         self._record = open(record_path, "a", buffering=1) if record_path else None
         self.ctx = zmq.Context.instance()
-        self.jobs_sock = self._bind(endpoint)
-        self.ctl_sock = self._bind(self.ctl_endpoint)
+        self.jobs_sock = self._bind(endpoint, 0o666)
+        self.ctl_sock = self._bind(self.ctl_endpoint, 0o600)
 
-    def _bind(self, endpoint: str):
+    def _bind(self, endpoint: str, mode: int):
         path = ipc_path(endpoint)
+        shared = os.geteuid() == 0 and mode != 0o600  # others' jobs connect here
         if path:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            private_dir(os.path.dirname(os.path.abspath(path)), 0o711 if shared else 0o700)
         sock = self.ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting job may reuse its identity
         sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)  # a bigger frame drops its sender, unread
         sock.bind(endpoint)
+        if path:
+            os.chmod(path, mode if shared else 0o600)
         return sock
 
     # ------------------------------------------------------------------ loop
@@ -135,9 +154,11 @@ class NodeServer:
     def _drain(self, sock) -> None:
         for _ in range(1000):  # bounded, so ticks still run under a flood
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
+                parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
+            cred = peercred.of_frame(parts[-1])
+            frames = [f.bytes for f in parts]
             if len(frames) != 2:
                 self._bad(sock, frames[0], P.ProtocolError(P.MALFORMED, f"expected 1 frame, got {len(frames) - 1}"))
                 continue
@@ -150,11 +171,11 @@ class NodeServer:
             with self.lock:  # the metrics thread reads the counters under the lock
                 self.counts[msg.TYPE] += 1
             if sock is self.ctl_sock:
-                self._on_ctl(ident, msg)
+                self._on_ctl(ident, msg, cred)
             else:
-                self._on_job(ident, msg)
+                self._on_job(ident, msg, cred)
 
-    def _on_job(self, ident: bytes, msg) -> None:
+    def _on_job(self, ident: bytes, msg, cred: peercred.Cred | None = None) -> None:
         if not isinstance(msg, P.JOB_TO_NODE):
             self._bad(self.jobs_sock, ident, P.ProtocolError(
                 P.FORBIDDEN, f"{msg.TYPE} is not accepted on the job endpoint"))
@@ -162,7 +183,10 @@ class NodeServer:
         job_id = getattr(msg, "job_id", None)
         bound = self._identity.get(job_id) if job_id else None
         if isinstance(msg, P.Register):
-            pass  # binding happens once the core accepts it
+            why = self._register_problem(msg, cred)  # binding happens once the core accepts it
+            if why:
+                self._bad(self.jobs_sock, ident, P.ProtocolError(P.FORBIDDEN, why))
+                return
         elif bound is not None and bound != ident:
             self._bad(self.jobs_sock, ident, P.ProtocolError(
                 P.FORBIDDEN, f"this connection is not registered as job {job_id}"))
@@ -170,8 +194,35 @@ class NodeServer:
         if isinstance(msg, P.Error):
             log.warning("job %s reports error %s: %s", msg.job_id, msg.code, msg.message)
         self._run(msg, ident, self.jobs_sock)
+        if isinstance(msg, P.Register) and cred is not None and self._identity.get(msg.job_id) == ident:
+            self._uids[msg.job_id] = cred.uid
 
-    def _on_ctl(self, ident: bytes, msg) -> None:
+    def _register_problem(self, msg: P.Register, cred: peercred.Cred | None) -> str | None:
+        """Why the caller ``cred`` may not register as ``msg`` claims (None: it may; no credentials: tcp)."""
+        if cred is None:
+            return None
+        why = peercred.claims(cred, msg.pid)
+        if why:
+            return f"Register {msg.job_id} refused: {why}"
+        held = self._uids.get(msg.job_id)
+        if held is not None and held != cred.uid and cred.uid != 0 and msg.job_id in self.core.jobs:
+            return f"Register {msg.job_id} refused: that job id is registered by uid {held}, the caller is uid {cred.uid}"
+        job = msg.job_id.rsplit("/", 1)[0] if msg.rank is not None else msg.job_id
+        launchers = self.launchers(job) if self.launchers is not None else []
+        if launchers:
+            if not any(peercred.descends(msg.pid, pid) for pid in launchers):
+                return (f"Register {msg.job_id} refused: job {job} was placed on this node and pid {msg.pid} is "
+                        "not below its launcher")
+            owner = peercred.uid_of(launchers[0])
+            if cred.uid not in (0, owner):
+                return f"Register {msg.job_id} refused: job {job} runs as uid {owner}, the caller is uid {cred.uid}"
+        return None
+
+    def _on_ctl(self, ident: bytes, msg, cred: peercred.Cred | None = None) -> None:
+        if cred is not None and cred.uid not in (0, os.geteuid()):
+            self._bad(self.ctl_sock, ident, P.ProtocolError(
+                P.FORBIDDEN, f"the operator endpoint admits uid {os.geteuid()} and root only, not uid {cred.uid}"))
+            return
         if not isinstance(msg, P.CTL_TO_NODE):
             self._bad(self.ctl_sock, ident, P.ProtocolError(
                 P.FORBIDDEN, f"{msg.TYPE} is not accepted on the operator endpoint"))
@@ -196,6 +247,7 @@ class NodeServer:
                          event.pid, event.epoch)
         for job_id in before - after:
             self._identity.pop(job_id, None)
+            self._uids.pop(job_id, None)
             reason = next((r for j, r in reversed(self.core.left) if j == job_id), "left")
             log.info("job %s left: %s", job_id, reason)
         if isinstance(event, P.BatchReport) and self._record:

@@ -25,8 +25,10 @@ Rules (the core's; ``cluster_id`` arguments default to "" for a scheduler that n
     before it started) never starts a worker again, across restarts too; a repeated start of a refused
     placement gets the same ``StartRefused`` again, a start after its own stop a ``StartRefused``, any
     other repeat gets nothing (``status()`` and ``NodeStatus`` show its workers);
-  * each worker runs under the launcher, in its own session (process group), from the request's ``cwd``
-    with the request's environment (``COLOCATE_*`` removed) plus torchrun's variables::
+  * each worker runs under the launcher, in its own session (process group), as the job's Unix account
+    (``accounts``: ``colocate.node.accounts``; a user without one refuses the start in one line; its log is
+    the account's, 0600), from the request's ``cwd`` with the request's environment (``COLOCATE_*``
+    removed; the account's ``HOME``/``USER``/``LOGNAME``) plus torchrun's variables::
 
       python -m colocate run --node JOB_ENDPOINT --device KIND --gpus G --job-id JOB --priority P
              --exit-file F [--lease-file L] [--gpu-mem SIZE] [--sim-gpu-mem SIZE] -- COMMAND...
@@ -62,6 +64,7 @@ import psutil
 from colocate import protocol as P
 from colocate.env import format_gpus
 from colocate.launcher import PROJECT_ROOT, LaunchError, check_command
+from colocate.node import accounts as A
 from colocate.node import fencing
 from colocate.node import placements as PC
 from colocate.node.placements import PlacementCore
@@ -104,6 +107,7 @@ class WorkerManager:
         self.core = PlacementCore(cfg.node_id, cfg.epoch, cfg.gpus, self.table, cfg.keep_ended_s, cfg.cluster_id)
         self.guarantee = lambda job_id, on: None  # the node core's promotion switch (set by the agent)
         self._procs: dict[tuple[str, int], subprocess.Popen] = {}  # our own children, by (placement key, rank)
+        self.accounts: A.Accounts | None = None  # who runs a job's workers (``colocate.node.accounts``); None: us
 
     # ------------------------------------------------------------------ interface
     def recover(self) -> list:
@@ -167,6 +171,11 @@ class WorkerManager:
         """The node incarnations whose workers this node holds (its own included): what its lease covers."""
         return {self.cfg.epoch} | {w.epoch for p in self.table.placements.values() for w in p.workers if w.running}
 
+    def launchers(self, job_id: str) -> list[int]:
+        """Pids of the live launchers this node started for job ``job_id`` (none: not one of its placements)."""
+        return [w.pid for p in self.table.placements.values() if p.job_id == job_id and p.running
+                for w in p.workers if w.running and _same_process(w.pid, w.create_time)]
+
     def placements(self) -> list[Placement]:
         return list(self.table.placements.values())
 
@@ -223,12 +232,21 @@ class WorkerManager:
         if reason is not None:
             return PC.LaunchFailed(msg, reason)
         req = msg.request
+        try:
+            acct = self.accounts.for_user(req.user) if self.accounts is not None else None
+        except A.AccountError as exc:
+            return PC.LaunchFailed(msg, str(exc))
+        closed = A.unreachable(self.cfg.lease_file, acct) if self.cfg.lease_file else None
+        if closed:
+            return PC.LaunchFailed(msg, f"the node's lease file is closed to the job's account: {closed} "
+                                        "(give the node a --state-dir others may pass through)")
         one_each = all(len(w.gpus) == 1 for w in msg.workers)
         layout = [g for w in sorted(msg.workers, key=lambda w: w.local_rank) for g in w.gpus]
         folder = os.path.join(self.cfg.log_dir, _safe(msg.job_id))
         workers: list[Worker] = []
         try:
-            os.makedirs(folder, exist_ok=True)
+            A.log_root(self.cfg.log_dir)
+            A.job_folder(folder, acct)
             for w in msg.workers:
                 gpus = layout if one_each else list(w.gpus)
                 log_path = os.path.join(folder, f"worker-{w.rank}.log")
@@ -243,8 +261,9 @@ class WorkerManager:
                 if self.cfg.device == DeviceKind.SIM:
                     argv += ["--sim-gpu-mem", str(self.cfg.gpus[w.gpus[0]])]
                 argv += ["--", *req.command]
-                env = {**_worker_env(msg, w), **fencing.marker_env(self.cfg.state_dir, key, self.cfg.epoch)}
-                proc = self._spawn(argv, env, req.cwd, log_path, msg)
+                env = {**_worker_env(msg, w), **fencing.marker_env(self.cfg.state_dir, key, self.cfg.epoch),
+                       **(acct.env() if acct is not None else {})}
+                proc = self._spawn(argv, env, req.cwd, log_path, msg, acct)
                 self._procs[(key, w.rank)] = proc
                 workers.append(Worker(rank=w.rank, local_rank=w.local_rank, gpus=list(w.gpus), pid=proc.pid,
                                       create_time=_create_time(proc.pid), log_path=log_path, exit_file=exit_file,
@@ -256,14 +275,15 @@ class WorkerManager:
             return PC.LaunchFailed(msg, f"cannot start the launcher: {exc.strerror or exc}")
         return PC.Launched(msg, tuple(workers))
 
-    def _spawn(self, argv, env, cwd, log_path, msg) -> subprocess.Popen:
-        with open(log_path, "ab") as out:
+    def _spawn(self, argv, env, cwd, log_path, msg, acct=None) -> subprocess.Popen:
+        with A.open_log(log_path, acct) as out:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             out.write(f"=== {stamp} node {self.cfg.node_id}: placement {msg.placement_id} of job {msg.job_id}: "
                       f"{' '.join(argv)}\n".encode(errors="replace"))
             out.flush()
             return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                    **A.spawn_kwargs(acct))
 
     # ------------------------------------------------------------------ watching
     def _reap(self, key: str, w: Worker) -> int | None:

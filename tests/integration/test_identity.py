@@ -6,6 +6,7 @@ admitted key, a user key saying hello, a node that reports a password file as it
 from __future__ import annotations
 
 import dataclasses
+import getpass
 import os
 import shutil
 import subprocess
@@ -162,11 +163,13 @@ def keyed(procs, tmp_path):
     assert res.returncode == 0, res.stderr
     for who in ("alice", "bob", "ops"):  # each user's own folder: the scheduler's public key and their pair
         mine = tmp_path / who
-        mine.mkdir()
+        mine.mkdir(mode=0o700)  # a key folder others may enter is refused
         shutil.copy(keys / "scheduler.key", mine)
         stem = f"operator-{who}" if who == "ops" else f"user-{who}"
         for suffix in (".key", ".key_secret"):
             shutil.copy(keys / f"{stem}{suffix}", mine)
+    # the node's user map (colocate.node.accounts): these test users have no Unix accounts, their jobs run as this one
+    (keys / "users").write_text("".join(f"{who} {getpass.getuser()}\n" for who in ("alice", "bob", "ops")))
     endpoint = start_scheduler(procs, tmp_path, "--keys", keys, client_keys=tmp_path / "ops")
     return endpoint, keys
 

@@ -73,6 +73,22 @@ def test_the_user_is_the_keys_and_cancel_rights_follow_it(h):
         assert err.code == P.FORBIDDEN and "the key of node n1 cannot" in err.message
 
 
+def test_logs_are_read_by_the_jobs_user_and_operators_only(h):
+    """Issue 22 item 6: a job's output may hold its secrets; bob's key reads no log of alice's job."""
+    n = FakeNode(h, "n1")
+    n.hello()
+    alice, bob, ops = b"alice", b"bob", b"ops"
+    (a,) = replies(submit(h, "user-alice", alice), P.Submitted, alice)
+    n.start_all()
+    (err,) = replies(h.send(bob, P.LogsRequest(job_id=a.job_id), peer="user-bob"), P.Error, bob)
+    assert err.code == P.FORBIDDEN
+    assert err.message == f"job {a.job_id} is alice's: only alice or an operator may read its logs"
+    assert not replies(h.send(bob, P.LogsRequest(job_id=a.job_id), peer="user-bob"), ident=n.ident)  # never asked
+    for ident, peer in ((alice, "user-alice"), (ops, "operator-ops")):
+        asks = replies(h.send(ident, P.LogsRequest(job_id=a.job_id), peer=peer), ident=n.ident)
+        assert [type(m) for m in asks] == [P.LogTailRequest], peer
+
+
 def test_without_keys_the_stated_user_is_recorded_and_anyone_cancels(h):
     (a,) = replies(submit(h, None, user="carol"), P.Submitted)
     (jobs,) = replies(h.send(CLIENT, P.JobsRequest()), P.JobsReply)

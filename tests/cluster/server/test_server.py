@@ -26,6 +26,7 @@ from tests.support import (
     metric_samples,
     pack,
     read_log,
+    receive,
     sample,
     scrape,
     wait_for,
@@ -169,6 +170,49 @@ def test_curve_admits_known_keys_only(procs, tmp_path):
     assert reply.nodes == ()  # the unauthenticated hello never reached it
     log = read_log(s.proc)  # each kind of refusal logged once, however often the peers retried
     assert log.count("whose key is not admitted") == 1 and log.count("a peer without CURVE") == 1, log
+
+
+def _curve_dealer(ctx, endpoint: str, folder, stem: str):
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    K.connect(sock, str(folder), stem)
+    sock.connect(endpoint)
+    return sock
+
+
+def _answer(sock, timeout_s: float = 5.0):
+    sock.send(P.encode(P.NodesRequest()))
+    return receive(sock, timeout_s)
+
+
+def test_a_key_replaced_in_place_or_removed_is_refused_on_open_connections_too(procs, tmp_path, ctx):
+    """Issue 22 item 7: admitted keys reload on any change of an admitted file, not only of the folder."""
+    keys, new = tmp_path / "keys", tmp_path / "new"
+    K.generate(str(keys), K.USER, "bob")
+    K.generate(str(new), K.USER, "bob")  # bob's next key
+    (new / "scheduler.key").write_bytes((keys / "scheduler.key").read_bytes())
+    s = SchedulerProc(procs, tmp_path, "--keys", keys, metrics=False)
+    s.wait_ready(keys_dir=str(keys))
+    old_conn = _curve_dealer(ctx, s.endpoint, keys, "user-bob")
+    assert isinstance(_answer(old_conn), P.NodesReply)
+    admitted = keys / "authorized" / "user-bob.key"
+    folder_mtime = (keys / "authorized").stat().st_mtime_ns
+    with open(admitted, "r+b") as f:  # rotated in place: the folder itself does not change
+        f.truncate(0)
+        f.write((new / "user-bob.key").read_bytes())
+    assert (keys / "authorized").stat().st_mtime_ns == folder_mtime
+    new_conn = _curve_dealer(ctx, s.endpoint, new, "user-bob")  # the new key works at once
+    assert isinstance(_answer(new_conn), P.NodesReply)
+    refused = _answer(old_conn)  # the open connection of the old key is refused from its next message
+    assert isinstance(refused, P.Error) and refused.code == P.FORBIDDEN and "no longer admitted" in refused.message
+    with pytest.raises(rpc.NoAnswer):  # and a new one with the old key gets nothing
+        rpc.request(s.endpoint, P.NodesRequest(), 1.5, keys_dir=str(keys))
+    admitted.unlink()  # removed: the open connection is refused from its next message
+    gone = wait_for(lambda: (lambda r: r if isinstance(r, P.Error) else None)(_answer(new_conn)), 10,
+                    what="the removed key's connection to be refused")
+    assert gone.code == P.FORBIDDEN and "no longer admitted" in gone.message
+    old_conn.close()
+    new_conn.close()
 
 
 @pytest.mark.parametrize("extra, fragment, code", [

@@ -128,8 +128,11 @@ def test_a_connection_cannot_speak_for_another_job(ctx, node):
                                   host_bytes_touched=0, limits_seq=0)):
             reply = ask(intruder, P.encode(msg))
             assert isinstance(reply, P.Error) and reply.code == "forbidden", (msg, reply)
-        # the same job id from another process is refused too
+        # the same job id claimed for a process that is not the caller's is refused (SO_PEERCRED) ...
         reply = ask(intruder, pack(register_map(job_id="victim", pid=os.getppid())))
+        assert isinstance(reply, P.Error) and reply.code == "forbidden", reply
+        # ... and for the caller's own, by the node's core (the id is another connection's)
+        reply = ask(intruder, pack(register_map(job_id="victim", token="other")))
         assert isinstance(reply, P.Error) and reply.code == "rejected", reply
         after = node.jobs()["victim"]
         assert (after.pid, after.iterations, after.mem_cap, after.sm_share) == \

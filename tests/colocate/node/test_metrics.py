@@ -86,10 +86,15 @@ def leave(conn, *job_ids):
     assert conn.next().TYPE == "error"  # unknown now: every goodbye was handled
 
 
-def dead_pid() -> int:
-    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          timeout=60)
-    return int(proc.stdout)  # exited and reaped
+def register_then_end(conn, job_id: str) -> None:
+    """Register a live child of this process as ``job_id`` (a registration may claim only the caller's own
+    processes), then end it: exited and reaped."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        assert conn.ask(register(job_id, pid=child.pid)).TYPE == "welcome"
+    finally:
+        child.kill()
+        child.wait(10)
 
 
 def totals(node):
@@ -172,7 +177,7 @@ def test_counters_only_go_up(node):
     conn.send(P.LimitsApplied(job_id="a", limits_seq=pushed.limits.seq, applied_at=1.0))
     sync(conn, "a")
     step("override acknowledged")
-    assert conn.ask(register("b", pid=dead_pid())).TYPE == "welcome"
+    register_then_end(conn, "b")
     node.tick()
     step("a job lost")
     leave(conn, "a")
@@ -187,7 +192,7 @@ def test_jobs_exited_and_jobs_lost_are_counted_apart(node):
     assert conn.ask(register("bye")).TYPE == "welcome"
     leave(conn, "bye")
     assert totals(node) == (exited0 + 1, lost0)  # said goodbye: exited, not lost
-    assert conn.ask(register("vanished", pid=dead_pid())).TYPE == "welcome"
+    register_then_end(conn, "vanished")
     node.tick()
     assert totals(node) == (exited0 + 1, lost0 + 1)  # its process is gone: lost
     assert conn.ask(register("silent")).TYPE == "welcome"

@@ -124,8 +124,10 @@ def test_register_binds_the_connection_and_another_cannot_speak_for_the_job(node
                 P.LimitsApplied(job_id="victim", limits_seq=99, applied_at=1.0),
                 P.Goodbye(job_id="victim", exit_code=0, reason="hijack")):
         assert error_code(intruder.ask(msg)) == P.FORBIDDEN, msg
-    # the same job id from another process is refused by the core, and the binding stays
-    assert error_code(intruder.ask(register("victim", pid=os.getppid()))) == P.REJECTED
+    # the same job id claimed for a process that is not the caller's is refused (SO_PEERCRED), the binding stays
+    assert error_code(intruder.ask(register("victim", pid=os.getppid()))) == P.FORBIDDEN
+    # and for the caller's own pid, by the core (the job id is in use by another connection)
+    assert error_code(intruder.ask(register("victim", token="other"))) == P.REJECTED
     assert node.state(lambda core: (core.jobs["victim"].limits, core.jobs["victim"].iterations,
                                     core.jobs["victim"].last_seen)) == before
     # what the node sends the job on its own goes to the bound connection: an operator override
@@ -137,7 +139,7 @@ def test_register_binds_the_connection_and_another_cannot_speak_for_the_job(node
     echo = owner.ask(P.Heartbeat(job_id="victim", sent_at=2.0))
     assert isinstance(echo, P.Heartbeat) and echo.job_id == "victim"
     _, bad = counts(node)
-    assert bad == Counter({P.FORBIDDEN: 4, P.REJECTED: 1})
+    assert bad == Counter({P.FORBIDDEN: 5, P.REJECTED: 1})
 
 
 def test_a_job_that_registers_again_from_a_new_connection_is_bound_to_it(node):
@@ -154,7 +156,16 @@ def test_a_job_that_registers_again_from_a_new_connection_is_bound_to_it(node):
     assert old.limits == []
 
 
-def test_a_job_that_leaves_is_unbound_and_its_id_free(node):
+@pytest.fixture
+def child():
+    """A live process this one started: a registration may claim it (``colocate.peercred.claims``)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield proc
+    proc.kill()
+    proc.wait(10)
+
+
+def test_a_job_that_leaves_is_unbound_and_its_id_free(node, child):
     owner, other = node.connect(), node.connect()
     assert isinstance(owner.ask(register()), P.Welcome)
     owner.send(P.Goodbye(job_id="j1", exit_code=0, reason="done"))
@@ -166,20 +177,20 @@ def test_a_job_that_leaves_is_unbound_and_its_id_free(node):
     # registers again)
     assert error_code(other.ask(P.Heartbeat(job_id="j1", sent_at=1.0))) == P.UNKNOWN_JOB
     # another process may take the id, from another connection
-    assert isinstance(other.ask(register(pid=os.getppid())), P.Welcome)
+    assert isinstance(other.ask(register(pid=child.pid)), P.Welcome)
     assert error_code(owner.ask(report())) == P.FORBIDDEN
     _, bad = counts(node)
     assert bad == Counter({P.UNKNOWN_JOB: 2, P.FORBIDDEN: 1})
 
 
-def test_error_replies_of_the_core_are_counted_by_code(node, caplog):
+def test_error_replies_of_the_core_are_counted_by_code(node, caplog, child):
     conn, ctl = node.connect(), node.connect(ctl=True)
     with caplog.at_level(logging.INFO, logger="colocate.node"):
         assert error_code(conn.ask(report("nobody"))) == P.UNKNOWN_JOB
         assert error_code(conn.ask(register(gpu=7))) == P.INVALID  # a GPU the node does not have
         assert error_code(ctl.ask(P.CtlSet(job_id="nobody", mem_cap=GiB, sm_share=None))) == P.UNKNOWN_JOB
         assert isinstance(conn.ask(register("g1", priority="guaranteed")), P.Welcome)
-        assert error_code(node.connect().ask(register("g2", priority="guaranteed", pid=os.getppid()))) \
+        assert error_code(node.connect().ask(register("g2", priority="guaranteed", pid=child.pid))) \
             == P.REJECTED  # a second guaranteed job on the GPU
     _, bad = counts(node)
     assert bad == Counter({P.UNKNOWN_JOB: 2, P.INVALID: 1, P.REJECTED: 1})
@@ -214,12 +225,12 @@ def test_the_record_is_on_the_node_clock(node):
     assert node.state(lambda core: (core.control_count, core.control_sum_s)) == (1, 0.125)
 
 
-def test_a_job_whose_process_is_gone_is_lost_at_the_next_tick(node, caplog):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          timeout=60)
-    pid = int(dead.stdout)  # exited and reaped
+def test_a_job_whose_process_is_gone_is_lost_at_the_next_tick(node, caplog, child):
+    pid = child.pid
     conn = node.connect()
     assert isinstance(conn.ask(register("gone", pid=pid)), P.Welcome)
+    child.kill()
+    child.wait(10)  # exited and reaped
     assert isinstance(conn.ask(register("alive")), P.Welcome)
     with caplog.at_level(logging.INFO, logger="colocate.node"):
         node.tick()
