@@ -6,10 +6,13 @@ import json
 import os
 
 
-def write_json_atomic(path: str, obj) -> None:
-    """Write ``obj`` as JSON so readers never see a partial file (rename is atomic)."""
+def write_json_atomic(path: str, obj, mode: int | None = None) -> None:
+    """Write ``obj`` as JSON so readers never see a partial file (rename is atomic). ``mode``: the file's
+    permission bits whatever the process umask (None: as the umask makes them)."""
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w") as f:
+        if mode is not None:
+            os.fchmod(f.fileno(), mode)
         json.dump(obj, f, indent=2, sort_keys=True)
         f.write("\n")
     os.replace(tmp, path)

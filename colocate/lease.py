@@ -50,7 +50,8 @@ def write_lease(path: str, until: float, grace_s: float, epoch: int | None = Non
     if epoch is not None:
         data["epoch"] = int(epoch)
         data["epochs"] = sorted({int(epoch), *map(int, epochs)})
-    write_json_atomic(path, data)
+    # readable by every account: a root node's workers run as their owners and each reads its lease (no secret)
+    write_json_atomic(path, data, mode=0o644)
 
 
 def read_lease(path: str) -> Lease | None:

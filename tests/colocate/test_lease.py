@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import pytest
 
@@ -58,3 +60,15 @@ def test_the_marker_round_trips_and_refuses_what_is_not_one():
     assert parse_marker(placement_marker("12.3", 5)) == ("12.3", 5)
     for bad in (None, "", "12.3", "@5", "12.3@", "12.3@x", "12.3@-1"):
         assert parse_marker(bad) is None
+
+
+def test_the_file_is_readable_by_every_account_whatever_the_umask(tmp_path):
+    """A root node's workers run as their owners' accounts and read the lease; a unit's UMask=0077 must not
+    fence them all at once."""
+    path = str(tmp_path / "lease")
+    old = os.umask(0o077)
+    try:
+        write_lease(path, 100.0, 3.0, epoch=1)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
