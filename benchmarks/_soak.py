@@ -20,6 +20,7 @@ and the journal (read-only) for ``_soak_check.check``.
 
 from __future__ import annotations
 
+import getpass
 import heapq
 import json
 import os
@@ -179,6 +180,8 @@ class Soak:
                                  capture_output=True, text=True, timeout=60, check=False)
             if res.returncode != 0:
                 raise SoakError(f"colocate keys generate failed: {res.stderr.strip()[-500:]}")
+        # the nodes' user map (docs/security.md): the soak's user has no Unix account, its jobs run as this one
+        (self.keys / "users").write_text(f"soak {getpass.getuser()}\n")
         self.sched = Target("scheduler", [PY, "-m", "colocate", "scheduler", "--bind", self.endpoint, "--state",
                                           self.state, "--config", self.tmp / "policy.toml", "--keys", self.keys,
                                           "--log-level", "info"], self.tmp / "scheduler.log")
