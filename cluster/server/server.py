@@ -14,8 +14,9 @@ logged by ``HandshakeWatch``.
 The service never raises but for ``CoreBroken`` (its core failed and cannot be rebuilt from the
 journal): the loop then stops and ``exit_code`` is 1, for a supervisor to start it again.
 
-The loop: poll the socket until the next tick (``TICK_S``), handle every waiting frame, then tick
-the service (liveness, the core's Tick). The service is called under ``lock`` so the metrics thread
+The loop: poll the socket until the next tick (``TICK_S``), handle the waiting frames (at most
+``MAX_DRAIN``) in batches of ``cluster.server.batch.MAX_BATCH``, each one journal transaction whose
+replies are sent after its commit (group commit), then tick the service (liveness, the core's Tick). The service is called under ``lock`` so the metrics thread
 never reads half an update.
 """
 
@@ -27,6 +28,7 @@ import time
 
 import zmq
 
+from cluster.server.batch import MAX_BATCH
 from cluster.server.handshakes import HandshakeWatch
 from cluster.server.service import CoreBroken, SchedulerService
 from colocate import keys as K
@@ -35,6 +37,7 @@ from colocate.daemon import LogLimit
 
 log = logging.getLogger("colocate.scheduler")
 
+MAX_DRAIN = 1024  # messages handled between two ticks at most
 TICK_S = 0.1  # liveness checks: a silent node is down at most this long after its 3rd missed heartbeat
 MAX_BAD_LOGS_PER_S = 20
 
@@ -111,26 +114,37 @@ class SchedulerServer:
         self.ctx.term()
 
     def _drain(self) -> None:
-        for _ in range(1000):  # bounded, so ticks still run under a flood
+        """Handle what waits on the socket, ``MAX_BATCH`` messages per journal transaction (group commit:
+        the replies go out after the commit); bounded, so ticks still run under a flood."""
+        for _ in range(MAX_DRAIN // MAX_BATCH):
+            items, more = self._receive(MAX_BATCH)
+            if items:
+                t0 = time.perf_counter()
+                with self.lock:
+                    out = self.service.on_batch(items, self.clock())
+                self._send(out)
+                if any(not isinstance(m, (P.NodeHeartbeat, P.Error)) for _, m in out):
+                    self._latency(time.perf_counter() - t0)
+            if not more:
+                return
+
+    def _receive(self, limit: int) -> tuple[list, bool]:
+        """Up to ``limit`` decoded messages waiting (bad frames answered at once), and whether more may wait."""
+        items: list = []
+        while len(items) < limit:
             try:
                 frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
-                return
+                return items, False
             if len(frames) != 2:
                 self._bad(frames[0].bytes, P.ProtocolError(P.MALFORMED, f"expected 1 frame, got {len(frames) - 1}"))
                 continue
             ident, data, peer = frames[0].bytes, frames[1].bytes, self._peer(frames[1])
             try:
-                msg = P.decode(data)
+                items.append((ident, P.decode(data), peer))
             except P.ProtocolError as exc:
                 self._bad(ident, exc)
-                continue
-            t0 = time.perf_counter()
-            with self.lock:
-                out = self.service.on_message(ident, msg, self.clock(), peer=peer)
-            self._send(out)
-            if len(out) > 1 or (out and not isinstance(out[0][1], (P.NodeHeartbeat, P.Error))):
-                self._latency(time.perf_counter() - t0)
+        return items, True
 
     def _peer(self, frame) -> str | None:
         """The sender's ZAP user id (its key's name) with CURVE; None without keys."""

@@ -52,6 +52,7 @@ from collections import Counter, deque
 
 from cluster import events as ev
 from cluster.core import SchedulerCore
+from cluster.server.batch import handle_batch
 from cluster.server.faults import MAX_DEFERRED, CoreBroken, Faults, _Refused
 from cluster.server.identity import ANONYMOUS, Gate, peer_of
 from cluster.server.journal import Journal, JournalUnavailable
@@ -100,6 +101,7 @@ class SchedulerService(Faults):
         self.latency_count, self.latency_sum = 0, 0.0
         self.gate, self.peer = Gate(), ANONYMOUS  # peer: the identity of the message being handled
         self.log_relay = LogRelay()
+        self._submitted: list | None = None  # inside on_batch: the jobs submitted, for one cycle at its end
         node = self._node_message
         self._handlers = {
             P.NodeHello: self._hello, P.NodeHeartbeat: self._heartbeat, P.NodeStatus: node,
@@ -141,6 +143,11 @@ class SchedulerService(Faults):
                 ident, P.UNAVAILABLE, f"the scheduler failed on {msg.TYPE} and was rebuilt from its journal: "
                 "nothing was done; try again")]
         return self._take_outbox() + out
+
+    def on_batch(self, items: list[tuple[bytes, P.Message, str | None]], now: float) -> list[tuple[bytes, P.Message]]:
+        """``items`` (ident, msg, peer) handled as one journal transaction (group commit,
+        ``cluster.server.batch``): what to send once this returns, i.e. after the commit."""
+        return handle_batch(self, items, now)
 
     def tick(self, now: float) -> list[tuple[bytes, P.Message]]:
         events: list = []
@@ -309,6 +316,9 @@ class SchedulerService(Faults):
         log.info("job %s submitted: %d x %d GPU(s), %s, queue %s", job_id, spec.workers, spec.gpus, spec.priority,
                  spec.queue)
         ack = [(ident, P.Submitted(job_id=job_id))]
+        if self._submitted is not None:  # in a batch: the core hears it with the batch's other submits
+            self._submitted.append(ev.JobSubmitted(spec))
+            return ack
         try:  # the job is journaled: acknowledged whatever happens to this cycle (a rebuilt core restores it)
             return ack + self._decide([ev.JobSubmitted(spec)], now)
         except JournalUnavailable as exc:
