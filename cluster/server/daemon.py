@@ -70,7 +70,7 @@ def build(opts: SchedulerOptions, clock=time.time):
                                lease_s=opts.lease_s)
     try:
         service.restore(clock())
-    except (ValueError, JournalUnavailable) as exc:
+    except (ValueError, JournalError) as exc:
         journal.close()
         raise StartError(f"cannot restore {opts.state}: {exc}", 1) from None
     try:
