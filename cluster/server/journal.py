@@ -433,7 +433,8 @@ class Journal:
         job_id = None
         try:
             rows = self.db.execute("SELECT job_id, spec, state, placement, attempt, failed_starts FROM jobs ORDER BY seq")
-            for job_id, s, st, p, a, f in rows:
+            for row in rows:
+                job_id, s, st, p, a, f = row
                 out.append(JobRecord(spec_from_json(s), st, placement_from_json(p), int(a), int(f)))
         except sqlite3.DatabaseError as exc:
             raise JournalError(f"{self.path} is corrupt: {exc}") from None
