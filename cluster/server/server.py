@@ -22,6 +22,7 @@ never reads half an update.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -37,6 +38,7 @@ from colocate.daemon import LogLimit
 
 log = logging.getLogger("colocate.scheduler")
 
+FREEZE_EVERY = 10_000  # submits after which the survivors (the jobs' records) are frozen out of the collector's reach
 MAX_DRAIN = 1024  # messages handled between two ticks at most
 TICK_S = 0.1  # liveness checks: a silent node is down at most this long after its 3rd missed heartbeat
 MAX_BAD_LOGS_PER_S = 20
@@ -52,6 +54,7 @@ class SchedulerServer:
         self.exit_code = 0
         self._stop = threading.Event()
         self._bad_logs = LogLimit(MAX_BAD_LOGS_PER_S)
+        self._submits_unfrozen = 0
         self.ctx = zmq.Context()
         self.auth = K.start_authenticator(self.ctx, keys_dir) if keys_dir else None
         self.sock = self.ctx.socket(zmq.ROUTER)
@@ -125,8 +128,18 @@ class SchedulerServer:
                 self._send(out)
                 if any(not isinstance(m, (P.NodeHeartbeat, P.Error)) for _, m in out):
                     self._latency(time.perf_counter() - t0)
+                self._freeze_after(sum(isinstance(m, P.Submit) for _, m, _ in items))
             if not more:
                 return
+
+    def _freeze_after(self, submits: int) -> None:
+        """After ``FREEZE_EVERY`` submits: collect the young generations and freeze the survivors, so full
+        collections never walk the jobs' records (``cluster.server.daemon.settle_memory``)."""
+        self._submits_unfrozen += submits
+        if self._submits_unfrozen >= FREEZE_EVERY:
+            self._submits_unfrozen = 0
+            gc.collect(1)
+            gc.freeze()
 
     def _receive(self, limit: int) -> tuple[list, bool]:
         """Up to ``limit`` decoded messages waiting (bad frames answered at once), and whether more may wait."""
