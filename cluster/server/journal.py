@@ -54,7 +54,7 @@ import os
 import socket
 import sqlite3
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import fields
 
 from cluster.events import TERMINAL, JobRecord
 from cluster.spec import JobSpec, Placement, WorkerSlot
@@ -132,8 +132,12 @@ def _lock(path: str) -> int:
     return fd
 
 
+_SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
+
+
 def spec_to_json(spec: JobSpec) -> str:
-    return json.dumps(asdict(spec), sort_keys=True)
+    """``spec`` as JSON (every field a scalar: no ``asdict`` deep copy)."""
+    return json.dumps({k: getattr(spec, k) for k in _SPEC_FIELDS}, sort_keys=True)
 
 
 def spec_from_json(text: str) -> JobSpec:
@@ -427,12 +431,15 @@ class Journal:
 
     # ---- reads -----------------------------------------------------------------------------------
     def records(self) -> list[JobRecord]:
-        """Every job, in submission order, as the core's restore takes them; ``JournalError`` (one line) for a
-        row that does not decode or a file SQLite finds corrupt."""
+        """Every job that has not ended (pending, placing, running), in submission order, as the core's restore
+        takes them: a restart reads the active jobs (an index range), not the whole history. ``JournalError``
+        (one line) for a row that does not decode or a file SQLite finds corrupt."""
         out = []
         job_id = None
         try:
-            rows = self.db.execute("SELECT job_id, spec, state, placement, attempt, failed_starts FROM jobs ORDER BY seq")
+            marks = ", ".join("?" * len(ACTIVE))
+            rows = self.db.execute("SELECT job_id, spec, state, placement, attempt, failed_starts FROM jobs "
+                                   f"WHERE state IN ({marks}) ORDER BY seq", ACTIVE)
             for row in rows:
                 job_id, s, st, p, a, f = row
                 out.append(JobRecord(spec_from_json(s), st, placement_from_json(p), int(a), int(f)))

@@ -344,8 +344,13 @@ class SchedulerService(Faults):
 
     def _cancel(self, ident: bytes, m: P.Cancel, now: float):
         job = self.core.job(m.job_id)
-        if job is None:
-            return [self._error(ident, P.NOT_FOUND, f"no job {m.job_id}")]
+        if job is None:  # a job that ended before a restart is only in the journal
+            row = self.journal.job(m.job_id)
+            if row is None:
+                return [self._error(ident, P.NOT_FOUND, f"no job {m.job_id}")]
+            why = self.gate.cancel(self.peer, m.job_id, row["submitter"])
+            return [self._error(ident, P.FORBIDDEN, why) if why else
+                    self._error(ident, P.INVALID, f"job {m.job_id} already {row['state']}")]
         why = self.gate.cancel(self.peer, m.job_id, job.spec.user)
         if why:
             return [self._error(ident, P.FORBIDDEN, why)]

@@ -91,3 +91,20 @@ def test_node_messages_of_a_rolled_back_batch_are_kept_and_replayed(h):
     h.journal.db.fail = False
     h.advance(1.1)
     assert h.journal.job(a.job_id)["state"] == "succeeded"  # the exit was replayed once the journal took writes
+
+
+def test_a_restart_restores_only_active_jobs_and_still_knows_the_finished_ones(h):
+    n = FakeNode(h, "n1", gpus=2)
+    n.hello()
+    (a,) = replies(h.submit(gpus=1), P.Submitted)
+    (b,) = replies(h.submit(gpus=1), P.Submitted)
+    n.start_all()
+    n.exit(n.inbox(P.StartPlacement)[0].placement_id, 0)
+    assert h.journal.job(a.job_id)["state"] == "succeeded"
+    h.restart()
+    assert [r.spec.job_id for r in h.journal.records()] == [b.job_id]  # the history is not read back
+    assert h.svc.core.job(a.job_id) is None and h.svc.core.job(b.job_id) is not None
+    (err,) = replies(h.send(CLIENT, P.Cancel(job_id=a.job_id)), P.Error)
+    assert err.code == P.INVALID and "already succeeded" in err.message
+    (view,) = replies(h.send(CLIENT, P.JobsRequest(job_id=a.job_id)), P.JobsReply)
+    assert view.jobs[0].state == "succeeded" and view.total == 1
