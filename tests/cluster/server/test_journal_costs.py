@@ -14,6 +14,7 @@ import pytest
 
 from cluster.server.journal import Journal, JournalError
 from cluster.spec import JobSpec, Placement, WorkerSlot
+from tests.support import free_port
 
 REQUEST = json.dumps({"command": ["sleep", "1"], "cwd": "/tmp", "env": {"SECRET": "hunter2", "PATH": "/usr/bin"}})
 
@@ -192,7 +193,7 @@ def corrupt_spec(path: str) -> None:
     import sqlite3
 
     db = sqlite3.connect(path)
-    db.execute("UPDATE jobs SET spec = '{\"job_id\": ' WHERE job_id = '3'")
+    db.execute("UPDATE jobs SET spec = '{\"job_id\": ' WHERE job_id = '1'")  # a pending job: read at restore
     db.commit()
     db.close()
 
@@ -212,7 +213,7 @@ def test_a_corrupt_journal_is_refused_in_one_line(tmp_path, damage):
         finally:
             j.close()
     res = subprocess.run([sys.executable, "-m", "colocate", "scheduler", "--state", path, "--bind",
-                          "tcp://127.0.0.1:1", "--insecure"], capture_output=True, text=True, timeout=120,
+                          f"tcp://127.0.0.1:{free_port()}", "--insecure"], capture_output=True, text=True, timeout=120,
                          env={k: v for k, v in os.environ.items() if not k.startswith("COLOCATE_")})
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 1 and len(lines) == 1 and "corrupt" in lines[0], res.stderr
