@@ -10,7 +10,7 @@ from tests.support import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-import scheduler_crash  # noqa: E402
+import scheduler_crash
 
 
 def test_every_acknowledged_submit_survives_kill_9_and_none_is_made_twice(tmp_path):
