@@ -187,6 +187,8 @@ class Journal:
         self._batch: Batch | None = None
         self._stopping: list | None = None  # the stopping table, cached until it changes
         self._reserved: int | None = None  # the job number new_job_id() reserved last
+        self._next_job: int | None = None  # the counter, cached; written to meta once per commit when _counted
+        self._counted = False
         try:
             self._open()
         except BaseException:
@@ -292,9 +294,11 @@ class Journal:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 yield self
+                self._flush_counter()
                 self.db.execute("COMMIT")
             except BaseException:
                 self._stopping = None
+                self._forget_counter()
                 if self.db.in_transaction:  # SQLite has already rolled back after some errors (disk full)
                     self.db.execute("ROLLBACK")
                 raise
@@ -308,6 +312,7 @@ class Journal:
             raise JournalUnavailable(f"this batch was rolled back ({b.failed})")
         b.depth += 1
         name = f"s{b.depth}"
+        counter = (self._next_job, self._counted)
         try:
             self.db.execute(f"SAVEPOINT {name}")
             try:
@@ -317,6 +322,7 @@ class Journal:
                 raise
             except BaseException:
                 self._stopping = None
+                self._next_job, self._counted = counter
                 if self.db.in_transaction:
                     self.db.execute(f"ROLLBACK TO {name}")
                     self.db.execute(f"RELEASE {name}")
@@ -329,6 +335,7 @@ class Journal:
 
     def _fail_batch(self, exc: Exception) -> None:
         self._stopping = None
+        self._forget_counter()
         if self.db.in_transaction:
             try:
                 self.db.execute("ROLLBACK")
@@ -355,11 +362,13 @@ class Journal:
                 yield b
             except BaseException:
                 self._stopping = None
+                self._forget_counter()
                 if self.db.in_transaction:
                     self.db.execute("ROLLBACK")
                 raise
             if b.failed is None:
                 try:
+                    self._flush_counter()
                     self.db.execute("COMMIT")
                 except sqlite3.OperationalError as exc:
                     self._fail_batch(exc)
@@ -377,12 +386,29 @@ class Journal:
             return False
         return True
 
+    def _counter(self) -> int:
+        if self._next_job is None:
+            self._next_job = self._int_meta("next_job") or 1
+        return self._next_job
+
+    def peek_job_id(self) -> str:
+        """The id ``new_job_id()`` would give now (reserves nothing)."""
+        return str(self._counter())
+
     def new_job_id(self) -> str:
-        """The next job id (``1``, ``2``, ...), reserved inside the caller's transaction."""
-        n = self._int_meta("next_job") or 1
-        self._set_meta("next_job", str(n + 1))
-        self._reserved = n
+        """The next job id (``1``, ``2``, ...), reserved inside the caller's transaction (the counter is kept in
+        memory and written to ``meta`` once, just before the commit; a rollback takes its numbers back)."""
+        n = self._counter()
+        self._next_job, self._counted, self._reserved = n + 1, True, n
         return str(n)
+
+    def _flush_counter(self) -> None:
+        if self._counted:
+            self._set_meta("next_job", str(self._next_job))
+            self._counted = False
+
+    def _forget_counter(self) -> None:
+        self._next_job, self._counted = None, False
 
     def insert_job(self, spec: JobSpec, request_json: str, now: float, request_id: str = "") -> None:
         """A new pending job; ``request_id`` (non-empty) must be new for ``spec.user``. Its ``seq`` is the number

@@ -288,13 +288,14 @@ class SchedulerService(Faults):
         why = self.gate.client(self.peer, "submit jobs")
         if why:
             return [self._error(ident, P.FORBIDDEN, why)]
-        req = dataclasses.replace(m.request, user=self.gate.user(self.peer, m.request.user))
+        req, user = m.request, self.gate.user(self.peer, m.request.user)
+        job_id = self.journal.peek_job_id()  # what new_job_id() gives below: one spec, no copy
         try:
-            spec = JobSpec("?", submit_time=now, workers=req.workers, gpus=req.gpus, gpu_mem=req.gpu_mem,
-                           priority=req.priority, queue=req.queue or "default", user=req.user, name=req.name,
+            spec = JobSpec(job_id, submit_time=now, workers=req.workers, gpus=req.gpus, gpu_mem=req.gpu_mem,
+                           priority=req.priority, queue=req.queue or "default", user=user, name=req.name,
                            estimate_s=req.estimate_s)
         except SpecError as exc:
-            return [self._error(ident, P.INVALID, str(exc).replace("?: ", ""))]
+            return [self._error(ident, P.INVALID, str(exc).replace(f"{job_id}: ", ""))]
         if m.request_id:
             known = self.journal.job_of_request(spec.user, m.request_id)
             if known is not None:  # a retry of a submit that was committed: the same job
@@ -304,12 +305,14 @@ class SchedulerService(Faults):
         why = self.core.validate(spec)  # duplicate id, unknown queue, a request no known node could take
         if why:
             return [self._error(ident, P.INVALID, why)]
+        wire = P.to_wire(m)["request"]
+        wire["user"] = user  # the user is the key's, whatever the request said
         try:
             with self.journal.transaction():
                 job_id = self.journal.new_job_id()
-                spec = dataclasses.replace(spec, job_id=job_id)
-                self.journal.insert_job(spec, json.dumps(P.to_wire(P.Submit(request=req))["request"]), now,
-                                        m.request_id)
+                if job_id != spec.job_id:
+                    spec = dataclasses.replace(spec, job_id=job_id)
+                self.journal.insert_job(spec, json.dumps(wire), now, m.request_id)
         except JournalUnavailable as exc:
             self._journal_failed(exc, now)
             raise self._unwritable("nothing was submitted") from None

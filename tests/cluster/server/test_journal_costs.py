@@ -217,3 +217,21 @@ def test_a_corrupt_journal_is_refused_in_one_line(tmp_path, damage):
                          env={k: v for k, v in os.environ.items() if not k.startswith("COLOCATE_")})
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 1 and len(lines) == 1 and "corrupt" in lines[0], res.stderr
+
+
+def test_the_counter_in_a_batch_takes_back_a_rolled_back_savepoints_numbers_and_is_committed_once(tmp_path):
+    path = str(tmp_path / "s.db")
+    j = Journal(path)
+    with j.batch() as b:
+        with j.transaction():
+            j.insert_job(JobSpec(j.new_job_id()), "{}", 1.0)
+        with pytest.raises(RuntimeError), j.transaction():
+            j.insert_job(JobSpec(j.new_job_id()), "{}", 1.0)
+            raise RuntimeError("this one is rolled back")
+        with j.transaction():
+            j.insert_job(JobSpec(j.new_job_id()), "{}", 1.0)
+    assert b.failed is None and [r["job_id"] for r in j.jobs(False, 0, 10)[0]] == ["1", "2"]
+    j.close()
+    j = Journal(path)
+    assert j.new_job_id() == "3"  # what the batch wrote to meta at its commit
+    j.close()
