@@ -5,8 +5,9 @@ a real ``colocate scheduler`` (gang-binpack, no nodes: the jobs queue) is starte
 the clients (``_submit_load.py``: each one connection, the default CURVE keys) submit one job after another
 for ``--seconds``, and the table gives acknowledged submits per second and each submit's round trip
 (p50, p99: the client's call, request to acknowledgement, retries included). The big journals are built
-once per run by writing finished jobs directly with the journal's own API (``Journal.new_job_id``,
-``insert_job``, ``set_state``) in one transaction, then the real server is started on them.
+by writing finished jobs directly with the journal's own API (``Journal.new_job_id``, ``insert_job``,
+``set_state``) in one transaction, kept in ``--cache`` for the next runs (the schema is in the name), and
+each run starts the real server on a copy.
 
     python benchmarks/scheduler_submit.py                      # 0/100k/1M x 1/4/16 clients, 5 s each
     python benchmarks/scheduler_submit.py --sizes 0 --clients 4 --repeats 3 --no-write
@@ -81,6 +82,8 @@ def main(argv=None) -> int:
     p.add_argument("--seconds", type=float, default=5.0, help="submitting time per run (default 5)")
     p.add_argument("--repeats", type=int, default=1, help="runs per cell; the table shows their medians (default 1)")
     p.add_argument("--insecure", action="store_true", help="no CURVE keys (the default runs with them)")
+    p.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "colocate-bench-journals"),
+                   help="folder of the prebuilt journals (default: TMPDIR/colocate-bench-journals)")
     p.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -95,10 +98,20 @@ def main(argv=None) -> int:
             template = None
             note = "empty"
             if size:
-                template = tmp / f"journal-{size}.db"
-                built = build_journal(template, size)
-                note = f"{size:,} finished jobs written with the journal's API in one transaction ({built:.0f} s)"
-                console.print(f"journal of {size:,} jobs: {built:.1f} s, {template.stat().st_size / 1e6:.0f} MB")
+                from cluster.server.journal import SCHEMA
+
+                os.makedirs(args.cache, exist_ok=True)
+                template = Path(args.cache) / f"schema{SCHEMA}-{size}.db"
+                if template.exists():
+                    note = f"{size:,} finished jobs written with the journal's API in one transaction (cached)"
+                else:
+                    part = template.with_suffix(".part")
+                    for f in (part, Path(f"{part}-wal"), Path(f"{part}-shm"), Path(f"{part}.lock")):
+                        f.unlink(missing_ok=True)
+                    built = build_journal(part, size)
+                    part.rename(template)
+                    note = f"{size:,} finished jobs written with the journal's API in one transaction ({built:.0f} s)"
+                console.print(f"journal of {size:,} jobs: {note}, {template.stat().st_size / 1e6:.0f} MB")
             for clients in counts:
                 runs = [one_run(tmp, template, clients, args.seconds, keys) for _ in range(args.repeats)]
                 load = os.getloadavg()[0]
