@@ -95,7 +95,7 @@ _INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS jobs_request ON jobs(submitter, r
             "CREATE UNIQUE INDEX IF NOT EXISTS jobs_seq ON jobs(seq)",
             "CREATE INDEX IF NOT EXISTS jobs_active ON jobs(state, seq)",
             "DROP INDEX IF EXISTS jobs_state")  # schema <= 2's; jobs_active serves its queries
-ACTIVE = ("pending", "placing", "running")
+ACTIVE = (JobState.PENDING, JobState.PLACING, JobState.RUNNING)
 
 
 class JournalError(Exception):
