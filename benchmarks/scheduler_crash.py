@@ -17,7 +17,9 @@ every client's log is checked against the journal:
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import shutil
 import signal
 import sqlite3
 import sys
@@ -81,13 +83,31 @@ def main(argv=None) -> int:
     p.add_argument("--clients", type=int, default=16, help="client processes (default 16)")
     p.add_argument("--rounds", type=int, default=10, help="kill -9 rounds (default 10)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="colocate-bench-crash-"))
     res = run(args.clients, args.rounds, tmp, args.seed)
-    print(f"{args.clients} clients, {args.rounds} kill -9 rounds: {res['acknowledged']} acknowledged, "
-          f"{res['journaled']} journaled, {len(res['missing'])} acknowledged but missing, {len(res['twice'])} request "
-          f"ids with two jobs, {res['job_told_twice']} job ids told twice (state {tmp})")
-    return 0 if not (res["missing"] or res["twice"] or res["job_told_twice"]) else 1
+    line = (f"{args.clients} clients, {args.rounds} kill -9 rounds: {res['acknowledged']} acknowledged, "
+            f"{res['journaled']} journaled, {len(res['missing'])} acknowledged but missing, {len(res['twice'])} request "
+            f"ids with two jobs, {res['job_told_twice']} job ids told twice")
+    print(f"{line} (state {tmp})")
+    if not args.no_write:
+        import _common as C
+
+        body = "\n".join([
+            "## Live scheduler: kill -9 during bursts of submits (group commit)", "",
+            *C.machine_lines(C.machine_info()), f"- command: `{C.invocation()}`; load (1 min) after: "
+            f"{os.getloadavg()[0]:.1f}",
+            "- each round the scheduler is killed (SIGKILL) 0.3-1.5 s into a burst from every client process (one "
+            "CURVE connection each, request ids of their own, the library's retries), then restarted on the same "
+            "journal; after the last round every client's log is checked against the journal", "",
+            f"- {line}",
+        ])
+        print(f"wrote section 'scheduler_crash' of {C.update_results('scheduler_crash', body)}")
+    ok = not (res["missing"] or res["twice"] or res["job_told_twice"])
+    if ok:  # a failure keeps its journal and logs for a look
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
