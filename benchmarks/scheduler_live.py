@@ -12,7 +12,7 @@ the scheduling cycle, ``StartPlacement`` to the node, the node starting the laun
 The table gives p50/p99/max over all jobs and the median of the first 100 and of the last 100 jobs
 (the goal: flat within 20%, so nothing grows with the jobs the node and the scheduler have seen).
 
-    python benchmarks/scheduler_live.py                 # 1000 jobs, one every 0.05 s
+    python benchmarks/scheduler_live.py                 # 1000 jobs, one every 0.2 s (about 4 min)
     python benchmarks/scheduler_live.py --jobs 200 --repeats 3 --no-write
 """
 
@@ -64,8 +64,9 @@ def wait(pred, timeout: float, what: str):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--jobs", type=int, default=1000, help="jobs to submit per run (default 1000)")
-    p.add_argument("--every", type=float, default=0.05, help="seconds between submissions (default 0.05)")
+    p.add_argument("--every", type=float, default=0.2, help="seconds between submissions (default 0.2)")
     p.add_argument("--gpus", type=int, default=8, help="simulated GPUs of the node (default 8)")
+    p.add_argument("--log-level", default="warning", help="the daemons' log level (default warning)")
     p.add_argument("--repeats", type=int, default=1, help="runs, each with a fresh scheduler and node (default 1)")
     p.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     p.add_argument("--insecure", action="store_true", help="no CURVE keys (the default runs with them, as a cluster does)")
@@ -124,10 +125,10 @@ def one_run(args, console):
     K.generate(str(keys), K.USER, "bench")
     auth = ["--insecure"] if args.insecure else ["--keys", keys]
     sched = spawn([py, "-m", "colocate", "scheduler", "--bind", endpoint, "--state", tmp / "s.db", "--config",
-                   "gang-binpack", "--log-level", "warning", *auth], tmp / "scheduler.log")
+                   "gang-binpack", "--log-level", args.log_level, *auth], tmp / "scheduler.log")
     node = spawn([py, "-m", "colocate", "node", "--device", "sim", "--sim-gpus", args.gpus, "--scheduler", endpoint,
                   "--node-id", "n0", "--endpoint", f"ipc://{tmp}/n0.sock", "--log-dir", tmp / "logs", "--state-dir",
-                  tmp / "n0", "--log-level", "warning", *auth], tmp / "node.log")
+                  tmp / "n0", "--log-level", args.log_level, *auth], tmp / "node.log")
     client = SchedulerClient(endpoint, "" if args.insecure else str(keys), timeout_s=5.0)
 
     def joined():
