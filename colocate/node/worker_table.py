@@ -1,15 +1,12 @@
 """The node's table of placements and their worker processes, persisted so it survives a node crash.
 
-Plain data plus two files: ``STATE_DIR/workers.json`` (compact JSON), rewritten atomically (write,
-then rename) after every change, and ``STATE_DIR/done.log``, appended to; and a lock file
-``STATE_DIR/lock`` (``flock``) held while a node uses the folder, so two nodes never share a table.
-``workers.json`` records, per placement: the job, its priority, whether it was promoted or is stopping,
-and per worker its rank, GPUs, pid, the process's create time (so that a reused pid is never taken for
-the worker), its log and exit-status files and, once known, its exit code; and the ids of placements
-refused or stopped before they started. ``done.log`` has one line (``KEY JOB``) per placement retired
-after it ended, rewritten with the newest ``KEEP_IDS`` once it holds twice that. So no placement id
-starts twice, not even across a restart, and a save costs what the live placements cost, not the
-thousands of ids retired before (format 1 files, which kept them in ``workers.json``, are read too).
+Plain data plus one JSON file: ``STATE_DIR/workers.json``, rewritten atomically (write, then rename)
+after every change, and a lock file ``STATE_DIR/lock`` (``flock``) held while a node uses the folder, so
+two nodes never share a table. The file records, per placement: the job, its priority, whether it was
+promoted or is stopping, and per worker its rank, GPUs, pid, the process's create time (so that a
+reused pid is never taken for the worker), its log and exit-status files and, once known, its exit code.
+It also keeps the ids of placements that ended, were refused or were stopped before they started, so
+that no placement id starts twice, not even across a restart (the newest ``KEEP_IDS`` of each).
 """
 
 from __future__ import annotations
@@ -21,9 +18,11 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 
+from colocate.files import write_json_atomic
+
 log = logging.getLogger("colocate.node.workers")
 
-FORMAT = 2  # 2: retired ids in done.log, not in workers.json
+FORMAT = 1
 KEEP_IDS = 10000  # finished / refused / stopped-before-start placement ids remembered
 
 
@@ -79,8 +78,6 @@ class WorkerTable:
     def __init__(self, state_dir: str):
         self.state_dir = state_dir
         self.path = os.path.join(state_dir, "workers.json")
-        self.done_path = os.path.join(state_dir, "done.log")
-        self._done_lines = 0  # lines in done.log (compacted at 2 * KEEP_IDS)
         self.placements: dict[str, Placement] = {}
         self.done: dict[str, str] = {}  # key -> job id: ended and forgotten
         self.refused: dict[str, list] = {}  # key -> [job id, reason]
@@ -112,21 +109,18 @@ class WorkerTable:
     def load(self) -> None:
         """Read the file if there is one. A file that cannot be read is moved aside (and logged):
         the node starts with an empty table rather than not at all."""
-        if os.path.exists(self.path):
-            self._load_table()
-        self._load_done()
-
-    def _load_table(self) -> None:
+        if not os.path.exists(self.path):
+            return
         try:
             with open(self.path) as f:
                 data = json.load(f)
-            if data.get("format") not in (1, FORMAT):
+            if data.get("format") != FORMAT:
                 raise ValueError(f"format {data.get('format')!r}, expected {FORMAT}")
             for p in data["placements"]:
                 workers = [Worker(**{**w, "gpus": list(w["gpus"])}) for w in p.pop("workers")]
                 placement = Placement(**p, workers=workers)
                 self.placements[scoped(placement.cluster, placement.placement_id)] = placement
-            self.done = dict(data.get("done", {}))  # format 1
+            self.done = dict(data.get("done", {}))
             self.refused = {k: list(v) for k, v in data.get("refused", {}).items()}
             self.stopped_unknown = dict(data.get("stopped_unknown", {}))
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -139,56 +133,19 @@ class WorkerTable:
                 pass
             self.placements, self.done, self.refused, self.stopped_unknown = {}, {}, {}, {}
 
-    def _load_done(self) -> None:
-        """Add ``done.log``'s ids (a torn last line, from a crash mid-append, is skipped)."""
-        try:
-            with open(self.done_path, errors="replace") as f:
-                lines = f.read().split("\n")[:-1]  # the text after the last newline is a torn append
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            log.error("cannot read retired placement ids from %s: %s", self.done_path, exc.strerror)
-            return
-        for line in lines:
-            parts = line.split(" ")
-            if len(parts) == 2:
-                self.done.pop(parts[0], None)
-                self.done[parts[0]] = parts[1]
-        while len(self.done) > KEEP_IDS:
-            self.done.pop(next(iter(self.done)))
-        self._done_lines = len(lines)
-
     def save(self) -> None:
         data = {
             "format": FORMAT,
             "saved_at": time.time(),
             "placements": [{**asdict(p), "workers": [asdict(w) for w in p.workers]} for p in self.placements.values()],
+            "done": self.done,
             "refused": self.refused,
             "stopped_unknown": self.stopped_unknown,
         }
-        tmp = f"{self.path}.tmp.{os.getpid()}"
         try:
-            with open(tmp, "w") as f:
-                f.write(json.dumps(data, separators=(",", ":")))
-            os.replace(tmp, self.path)
+            write_json_atomic(self.path, data)
         except OSError as exc:  # a full disk must not take the node down; the table stays in memory
             log.error("cannot save the worker table to %s: %s", self.path, exc.strerror)
-
-    def _append_done(self, items: list[tuple[str, str]]) -> None:
-        """Record retired ids in ``done.log`` (rewritten with the newest ``KEEP_IDS`` at twice that)."""
-        try:
-            if self._done_lines + len(items) > 2 * KEEP_IDS:
-                tmp = f"{self.done_path}.tmp.{os.getpid()}"
-                with open(tmp, "w") as f:
-                    f.write("".join(f"{k} {j}\n" for k, j in self.done.items()))
-                os.replace(tmp, self.done_path)
-                self._done_lines = len(self.done)
-            else:
-                with open(self.done_path, "a") as f:
-                    f.write("".join(f"{k} {j}\n" for k, j in items))
-                self._done_lines += len(items)
-        except OSError as exc:
-            log.error("cannot save retired placement ids to %s: %s", self.done_path, exc.strerror)
 
     # ------------------------------------------------------------------ ids
     def known(self, placement_id: str) -> bool:
@@ -203,12 +160,8 @@ class WorkerTable:
     def retire(self, now_wall: float, keep_s: float) -> bool:
         """Move placements that ended more than ``keep_s`` ago to ``done``; True if any moved."""
         old = [p for p in self.placements.values() if p.ended_at is not None and now_wall - p.ended_at > keep_s]
-        items = []
         for p in old:
             key = scoped(p.cluster, p.placement_id)
             del self.placements[key]
             self.remember(self.done, key, p.job_id)
-            items.append((key, p.job_id))
-        if items:
-            self._append_done(items)
         return bool(old)
