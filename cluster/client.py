@@ -4,7 +4,9 @@
 ``COLOCATE_SCHEDULER`` (else ``tcp://127.0.0.1:5555``), ``keys_dir`` to ``COLOCATE_KEYS``, else the
 user's own key folder (``colocate.keys.resolve``; made on first use); ``keys_dir=""`` connects without
 CURVE (a scheduler started with ``--insecure``; loopback only). The user the scheduler records is the
-name of the client's key. Every call is one request and one reply (``colocate.rpc``). Failures raise,
+name of the client's key. A client keeps one connection (``rpc.Connection``: one CURVE handshake, the
+key files read once) for all its calls, one at a time; ``close()`` (or ``with``) ends it. Every call is
+one request and one reply. Failures raise,
 with a one-line ``str()`` for the user: ``rpc.NoAnswer`` (scheduler away, or it refused our keys),
 ``rpc.BadEndpoint``, ``rpc.BadReply``, ``rpc.TooLarge``, or ``Refused`` for an ``Error`` reply (``.code``
 from ``colocate.protocol``; ``unavailable``: the scheduler cannot write its journal, nothing was done).
@@ -102,6 +104,26 @@ class SchedulerClient:
         self.endpoint = endpoint or endpoints.scheduler_endpoint()
         self.keys_dir = keys_dir
         self.timeout_s = timeout_s
+        self._conn: rpc.Connection | None = None
+        self._key_folder: str | None = None
+
+    def _connection(self) -> rpc.Connection:
+        if self._conn is None:
+            self._key_folder = self._keys()
+            self._conn = rpc.Connection(self.endpoint, self._key_folder, peer="scheduler")
+        return self._conn
+
+    def close(self) -> None:
+        """End the connection (idempotent; the next call opens a new one)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> SchedulerClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _keys(self) -> str | None:
         """The key folder (made on first use when it is the user's own), or None for ``keys_dir=""``."""
@@ -113,12 +135,12 @@ class SchedulerClient:
         return keys
 
     def call(self, msg: P.Message, want: type, timeout_s: float | None = None) -> P.Message:
-        keys = self._keys()
+        conn = self._connection()
         try:
-            reply = rpc.request(self.endpoint, msg, timeout_s or self.timeout_s, keys_dir=keys, peer="scheduler")
+            reply = conn.request(msg, timeout_s or self.timeout_s)
         except rpc.NoAnswer as exc:  # with CURVE, a scheduler that does not admit our key is silent too
-            if keys:
-                exc.args = (f"{exc} (is it running, and does it admit the keys in {keys}?)",)
+            if self._key_folder:
+                exc.args = (f"{exc} (is it running, and does it admit the keys in {self._key_folder}?)",)
             raise
         if isinstance(reply, P.Error):
             raise Refused(reply.code, reply.message)

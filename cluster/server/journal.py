@@ -26,6 +26,24 @@ One writer (the scheduler process); ``sqlite3`` in WAL mode with ``synchronous=F
 that SQLite refuses (disk full, read-only file, I/O error: ``sqlite3.OperationalError``) raises
 ``JournalUnavailable`` from ``transaction()``, with the transaction rolled back: nothing of it is
 in the file. ``writable()`` probes whether a transaction that grows the file would commit now.
+
+Group commit: inside ``batch()`` (one ``BEGIN IMMEDIATE`` ... ``COMMIT``, so one fsync), each
+``transaction()`` is a savepoint: an exception rolls back that savepoint only, but a write SQLite
+refuses rolls back the whole batch (``Batch.failed``) and every later ``transaction()`` of it raises
+``JournalUnavailable``. Whoever opened the batch acknowledges nothing of it before it committed.
+
+Costs (a test counts SQLite's steps): every statement the server runs per request visits a bounded
+number of rows whatever the table's size. Job numbers and ``seq`` come from the ``next_job`` counter
+(``seq`` is the job's number: dense, 1..N, since jobs are never deleted and a rolled-back
+transaction takes its numbers back); ``jobs()`` pages by ``seq`` (keyset), never by ``OFFSET`` over
+finished jobs; ``stopping()`` is cached between changes.
+
+Secrets at rest: the file, its ``-wal``/``-shm`` and its lock are mode 0600 (created so, and set so
+at every open). A job's environment (in its request) is cleared in the transaction that ends the
+job (succeeded, failed, cancelled): a requeued job still has it, a finished one no longer does.
+
+A corrupt file (not SQLite, malformed pages, a meta value that is no integer, a row that does not
+decode) raises ``JournalError`` with one line naming the file; never another exception.
 """
 
 from __future__ import annotations
@@ -36,13 +54,14 @@ import os
 import socket
 import sqlite3
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import fields
 
 from cluster.events import TERMINAL, JobRecord
 from cluster.spec import JobSpec, Placement, WorkerSlot
 from colocate.vocab import JobState
 
-SCHEMA = 2  # 2: jobs.submitter and jobs.request_id (idempotent submits)
+SCHEMA = 3  # 2: jobs.submitter and jobs.request_id (idempotent submits); 3: jobs_seq, jobs_active indexes
+MODE = 0o600  # the file, its -wal and -shm, and its lock: they hold jobs' commands and environments
 PROBE_BYTES = 64 << 10  # what writable() writes (and takes back) to see whether the file can grow
 
 _DDL = """
@@ -64,7 +83,6 @@ CREATE TABLE IF NOT EXISTS jobs (
     submitter TEXT NOT NULL DEFAULT '',
     request_id TEXT
 );
-CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS logs (
     job_id TEXT NOT NULL, rank INTEGER NOT NULL, placement_id TEXT NOT NULL, node_id TEXT NOT NULL,
     path TEXT NOT NULL, started_at REAL, PRIMARY KEY (job_id, rank)
@@ -73,7 +91,11 @@ CREATE TABLE IF NOT EXISTS stopping (
     placement_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, nodes TEXT NOT NULL, reason TEXT NOT NULL
 );
 """
-_REQUEST_INDEX = "CREATE UNIQUE INDEX IF NOT EXISTS jobs_request ON jobs(submitter, request_id)"
+_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS jobs_request ON jobs(submitter, request_id)",
+            "CREATE UNIQUE INDEX IF NOT EXISTS jobs_seq ON jobs(seq)",
+            "CREATE INDEX IF NOT EXISTS jobs_active ON jobs(state, seq)",
+            "DROP INDEX IF EXISTS jobs_state")  # schema <= 2's; jobs_active serves its queries
+ACTIVE = (JobState.PENDING, JobState.PLACING, JobState.RUNNING)
 
 
 class JournalError(Exception):
@@ -92,7 +114,7 @@ def _lock(path: str) -> int:
     """The descriptor of ``PATH.lock``, exclusively locked by this process, holding ``pid host``."""
     lock_path = os.path.realpath(path) + ".lock"  # one lock per file, whatever path names it
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, MODE)
     except OSError as exc:
         raise JournalError(f"cannot open the lock file {lock_path}: {exc.strerror}") from None
     try:
@@ -110,8 +132,12 @@ def _lock(path: str) -> int:
     return fd
 
 
+_SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
+
+
 def spec_to_json(spec: JobSpec) -> str:
-    return json.dumps(asdict(spec), sort_keys=True)
+    """``spec`` as JSON (every field a scalar: no ``asdict`` deep copy)."""
+    return json.dumps({k: getattr(spec, k) for k in _SPEC_FIELDS}, sort_keys=True)
 
 
 def spec_from_json(text: str) -> JobSpec:
@@ -133,6 +159,23 @@ def placement_from_json(text: str | None) -> Placement | None:
                      tuple(WorkerSlot(r, n, tuple(g)) for r, n, g in d["slots"]), d["priority"])
 
 
+def _private(path: str) -> None:
+    """Mode 0600 on ``path`` and on its -wal and -shm where they exist."""
+    for f in (path, path + "-wal", path + "-shm"):
+        try:
+            os.chmod(f, MODE)
+        except OSError:  # absent; or immutable, refused at the first write
+            pass
+
+
+class Batch:
+    """One group commit (``Journal.batch()``): ``failed`` is the ``JournalUnavailable`` that rolled it back."""
+
+    def __init__(self) -> None:
+        self.failed: JournalUnavailable | None = None
+        self.depth = 0
+
+
 class Journal:
     def __init__(self, path: str):
         self.path = path
@@ -141,6 +184,11 @@ class Journal:
             raise JournalError(f"cannot create the state file {path}: folder {folder} does not exist")
         self._lock_fd = _lock(path)
         self.db = None
+        self._batch: Batch | None = None
+        self._stopping: list | None = None  # the stopping table, cached until it changes
+        self._reserved: int | None = None  # the job number new_job_id() reserved last
+        self._next_job: int | None = None  # the counter, cached; written to meta once per commit when _counted
+        self._counted = False
         try:
             self._open()
         except BaseException:
@@ -150,13 +198,27 @@ class Journal:
     def _open(self) -> None:
         path = self.path
         try:
+            try:  # created private: SQLite gives -wal and -shm the database file's mode
+                os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, MODE))
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise JournalError(f"cannot create the state file {path}: {exc.strerror}") from None
+            _private(path)
             self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.executescript(_DDL)
-            version = self._meta("schema")
-            if version is not None and int(version) > SCHEMA:
+            _private(path)
+            bad = self.db.execute("PRAGMA quick_check(1)").fetchone()[0]  # every page, once per start (~3 s at 1M jobs)
+            if bad != "ok":
+                why = " ".join(str(bad).replace("*** in database main ***", "").split())[:120]
+                raise JournalError(f"{path} is corrupt (SQLite's check: {why}); restore it from a backup")
+            version = self._int_meta("schema")
+            if version is not None and version > SCHEMA:
                 raise JournalError(f"{path} was written by a newer colocate (schema {version} > {SCHEMA})")
+            for key in ("next_job", "epoch"):
+                self._int_meta(key)
             with self.transaction():
                 self._migrate(version)
         except JournalUnavailable as exc:
@@ -164,23 +226,37 @@ class Journal:
         except sqlite3.OperationalError as exc:
             raise JournalError(f"cannot use the state file {path}: {exc}") from None
         except sqlite3.DatabaseError as exc:
-            raise JournalError(f"{path} is not a colocate scheduler state file: {exc}") from None
+            raise JournalError(f"{path} is not a colocate scheduler state file, or it is corrupt: {exc}") from None
 
-    def _migrate(self, version: str | None) -> None:
-        if version is not None and int(version) < 2:
+    def _migrate(self, version: int | None) -> None:
+        if version is not None and version < 2:
             cols = {r[1] for r in self.db.execute("PRAGMA table_info(jobs)")}
             if "submitter" not in cols:
                 self.db.execute("ALTER TABLE jobs ADD COLUMN submitter TEXT NOT NULL DEFAULT ''")
             if "request_id" not in cols:
                 self.db.execute("ALTER TABLE jobs ADD COLUMN request_id TEXT")
-        self.db.execute(_REQUEST_INDEX)
-        if version != str(SCHEMA):
+        for ddl in _INDEXES:
+            self.db.execute(ddl)
+        if version != SCHEMA:
+            if version is not None:  # job numbers and seq were kept in step; the counter covers both
+                top = self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
+                self._set_meta("next_job", str(max(top + 1, self._int_meta("next_job") or 1)))
             self._set_meta("schema", str(SCHEMA))
 
     # ---- meta ----------------------------------------------------------------------------------
     def _meta(self, key: str) -> str | None:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
+
+    def _int_meta(self, key: str) -> int | None:
+        value = self._meta(key)
+        if value is None:
+            return None
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise JournalError(f"{self.path} is corrupt: meta value {key} is {str(value)[:40]!r}, not an integer") \
+                from None
 
     def _set_meta(self, key: str, value: str) -> None:
         self.db.execute("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -199,7 +275,7 @@ class Journal:
 
     def next_epoch(self) -> int:
         """This incarnation's number (committed)."""
-        epoch = int(self._meta("epoch") or 0) + 1
+        epoch = (self._int_meta("epoch") or 0) + 1
         self._set_meta("epoch", str(epoch))
         return epoch
 
@@ -208,18 +284,96 @@ class Journal:
     def transaction(self):
         """Group writes; committed (durably) on exit, rolled back on an exception. A write SQLite
         refuses (``sqlite3.OperationalError``: disk full, read-only, I/O error) raises
-        ``JournalUnavailable`` (the transaction rolled back)."""
+        ``JournalUnavailable`` (the transaction rolled back). Inside ``batch()``: a savepoint (see the
+        module's docstring)."""
+        if self._batch is not None:
+            with self._savepoint():
+                yield self
+            return
         try:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 yield self
+                self._flush_counter()
                 self.db.execute("COMMIT")
             except BaseException:
+                self._stopping = None
+                self._forget_counter()
                 if self.db.in_transaction:  # SQLite has already rolled back after some errors (disk full)
                     self.db.execute("ROLLBACK")
                 raise
         except sqlite3.OperationalError as exc:
             raise JournalUnavailable(str(exc)) from exc
+
+    @contextmanager
+    def _savepoint(self):
+        b = self._batch
+        if b.failed is not None:
+            raise JournalUnavailable(f"this batch was rolled back ({b.failed})")
+        b.depth += 1
+        name = f"s{b.depth}"
+        counter = (self._next_job, self._counted)
+        try:
+            self.db.execute(f"SAVEPOINT {name}")
+            try:
+                yield self
+                self.db.execute(f"RELEASE {name}")
+            except sqlite3.OperationalError:
+                raise
+            except BaseException:
+                self._stopping = None
+                self._next_job, self._counted = counter
+                if self.db.in_transaction:
+                    self.db.execute(f"ROLLBACK TO {name}")
+                    self.db.execute(f"RELEASE {name}")
+                raise
+        except sqlite3.OperationalError as exc:
+            self._fail_batch(exc)
+            raise b.failed from exc
+        finally:
+            b.depth -= 1
+
+    def _fail_batch(self, exc: Exception) -> None:
+        self._stopping = None
+        self._forget_counter()
+        if self.db.in_transaction:
+            try:
+                self.db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        if self._batch.failed is None:
+            self._batch.failed = JournalUnavailable(str(exc) or "write refused")
+
+    @contextmanager
+    def batch(self):
+        """One transaction (one fsync) for everything written inside it; yields a ``Batch``. On leaving it
+        commits; if SQLite refused a write or the commit, the whole batch is rolled back and
+        ``Batch.failed`` says why (the block is not interrupted by that; an exception from the block
+        itself rolls back and propagates). Not nested."""
+        if self._batch is not None:
+            raise RuntimeError("journal batches do not nest")
+        b = self._batch = Batch()
+        try:
+            try:
+                self.db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                b.failed = JournalUnavailable(str(exc))
+            try:
+                yield b
+            except BaseException:
+                self._stopping = None
+                self._forget_counter()
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+            if b.failed is None:
+                try:
+                    self._flush_counter()
+                    self.db.execute("COMMIT")
+                except sqlite3.OperationalError as exc:
+                    self._fail_batch(exc)
+        finally:
+            self._batch = None
 
     def writable(self) -> bool:
         """Whether a transaction that grows the file commits now (it writes ``PROBE_BYTES`` and takes
@@ -232,20 +386,43 @@ class Journal:
             return False
         return True
 
+    def _counter(self) -> int:
+        if self._next_job is None:
+            self._next_job = self._int_meta("next_job") or 1
+        return self._next_job
+
+    def peek_job_id(self) -> str:
+        """The id ``new_job_id()`` would give now (reserves nothing)."""
+        return str(self._counter())
+
     def new_job_id(self) -> str:
-        """The next job id (``1``, ``2``, ...), reserved inside the caller's transaction."""
-        n = int(self._meta("next_job") or 1)
-        self._set_meta("next_job", str(n + 1))
+        """The next job id (``1``, ``2``, ...), reserved inside the caller's transaction (the counter is kept in
+        memory and written to ``meta`` once, just before the commit; a rollback takes its numbers back)."""
+        n = self._counter()
+        self._next_job, self._counted, self._reserved = n + 1, True, n
         return str(n)
 
+    def _flush_counter(self) -> None:
+        if self._counted:
+            self._set_meta("next_job", str(self._next_job))
+            self._counted = False
+
+    def _forget_counter(self) -> None:
+        self._next_job, self._counted = None, False
+
     def insert_job(self, spec: JobSpec, request_json: str, now: float, request_id: str = "") -> None:
-        """A new pending job; ``request_id`` (non-empty) must be new for ``spec.user``."""
-        seq = self.db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
+        """A new pending job; ``request_id`` (non-empty) must be new for ``spec.user``. Its ``seq`` is the number
+        ``new_job_id()`` has just reserved for it in this transaction, else the counter's next one."""
+        seq, self._reserved = self._reserved, None
+        if seq is None or spec.job_id != str(seq):
+            seq = int(self.new_job_id())
+            self._reserved = None
         self.db.execute("INSERT INTO jobs(job_id, seq, spec, request, state, submitted_at, submitter, request_id) "
                         "VALUES(?, ?, ?, ?, ?, ?, ?, ?)", (spec.job_id, seq, spec_to_json(spec), request_json,
                                                         JobState.PENDING, now, spec.user, request_id or None))
 
     def set_state(self, job_id: str, state: str, reason: str, now: float) -> None:
+        """A job's new state; one that ends it (``TERMINAL``) also clears its environment."""
         sets = ["state = ?", "reason = ?"]
         args: list = [state, reason]
         if state == JobState.RUNNING:
@@ -254,6 +431,7 @@ class Journal:
         if state in TERMINAL:  # the last placement stays: where it ran (restore ignores it)
             sets.append("ended_at = ?")
             args.append(now)
+            sets.append("request = json_set(request, '$.env', json('{}'))")  # secrets kept only while needed
         if state == JobState.PENDING:
             sets.append("placement = NULL")
         self.db.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE job_id = ?", (*args, job_id))
@@ -273,17 +451,34 @@ class Journal:
                         (job_id, rank, placement_id, node_id, path, now))
 
     def add_stopping(self, placement_id: str, job_id: str, nodes: tuple[str, ...], reason: str) -> None:
+        self._stopping = None
         self.db.execute("INSERT OR REPLACE INTO stopping(placement_id, job_id, nodes, reason) VALUES(?, ?, ?, ?)",
                         (placement_id, job_id, json.dumps(list(nodes)), reason))
 
     def drop_stopping(self, placement_id: str) -> None:
+        self._stopping = None
         self.db.execute("DELETE FROM stopping WHERE placement_id = ?", (placement_id,))
 
     # ---- reads -----------------------------------------------------------------------------------
     def records(self) -> list[JobRecord]:
-        """Every job, in submission order, as the core's restore takes them."""
-        rows = self.db.execute("SELECT spec, state, placement, attempt, failed_starts FROM jobs ORDER BY seq")
-        return [JobRecord(spec_from_json(s), st, placement_from_json(p), a, f) for s, st, p, a, f in rows]
+        """Every job that has not ended (pending, placing, running), in submission order, as the core's restore
+        takes them: a restart reads the active jobs (an index range), not the whole history. ``JournalError``
+        (one line) for a row that does not decode or a file SQLite finds corrupt."""
+        out = []
+        job_id = None
+        try:
+            marks = ", ".join("?" * len(ACTIVE))
+            rows = self.db.execute("SELECT job_id, spec, state, placement, attempt, failed_starts FROM jobs "
+                                   f"WHERE state IN ({marks}) ORDER BY seq", ACTIVE)
+            for row in rows:
+                job_id, s, st, p, a, f = row
+                out.append(JobRecord(spec_from_json(s), st, placement_from_json(p), int(a), int(f)))
+        except sqlite3.DatabaseError as exc:
+            raise JournalError(f"{self.path} is corrupt: {exc}") from None
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            raise JournalError(f"{self.path} is corrupt: job {str(job_id)[:40]!r} does not decode "
+                               f"({type(exc).__name__}: {str(exc)[:120]})") from None
+        return out
 
     def job(self, job_id: str) -> dict | None:
         cur = self.db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,))
@@ -297,9 +492,19 @@ class Journal:
         return row[0] if row else None
 
     def jobs(self, active_only: bool, offset: int, limit: int) -> tuple[list[dict], int]:
-        where = "WHERE state IN ('pending', 'placing', 'running')" if active_only else ""
-        total = self.db.execute(f"SELECT COUNT(*) FROM jobs {where}").fetchone()[0]
-        cur = self.db.execute(f"SELECT * FROM jobs {where} ORDER BY seq LIMIT ? OFFSET ?", (limit, offset))
+        """A page of jobs in submission order, after the first ``offset``, and how many match.
+
+        All jobs: ``seq`` is dense (1..N), so the page is the keyset ``seq > offset`` and the total is the
+        largest ``seq``: both index look-ups. Active jobs (pending, placing, running): an index range that
+        never visits a finished job."""
+        if active_only:
+            marks = ", ".join("?" * len(ACTIVE))
+            total = self.db.execute(f"SELECT COUNT(*) FROM jobs WHERE state IN ({marks})", ACTIVE).fetchone()[0]
+            cur = self.db.execute(f"SELECT * FROM jobs WHERE state IN ({marks}) ORDER BY seq LIMIT ? OFFSET ?",
+                                  (*ACTIVE, limit, offset))
+        else:
+            total = self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
+            cur = self.db.execute("SELECT * FROM jobs WHERE seq > ? ORDER BY seq LIMIT ?", (offset, limit))
         cols = [c[0] for c in cur.description]
         return [dict(zip(cols, r)) for r in cur.fetchall()], total
 
@@ -307,8 +512,11 @@ class Journal:
         return list(self.db.execute("SELECT rank, node_id, path FROM logs WHERE job_id = ? ORDER BY rank", (job_id,)))
 
     def stopping(self) -> list[tuple[str, str, tuple[str, ...], str]]:
-        return [(p, j, tuple(json.loads(n)), r) for p, j, n, r in
-                self.db.execute("SELECT placement_id, job_id, nodes, reason FROM stopping")]
+        """Placements being stopped (cached: read again only after a change or a rollback)."""
+        if self._stopping is None:
+            self._stopping = [(p, j, tuple(json.loads(n)), r) for p, j, n, r in
+                              self.db.execute("SELECT placement_id, job_id, nodes, reason FROM stopping")]
+        return list(self._stopping)
 
     def close(self) -> None:
         """Close the file and give up its lock (idempotent)."""

@@ -14,19 +14,22 @@ logged by ``HandshakeWatch``.
 The service never raises but for ``CoreBroken`` (its core failed and cannot be rebuilt from the
 journal): the loop then stops and ``exit_code`` is 1, for a supervisor to start it again.
 
-The loop: poll the socket until the next tick (``TICK_S``), handle every waiting frame, then tick
-the service (liveness, the core's Tick). The service is called under ``lock`` so the metrics thread
+The loop: poll the socket until the next tick (``TICK_S``), handle the waiting frames (at most
+``MAX_DRAIN``) in batches of ``cluster.server.batch.MAX_BATCH``, each one journal transaction whose
+replies are sent after its commit (group commit), then tick the service (liveness, the core's Tick). The service is called under ``lock`` so the metrics thread
 never reads half an update.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
 
 import zmq
 
+from cluster.server.batch import MAX_BATCH
 from cluster.server.handshakes import HandshakeWatch
 from cluster.server.service import CoreBroken, SchedulerService
 from colocate import keys as K
@@ -35,6 +38,8 @@ from colocate.daemon import LogLimit
 
 log = logging.getLogger("colocate.scheduler")
 
+FREEZE_EVERY = 10_000  # submits after which the survivors (the jobs' records) are frozen out of the collector's reach
+MAX_DRAIN = 1024  # messages handled between two ticks at most
 TICK_S = 0.1  # liveness checks: a silent node is down at most this long after its 3rd missed heartbeat
 MAX_BAD_LOGS_PER_S = 20
 
@@ -49,6 +54,7 @@ class SchedulerServer:
         self.exit_code = 0
         self._stop = threading.Event()
         self._bad_logs = LogLimit(MAX_BAD_LOGS_PER_S)
+        self._submits_unfrozen = 0
         self.ctx = zmq.Context()
         self.auth = K.start_authenticator(self.ctx, keys_dir) if keys_dir else None
         self.sock = self.ctx.socket(zmq.ROUTER)
@@ -111,11 +117,38 @@ class SchedulerServer:
         self.ctx.term()
 
     def _drain(self) -> None:
-        for _ in range(1000):  # bounded, so ticks still run under a flood
+        """Handle what waits on the socket, ``MAX_BATCH`` messages per journal transaction (group commit:
+        the replies go out after the commit); bounded, so ticks still run under a flood."""
+        for _ in range(MAX_DRAIN // MAX_BATCH):
+            items, more = self._receive(MAX_BATCH)
+            if items:
+                t0 = time.perf_counter()
+                with self.lock:
+                    out = self.service.on_batch(items, self.clock())
+                self._send(out)
+                if any(not isinstance(m, (P.NodeHeartbeat, P.Error)) for _, m in out):
+                    self._latency(time.perf_counter() - t0)
+                self._freeze_after(sum(isinstance(m, P.Submit) for _, m, _ in items))
+            if not more:
+                return
+
+    def _freeze_after(self, submits: int) -> None:
+        """After ``FREEZE_EVERY`` submits: collect the young generations and freeze the survivors, so full
+        collections never walk the jobs' records (``cluster.server.daemon.settle_memory``)."""
+        self._submits_unfrozen += submits
+        if self._submits_unfrozen >= FREEZE_EVERY:
+            self._submits_unfrozen = 0
+            gc.collect(1)
+            gc.freeze()
+
+    def _receive(self, limit: int) -> tuple[list, bool]:
+        """Up to ``limit`` decoded messages waiting (bad frames answered at once), and whether more may wait."""
+        items: list = []
+        while len(items) < limit:
             try:
                 frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
-                return
+                return items, False
             if len(frames) != 2:
                 self._bad(frames[0].bytes, P.ProtocolError(P.MALFORMED, f"expected 1 frame, got {len(frames) - 1}"))
                 continue
@@ -125,16 +158,10 @@ class SchedulerServer:
                                                  "connect again with an admitted key"))
                 continue
             try:
-                msg = P.decode(data)
+                items.append((ident, P.decode(data), peer))
             except P.ProtocolError as exc:
                 self._bad(ident, exc)
-                continue
-            t0 = time.perf_counter()
-            with self.lock:
-                out = self.service.on_message(ident, msg, self.clock(), peer=peer)
-            self._send(out)
-            if len(out) > 1 or (out and not isinstance(out[0][1], (P.NodeHeartbeat, P.Error))):
-                self._latency(time.perf_counter() - t0)
+        return items, True
 
     def _peer(self, frame) -> str | None:
         """The sender's key name with CURVE (its ZAP user id, while that key is still admitted under that

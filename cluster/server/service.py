@@ -52,6 +52,7 @@ from collections import Counter, deque
 
 from cluster import events as ev
 from cluster.core import SchedulerCore
+from cluster.server.batch import handle_batch
 from cluster.server.faults import MAX_DEFERRED, CoreBroken, Faults, _Refused
 from cluster.server.identity import ANONYMOUS, Gate, peer_of
 from cluster.server.journal import Journal, JournalUnavailable
@@ -100,6 +101,7 @@ class SchedulerService(Faults):
         self.latency_count, self.latency_sum = 0, 0.0
         self.gate, self.peer = Gate(), ANONYMOUS  # peer: the identity of the message being handled
         self.log_relay = LogRelay()
+        self._submitted: list | None = None  # inside on_batch: the jobs submitted, for one cycle at its end
         node = self._node_message
         self._handlers = {
             P.NodeHello: self._hello, P.NodeHeartbeat: self._heartbeat, P.NodeStatus: node,
@@ -141,6 +143,11 @@ class SchedulerService(Faults):
                 ident, P.UNAVAILABLE, f"the scheduler failed on {msg.TYPE} and was rebuilt from its journal: "
                 "nothing was done; try again")]
         return self._take_outbox() + out
+
+    def on_batch(self, items: list[tuple[bytes, P.Message, str | None]], now: float) -> list[tuple[bytes, P.Message]]:
+        """``items`` (ident, msg, peer) handled as one journal transaction (group commit,
+        ``cluster.server.batch``): what to send once this returns, i.e. after the commit."""
+        return handle_batch(self, items, now)
 
     def tick(self, now: float) -> list[tuple[bytes, P.Message]]:
         events: list = []
@@ -281,13 +288,14 @@ class SchedulerService(Faults):
         why = self.gate.client(self.peer, "submit jobs")
         if why:
             return [self._error(ident, P.FORBIDDEN, why)]
-        req = dataclasses.replace(m.request, user=self.gate.user(self.peer, m.request.user))
+        req, user = m.request, self.gate.user(self.peer, m.request.user)
+        job_id = self.journal.peek_job_id()  # what new_job_id() gives below: one spec, no copy
         try:
-            spec = JobSpec("?", submit_time=now, workers=req.workers, gpus=req.gpus, gpu_mem=req.gpu_mem,
-                           priority=req.priority, queue=req.queue or "default", user=req.user, name=req.name,
+            spec = JobSpec(job_id, submit_time=now, workers=req.workers, gpus=req.gpus, gpu_mem=req.gpu_mem,
+                           priority=req.priority, queue=req.queue or "default", user=user, name=req.name,
                            estimate_s=req.estimate_s)
         except SpecError as exc:
-            return [self._error(ident, P.INVALID, str(exc).replace("?: ", ""))]
+            return [self._error(ident, P.INVALID, str(exc).replace(f"{job_id}: ", ""))]
         if m.request_id:
             known = self.journal.job_of_request(spec.user, m.request_id)
             if known is not None:  # a retry of a submit that was committed: the same job
@@ -297,18 +305,23 @@ class SchedulerService(Faults):
         why = self.core.validate(spec)  # duplicate id, unknown queue, a request no known node could take
         if why:
             return [self._error(ident, P.INVALID, why)]
+        wire = P.to_wire(m)["request"]
+        wire["user"] = user  # the user is the key's, whatever the request said
         try:
             with self.journal.transaction():
                 job_id = self.journal.new_job_id()
-                spec = dataclasses.replace(spec, job_id=job_id)
-                self.journal.insert_job(spec, json.dumps(P.to_wire(P.Submit(request=req))["request"]), now,
-                                        m.request_id)
+                if job_id != spec.job_id:
+                    spec = dataclasses.replace(spec, job_id=job_id)
+                self.journal.insert_job(spec, json.dumps(wire), now, m.request_id)
         except JournalUnavailable as exc:
             self._journal_failed(exc, now)
             raise self._unwritable("nothing was submitted") from None
         log.info("job %s submitted: %d x %d GPU(s), %s, queue %s", job_id, spec.workers, spec.gpus, spec.priority,
                  spec.queue)
         ack = [(ident, P.Submitted(job_id=job_id))]
+        if self._submitted is not None:  # in a batch: the core hears it with the batch's other submits
+            self._submitted.append(ev.JobSubmitted(spec))
+            return ack
         try:  # the job is journaled: acknowledged whatever happens to this cycle (a rebuilt core restores it)
             return ack + self._decide([ev.JobSubmitted(spec)], now)
         except JournalUnavailable as exc:
@@ -334,8 +347,13 @@ class SchedulerService(Faults):
 
     def _cancel(self, ident: bytes, m: P.Cancel, now: float):
         job = self.core.job(m.job_id)
-        if job is None:
-            return [self._error(ident, P.NOT_FOUND, f"no job {m.job_id}")]
+        if job is None:  # a job that ended before a restart is only in the journal
+            row = self.journal.job(m.job_id)
+            if row is None:
+                return [self._error(ident, P.NOT_FOUND, f"no job {m.job_id}")]
+            why = self.gate.cancel(self.peer, m.job_id, row["submitter"])
+            return [self._error(ident, P.FORBIDDEN, why) if why else
+                    self._error(ident, P.INVALID, f"job {m.job_id} already {row['state']}")]
         why = self.gate.cancel(self.peer, m.job_id, job.spec.user)
         if why:
             return [self._error(ident, P.FORBIDDEN, why)]

@@ -1,4 +1,16 @@
-"""``colocate submit``: hand a job to the scheduler; prints its id."""
+"""``colocate submit``: hand a job to the scheduler (prints its id), or every job of a file (``--file``) over
+one connection.
+
+The file (``--file FILE``, ``-`` for stdin) is JSON Lines: one job per line, a JSON object with
+``command`` (a non-empty list of strings) and any of ``gpus``, ``workers``, ``gpu_mem`` (bytes or a
+size such as ``"4GiB"``), ``priority``, ``queue``, ``name``, ``estimate`` (seconds or a duration such
+as ``"2h"``); what a line leaves out comes from the command line's options. Blank lines and lines
+starting with ``#`` are skipped. Every line is checked before anything is sent: any bad line is
+reported (``FILE:LINE: why``, one line each) and nothing is submitted (exit 2). Then the jobs are
+submitted in order, each id printed on its own line as it is acknowledged; if one fails, the line
+says which, how many were submitted before it, and that none after it was (exit 1, or 2 if the
+scheduler found it invalid).
+"""
 
 from __future__ import annotations
 
@@ -21,6 +33,7 @@ examples:
   colocate submit --gpus 1 -- python train.py --epochs 3
   colocate submit --name ddp --gpus 1 --workers 4 --estimate 2h -- python train_ddp.py
   colocate submit --gpus 1 --gpu-mem 4GiB --priority opportunistic --queue research -- python sweep.py
+  colocate submit --gpus 1 --file sweep.jsonl   # one job per line: {"command": ["python", "sweep.py", "--lr", "0.1"]}
 
 The job runs in this working directory with this environment (minus COLOCATE_* variables):
 a shared filesystem is assumed, as with Slurm. A variable over 64 KiB, or an environment that
@@ -28,9 +41,14 @@ makes the request over 1 MiB, is refused before anything is sent (never silently
 Each worker is one process with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT, ...): submit the script itself, not torchrun. --gpus is per worker.
 --priority is guaranteed unless given.
+--file FILE submits one job per line of FILE (JSON Lines: "command" and any of "gpus", "workers",
+"gpu_mem", "priority", "queue", "name", "estimate"; the options above are the defaults) over one
+connection; every line is checked first, and a bad line submits nothing.
 Exit code: 0 submitted (the job id is printed); 2 a bad request (nothing was submitted);
 1 the scheduler did not answer.
 """
+
+FIELDS = ("command", "gpus", "workers", "gpu_mem", "priority", "queue", "name", "estimate")
 
 
 def register(sub) -> None:
@@ -38,7 +56,8 @@ def register(sub) -> None:
                        description="Submit a job: a gang of workers, each with its GPUs, run on the cluster's nodes.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--name", default="", help="job name (default: the program's name)")
-    p.add_argument("--gpus", type=POSITIVE_INT, required=True, metavar="G", help="GPUs per worker (>= 1)")
+    p.add_argument("--gpus", type=POSITIVE_INT, default=None, metavar="G",
+                   help="GPUs per worker (>= 1; required, unless each line of --file gives it)")
     p.add_argument("--workers", type=POSITIVE_INT, default=1, metavar="W", help="workers in the gang (default 1)")
     p.add_argument("--gpu-mem", type=SIZE, default=0, metavar="SIZE",
                    help="GPU memory per GPU, e.g. 8GiB (opportunistic: its ceiling; default: not stated)")
@@ -47,6 +66,8 @@ def register(sub) -> None:
     p.add_argument("--queue", default="", help="queue (default: the policy's choice)")
     p.add_argument("--estimate", type=DURATION, default=None, metavar="DURATION",
                    help="expected run time, e.g. 45m, 2h, 1:30:00 (lets backfill start it early)")
+    p.add_argument("--file", default=None, metavar="FILE",
+                   help="submit every job of FILE (JSON Lines, one job per line; - for stdin) over one connection")
     add_scheduler_options(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command of each worker")
     p.set_defaults(func=main)
@@ -60,6 +81,12 @@ def main(args) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
+    if args.file is not None:
+        if command:
+            return fail("submit", "error: give the jobs' commands in --file or one command after --, not both", 2)
+        return submit_file(args)
+    if args.gpus is None:
+        return fail("submit", "error: --gpus is required (GPUs per worker)", 2)
     try:
         check_command(tuple(command), None)
     except LaunchError as exc:
@@ -75,4 +102,97 @@ def main(args) -> int:
     except rpc.RpcError as exc:
         return client_failure("submit", exc)
     print(job_id)
+    return 0
+
+
+def _entry(line: str, args, environ: dict):
+    """The ``JobRequest`` of one line of a jobs file; ``ValueError`` (one line) if it is not one."""
+    import json
+
+    from cluster.client import request_from_here
+    from colocate.launcher import LaunchError, check_command
+    from colocate.units import parse_duration, parse_size
+
+    try:
+        d = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(d, dict):
+        raise ValueError("expected a JSON object, e.g. {\"command\": [\"python\", \"train.py\"], \"gpus\": 1}")
+    unknown = sorted(set(d) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"unknown field {unknown[0][:40]!r} (fields: {', '.join(FIELDS)})")
+    command = d.get("command")
+    if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
+        raise ValueError("\"command\" must be a non-empty list of strings")
+    try:
+        check_command(tuple(command), None)
+    except LaunchError as exc:
+        raise ValueError(str(exc).replace("colocate run", "colocate submit")) from None
+    ints = {}
+    for key in ("gpus", "workers"):
+        value = d.get(key, getattr(args, key))
+        if key == "gpus" and value is None:
+            raise ValueError("no \"gpus\" (give it on the line or --gpus)")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"\"{key}\" must be a whole number >= 1, not {value!r:.40}")
+        ints[key] = value
+    for key in ("priority", "queue", "name"):
+        if key in d and not isinstance(d[key], str):
+            raise ValueError(f"\"{key}\" must be a string")
+    priority = d.get("priority", args.priority)
+    if priority not in PRIORITIES:
+        raise ValueError(f"\"priority\" must be one of {', '.join(PRIORITIES)}, not {priority[:40]!r}")
+    gpu_mem = parse_size(d["gpu_mem"]) if "gpu_mem" in d else args.gpu_mem
+    estimate = parse_duration(d["estimate"]) if d.get("estimate") is not None else args.estimate
+    return request_from_here(command, workers=ints["workers"], gpus=ints["gpus"], gpu_mem=gpu_mem,
+                             priority=priority, queue=d.get("queue", args.queue), name=d.get("name", args.name),
+                             estimate_s=estimate, environ=environ)
+
+
+def _read_lines(path: str) -> list[str]:
+    import sys
+
+    if path == "-":
+        return sys.stdin.read().splitlines()
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def submit_file(args) -> int:
+    """Every job of ``args.file``, checked first, then submitted in order over one connection."""
+    import os
+
+    from colocate import protocol as P
+    from colocate import rpc
+
+    try:
+        lines = _read_lines(args.file)
+    except (OSError, UnicodeDecodeError) as exc:
+        return fail("submit", f"error: cannot read {args.file}: {getattr(exc, 'strerror', None) or exc}", 2)
+    environ = dict(os.environ)
+    jobs, bad = [], 0
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            jobs.append((number, _entry(line, args, environ)))
+        except ValueError as exc:
+            bad += 1
+            fail("submit", f"error: {args.file}:{number}: {exc}", 2)
+    if bad:
+        return fail("submit", f"error: {bad} bad line(s) in {args.file}: nothing was submitted", 2)
+    if not jobs:
+        return fail("submit", f"error: {args.file} has no job (one JSON object per line)", 2)
+    done = 0
+    with scheduler_client(args) as client:
+        for number, request in jobs:
+            try:
+                job_id = client.submit(request)
+            except rpc.RpcError as exc:
+                invalid = isinstance(exc, rpc.BadEndpoint) or getattr(exc, "code", None) == P.INVALID
+                return fail("submit", f"error: {args.file}:{number}: {exc}; {done} of {len(jobs)} job(s) were "
+                            f"submitted (their ids are printed above), none from line {number} on", 2 if invalid else 1)
+            print(job_id, flush=True)
+            done += 1
     return 0

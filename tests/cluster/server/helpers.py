@@ -17,8 +17,10 @@ CLIENT = b"client-1"
 class Harness:
     """One service on a journal file; ``restart()`` builds a fresh one on the same file (a crash)."""
 
-    def __init__(self, path, policy: str = "gang-binpack", t0: float = 1_000_000.0):
-        self.path, self.policy, self.now = str(path), policy, t0
+    def __init__(self, path, policy: str = "gang-binpack", t0: float = 1_000_000.0, batched: bool = False):
+        """``batched``: every message goes through ``on_batch`` (a batch of one, as the server's group commit
+        handles a lone message) instead of ``on_message``."""
+        self.path, self.policy, self.now, self.batched = str(path), policy, t0, batched
         self.sent: list[tuple[bytes, P.Message]] = []
         self.start()
 
@@ -44,7 +46,11 @@ class Harness:
         """``peer``: the sender's key name (the ZAP user id) as with CURVE; None as without keys."""
         self.now += dt
         # every message crosses the wire in production: encode/decode here too
-        out = self.svc.on_message(ident, P.decode(P.encode(msg)), self.now, peer=peer)
+        msg = P.decode(P.encode(msg))
+        if self.batched:
+            out = self.svc.on_batch([(ident, msg, peer)], self.now)
+        else:
+            out = self.svc.on_message(ident, msg, self.now, peer=peer)
         for _, m in out:
             P.decode(P.encode(m))
         self.sent += out

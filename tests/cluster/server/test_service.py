@@ -11,9 +11,10 @@ from colocate.endpoints import replace_after_s
 from tests.cluster.server.helpers import CLIENT, FakeNode, Harness, job_row, replies
 
 
-@pytest.fixture
-def h(tmp_path):
-    return Harness(tmp_path / "sched.db")
+@pytest.fixture(params=["message", "batch"])
+def h(tmp_path, request):
+    """Each test twice: messages one by one, and each through the group commit (``on_batch``)."""
+    return Harness(tmp_path / "sched.db", batched=request.param == "batch")
 
 
 def test_hello_is_welcomed_with_the_liveness_rules(h):

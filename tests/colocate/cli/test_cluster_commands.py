@@ -104,3 +104,38 @@ def test_a_gang_killed_by_kill9_of_one_rank_reports_its_cause(cluster):
     client = SchedulerClient(c.endpoint, None, timeout_s=5.0)  # the keys the scheduler made in the config folder
     wait_for(lambda: client.nodes().nodes[0].workers == 0, 60, what="the node to report no worker")
     assert c.status(job)["exit_code"] == 137
+
+
+def test_submit_file_checks_every_line_first_then_submits_in_order_over_one_connection(cluster):
+    c = cluster
+    good = c.tmp / "good.jsonl"
+    good.write_text("# a sweep\n" + "\n".join(json.dumps({"command": [PY, str(c.worker), str(c.pids), "0"],
+                                                          "name": f"s{i}"}) for i in range(3)) + "\n\n")
+    sub = c.cli("submit", "--gpus", "1", "--file", good)
+    assert sub.returncode == 0 and not sub.stderr, sub.stderr
+    ids = sub.stdout.split()
+    assert len(ids) == 3 and [v["name"] for v in c.status() if v["job_id"] in ids] == ["s0", "s1", "s2"]
+
+    bad = c.tmp / "bad.jsonl"
+    ok = [PY, str(c.worker), str(c.pids), "0"]
+    bad.write_text("\n".join([json.dumps({"command": ok, "gpus": 1}), "{not json",
+                              json.dumps({"command": ok, "gpus": 0}),
+                              json.dumps({"command": "python x.py", "gpus": 1}),
+                              json.dumps({"command": ok, "gpu": 1}),
+                              json.dumps({"command": [PY, "missing.py"], "gpus": 1})]))
+    res = c.cli("submit", "--file", bad)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and "Traceback" not in res.stderr and len(lines) == 6, res.stderr
+    assert [ln.split(":")[3] for ln in lines[:5]] == ["2", "3", "4", "5", "6"] and "nothing was submitted" in lines[5]
+    assert "gpus" in lines[1] and "command" in lines[2] and "unknown field 'gpu'" in lines[3]
+    assert "missing.py" in lines[4]
+    assert len(c.status()) == 3  # nothing of the bad file
+
+    refused = c.tmp / "refused.jsonl"  # valid lines; the scheduler refuses the third (no node has 8 GPUs)
+    refused.write_text("\n".join(json.dumps({"command": [PY, str(c.worker), str(c.pids), "0"], **extra})
+                                 for extra in ({}, {}, {"gpus": 8}, {})))
+    res = c.cli("submit", "--gpus", "1", "--file", refused)
+    line = one_line(res, "submit")
+    assert res.returncode == 2 and len(res.stdout.split()) == 2, res.stderr
+    assert ":3:" in line and "2 of 4 job(s) were submitted" in line and "none from line 3 on" in line
+    assert len(c.status()) == 5
