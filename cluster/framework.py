@@ -449,7 +449,7 @@ class Framework:
             raw, lo, hi = _scores(f, req, feasible)
             if not w or lo == hi:
                 return feasible
-            order = sorted(range(len(feasible)), key=lambda i: (-raw[i], i))
+            order = sorted(range(len(feasible)), key=raw.__getitem__, reverse=True)  # stable: ties keep order
             return [feasible[i] for i in order]
         total = [0.0] * len(feasible)
         for f, w in scorers:
@@ -463,7 +463,7 @@ class Framework:
                 k = w * MAX_NODE_SCORE / (hi - lo)
                 for i, r in enumerate(raw):
                     total[i] += (r - lo) * k
-        order = sorted(range(len(feasible)), key=lambda i: (-total[i], i))
+        order = sorted(range(len(feasible)), key=total.__getitem__, reverse=True)  # stable: ties keep order
         return [feasible[i] for i in order]
 
     def _post_filter(self, req: Request, st: Status, actions: list) -> Placement | None:
