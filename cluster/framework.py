@@ -176,6 +176,18 @@ class Framework:
 
     # ------------------------------------------------------------------ cycle
 
+    def idle(self) -> bool:
+        """Whether a cycle now would decide nothing and change nothing but its counters: no job is pending
+        (queued, set aside, or claiming the capacity its victims freed) and no plugin has a cycle hook."""
+        return not (self.queues or self.aside or self._claims or self.pt["cycle_start"] or self.pt["cycle_end"])
+
+    def skip_cycle(self, now: float) -> None:
+        """Count a cycle that ``idle`` says would decide nothing, as if it ran (``blocked`` empties)."""
+        self.now = now
+        self.cycles += 1
+        if self.blocked:
+            self.blocked = {}
+
     def run_cycle(self, now: float) -> Cycle:
         """One scheduling cycle (see ``Cycle`` for what it returns). Placed slots are already held
         in the state; the caller moves the jobs' states and removes nothing from the queues (the
