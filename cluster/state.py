@@ -599,8 +599,8 @@ class ClusterState:
         in_util: dict[str, dict[GpuState, int]] = {}  # per key: GPU -> utilization buckets holding it
         for k, buckets in self._util.items():
             seen = in_util[k] = {}
-            for b in buckets:
-                for gpu in b:
+            for bucket in buckets:
+                for gpu in bucket:
                     seen[gpu] = seen.get(gpu, 0) + 1
         for node in self.nodes.values():
             nid, spec = node.node_id, node.spec
