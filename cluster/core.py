@@ -64,6 +64,8 @@ class SchedulerCore:
         self.rng = rng
         self.state = ClusterState()
         self.fw = Framework(config.instantiate(), config.scheduler, self.state, rng)
+        if not self.fw.places(Priority.OPPORTUNISTIC):  # its only reader: no upkeep on every allocation
+            self.state.use_utilization_index(False)
         self.jobs = self.fw.jobs
         self.holders = self.fw.holders  # pid -> job, every placement holding slots
         self.stopping: dict[str, _Stop] = self.fw.stopping
@@ -192,9 +194,14 @@ class SchedulerCore:
 
     # ------------------------------------------------------------------ cycle
 
+    skip_idle = True  # a cycle that provably decides nothing (Framework.idle) is counted, not run
+
     def _cycle(self, now: float, out: list) -> None:
         self._dirty = False
         self.stats["cycles"] += 1
+        if self.skip_idle and self.fw.idle():
+            self.fw.skip_cycle(now)
+            return
         cycle = self.fw.run_cycle(now)
         for job in cycle.returned:
             self._set(job, PENDING, "back in its queue: a node that can hold it joined", out)
@@ -218,13 +225,14 @@ class SchedulerCore:
 
     def _set(self, job: Job, state: str, reason: str, out: list, pid: str | None = None) -> None:
         job.state, job.reason = state, reason
+        if state in TERMINAL:
+            job.end_attempt()  # nothing reads a finished job's ranks: their records go
         out.append(ev.JobChanged(job.job_id, state, reason, pid))
 
     def _start(self, job: Job, placement: Placement, now: float, out: list) -> None:
         job.attempt += 1
         job.placement = placement
-        job.started = set()
-        job.exited = {}
+        job.begin_attempt()
         job.placed_at = now
         pid = placement.placement_id
         self.holders[pid] = job
@@ -246,8 +254,7 @@ class SchedulerCore:
             delay_s = until - now
         job.state = PENDING
         job.placement = None
-        job.started = set()
-        job.exited = {}
+        job.end_attempt()
         job.running_since = None
         job.enqueued_at = now
         self.stats["requeues"] += 1

@@ -176,6 +176,18 @@ class Framework:
 
     # ------------------------------------------------------------------ cycle
 
+    def idle(self) -> bool:
+        """Whether a cycle now would decide nothing and change nothing but its counters: no job is pending
+        (queued, set aside, or claiming the capacity its victims freed) and no plugin has a cycle hook."""
+        return not (self.queues or self.aside or self._claims or self.pt["cycle_start"] or self.pt["cycle_end"])
+
+    def skip_cycle(self, now: float) -> None:
+        """Count a cycle that ``idle`` says would decide nothing, as if it ran (``blocked`` empties)."""
+        self.now = now
+        self.cycles += 1
+        if self.blocked:
+            self.blocked = {}
+
     def run_cycle(self, now: float) -> Cycle:
         """One scheduling cycle (see ``Cycle`` for what it returns). Placed slots are already held
         in the state; the caller moves the jobs' states and removes nothing from the queues (the
@@ -449,7 +461,7 @@ class Framework:
             raw, lo, hi = _scores(f, req, feasible)
             if not w or lo == hi:
                 return feasible
-            order = sorted(range(len(feasible)), key=lambda i: (-raw[i], i))
+            order = sorted(range(len(feasible)), key=raw.__getitem__, reverse=True)  # stable: ties keep order
             return [feasible[i] for i in order]
         total = [0.0] * len(feasible)
         for f, w in scorers:
@@ -463,7 +475,7 @@ class Framework:
                 k = w * MAX_NODE_SCORE / (hi - lo)
                 for i, r in enumerate(raw):
                     total[i] += (r - lo) * k
-        order = sorted(range(len(feasible)), key=lambda i: (-total[i], i))
+        order = sorted(range(len(feasible)), key=total.__getitem__, reverse=True)  # stable: ties keep order
         return [feasible[i] for i in order]
 
     def _post_filter(self, req: Request, st: Status, actions: list) -> Placement | None:

@@ -57,8 +57,8 @@ class Recovery:
                 pid = pl.placement_id
                 job.placement = pl
                 core.holders[pid] = job
+                job.begin_attempt(range(spec.workers) if rec.state == RUNNING else ())
                 if rec.state == RUNNING:
-                    job.started = set(range(spec.workers))
                     job.running_since = now
                 else:
                     job.placed_at = now

@@ -17,7 +17,9 @@ Indexes (only nodes that are up are in them), each keyed by GPU model and by ``"
   * partially allocated GPUs bucketed by free milli (fractional requests), keys kept sorted;
   * GPUs bucketed by reported utilization (1% buckets), those beside a guaranteed worker first
     within a bucket, GPUs already holding ``opp_cap`` opportunistic workers left out
-    (opportunistic placement).
+    (opportunistic placement), with the keys of the non-empty buckets kept sorted. Kept from the
+    start by default; an owner whose policy never reads it may turn it off
+    (``use_utilization_index(False)``), and ``gpus_by_util`` then builds it again on first use.
 The ``nodes_by_free``/``partial_gpus``/``gpus_by_util`` iterators are live views: finish or drop
 one before changing the state.
 """
@@ -122,6 +124,8 @@ class ClusterState:
         self._partial: dict[str, dict[int, dict[GpuState, None]]] = {}
         self._partial_keys: dict[str, list[int]] = {}
         self._util: dict[str, list[dict[GpuState, None]]] = {}
+        self._util_keys: dict[str, list[int]] = {}  # keys of the non-empty utilization buckets, sorted
+        self._util_on = True  # the utilization index is kept (use_utilization_index)
         self._capacity: dict[str, int] = {}  # GPUs on every known node (up or down), per model
         self._max_per_node: dict[str, int] = {}  # largest GPU count of a known node, per model
         self.version = 0  # bumped on every change that can add capacity, and when a node goes down
@@ -151,6 +155,23 @@ class ClusterState:
         for node in self.nodes.values():
             for gpu in node.gpus:
                 self._reindex_util(gpu)
+
+    def use_utilization_index(self, on: bool) -> None:
+        """Keep the utilization index (on, the default) or drop it and stop its upkeep on every
+        allocation and report (off: for an owner whose policy never calls ``gpus_by_util``; a call
+        builds it again, GPUs within a bucket then in node and GPU order). Idempotent."""
+        if on == self._util_on:
+            return
+        self._util_on = on
+        for k, buckets in self._util.items():
+            for b in buckets:
+                b.clear()
+            self._util_keys[k].clear()
+        for node in self.nodes.values():
+            for gpu in node.gpus:
+                gpu.ukey = -1
+            if on and node.up:
+                self._index_util(node, node.keys)
 
     # ------------------------------------------------------------------ nodes
 
@@ -195,6 +216,7 @@ class ClusterState:
         self._partial.setdefault(k, {})
         self._partial_keys.setdefault(k, [])
         self._util.setdefault(k, [{} for _ in range(UTIL_BUCKETS * 2 * NOPP_LEVELS)])
+        self._util_keys.setdefault(k, [])
 
     def _add_key(self, node: NodeState, k: str) -> None:
         """Index an existing node under key ``k`` as well (a constraint seen after the node joined)."""
@@ -213,10 +235,15 @@ class ClusterState:
         for gpu in node.gpus:
             if 0 < gpu.milli < MILLI:
                 self._partial_add(node, gpu, keys)
+        if self._util_on:
+            self._index_util(node, keys)
+
+    def _index_util(self, node: NodeState, keys: tuple[str, ...]) -> None:
+        for gpu in node.gpus:
             gpu.ukey = util_key(gpu, self.opp_cap)
             if gpu.ukey >= 0:
                 for k in keys:
-                    self._util[k][gpu.ukey][gpu] = None
+                    self._util_put(k, gpu.ukey, gpu)
 
     def node_down(self, node_id: str) -> list[Alloc]:
         """Mark a node down: out of every index, every slot on it released (returned)."""
@@ -234,7 +261,7 @@ class ClusterState:
                     self._partial_remove(node, gpu)
                 if gpu.ukey >= 0:
                     for k in node.keys:
-                        del self._util[k][gpu.ukey][gpu]
+                        self._util_del(k, gpu.ukey, gpu)
                 gpu.ukey = -1
             self.version += 1  # readers of per-node copies (the placement node table) re-read it
         return released
@@ -263,36 +290,59 @@ class ClusterState:
                 keys = self._partial_keys[k]
                 del keys[bisect_left(keys, free)]
 
-    def _gpu_milli(self, node: NodeState, gpu: GpuState, delta: int) -> None:
-        before, after = gpu.milli, gpu.milli + delta
-        if node.up and 0 < before < MILLI:
+    def _gpu_milli(self, node: NodeState, gpu: GpuState, delta: int) -> int:
+        """Change a GPU's guaranteed milli (partial index kept); the change of the node's free whole GPUs
+        it makes (-1, 0, 1), for the caller to apply with ``_move_free``."""
+        before = gpu.milli
+        after = before + delta
+        up = node.up
+        if up and 0 < before < MILLI:
             self._partial_remove(node, gpu)
         gpu.milli = after
-        if node.up and 0 < after < MILLI:
+        if up and 0 < after < MILLI:
             self._partial_add(node, gpu)
-        if (before == 0) != (after == 0):
-            step = -1 if before == 0 else 1
-            if node.up:
-                for k in node.keys:
-                    buckets = self._by_free[k]
-                    del buckets[node.free][node.node_id]
-                    buckets[node.free + step][node.node_id] = node
-                    self._free_total[k] += step
-            node.free += step
+        if before == 0:
+            return -1 if after else 0
+        return 1 if not after else 0
+
+    def _move_free(self, node: NodeState, step: int) -> None:
+        """The node's free whole GPUs change by ``step``: one move between count buckets (the node ends
+        last in its new bucket, as after ``abs(step)`` moves of one)."""
+        if node.up:
+            nid, free = node.node_id, node.free
+            for k in node.keys:
+                buckets = self._by_free[k]
+                del buckets[free][nid]
+                buckets[free + step][nid] = node
+                self._free_total[k] += step
+        node.free += step
+
+    def _util_put(self, k: str, key: int, gpu: GpuState) -> None:
+        b = self._util[k][key]
+        if not b:
+            insort(self._util_keys[k], key)
+        b[gpu] = None
+
+    def _util_del(self, k: str, key: int, gpu: GpuState) -> None:
+        b = self._util[k][key]
+        del b[gpu]
+        if not b:
+            keys = self._util_keys[k]
+            del keys[bisect_left(keys, key)]
 
     def _reindex_util(self, gpu: GpuState) -> bool:
         node = gpu.node
-        if not node.up:
+        if not node.up or not self._util_on:
             return False
         key = util_key(gpu, self.opp_cap)
-        if key == gpu.ukey:
+        old = gpu.ukey
+        if key == old:
             return False
         for k in node.keys:
-            buckets = self._util[k]
-            if gpu.ukey >= 0:
-                del buckets[gpu.ukey][gpu]
+            if old >= 0:
+                self._util_del(k, old, gpu)
             if key >= 0:
-                buckets[key][gpu] = None
+                self._util_put(k, key, gpu)
         gpu.ukey = key
         return True
 
@@ -311,18 +361,28 @@ class ClusterState:
         node.slots[(a.pid, a.rank)] = a
         node.cpu += a.cpu
         node.host_mem += a.host_mem
-        g = a.klass == Priority.GUARANTEED
-        for i in a.gpus:
-            gpu = node.gpus[i]
-            gpu.mem += a.mem
-            if g:
-                had = bool(gpu.g)
-                gpu.g[a.pid] = gpu.g.get(a.pid, 0) + a.milli
-                self._gpu_milli(node, gpu, a.milli)
-                if not had:
-                    self._reindex_util(gpu)
-            else:
-                gpu.o[a.pid] = gpu.o.get(a.pid, 0) + 1
+        pid, mem, gpus = a.pid, a.mem, node.gpus
+        if a.klass == Priority.GUARANTEED:
+            milli, util, step = a.milli, self._util_on, 0
+            for i in a.gpus:
+                gpu = gpus[i]
+                gpu.mem += mem
+                held = gpu.g
+                if held:
+                    held[pid] = held.get(pid, 0) + milli
+                    step += self._gpu_milli(node, gpu, milli)
+                else:
+                    held[pid] = milli
+                    step += self._gpu_milli(node, gpu, milli)
+                    if util:
+                        self._reindex_util(gpu)
+            if step:
+                self._move_free(node, step)
+        else:
+            for i in a.gpus:
+                gpu = gpus[i]
+                gpu.mem += mem
+                gpu.o[pid] = gpu.o.get(pid, 0) + 1
                 gpu.nopp += 1
                 if self.opp_cap or gpu.nopp < NOPP_LEVELS:  # the count is part of the index key
                     self._reindex_util(gpu)
@@ -339,27 +399,35 @@ class ClusterState:
         del node.slots[(pid, rank)]
         node.cpu -= a.cpu
         node.host_mem -= a.host_mem
-        g = a.klass == Priority.GUARANTEED
-        for i in a.gpus:
-            gpu = node.gpus[i]
-            gpu.mem -= a.mem
-            if g:
-                left = gpu.g[pid] - a.milli
+        mem, gpus = a.mem, node.gpus
+        if a.klass == Priority.GUARANTEED:
+            milli, util, step = a.milli, self._util_on, 0
+            for i in a.gpus:
+                gpu = gpus[i]
+                gpu.mem -= mem
+                held = gpu.g
+                left = held[pid] - milli
                 if left:
-                    gpu.g[pid] = left
+                    held[pid] = left
                 else:
-                    del gpu.g[pid]
-                self._gpu_milli(node, gpu, -a.milli)
-                if not gpu.g:
+                    del held[pid]
+                step += self._gpu_milli(node, gpu, -milli)
+                if util and not held:
                     self._reindex_util(gpu)
-            else:
+            if step:
+                self._move_free(node, step)
+        else:
+            cap = self.opp_cap
+            for i in a.gpus:
+                gpu = gpus[i]
+                gpu.mem -= mem
                 left = gpu.o[pid] - 1
                 if left:
                     gpu.o[pid] = left
                 else:
                     del gpu.o[pid]
                 gpu.nopp -= 1
-                if self.opp_cap or gpu.nopp < NOPP_LEVELS - 1:
+                if cap or gpu.nopp < NOPP_LEVELS - 1:
                     self._reindex_util(gpu)
         self.version += 1
         return a
@@ -407,6 +475,10 @@ class ClusterState:
         if node is None or not (0 <= index < len(node.gpus)):
             return False
         gpu = node.gpus[index]
+        if not self._util_on:
+            before = util_key(gpu, self.opp_cap)
+            gpu.util, gpu.mem_used = float(util), int(mem_used)
+            return node.up and util_key(gpu, self.opp_cap) != before
         gpu.util, gpu.mem_used = float(util), int(mem_used)
         return self._reindex_util(gpu)
 
@@ -476,16 +548,19 @@ class ClusterState:
         """Up GPUs whose reported utilization is below ``max_util``, least utilized first;
         within a 1% bucket, GPUs beside a guaranteed worker first, then those holding fewer
         opportunistic workers."""
+        if not self._util_on:
+            self.use_utilization_index(True)
         buckets = self._util.get(model)
         if not buckets:
             return
         top = min(UTIL_BUCKETS - 1, max(0, int(max_util * 100 + 0.999999)))
-        for key in range(0, (top * 2 + 2) * NOPP_LEVELS):
-            b = buckets[key]
-            if b:
-                for gpu in b:
-                    if gpu.util < max_util:
-                        yield gpu
+        end = (top * 2 + 2) * NOPP_LEVELS
+        for key in self._util_keys[model]:  # the non-empty buckets only
+            if key >= end:
+                return
+            for gpu in buckets[key]:
+                if gpu.util < max_util:
+                    yield gpu
 
     def up_nodes(self) -> Iterator[NodeState]:
         return (n for n in self.nodes.values() if n.up)
@@ -521,6 +596,12 @@ class ClusterState:
                             whole_g[key] = whole_g.get(key, 0) + 1
                     else:
                         opp[key] = opp.get(key, 0) + 1
+        in_util: dict[str, dict[GpuState, int]] = {}  # per key: GPU -> utilization buckets holding it
+        for k, buckets in self._util.items():
+            seen = in_util[k] = {}
+            for bucket in buckets:
+                for gpu in bucket:
+                    seen[gpu] = seen.get(gpu, 0) + 1
         for node in self.nodes.values():
             nid, spec = node.node_id, node.spec
             n_slots = sum(1 for (p, r) in node.slots if self.allocs.get(p, {}).get(r) is not None)
@@ -541,10 +622,11 @@ class ClusterState:
                 assert sum(gpu.o.values()) == opp.get(key, 0) == gpu.nopp, f"{nid}/{gpu.index}: opportunistic count"
                 free += gpu.milli == 0
                 if node.up:
-                    assert gpu.ukey == util_key(gpu, self.opp_cap), f"{nid}/{gpu.index}: stale utilization index"
+                    want_key = util_key(gpu, self.opp_cap) if self._util_on else -1
+                    assert gpu.ukey == want_key, f"{nid}/{gpu.index}: stale utilization index"
                     for k in node.keys:
                         assert gpu.ukey < 0 or gpu in self._util[k][gpu.ukey]
-                        assert sum(gpu in b for b in self._util[k]) == (gpu.ukey >= 0)
+                        assert in_util[k].get(gpu, 0) == (gpu.ukey >= 0), f"{nid}/{gpu.index}: utilization index"
                         in_part = gpu in self._partial[k].get(MILLI - gpu.milli, {})
                         assert in_part == (0 < gpu.milli < MILLI), f"{nid}/{gpu.index}: partial index"
             assert node.free == free, f"{nid}: free {node.free} != {free}"
@@ -555,4 +637,5 @@ class ClusterState:
             want = sum(n.free for n in self.nodes.values() if n.up and k in n.keys)
             assert total == want, f"model {k!r}: free total {total} != {want}"
             assert self._partial_keys[k] == sorted(self._partial[k]), f"model {k!r}: partial keys"
+            assert self._util_keys[k] == [i for i, b in enumerate(self._util[k]) if b], f"model {k!r}: util keys"
             assert all(self._partial[k].values())

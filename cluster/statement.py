@@ -49,6 +49,9 @@ class Statement:
 
     def commit(self, job_id: str) -> Placement:
         """Keep the slots; the placement they form (ranks in order)."""
-        slots = tuple(WorkerSlot(a.rank, a.node_id, a.gpus) for a in sorted(self.allocs, key=lambda a: a.rank))
+        allocs = self.allocs
+        if any(allocs[i].rank > allocs[i + 1].rank for i in range(len(allocs) - 1)):
+            allocs.sort(key=lambda a: a.rank)
+        slots = tuple([WorkerSlot(a.rank, a.node_id, a.gpus) for a in allocs])
         self.allocs = []
         return Placement(self.pid, job_id, slots, self.klass)

@@ -163,18 +163,22 @@ def summarize(sim, policy: str, rows: list[dict] | None = None, skipped: dict | 
 
 
 def write_jobs_csv(rows: list[dict], path: Path) -> None:
+    """``rows`` (``job_rows``) as CSV, columns ``CSV_FIELDS``: None empty, floats with at most 3
+    decimals (integral ones without), infinity ``inf``."""
+    fmt = _fmt
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: _fmt(v) for k, v in r.items()})
+        w = csv.writer(f)
+        w.writerow(CSV_FIELDS)
+        w.writerows([[fmt(r[k]) for k in CSV_FIELDS] for r in rows])
 
 
 def _fmt(v):
     if v is None:
         return ""
     if isinstance(v, float):
+        if v.is_integer():
+            return str(int(v))
         if math.isinf(v):
             return "inf"
-        return str(int(v)) if v.is_integer() else f"{v:.3f}".rstrip("0").rstrip(".")
+        return f"{v:.3f}".rstrip("0").rstrip(".")
     return v

@@ -127,6 +127,8 @@ def load_workload(trace: str, *, format: str | None = None, nodes: str | None = 
         opts["allow_no_duration"] = allow_no_duration
     if fmt == "philly" and f:
         opts.update(opportunistic_fraction=f, rng=random.Random(seed))
+    if fmt == "philly" and queues == "default":
+        opts["queue"] = "default"  # made with it: no copy of each spec below
     res = load_trace(trace, fmt, **opts)
     table = table if table is not None else LucidTable.empty()
     draw = random.Random(f"{seed}:opportunistic") if (f and fmt != "philly") else None

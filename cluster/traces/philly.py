@@ -61,9 +61,10 @@ def _seconds(text: str) -> float:
 
 def read_philly(path, *, node_gpus: int = 8, opportunistic_fraction: float = 0.0,
                 rng: random.Random | None = None, limit: int | None = None,
-                max_problems: int | None = None) -> TraceResult:
+                max_problems: int | None = None, queue: str | None = None) -> TraceResult:
     """Read a Philly trace; see the module docstring for the mapping. ``rng`` is required when
-    ``opportunistic_fraction > 0``. ``limit`` keeps the first N jobs by submit time."""
+    ``opportunistic_fraction > 0``. ``limit`` keeps the first N jobs by submit time. ``queue``: every
+    job in that queue instead of its virtual cluster's (the spec is made once, with it)."""
     check_node_gpus(node_gpus)
     fraction = parse_fraction(opportunistic_fraction, "opportunistic_fraction")
     if fraction > 0 and rng is None:
@@ -89,17 +90,17 @@ def read_philly(path, *, node_gpus: int = 8, opportunistic_fraction: float = 0.0
             except BadRow as e:
                 log.skip(line, e.reason, e.detail)
                 continue
-            queue = row[i_q].strip() if i_q is not None else ""
-            good.append((line, t, dur, n, queue or "default"))
+            vc = queue or (row[i_q].strip() if i_q is not None else "")
+            good.append((line, t, dur, n, vc or "default"))
     t0 = min((g[1] for g in good), default=0.0)
     jobs: list[TraceJob] = []
-    for line, t, dur, n, queue in good:
+    for line, t, dur, n, vc in good:
         workers, gpus = split_gang(n, node_gpus)
         priority = Priority.OPPORTUNISTIC if rng is not None and fraction > 0 and rng.random() < fraction \
             else Priority.GUARANTEED
         try:
             spec = JobSpec(job_id=f"philly-{line}", submit_time=t - t0, workers=workers, gpus=gpus,
-                           priority=priority, queue=queue)
+                           priority=priority, queue=vc)
         except SpecError as e:
             log.skip(line, "bad spec", str(e))
             continue

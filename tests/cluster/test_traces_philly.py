@@ -140,3 +140,14 @@ def test_limit_keeps_the_earliest(tmp_path):
         read_philly(p, limit=-1)
     with pytest.raises(ValueError, match="node_gpus"):
         read_philly(p, node_gpus=0)
+
+
+def test_queue_override_makes_the_same_specs_in_one_queue(tmp_path):
+    p = write(tmp_path, HEADER + GOOD + "2017-10-01 00:00:05,20.0,16,320.0,vc2\n" + "2017-10-01 00:00:09,5.0,2,10.0,\n")
+    plain = read_philly(p, opportunistic_fraction=0.5, rng=random.Random(3)).jobs
+    one = read_philly(p, opportunistic_fraction=0.5, rng=random.Random(3), queue="default").jobs
+    assert [j.spec.queue for j in plain] == ["vc1", "vc2", "default"]
+    assert [j.spec.queue for j in one] == ["default"] * 3
+    assert [(j.spec.job_id, j.spec.submit_time, j.spec.workers, j.spec.gpus, j.spec.priority, j.duration_s, j.line)
+            for j in one] == [(j.spec.job_id, j.spec.submit_time, j.spec.workers, j.spec.gpus, j.spec.priority,
+                               j.duration_s, j.line) for j in plain]

@@ -3,7 +3,6 @@ The expected numbers are those the traces' README states or that docs/traces.md 
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -16,11 +15,9 @@ pytestmark = pytest.mark.skipif(not TRACES.is_dir(), reason=f"no traces at {TRAC
 ALI = TRACES / "alibaba-gpu-v2023"
 
 
-def test_philly_whole_file_fast_and_as_documented():
-    t = time.perf_counter()
+def test_philly_whole_file_as_documented():
+    # how fast it loads is benchmarks/simulator.py's to say: a test never fails because the machine was slow
     r = read_philly(TRACES / "philly-pollux" / "philly.csv")
-    elapsed = time.perf_counter() - t
-    assert elapsed < 2.0, f"loading Philly took {elapsed:.2f} s"
     assert r.rows == 82247 and len(r.jobs) == 82247 and not r.skipped
     hist = Counter(j.spec.total_gpus for j in r.jobs)
     assert (hist[1], hist[2], hist[4], hist[8], hist[16], hist[32], max(hist)) == \

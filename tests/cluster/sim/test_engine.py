@@ -122,3 +122,16 @@ def test_reports_carry_the_windowed_utilization():
     assert reports[3] == (120.0, 0.0)
     quiet = run("antman", jobs, node_specs("1x1"), config=SimConfig(record=True, reports="never"))[2]
     assert quiet["node_reports"] == 0 and s["node_reports"] == len(reports)
+
+
+def test_jobs_csv_formats_every_cell(tmp_path):
+    from cluster.sim.metrics import CSV_FIELDS, write_jobs_csv
+    row = dict.fromkeys(CSV_FIELDS, "x")
+    row.update(job_id="j1", submit_s=3.0, start_s=None, end_s=float("inf"), wait_s=1.23456, jct_s=2.5, starts=2)
+    path = tmp_path / "jobs.csv"
+    write_jobs_csv([row], path)
+    header, line = path.read_text().splitlines()
+    assert header.split(",") == list(CSV_FIELDS)
+    got = dict(zip(CSV_FIELDS, line.split(",")))
+    assert (got["job_id"], got["submit_s"], got["start_s"], got["end_s"], got["wait_s"], got["jct_s"], got["starts"]) == \
+        ("j1", "3", "", "inf", "1.235", "2.5", "2")
