@@ -48,6 +48,9 @@ attempt("read the operator's secret key", lambda: read(os.path.join(keys, "opera
 attempt("read the scheduler's secret key", lambda: read(os.path.join(keys, "scheduler.key_secret")))
 attempt("read bob's log", lambda: read(os.path.join(logs, bob_job, "worker-0.log")))
 attempt("list the logs folder", lambda: os.listdir(logs))
+journal = sys.argv[6]
+attempt("read the scheduler's journal", lambda: read(journal))
+attempt("read the journal's WAL", lambda: read(journal + "-wal"))
 bob_uid = int(sys.argv[5])
 pids = [int(p.split("/")[2]) for p in glob.glob("/proc/[0-9]*") if os.stat(p).st_uid == bob_uid]
 out["bob's processes seen"] = len(pids)
@@ -107,7 +110,8 @@ def test_two_users_jobs_run_as_their_owners_and_cannot_reach_each_other(tmp_path
     procs = Procs(tmp_path)
     try:
         endpoint = f"tcp://127.0.0.1:{free_port()}"
-        sched = procs.start([PY, "-m", "colocate", "scheduler", "--bind", endpoint, "--state", tmp_path / "s.db",
+        journal = open_dir / "s.db"  # on a path others may pass: only the journal's own modes keep them out
+        sched = procs.start([PY, "-m", "colocate", "scheduler", "--bind", endpoint, "--state", journal,
                              "--keys", keys, "--log-level", "info"], "scheduler.log")
         client = {who: SchedulerClient(endpoint, str(folder), timeout_s=5.0) for who, folder in mine.items()}
         wait_until_scheduler_answers(sched, client["ops"], 60)
@@ -130,8 +134,9 @@ def test_two_users_jobs_run_as_their_owners_and_cannot_reach_each_other(tmp_path
         logs = state / "logs"
         bob_log = logs / bob_job / "worker-0.log"
         wait_for(lambda: bob_log.exists() and "bob was here" in bob_log.read_text(), 60, what="bob's job to print")
+        assert os.path.exists(f"{journal}-wal")  # the WAL is there to try (bob's job is in it)
         alice_job = client[alice].submit(request([py, "-c", ATTACK, keys, logs, bob_job, node_ep,
-                                                  str(users.uid(bob))], "alices-secret", "alices"))
+                                                  str(users.uid(bob)), journal], "alices-secret", "alices"))
         wait_for(lambda: client[alice].job(alice_job).state in ("succeeded", "failed"), 120,
                  what="alice's job to end")
         assert client[alice].job(alice_job).state == "succeeded", read_log(node)
@@ -154,7 +159,8 @@ def test_two_users_jobs_run_as_their_owners_and_cannot_reach_each_other(tmp_path
         assert 0 not in trial["groups"] and trial["keys_env"] == []
         assert trial["bob's processes seen"] >= 1  # bob's job runs as bob: there was an environment to try
         for what in ("list the key folder", "read the operator's secret key", "read the scheduler's secret key",
-                     "read bob's log", "list the logs folder", "read bob's environment", "register as bob's job"):
+                     "read bob's log", "list the logs folder", "read bob's environment", "register as bob's job",
+                     "read the scheduler's journal", "read the journal's WAL"):
             assert trial[what].startswith("refused: "), (what, trial[what])
         assert "not below its launcher" in trial["register as bob's job"] or "registered by uid" in \
             trial["register as bob's job"]
