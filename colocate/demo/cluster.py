@@ -16,6 +16,7 @@ simulated GPUs share cores: the run shows placement and co-location, not speed.
 
 from __future__ import annotations
 
+import getpass
 import os
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 from colocate.demo.node import EXAMPLES
+from colocate.node.accounts import USERS_FILE
 from colocate.vocab import Priority
 
 SAMPLE_S = 0.5
@@ -107,20 +109,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def make_keys(workdir: str) -> str:
+    """The demo's own CURVE keys in ``workdir/keys`` (one per node and the demo user's), and the nodes' user
+    map (docs/security.md) that runs the demo user's jobs as whoever runs the demo. Returns the folder."""
+    from colocate import keys as K
+
+    keys = os.path.join(workdir, "keys")
+    for name in NODES:
+        K.generate(keys, K.NODE, name, exist_ok=True)
+    K.generate(keys, K.USER, "demo", exist_ok=True)
+    with open(os.path.join(keys, USERS_FILE), "w") as f:
+        f.write(f"demo {getpass.getuser()}\n")
+    return keys
+
+
 def run_cluster(workdir: str, duration: float = 20.0, sim_gpus: int = 2, progress=None,
                 timeout_s: float = 300.0) -> ClusterRun:
     """Run the stream to completion (or ``timeout_s``); ``progress(sample, run)`` after each sample."""
     from cluster.client import SchedulerClient, request_from_here
-    from colocate import keys as K
     from colocate import rpc
 
     run = ClusterRun(workdir)
     endpoint = f"tcp://127.0.0.1:{_free_port()}"
     py = sys.executable
-    keys = os.path.join(workdir, "keys")  # the demo's own CURVE keys: one per node and the user's
-    for name in NODES:
-        K.generate(keys, K.NODE, name, exist_ok=True)
-    K.generate(keys, K.USER, "demo", exist_ok=True)
+    keys = make_keys(workdir)
     daemons = [_spawn([py, "-m", "colocate", "scheduler", "--bind", endpoint, "--state",
                        os.path.join(workdir, "scheduler.db"), "--config", "antman", "--log-level", "info",
                        "--keys", keys], os.path.join(workdir, "scheduler.log"))]

@@ -4,6 +4,7 @@ The records are what a node writes with ``--record`` (one JSON object a line), b
 here with known batch times so every figure of ``summary.json`` can be checked by hand.
 """
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +114,16 @@ def test_demo_bad_arguments_exit_2_with_one_line(tmp_path, args, message):
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_cluster_demos_user_runs_its_jobs_as_whoever_runs_the_demo(tmp_path):
+    """A node maps a job's user to a Unix account (docs/security.md): the demo's user key ``demo`` has no account
+    of that name, so without the demo's own map a root node refused every job of the cluster part."""
+    import pwd
+
+    from colocate.demo.cluster import make_keys
+    from colocate.node.accounts import Accounts
+
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    acct = Accounts(make_keys(str(tmp_path)), uid=0).for_user("demo")  # as a root node would resolve it
+    assert acct is not None and acct.name == me
