@@ -19,6 +19,7 @@ The table gives p50/p99/max over all jobs and the median of the first 100 and of
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
 import signal
 import socket
@@ -123,6 +124,9 @@ def one_run(args, console):
     keys = tmp / "keys"  # CURVE, as by default: the scheduler's, node n0's and one user's keys
     K.generate(str(keys), K.NODE, "n0")
     K.generate(str(keys), K.USER, "bench")
+    # the node runs a user's jobs as that user's Unix account (colocate.node.accounts): "bench" runs as whoever
+    # runs this benchmark, as root too (else every start is refused: no account "bench")
+    (keys / "users").write_text(f"bench {getpass.getuser()}\n")
     auth = ["--insecure"] if args.insecure else ["--keys", keys]
     sched = spawn([py, "-m", "colocate", "scheduler", "--bind", endpoint, "--state", tmp / "s.db", "--config",
                    "gang-binpack", "--log-level", args.log_level, *auth], tmp / "scheduler.log")

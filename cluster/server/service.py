@@ -454,7 +454,20 @@ class SchedulerService(Faults):
                         for n in d.nodes if n in self.nodes]
             elif isinstance(d, ev.JobChanged) and d.state in ev.TERMINAL and d.placement_id:
                 self._release(d.placement_id)
+        if any(isinstance(d, ev.JobChanged) and d.state == ev.PENDING for d in decisions):
+            self._release_abandoned()
         return out
+
+    def _release_abandoned(self) -> None:
+        """Give back the ports of placements a requeued job left without a stop (a refused start: no worker
+        ran, so no ``StopWorkers``); a stopping placement keeps its port until its workers are gone."""
+        core = self.core
+        for pid in list(self.ports.held):
+            job = core.holders.get(pid)
+            if pid in core.stopping or (job is not None and job.placement_id == pid
+                                        and job.state in (ev.PLACING, ev.RUNNING)):
+                continue
+            self._release(pid)
 
     def _stopping_changes(self):
         """What the journal's stopping table lacks and holds beyond the core's stopping placements."""
