@@ -120,7 +120,7 @@ def test_a_restarted_node_readopts_its_workers_and_a_stop_checkpoints_them(sim_e
     wait_for(lambda: both_listed(node), 30, what="the workers to register with the new node")
     sched.send(ident, start)  # the scheduler repeats the start: the node starts nothing twice
     sched.send(ident, P.StopPlacement(placement_id="p1", job_id="ddp", reason="preempted", grace_s=60.0))
-    exits = {r: m.exit_code for r, m in events(sched, P.WorkerExited, "p1").items()}
+    exits = {r: m.exit_code for r, m in events(sched, P.WorkerExited, "p1", timeout=300).items()}
     assert exits == {0: 143, 1: 143}  # exited on SIGTERM after saving; codes from the launchers' exit files
     assert len(sched.of(P.WorkerStarted)) == n_started
     saved = re.search(r"SIGTERM: checkpoint saved at iteration (\d+)", log0.read_text())
