@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -32,16 +33,72 @@ def _open_to_others(path: str) -> bool:
         path = os.path.dirname(path)
 
 
+# what a process of another account imports: the daemons' own requirements (not torch, numpy, matplotlib)
+_SHARED_DISTS = ("pyzmq", "msgpack", "psutil", "rich", "prometheus-client")
+_SHARED_PACKAGES = ("colocate", "torch_hooks", "cluster")
+
+
+def _dists_with_requirements(names) -> list:
+    """The installed distributions ``names`` and, transitively, what they require (extras left out)."""
+    from importlib import metadata
+
+    seen: dict = {}
+    todo = list(names)
+    while todo:
+        name = re.split(r"[\s;<>=!~\[(]", todo.pop(), maxsplit=1)[0].lower().replace("_", "-")
+        if not name or name in seen:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:  # a requirement for another Python version
+            continue
+        seen[name] = dist
+        todo += [r for r in (dist.requires or []) if "extra ==" not in r]
+    return list(seen.values())
+
+
+def _open_copy(root: Path) -> None:
+    """Copies this checkout's packages and the files of ``_SHARED_DISTS`` (and what they need) into ``root``,
+    every file readable and every folder passable by others."""
+    repo = Path(__file__).resolve().parent.parent
+    for package in _SHARED_PACKAGES:
+        shutil.copytree(repo / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    for dist in _dists_with_requirements(_SHARED_DISTS):
+        for f in dist.files or []:
+            if f.parts[0] == ".." or "__pycache__" in f.parts:  # scripts in bin/, byte code
+                continue
+            src = Path(f.locate())
+            if src.is_file():
+                (root / f).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, root / f)
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o755)
+        for name in filenames:
+            os.chmod(os.path.join(dirpath, name), 0o644)
+
+
+_shared: tuple[str, str] | None = None
+
+
 def shared_python() -> tuple[str, str]:
-    """An interpreter of this Python version that other accounts can run, and the PYTHONPATH that gives it
-    this checkout and this suite's packages (a venv under root's closed home is not runnable by them).
-    Skips with one line where there is none."""
+    """An interpreter of this Python version that other accounts can run, and a PYTHONPATH they can read that
+    gives it this checkout and the daemons' packages. The checkout and the suite's packages may lie where
+    others cannot pass (a venv or a clone under root's closed home, as in CI): they are copied once per test
+    process into a folder open to all, removed when the process ends. Skips with one line where there is no
+    such interpreter."""
+    global _shared
+    if _shared is not None:
+        return _shared
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for exe in (sys.executable, f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"):
-        if os.path.exists(exe) and _open_to_others(exe):
-            return exe, os.pathsep.join([repo, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
-    pytest.skip(f"no python{version} that other accounts can run")
+    exe = next((e for e in (sys.executable, f"/usr/bin/python{version}", f"/usr/local/bin/python{version}")
+                if os.path.exists(e) and _open_to_others(e)), None)
+    if exe is None:
+        pytest.skip(f"no python{version} that other accounts can run")
+    root = Path(tempfile.mkdtemp(prefix="cl-shared-py-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    _open_copy(root)
+    _shared = (exe, str(root))
+    return _shared
 
 
 class Users:
