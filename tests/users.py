@@ -71,7 +71,7 @@ def _open_copy(root: Path) -> None:
             if src.is_file():
                 (root / f).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, root / f)
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirs, filenames in os.walk(root):
         os.chmod(dirpath, 0o755)
         for name in filenames:
             os.chmod(os.path.join(dirpath, name), 0o644)
