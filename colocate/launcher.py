@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import colocate
-from colocate import stats
+from colocate import autogroup, stats
 from colocate.env import JobEnv, format_gpus
 from colocate.files import write_json_atomic
 from colocate.vocab import DeviceKind, OnCap, Priority
@@ -203,7 +203,7 @@ def launch(spec: RunSpec) -> int:
 
             job = JobEnv.from_environ(env)
             keep_off_cores({core_of(replace(job, gpu=g)) for g in gpus})
-        session_nice = autogroup_nice()
+        session_nice = autogroup.nice()
         watch = _lease_watch(spec.lease_file)  # read once before the command starts: what the node promised
         try:  # in every mode: a launcher killed by SIGKILL takes its command with it
             child = subprocess.Popen(list(spec.command), env=env, preexec_fn=_die_with_parent(os.getpid()))
@@ -324,7 +324,6 @@ def write_exit_file(path: str | None, code: int) -> None:
 # ---------------------------------------------------------------- what the launcher leaves behind
 
 STATS_PREFIX = "colocate-stats-"  # + the launcher's pid + "-" + random: the folder of one launch's stats files
-_AUTOGROUP = "/proc/self/autogroup"
 
 
 def remove_stale_stats_dirs(tmp: str | None = None) -> list[str]:
@@ -346,26 +345,16 @@ def remove_stale_stats_dirs(tmp: str | None = None) -> list[str]:
     return removed
 
 
-def autogroup_nice() -> int | None:
-    """This process's session autogroup nice (``/proc/self/autogroup``), or None where there is none."""
-    try:
-        with open(_AUTOGROUP) as f:
-            return int(f.read().split("nice")[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def restore_autogroup(before: int | None) -> None:
     """Put the session's autogroup nice back to ``before`` (read before the command started): the job's runtime
     lowers its session while it runs opportunistic work and restores it only at its own exit, which a killed job
     never reaches; the launcher, in the same session, outlives it. Needs ``CAP_SYS_NICE`` to raise the weight
     again; a refusal is said in one line."""
-    now = autogroup_nice()
+    now = autogroup.nice()
     if before is None or now is None or now == before:
         return
     try:
-        with open(_AUTOGROUP, "w") as f:
-            f.write(str(before))
+        autogroup.set_nice(before)
     except OSError as exc:
         print(f"colocate run: cannot restore the session's autogroup nice {before} (the job left it at {now}): "
               f"{exc.strerror or exc}", file=sys.stderr)

@@ -128,7 +128,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 def test_the_session_of_a_killed_opportunistic_job_gets_its_autogroup_nice_back(tmp_path):
     """The job's runtime lowers its session to nice 19 and restores it only at its own exit; killed, it never does.
     The launcher, in the same session, outlives it and restores it: a shell of that session is not left slow."""
-    from colocate.launcher import autogroup_nice
+    from colocate.autogroup import nice as autogroup_nice
 
     if autogroup_nice() is None or open("/proc/sys/kernel/sched_autogroup_enabled").read().strip() != "1":
         pytest.skip("no autogroup scheduling on this kernel")

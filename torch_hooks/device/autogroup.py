@@ -24,8 +24,9 @@ from __future__ import annotations
 import atexit
 import os
 
+from colocate.autogroup import nice, set_nice
+
 LOW_NICE = 19
-_AUTOGROUP = "/proc/self/autogroup"
 _lowered = False
 
 
@@ -35,15 +36,6 @@ def enabled() -> bool:
             return f.read().strip() == "1"
     except OSError:
         return False
-
-
-def nice() -> int | None:
-    """This process's autogroup nice, or None where there are no autogroups."""
-    try:
-        with open(_AUTOGROUP) as f:
-            return int(f.read().split("nice")[1])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _stat(pid: str) -> tuple[int, int] | None:
@@ -107,15 +99,6 @@ def own_session(job_id: str | None = None) -> bool:
     return not outside
 
 
-def _write(value: int) -> bool:
-    try:
-        with open(_AUTOGROUP, "w") as f:
-            f.write(str(value))
-        return True
-    except OSError:
-        return False
-
-
 def lower(on: bool, job_id: str | None = None) -> bool:
     """Lower (``on``) or restore this session's autogroup weight; ``job_id``: this job's COLOCATE_JOB_ID
     (its other processes may share the session); see the module's docstring. Idempotent. False only when
@@ -132,6 +115,14 @@ def lower(on: bool, job_id: str | None = None) -> bool:
         return True
     _lowered = False
     return _write(0)
+
+
+def _write(value: int) -> bool:
+    try:
+        set_nice(value)
+        return True
+    except OSError:
+        return False
 
 
 @atexit.register
