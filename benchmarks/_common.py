@@ -150,6 +150,18 @@ def console():
     return c if c.is_terminal else Console(width=250)
 
 
+def rich_table(title: str, headers: list[str], rows: list[list[str]], *, justify: str = "right", left=()):
+    """A rich table of ``rows`` under ``headers``: columns justified ``justify``, those named in ``left`` left."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for h in headers:
+        table.add_column(h, justify="left" if h in left else justify)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     def esc(cell) -> str:
         return str(cell).replace("|", "\\|")

@@ -57,8 +57,6 @@ def main(argv=None) -> int:
     out = S.run_soak(tmp, cfg, say=console.print)
     rep = out.report
 
-    from rich.table import Table
-
     faults_s = ", ".join(f"{k} {v}" for k, v in out.faults.items())
     ended = ", ".join(f"{k} {v}" for k, v in sorted(rep.ended.items()))
     rows = [["jobs lost", str(len(rep.lost)), ", ".join(rep.lost[:8])],
@@ -69,12 +67,8 @@ def main(argv=None) -> int:
             ["a GPU held two guaranteed jobs at once", str(len(rep.gpu_double)),
              f"{rep.gpu_double_s:.1f} s in all; " + "; ".join(f"{n} GPU {g}: jobs {a},{b} {s:.1f} s"
                                                              for n, g, a, _, b, _, s in rep.gpu_double[:4])]]
-    table = Table(title=f"fault soak: {sum(out.faults.values())} faults in {out.run_s:.0f} s, seed {cfg.seed}")
-    for h in ("invariant", "count", "examples"):
-        table.add_column(h)
-    for r in rows:
-        table.add_row(*r)
-    console.print(table)
+    console.print(C.rich_table(f"fault soak: {sum(out.faults.values())} faults in {out.run_s:.0f} s, seed {cfg.seed}",
+                               ["invariant", "count", "examples"], rows, justify="left"))
     summary = [f"faults: {faults_s}",
                f"jobs: {out.submitted} submitted, {rep.jobs} acknowledged ({out.unacked} not: scheduler away), "
                f"{rep.finished} finished; journal states: {ended}; attempts -> jobs: {out.attempts}",

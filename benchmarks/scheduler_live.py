@@ -35,7 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 SECTION = "scheduler_live"
 
@@ -86,13 +85,8 @@ def main(argv=None) -> int:
                      f"{lat[-1]:.1f}", f"{head:.1f}", f"{last:.1f}", f"{last / head:.2f}", f"{os.getloadavg()[0]:.1f}"])
         console.print(" | ".join(runs[-1]))
     heads = ["jobs", "p50 ms", "p99 ms", "max ms", "first 100 median", "last 100 median", "last/first", "load 1m"]
-    table = Table(title=f"submit -> worker started over loopback, {args.repeats} run(s); goals: p99 <= 100 ms, "
-                        "last/first within 0.8-1.2")
-    for h in heads:
-        table.add_column(h, justify="right")
-    for row in runs:
-        table.add_row(*row)
-    console.print(table)
+    console.print(C.rich_table(f"submit -> worker started over loopback, {args.repeats} run(s); goals: p99 <= 100 ms, "
+                               "last/first within 0.8-1.2", heads, runs))
     if not args.no_write:
         body = "\n".join([
             "## Live scheduler: submit -> worker process started (loopback)", "",

@@ -28,7 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C
 import _submit_load as L
-from rich.table import Table
 
 SECTION = "scheduler_submit"
 
@@ -125,13 +124,8 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     heads = ["journaled jobs", "clients", "submits/s", "p50 ms", "p99 ms", "no answer", "start s", "load 1m"]
-    table = Table(title=f"live submits, {'no keys' if args.insecure else 'CURVE'}, median of {args.repeats} run(s) "
-                        f"of {args.seconds:g} s")
-    for h in heads:
-        table.add_column(h, justify="right")
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    console.print(C.rich_table(f"live submits, {'no keys' if args.insecure else 'CURVE'}, median of {args.repeats} "
+                               f"run(s) of {args.seconds:g} s", heads, rows))
     if not args.no_write:
         body = "\n".join([
             "## Live submits: throughput and latency (loopback, client processes)", "",

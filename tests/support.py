@@ -285,6 +285,20 @@ def stats_of(proc) -> dict:
     return json.loads(Path(proc.stats_path).read_text())
 
 
+# a job that appends a time stamp to file argv[2] every 50 ms and writes its pid to argv[2] + ".pid";
+# argv[1] "ignore": it ignores SIGTERM (only SIGKILL stops it)
+TICKER = """\
+import os, signal, sys, time
+if sys.argv[1] == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+open(sys.argv[2] + ".pid", "w").write(str(os.getpid()))
+while True:
+    with open(sys.argv[2], "a") as f:
+        f.write(f"{time.time()}\\n")
+    time.sleep(0.05)
+"""
+
+
 def alive(pid: int) -> bool:
     """True while ``pid`` runs (a zombie awaiting its parent counts as gone)."""
     try:

@@ -12,7 +12,7 @@ from colocate import launcher as L  # colocate never imports torch: cheap in-pro
 from colocate.env import JobEnv
 from colocate.gpus import nvml as N
 from colocate.stats import NUMERIC as SUMMARY_KEYS
-from tests.support import wait_for
+from tests.support import TICKER, wait_for
 
 MiB = 1 << 20
 
@@ -383,18 +383,6 @@ def test_merge_stats_without_processes(tmp_path):
 
 
 # ---------------------------------------------------------------- fencing: --lease-file
-
-TICKER = """\
-import os, signal, sys, time
-if sys.argv[1] == "ignore":
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-open(sys.argv[2] + ".pid", "w").write(str(os.getpid()))
-while True:
-    with open(sys.argv[2], "a") as f:
-        f.write(f"{time.time()}\\n")
-    time.sleep(0.05)
-"""
-
 
 def _fenced_launcher(tmp_path, mode: str, grace_s: float):
     """A launcher with a lease of 300 s (the test shortens it once the command runs), its command ticking."""

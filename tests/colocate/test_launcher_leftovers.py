@@ -10,18 +10,7 @@ import sys
 
 import pytest
 
-from tests.support import PY, alive, child_env, colocate_run, wait_for
-
-TICKER = """\
-import os, signal, sys, time
-if sys.argv[1] == "ignore":
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-open(sys.argv[2] + ".pid", "w").write(str(os.getpid()))
-while True:
-    with open(sys.argv[2], "a") as f:
-        f.write(f"{time.time()}\\n")
-    time.sleep(0.05)
-"""
+from tests.support import PY, TICKER, alive, child_env, colocate_run, wait_for
 
 
 def _launcher(tmp_path, args, env=None, mode="term"):

@@ -113,6 +113,15 @@ class FakeNode:
         return self.h.send(self.ident, P.NodeHeartbeat(node_id=self.node_id, epoch=self.epoch), dt)
 
 
+def one_running_job(h: Harness, n: FakeNode) -> tuple[P.Submitted, str]:
+    """Node ``n`` says hello, a one-GPU job is submitted and its worker starts there: (the acknowledgement, the
+    placement's id)."""
+    n.hello()
+    (ack,) = replies(h.submit(gpus=1), P.Submitted)
+    n.start_all()
+    return ack, n.inbox(P.StartPlacement)[0].placement_id
+
+
 def replies(out, kind=None, ident=CLIENT):
     return [m for i, m in out if i == ident and (kind is None or isinstance(m, kind))]
 

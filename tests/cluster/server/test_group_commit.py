@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from colocate import protocol as P
-from tests.cluster.server.helpers import CLIENT, FakeNode, Harness, replies
+from tests.cluster.server.helpers import CLIENT, FakeNode, Harness, one_running_job, replies
 
 
 class FailingCommits:
@@ -78,10 +78,7 @@ def test_a_batch_whose_commit_fails_acknowledges_nothing_and_a_retry_makes_each_
 
 def test_node_messages_of_a_rolled_back_batch_are_kept_and_replayed(h):
     n = FakeNode(h, "n1", gpus=2)
-    n.hello()
-    (a,) = replies(h.submit(gpus=1), P.Submitted)
-    n.start_all()
-    placement = n.inbox(P.StartPlacement)[0].placement_id
+    a, placement = one_running_job(h, n)
     h.journal.db.fail = True
     exited = P.WorkerExited(node_id="n1", epoch=n.epoch, job_id=a.job_id, placement_id=placement, rank=0,
                             exit_code=0)

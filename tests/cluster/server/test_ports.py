@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cluster.server.launch import PortPool
 from colocate import protocol as P
-from tests.cluster.server.helpers import FakeNode, Harness, replies
+from tests.cluster.server.helpers import FakeNode, Harness, one_running_job, replies
 
 
 def refuse_latest(h: Harness, n: FakeNode, job_id: str) -> str:
@@ -31,10 +31,7 @@ def test_a_refused_start_gives_its_port_back_so_refusals_never_exhaust_the_pool(
 def test_a_running_placement_keeps_its_port_until_its_job_ends(tmp_path):
     h = Harness(tmp_path / "sched.db")
     n = FakeNode(h, "n1", gpus=2)
-    n.hello()
-    (a,) = replies(h.submit(gpus=1), P.Submitted)
-    n.start_all()
-    pid = n.inbox(P.StartPlacement)[0].placement_id
+    a, pid = one_running_job(h, n)
     (b,) = replies(h.submit(gpus=1), P.Submitted)
     refuse_latest(h, n, b.job_id)  # another job's requeue does not take a running placement's port
     assert pid in h.svc.ports.held

@@ -8,7 +8,7 @@ import pytest
 
 from colocate import protocol as P
 from colocate.endpoints import replace_after_s
-from tests.cluster.server.helpers import CLIENT, FakeNode, Harness, job_row, replies
+from tests.cluster.server.helpers import CLIENT, FakeNode, Harness, job_row, one_running_job, replies
 
 
 @pytest.fixture(params=["message", "batch"])
@@ -224,10 +224,7 @@ def test_messages_only_the_scheduler_sends_are_forbidden(h):
 
 def test_a_message_of_an_older_node_epoch_is_dropped(h):
     n = FakeNode(h, "n1", epoch=5)
-    n.hello()
-    (ack,) = replies(h.submit(gpus=1), P.Submitted)
-    n.start_all()
-    placement_id = n.inbox(P.StartPlacement)[0].placement_id
+    ack, placement_id = one_running_job(h, n)
     # a late message of the node's previous incarnation, on the same connection: nothing happens
     out = h.send(n.ident, P.WorkerExited(node_id="n1", epoch=4, job_id=ack.job_id, placement_id=placement_id,
                                          rank=0, exit_code=1))
@@ -283,10 +280,7 @@ def _free_the_disk(h) -> None:
 
 def test_a_full_disk_refuses_work_keeps_heartbeats_and_resumes_when_it_can_write(h, caplog):
     n = FakeNode(h, "n1", gpus=2)
-    n.hello()
-    (a,) = replies(h.submit(gpus=1), P.Submitted)
-    n.start_all()
-    placement = n.inbox(P.StartPlacement)[0].placement_id
+    a, placement = one_running_job(h, n)
     _fill_the_disk(h)
     big = {"BLOB": "x" * 60000}  # a row that needs new pages
     for _ in range(3):
