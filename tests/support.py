@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -297,6 +299,23 @@ while True:
         f.write(f"{time.time()}\\n")
     time.sleep(0.05)
 """
+
+
+def dists_with_requirements(names) -> list:
+    """The installed distributions ``names`` and, transitively, what they require (extras left out)."""
+    seen: dict = {}
+    todo = list(names)
+    while todo:
+        name = re.split(r"[\s;<>=!~\[(]", todo.pop(), maxsplit=1)[0].lower().replace("_", "-")
+        if not name or name in seen:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:  # a requirement for another Python version
+            continue
+        seen[name] = dist
+        todo += [r for r in (dist.requires or []) if "extra ==" not in r]
+    return list(seen.values())
 
 
 def alive(pid: int) -> bool:

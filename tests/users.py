@@ -6,7 +6,6 @@ from __future__ import annotations
 import atexit
 import os
 import pwd
-import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests.support import dists_with_requirements
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"),
                                 reason="needs root and useradd: the test runs a second Unix account")
@@ -38,32 +39,13 @@ _SHARED_DISTS = ("pyzmq", "msgpack", "psutil", "rich", "prometheus-client")
 _SHARED_PACKAGES = ("colocate", "torch_hooks", "cluster")
 
 
-def _dists_with_requirements(names) -> list:
-    """The installed distributions ``names`` and, transitively, what they require (extras left out)."""
-    from importlib import metadata
-
-    seen: dict = {}
-    todo = list(names)
-    while todo:
-        name = re.split(r"[\s;<>=!~\[(]", todo.pop(), maxsplit=1)[0].lower().replace("_", "-")
-        if not name or name in seen:
-            continue
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:  # a requirement for another Python version
-            continue
-        seen[name] = dist
-        todo += [r for r in (dist.requires or []) if "extra ==" not in r]
-    return list(seen.values())
-
-
 def _open_copy(root: Path) -> None:
     """Copies this checkout's packages and the files of ``_SHARED_DISTS`` (and what they need) into ``root``,
     every file readable and every folder passable by others."""
     repo = Path(__file__).resolve().parent.parent
     for package in _SHARED_PACKAGES:
         shutil.copytree(repo / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
-    for dist in _dists_with_requirements(_SHARED_DISTS):
+    for dist in dists_with_requirements(_SHARED_DISTS):
         for f in dist.files or []:
             if f.parts[0] == ".." or "__pycache__" in f.parts:  # scripts in bin/, byte code
                 continue
