@@ -494,8 +494,11 @@ class SchedulerService(Faults):
 
     def _start(self, d: ev.StartWorkers, port: int) -> list[tuple[bytes, P.Message]]:
         row = self.journal.job(d.spec.job_id)
-        request = P.from_wire({"v": P.PROTOCOL_VERSION, "t": "submit", "request": json.loads(row["request"]),
-                               "request_id": ""}).request
+        wire = json.loads(row["request"])
+        for key in ("name", "user", "queue"):  # a journal written before control characters were refused
+            if isinstance(wire.get(key), str):
+                wire[key] = P.printable(wire[key])
+        request = P.from_wire({"v": P.PROTOCOL_VERSION, "t": "submit", "request": wire, "request_id": ""}).request
         msgs = start_messages(d.spec, d.placement, request, self.hosts, port)
         out = []
         for node_id, msg in msgs.items():

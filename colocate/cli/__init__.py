@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from colocate import __version__
@@ -62,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # the reader went away (``colocate queue | head``): stop quietly, as a shell tool does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the flush at exit cannot raise again
+        return 141  # 128 + SIGPIPE, what a shell reports for a command stopped by a closed pipe
     except KeyboardInterrupt:
         print("colocate: interrupted", file=sys.stderr)
         return 130

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
@@ -32,6 +33,7 @@ PROTOCOL_VERSION = 3  # 3: Register.rank and world_size (torchrun workers)
 MAX_MESSAGE_BYTES = 1 << 20  # inputs above this are rejected before unpacking
 MAX_ID_CHARS = 128
 MAX_TEXT_CHARS = 4096
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
 MAX_LIST_ITEMS = 1024
 _I64 = (1 << 63) - 1
 _RESERVED_KEYS = ("v", "t")
@@ -70,6 +72,12 @@ class ProtocolError(ValueError):
     def to_error(self, job_id: str | None = None) -> Error:
         """The ``Error`` reply a daemon sends back for this failure."""
         return Error(code=self.code, message=str(self)[:MAX_TEXT_CHARS], job_id=job_id)
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character replaced by "?": for names written before the codec refused them
+    (an older scheduler's journal), so that they can still be shown and sent."""
+    return _CONTROL.sub("?", text)
 
 
 def _bad(name: str, want: str, got: Any) -> ProtocolError:
@@ -129,6 +137,7 @@ class Str(_Spec):
     max_len: int = MAX_TEXT_CHARS
     min_len: int = 0
     choices: tuple = ()
+    printable: bool = False  # no control characters: ids and names are printed on other users' terminals
 
     def check(self, v: Any, name: str) -> str:
         if not isinstance(v, str):
@@ -142,6 +151,8 @@ class Str(_Spec):
             v.encode("utf-8")
         except UnicodeEncodeError:
             raise _bad(name, "valid unicode text", v) from None
+        if self.printable and _CONTROL.search(v):
+            raise _bad(name, "text without control characters (newlines, escapes)", v)
         return v
 
 
@@ -241,8 +252,8 @@ def _f(spec: _Spec, *, default: Any = MISSING, init: bool = True) -> Any:
     return field(default=default, init=init, metadata={"spec": spec})
 
 
-JOB_ID = Str(MAX_ID_CHARS, min_len=1)
-NODE_ID = Str(MAX_ID_CHARS, min_len=1)
+JOB_ID = Str(MAX_ID_CHARS, min_len=1, printable=True)
+NODE_ID = Str(MAX_ID_CHARS, min_len=1, printable=True)
 TEXT = Str(MAX_TEXT_CHARS)
 SIZE = Num(int)  # bytes
 COUNT = Num(int)  # seq, epoch, iterations, indices
@@ -251,7 +262,7 @@ EXIT_CODE = Num(int, -(1 << 31), (1 << 31) - 1)
 SECONDS = Num(float, 0.0, math.inf)
 SHARE = Num(float, 0.0, 1.0)
 PRIORITY = Str(choices=tuple(Priority))
-NAME = Str(MAX_ID_CHARS)  # node ids, placement ids, queue, user and job names (may be empty where optional)
+NAME = Str(MAX_ID_CHARS, printable=True)  # node ids, placement ids, queue, user and job names (may be empty where optional)
 
 # ---------------------------------------------------------------- message classes
 

@@ -263,6 +263,11 @@ INVALID = [
     ("rank-outside-world", _pack(_wire(REG, job_id="j/2", rank=2, world_size=2)), "invalid"),
     ("world-size-zero", _pack(_wire(REG, world_size=0)), "invalid"),
     ("negative-rank", _pack(_wire(REG, job_id="j/-1", rank=-1)), "invalid"),
+    # ids and names are printed on other users' terminals: no newline, escape or other control character
+    ("id-with-escape", _pack(_wire(REG, job_id="a\x1b[2Jb")), "invalid"),
+    ("id-with-newline", _pack(_wire(REG, job_id="a\nb")), "invalid"),
+    ("id-with-c1", _pack(_wire(REG, job_id="a\x9bb")), "invalid"),
+    ("id-with-del", _pack(_wire(REG, job_id="a\x7f")), "invalid"),
 ]  # fmt: skip
 
 
@@ -331,3 +336,14 @@ def test_direction_groups_cover_every_message():
 
 def test_register_names_the_job_of_a_worker():
     assert VALID[-2].job == "ddp-1" and VALID[-1].job == "a/b" and REG.job == "train-a" and REG.rank is None
+
+
+@pytest.mark.parametrize("name", ["a\nb", "\x1b[31mred", "tab\there", "c1\x85"])
+def test_a_job_name_with_control_characters_is_refused_at_construction(name):
+    with pytest.raises(ProtocolError, match="name: expected text without control characters"):
+        P.JobRequest(command=("python", "t.py"), cwd="/", env={}, name=name)
+    assert P.JobRequest(command=("python", "t.py"), cwd="/", env={}, name="ünïcode names-are_fine.2").name
+
+
+def test_free_text_may_hold_newlines():
+    assert P.Goodbye(job_id="a", exit_code=1, reason="line one\nline two").reason == "line one\nline two"

@@ -31,7 +31,9 @@ def _decode_or_protocol_error(data, decoder=P.decode):
 
 # ------------------------------------------------------------------ valid-message strategies
 
-ids = st.text(min_size=1, max_size=P.MAX_ID_CHARS)
+# ids and names: any text but control characters (the codec refuses those: they reach other users' terminals)
+printable = st.characters(exclude_categories=("Cc", "Cs"))
+ids = st.text(printable, min_size=1, max_size=P.MAX_ID_CHARS)
 texts = st.text(max_size=200) | st.text(min_size=P.MAX_TEXT_CHARS, max_size=P.MAX_TEXT_CHARS)
 sizes = st.integers(0, 2**63 - 1)
 counts = st.integers(0, 2**63 - 1) | st.integers(0, 100)
@@ -49,11 +51,11 @@ job_infos = st.builds(
     throughput=st.floats(0.0, 1e9), slo_state=st.text(max_size=32), iterations=counts,
 )  # fmt: skip
 
-names = st.text(max_size=P.MAX_ID_CHARS)
-node_ids = st.text(min_size=1, max_size=128)
+names = st.text(printable, max_size=P.MAX_ID_CHARS)
+node_ids = st.text(printable, min_size=1, max_size=128)
 exit_codes = st.integers(-(2**31), 2**31 - 1)
 worker_registers = st.integers(0, 63).flatmap(lambda r: st.builds(
-    P.Register, job_id=st.text(min_size=1, max_size=100).map(lambda j: f"{j}/{r}"), pid=pids, gpu=st.integers(0, 64),
+    P.Register, job_id=st.text(printable, min_size=1, max_size=100).map(lambda j: f"{j}/{r}"), pid=pids, gpu=st.integers(0, 64),
     priority=priorities, mem_request=st.none() | sizes, sm_share=shares, mem_cap=sizes, epoch=counts,
     token=st.text(max_size=128), sm_request=shares, rank=st.just(r), world_size=st.integers(r + 1, 1 << 20)))
 requests = st.builds(

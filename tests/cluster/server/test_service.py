@@ -467,3 +467,21 @@ def test_a_gang_lost_on_a_restarted_node_waits_until_its_other_up_node_stopped_i
         assert placed_again() == [], "placed again while b's rank of the old placement still runs"
     b.exit(first.placement_id, 143)  # stopped
     assert job_row(h, ack.job_id)["state"] == "placing" and placed_again()
+
+
+def test_a_name_journaled_with_control_characters_is_shown_and_started_printable(h):
+    """A journal written before the codec refused control characters in names: its jobs are still listed
+    and started, their names shown with "?" for each control character."""
+    (ack,) = replies(h.submit(gpus=1, name="plain"), P.Submitted)
+    row = h.journal.db.execute("SELECT request, spec FROM jobs WHERE job_id = ?", (ack.job_id,)).fetchone()
+    request, spec = json.loads(row[0]), json.loads(row[1])
+    request["name"] = spec["name"] = "a\nb\x1b[2J"
+    h.journal.db.execute("UPDATE jobs SET request = ?, spec = ? WHERE job_id = ?",
+                         (json.dumps(request), json.dumps(spec), ack.job_id))
+    h.restart()
+    (reply,) = replies(h.send(CLIENT, P.JobsRequest()), P.JobsReply)
+    assert [j.name for j in reply.jobs] == ["a?b?[2J"]
+    n = FakeNode(h, "n1", gpus=1)
+    n.hello()
+    (start,) = n.inbox(P.StartPlacement)
+    assert start.job_id == ack.job_id and start.request.name == "a?b?[2J"

@@ -8,11 +8,14 @@ would start a daemon run as real processes (a hang or a traceback there is seen 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 
 import pytest
 
 from colocate.cli import build_parser, main
-from tests.support import free_port, run_py
+from tests.support import child_env, free_port, run_py
 
 LONG_ID = "x" * 200
 HUGE = "99999999999999999999"
@@ -142,3 +145,16 @@ def test_bad_daemon_options_exit_2_before_starting(tmp_path, args, fragment):
     argv = [a.format(port=free_port(), tmp=tmp_path) for a in args]
     proc = run_py(f"import sys; from colocate.cli import main; sys.exit(main({argv!r}))", timeout=60)
     assert proc.returncode == 2 and fragment in one_line(proc.stderr, argv[0]), proc.stderr
+
+
+def test_a_reader_that_goes_away_stops_a_command_quietly():
+    """``colocate ... | head``: the reader has closed the pipe; the command ends with 141 (128 + SIGPIPE), as a
+    shell tool does, and no traceback."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes its first line
+    try:
+        res = subprocess.run([sys.executable, "-m", "colocate", "env"], stdout=write, stderr=subprocess.PIPE,
+                             env=child_env(), timeout=60)
+    finally:
+        os.close(write)
+    assert res.returncode == 141 and b"Traceback" not in res.stderr, res.stderr.decode()
