@@ -204,8 +204,10 @@ def test_start_stop_and_promote_reach_the_worker_manager_and_the_core(rig):
     assert started.placement_id == "p1" and started.log_path == "/logs/1"
     assert Promote("job-a", on=False) in rig.applied  # a new placement starts as placed
     rig.sched.send(ident, P.StopPlacement(placement_id="p1", job_id="job-a", reason="preempted", grace_s=3.0))
-    rig.expect(P.NodeStatus)  # a change: the status goes out at once
-    assert ("stop", "p1", 3.0, "job-a") in rig.workers.calls
+    # the handshake is the call itself: a periodic status may go out before the stop is read
+    wait_for(lambda: (rig.pump(), ("stop", "p1", 3.0, "job-a") in rig.workers.calls)[1], 10,
+             what="the stop to reach the worker manager")
+    rig.expect(P.NodeStatus)  # a change: a status goes out
     rig.sched.send(ident, P.PromotePlacement(placement_id="p1", job_id="job-a"))
     wait_for(lambda: (rig.pump(), Promote("job-a") in rig.applied)[1], 10, what="the promotion to reach the core")
     rig.sched.send(ident, P.PromotePlacement(placement_id="nope", job_id="job-b"))
