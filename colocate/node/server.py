@@ -22,9 +22,9 @@ accounts, makes its job endpoint's folder 0711 and the socket 0666 (the checks a
 what), the operator socket 0600.
 
 With a scheduler (``agent``: ``colocate.node.agent.SchedulerAgent``), the same single loop also
-polls the agent's socket and ticks it every ``TICK_S``; the agent hands node-core events
-(``Promote``) back through ``apply``. Nothing in the loop blocks, so the job endpoint stays
-responsive whatever the scheduler link does.
+polls the agent's socket and ticks it every ``TICK_S``; its worker manager shares this server's core (and
+``lock``) and hands it the limits a promotion changed (``send_to_job``). Nothing in the loop blocks, so the job
+endpoint stays responsive whatever the scheduler link does.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from typing import assert_never
 
 import psutil
 import zmq
@@ -45,7 +46,9 @@ from colocate import protocol as P
 from colocate.daemon import LogLimit
 from colocate.endpoints import ctl_endpoint as default_ctl_endpoint
 from colocate.endpoints import ipc_path, private_dir
-from colocate.node.core import JobLost, NodeCore, Reply, Send, Tick
+from colocate.node.commands import Command, Launch, Note, Reply, Report, Save, Send, Signal
+from colocate.node.core import NodeCore
+from colocate.node.events import JobLost, Tick
 
 log = logging.getLogger("colocate.node")
 
@@ -123,11 +126,9 @@ class NodeServer:
         finally:
             self.close()
 
-    def apply(self, event) -> None:
-        """Run a node-core event that comes from inside the node (the agent's ``Promote``)."""
-        self._run(event, None, self.jobs_sock)
-        while self.core.notes:
-            log.warning("%s", self.core.notes.popleft())
+    def send_to_job(self, cmd: Send) -> None:
+        """Send a command of the core that another edge received (a promotion's new limits) to its job."""
+        self._carry_out(cmd, self.clock(), None, None, None)
 
     def gpu_status(self, now: float | None = None) -> list:
         """Each GPU's utilization over the last 10 s and memory in use, from the core (sim GPUs)."""
@@ -255,7 +256,12 @@ class NodeServer:
         elif isinstance(event, P.LimitsApplied) and self._record:
             self._write_record(record.APPLIED, now, event)
         for cmd in commands:
-            if isinstance(cmd, Send):
+            self._carry_out(cmd, now, event, ident, sock)
+
+    def _carry_out(self, cmd: Command, now: float, event: object, ident: bytes | None, sock) -> None:
+        """Carry out one command of the core, answering ``ident`` on ``sock`` (no one: ``ident`` None)."""
+        match cmd:
+            case Send():
                 target = self._identity.get(cmd.job_id)
                 if target is not None:
                     self.jobs_sock.send_multipart([target, P.encode(cmd.msg)])
@@ -263,13 +269,21 @@ class NodeServer:
                     self._write_record(record.LIMITS, now, cmd.msg)
                 elif isinstance(cmd.msg, P.Welcome) and self._record:
                     self._write_record(record.WELCOME, now, cmd.msg)
-            elif isinstance(cmd, Reply) and ident is not None:
+            case Reply():
+                if ident is None:
+                    return
                 if isinstance(cmd.msg, P.Error):
                     with self.lock:
                         self.bad_counts[cmd.msg.code] += 1
                     if cmd.msg.code != P.UNKNOWN_JOB:
                         log.warning("rejected %s: %s", type(event).__name__, cmd.msg.message)
                 sock.send_multipart([ident, P.encode(cmd.msg)])
+            case Note():
+                log.log(logging.WARNING if cmd.level == "warning" else logging.INFO, "%s", cmd.text)
+            case Launch() | Signal() | Report() | Save():  # placement commands: no job event makes one
+                log.error("a job event made placement command %s: ignored", cmd)
+            case _:
+                assert_never(cmd)
 
     def _tick(self) -> None:
         for job in list(self.core.jobs.values()):
