@@ -98,7 +98,7 @@ class NodeCore(PlacementRules):
             return [Reply(P.Error(code=P.FORBIDDEN, message=f"{type(event).__name__} is not accepted here", job_id=None))]
         return fn(event, now)
 
-    def _on_register(self, m: P.Register, now):
+    def _on_register(self, m: P.Register, now: float) -> list[Command]:
         old = self.jobs.get(m.job_id)
         if old is not None and old.token != m.token:
             return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id,
@@ -151,7 +151,7 @@ class NodeCore(PlacementRules):
                             mem_total=gpu.spec.mem_total, sim_core=gpu.spec.core)
         return [Send(job.job_id, welcome)] + out
 
-    def _on_batch_report(self, m: P.BatchReport, now):
+    def _on_batch_report(self, m: P.BatchReport, now: float) -> list[Command]:
         job = self.jobs.get(m.job_id)
         if job is None:
             return [Reply(_unknown(m.job_id))]
@@ -164,7 +164,7 @@ class NodeCore(PlacementRules):
         gpu.busy.append((now, m.busy_s))  # the node's receive time: the job's clock is not comparable
         return self._replan(gpu, now)
 
-    def _on_limits_applied(self, m: P.LimitsApplied, now):
+    def _on_limits_applied(self, m: P.LimitsApplied, now: float) -> list[Command]:
         job = self.jobs.get(m.job_id)
         if job is None:
             return [Reply(_unknown(m.job_id))]
@@ -180,30 +180,30 @@ class NodeCore(PlacementRules):
             self.control_sum_s += latency
         return self._replan(self.gpus[job.gpu], now)
 
-    def _on_heartbeat(self, m: P.Heartbeat, now):
+    def _on_heartbeat(self, m: P.Heartbeat, now: float) -> list[Command]:
         job = self.jobs.get(m.job_id)
         if job is None:
             return [Reply(_unknown(m.job_id))]
         job.last_seen = now
         return [Reply(P.Heartbeat(job_id=m.job_id, sent_at=now))]
 
-    def _on_goodbye(self, m: P.Goodbye, now):
+    def _on_goodbye(self, m: P.Goodbye, now: float) -> list[Command]:
         if m.job_id not in self.jobs:
             return []
         self.jobs_exited += 1
         return self._leave(m.job_id, f"exited ({m.reason})", now)
 
-    def _on_job_lost(self, m: JobLost, now):
+    def _on_job_lost(self, m: JobLost, now: float) -> list[Command]:
         if m.job_id not in self.jobs:
             return []
         self.jobs_lost += 1
         return self._leave(m.job_id, m.reason, now)
 
-    def _on_error(self, m: P.Error, now):
+    def _on_error(self, m: P.Error, now: float) -> list[Command]:
         return []  # a job reporting trouble; the edge logs it
 
-    def _on_tick(self, m: Tick, now):
-        out = []
+    def _on_tick(self, m: Tick, now: float) -> list[Command]:
+        out: list[Command] = []
         limit = self.cfg.heartbeat_s * self.cfg.liveness
         for job in [j for j in self.jobs.values() if now - j.last_seen > limit]:
             self.jobs_lost += 1
@@ -230,7 +230,7 @@ class NodeCore(PlacementRules):
             out += self._replan(gpu, now)
         return out
 
-    def _on_ctl_set(self, m: P.CtlSet, now):
+    def _on_ctl_set(self, m: P.CtlSet, now: float) -> list[Command]:
         job = self.jobs.get(m.job_id)
         if job is None:
             return [Reply(_unknown(m.job_id))]
@@ -245,7 +245,7 @@ class NodeCore(PlacementRules):
         return out + [Reply(P.CtlOk(message=f"{job.job_id}: cap={job.limits.mem_cap} share={job.limits.sm_share:g} "
                                             f"(seq {job.limits.seq})"))]
 
-    def _on_ctl_list(self, m: P.CtlList, now):
+    def _on_ctl_list(self, m: P.CtlList, now: float) -> list[Command]:
         return [Reply(self.snapshot(now))]
 
     # ----------------------------------------------------------------- helpers
@@ -313,7 +313,7 @@ class NodeCore(PlacementRules):
         need = f"{mem_request >> 20} MiB" if mem_request else "any memory"
         return f"no GPU on this node is under 80% busy with {need} free ({rooms})"[:1000]
 
-    def _want(self, gpu: GpuState, now: float) -> dict:
+    def _want(self, gpu: GpuState, now: float) -> dict[str, Want]:
         """The policy's plan for ``gpu``: its partitions appear to it as one guaranteed job (``GuaranteedSide``)
         and keep their own limits; opportunistic caps stay within what the partitions' caps leave."""
         jobs = [self.jobs[j] for j in gpu.jobs]
@@ -353,11 +353,11 @@ class NodeCore(PlacementRules):
             new = P.Limits(seq=cur.seq + 1, mem_cap=new.mem_cap, sm_share=new.sm_share, gate=new.gate)
         return new
 
-    def _replan(self, gpu: GpuState, now: float) -> list:
+    def _replan(self, gpu: GpuState, now: float) -> list[Command]:
         return self._send_changes(self._want(gpu, now), now)
 
-    def _send_changes(self, wants: dict, now: float, exclude: str | None = None) -> list:
-        out = []
+    def _send_changes(self, wants: dict[str, Want], now: float, exclude: str | None = None) -> list[Command]:
+        out: list[Command] = []
         for job_id, want in wants.items():
             if job_id == exclude:
                 continue
@@ -374,7 +374,7 @@ class NodeCore(PlacementRules):
         self.gpus[job.gpu].jobs.remove(job_id)
         return job
 
-    def _leave(self, job_id: str, reason: str, now: float) -> list:
+    def _leave(self, job_id: str, reason: str, now: float) -> list[Command]:
         job = self._drop(job_id)
         self.left.append((job_id, reason))
         return self._replan(self.gpus[job.gpu], now)
