@@ -37,7 +37,7 @@ from typing import Any
 
 from colocate import protocol as P
 from colocate.config import NodeConfig
-from colocate.gpus import GpuSpec
+from colocate.gpus.spec import GpuSpec
 from colocate.node.claims import WHOLE, Claim, conflict
 from colocate.node.commands import Command, Note, Reply, Send
 from colocate.node.events import JobLost, Tick

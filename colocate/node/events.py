@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from colocate import protocol as P
-from colocate.node.worker_table import Worker
+from colocate.node.table import Worker
 
 
 # ---------------------------------------------------------------- jobs (the node server's edge)

@@ -33,7 +33,7 @@ from colocate import protocol as P
 from colocate.node import events as E
 from colocate.node.claims import Claim, conflict
 from colocate.node.commands import Command, Launch, Note, Report, Save, Signal
-from colocate.node.worker_table import Placement, WorkerTable, scoped
+from colocate.node.table import Placement, PlacementTable, scoped
 from colocate.vocab import Priority
 
 STOPPED_BEFORE_START = "the placement was stopped before it started"
@@ -47,7 +47,7 @@ class PlacementRules:
 
     node_id: str
     node_epoch: int
-    table: WorkerTable
+    table: PlacementTable
     keep_ended_s: float
     cluster: str | None
     fenced: bool
@@ -55,11 +55,11 @@ class PlacementRules:
 
     def _init_placements(self) -> None:
         # a node without a scheduler link until the edge calls ``take_placements``
-        self.node_id, self.table, self.keep_ended_s, self.cluster = "local", WorkerTable(""), KEEP_ENDED_S, ""
+        self.node_id, self.table, self.keep_ended_s, self.cluster = "local", PlacementTable(), KEEP_ENDED_S, ""
         self.fenced = False
         self._held = []  # (cluster, message) produced before the first welcome
 
-    def take_placements(self, node_id: str, table: WorkerTable, keep_ended_s: float = KEEP_ENDED_S,
+    def take_placements(self, node_id: str, table: PlacementTable, keep_ended_s: float = KEEP_ENDED_S,
                         cluster: str | None = "") -> None:
         """Hold ``table`` (loaded by the edge) as this node ``node_id``'s placements. Called by the edge once, before
         any placement event. ``cluster``: the cluster whose placements are reported until a ``Welcomed`` names one;

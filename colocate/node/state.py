@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from colocate import protocol as P
-from colocate.gpus import GpuSpec
+from colocate.gpus.spec import GpuSpec
 from colocate.vocab import Priority
 
 RECENT = 64  # reports kept per job
