@@ -4,7 +4,7 @@ Events are decoded protocol messages from jobs (``Register``, ``BatchReport``, `
 ``Goodbye``), operator messages (``CtlSet``, ``CtlList``), and ``colocate.node.events``: the job edge's ``Tick`` and
 ``JobLost``, the placement edge's ``Start``, ``Launched``, ``Stop``, ``Promote``... (their rules:
 ``colocate.node.placements``, a base class of this one). The core's unit on the job side is one worker process on
-one GPU: a torchrun worker registers as ``JOB/RANK`` and ``JobState.job`` names its job. Commands
+one GPU: a torchrun worker registers as ``JOB/RANK`` and ``RegisteredWorker.job`` names its job. Commands
 (``colocate.node.commands``) tell the edge what to do: ``Send(job_id, msg)`` to a job, ``Reply(msg)`` to the sender
 of the event, ``Note`` for the log, and the placement commands. ``now`` is the node's monotonic clock in seconds; the
 core reads no clock and does no I/O, so the simulator and tests drive it directly.
@@ -44,7 +44,7 @@ from colocate.node.events import JobLost, Tick
 from colocate.node.pick import GpuRoom, pick_gpu
 from colocate.node.placements import PlacementRules
 from colocate.node.policies import POLICIES, Want
-from colocate.node.state import GpuState, GuaranteedSide, JobState
+from colocate.node.state import GuaranteedSide, LocalGpu, RegisteredWorker
 from colocate.vocab import Priority
 
 __all__ = ["NodeCore", "Send", "Reply", "Note", "Tick", "JobLost"]
@@ -64,8 +64,8 @@ class NodeCore(PlacementRules):
     def __init__(self, gpus: list[GpuSpec], cfg: NodeConfig, node_epoch: int):
         self.cfg = cfg
         self.node_epoch = node_epoch
-        self.gpus = {g.index: GpuState(g) for g in gpus}
-        self.jobs: dict[str, JobState] = {}
+        self.gpus = {g.index: LocalGpu(g) for g in gpus}
+        self.jobs: dict[str, RegisteredWorker] = {}
         self.policy = POLICIES[cfg.policy]()
         self.control_latencies: deque[float] = deque(maxlen=self.LATENCY_WINDOW)
         self.control_count = 0
@@ -132,7 +132,7 @@ class NodeCore(PlacementRules):
             self._drop(old.job_id)
             old = None
         if old is None:
-            job = JobState(job_id=m.job_id, gpu=index, priority=priority, pid=m.pid, mem_request=m.mem_request,
+            job = RegisteredWorker(job_id=m.job_id, gpu=index, priority=priority, pid=m.pid, mem_request=m.mem_request,
                            sm_request=m.sm_request, registered_at=now, last_seen=now, token=m.token,
                            limits=P.Limits(seq=0, mem_cap=m.mem_cap, sm_share=m.sm_share, gate=False),
                            job=m.job, rank=m.rank, partition=m.partition and priority == Priority.GUARANTEED,
@@ -262,7 +262,7 @@ class NodeCore(PlacementRules):
                 throughput=j.throughput(), slo_state=j.slo_state[:32], iterations=j.iterations))
         return P.CtlJobs(node_epoch=self.node_epoch, gpus=tuple(gpus), jobs=tuple(jobs))
 
-    def _guaranteed_holder(self, gpu: GpuState, job_id: str, job: str, share: float = WHOLE) -> str | None:
+    def _guaranteed_holder(self, gpu: LocalGpu, job_id: str, job: str, share: float = WHOLE) -> str | None:
         """The job on ``gpu`` (a registered worker's id, or a placement's job) that keeps worker ``job_id`` of job
         ``job`` from claiming ``share`` of it as guaranteed, else None. The rule is ``colocate.node.claims``, over
         the claims of registered workers and placements alike (the placements of ``job`` itself left out)."""
@@ -289,7 +289,7 @@ class NodeCore(PlacementRules):
         w = self.jobs[owner[len(WORKER):]]
         return f"{w.job} (worker {w.job_id}, pid {w.pid}, registered with this node)"
 
-    def _no_room(self, gpu: GpuState, m: P.Register, holder: str) -> str:
+    def _no_room(self, gpu: LocalGpu, m: P.Register, holder: str) -> str:
         """The one line refusing guaranteed worker ``m`` on ``gpu``, which ``holder`` (and maybe others) hold."""
         parts = [self.jobs[j] for j in gpu.jobs if j != m.job_id and self.jobs[j].partition]
         if not m.partition or not parts:
@@ -299,7 +299,7 @@ class NodeCore(PlacementRules):
                 f"({', '.join(sorted(p.job_id for p in parts))[:200]}) hold {held:g} of its compute")
 
     def _rooms(self, now: float) -> list[GpuRoom]:
-        """Each GPU's utilization over the last 10 s and the memory its jobs leave (``JobState.mem_held``),
+        """Each GPU's utilization over the last 10 s and the memory its jobs leave (``RegisteredWorker.mem_held``),
         for ``pick_gpu``."""
         rooms = []
         for g in self.gpus.values():
@@ -313,7 +313,7 @@ class NodeCore(PlacementRules):
         need = f"{mem_request >> 20} MiB" if mem_request else "any memory"
         return f"no GPU on this node is under 80% busy with {need} free ({rooms})"[:1000]
 
-    def _want(self, gpu: GpuState, now: float) -> dict[str, Want]:
+    def _want(self, gpu: LocalGpu, now: float) -> dict[str, Want]:
         """The policy's plan for ``gpu``: its partitions appear to it as one guaranteed job (``GuaranteedSide``)
         and keep their own limits; opportunistic caps stay within what the partitions' caps leave."""
         jobs = [self.jobs[j] for j in gpu.jobs]
@@ -331,7 +331,7 @@ class NodeCore(PlacementRules):
             wants[p.job_id] = Want(int(p.mem_request or 0), p.sm_request, False, PARTITION_STATE)
         return wants
 
-    def _limits_for(self, job: JobState, want: Want | None, bump: bool = False) -> P.Limits:
+    def _limits_for(self, job: RegisteredWorker, want: Want | None, bump: bool = False) -> P.Limits:
         """The policy's wish, within the job's own request (``--gpu-mem``/``--sm-share`` are ceilings),
         then the operator's override; ``seq`` goes up when anything changed (or ``bump``)."""
         cur = job.limits
@@ -353,7 +353,7 @@ class NodeCore(PlacementRules):
             new = P.Limits(seq=cur.seq + 1, mem_cap=new.mem_cap, sm_share=new.sm_share, gate=new.gate)
         return new
 
-    def _replan(self, gpu: GpuState, now: float) -> list[Command]:
+    def _replan(self, gpu: LocalGpu, now: float) -> list[Command]:
         return self._send_changes(self._want(gpu, now), now)
 
     def _send_changes(self, wants: dict[str, Want], now: float, exclude: str | None = None) -> list[Command]:
@@ -369,7 +369,7 @@ class NodeCore(PlacementRules):
                 out.append(Send(job_id, P.SetLimits(job_id=job_id, limits=new)))
         return out
 
-    def _drop(self, job_id: str) -> JobState:
+    def _drop(self, job_id: str) -> RegisteredWorker:
         job = self.jobs.pop(job_id)
         self.gpus[job.gpu].jobs.remove(job_id)
         return job

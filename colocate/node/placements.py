@@ -33,7 +33,7 @@ from colocate import protocol as P
 from colocate.node import events as E
 from colocate.node.claims import Claim, conflict
 from colocate.node.commands import Command, Launch, Note, Report, Save, Signal
-from colocate.node.table import Placement, PlacementTable, scoped
+from colocate.node.table import LocalPlacement, PlacementTable, scoped
 from colocate.vocab import Priority
 
 STOPPED_BEFORE_START = "the placement was stopped before it started"
@@ -102,7 +102,7 @@ class PlacementRules:
             return []
         return [Report(msg)] if cluster == self.cluster else []
 
-    def _ours(self, p: Placement) -> bool:
+    def _ours(self, p: LocalPlacement) -> bool:
         return self.cluster is None or p.cluster == self.cluster
 
     # ------------------------------------------------------------------ starting
@@ -171,7 +171,7 @@ class PlacementRules:
     def _launched(self, e: E.Launched, now: float) -> list[Command]:
         msg = e.msg
         key = scoped(msg.cluster_id, msg.placement_id)
-        p = Placement(placement_id=msg.placement_id, job_id=msg.job_id, priority=msg.priority,
+        p = LocalPlacement(placement_id=msg.placement_id, job_id=msg.job_id, priority=msg.priority,
                       workers=list(e.workers), cluster=msg.cluster_id)
         self.table.placements[key] = p
         started = ", ".join(f"rank {w.rank} pid {w.pid} GPU {','.join(map(str, w.gpus))}" for w in p.workers)
@@ -206,7 +206,7 @@ class PlacementRules:
             return [Save()]
         return [*self._stop_placement(key, p, e.grace_s, e.wall), Save()]
 
-    def _stop_placement(self, key: str, p: Placement, grace_s: float, wall: float) -> list[Command]:
+    def _stop_placement(self, key: str, p: LocalPlacement, grace_s: float, wall: float) -> list[Command]:
         """SIGTERM each running worker now, SIGKILL at ``wall + grace_s`` (a repeat only brings that forward)."""
         out: list[Command] = []
         p.stopping = True

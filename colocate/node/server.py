@@ -36,7 +36,8 @@ import socket
 import threading
 import time
 from collections import Counter
-from typing import assert_never
+from collections.abc import Callable
+from typing import TYPE_CHECKING, assert_never
 
 import psutil
 import zmq
@@ -50,6 +51,9 @@ from colocate.node.commands import Command, Launch, Note, Reply, Report, Save, S
 from colocate.node.core import NodeCore
 from colocate.node.events import JobLost, Tick
 
+if TYPE_CHECKING:
+    from colocate.node.agent import SchedulerAgent
+
 log = logging.getLogger("colocate.node")
 
 TICK_S = 0.1
@@ -60,7 +64,7 @@ class NodeServer:
     def __init__(self, core: NodeCore, endpoint: str, ctl_endpoint: str | None = None,
                  record_path: str | None = None, clock=time.monotonic):
         self.core = core
-        self.agent = None  # a SchedulerAgent, set before serve_forever when the node has a scheduler
+        self.agent: SchedulerAgent | None = None  # set before serve_forever when the node has a scheduler
         self.endpoint = endpoint
         self.ctl_endpoint = ctl_endpoint or default_ctl_endpoint(endpoint)
         self.clock = clock
@@ -69,14 +73,15 @@ class NodeServer:
         self.bad_counts: Counter = Counter()
         self._identity: dict[str, bytes] = {}  # job id -> ROUTER identity
         self._uids: dict[str, int] = {}  # job id -> the uid that registered it (ipc only)
-        self.launchers = None  # job id -> pids of the launchers this node started for it (set with an agent)
+        # job id -> pids of the launchers this node started for it (set with an agent)
+        self.launchers: Callable[[str], list[int]] | None = None
         self._stop = threading.Event()
         self._bad_logs = LogLimit(MAX_BAD_LOGS_PER_S)
         for ep in (endpoint, self.ctl_endpoint):
             if _ipc_in_use(ep):  # libzmq would silently unlink a live node's socket and take its place
                 raise zmq.ZMQError(errno.EADDRINUSE, f"{ep} is in use by a running process (another node?)")
         self._record = open(record_path, "a", buffering=1) if record_path else None
-        self.ctx = zmq.Context.instance()
+        self.ctx: zmq.Context = zmq.Context.instance()
         self.jobs_sock = self._bind(endpoint, 0o666)
         self.ctl_sock = self._bind(self.ctl_endpoint, 0o600)
 
@@ -116,7 +121,7 @@ class NodeServer:
                         poller.register(agent_sock, zmq.POLLIN)
                 timeout = max(0.0, next_tick - self.clock())
                 for sock, _ in poller.poll(timeout=int(timeout * 1000) + 1):
-                    if sock is agent_sock:
+                    if sock is agent_sock and self.agent is not None:
                         self.agent.on_readable()
                     else:
                         self._drain(sock)
@@ -241,7 +246,8 @@ class NodeServer:
         if isinstance(event, P.Register) and event.job_id in after:
             if any(isinstance(c, Send) and c.job_id == event.job_id and isinstance(c.msg, P.Welcome)
                    for c in commands):
-                self._identity[event.job_id] = ident
+                if ident is not None:
+                    self._identity[event.job_id] = ident
                 job = self.core.jobs[event.job_id]
                 log.info("job %s registered: gpu %d%s %s%s pid %d (epoch %d)", event.job_id, job.gpu,
                          " (picked)" if event.pick_gpu else "", job.priority, " partition" if job.partition else "",
@@ -308,6 +314,8 @@ class NodeServer:
             pass
 
     def _write_record(self, kind: str, now: float, msg) -> None:
+        if self._record is None:
+            return
         extra = {}
         job = self.core.jobs.get(msg.job_id)
         if job is not None and kind == record.REPORT:

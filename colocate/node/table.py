@@ -38,7 +38,7 @@ class Worker:
 
 
 @dataclass
-class Placement:
+class LocalPlacement:
     placement_id: str
     job_id: str
     priority: str
@@ -64,7 +64,7 @@ class PlacementTable:
     (``colocate.node.placements``) changes them."""
 
     def __init__(self) -> None:
-        self.placements: dict[str, Placement] = {}
+        self.placements: dict[str, LocalPlacement] = {}
         self.done: dict[str, str] = {}  # key -> job id: ended and forgotten
         self.refused: dict[str, list[str]] = {}  # key -> [job id, reason]
         self.stopped_unknown: dict[str, str] = {}  # key -> job id: stopped before it was ever started

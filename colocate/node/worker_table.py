@@ -27,13 +27,13 @@ import time
 from dataclasses import MISSING, asdict, fields
 
 from colocate.files import write_json_atomic
-from colocate.node.table import KEEP_IDS, Placement, PlacementTable, Worker, scoped
+from colocate.node.table import KEEP_IDS, LocalPlacement, PlacementTable, Worker, scoped
 from colocate.vocab import Priority
 
 log = logging.getLogger("colocate.node.workers")
 
 FORMAT = 1
-__all__ = ["FORMAT", "KEEP_IDS", "Placement", "PlacementTable", "StateDirError", "TableError", "Worker", "WorkerTable",
+__all__ = ["FORMAT", "KEEP_IDS", "LocalPlacement", "PlacementTable", "StateDirError", "TableError", "Worker", "WorkerTable",
            "decode", "scoped"]
 
 
@@ -103,8 +103,8 @@ def decode(data) -> tuple[dict, dict, dict, dict]:
     raw = data.get("placements")
     if type(raw) is not list:
         raise TableError(f"placements: expected a list, got {type(raw).__name__}")
-    placements: dict[str, Placement] = {}
-    wdef, pdef = _defaults(Worker), {**_defaults(Placement), "workers": []}
+    placements: dict[str, LocalPlacement] = {}
+    wdef, pdef = _defaults(Worker), {**_defaults(LocalPlacement), "workers": []}
     for i, p in enumerate(raw):
         where = f"placements[{i}]"
         fields_ = _typed(p, _PLACEMENT_TYPES, pdef, where)
@@ -118,7 +118,7 @@ def decode(data) -> tuple[dict, dict, dict, dict]:
             if wf["pid"] <= 0 or wf["rank"] < 0 or wf["local_rank"] < 0:
                 raise TableError(f"{where}.workers[{j}]: a pid, rank or local rank out of range")
             workers.append(Worker(**wf))
-        placement = Placement(**fields_, workers=workers)
+        placement = LocalPlacement(**fields_, workers=workers)
         placements[scoped(placement.cluster, placement.placement_id)] = placement
     done = _str_map(data.get("done", {}), "done")
     refused = _str_map(data.get("refused", {}), "refused", list)

@@ -74,7 +74,7 @@ from colocate.node import fencing
 from colocate.node.commands import Command, Launch, Note, Reply, Report, Save, Send, Signal
 from colocate.node.core import NodeCore
 from colocate.node.placements import KEEP_ENDED_S
-from colocate.node.worker_table import Placement, StateDirError, Worker, WorkerTable, scoped
+from colocate.node.worker_table import LocalPlacement, StateDirError, Worker, WorkerTable, scoped
 from colocate.vocab import DeviceKind
 
 log = logging.getLogger("colocate.node.workers")
@@ -201,7 +201,7 @@ class WorkerManager:
         return [w.pid for p in self.table.placements.values() if p.job_id == job_id and p.running
                 for w in p.workers if w.running and _same_process(w.pid, w.create_time)]
 
-    def placements(self) -> list[Placement]:
+    def placements(self) -> list[LocalPlacement]:
         return list(self.table.placements.values())
 
     def close(self) -> None:

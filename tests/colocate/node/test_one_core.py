@@ -17,7 +17,7 @@ from colocate.gpus import GpuSpec
 from colocate.node import events as E
 from colocate.node.commands import Launch, Reply, Report, Send
 from colocate.node.core import NodeCore
-from colocate.node.worker_table import Worker, WorkerTable
+from colocate.node.table import PlacementTable, Worker
 
 GiB = 1 << 30
 REQ = P.JobRequest(command=("python", "x.py"), cwd="/", env=())
@@ -27,7 +27,7 @@ G, O = "guaranteed", "opportunistic"
 def node() -> NodeCore:
     c = NodeCore([GpuSpec(index=i, kind="sim", mem_total=16 * GiB) for i in range(2)], NodeConfig(policy="exclusive"),
                  node_epoch=7)
-    c.take_placements("n1", WorkerTable("/nonexistent"))
+    c.take_placements("n1", PlacementTable())
     return c
 
 

@@ -163,7 +163,7 @@ def test_a_partition_limits_cannot_be_overridden():
 def test_a_promotion_never_breaks_the_partitions():
     from colocate.node import events as E
     from colocate.node.commands import Note
-    from colocate.node.worker_table import Worker
+    from colocate.node.table import Worker
 
     c = Core()
     c.register("a", share=0.5, cap=6 * GiB, partition=True)

@@ -16,7 +16,7 @@ from colocate.node import placements as PC
 from colocate.node.claims import Claim, conflict
 from colocate.node.commands import Launch, Report, Signal
 from colocate.node.core import NodeCore
-from colocate.node.worker_table import Worker, WorkerTable
+from colocate.node.table import PlacementTable, Worker
 
 REQ = P.JobRequest(command=("python", "x.py"), cwd="/", env=())
 
@@ -41,7 +41,7 @@ def run(msg: P.StartPlacement) -> list:
 
 def core(cluster="c1") -> NodeCore:
     c = NodeCore([GpuSpec(index=i, kind="sim", mem_total=1 << 30) for i in (0, 1)], NodeConfig(), node_epoch=7)
-    c.take_placements("n1", WorkerTable("/nonexistent"), keep_ended_s=300.0, cluster=cluster)
+    c.take_placements("n1", PlacementTable(), keep_ended_s=300.0, cluster=cluster)
     return c
 
 

@@ -8,7 +8,7 @@ from colocate.gpus import GpuSpec
 from colocate.node import events as E
 from colocate.node.commands import Note, Reply, Send
 from colocate.node.core import NodeCore
-from colocate.node.worker_table import Worker
+from colocate.node.table import Worker
 
 GiB = 1 << 30
 
