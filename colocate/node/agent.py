@@ -137,6 +137,7 @@ class SchedulerAgent:
     def _key_name(self) -> str:
         from colocate import keys as K
 
+        assert self.keys_dir is not None  # called only with a key folder
         return K.node_cert(self.keys_dir, self.node_id)
 
     def _connect(self, now: float) -> None:
@@ -167,7 +168,8 @@ class SchedulerAgent:
 
     def _drop(self, now: float, why: str) -> None:
         log.warning("scheduler link: %s; reconnecting in %.2f s", why, self.backoff_s)
-        self.sock.close(linger=0)
+        if self.sock is not None:
+            self.sock.close(linger=0)
         self.sock, self.welcomed = None, False
         self.pending.extendleft(reversed(self._since_heard))  # possibly lost with the socket
         self._since_heard = []

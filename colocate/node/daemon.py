@@ -91,12 +91,14 @@ def run(opts: NodeOptions) -> int:
 
 
 def _agent(opts: NodeOptions, core, server, gpus):
-    """The scheduler link and its worker manager (started: table recovered, hello sent)."""
+    """The scheduler link and its worker manager (started: table recovered, hello sent); ``opts.scheduler`` is
+    set."""
     from colocate.node.accounts import Accounts
     from colocate.node.agent import SchedulerAgent
     from colocate.node.gpustatus import NvmlSampler
     from colocate.node.workers import StateDirError, WorkerConfig, WorkerManager
 
+    assert opts.scheduler is not None
     node_id = opts.node_id or socket.gethostname()
     state_dir = os.path.abspath(opts.state_dir or default_state_dir(node_id))
     log_dir = os.path.abspath(opts.log_dir or os.path.join(state_dir, "logs"))
