@@ -99,3 +99,30 @@ def test_each_contract_fails_when_broken_on_purpose(tree_copy, contract, path, l
     # import may break other contracts too
     flat = re.sub(r"\s", "", res.stdout)
     assert re.sub(r"\s", "", name) + "BROKEN" in flat, res.stdout[-3000:]
+
+
+# the node's core (issue 23): each break below must be reported by the "pure-node-core" contract
+NODE_CORE_VIOLATIONS = [
+    ("colocate/node/core.py", "import os"),
+    ("colocate/node/placements.py", "import subprocess"),
+    ("colocate/node/state.py", "import time"),
+    ("colocate/node/table.py", "import fcntl"),
+    ("colocate/node/events.py", "import threading"),
+    ("colocate/node/claims.py", "import socket"),
+    ("colocate/node/pick.py", "import colocate.node.worker_table"),  # the table's file half
+    ("colocate/gpus/spec.py", "import colocate.env"),  # the GPU specs' data half reads no environment
+]
+
+
+@pytest.mark.parametrize("path, line", NODE_CORE_VIOLATIONS, ids=[p for p, _ in NODE_CORE_VIOLATIONS])
+def test_the_node_core_purity_contract_fails_when_broken_on_purpose(tree_copy, path, line):
+    contract = next(c for c in contracts() if c["id"] == "pure-node-core")
+    target = tree_copy / path
+    original = target.read_text()
+    target.write_text(original + f"\n{line}  # broken on purpose\n")
+    try:
+        res = lint(tree_copy)
+    finally:
+        target.write_text(original)
+    assert res.returncode != 0, res.stdout[-2000:]
+    assert re.sub(r"\s", "", contract["name"]) + "BROKEN" in re.sub(r"\s", "", res.stdout), res.stdout[-3000:]

@@ -24,8 +24,8 @@ Behaviour:
     (``WorkerStarted``, ``WorkerExited``, ``StartRefused``) are sent as they happen. Events produced
     while not welcomed, and those sent since the scheduler was last heard from when the link is
     dropped, are (re)sent after the next welcome: the scheduler may see one twice;
-  * promotion is the placement core's (``colocate.node.placements``): the worker manager's ``guarantee``
-    switch is wired to the node core here (``apply(Promote(job, on))``);
+  * promotion is the node core's (``colocate.node.core``): ``PromotePlacement`` goes to the worker manager, whose
+    core changes the job's workers' limits at once;
   * fencing: ``NodeWelcome.lease_s`` > 0 makes each answered hello or heartbeat renew the lease file
     (``colocate.lease``) until the time the node SENT it plus ``lease_s``; the placed workers' launchers stop
     them when it lapses, and the worker manager is told (``fence``) so their exits are reported ``fenced``. The
@@ -56,7 +56,6 @@ from colocate.daemon import LogLimit
 from colocate.endpoints import FENCE_GRACE_S
 from colocate.lease import lease_clock, read_lease, write_lease
 from colocate.node import logs as node_logs
-from colocate.node.core import Promote
 from colocate.node.workers import WorkerManager
 
 log = logging.getLogger("colocate.node.agent")
@@ -70,13 +69,12 @@ FOREVER_S = 10 * 365 * 86400.0  # the lease written when the scheduler gives non
 
 class SchedulerAgent:
     def __init__(self, endpoint: str, node_id: str, epoch: int, host: str, gpus, workers: WorkerManager,
-                 gpu_status, apply, keys_dir: str | None = None, context: zmq.Context | None = None,
+                 gpu_status, keys_dir: str | None = None, context: zmq.Context | None = None,
                  clock=time.monotonic, wall=time.time, backoff_min_s: float = 0.25, backoff_max_s: float = 30.0,
                  status_every_s: float = 1.0, log_dir: str | None = None):
-        """``gpus``: the node's ``GpuSpec`` list; ``gpu_status(now) -> [GpuStatus]``; ``apply(event)`` hands a
-        node-core event (``Promote``) to the node's loop."""
+        """``gpus``: the node's ``GpuSpec`` list; ``gpu_status(now) -> [GpuStatus]``."""
         self.endpoint, self.node_id, self.epoch, self.host = endpoint, node_id, epoch, host
-        self.gpus, self.workers, self.gpu_status, self.apply = list(gpus), workers, gpu_status, apply
+        self.gpus, self.workers, self.gpu_status = list(gpus), workers, gpu_status
         self.keys_dir, self.log_dir = keys_dir, log_dir
         self.ctx = context or zmq.Context.instance()
         self.clock, self.wall = clock, wall
@@ -96,7 +94,6 @@ class SchedulerAgent:
         self.lease_until = lease.until if lease else 0.0  # on lease_clock()
         self._asks: deque = deque(maxlen=1000)  # lease_clock() when each unanswered hello/heartbeat was sent
         self._lapsed: bool | None = None
-        workers.guarantee = lambda job_id, on: self.apply(Promote(job_id, on))
         self._reconnect_at = 0.0
         self._last_heard = self._last_beat = self._last_status = self._hello_at = 0.0
         self._dirty = True
@@ -111,7 +108,7 @@ class SchedulerAgent:
         this incarnation's epoch into the lease (launchers of incarnations it does not hold stop) and connect;
         after a lost or unreadable table, only once that lease has been waited out."""
         self._check_lease()  # first: a worker found dead while the lease had lapsed is reported fenced
-        self._queue(self.workers.recover())  # the node core is new: promotions are told again
+        self._queue(self.workers.recover())  # the node core is new: the table's promotions hold again
         revoked = self._publish_lease()
         wait_s = self._lost_table_wait(revoked)
         if wait_s > 0:
@@ -140,6 +137,7 @@ class SchedulerAgent:
     def _key_name(self) -> str:
         from colocate import keys as K
 
+        assert self.keys_dir is not None  # called only with a key folder
         return K.node_cert(self.keys_dir, self.node_id)
 
     def _connect(self, now: float) -> None:
@@ -170,7 +168,8 @@ class SchedulerAgent:
 
     def _drop(self, now: float, why: str) -> None:
         log.warning("scheduler link: %s; reconnecting in %.2f s", why, self.backoff_s)
-        self.sock.close(linger=0)
+        if self.sock is not None:
+            self.sock.close(linger=0)
         self.sock, self.welcomed = None, False
         self.pending.extendleft(reversed(self._since_heard))  # possibly lost with the socket
         self._since_heard = []

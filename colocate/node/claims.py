@@ -1,7 +1,7 @@
 """GPU exclusivity, the one rule: the guaranteed shares on one GPU sum to at most 1.
 
-Both halves of the node ask it: the placement core (may a guaranteed placement start on these GPUs, may a
-promotion hold?) and the node core (may this worker register, or be promoted, as guaranteed?). Today every
+The node core asks it over the claims of registered workers and placements alike: may a guaranteed placement
+start on these GPUs, may this worker register, or be promoted, as guaranteed? Today every
 guaranteed claim is a whole GPU (share 1.0), so this is "one guaranteed job per GPU"; a claim with a smaller
 share (several guaranteed partitions of one GPU) needs no other change here. Pure: no I/O.
 """

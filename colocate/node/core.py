@@ -1,20 +1,23 @@
-"""The node coordinator's pure core: ``NodeCore.handle(event, now) -> commands``.
+"""The node coordinator's one pure core: ``NodeCore.handle(event, now) -> commands``, for jobs and placements.
 
-Events are decoded protocol messages from jobs (``Register``, ``BatchReport``,
-``LimitsApplied``, ``Heartbeat``, ``Goodbye``), operator messages (``CtlSet``,
-``CtlList``), the edge's own ``Tick`` and ``JobLost``, and ``Promote`` (the scheduler's
-``PromotePlacement``, through the node's agent). The core's unit is one worker process on
-one GPU: a torchrun worker registers as ``JOB/RANK`` and ``JobState.job`` names its job. Commands tell the edge
-what to send: ``Send(job_id, msg)`` to a job, ``Reply(msg)`` to the sender of
-the event. ``now`` is the node's monotonic clock in seconds; the core reads no
-clock and does no I/O, so the simulator and tests drive it directly.
+Events are decoded protocol messages from jobs (``Register``, ``BatchReport``, ``LimitsApplied``, ``Heartbeat``,
+``Goodbye``), operator messages (``CtlSet``, ``CtlList``), and ``colocate.node.events``: the job edge's ``Tick`` and
+``JobLost``, the placement edge's ``Start``, ``Launched``, ``Stop``, ``Promote``... (their rules:
+``colocate.node.placements``, a base class of this one). The core's unit on the job side is one worker process on
+one GPU: a torchrun worker registers as ``JOB/RANK`` and ``RegisteredWorker.job`` names its job. Commands
+(``colocate.node.commands``) tell the edge what to do: ``Send(job_id, msg)`` to a job, ``Reply(msg)`` to the sender
+of the event, ``Note`` for the log, and the placement commands. ``now`` is the node's monotonic clock in seconds; the
+core reads no clock and does no I/O, so the simulator and tests drive it directly.
+
+One truth per GPU: a guaranteed claim is a registered guaranteed worker's (started by a placement or by hand with
+``colocate run --node``) or a running guaranteed placement's, and both kinds are checked by every admission: a
+worker's registration, a placement's start, a promotion.
 
 A promoted job's workers are guaranteed from then on, those registered and those that
 register later (whatever priority they started with), where their GPU holds no other
-guaranteed worker; ``Promote(job, on=False)`` forgets the promotion (a new placement).
+guaranteed claim; a new placement of the job, or the end of its placement, forgets the promotion.
 
-Invariants: the guaranteed claims on a GPU sum to at most 1 (``colocate.node.claims``, the placement core's rule
-too): a guaranteed worker claims the whole GPU, so there is one per GPU, except fixed partitions
+Invariants: the guaranteed claims on a GPU sum to at most 1 (``colocate.node.claims``): a guaranteed worker claims the whole GPU, so there is one per GPU, except fixed partitions
 (``Register.partition``), each claiming its own share; partitions of one GPU also have caps summing to at most its
 memory. A partition's limits are its request, never changed (not by the policy, not by ``CtlSet``); the policy sees
 a GPU's partitions as one guaranteed job (``GuaranteedSide``) and opportunistic caps there never exceed what the
@@ -28,55 +31,30 @@ until the job leaves. Handlers are found through one explicit table (``_handlers
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from itertools import chain
 from typing import Any
 
 from colocate import protocol as P
 from colocate.config import NodeConfig
-from colocate.gpus import GpuSpec
+from colocate.gpus.spec import GpuSpec
 from colocate.node.claims import WHOLE, Claim, conflict
+from colocate.node.commands import Command, Note, Reply, Send
+from colocate.node.events import JobLost, Tick
 from colocate.node.pick import GpuRoom, pick_gpu
+from colocate.node.placements import PlacementRules
 from colocate.node.policies import POLICIES, Want
-from colocate.node.state import GpuState, GuaranteedSide, JobState
+from colocate.node.state import GuaranteedSide, LocalGpu, RegisteredWorker
 from colocate.vocab import Priority
 
-
-@dataclass(frozen=True)
-class Tick:
-    """Periodic: liveness checks and time-driven policy steps."""
-
-
-@dataclass(frozen=True)
-class JobLost:
-    job_id: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Promote:
-    """Job ``job``'s workers on this node count as guaranteed from now on (``on=False``: forget that)."""
-
-    job: str
-    on: bool = True
-
-
-@dataclass(frozen=True)
-class Send:
-    job_id: str
-    msg: P.Message
-
-
-@dataclass(frozen=True)
-class Reply:
-    msg: P.Message
-
+__all__ = ["NodeCore", "Send", "Reply", "Note", "Tick", "JobLost"]
+WORKER = "\x00worker:"  # a registered worker's claim owner: never a placement key
 
 PICK_WINDOW_S = 10.0  # a picked GPU is the least utilized over this window (AntMan's rule, as the scheduler's)
 PARTITION_STATE = "partition"  # a fixed partition's slo_state
 
 
-class NodeCore:
+class NodeCore(PlacementRules):
     """Counters (only ever go up): ``jobs_exited`` (said goodbye), ``jobs_lost`` (process gone or
     silent), ``control_count``/``control_sum_s`` (limit sent -> in force, over all updates);
     ``control_latencies`` keeps the last ``LATENCY_WINDOW`` of them for quantiles."""
@@ -86,8 +64,8 @@ class NodeCore:
     def __init__(self, gpus: list[GpuSpec], cfg: NodeConfig, node_epoch: int):
         self.cfg = cfg
         self.node_epoch = node_epoch
-        self.gpus = {g.index: GpuState(g) for g in gpus}
-        self.jobs: dict[str, JobState] = {}
+        self.gpus = {g.index: LocalGpu(g) for g in gpus}
+        self.jobs: dict[str, RegisteredWorker] = {}
         self.policy = POLICIES[cfg.policy]()
         self.control_latencies: deque[float] = deque(maxlen=self.LATENCY_WINDOW)
         self.control_count = 0
@@ -96,7 +74,7 @@ class NodeCore:
         self.jobs_lost = 0
         self.left: deque[tuple[str, str]] = deque(maxlen=1000)  # (job_id, reason), for logs
         self.promoted: set[str] = set()  # jobs (not worker ids) the scheduler promoted to guaranteed
-        self.notes: deque[str] = deque(maxlen=100)  # what the edge should log (e.g. a promotion that cannot hold)
+        self._init_placements()
         self._handlers: dict[type, Callable[..., Any]] = {
             P.Register: self._on_register,
             P.BatchReport: self._on_batch_report,
@@ -108,17 +86,19 @@ class NodeCore:
             P.CtlList: self._on_ctl_list,
             JobLost: self._on_job_lost,
             Tick: self._on_tick,
-            Promote: self._on_promote,
+            **self._placement_handlers(),
         }
 
     # ------------------------------------------------------------------ events
-    def handle(self, event, now: float) -> list:
+    def handle(self, event: object, now: float) -> list[Command]:
+        """Run ``event`` (a protocol message of a job or operator, or a ``colocate.node.events`` event) at ``now``
+        (the node's monotonic clock, seconds); the commands for the edge. Not thread-safe: one caller at a time."""
         fn = self._handlers.get(type(event))
         if fn is None:
             return [Reply(P.Error(code=P.FORBIDDEN, message=f"{type(event).__name__} is not accepted here", job_id=None))]
         return fn(event, now)
 
-    def _on_register(self, m: P.Register, now):
+    def _on_register(self, m: P.Register, now: float) -> list[Command]:
         old = self.jobs.get(m.job_id)
         if old is not None and old.token != m.token:
             return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id,
@@ -137,7 +117,7 @@ class NodeCore:
                                   job_id=m.job_id))]
         gpu = self.gpus[index]
         claim = m.sm_request if m.partition else WHOLE
-        holder = self._guaranteed_holder(gpu, m.job_id, claim)
+        holder = self._guaranteed_holder(gpu, m.job_id, m.job, claim)
         priority = Priority.GUARANTEED if m.job in self.promoted and holder is None else m.priority
         if priority == Priority.GUARANTEED and holder is not None:
             return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id, message=self._no_room(gpu, m, holder)))]
@@ -152,7 +132,7 @@ class NodeCore:
             self._drop(old.job_id)
             old = None
         if old is None:
-            job = JobState(job_id=m.job_id, gpu=index, priority=priority, pid=m.pid, mem_request=m.mem_request,
+            job = RegisteredWorker(job_id=m.job_id, gpu=index, priority=priority, pid=m.pid, mem_request=m.mem_request,
                            sm_request=m.sm_request, registered_at=now, last_seen=now, token=m.token,
                            limits=P.Limits(seq=0, mem_cap=m.mem_cap, sm_share=m.sm_share, gate=False),
                            job=m.job, rank=m.rank, partition=m.partition and priority == Priority.GUARANTEED,
@@ -171,7 +151,7 @@ class NodeCore:
                             mem_total=gpu.spec.mem_total, sim_core=gpu.spec.core)
         return [Send(job.job_id, welcome)] + out
 
-    def _on_batch_report(self, m: P.BatchReport, now):
+    def _on_batch_report(self, m: P.BatchReport, now: float) -> list[Command]:
         job = self.jobs.get(m.job_id)
         if job is None:
             return [Reply(_unknown(m.job_id))]
@@ -184,7 +164,7 @@ class NodeCore:
         gpu.busy.append((now, m.busy_s))  # the node's receive time: the job's clock is not comparable
         return self._replan(gpu, now)
 
-    def _on_limits_applied(self, m: P.LimitsApplied, now):
+    def _on_limits_applied(self, m: P.LimitsApplied, now: float) -> list[Command]:
         job = self.jobs.get(m.job_id)
         if job is None:
             return [Reply(_unknown(m.job_id))]
@@ -200,30 +180,30 @@ class NodeCore:
             self.control_sum_s += latency
         return self._replan(self.gpus[job.gpu], now)
 
-    def _on_heartbeat(self, m: P.Heartbeat, now):
+    def _on_heartbeat(self, m: P.Heartbeat, now: float) -> list[Command]:
         job = self.jobs.get(m.job_id)
         if job is None:
             return [Reply(_unknown(m.job_id))]
         job.last_seen = now
         return [Reply(P.Heartbeat(job_id=m.job_id, sent_at=now))]
 
-    def _on_goodbye(self, m: P.Goodbye, now):
+    def _on_goodbye(self, m: P.Goodbye, now: float) -> list[Command]:
         if m.job_id not in self.jobs:
             return []
         self.jobs_exited += 1
         return self._leave(m.job_id, f"exited ({m.reason})", now)
 
-    def _on_job_lost(self, m: JobLost, now):
+    def _on_job_lost(self, m: JobLost, now: float) -> list[Command]:
         if m.job_id not in self.jobs:
             return []
         self.jobs_lost += 1
         return self._leave(m.job_id, m.reason, now)
 
-    def _on_error(self, m: P.Error, now):
+    def _on_error(self, m: P.Error, now: float) -> list[Command]:
         return []  # a job reporting trouble; the edge logs it
 
-    def _on_tick(self, m: Tick, now):
-        out = []
+    def _on_tick(self, m: Tick, now: float) -> list[Command]:
+        out: list[Command] = []
         limit = self.cfg.heartbeat_s * self.cfg.liveness
         for job in [j for j in self.jobs.values() if now - j.last_seen > limit]:
             self.jobs_lost += 1
@@ -232,23 +212,25 @@ class NodeCore:
             out += self._replan(gpu, now)
         return out
 
-    def _on_promote(self, m: Promote, now):
-        if not m.on:
-            self.promoted.discard(m.job)
+    def _guarantee(self, job: str, on: bool, now: float) -> list[Command]:
+        """Job ``job``'s workers count as guaranteed from now on, those registered and those that register later,
+        where their GPU holds no other guaranteed claim (``on=False``: forget that; a new placement)."""
+        if not on:
+            self.promoted.discard(job)
             return []
-        self.promoted.add(m.job)
-        out = []
-        for job in [j for j in self.jobs.values() if j.job == m.job and not j.guaranteed]:
-            gpu = self.gpus[job.gpu]
-            holder = self._guaranteed_holder(gpu, job.job_id)
+        self.promoted.add(job)
+        out: list[Command] = []
+        for w in [j for j in self.jobs.values() if j.job == job and not j.guaranteed]:
+            gpu = self.gpus[w.gpu]
+            holder = self._guaranteed_holder(gpu, w.job_id, w.job)
             if holder is not None:
-                self.notes.append(f"{job.job_id} stays opportunistic: GPU {job.gpu} runs guaranteed job {holder}")
+                out.append(Note("warning", f"{w.job_id} stays opportunistic: GPU {w.gpu} runs guaranteed job {holder}"))
                 continue
-            job.priority = Priority.GUARANTEED
+            w.priority = Priority.GUARANTEED
             out += self._replan(gpu, now)
         return out
 
-    def _on_ctl_set(self, m: P.CtlSet, now):
+    def _on_ctl_set(self, m: P.CtlSet, now: float) -> list[Command]:
         job = self.jobs.get(m.job_id)
         if job is None:
             return [Reply(_unknown(m.job_id))]
@@ -263,7 +245,7 @@ class NodeCore:
         return out + [Reply(P.CtlOk(message=f"{job.job_id}: cap={job.limits.mem_cap} share={job.limits.sm_share:g} "
                                             f"(seq {job.limits.seq})"))]
 
-    def _on_ctl_list(self, m: P.CtlList, now):
+    def _on_ctl_list(self, m: P.CtlList, now: float) -> list[Command]:
         return [Reply(self.snapshot(now))]
 
     # ----------------------------------------------------------------- helpers
@@ -280,14 +262,34 @@ class NodeCore:
                 throughput=j.throughput(), slo_state=j.slo_state[:32], iterations=j.iterations))
         return P.CtlJobs(node_epoch=self.node_epoch, gpus=tuple(gpus), jobs=tuple(jobs))
 
-    def _guaranteed_holder(self, gpu: GpuState, job_id: str, share: float = WHOLE) -> str | None:
-        """The guaranteed worker on ``gpu`` that keeps ``job_id`` from claiming ``share`` of it as guaranteed,
-        else None (the rule is ``colocate.node.claims``, shared with the placement core)."""
-        claims = (Claim(gpu.spec.index, j, self.jobs[j].claim) for j in gpu.jobs if self.jobs[j].guaranteed)
-        held = conflict(claims, (gpu.spec.index,), job_id, share)
-        return None if held is None else held.owner
+    def _guaranteed_holder(self, gpu: LocalGpu, job_id: str, job: str, share: float = WHOLE) -> str | None:
+        """The job on ``gpu`` (a registered worker's id, or a placement's job) that keeps worker ``job_id`` of job
+        ``job`` from claiming ``share`` of it as guaranteed, else None. The rule is ``colocate.node.claims``, over
+        the claims of registered workers and placements alike (the placements of ``job`` itself left out)."""
+        index = gpu.spec.index
+        claims = chain(self.placement_claims(except_job=job),
+                       (c for c in self.worker_claims() if c.gpu == index))
+        held = conflict(claims, (index,), WORKER + job_id, share)
+        if held is None:
+            return None
+        if held.owner.startswith(WORKER):
+            return held.owner[len(WORKER):]
+        return self.table.placements[held.owner].job_id
 
-    def _no_room(self, gpu: GpuState, m: P.Register, holder: str) -> str:
+    def worker_claims(self, except_job: str | None = None) -> Iterator[Claim]:
+        """The claim of every registered guaranteed worker (but those of job ``except_job``) on its GPU."""
+        for w in self.jobs.values():
+            if w.guaranteed and w.job != except_job:
+                yield Claim(w.gpu, WORKER + w.job_id, w.claim)
+
+    def _gpu_indices(self) -> set[int]:
+        return set(self.gpus)
+
+    def _worker_holder(self, owner: str) -> str:
+        w = self.jobs[owner[len(WORKER):]]
+        return f"{w.job} (worker {w.job_id}, pid {w.pid}, registered with this node)"
+
+    def _no_room(self, gpu: LocalGpu, m: P.Register, holder: str) -> str:
         """The one line refusing guaranteed worker ``m`` on ``gpu``, which ``holder`` (and maybe others) hold."""
         parts = [self.jobs[j] for j in gpu.jobs if j != m.job_id and self.jobs[j].partition]
         if not m.partition or not parts:
@@ -297,7 +299,7 @@ class NodeCore:
                 f"({', '.join(sorted(p.job_id for p in parts))[:200]}) hold {held:g} of its compute")
 
     def _rooms(self, now: float) -> list[GpuRoom]:
-        """Each GPU's utilization over the last 10 s and the memory its jobs leave (``JobState.mem_held``),
+        """Each GPU's utilization over the last 10 s and the memory its jobs leave (``RegisteredWorker.mem_held``),
         for ``pick_gpu``."""
         rooms = []
         for g in self.gpus.values():
@@ -311,7 +313,7 @@ class NodeCore:
         need = f"{mem_request >> 20} MiB" if mem_request else "any memory"
         return f"no GPU on this node is under 80% busy with {need} free ({rooms})"[:1000]
 
-    def _want(self, gpu: GpuState, now: float) -> dict:
+    def _want(self, gpu: LocalGpu, now: float) -> dict[str, Want]:
         """The policy's plan for ``gpu``: its partitions appear to it as one guaranteed job (``GuaranteedSide``)
         and keep their own limits; opportunistic caps stay within what the partitions' caps leave."""
         jobs = [self.jobs[j] for j in gpu.jobs]
@@ -329,7 +331,7 @@ class NodeCore:
             wants[p.job_id] = Want(int(p.mem_request or 0), p.sm_request, False, PARTITION_STATE)
         return wants
 
-    def _limits_for(self, job: JobState, want: Want | None, bump: bool = False) -> P.Limits:
+    def _limits_for(self, job: RegisteredWorker, want: Want | None, bump: bool = False) -> P.Limits:
         """The policy's wish, within the job's own request (``--gpu-mem``/``--sm-share`` are ceilings),
         then the operator's override; ``seq`` goes up when anything changed (or ``bump``)."""
         cur = job.limits
@@ -351,11 +353,11 @@ class NodeCore:
             new = P.Limits(seq=cur.seq + 1, mem_cap=new.mem_cap, sm_share=new.sm_share, gate=new.gate)
         return new
 
-    def _replan(self, gpu: GpuState, now: float) -> list:
+    def _replan(self, gpu: LocalGpu, now: float) -> list[Command]:
         return self._send_changes(self._want(gpu, now), now)
 
-    def _send_changes(self, wants: dict, now: float, exclude: str | None = None) -> list:
-        out = []
+    def _send_changes(self, wants: dict[str, Want], now: float, exclude: str | None = None) -> list[Command]:
+        out: list[Command] = []
         for job_id, want in wants.items():
             if job_id == exclude:
                 continue
@@ -367,12 +369,12 @@ class NodeCore:
                 out.append(Send(job_id, P.SetLimits(job_id=job_id, limits=new)))
         return out
 
-    def _drop(self, job_id: str) -> JobState:
+    def _drop(self, job_id: str) -> RegisteredWorker:
         job = self.jobs.pop(job_id)
         self.gpus[job.gpu].jobs.remove(job_id)
         return job
 
-    def _leave(self, job_id: str, reason: str, now: float) -> list:
+    def _leave(self, job_id: str, reason: str, now: float) -> list[Command]:
         job = self._drop(job_id)
         self.left.append((job_id, reason))
         return self._replan(self.gpus[job.gpu], now)

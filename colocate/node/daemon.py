@@ -91,12 +91,14 @@ def run(opts: NodeOptions) -> int:
 
 
 def _agent(opts: NodeOptions, core, server, gpus):
-    """The scheduler link and its worker manager (started: table recovered, hello sent)."""
+    """The scheduler link and its worker manager (started: table recovered, hello sent); ``opts.scheduler`` is
+    set."""
     from colocate.node.accounts import Accounts
     from colocate.node.agent import SchedulerAgent
     from colocate.node.gpustatus import NvmlSampler
     from colocate.node.workers import StateDirError, WorkerConfig, WorkerManager
 
+    assert opts.scheduler is not None
     node_id = opts.node_id or socket.gethostname()
     state_dir = os.path.abspath(opts.state_dir or default_state_dir(node_id))
     log_dir = os.path.abspath(opts.log_dir or os.path.join(state_dir, "logs"))
@@ -105,7 +107,9 @@ def _agent(opts: NodeOptions, core, server, gpus):
         workers = WorkerManager(WorkerConfig(node_id=node_id, epoch=core.node_epoch, job_endpoint=opts.endpoint,
                                              device=kind, gpus={g.index: g.mem_total for g in gpus},
                                              log_dir=log_dir, state_dir=state_dir, cluster_id=None,
-                                             lease_file=os.path.join(state_dir, "lease")))
+                                             lease_file=os.path.join(state_dir, "lease")),
+                                clock=server.clock, core=core, lock=server.lock)
+        workers.jobs = server  # the limits a promotion changes go to the jobs' sockets
     except StateDirError as exc:
         raise StartError(str(exc), 1) from None
     gpu_status = server.gpu_status if kind == DeviceKind.SIM else NvmlSampler([g.index for g in gpus])
@@ -117,7 +121,7 @@ def _agent(opts: NodeOptions, core, server, gpus):
         workers.accounts = Accounts(keys)  # jobs run as their owners' accounts (``colocate.node.accounts``)
         server.launchers = workers.launchers
         agent = SchedulerAgent(opts.scheduler, node_id, core.node_epoch, opts.host or socket.gethostname(), gpus,
-                               workers, gpu_status, server.apply, keys_dir=keys, log_dir=log_dir)
+                               workers, gpu_status, keys_dir=keys, log_dir=log_dir)
         agent.start()
     except Exception as exc:  # bad keys (KeyError_ is a ValueError), a malformed endpoint (ZMQError)
         workers.close()

@@ -34,8 +34,8 @@ class NvmlSampler:
         self.indices = list(indices)
         self.window_s = window_s
         self.nvml = nvml or default_nvml
-        self.samples = {i: deque() for i in self.indices}  # (time, utilization)
-        self._last_sample = None
+        self.samples: dict[int, deque[tuple[float, float]]] = {i: deque() for i in self.indices}  # (time, utilization)
+        self._last_sample: float | None = None
 
     def __call__(self, now: float) -> list:
         if self._last_sample is None or now - self._last_sample >= 1.0:

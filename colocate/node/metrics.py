@@ -52,7 +52,7 @@ class NodeCollector:
                 for prio in (Priority.GUARANTEED, Priority.OPPORTUNISTIC):
                     gpu_jobs.add_metric([i, prio], sum(1 for j in g.jobs if core.jobs[j].priority == prio))
             labels = ["job", "gpu", "priority"]
-            fam = {
+            fam: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
                 "cap": GaugeMetricFamily("colocate_job_memory_cap_bytes", "Memory cap", labels=labels),
                 "res": GaugeMetricFamily("colocate_job_memory_reserved_bytes", "Reserved device bytes", labels=labels),
                 "peak": GaugeMetricFamily("colocate_job_memory_allocated_peak_bytes", "Allocated peak, last batch", labels=labels),

@@ -15,10 +15,12 @@ configuration (``NodeConfig.policy``), never by branching on the name.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
-from colocate.config import POLICY_NAMES
+from colocate.config import POLICY_NAMES, NodeConfig
+from colocate.node.state import GuaranteedSide, LocalGpu, RegisteredWorker
 from colocate.vocab import NodePolicy, Phase
 
 
@@ -30,12 +32,19 @@ class Want:
     slo_state: str = ""
 
 
-def _split(jobs):
+PlanJob = RegisteredWorker | GuaranteedSide  # what a policy plans for: a worker, or a GPU's partitions as one
+
+
+class Policy(Protocol):
+    def plan(self, gpu: LocalGpu, jobs: Sequence[PlanJob], cfg: NodeConfig, now: float) -> dict[str, Want]: ...
+
+
+def _split(jobs: Sequence[PlanJob]) -> tuple[PlanJob | None, list[PlanJob]]:
     g = next((j for j in jobs if j.guaranteed), None)
     return g, [j for j in jobs if not j.guaranteed]
 
 
-def _g_cap(g, total: int) -> int:
+def _g_cap(g: PlanJob, total: int) -> int:
     return min(g.mem_request, total) if g.mem_request else total
 
 
@@ -66,7 +75,7 @@ def water_fill(budget: float, demands: list[float], floor: float) -> list[float]
 
 
 class Exclusive:
-    def plan(self, gpu, jobs, cfg, now):
+    def plan(self, gpu: LocalGpu, jobs: Sequence[PlanJob], cfg: NodeConfig, now: float) -> dict[str, Want]:
         g, opps = _split(jobs)
         total = gpu.spec.mem_total
         out = {}
@@ -79,12 +88,12 @@ class Exclusive:
 
 
 class Pack:
-    def plan(self, gpu, jobs, cfg, now):
+    def plan(self, gpu: LocalGpu, jobs: Sequence[PlanJob], cfg: NodeConfig, now: float) -> dict[str, Want]:
         return {j.job_id: Want(gpu.spec.mem_total, 1.0, False, "packed") for j in jobs}
 
 
 class Static:
-    def plan(self, gpu, jobs, cfg, now):
+    def plan(self, gpu: LocalGpu, jobs: Sequence[PlanJob], cfg: NodeConfig, now: float) -> dict[str, Want]:
         g, opps = _split(jobs)
         total = gpu.spec.mem_total
         out = {}
@@ -101,7 +110,7 @@ class Adaptive:
     """AntMan-style co-location guarded by the guaranteed job's SLO (its solo mini-batch time x
     ``1 + slo_slowdown``). Two controls for the opportunistic compute share, chosen per job:
 
-    * **pause-or-full**, for a job that yields by device priority (``JobState.priority_yield``) and is
+    * **pause-or-full**, for a job that yields by device priority (``RegisteredWorker.priority_yield``) and is
       not under memory pressure: share 1 while the guaranteed job meets its SLO (its device priority
       keeps it out of the guaranteed job's way), 0 on a break. A fractional share would make it wake
       at every boundary and take the core despite its priority, which measurably hurts more than
@@ -135,7 +144,7 @@ class Adaptive:
     (``baseline``, ``paused``) or running pause-or-full, else AIMD's ``growing``/``holding``/``backoff``.
     """
 
-    def plan(self, gpu, jobs, cfg, now):
+    def plan(self, gpu: LocalGpu, jobs: Sequence[PlanJob], cfg: NodeConfig, now: float) -> dict[str, Want]:
         st = gpu.policy
         g, opps = _split(jobs)
         total = gpu.spec.mem_total
@@ -292,6 +301,6 @@ def _hold(st: dict, now: float, why: str, need: int) -> None:
     st.update(phase=Phase.BASELINE, why=why, need=need, quiet=False, since=now)
 
 
-POLICIES: dict[str, Any] = {NodePolicy.EXCLUSIVE: Exclusive, NodePolicy.PACK: Pack, NodePolicy.STATIC: Static,
+POLICIES: dict[str, type[Policy]] = {NodePolicy.EXCLUSIVE: Exclusive, NodePolicy.PACK: Pack, NodePolicy.STATIC: Static,
                             NodePolicy.ADAPTIVE: Adaptive}
 assert tuple(POLICIES) == POLICY_NAMES, "colocate.config.POLICY_NAMES is the one list of names"

@@ -22,9 +22,9 @@ accounts, makes its job endpoint's folder 0711 and the socket 0666 (the checks a
 what), the operator socket 0600.
 
 With a scheduler (``agent``: ``colocate.node.agent.SchedulerAgent``), the same single loop also
-polls the agent's socket and ticks it every ``TICK_S``; the agent hands node-core events
-(``Promote``) back through ``apply``. Nothing in the loop blocks, so the job endpoint stays
-responsive whatever the scheduler link does.
+polls the agent's socket and ticks it every ``TICK_S``; its worker manager shares this server's core (and
+``lock``) and hands it the limits a promotion changed (``send_to_job``). Nothing in the loop blocks, so the job
+endpoint stays responsive whatever the scheduler link does.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, assert_never
 
 import psutil
 import zmq
@@ -45,7 +47,12 @@ from colocate import protocol as P
 from colocate.daemon import LogLimit
 from colocate.endpoints import ctl_endpoint as default_ctl_endpoint
 from colocate.endpoints import ipc_path, private_dir
-from colocate.node.core import JobLost, NodeCore, Reply, Send, Tick
+from colocate.node.commands import Command, Launch, Note, Reply, Report, Save, Send, Signal
+from colocate.node.core import NodeCore
+from colocate.node.events import JobLost, Tick
+
+if TYPE_CHECKING:
+    from colocate.node.agent import SchedulerAgent
 
 log = logging.getLogger("colocate.node")
 
@@ -57,7 +64,7 @@ class NodeServer:
     def __init__(self, core: NodeCore, endpoint: str, ctl_endpoint: str | None = None,
                  record_path: str | None = None, clock=time.monotonic):
         self.core = core
-        self.agent = None  # a SchedulerAgent, set before serve_forever when the node has a scheduler
+        self.agent: SchedulerAgent | None = None  # set before serve_forever when the node has a scheduler
         self.endpoint = endpoint
         self.ctl_endpoint = ctl_endpoint or default_ctl_endpoint(endpoint)
         self.clock = clock
@@ -66,14 +73,15 @@ class NodeServer:
         self.bad_counts: Counter = Counter()
         self._identity: dict[str, bytes] = {}  # job id -> ROUTER identity
         self._uids: dict[str, int] = {}  # job id -> the uid that registered it (ipc only)
-        self.launchers = None  # job id -> pids of the launchers this node started for it (set with an agent)
+        # job id -> pids of the launchers this node started for it (set with an agent)
+        self.launchers: Callable[[str], list[int]] | None = None
         self._stop = threading.Event()
         self._bad_logs = LogLimit(MAX_BAD_LOGS_PER_S)
         for ep in (endpoint, self.ctl_endpoint):
             if _ipc_in_use(ep):  # libzmq would silently unlink a live node's socket and take its place
                 raise zmq.ZMQError(errno.EADDRINUSE, f"{ep} is in use by a running process (another node?)")
         self._record = open(record_path, "a", buffering=1) if record_path else None
-        self.ctx = zmq.Context.instance()
+        self.ctx: zmq.Context = zmq.Context.instance()
         self.jobs_sock = self._bind(endpoint, 0o666)
         self.ctl_sock = self._bind(self.ctl_endpoint, 0o600)
 
@@ -113,7 +121,7 @@ class NodeServer:
                         poller.register(agent_sock, zmq.POLLIN)
                 timeout = max(0.0, next_tick - self.clock())
                 for sock, _ in poller.poll(timeout=int(timeout * 1000) + 1):
-                    if sock is agent_sock:
+                    if sock is agent_sock and self.agent is not None:
                         self.agent.on_readable()
                     else:
                         self._drain(sock)
@@ -123,11 +131,9 @@ class NodeServer:
         finally:
             self.close()
 
-    def apply(self, event) -> None:
-        """Run a node-core event that comes from inside the node (the agent's ``Promote``)."""
-        self._run(event, None, self.jobs_sock)
-        while self.core.notes:
-            log.warning("%s", self.core.notes.popleft())
+    def send_to_job(self, cmd: Send) -> None:
+        """Send a command of the core that another edge received (a promotion's new limits) to its job."""
+        self._carry_out(cmd, self.clock(), None, None, None)
 
     def gpu_status(self, now: float | None = None) -> list:
         """Each GPU's utilization over the last 10 s and memory in use, from the core (sim GPUs)."""
@@ -240,7 +246,8 @@ class NodeServer:
         if isinstance(event, P.Register) and event.job_id in after:
             if any(isinstance(c, Send) and c.job_id == event.job_id and isinstance(c.msg, P.Welcome)
                    for c in commands):
-                self._identity[event.job_id] = ident
+                if ident is not None:
+                    self._identity[event.job_id] = ident
                 job = self.core.jobs[event.job_id]
                 log.info("job %s registered: gpu %d%s %s%s pid %d (epoch %d)", event.job_id, job.gpu,
                          " (picked)" if event.pick_gpu else "", job.priority, " partition" if job.partition else "",
@@ -255,7 +262,12 @@ class NodeServer:
         elif isinstance(event, P.LimitsApplied) and self._record:
             self._write_record(record.APPLIED, now, event)
         for cmd in commands:
-            if isinstance(cmd, Send):
+            self._carry_out(cmd, now, event, ident, sock)
+
+    def _carry_out(self, cmd: Command, now: float, event: object, ident: bytes | None, sock) -> None:
+        """Carry out one command of the core, answering ``ident`` on ``sock`` (no one: ``ident`` None)."""
+        match cmd:
+            case Send():
                 target = self._identity.get(cmd.job_id)
                 if target is not None:
                     self.jobs_sock.send_multipart([target, P.encode(cmd.msg)])
@@ -263,13 +275,21 @@ class NodeServer:
                     self._write_record(record.LIMITS, now, cmd.msg)
                 elif isinstance(cmd.msg, P.Welcome) and self._record:
                     self._write_record(record.WELCOME, now, cmd.msg)
-            elif isinstance(cmd, Reply) and ident is not None:
+            case Reply():
+                if ident is None:
+                    return
                 if isinstance(cmd.msg, P.Error):
                     with self.lock:
                         self.bad_counts[cmd.msg.code] += 1
                     if cmd.msg.code != P.UNKNOWN_JOB:
                         log.warning("rejected %s: %s", type(event).__name__, cmd.msg.message)
                 sock.send_multipart([ident, P.encode(cmd.msg)])
+            case Note():
+                log.log(logging.WARNING if cmd.level == "warning" else logging.INFO, "%s", cmd.text)
+            case Launch() | Signal() | Report() | Save():  # placement commands: no job event makes one
+                log.error("a job event made placement command %s: ignored", cmd)
+            case _:
+                assert_never(cmd)
 
     def _tick(self) -> None:
         for job in list(self.core.jobs.values()):
@@ -294,6 +314,8 @@ class NodeServer:
             pass
 
     def _write_record(self, kind: str, now: float, msg) -> None:
+        if self._record is None:
+            return
         extra = {}
         job = self.core.jobs.get(msg.job_id)
         if job is not None and kind == record.REPORT:

@@ -1,4 +1,5 @@
-"""What the node knows about its GPUs and jobs (plain data, owned by NodeCore).
+"""What the node knows about its GPUs and registered workers (plain data, owned by NodeCore): ``RegisteredWorker``
+per worker process registered with the node's job endpoint, ``LocalGpu`` per GPU of this node.
 
 ``GuaranteedSide`` is how a GPU's fixed partitions look to a node policy: one guaranteed job (see its
 docstring), so a policy written for one guaranteed job per GPU co-locates opportunistic work beside them.
@@ -8,16 +9,20 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from colocate import protocol as P
-from colocate.gpus import GpuSpec
+from colocate.gpus.spec import GpuSpec
 from colocate.vocab import Priority
 
 RECENT = 64  # reports kept per job
 
 
 @dataclass
-class JobState:
+class RegisteredWorker:
+    """One worker process registered with the node (``P.Register``): ``job_id`` is the worker's id (``JOB/RANK`` for
+    a torchrun worker, the job's id for a one-process job), ``job`` its job's."""
+
     job_id: str
     gpu: int
     priority: str
@@ -31,8 +36,8 @@ class JobState:
     override_cap: int | None = None
     override_share: float | None = None
     iterations: int = 0
-    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT))
-    sent_at: dict = field(default_factory=dict)  # limits seq -> node time it was sent
+    recent: deque[P.BatchReport] = field(default_factory=lambda: deque(maxlen=RECENT))
+    sent_at: dict[int, float] = field(default_factory=dict)  # limits seq -> node time it was sent
     slo_state: str = "new"
     applied_seq: int = 0  # the newest limits seq the job has reported in force
     last_report_at: float | None = None
@@ -81,11 +86,13 @@ class JobState:
 
 
 @dataclass
-class GpuState:
+class LocalGpu:
+    """One GPU of this node as its core holds it: its registered workers and their reported device time."""
+
     spec: GpuSpec
-    jobs: list = field(default_factory=list)  # job ids, registration order
-    busy: deque = field(default_factory=lambda: deque(maxlen=4096))  # (node receive time, busy_s) per report
-    policy: dict = field(default_factory=dict)  # the policy's own per-GPU state
+    jobs: list[str] = field(default_factory=list)  # registered workers' ids, registration order
+    busy: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=4096))  # (node time, busy_s)
+    policy: dict[str, Any] = field(default_factory=dict)  # the policy's own per-GPU state
 
     def utilization(self, now: float, window_s: float = 2.0) -> float:
         """Fraction of the last ``window_s`` seconds the GPU did job device work."""
@@ -107,7 +114,7 @@ class GuaranteedSide:
     partition = False
     override_cap: int | None = None
 
-    def __init__(self, parts: list[JobState]):
+    def __init__(self, parts: list[RegisteredWorker]):
         self.parts = parts
         first = parts[0]
         self.job_id = "\x00partitions:" + ",".join(p.job_id for p in parts)  # never a worker's id on the wire
@@ -127,7 +134,7 @@ class GuaranteedSide:
         return self.recent[-1] if self.recent else None
 
     def throughput(self, n: int = 16) -> float:
-        return JobState.throughput(self, n)  # type: ignore[arg-type]  # same fields, same arithmetic
+        return RegisteredWorker.throughput(self, n)  # type: ignore[arg-type]  # same fields, same arithmetic
 
     def busy_fraction(self, n: int = 16) -> float:
-        return JobState.busy_fraction(self, n)  # type: ignore[arg-type]
+        return RegisteredWorker.busy_fraction(self, n)  # type: ignore[arg-type]

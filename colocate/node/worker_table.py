@@ -1,6 +1,7 @@
 """The node's table of placements and their worker processes, persisted so it survives a node crash.
 
-Plain data plus one JSON file: ``STATE_DIR/workers.json``, rewritten atomically (write, then rename)
+The data is ``colocate.node.table.PlacementTable`` (what the node's pure core changes); this module is its file: one
+JSON file: ``STATE_DIR/workers.json``, rewritten atomically (write, then rename)
 after every change, and a lock file ``STATE_DIR/lock`` (``flock``) held while a node uses the folder, so
 two nodes never share a table. The file records, per placement: the job, its priority, whether it was
 promoted or is stopping, and per worker its rank, GPUs, pid, the process's create time (so that a
@@ -23,15 +24,17 @@ import logging
 import math
 import os
 import time
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, fields
 
 from colocate.files import write_json_atomic
+from colocate.node.table import KEEP_IDS, LocalPlacement, PlacementTable, Worker, scoped
 from colocate.vocab import Priority
 
 log = logging.getLogger("colocate.node.workers")
 
 FORMAT = 1
-KEEP_IDS = 10000  # finished / refused / stopped-before-start placement ids remembered
+__all__ = ["FORMAT", "KEEP_IDS", "LocalPlacement", "PlacementTable", "StateDirError", "TableError", "Worker", "WorkerTable",
+           "decode", "scoped"]
 
 
 class StateDirError(Exception):
@@ -40,48 +43,6 @@ class StateDirError(Exception):
 
 class TableError(ValueError):
     """A worker table file that is not one; ``str()`` is one line naming what is wrong."""
-
-
-@dataclass
-class Worker:
-    rank: int
-    local_rank: int
-    gpus: list
-    pid: int
-    create_time: float  # psutil's create time of ``pid``: the pid and this name one process
-    log_path: str
-    exit_file: str
-    exit_code: int | None = None  # None while it runs
-    kill_at: float | None = None  # wall clock: SIGKILL the group then (a stop's grace period)
-    killed: bool = False  # SIGKILL sent
-    fenced: bool = False  # it ended (non-zero) while the node's lease had lapsed
-    epoch: int = 0  # the node incarnation that started it (0: unknown, a table of an older node)
-
-    @property
-    def running(self) -> bool:
-        return self.exit_code is None
-
-
-@dataclass
-class Placement:
-    placement_id: str
-    job_id: str
-    priority: str
-    workers: list = field(default_factory=list)  # [Worker]
-    promoted: bool = False
-    stopping: bool = False
-    stop_reason: str = ""
-    ended_at: float | None = None  # wall clock when its last worker exited
-    cluster: str = ""  # the cluster id of the scheduler that placed it ("" if it named none)
-
-    @property
-    def running(self) -> bool:
-        return any(w.running for w in self.workers)
-
-
-def scoped(cluster_id: str, placement_id: str) -> str:
-    """The node's key of a placement: its id within its cluster (the bare id when no cluster was named)."""
-    return f"{cluster_id}/{placement_id}" if cluster_id else placement_id
 
 
 _NUM = (int, float)
@@ -142,8 +103,8 @@ def decode(data) -> tuple[dict, dict, dict, dict]:
     raw = data.get("placements")
     if type(raw) is not list:
         raise TableError(f"placements: expected a list, got {type(raw).__name__}")
-    placements: dict[str, Placement] = {}
-    wdef, pdef = _defaults(Worker), {**_defaults(Placement), "workers": []}
+    placements: dict[str, LocalPlacement] = {}
+    wdef, pdef = _defaults(Worker), {**_defaults(LocalPlacement), "workers": []}
     for i, p in enumerate(raw):
         where = f"placements[{i}]"
         fields_ = _typed(p, _PLACEMENT_TYPES, pdef, where)
@@ -157,7 +118,7 @@ def decode(data) -> tuple[dict, dict, dict, dict]:
             if wf["pid"] <= 0 or wf["rank"] < 0 or wf["local_rank"] < 0:
                 raise TableError(f"{where}.workers[{j}]: a pid, rank or local rank out of range")
             workers.append(Worker(**wf))
-        placement = Placement(**fields_, workers=workers)
+        placement = LocalPlacement(**fields_, workers=workers)
         placements[scoped(placement.cluster, placement.placement_id)] = placement
     done = _str_map(data.get("done", {}), "done")
     refused = _str_map(data.get("refused", {}), "refused", list)
@@ -165,17 +126,14 @@ def decode(data) -> tuple[dict, dict, dict, dict]:
     return placements, done, refused, stopped
 
 
-class WorkerTable:
-    """Placements by key (``scoped(cluster, placement id)``) plus the remembered keys; the pure placement core
-    (``colocate.node.placements``) changes them, the edge calls ``save()`` after each change."""
+class WorkerTable(PlacementTable):
+    """A ``PlacementTable`` with its file and folder: the edge loads it, calls ``save()`` after each change the
+    node's core makes, and holds the folder's lock while the node uses it."""
 
     def __init__(self, state_dir: str):
+        super().__init__()
         self.state_dir = state_dir
         self.path = os.path.join(state_dir, "workers.json")
-        self.placements: dict[str, Placement] = {}
-        self.done: dict[str, str] = {}  # key -> job id: ended and forgotten
-        self.refused: dict[str, list] = {}  # key -> [job id, reason]
-        self.stopped_unknown: dict[str, str] = {}  # key -> job id: stopped before it was ever started
         self.lost = False  # load(): the last incarnation's table is gone or unreadable
         self._lock_fd: int | None = None
 
@@ -263,22 +221,3 @@ class WorkerTable:
             if old is not None:
                 os.close(old)
         return True
-
-    # ------------------------------------------------------------------ ids
-    def known(self, placement_id: str) -> bool:
-        return (placement_id in self.placements or placement_id in self.done or placement_id in self.refused
-                or placement_id in self.stopped_unknown)
-
-    def remember(self, table: dict, key: str, value) -> None:
-        table[key] = value
-        while len(table) > KEEP_IDS:
-            table.pop(next(iter(table)))
-
-    def retire(self, now_wall: float, keep_s: float) -> bool:
-        """Move placements that ended more than ``keep_s`` ago to ``done``; True if any moved."""
-        old = [p for p in self.placements.values() if p.ended_at is not None and now_wall - p.ended_at > keep_s]
-        for p in old:
-            key = scoped(p.cluster, p.placement_id)
-            del self.placements[key]
-            self.remember(self.done, key, p.job_id)
-        return bool(old)

@@ -1,5 +1,5 @@
-"""The node's worker manager: the edge of the pure placement core (``colocate.node.placements``) that starts,
-stops and watches the worker processes of placements.
+"""The node's worker manager: the placement edge of the node's one pure core (``colocate.node.core.NodeCore``; its
+placement rules are ``colocate.node.placements``) that starts, stops and watches the worker processes of placements.
 
 One small interface, which the scheduler link (``colocate.node.agent``) drives and which another cluster
 manager (a Slurm prolog, a Ray worker hook, a Kubernetes node agent) could drive the same way::
@@ -11,14 +11,16 @@ manager (a Slurm prolog, a Ray worker hook, a Kubernetes node agent) could drive
     wm.promote(placement_id) -> job | None  # the placement's job is guaranteed from now on
     wm.welcomed(cluster_id) -> events       # a scheduler welcomed the node: other clusters' workers are stopped
     wm.fence(lapsed) -> events              # the node's lease lapsed / is held again
-    wm.poll(now) -> events                  # reap exits (WorkerExited), escalate kills; call often
+    wm.poll(wall) -> events                 # reap exits (WorkerExited), escalate kills; call often
     wm.status() -> [WorkerStatus]           # every worker of live and recently ended placements
     wm.close()
 
 Events are the protocol's node -> scheduler messages (``WorkerStarted``, ``WorkerExited``,
 ``StartRefused``) carrying this node's id and epoch. Nothing blocks: ``start`` forks and returns,
-``stop`` sends signals and returns, ``poll`` never waits. ``now`` is the wall clock (``time.time()``):
-kill deadlines are persisted and survive a restart.
+``stop`` sends signals and returns, ``poll`` never waits. Kill deadlines are on the wall clock (``wall``,
+``time.time()``): they are persisted and survive a restart; the core's ``now`` is ``clock`` (the node's monotonic
+clock, the job edge's too). The core is shared with the job edge (``colocate.node.server``): every call into it
+holds ``lock``, and the limits a promotion changes are sent by ``jobs`` (the server), when there is one.
 
 Rules (the core's; ``cluster_id`` arguments default to "" for a scheduler that names no cluster):
   * idempotent per ``(cluster_id, placement_id)``: a placement the node has seen (running, ended, refused, or stopped
@@ -56,8 +58,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
+from typing import Protocol, assert_never
 
 import psutil
 
@@ -65,16 +69,17 @@ from colocate import protocol as P
 from colocate.env import format_gpus
 from colocate.launcher import PROJECT_ROOT, LaunchError, check_command
 from colocate.node import accounts as A
+from colocate.node import events as E
 from colocate.node import fencing
-from colocate.node import placements as PC
-from colocate.node.placements import PlacementCore
-from colocate.node.worker_table import Placement, StateDirError, Worker, WorkerTable, scoped
+from colocate.node.commands import Command, Launch, Note, Reply, Report, Save, Send, Signal
+from colocate.node.core import NodeCore
+from colocate.node.placements import KEEP_ENDED_S
+from colocate.node.worker_table import LocalPlacement, StateDirError, Worker, WorkerTable, scoped
 from colocate.vocab import DeviceKind
 
 log = logging.getLogger("colocate.node.workers")
 
 UNKNOWN_EXIT = -1
-KEEP_ENDED_S = 300.0  # ended placements stay in status() this long, then only their id is remembered
 
 __all__ = ["WorkerConfig", "WorkerManager", "StateDirError", "port_in_use"]
 
@@ -94,18 +99,35 @@ class WorkerConfig:
     lease_file: str | None = None  # the node's lease (``colocate.lease``): placed workers' launchers watch it
 
 
-class WorkerManager:
-    """The edge of ``PlacementCore``: every decision is the core's; this class runs processes, sends signals,
-    reaps exits and saves the table as the core's commands say."""
+class JobEdge(Protocol):
+    """Where a command for a registered worker goes (the node server)."""
 
-    def __init__(self, cfg: WorkerConfig, clock=time.time):
+    def send_to_job(self, cmd: Send) -> None: ...
+
+
+class WorkerManager:
+    """The placement edge of ``NodeCore``: every decision is the core's; this class runs processes, sends
+    signals, reaps exits and saves the table as the core's commands say."""
+
+    def __init__(self, cfg: WorkerConfig, clock=time.monotonic, wall=time.time, core: NodeCore | None = None,
+                 lock: threading.Lock | None = None):
+        """``core``: the node's core (default: one of its own, for a manager without a job edge); ``lock``: held
+        around every call into it (the node server's)."""
         self.cfg = cfg
-        self.clock = clock
+        self.clock, self.wall = clock, wall
         self.table = WorkerTable(cfg.state_dir)
         self.table.lock()
         self.table.load()
-        self.core = PlacementCore(cfg.node_id, cfg.epoch, cfg.gpus, self.table, cfg.keep_ended_s, cfg.cluster_id)
-        self.guarantee = lambda job_id, on: None  # the node core's promotion switch (set by the agent)
+        if core is None:
+            from colocate.config import NodeConfig
+            from colocate.gpus import GpuSpec
+
+            core = NodeCore([GpuSpec(index=i, kind=cfg.device, mem_total=m) for i, m in sorted(cfg.gpus.items())],
+                            NodeConfig(), node_epoch=cfg.epoch)
+        core.take_placements(cfg.node_id, self.table, cfg.keep_ended_s, cfg.cluster_id)
+        self.core = core
+        self.lock = lock or threading.Lock()
+        self.jobs: JobEdge | None = None  # the node server, which sends the limits a promotion changes
         self._procs: dict[tuple[str, int], subprocess.Popen] = {}  # our own children, by (placement key, rank)
         self.accounts: A.Accounts | None = None  # who runs a job's workers (``colocate.node.accounts``); None: us
 
@@ -122,47 +144,50 @@ class WorkerManager:
         for key, p in list(self.table.placements.items()):
             for w in p.workers:
                 if w.running and not _same_process(w.pid, w.create_time):
-                    out += self._do(PC.Exited(key, w.rank, self._adopted_code(w)))
+                    out += self._do(E.Exited(key, w.rank, self._adopted_code(w), wall=self.wall()))
                 elif w.running:
                     log.info("re-adopted worker %s rank %d (pid %d) of placement %s", p.job_id, w.rank, w.pid,
                              p.placement_id)
         self.table.save()
-        return out + self._do(PC.Recovered())
+        return out + self._do(E.Recovered())
 
     def start(self, msg: P.StartPlacement) -> list:
-        return self._do(PC.Start(msg))
+        return self._do(E.Start(msg))
 
     def stop(self, placement_id: str, grace_s: float, job_id: str = "", cluster_id: str = "") -> list:
         """SIGTERM to each running worker's process group now; ``poll`` sends SIGKILL once ``grace_s`` has
         passed. Idempotent: a repeat only brings the deadline forward. An unknown placement is remembered
         as stopped, so a start that arrives after its stop (reordered) starts nothing."""
-        return self._do(PC.Stop(placement_id, job_id, grace_s, cluster_id))
+        return self._do(E.Stop(placement_id, job_id, grace_s, cluster_id, wall=self.wall()))
 
     def promote(self, placement_id: str, cluster_id: str = "") -> str | None:
         """Mark the placement's job guaranteed; returns the job id (None: an unknown or ended placement)."""
-        self._do(PC.Promote(placement_id, cluster_id))
+        self._do(E.Promote(placement_id, cluster_id))
         p = self.table.placements.get(scoped(cluster_id, placement_id))
         return p.job_id if p is not None and p.promoted and p.running else None
 
     def welcomed(self, cluster_id: str) -> list:
         """The scheduler of ``cluster_id`` welcomed the node: the events held for it; other clusters' workers
         are stopped."""
-        return self._do(PC.Welcomed(cluster_id))
+        from colocate.endpoints import FENCE_GRACE_S
+
+        return self._do(E.Welcomed(cluster_id, grace_s=FENCE_GRACE_S, wall=self.wall()))
 
     def fence(self, lapsed: bool) -> list:
         """The node's lease has lapsed (True) or is held (False)."""
-        return self._do(PC.Fence(lapsed))
+        return self._do(E.Fence(lapsed))
 
-    def poll(self, now: float | None = None) -> list:
-        now = self.clock() if now is None else now
+    def poll(self, wall: float | None = None) -> list:
+        """Reap exits and send the kill signals due at ``wall`` (default: now on the wall clock)."""
+        wall = self.wall() if wall is None else wall
         out = []
         for key, p in list(self.table.placements.items()):
             for w in p.workers:
                 if w.running:
                     code = self._reap(key, w)
                     if code is not None:
-                        out += self._do(PC.Exited(key, w.rank, code), now)
-        return out + self._do(PC.Tick(), now)
+                        out += self._do(E.Exited(key, w.rank, code, wall=wall))
+        return out + self._do(E.WallTick(wall))
 
     def status(self) -> list:
         return self.core.status()
@@ -176,7 +201,7 @@ class WorkerManager:
         return [w.pid for p in self.table.placements.values() if p.job_id == job_id and p.running
                 for w in p.workers if w.running and _same_process(w.pid, w.create_time)]
 
-    def placements(self) -> list[Placement]:
+    def placements(self) -> list[LocalPlacement]:
         return list(self.table.placements.values())
 
     def close(self) -> None:
@@ -185,26 +210,39 @@ class WorkerManager:
         self.table.unlock()
 
     # ------------------------------------------------------------------ carrying out the core's commands
-    def _do(self, event, now: float | None = None) -> list:
+    def _do(self, event: object) -> list:
         """Hand ``event`` to the core and carry out its commands; the messages for the scheduler."""
-        now = self.clock() if now is None else now
-        out, save = [], False
-        for c in self.core.handle(event, now):
-            if isinstance(c, PC.Report):
-                out.append(c.msg)
-            elif isinstance(c, PC.Save):
-                save = True
-            elif isinstance(c, PC.Signal):
-                self._signal_rank(c.key, c.rank, c.sig)
-            elif isinstance(c, PC.Guarantee):
-                self.guarantee(c.job_id, c.on)
-            elif isinstance(c, PC.Note):
-                log.log(logging.WARNING if c.level == "warning" else logging.INFO, "%s", c.text)
-            elif isinstance(c, PC.Launch):
-                out += self._do(self._launch(c.msg, c.key), now)
+        with self.lock:
+            cmds = self.core.handle(event, self.clock())
+        out: list = []
+        save = False
+        for c in cmds:
+            save |= self._carry_out(c, out)
         if save:
             self.table.save()
         return out
+
+    def _carry_out(self, c: Command, out: list) -> bool:
+        """Carry out one command; messages for the scheduler go to ``out``. True: the table must be saved."""
+        match c:
+            case Report():
+                out.append(c.msg)
+            case Save():
+                return True
+            case Signal():
+                self._signal_rank(c.key, c.rank, c.sig)
+            case Note():
+                log.log(logging.WARNING if c.level == "warning" else logging.INFO, "%s", c.text)
+            case Launch():
+                out += self._do(self._launch(c.msg, c.key))
+            case Send():
+                if self.jobs is not None:
+                    self.jobs.send_to_job(c)
+            case Reply():  # a placement event has no sender to answer
+                log.warning("placement event answered with %s", c.msg)
+            case _:
+                assert_never(c)
+        return False
 
     def _signal_rank(self, key: str, rank: int, sig: int) -> None:
         p = self.table.placements.get(key)
@@ -226,19 +264,19 @@ class WorkerManager:
             return f"master port {msg.master_port} is already bound on this host"
         return None
 
-    def _launch(self, msg: P.StartPlacement, key: str):
+    def _launch(self, msg: P.StartPlacement, key: str) -> E.Launched | E.LaunchFailed:
         """Start every worker of ``msg`` (all or nothing): ``Launched`` or ``LaunchFailed`` for the core."""
         reason = self._local_problem(msg)
         if reason is not None:
-            return PC.LaunchFailed(msg, reason)
+            return E.LaunchFailed(msg, reason)
         req = msg.request
         try:
             acct = self.accounts.for_user(req.user) if self.accounts is not None else None
         except A.AccountError as exc:
-            return PC.LaunchFailed(msg, str(exc))
+            return E.LaunchFailed(msg, str(exc))
         closed = A.unreachable(self.cfg.lease_file, acct) if self.cfg.lease_file else None
         if closed:
-            return PC.LaunchFailed(msg, f"the node's lease file is closed to the job's account: {closed} "
+            return E.LaunchFailed(msg, f"the node's lease file is closed to the job's account: {closed} "
                                         "(give the node a --state-dir others may pass through)")
         one_each = all(len(w.gpus) == 1 for w in msg.workers)
         layout = [g for w in sorted(msg.workers, key=lambda w: w.local_rank) for g in w.gpus]
@@ -272,8 +310,8 @@ class WorkerManager:
             for w in workers:  # all or nothing: a half-started gang would only hang
                 self._signal(w, signal.SIGKILL)
                 self._procs.pop((key, w.rank), None)
-            return PC.LaunchFailed(msg, f"cannot start the launcher: {exc.strerror or exc}")
-        return PC.Launched(msg, tuple(workers))
+            return E.LaunchFailed(msg, f"cannot start the launcher: {exc.strerror or exc}")
+        return E.Launched(msg, tuple(workers))
 
     def _spawn(self, argv, env, cwd, log_path, msg, acct=None) -> subprocess.Popen:
         with A.open_log(log_path, acct) as out:

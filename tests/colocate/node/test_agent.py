@@ -16,8 +16,6 @@ import zmq
 from colocate import protocol as P
 from colocate.gpus import GpuSpec
 from colocate.node.agent import SchedulerAgent
-from colocate.node.core import Promote
-from colocate.node.worker_table import Placement
 from tests.support import FakeScheduler, GiB, wait_for
 
 GPU_STATUS = [P.GpuStatus(index=0, utilization=0.25, mem_used=123), P.GpuStatus(index=1, utilization=0.0, mem_used=0)]
@@ -39,17 +37,12 @@ class FakeWorkers:
 
     def __init__(self):
         self.calls, self.recovered, self.events, self.placed = [], [], [], []
-        self.guarantee = lambda job_id, on: None  # the agent wires it to the node core
 
-    def recover(self):  # the placement core tells a new node core its promotions again
-        for p in self.placed:
-            if p.promoted and p.running:
-                self.guarantee(p.job_id, True)
+    def recover(self):
         return list(self.recovered)
 
     def start(self, msg):
         self.calls.append(("start", msg.placement_id))
-        self.guarantee(msg.job_id, False)  # the placement core: a new placement starts as placed
         return [P.WorkerStarted(node_id="n1", epoch=7, job_id=msg.job_id, placement_id=msg.placement_id, rank=w.rank,
                                 pid=100 + w.rank, log_path=f"/logs/{w.rank}") for w in msg.workers]
 
@@ -60,7 +53,6 @@ class FakeWorkers:
     def promote(self, placement_id, cluster_id=""):
         self.calls.append(("promote", placement_id))
         if placement_id == "p1":
-            self.guarantee("job-a", True)
             return "job-a"
         return None
 
@@ -90,11 +82,10 @@ class Rig:
         self.sched = FakeScheduler()
         self.clock = Clock()
         self.workers = workers or FakeWorkers()
-        self.applied = []
         self.agent = SchedulerAgent(
             self.sched.endpoint, "n1", epoch=7, host="10.0.0.7",
             gpus=[GpuSpec(0, "sim", GiB, "colocate-sim", 1), GpuSpec(1, "sim", GiB, "colocate-sim", 0)],
-            workers=self.workers, gpu_status=lambda now: list(GPU_STATUS), apply=self.applied.append,
+            workers=self.workers, gpu_status=lambda now: list(GPU_STATUS),
             keys_dir=keys_dir, clock=self.clock, wall=self.clock, backoff_min_s=0.5, backoff_max_s=4.0)
         if start:
             self.agent.start()
@@ -194,7 +185,7 @@ def test_unknown_node_error_means_hello_again_and_a_full_status(rig):
     assert status.workers and status.gpus == tuple(GPU_STATUS)
 
 
-def test_start_stop_and_promote_reach_the_worker_manager_and_the_core(rig):
+def test_start_stop_and_promote_reach_the_worker_manager(rig):
     ident = rig.joined()
     start = P.StartPlacement(placement_id="p1", job_id="job-a", priority="opportunistic", request=REQUEST,
                              workers=(P.WorkerLaunch(0, 0, (0,)), P.WorkerLaunch(1, 1, (1,))), world_size=2,
@@ -202,17 +193,15 @@ def test_start_stop_and_promote_reach_the_worker_manager_and_the_core(rig):
     rig.sched.send(ident, start)
     _, started = rig.expect(P.WorkerStarted, pred=lambda m: m.rank == 1)
     assert started.placement_id == "p1" and started.log_path == "/logs/1"
-    assert Promote("job-a", on=False) in rig.applied  # a new placement starts as placed
     rig.sched.send(ident, P.StopPlacement(placement_id="p1", job_id="job-a", reason="preempted", grace_s=3.0))
     # the handshake is the call itself: a periodic status may go out before the stop is read
     wait_for(lambda: (rig.pump(), ("stop", "p1", 3.0, "job-a") in rig.workers.calls)[1], 10,
              what="the stop to reach the worker manager")
     rig.expect(P.NodeStatus)  # a change: a status goes out
     rig.sched.send(ident, P.PromotePlacement(placement_id="p1", job_id="job-a"))
-    wait_for(lambda: (rig.pump(), Promote("job-a") in rig.applied)[1], 10, what="the promotion to reach the core")
+    wait_for(lambda: (rig.pump(), ("promote", "p1") in rig.workers.calls)[1], 10, what="the promotion")
     rig.sched.send(ident, P.PromotePlacement(placement_id="nope", job_id="job-b"))
     wait_for(lambda: (rig.pump(), ("promote", "nope") in rig.workers.calls)[1], 10, what="the second promote")
-    assert [a for a in rig.applied if a.on] == [Promote("job-a")]  # nothing for a placement not running here
     rig.workers.events = [P.WorkerExited(node_id="n1", epoch=7, job_id="job-a", placement_id="p1", rank=0,
                                          exit_code=143)]
     _, gone = rig.expect(P.WorkerExited)
@@ -237,16 +226,11 @@ def test_bad_input_is_answered_and_the_link_carries_on(rig):
     rig.expect(P.NodeHeartbeat)  # still beating
 
 
-def test_events_wait_for_the_welcome_and_promotions_are_told_to_a_new_core():
+def test_events_wait_for_the_welcome():
     workers = FakeWorkers()
     workers.recovered = [P.WorkerExited(node_id="n1", epoch=7, job_id="job-a", placement_id="p0", rank=1, exit_code=-1)]
-    workers.placed = [Placement("p1", "job-a", "guaranteed", promoted=True,
-                                workers=[__import__("colocate.node.worker_table", fromlist=["Worker"]).Worker(
-                                    rank=0, local_rank=0, gpus=[0], pid=os.getpid(), create_time=0.0, log_path="",
-                                    exit_file="")])]
     r = Rig(workers=workers)
     try:
-        assert Promote("job-a") in r.applied  # re-adopted promoted placement: the new core hears it again
         ident, _ = r.expect(P.NodeHello)
         workers.events = [P.WorkerExited(node_id="n1", epoch=7, job_id="job-a", placement_id="p0", rank=2, exit_code=0)]
         assert not r.sched.of(P.WorkerExited) and not [m for m in r.quiet() if isinstance(m, P.WorkerExited)]

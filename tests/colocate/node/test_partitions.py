@@ -161,13 +161,21 @@ def test_a_partition_limits_cannot_be_overridden():
 
 
 def test_a_promotion_never_breaks_the_partitions():
-    from colocate.node.core import Promote
+    from colocate.node import events as E
+    from colocate.node.commands import Note
+    from colocate.node.table import Worker
 
     c = Core()
     c.register("a", share=0.5, cap=6 * GiB, partition=True)
+    msg = P.StartPlacement(placement_id="p", job_id="o", priority=O, request=P.JobRequest(command=("x",), cwd="/", env=()),
+                           workers=(P.WorkerLaunch(0, 0, (0,)),), world_size=1, group_rank=0, master_addr="h",
+                           master_port=0)
+    c.core.handle(E.Start(msg), c.t)
+    c.core.handle(E.Launched(msg, (Worker(0, 0, [0], 9, 1.0, "", ""),)), c.t)
     c.register("o", priority=O)
-    c.handle(Promote(job="o"))
-    assert not c.core.jobs["o"].guaranteed and "stays opportunistic" in c.core.notes[-1]
+    out = c.core.handle(E.Promote("p"), c.t)
+    assert not c.core.jobs["o"].guaranteed
+    assert any(isinstance(x, Note) and "stays opportunistic" in x.text for x in out)
 
 
 @pytest.mark.parametrize("rooms, mem, want", [

@@ -1,5 +1,6 @@
-"""The node's pure placement core (``colocate.node.placements``) and its exclusivity rule (``colocate.node.claims``),
-table-driven: each case is a sequence of events and what the last one must command. No processes, no files."""
+"""The placement rules of the node's pure core (``colocate.node.placements``) and its exclusivity rule
+(``colocate.node.claims``), table-driven: each case is a sequence of events and what the last one must command. No
+processes, no files."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ import signal
 import pytest
 
 from colocate import protocol as P
+from colocate.config import NodeConfig
+from colocate.gpus import GpuSpec
+from colocate.node import events as E
 from colocate.node import placements as PC
 from colocate.node.claims import Claim, conflict
-from colocate.node.worker_table import Worker, WorkerTable
+from colocate.node.commands import Launch, Report, Signal
+from colocate.node.core import NodeCore
+from colocate.node.table import PlacementTable, Worker
 
 REQ = P.JobRequest(command=("python", "x.py"), cwd="/", env=())
 
@@ -22,32 +28,44 @@ def start(pid="1.1", job="1", gpus=(0,), priority="guaranteed", cluster="c1") ->
                             cluster_id=cluster)
 
 
-def launched(msg: P.StartPlacement) -> PC.Launched:
-    return PC.Launched(msg, tuple(Worker(rank=w.rank, local_rank=w.local_rank, gpus=list(w.gpus), pid=100 + w.rank,
+def launched(msg: P.StartPlacement) -> E.Launched:
+    return E.Launched(msg, tuple(Worker(rank=w.rank, local_rank=w.local_rank, gpus=list(w.gpus), pid=100 + w.rank,
                                          create_time=1.0, log_path=f"/l/{w.rank}", exit_file=f"/e/{w.rank}")
                                   for w in msg.workers))
 
 
 def run(msg: P.StartPlacement) -> list:
     """Start and launch ``msg``: the events of a placement whose workers run."""
-    return [PC.Start(msg), launched(msg)]
+    return [E.Start(msg), launched(msg)]
 
 
-def core(cluster="c1") -> PC.PlacementCore:
-    return PC.PlacementCore("n1", 7, [0, 1], WorkerTable("/nonexistent"), keep_ended_s=300.0, cluster=cluster)
+def core(cluster="c1") -> NodeCore:
+    c = NodeCore([GpuSpec(index=i, kind="sim", mem_total=1 << 30) for i in (0, 1)], NodeConfig(), node_epoch=7)
+    c.take_placements("n1", PlacementTable(), keep_ended_s=300.0, cluster=cluster)
+    return c
+
+
+def stop(pid: str, job: str, grace_s: float, cluster: str) -> E.Stop:
+    return E.Stop(pid, job, grace_s, cluster, wall=1000.0)
+
+
+def exited(key: str, rank: int, code: int) -> E.Exited:
+    return E.Exited(key, rank, code, wall=1000.0)
+
+
+def welcomed(cluster: str) -> E.Welcomed:
+    return E.Welcomed(cluster, grace_s=3.0, wall=1000.0)
 
 
 def shown(cmds) -> list:
     """The commands as short tuples (notes and saves left out)."""
     out = []
     for c in cmds:
-        if isinstance(c, PC.Launch):
+        if isinstance(c, Launch):
             out.append(("launch", c.key))
-        elif isinstance(c, PC.Signal):
+        elif isinstance(c, Signal):
             out.append(("signal", c.key, c.rank, signal.Signals(c.sig).name))
-        elif isinstance(c, PC.Guarantee):
-            out.append(("guarantee", c.job_id, c.on))
-        elif isinstance(c, PC.Report):
+        elif isinstance(c, Report):
             m = c.msg
             if isinstance(m, P.StartRefused):
                 out.append(("refused", m.placement_id, m.code, m.reason))
@@ -59,51 +77,48 @@ def shown(cmds) -> list:
 
 
 A = start("1.1", "1")
-HOLDER_STOPPING = run(A) + [PC.Stop("1.1", "1", 5.0, "c1")]
+HOLDER_STOPPING = run(A) + [stop("1.1", "1", 5.0, "c1")]
 CASES = {
-    "a free GPU: launch": ([PC.Start(A)], [("launch", "c1/1.1")]),
-    "launched: starts as placed, reports each worker": (
-        [PC.Start(A), launched(A)], [("guarantee", "1", False), ("worker_started", "1.1", 0)]),
+    "a free GPU: launch": ([E.Start(A)], [("launch", "c1/1.1")]),
+    "launched: reports each worker": ([E.Start(A), launched(A)], [("worker_started", "1.1", 0)]),
     "a guaranteed holder: refused": (
-        run(A) + [PC.Start(start("2.1", "2"))],
+        run(A) + [E.Start(start("2.1", "2"))],
         [("refused", "2.1", P.REFUSED, "GPU 0 already runs guaranteed job 1 (placement 1.1)")]),
     "a holder being stopped: stale, never the job's fault": (
-        HOLDER_STOPPING + [PC.Start(start("2.1", "2"))],
+        HOLDER_STOPPING + [E.Start(start("2.1", "2"))],
         [("refused", "2.1", P.REFUSED_STALE, "GPU 0 is busy with placement 1.1 of job 1, which this node is stopping")]),
     "a stale refusal is not remembered: the same id starts once the GPU is free": (
-        HOLDER_STOPPING + [PC.Start(start("2.1", "2")), PC.Exited("c1/1.1", 0, 143), PC.Start(start("2.1", "2"))],
+        HOLDER_STOPPING + [E.Start(start("2.1", "2")), exited("c1/1.1", 0, 143), E.Start(start("2.1", "2"))],
         [("launch", "c1/2.1")]),
     "opportunistic beside a guaranteed job: launch": (
-        run(A) + [PC.Start(start("3.1", "3", priority="opportunistic"))], [("launch", "c1/3.1")]),
+        run(A) + [E.Start(start("3.1", "3", priority="opportunistic"))], [("launch", "c1/3.1")]),
     "a GPU the node lacks: refused, and the repeat gets the same": (
-        [PC.Start(start("4.1", "4", gpus=(5,))), PC.Start(start("4.1", "4", gpus=(5,)))],
+        [E.Start(start("4.1", "4", gpus=(5,))), E.Start(start("4.1", "4", gpus=(5,)))],
         [("refused", "4.1", P.REFUSED, "GPU 5 is not on this node (it has 0,1)")]),
     "two workers on one GPU: refused": (
-        [PC.Start(start("5.1", "5", gpus=(1, 1)))], [("refused", "5.1", P.REFUSED, "two workers share a GPU")]),
+        [E.Start(start("5.1", "5", gpus=(1, 1)))], [("refused", "5.1", P.REFUSED, "two workers share a GPU")]),
     "a stop that overtook its start": (
-        [PC.Stop("6.1", "6", 5.0, "c1"), PC.Start(start("6.1", "6"))],
+        [stop("6.1", "6", 5.0, "c1"), E.Start(start("6.1", "6"))],
         [("refused", "6.1", P.REFUSED, PC.STOPPED_BEFORE_START)]),
-    "a known placement starts nothing again": (run(A) + [PC.Start(A)], []),
+    "a known placement starts nothing again": (run(A) + [E.Start(A)], []),
     "the same id in another cluster is another placement": (
-        run(A) + [PC.Exited("c1/1.1", 0, 0), PC.Start(start("1.1", "1", cluster="c2"))], [("launch", "c2/1.1")]),
-    "stop: SIGTERM now": (run(A) + [PC.Stop("1.1", "1", 5.0, "c1")], [("signal", "c1/1.1", 0, "SIGTERM")]),
-    "promote: guaranteed in the node core": (run(A) + [PC.Promote("1.1", "c1")], [("guarantee", "1", True)]),
-    "the end of a placement ends its promotion": (
-        run(A) + [PC.Promote("1.1", "c1"), PC.Exited("c1/1.1", 0, 0)],
-        [("guarantee", "1", False), ("exited", "1.1", 0, 0, False)]),
+        run(A) + [exited("c1/1.1", 0, 0), E.Start(start("1.1", "1", cluster="c2"))], [("launch", "c2/1.1")]),
+    "stop: SIGTERM now": (run(A) + [stop("1.1", "1", 5.0, "c1")], [("signal", "c1/1.1", 0, "SIGTERM")]),
+    "the end of a promoted placement": (
+        run(A) + [E.Promote("1.1", "c1"), exited("c1/1.1", 0, 0)], [("exited", "1.1", 0, 0, False)]),
     "an exit while the lease has lapsed is fenced": (
-        run(A) + [PC.Fence(True), PC.Exited("c1/1.1", 0, 143)],
-        [("guarantee", "1", False), ("exited", "1.1", 0, 143, True)]),
+        run(A) + [E.Fence(True), exited("c1/1.1", 0, 143)],
+        [("exited", "1.1", 0, 143, True)]),
     "a clean exit is never fenced": (
-        run(A) + [PC.Fence(True), PC.Exited("c1/1.1", 0, 0)],
-        [("guarantee", "1", False), ("exited", "1.1", 0, 0, False)]),
+        run(A) + [E.Fence(True), exited("c1/1.1", 0, 0)],
+        [("exited", "1.1", 0, 0, False)]),
     "an exit after the lease is held again is the job's own": (
-        run(A) + [PC.Fence(True), PC.Fence(False), PC.Exited("c1/1.1", 0, 1)],
-        [("guarantee", "1", False), ("exited", "1.1", 0, 1, False)]),
+        run(A) + [E.Fence(True), E.Fence(False), exited("c1/1.1", 0, 1)],
+        [("exited", "1.1", 0, 1, False)]),
     "another cluster's scheduler: the old workers are stopped": (
-        run(A) + [PC.Welcomed("c2")], [("signal", "c1/1.1", 0, "SIGTERM")]),
+        run(A) + [welcomed("c2")], [("signal", "c1/1.1", 0, "SIGTERM")]),
     "another cluster's exits are not reported to the new one": (
-        run(A) + [PC.Welcomed("c2"), PC.Exited("c1/1.1", 0, 143)], [("guarantee", "1", False)]),
+        run(A) + [welcomed("c2"), exited("c1/1.1", 0, 143)], []),
 }
 
 
@@ -118,35 +133,45 @@ def test_placement_core(case):
 
 def test_kill_deadline_and_forgetting_ended_placements():
     c = core()
-    for e in run(A) + [PC.Stop("1.1", "1", 5.0, "c1")]:
+    for e in run(A) + [stop("1.1", "1", 5.0, "c1")]:
         c.handle(e, 1000.0)
-    assert shown(c.handle(PC.Tick(), 1004.9)) == []
-    assert shown(c.handle(PC.Tick(), 1005.0)) == [("signal", "c1/1.1", 0, "SIGKILL")]
-    assert shown(c.handle(PC.Tick(), 1006.0)) == []  # once
-    c.handle(PC.Exited("c1/1.1", 0, 137), 1006.0)
+    assert shown(c.handle(E.WallTick(1004.9), 1.0)) == []
+    assert shown(c.handle(E.WallTick(1005.0), 1.0)) == [("signal", "c1/1.1", 0, "SIGKILL")]
+    assert shown(c.handle(E.WallTick(1006.0), 1.0)) == []  # once
+    c.handle(E.Exited("c1/1.1", 0, 137, wall=1006.0), 1.0)
     assert [w.running for w in c.status()] == [False]
-    c.handle(PC.Tick(), 1306.1)  # 300 s after it ended: only its id is remembered
+    c.handle(E.WallTick(1306.1), 1.0)  # 300 s after it ended: only its id is remembered
     assert c.status() == [] and c.table.known("c1/1.1")
-    assert shown(c.handle(PC.Start(A), 1307.0)) == []
+    assert shown(c.handle(E.Start(A), 1307.0)) == []
 
 
 def test_events_before_the_first_welcome_wait_for_it_and_only_the_welcoming_clusters_go():
     c = core(cluster=None)  # a node with a scheduler link: the table's cluster is unknown until welcomed
     for e in run(A) + run(start("9.1", "9", gpus=(1,), cluster="c2")):
         c.handle(e, 1000.0)  # (restored from the table in real life)
-    assert shown(c.handle(PC.Exited("c1/1.1", 0, 0), 1001.0)) == [("guarantee", "1", False)]  # held
+    assert shown(c.handle(exited("c1/1.1", 0, 0), 1001.0)) == []  # held
     assert [w.placement_id for w in c.status()] == ["1.1", "9.1"]
-    out = shown(c.handle(PC.Welcomed("c2"), 1002.0))
+    out = shown(c.handle(welcomed("c2"), 1002.0))
     assert ("worker_started", "9.1", 0) in out and ("exited", "1.1", 0, 0, False) not in out
     assert not any(o[0] == "worker_started" and o[1] == "1.1" for o in out)
     assert [w.placement_id for w in c.status()] == ["9.1"]
 
 
-def test_recovered_tells_a_new_node_core_its_promotions():
+def test_a_promotion_lasts_while_its_placement_runs_and_holds_again_after_a_restart():
     c = core()
-    for e in run(A) + [PC.Promote("1.1", "c1")] + run(start("2.1", "2", gpus=(1,))):
+    for e in run(A) + [E.Promote("1.1", "c1")] + run(start("2.1", "2", gpus=(1,))):
         c.handle(e, 1000.0)
-    assert shown(c.handle(PC.Recovered(), 1001.0)) == [("guarantee", "1", True)]
+    assert c.promoted == {"1"}
+    again = core()  # a new node process on the same table
+    again.take_placements("n1", c.table, cluster="c1")
+    again.handle(E.Recovered(), 1001.0)
+    assert again.promoted == {"1"}
+    c.handle(run(start("1.2", "1", gpus=(1,)))[0], 1002.0)
+    assert c.promoted == {"1"}  # refused (GPU 1 is placement 2.1's): nothing changes
+    c.handle(exited("c1/1.1", 0, 0), 1003.0)
+    assert c.promoted == set()  # its placement ended
+    c.handle(E.Promote("1.1", "c1"), 1004.0)
+    assert c.promoted == set()  # an ended placement is not promoted
 
 
 CLAIMS = [  # (claims, gpus, owner, share, the conflicting claim's owner or None)

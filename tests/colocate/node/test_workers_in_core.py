@@ -1,11 +1,14 @@
 """The node core with multi-worker jobs: torchrun workers register as JOB/RANK on their own GPUs, and a
-promotion (``Promote``, the scheduler's PromotePlacement) makes a job's workers guaranteed."""
+promotion of the job's placement (``Promote``, the scheduler's PromotePlacement) makes its workers guaranteed."""
 from __future__ import annotations
 
 from colocate import protocol as P
 from colocate.config import NodeConfig
 from colocate.gpus import GpuSpec
-from colocate.node.core import NodeCore, Promote, Reply, Send
+from colocate.node import events as E
+from colocate.node.commands import Note, Reply, Send
+from colocate.node.core import NodeCore
+from colocate.node.table import Worker
 
 GiB = 1 << 30
 
@@ -13,6 +16,17 @@ GiB = 1 << 30
 def core(gpus=2, policy="exclusive") -> NodeCore:
     return NodeCore([GpuSpec(index=i, kind="sim", mem_total=16 * GiB) for i in range(gpus)], NodeConfig(policy=policy),
                     node_epoch=7)
+
+
+def placed(c: NodeCore, job: str, placement: str, gpus=(0, 1), now=1.0) -> None:
+    """Placement ``placement`` of ``job`` (opportunistic) starts on ``gpus``: its workers run, not yet registered."""
+    msg = P.StartPlacement(placement_id=placement, job_id=job, priority="opportunistic",
+                           request=P.JobRequest(command=("python", "x.py"), cwd="/", env=()),
+                           workers=tuple(P.WorkerLaunch(r, r, (g,)) for r, g in enumerate(gpus)), world_size=len(gpus),
+                           group_rank=0, master_addr="127.0.0.1", master_port=0)
+    c.handle(E.Start(msg), now)
+    c.handle(E.Launched(msg, tuple(Worker(rank=r, local_rank=r, gpus=[g], pid=900 + r, create_time=1.0, log_path="",
+                                          exit_file="") for r, g in enumerate(gpus))), now)
 
 
 def register(c: NodeCore, worker: str, gpu: int, priority="opportunistic", pid=None, rank=None, world=2, now=1.0):
@@ -43,11 +57,12 @@ def test_two_workers_of_one_job_register_on_their_own_gpus():
 
 def test_promotion_makes_registered_and_later_workers_guaranteed():
     c = core()  # exclusive: opportunistic jobs run only while no guaranteed job is on their GPU
+    placed(c, "j", "p1")
     register(c, "j/0", 0, rank=0)
     register(c, "o", 0, pid=40)
     register(c, "g", 1, "guaranteed", pid=50)
     assert c.jobs["o"].limits.sm_share > 0 and c.jobs["j/0"].limits.sm_share > 0  # two opportunistic jobs share it
-    out = c.handle(Promote("j"), 2.0)
+    out = c.handle(E.Promote("p1"), 2.0)
     assert c.jobs["j/0"].guaranteed and c.jobs["j/0"].priority == "guaranteed"
     sent = {cmd.job_id: cmd.msg.limits for cmd in out if isinstance(cmd, Send)}
     assert sent["o"].sm_share == 0.0  # the policy now treats j/0 as the GPU's guaranteed job
@@ -57,23 +72,29 @@ def test_promotion_makes_registered_and_later_workers_guaranteed():
     out = register(c, "j/1", 1, rank=1, pid=60)
     assert welcomed(out, "j/1") and not c.jobs["j/1"].guaranteed
     c2 = core()
-    c2.handle(Promote("j"), 1.0)
+    placed(c2, "j", "p1")
+    c2.handle(E.Promote("p1"), 1.0)
     assert welcomed(register(c2, "j/1", 1, rank=1), "j/1").sm_share == 1.0 and c2.jobs["j/1"].guaranteed
 
 
 def test_a_promotion_never_puts_two_guaranteed_jobs_on_one_gpu():
     c = core(gpus=1)
     register(c, "g", 0, "guaranteed", pid=1)
+    placed(c, "j", "p1", gpus=(0,))
     register(c, "j/0", 0, rank=0, pid=2)
-    assert c.handle(Promote("j"), 2.0) == []
-    assert not c.jobs["j/0"].guaranteed and "GPU 0 runs guaranteed job g" in c.notes[-1]
+    out = c.handle(E.Promote("p1"), 2.0)
+    assert not any(isinstance(x, Send) for x in out)
+    assert not c.jobs["j/0"].guaranteed
+    assert "j/0 stays opportunistic: GPU 0 runs guaranteed job g" in [x.text for x in out if isinstance(x, Note)]
     assert errors(c.handle(P.Goodbye(job_id="g", exit_code=0, reason="done"), 3.0)) == []
 
 
-def test_promotion_can_be_forgotten_for_a_new_placement():
+def test_promotion_is_forgotten_by_a_new_placement_of_the_job():
     c = core()
-    c.handle(Promote("j"), 1.0)
-    c.handle(Promote("j", on=False), 1.5)
+    placed(c, "j", "p1")
+    c.handle(E.Promote("p1"), 1.0)
+    placed(c, "j", "p2", gpus=(1,))
     register(c, "j/0", 0, rank=0)
-    assert not c.jobs["j/0"].guaranteed
-    assert c.handle(Promote("nobody-here"), 2.0) == [] and "nobody-here" in c.promoted
+    assert not c.jobs["j/0"].guaranteed and "j" not in c.promoted
+    placed(c, "nobody-here", "p3", gpus=(1,))
+    assert not any(isinstance(x, Send) for x in c.handle(E.Promote("p3"), 2.0)) and "nobody-here" in c.promoted

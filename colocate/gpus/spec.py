@@ -1,0 +1,17 @@
+"""One GPU as a node coordinator sees it: plain data, no I/O (the node's pure core holds these; finding the
+machine's GPUs is ``colocate.gpus``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU as a node coordinator sees it. ``core`` is the CPU core of a sim GPU."""
+
+    index: int
+    kind: str  # one of colocate.env.DEVICES
+    mem_total: int  # bytes
+    name: str = ""
+    core: int | None = None
