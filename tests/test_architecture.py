@@ -99,3 +99,47 @@ def test_each_contract_fails_when_broken_on_purpose(tree_copy, contract, path, l
     # import may break other contracts too
     flat = re.sub(r"\s", "", res.stdout)
     assert re.sub(r"\s", "", name) + "BROKEN" in flat, res.stdout[-3000:]
+
+
+def guarding(source: str, forbidden: str) -> str | None:
+    """The id of a forbidden contract that keeps module ``source`` from importing ``forbidden``, or None."""
+    for c in contracts():
+        if c["type"] == "forbidden" and any(source == s or source.startswith(s + ".") for s in c["source_modules"]) \
+                and forbidden in c["forbidden_modules"]:
+            return c["id"]
+    return None
+
+
+NODE_PURITY = guarding("colocate.node.placements", "subprocess")
+
+# issue 23's four probes: each of these imports passed lint-imports when it was filed; each must now fail it,
+# reported by the contract named (None: whichever forbidden contract guards the node's core)
+PROBES = [
+    ("colocate-layers", "colocate/node/core.py", "import colocate.ray.launch"),  # the node is below the engines
+    ("engines-never-know-the-scheduler", "colocate/slurm/site.py", "import cluster.core"),
+    ("cluster-layers", "cluster/sim/engine.py", "import cluster.server.journal"),  # the simulator has no server
+    pytest.param(NODE_PURITY, "colocate/node/placements.py", "import subprocess", marks=pytest.mark.xfail(
+        NODE_PURITY is None, strict=True, reason="the node core's purity contract (no os, socket, subprocess, "
+        "threading, fcntl, time on colocate.node.core and colocate.node.placements) is added by issue 23's "
+        "node-core work, not on this branch yet")),
+]
+
+
+@pytest.mark.parametrize("contract, path, line", PROBES, ids=lambda v: v if isinstance(v, str) and "/" in v else "")
+def test_each_probe_of_issue_23_fails_lint_imports(tree_copy, contract, path, line):
+    assert contract is not None, "no contract keeps the node's placement core from starting processes"
+    test_each_contract_fails_when_broken_on_purpose(tree_copy, contract, path, line)
+
+
+def test_a_module_in_no_layer_breaks_the_layers(tree_copy):
+    """The layers contracts are exhaustive: a new module of colocate or cluster must be given its layer."""
+    for pkg, contract in (("colocate", "colocate-layers"), ("cluster", "cluster-layers")):
+        added = tree_copy / pkg / "unlayered.py"
+        added.write_text('"""A module no layer lists."""\n')
+        try:
+            res = lint(tree_copy)
+        finally:
+            added.unlink()
+        name = next(c["name"] for c in contracts() if c["id"] == contract)
+        assert res.returncode != 0 and re.sub(r"\s", "", name) + "BROKEN" in re.sub(r"\s", "", res.stdout), \
+            res.stdout[-2000:]
