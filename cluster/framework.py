@@ -1,5 +1,6 @@
 """The scheduling framework: the cycle that runs the plugins' extension points (``cluster.points``:
-the points, the closed status set, the ``Plugin`` base and the registry, re-exported here for plugins).
+the points, the closed status set, the ``Plugin`` base, the registry and the ``Handle`` a plugin sees of
+the framework; plugins import that module, never this one).
 
 Modelled on the Kubernetes scheduling framework and Volcano's Statement: the framework collects, per
 point and per placement class (``serves``), the bound methods of the plugins that override it, in
@@ -26,25 +27,20 @@ from typing import Any
 
 from cluster.capacity import never_fits
 from cluster.jobs import Job, Request
-from cluster.points import (  # noqa: F401
+from cluster.points import (
     CLASSES,
     MAX_NODE_SCORE,
     PER_CLASS,
     POINTS,
-    REGISTRY,
     SUCCESS,
     Code,
     Plugin,
     PluginError,
-    PostFilterResult,
     Preempt,
     Status,
-    Upgrade,
     _raiser,
     check_plugins,
     error,
-    held,
-    register,
     unresolvable,
     unschedulable,
 )

@@ -63,19 +63,18 @@ journal (its plugins' memory may be half-updated).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+import random
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.spec import JobSpec, Placement
-from cluster.state import NodeState
+from cluster.state import ClusterState, NodeState
 from cluster.statement import Statement
 from colocate.vocab import Priority
 
-if TYPE_CHECKING:
-    from cluster.framework import Framework
 CLASSES = frozenset((Priority.GUARANTEED, Priority.OPPORTUNISTIC))
 
 
@@ -211,9 +210,39 @@ def register(cls: type[Plugin]) -> type[Plugin]:
     return cls
 
 
+class Handle(Protocol):
+    """What a plugin sees of the framework that runs it (``cluster.framework.Framework`` is one): read it,
+    never rebind it; the cluster's state is changed only through a point's ``Statement``."""
+
+    @property
+    def state(self) -> ClusterState: ...
+
+    @property
+    def rng(self) -> random.Random: ...  # the scheduler's injected randomness
+
+    @property
+    def jobs(self) -> Mapping[str, Job]: ...  # job id -> job, every job known
+
+    @property
+    def queues(self) -> Mapping[str, list[Job]]: ...  # queue -> its pending jobs
+
+    @property
+    def blocked(self) -> Mapping[str, tuple[str, Status]]: ...  # queue -> (blocked head's job id, why), last cycle
+
+    @property
+    def reserved_nodes(self) -> Mapping[str, int]: ...  # node id -> plans that reserve it
+
+    @property
+    def stopping(self) -> Mapping[str, Any]: ...  # placement id -> its stop, while its workers stop
+
+    def plugin(self, name: str) -> Plugin | None: ...  # the configured plugin of that name
+
+    def node_order_for(self, klass: str) -> Callable[[Request], Iterable[NodeState]] | None: ...
+
+
 class Plugin:
     """Base of every policy plugin. Subclasses set ``name``, ``PARAMS`` and ``serves``, and
-    override points (see the module docstring). ``self.fw`` is the framework, set by ``bind``;
+    override points (see the module docstring). ``self.fw`` is the framework's ``Handle``, set by ``bind``;
     ``self.p`` the validated parameters. Plugins hold no clock and no global random: time is
     ``req.now``/``now``, randomness ``self.fw.rng``."""
 
@@ -223,9 +252,9 @@ class Plugin:
 
     def __init__(self, params: dict[str, Any]) -> None:
         self.p = params
-        self.fw: Framework = None  # type: ignore[assignment]
+        self.fw: Handle = None  # type: ignore[assignment]
 
-    def bind(self, fw: Framework) -> None:
+    def bind(self, fw: Handle) -> None:
         self.fw = fw
 
     # extension points: the base versions are never called (the framework skips them)

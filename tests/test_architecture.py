@@ -52,6 +52,7 @@ def test_every_command_is_in_the_independence_contract():
 VIOLATIONS = [
     ("no-torch-outside-the-job", "colocate/units.py", "import torch_hooks"),
     ("no-torch-outside-the-job", "cluster/spec.py", "import torch"),
+    ("no-torch-outside-the-job", "colocate/ray/worker.py", "import torch_hooks"),  # an engine is called back
     ("colocate-layers", "colocate/units.py", "import colocate.cli"),
     ("colocate-layers", "colocate/node/core.py", "import colocate.demo"),
     ("commands-independent", "colocate/cli/ctl.py", "import colocate.cli.run"),
@@ -143,3 +144,67 @@ def test_a_module_in_no_layer_breaks_the_layers(tree_copy):
         name = next(c["name"] for c in contracts() if c["id"] == contract)
         assert res.returncode != 0 and re.sub(r"\s", "", name) + "BROKEN" in re.sub(r"\s", "", res.stdout), \
             res.stdout[-2000:]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of the three packages it imports, as grimp (import-linter's graph) reads the
+    files: imports inside functions and under ``TYPE_CHECKING`` count, and so does ``colocate.engines``'s
+    ``import_module`` of each engine's resolver."""
+    import grimp
+
+    from colocate.engines import ENGINES
+
+    graph = grimp.build_graph(*PACKAGES, cache_dir=None, exclude_type_checking_imports=False)
+    edges = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    edges["colocate.engines"] |= {target.partition(":")[0] for target in ENGINES.values()}
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles between files: each strongly connected set of more than one module, sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while (w := stack.pop()) != v:
+                comp.append(w)
+            if comp:
+                out.append(sorted([v, *comp]))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+@pytest.fixture(scope="module")
+def edges():
+    return import_graph()
+
+
+def test_no_import_cycle_between_files(edges):
+    assert cycles(edges) == []
+
+
+@pytest.mark.parametrize("source, target", [
+    ("cluster.recovery", "cluster.core"),  # recovery through the core's fields (before issue 23)
+    ("cluster.points", "cluster.framework"),  # the plugin API typed against the whole framework (ditto)
+    ("colocate.ray.worker", "torch_hooks"),  # an engine's resolver importing the runtime (ditto)
+    ("colocate.gpus.sim", "colocate.gpus"),  # a device module importing its package for GpuSpec (ditto)
+])
+def test_an_import_back_is_a_cycle(edges, source, target):
+    back = {m: set(ts) for m, ts in edges.items()}
+    back[source].add(target)
+    assert any(source in c and target in c for c in cycles(back))

@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 
-from cluster.framework import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.jobs import Job, Request
 from cluster.params import Param
+from cluster.points import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.spec import MILLI, JobSpec, Placement
 from cluster.statement import Statement
 from colocate.vocab import Priority

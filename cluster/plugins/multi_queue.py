@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import math
 
-from cluster.framework import SUCCESS, Plugin, Status, held, register, unresolvable
 from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.plugins.fifo import OPPORTUNISTIC_QUEUE
+from cluster.points import SUCCESS, Plugin, Status, held, register, unresolvable
 from cluster.spec import JobSpec
 from colocate.vocab import JobState, Priority
 

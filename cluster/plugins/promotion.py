@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 
 from cluster.events import RUNNING
-from cluster.framework import SUCCESS, Plugin, PostFilterResult, Status, Upgrade, register
 from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.plugins.fifo import OPPORTUNISTIC_QUEUE
+from cluster.points import SUCCESS, Plugin, PostFilterResult, Status, Upgrade, register
 from cluster.spec import Placement
 from colocate.vocab import Priority
 

@@ -10,9 +10,9 @@ reclaiming job is placed (or ends) nobody borrows, so the capacity it waits for 
 
 from __future__ import annotations
 
-from cluster.framework import SUCCESS, Code, Plugin, PostFilterResult, Status, register, unresolvable, unschedulable
 from cluster.jobs import Job, Request
 from cluster.params import Param
+from cluster.points import SUCCESS, Code, Plugin, PostFilterResult, Status, register, unresolvable, unschedulable
 from cluster.spec import MILLI, JobSpec, Placement
 from cluster.statement import Statement
 from colocate.vocab import Priority

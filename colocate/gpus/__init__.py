@@ -7,21 +7,9 @@ job side (memory caps, busy clocks inside the training process) is ``torch_hooks
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from colocate.env import DEVICE_CHOICES, DEVICES
+from colocate.gpus.spec import GpuSpec
 from colocate.vocab import DeviceKind
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    """One GPU as a node coordinator sees it. ``core`` is the CPU core of a sim GPU."""
-
-    index: int
-    kind: str  # one of colocate.env.DEVICES
-    mem_total: int  # bytes
-    name: str = ""
-    core: int | None = None
 
 
 def cuda_available() -> bool:

@@ -12,8 +12,8 @@ import pytest
 from cluster import events as ev
 from cluster.core import SchedulerCore
 from cluster.events import PENDING, PLACING
-from cluster.framework import SUCCESS, Code, Plugin, Status, held, register
 from cluster.params import Param
+from cluster.points import SUCCESS, Code, Plugin, Status, held, register
 from tests.cluster.helpers import (
     config,
     finish,
