@@ -8,8 +8,8 @@ same decisions: no clock, no I/O, randomness only from the injected ``random.Ran
 
 Job states (``cluster.events``): pending -> placing -> running -> succeeded | failed | cancelled.
   * a cycle's StartWorkers reserves the placement (id ``f"{job_id}.{attempt}"``): PLACING;
-  * RUNNING once every rank reported WorkerStarted (or a NodeReport lists it running);
-  * a rank that exits before the whole gang started, a StartRefused, or no full start within
+  * RUNNING once every rank reported RankStarted (or a NodeReport lists it running);
+  * a rank that exits before the whole gang started, a PlacementRefused, or no full start within
     ``start_timeout_s`` (Tick) fails the start: the placement is stopped everywhere and the job
     requeued; after ``max_start_failures`` failed starts it FAILS;
   * a rank exiting non-zero while RUNNING stops the rest: FAILED; every rank exiting 0: SUCCEEDED;
@@ -21,8 +21,8 @@ Job states (``cluster.events``): pending -> placing -> running -> succeeded | fa
   * preempted jobs (StopWorkers reason "preempted") go back to pending.
 Every state change is a JobChanged emitted before the StartWorkers/StopWorkers it causes.
 
-A stopped placement keeps its slots until released rank by rank (WorkerExited), node by node
-(a NodeReport that no longer lists its workers, a StartRefused for it, NodeLost). A preempting
+A stopped placement keeps its slots until released rank by rank (RankExited), node by node
+(a NodeReport that no longer lists its workers, a PlacementRefused for it, NodeLost). A preempting
 job therefore gets the freed GPUs in a cycle after the stops are confirmed.
 """
 
@@ -34,14 +34,14 @@ from typing import Any
 
 from cluster import events as ev
 from cluster.config import PolicyConfig
-from cluster.events import CANCELLED, FAILED, PENDING, PLACING, RUNNING, SUCCEEDED, TERMINAL
+from cluster.events import CANCELLED, FAILED, PENDING, PLACING, RUNNING, SUCCEEDED
 from cluster.framework import Framework
 from cluster.jobs import Job
 from cluster.points import Preempt, Upgrade
 from cluster.recovery import Recovery
 from cluster.spec import JobSpec, Placement
 from cluster.state import ClusterState
-from colocate.vocab import JobState, Priority
+from colocate.vocab import TERMINAL, JobState, Priority
 
 
 def refusal_backoff_s(n: int) -> float:
@@ -82,8 +82,8 @@ class SchedulerCore:
                                     "start_failures", "requeues", "orphan_stops", "nodes_lost", "duplicates"), 0)
         self._handlers: dict[type, Callable[..., Any]] = {
             ev.JobSubmitted: self._submitted, ev.JobCancelled: self._cancelled, ev.NodeJoined: self._joined,
-            ev.NodeLost: self._lost, ev.NodeReport: self._report, ev.WorkerStarted: self._started,
-            ev.WorkerExited: self._exited, ev.StartRefused: self._refused, ev.Tick: self._tick,
+            ev.NodeLost: self._lost, ev.NodeReport: self._report, ev.RankStarted: self._started,
+            ev.RankExited: self._exited, ev.PlacementRefused: self._refused, ev.Tick: self._tick,
         }
 
     # ------------------------------------------------------------------ entry points
@@ -375,7 +375,7 @@ class SchedulerCore:
             return None
         return job
 
-    def _started(self, e: ev.WorkerStarted, now: float, out: list) -> None:
+    def _started(self, e: ev.RankStarted, now: float, out: list) -> None:
         job = self._current(e.job_id, e.placement_id)
         if job is not None:
             self._rank_started(job, e.rank, now, out)
@@ -391,7 +391,7 @@ class SchedulerCore:
             self.set_state(job, RUNNING, "", out, job.placement_id)
             self.fw.running(job, now)
 
-    def _exited(self, e: ev.WorkerExited, now: float, out: list) -> None:
+    def _exited(self, e: ev.RankExited, now: float, out: list) -> None:
         self.recovery.exited(e.placement_id, e.rank, now)
         if e.placement_id in self.stopping:
             self._release_slot(e.placement_id, e.rank, now)
@@ -442,7 +442,7 @@ class SchedulerCore:
             self._stop(job, "start failed", now, out, gone_ranks, gone_node)
             self._requeue(job, now, delay_s)
 
-    def _refused(self, e: ev.StartRefused, now: float, out: list) -> None:
+    def _refused(self, e: ev.PlacementRefused, now: float, out: list) -> None:
         """A refused start is retried after a backoff (``refusal_backoff_s``); it counts as a failed start
         unless the node refused for its own stale state (``stale``: it is still stopping an old placement)."""
         job = self._current(e.job_id, e.placement_id)

@@ -7,7 +7,7 @@ and overrides only the points it needs; the framework collects, per point and pe
 class (``serves``), the bound methods of the plugins that override it, in config order.
 
 Points (``req`` is the reused ``cluster.jobs.Request`` of the attempt):
-  pre_enqueue(job) -> Status           at submit; UNRESOLVABLE rejects the job (unknown queue)
+  pre_enqueue(job) -> Status           at submit; FAILS_JOB rejects the job (unknown queue)
   queue_of(spec) -> str                queue-sort point, exactly one plugin: the job's queue
   sort_key(job) -> tuple               ... and its order there (the framework appends job.seq)
   queue_order(queue, jobs) -> iterable this cycle's order of examination of one queue's pending
@@ -23,7 +23,7 @@ Points (``req`` is the reused ``cluster.jobs.Request`` of the attempt):
   pre_filter(req) -> Status            whole-job checks; must depend only on the request's
                                        shape, queue, the state and the plugins' cache_key
                                        (failures are cached per cycle); every one runs, an
-                                       UNRESOLVABLE wins
+                                       FAILS_JOB wins
   cache_key(job) -> tuple              what else a plugin's pre_filter/filter read of the job
                                        (e.g. its tenant): part of the failure cache's key
   node_order(req) -> iterable          candidate nodes in the plugin's preferred order, from
@@ -47,7 +47,7 @@ Points (``req`` is the reused ``cluster.jobs.Request`` of the attempt):
   on_placed/on_running/on_released/on_ended/on_promoted   lifecycle notices from the core
 Every status is one of ``Code``: SUCCESS, UNSCHEDULABLE (not now, for want of capacity), HELD
 (not now, by policy), UNPLACEABLE (no known node could ever hold it: the framework sets the job
-aside, out of its queue, until the known nodes change and one could), UNRESOLVABLE (never: the
+aside, out of its queue, until the known nodes change and one could), FAILS_JOB (never: the
 job fails), ERROR (a plugin raised inside the attempt: the attempt is undone, the job is passed
 over this cycle without blocking its queue, and the status says which plugin and what).
 
@@ -83,7 +83,7 @@ class Code(enum.IntEnum):
 
     SUCCESS = 0
     UNSCHEDULABLE = 1  # not now, for want of capacity: retry later; post-filter remedies may act
-    UNRESOLVABLE = 2  # never under this policy: the job fails
+    FAILS_JOB = 2  # never under this policy: the job fails
     HELD = 3  # not now, by a policy's hold (not for want of capacity): no post-filter acts on it
     UNPLACEABLE = 4  # no node known to the cluster could ever hold it: set aside until one joins
     ERROR = 5  # a plugin raised: the attempt is undone, the job stays pending and is passed over
@@ -118,8 +118,8 @@ def unschedulable(plugin: str, reason: str) -> Status:
     return Status(Code.UNSCHEDULABLE, plugin, reason)
 
 
-def unresolvable(plugin: str, reason: str) -> Status:
-    return Status(Code.UNRESOLVABLE, plugin, reason)
+def fails_job(plugin: str, reason: str) -> Status:
+    return Status(Code.FAILS_JOB, plugin, reason)
 
 
 def held(plugin: str, reason: str) -> Status:

@@ -11,12 +11,12 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cluster import events as ev
-from cluster.events import FAILED, PENDING, PLACING, RUNNING, STATES, TERMINAL
+from cluster.events import FAILED, PENDING, PLACING, RUNNING, STATES
 from cluster.fitting import gpu_fits_guaranteed
 from cluster.jobs import Job
 from cluster.spec import JobSpec, WorkerSlot
 from cluster.state import Alloc, ClusterState, NodeState
-from colocate.vocab import Priority
+from colocate.vocab import TERMINAL, Priority
 
 if TYPE_CHECKING:
     from cluster.framework import Framework

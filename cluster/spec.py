@@ -19,9 +19,8 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from colocate.vocab import Priority
+from colocate.vocab import PRIORITIES, Priority
 
-PRIORITIES = tuple(Priority)
 MILLI = 1000  # milli-GPUs in one GPU
 
 

@@ -145,7 +145,7 @@ def test_an_exception_the_framework_cannot_turn_into_a_status_propagates_with_no
 
 
 def test_the_status_set_is_closed_and_held_is_one_of_its_codes():
-    assert {c.name for c in Code} == {"SUCCESS", "UNSCHEDULABLE", "UNRESOLVABLE", "HELD", "UNPLACEABLE", "ERROR"}
+    assert {c.name for c in Code} == {"SUCCESS", "UNSCHEDULABLE", "FAILS_JOB", "HELD", "UNPLACEABLE", "ERROR"}
     st = held("multi_queue", "held for job 3")
     assert st.code == Code.HELD and st.held and not st.ok
     assert not Status(Code.UNSCHEDULABLE, "fit", "no room").held

@@ -141,6 +141,8 @@ def test_a_ray_train_worker_without_its_context_is_called_back_after_ray_train_s
     calls: list = []
     train_worker = types.SimpleNamespace(set_train_context=lambda context: calls.append(("set", context)))
     original = train_worker.set_train_context
+    monkeypatch.delitem(sys.modules, W.TRAIN_WORKER, raising=False)  # a test before may have imported Ray Train
+    monkeypatch.delitem(sys.modules, "ray.train.v2._internal.execution.context", raising=False)
     assert W._train_context_wait() is None  # not a Ray Train worker
     monkeypatch.setitem(sys.modules, W.TRAIN_WORKER, train_worker)
     when = W._train_context_wait()
