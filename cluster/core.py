@@ -265,7 +265,7 @@ class SchedulerCore:
         self.holders[pid] = job
         self.placing[pid] = job
         self.stats["placements"] += 1
-        how = "" if placement.priority == job.spec.priority else f"as {placement.priority}"
+        how = "" if placement.klass == job.spec.priority else f"as {placement.klass}"
         self.set_state(job, PLACING, how, out, pid)
         out.append(ev.StartWorkers(job.spec, placement))
         self.fw.placed(job, placement, now)

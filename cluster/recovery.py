@@ -210,7 +210,7 @@ class Recovery:
                 continue
             spec = job.spec
             assert job.placement is not None  # its placement is pid
-            klass = job.placement.priority
+            klass = job.placement.klass
             fits = all(0 <= i < len(node.gpus) for i in slot.gpus) and len(slot.gpus) == spec.gpus and (
                 klass != Priority.GUARANTEED or all(gpu_fits_guaranteed(node.gpus[i], spec.gpu_milli, spec.gpu_mem) for i in slot.gpus))
             if not fits:

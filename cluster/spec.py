@@ -119,7 +119,9 @@ class Placement:
     placement_id: str
     job_id: str
     slots: tuple[WorkerSlot, ...]
-    priority: str  # the class the job runs in on its GPUs (guaranteed | opportunistic)
+    klass: str  # the class it runs in on its GPUs (guaranteed | opportunistic): the job's priority, or
+    # opportunistic for a guaranteed job placed as such, guaranteed once promoted (the wire and the journal
+    # call it ``priority``: StartPlacement.priority)
 
     def nodes(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(s.node_id for s in self.slots))

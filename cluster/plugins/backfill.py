@@ -53,7 +53,7 @@ class Backfill(Plugin):
 
     # running guaranteed placements by expected end
     def on_placed(self, job: Job, placement: Placement, now: float) -> None:
-        if placement.priority == Priority.GUARANTEED:
+        if placement.klass == Priority.GUARANTEED:
             self._track(job, placement, now)
 
     def on_promoted(self, job: Job, placement: Placement, now: float) -> None:

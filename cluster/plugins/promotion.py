@@ -42,7 +42,7 @@ class Promotion(Plugin):
         return PostFilterResult(SUCCESS, retry_as=Priority.OPPORTUNISTIC)
 
     def on_placed(self, job: Job, placement: Placement, now: float) -> None:
-        if placement.priority == Priority.OPPORTUNISTIC:
+        if placement.klass == Priority.OPPORTUNISTIC:
             self._opp[placement.placement_id] = job
 
     def on_released(self, job: Job, placement: Placement, now: float) -> None:

@@ -147,7 +147,7 @@ def spec_from_json(text: str) -> JobSpec:
 def placement_to_json(p: Placement | None) -> str | None:
     if p is None:
         return None
-    return json.dumps({"placement_id": p.placement_id, "job_id": p.job_id, "priority": p.priority,
+    return json.dumps({"placement_id": p.placement_id, "job_id": p.job_id, "priority": p.klass,
                        "slots": [[s.rank, s.node_id, list(s.gpus)] for s in p.slots]}, sort_keys=True)
 
 

@@ -30,7 +30,7 @@ def start_messages(spec: JobSpec, placement: Placement, request: P.JobRequest, h
         mine = [s for s in slots if s.node_id == node_id]
         workers = tuple(P.WorkerLaunch(rank=s.rank, local_rank=i, gpus=s.gpus) for i, s in enumerate(mine))
         out[node_id] = P.StartPlacement(
-            placement_id=placement.placement_id, job_id=placement.job_id, priority=placement.priority,
+            placement_id=placement.placement_id, job_id=placement.job_id, priority=placement.klass,
             request=request, workers=workers, world_size=spec.workers, group_rank=group, master_addr=master,
             master_port=port)
     return out

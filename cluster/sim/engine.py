@@ -300,7 +300,7 @@ class Simulation:
         job = self.by_id[d.spec.job_id]
         p = d.placement
         nodes = self.nodes
-        job.placement, job.pid, job.klass = p, p.placement_id, p.priority
+        job.placement, job.pid, job.klass = p, p.placement_id, p.klass
         job.held = range(len(p.slots))
         job.live = False
         gpus = []
@@ -311,7 +311,7 @@ class Simulation:
         job.gpus = gpus
         if self.reports:
             job.nodes = [nodes[n] for n in p.nodes()]
-        job.milli = job.spec.gpu_milli if p.priority == Priority.GUARANTEED else 0
+        job.milli = job.spec.gpu_milli if p.klass == Priority.GUARANTEED else 0
         self.alloc_milli += job.milli * len(gpus)
         if job.starts > 1 and self.cfg.restart_overhead_s:
             job.work += self.cfg.restart_overhead_s
