@@ -116,17 +116,21 @@ NODE_PURITY = guarding("colocate.node.placements", "subprocess")
 # issue 23's four probes: each of these imports passed lint-imports when it was filed; each must now fail it,
 # reported by the contract named (None: whichever forbidden contract guards the node's core)
 PROBES = [
-    ("colocate-layers", "colocate/node/core.py", "import colocate.ray.launch"),  # the node is below the engines
-    ("engines-never-know-the-scheduler", "colocate/slurm/site.py", "import cluster.core"),
-    ("cluster-layers", "cluster/sim/engine.py", "import cluster.server.journal"),  # the simulator has no server
-    pytest.param(NODE_PURITY, "colocate/node/placements.py", "import subprocess", marks=pytest.mark.xfail(
-        NODE_PURITY is None, strict=True, reason="the node core's purity contract (no os, socket, subprocess, "
-        "threading, fcntl, time on colocate.node.core and colocate.node.placements) is added by issue 23's "
-        "node-core work, not on this branch yet")),
+    pytest.param("colocate-layers", "colocate/node/core.py", "import colocate.ray.launch",
+                 id="colocate.node.core->colocate.ray.launch"),
+    pytest.param("engines-never-know-the-scheduler", "colocate/slurm/site.py", "import cluster.core",
+                 id="colocate.slurm.site->cluster.core"),
+    pytest.param("cluster-layers", "cluster/sim/engine.py", "import cluster.server.journal",
+                 id="cluster.sim.engine->cluster.server.journal"),
+    pytest.param(NODE_PURITY, "colocate/node/placements.py", "import subprocess",
+                 id="colocate.node.placements->subprocess", marks=pytest.mark.xfail(
+                     NODE_PURITY is None, strict=True, reason="the node core's purity contract (no os, socket, "
+                     "subprocess, threading, fcntl, time on colocate.node.core and colocate.node.placements) is "
+                     "added by issue 23's node-core work, not on this branch yet")),
 ]
 
 
-@pytest.mark.parametrize("contract, path, line", PROBES, ids=lambda v: v if isinstance(v, str) and "/" in v else "")
+@pytest.mark.parametrize("contract, path, line", PROBES)
 def test_each_probe_of_issue_23_fails_lint_imports(tree_copy, contract, path, line):
     assert contract is not None, "no contract keeps the node's placement core from starting processes"
     test_each_contract_fails_when_broken_on_purpose(tree_copy, contract, path, line)
