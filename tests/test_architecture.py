@@ -77,34 +77,6 @@ VIOLATIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tree_copy(tmp_path_factory):
-    root = tmp_path_factory.mktemp("arch")
-    for pkg in PACKAGES:
-        shutil.copytree(REPO / pkg, root / pkg, symlinks=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.o"))
-    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
-    return root
-
-
-@pytest.mark.parametrize("contract, path, line", VIOLATIONS, ids=[f"{c}:{p}" for c, p, _ in VIOLATIONS])
-def test_each_contract_fails_when_broken_on_purpose(tree_copy, contract, path, line):
-    assert contract in {c["id"] for c in contracts()}
-    target = tree_copy / path
-    original = target.read_text()
-    target.write_text(original + f"\n{line}  # broken on purpose\n")
-    try:
-        res = lint(tree_copy)
-    finally:
-        target.write_text(original)
-    name = next(c["name"] for c in contracts() if c["id"] == contract)
-    assert res.returncode != 0, res.stdout[-2000:]
-    # the summary line "<name> BROKEN" (wrapped at 80 columns, so compare without whitespace); an indirect
-    # import may break other contracts too
-    flat = re.sub(r"\s", "", res.stdout)
-    assert re.sub(r"\s", "", name) + "BROKEN" in flat, res.stdout[-3000:]
-
-
 def guarding(source: str, forbidden: str) -> str | None:
     """The id of a forbidden contract that keeps module ``source`` from importing ``forbidden``, or None."""
     for c in contracts():
@@ -215,3 +187,31 @@ def test_an_import_back_is_a_cycle(edges, source, target):
     back = {m: set(ts) for m, ts in edges.items()}
     back[source].add(target)
     assert any(source in c and target in c for c in cycles(back))
+
+
+@pytest.fixture(scope="module")
+def tree_copy(tmp_path_factory):
+    root = tmp_path_factory.mktemp("arch")
+    for pkg in PACKAGES:
+        shutil.copytree(REPO / pkg, root / pkg, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.o"))
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+@pytest.mark.parametrize("contract, path, line", VIOLATIONS, ids=[f"{c}:{p}" for c, p, _ in VIOLATIONS])
+def test_each_contract_fails_when_broken_on_purpose(tree_copy, contract, path, line):
+    assert contract in {c["id"] for c in contracts()}
+    target = tree_copy / path
+    original = target.read_text()
+    target.write_text(original + f"\n{line}  # broken on purpose\n")
+    try:
+        res = lint(tree_copy)
+    finally:
+        target.write_text(original)
+    name = next(c["name"] for c in contracts() if c["id"] == contract)
+    assert res.returncode != 0, res.stdout[-2000:]
+    # the summary line "<name> BROKEN" (wrapped at 80 columns, so compare without whitespace); an indirect
+    # import may break other contracts too
+    flat = re.sub(r"\s", "", res.stdout)
+    assert re.sub(r"\s", "", name) + "BROKEN" in flat, res.stdout[-3000:]

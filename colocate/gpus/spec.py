@@ -1,5 +1,5 @@
-"""``GpuSpec``: one GPU as a node coordinator sees it (data only: ``colocate.gpus`` finds them, its
-``nvml`` and ``sim`` modules make them)."""
+"""One GPU as a node coordinator sees it: plain data, no I/O (the node's pure core holds these; finding the
+machine's GPUs is ``colocate.gpus``)."""
 
 from __future__ import annotations
 
