@@ -58,6 +58,7 @@ from cluster import events as ev
 from cluster.config import preset
 from cluster.core import SchedulerCore
 from cluster.spec import JobSpec, NodeSpec
+from colocate.vocab import TERMINAL
 
 NODES, GPUS = 1000, 8
 # (workers, gpus per worker, weight): 1-32 GPUs, gangs of several workers
@@ -157,8 +158,8 @@ def bench_placement(policy: str, n_jobs: int) -> dict:
     placed, total_t, total_c, rounds, now = first_placed, t_submit + t_first, c_first, 1, 1.0
     while pending and rounds < 10_000:
         now += 1.0
-        starts = [ev.WorkerStarted(p.job_id, p.placement_id, s.rank) for p in pending for s in p.slots]
-        exits = [ev.WorkerExited(p.job_id, p.placement_id, s.rank, 0) for p in pending for s in p.slots]
+        starts = [ev.RankStarted(p.job_id, p.placement_id, s.rank) for p in pending for s in p.slots]
+        exits = [ev.RankExited(p.job_id, p.placement_id, s.rank, 0) for p in pending for s in p.slots]
         del pending
         t = clock()
         with batch():
@@ -190,7 +191,7 @@ def bench_blocked(policy: str, n_jobs: int, passes: int = 20) -> dict:
     core = new_core(policy)
     fill = [JobSpec(f"fill{i}", gpus=8, estimate_s=3600.0, user=f"fill{i}") for i in range(NODES)]
     out = core.handle_batch([ev.JobSubmitted(s) for s in fill], 0.0)
-    starts = [ev.WorkerStarted(d.placement.job_id, d.placement.placement_id, 0) for d in out
+    starts = [ev.RankStarted(d.placement.job_id, d.placement.placement_id, 0) for d in out
               if isinstance(d, ev.StartWorkers)]
     core.handle_batch(starts + busy_report(core, 0.95), 1.0)
     with batch():
@@ -250,18 +251,18 @@ def bench_latency(policy: str, n_jobs: int, seed: int = 3) -> dict:
                 placements[p.placement_id] = p
                 for s in p.slots:
                     seq += 1
-                    heapq.heappush(heap, (now + 1.0, seq, ev.WorkerStarted(p.job_id, p.placement_id, s.rank)))
+                    heapq.heappush(heap, (now + 1.0, seq, ev.RankStarted(p.job_id, p.placement_id, s.rank)))
                     seq += 1
                     heapq.heappush(heap, (now + 1.0 + runtime[p.job_id], seq,
-                                          ev.WorkerExited(p.job_id, p.placement_id, s.rank, 0)))
-            elif isinstance(d, ev.JobChanged) and d.state in ev.TERMINAL:
+                                          ev.RankExited(p.job_id, p.placement_id, s.rank, 0)))
+            elif isinstance(d, ev.JobChanged) and d.state in TERMINAL:
                 done += 1
             elif isinstance(d, ev.StopWorkers):  # the nodes stop those workers half a second later
                 p = placements.get(d.placement_id)
                 for s in (p.slots if p else ()):
                     if s.node_id in d.nodes:
                         seq += 1
-                        heapq.heappush(heap, (now + 0.5, seq, ev.WorkerExited(p.job_id, p.placement_id, s.rank, 143)))
+                        heapq.heappush(heap, (now + 0.5, seq, ev.RankExited(p.job_id, p.placement_id, s.rank, 143)))
     lat.sort()
     q = lambda f: lat[min(len(lat) - 1, int(f * len(lat)))] / 1e3
     return {"policy": policy, "events": len(lat), "p50_us": q(0.50), "p99_us": q(0.99), "max_us": lat[-1] / 1e3,

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import cluster.plugins  # noqa: F401  (registers every plugin)
-from cluster.framework import REGISTRY, Plugin, check_plugins
 from cluster.params import Param, parse_params
+from cluster.points import REGISTRY, Plugin, check_plugins
 
 SCHEDULER_PARAMS = {
     "feasible_nodes": Param(4, "int", lambda v: v >= 1, "an integer >= 1"),

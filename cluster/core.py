@@ -8,8 +8,8 @@ same decisions: no clock, no I/O, randomness only from the injected ``random.Ran
 
 Job states (``cluster.events``): pending -> placing -> running -> succeeded | failed | cancelled.
   * a cycle's StartWorkers reserves the placement (id ``f"{job_id}.{attempt}"``): PLACING;
-  * RUNNING once every rank reported WorkerStarted (or a NodeReport lists it running);
-  * a rank that exits before the whole gang started, a StartRefused, or no full start within
+  * RUNNING once every rank reported RankStarted (or a NodeReport lists it running);
+  * a rank that exits before the whole gang started, a PlacementRefused, or no full start within
     ``start_timeout_s`` (Tick) fails the start: the placement is stopped everywhere and the job
     requeued; after ``max_start_failures`` failed starts it FAILS;
   * a rank exiting non-zero while RUNNING stops the rest: FAILED; every rank exiting 0: SUCCEEDED;
@@ -21,8 +21,8 @@ Job states (``cluster.events``): pending -> placing -> running -> succeeded | fa
   * preempted jobs (StopWorkers reason "preempted") go back to pending.
 Every state change is a JobChanged emitted before the StartWorkers/StopWorkers it causes.
 
-A stopped placement keeps its slots until released rank by rank (WorkerExited), node by node
-(a NodeReport that no longer lists its workers, a StartRefused for it, NodeLost). A preempting
+A stopped placement keeps its slots until released rank by rank (RankExited), node by node
+(a NodeReport that no longer lists its workers, a PlacementRefused for it, NodeLost). A preempting
 job therefore gets the freed GPUs in a cycle after the stops are confirmed.
 """
 
@@ -34,13 +34,14 @@ from typing import Any
 
 from cluster import events as ev
 from cluster.config import PolicyConfig
-from cluster.events import CANCELLED, FAILED, PENDING, PLACING, RUNNING, SUCCEEDED, TERMINAL
-from cluster.framework import Framework, Preempt, Upgrade
+from cluster.events import CANCELLED, FAILED, PENDING, PLACING, RUNNING, SUCCEEDED
+from cluster.framework import Framework
 from cluster.jobs import Job
+from cluster.points import Preempt, Upgrade
 from cluster.recovery import Recovery
 from cluster.spec import JobSpec, Placement
 from cluster.state import ClusterState
-from colocate.vocab import JobState, Priority
+from colocate.vocab import TERMINAL, JobState, Priority
 
 
 def refusal_backoff_s(n: int) -> float:
@@ -81,8 +82,8 @@ class SchedulerCore:
                                     "start_failures", "requeues", "orphan_stops", "nodes_lost", "duplicates"), 0)
         self._handlers: dict[type, Callable[..., Any]] = {
             ev.JobSubmitted: self._submitted, ev.JobCancelled: self._cancelled, ev.NodeJoined: self._joined,
-            ev.NodeLost: self._lost, ev.NodeReport: self._report, ev.WorkerStarted: self._started,
-            ev.WorkerExited: self._exited, ev.StartRefused: self._refused, ev.Tick: self._tick,
+            ev.NodeLost: self._lost, ev.NodeReport: self._report, ev.RankStarted: self._started,
+            ev.RankExited: self._exited, ev.PlacementRefused: self._refused, ev.Tick: self._tick,
         }
 
     # ------------------------------------------------------------------ entry points
@@ -204,15 +205,15 @@ class SchedulerCore:
             return
         cycle = self.fw.run_cycle(now)
         for job in cycle.returned:
-            self._set(job, PENDING, "back in its queue: a node that can hold it joined", out)
+            self.set_state(job, PENDING, "back in its queue: a node that can hold it joined", out)
         for job, st in cycle.aside:
-            self._set(job, PENDING, f"set aside: {st.reason}; it returns to its queue when a node that can hold it "
+            self.set_state(job, PENDING, f"set aside: {st.reason}; it returns to its queue when a node that can hold it "
                                     "joins", out)
         for job, st in cycle.errors:
             if job.reason != str(st):
-                self._set(job, PENDING, str(st), out)
+                self.set_state(job, PENDING, str(st), out)
         for job, st in cycle.failed:
-            self._set(job, FAILED, str(st), out)
+            self.set_state(job, FAILED, str(st), out)
             job.ended_at = now
             self.fw.ended(job, now)
         for job, placement in cycle.placed:
@@ -223,11 +224,37 @@ class SchedulerCore:
             elif isinstance(act, Upgrade):
                 self._upgrade(act.pid, now, out)
 
-    def _set(self, job: Job, state: str, reason: str, out: list, pid: str | None = None) -> None:
+    # ------------------------------------------------------------------ what recovery may do (recovery.Host)
+
+    def set_state(self, job: Job, state: str, reason: str, out: list, pid: str | None = None) -> None:
+        """Move ``job`` to ``state`` (a ``cluster.events`` status) for ``reason``; appends the ``JobChanged``
+        the edges journal to ``out``."""
         job.state, job.reason = state, reason
         if state in TERMINAL:
             job.end_attempt()  # nothing reads a finished job's ranks: their records go
         out.append(ev.JobChanged(job.job_id, state, reason, pid))
+
+    def new_job(self, spec: JobSpec) -> Job:
+        """A job for ``spec``, known from now on, ordered after every job made before it; its id must be new."""
+        job = Job(spec, self._seq)
+        self._seq += 1
+        self.jobs[spec.job_id] = job
+        return job
+
+    def mark_dirty(self) -> None:
+        """Something a cycle may act on changed: the next batch runs one."""
+        self._dirty = True
+
+    def is_retrying(self, job: Job) -> bool:
+        """Whether ``job`` waits in the retry list (a backoff, or for its old placement's workers to be gone)."""
+        return self.retry.get(job.job_id, (0, None))[1] is job
+
+    def retry_at(self, job: Job, at: float, now: float) -> None:
+        """Queue ``job`` again at ``at`` (now, when ``at`` has come)."""
+        self.retry[job.job_id] = (at, job)
+        self._retry_due(now)
+
+    # ------------------------------------------------------------------ placing
 
     def _start(self, job: Job, placement: Placement, now: float, out: list) -> None:
         job.attempt += 1
@@ -238,8 +265,8 @@ class SchedulerCore:
         self.holders[pid] = job
         self.placing[pid] = job
         self.stats["placements"] += 1
-        how = "" if placement.priority == job.spec.priority else f"as {placement.priority}"
-        self._set(job, PLACING, how, out, pid)
+        how = "" if placement.klass == job.spec.priority else f"as {placement.klass}"
+        self.set_state(job, PLACING, how, out, pid)
         out.append(ev.StartWorkers(job.spec, placement))
         self.fw.placed(job, placement, now)
 
@@ -316,17 +343,15 @@ class SchedulerCore:
         if spec.job_id in self.jobs:
             self.stats["duplicates"] += 1
             return
-        job = Job(spec, self._seq)
-        self._seq += 1
-        self.jobs[spec.job_id] = job
+        job = self.new_job(spec)
         why = self._rejection(job)
         if why is not None:
-            self._set(job, FAILED, why, out)
+            self.set_state(job, FAILED, why, out)
             job.ended_at = now
             return
         job.queue = self.fw.queue_of(spec)
         job.enqueued_at = now
-        self._set(job, PENDING, "", out)
+        self.set_state(job, PENDING, "", out)
         self.fw.enqueue(job)
         self._dirty = True
 
@@ -336,9 +361,9 @@ class SchedulerCore:
             return
         if job.state == PENDING:
             self.fw.dequeue(job)
-            self._set(job, CANCELLED, JobState.CANCELLED, out)
+            self.set_state(job, CANCELLED, JobState.CANCELLED, out)
         else:
-            self._set(job, CANCELLED, JobState.CANCELLED, out, job.placement_id)
+            self.set_state(job, CANCELLED, JobState.CANCELLED, out, job.placement_id)
             self._stop(job, JobState.CANCELLED, now, out)
         job.ended_at = now
         self.fw.ended(job, now)
@@ -350,7 +375,7 @@ class SchedulerCore:
             return None
         return job
 
-    def _started(self, e: ev.WorkerStarted, now: float, out: list) -> None:
+    def _started(self, e: ev.RankStarted, now: float, out: list) -> None:
         job = self._current(e.job_id, e.placement_id)
         if job is not None:
             self._rank_started(job, e.rank, now, out)
@@ -363,10 +388,10 @@ class SchedulerCore:
             self.placing.pop(job.placement_id or "", None)
             self.refusals.pop(job.job_id, None)
             job.running_since = now
-            self._set(job, RUNNING, "", out, job.placement_id)
+            self.set_state(job, RUNNING, "", out, job.placement_id)
             self.fw.running(job, now)
 
-    def _exited(self, e: ev.WorkerExited, now: float, out: list) -> None:
+    def _exited(self, e: ev.RankExited, now: float, out: list) -> None:
         self.recovery.exited(e.placement_id, e.rank, now)
         if e.placement_id in self.stopping:
             self._release_slot(e.placement_id, e.rank, now)
@@ -379,7 +404,7 @@ class SchedulerCore:
         if not 0 <= rank < job.spec.workers or rank in job.exited:
             return
         if fenced:  # stopped by its node's lapsed lease: the job lost that worker, through no fault of its own
-            self._set(job, PENDING, f"rank {rank} was stopped: its node's lease lapsed", out)
+            self.set_state(job, PENDING, f"rank {rank} was stopped: its node's lease lapsed", out)
             self._stop(job, "node lease lapsed", now, out, gone_ranks=(rank,))
             self._requeue(job, now)
             return
@@ -389,12 +414,12 @@ class SchedulerCore:
         if job.state == PLACING:
             self._start_failed(job, f"rank {rank} exited with code {code} before the gang started", now, out, (rank,))
         elif code != 0:
-            self._set(job, FAILED, f"rank {rank} exited with code {code}", out, pid)
+            self.set_state(job, FAILED, f"rank {rank} exited with code {code}", out, pid)
             job.ended_at = now
             self._stop(job, "gang member failed", now, out, gone_ranks=(rank,))
             self.fw.ended(job, now)
         elif len(job.exited) == job.spec.workers:
-            self._set(job, SUCCEEDED, "", out, pid)
+            self.set_state(job, SUCCEEDED, "", out, pid)
             job.ended_at = now
             self._release_slot(pid, rank, now)
             self.fw.ended(job, now)
@@ -408,16 +433,16 @@ class SchedulerCore:
         self.stats["start_failures"] += 1
         limit = self.sched["max_start_failures"]
         if job.failed_starts >= limit:
-            self._set(job, FAILED, f"start failed {job.failed_starts} times; last: {reason}", out, job.placement_id)
+            self.set_state(job, FAILED, f"start failed {job.failed_starts} times; last: {reason}", out, job.placement_id)
             job.ended_at = now
             self._stop(job, "start failed", now, out, gone_ranks, gone_node)
             self.fw.ended(job, now)
         else:
-            self._set(job, PENDING, f"start failed: {reason}", out)
+            self.set_state(job, PENDING, f"start failed: {reason}", out)
             self._stop(job, "start failed", now, out, gone_ranks, gone_node)
             self._requeue(job, now, delay_s)
 
-    def _refused(self, e: ev.StartRefused, now: float, out: list) -> None:
+    def _refused(self, e: ev.PlacementRefused, now: float, out: list) -> None:
         """A refused start is retried after a backoff (``refusal_backoff_s``); it counts as a failed start
         unless the node refused for its own stale state (``stale``: it is still stopping an old placement)."""
         job = self._current(e.job_id, e.placement_id)
@@ -429,7 +454,7 @@ class SchedulerCore:
         if not e.stale:
             self._start_failed(job, reason, now, out, gone_node=e.node_id, delay_s=delay)
             return
-        self._set(job, PENDING, f"{reason}; retry in {delay:g} s", out)
+        self.set_state(job, PENDING, f"{reason}; retry in {delay:g} s", out)
         self._stop(job, "start refused", now, out, gone_node=e.node_id)
         self._requeue(job, now, delay)
 
@@ -438,7 +463,7 @@ class SchedulerCore:
         if job is None or act.pid in self.stopping or job.placement_id != act.pid:
             return
         self.stats["preemptions"] += 1
-        self._set(job, PENDING, act.reason, out)
+        self.set_state(job, PENDING, act.reason, out)
         self._stop(job, "preempted", now, out)
         self._requeue(job, now)
 
@@ -450,7 +475,7 @@ class SchedulerCore:
         assert p is not None  # it runs placement pid
         job.placement = Placement(p.placement_id, p.job_id, p.slots, Priority.GUARANTEED)
         self.stats["promotions"] += 1
-        self._set(job, RUNNING, "promoted to guaranteed", out, pid)
+        self.set_state(job, RUNNING, "promoted to guaranteed", out, pid)
         out.append(ev.Promote(job.job_id, pid, p.nodes()))
         self.fw.promoted(job, job.placement, now)
 
@@ -514,7 +539,7 @@ class SchedulerCore:
             if node_id:
                 self._release_slot(pid, None, now, node_id)
             return
-        self._set(job, PENDING, reason, out)
+        self.set_state(job, PENDING, reason, out)
         self._stop(job, "node lost", now, out, gone_node=node_id)
         self._requeue(job, now)
 

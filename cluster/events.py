@@ -8,8 +8,8 @@ the same events at the same times give the same decisions in both.
 Who produces which event:
   user/client   JobSubmitted, JobCancelled
   node edge     NodeJoined (register, with an epoch), NodeLost (missed heartbeats), NodeReport
-                (periodic: GPU utilization and memory, the node's workers), WorkerStarted,
-                WorkerExited, StartRefused
+                (periodic: GPU utilization and memory, the node's workers), RankStarted,
+                RankExited, PlacementRefused (the protocol's WorkerStarted, WorkerExited, StartRefused)
   clock         Tick (time-driven steps: promotions, start deadlines, reconciliation)
 
 Decisions, in the order the edge must act on them:
@@ -29,11 +29,10 @@ from dataclasses import dataclass
 from cluster.spec import JobSpec, NodeSpec, Placement
 from colocate.vocab import JobState
 
-# job states (one small state machine; terminal states never change again)
+# job states (one small state machine; the terminal ones, colocate.vocab.TERMINAL, never change again)
 PENDING, PLACING, RUNNING = JobState.PENDING, JobState.PLACING, JobState.RUNNING
 SUCCEEDED, FAILED, CANCELLED = JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED
 STATES = (PENDING, PLACING, RUNNING, SUCCEEDED, FAILED, CANCELLED)
-TERMINAL = frozenset((SUCCEEDED, FAILED, CANCELLED))
 
 
 # ---------------------------------------------------------------- events
@@ -98,14 +97,14 @@ class NodeReport:
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerStarted:
+class RankStarted:
     job_id: str
     placement_id: str
     rank: int
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerExited:
+class RankExited:
     job_id: str
     placement_id: str
     rank: int
@@ -114,7 +113,7 @@ class WorkerExited:
 
 
 @dataclass(frozen=True, slots=True)
-class StartRefused:
+class PlacementRefused:
     """A node could not start a worker of a placement (bad command, no such GPU...)."""
 
     job_id: str

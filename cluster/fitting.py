@@ -2,15 +2,17 @@
 
 Pure functions over ``NodeState``/``GpuState``; O(GPUs on the node). "Guaranteed fit" counts
 guaranteed milli and allocated memory (opportunistic workers' memory included: a guaranteed
-worker that states memory must find it allocatable); "opportunistic fit" follows AntMan: the GPU's
-reported utilization is under a threshold, its free memory (by the larger of allocation and
-report) fits, and it holds fewer than ``max_per_gpu`` opportunistic workers.
+worker that states memory must find it allocatable); "opportunistic fit" and pick follow AntMan, in the one
+rule the node shares (``colocate.pick``): the GPU's reported utilization is under a threshold, its free
+memory (by the larger of allocation and report) fits, and it holds fewer than ``max_per_gpu``
+opportunistic workers.
 """
 
 from __future__ import annotations
 
 from cluster.spec import MILLI
 from cluster.state import GpuState, NodeState
+from colocate.pick import fits, pick
 
 
 def node_host_fits(node: NodeState, cpu: int, host_mem: int) -> bool:
@@ -71,20 +73,15 @@ def pick_guaranteed(node: NodeState, gpus: int, milli: int, mem: int, best_fit: 
 
 
 def gpu_fits_opportunistic(gpu: GpuState, mem: int, max_util: float, max_per_gpu: int, pid: str | None = None) -> bool:
-    """... and the GPU holds no worker of placement ``pid`` yet (a gang's ranks need distinct GPUs)."""
-    return (gpu.util < max_util and (not mem or gpu.mem_free_reported() >= mem)
-            and (not max_per_gpu or gpu.nopp < max_per_gpu) and (pid is None or pid not in gpu.o))
+    """``colocate.pick.fits``, and the GPU holds no worker of placement ``pid`` yet (a gang's ranks need
+    distinct GPUs)."""
+    return fits(gpu, mem, max_util, max_per_gpu) and (pid is None or pid not in gpu.o)
 
 
 def pick_opportunistic(node: NodeState, gpus: int, mem: int, max_util: float, max_per_gpu: int,
                        pid: str | None = None) -> tuple[int, ...] | None:
-    """GPU indices for one opportunistic worker, least utilized first, beside a guaranteed
-    worker on ties, none already holding a worker of placement ``pid``; None when fewer than
+    """GPU indices for one opportunistic worker (``colocate.pick.pick``: least utilized first, beside a
+    guaranteed worker on ties), none already holding a worker of placement ``pid``; None when fewer than
     ``gpus`` qualify."""
-    if gpus == 0:
-        return ()
-    ok = [g for g in node.gpus if gpu_fits_opportunistic(g, mem, max_util, max_per_gpu, pid)]
-    if len(ok) < gpus:
-        return None
-    ok.sort(key=lambda g: (g.util, not g.g, g.nopp, g.index))
-    return tuple(sorted(g.index for g in ok[:gpus]))
+    rooms = node.gpus if pid is None else [g for g in node.gpus if pid not in g.o]
+    return pick(rooms, gpus, mem, max_util, max_per_gpu)

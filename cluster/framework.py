@@ -1,5 +1,6 @@
 """The scheduling framework: the cycle that runs the plugins' extension points (``cluster.points``:
-the points, the closed status set, the ``Plugin`` base and the registry, re-exported here for plugins).
+the points, the closed status set, the ``Plugin`` base, the registry and the ``Handle`` a plugin sees of
+the framework; plugins import that module, never this one).
 
 Modelled on the Kubernetes scheduling framework and Volcano's Statement: the framework collects, per
 point and per placement class (``serves``), the bound methods of the plugins that override it, in
@@ -26,26 +27,21 @@ from typing import Any
 
 from cluster.capacity import never_fits
 from cluster.jobs import Job, Request
-from cluster.points import (  # noqa: F401
+from cluster.points import (
     CLASSES,
     MAX_NODE_SCORE,
     PER_CLASS,
     POINTS,
-    REGISTRY,
     SUCCESS,
     Code,
     Plugin,
     PluginError,
-    PostFilterResult,
     Preempt,
     Status,
-    Upgrade,
     _raiser,
     check_plugins,
     error,
-    held,
-    register,
-    unresolvable,
+    fails_job,
     unschedulable,
 )
 from cluster.spec import Placement
@@ -59,7 +55,7 @@ class Cycle:
     """What one cycle decided, for the core to act on."""
 
     placed: list = field(default_factory=list)  # [(job, placement)]: slots held, out of the queue
-    failed: list = field(default_factory=list)  # [(job, UNRESOLVABLE status)]: out of the queue, to fail
+    failed: list = field(default_factory=list)  # [(job, FAILS_JOB status)]: out of the queue, to fail
     actions: list = field(default_factory=list)  # [Preempt | Upgrade]
     aside: list = field(default_factory=list)  # [(job, UNPLACEABLE status)]: newly set aside, still pending
     returned: list = field(default_factory=list)  # [job]: set-aside jobs back in their queues
@@ -293,7 +289,7 @@ class Framework:
                     out.placed.append((job, placement))
                     removed.append(job)
                     continue
-                if st.code == Code.UNRESOLVABLE:
+                if st.code == Code.FAILS_JOB:
                     out.failed.append((job, st))
                     removed.append(job)
                     continue
@@ -332,14 +328,14 @@ class Framework:
                 del self.queues[qname]
 
     def pre_enqueue(self, job: Job) -> Status | None:
-        """Why ``job`` is refused at submit (UNRESOLVABLE), else None: the first pre-enqueue plugin's
+        """Why ``job`` is refused at submit (FAILS_JOB), else None: the first pre-enqueue plugin's
         refusal, else, with ``scheduler.refuse_unplaceable``, a request no known node could ever hold
         (``never_fits``; with no node known yet it cannot be judged and is accepted)."""
         st = self._first_failure(self.pt["pre_enqueue"], job)
         if st is None and self.refuse_unplaceable:
             why = self.never_fits(job)
             if why is not None:
-                st = unresolvable("framework", why)
+                st = fails_job("framework", why)
         return st
 
     @staticmethod
@@ -375,14 +371,14 @@ class Framework:
         for f in self.pt["pre_filter"][klass]:
             st = f(req)
             if st is not SUCCESS and st.code != Code.SUCCESS:
-                if st.code == Code.UNRESOLVABLE:
+                if st.code == Code.FAILS_JOB:
                     return st, None, True
                 first = first or st
         if first is not None:
             return first, None, True
         order = self._order[klass]
         if order is None:
-            return unresolvable("framework", f"no plugin places {klass} jobs"), None, True
+            return fails_job("framework", f"no plugin places {klass} jobs"), None, True
         stmt = self._stmt.begin(req.pid, klass)
         now = req.now
         for rank in range(req.workers):

@@ -7,7 +7,7 @@ and overrides only the points it needs; the framework collects, per point and pe
 class (``serves``), the bound methods of the plugins that override it, in config order.
 
 Points (``req`` is the reused ``cluster.jobs.Request`` of the attempt):
-  pre_enqueue(job) -> Status           at submit; UNRESOLVABLE rejects the job (unknown queue)
+  pre_enqueue(job) -> Status           at submit; FAILS_JOB rejects the job (unknown queue)
   queue_of(spec) -> str                queue-sort point, exactly one plugin: the job's queue
   sort_key(job) -> tuple               ... and its order there (the framework appends job.seq)
   queue_order(queue, jobs) -> iterable this cycle's order of examination of one queue's pending
@@ -23,7 +23,7 @@ Points (``req`` is the reused ``cluster.jobs.Request`` of the attempt):
   pre_filter(req) -> Status            whole-job checks; must depend only on the request's
                                        shape, queue, the state and the plugins' cache_key
                                        (failures are cached per cycle); every one runs, an
-                                       UNRESOLVABLE wins
+                                       FAILS_JOB wins
   cache_key(job) -> tuple              what else a plugin's pre_filter/filter read of the job
                                        (e.g. its tenant): part of the failure cache's key
   node_order(req) -> iterable          candidate nodes in the plugin's preferred order, from
@@ -47,7 +47,7 @@ Points (``req`` is the reused ``cluster.jobs.Request`` of the attempt):
   on_placed/on_running/on_released/on_ended/on_promoted   lifecycle notices from the core
 Every status is one of ``Code``: SUCCESS, UNSCHEDULABLE (not now, for want of capacity), HELD
 (not now, by policy), UNPLACEABLE (no known node could ever hold it: the framework sets the job
-aside, out of its queue, until the known nodes change and one could), UNRESOLVABLE (never: the
+aside, out of its queue, until the known nodes change and one could), FAILS_JOB (never: the
 job fails), ERROR (a plugin raised inside the attempt: the attempt is undone, the job is passed
 over this cycle without blocking its queue, and the status says which plugin and what).
 
@@ -63,19 +63,18 @@ journal (its plugins' memory may be half-updated).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+import random
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.spec import JobSpec, Placement
-from cluster.state import NodeState
+from cluster.state import ClusterState, NodeState
 from cluster.statement import Statement
 from colocate.vocab import Priority
 
-if TYPE_CHECKING:
-    from cluster.framework import Framework
 CLASSES = frozenset((Priority.GUARANTEED, Priority.OPPORTUNISTIC))
 
 
@@ -84,7 +83,7 @@ class Code(enum.IntEnum):
 
     SUCCESS = 0
     UNSCHEDULABLE = 1  # not now, for want of capacity: retry later; post-filter remedies may act
-    UNRESOLVABLE = 2  # never under this policy: the job fails
+    FAILS_JOB = 2  # never under this policy: the job fails
     HELD = 3  # not now, by a policy's hold (not for want of capacity): no post-filter acts on it
     UNPLACEABLE = 4  # no node known to the cluster could ever hold it: set aside until one joins
     ERROR = 5  # a plugin raised: the attempt is undone, the job stays pending and is passed over
@@ -119,8 +118,8 @@ def unschedulable(plugin: str, reason: str) -> Status:
     return Status(Code.UNSCHEDULABLE, plugin, reason)
 
 
-def unresolvable(plugin: str, reason: str) -> Status:
-    return Status(Code.UNRESOLVABLE, plugin, reason)
+def fails_job(plugin: str, reason: str) -> Status:
+    return Status(Code.FAILS_JOB, plugin, reason)
 
 
 def held(plugin: str, reason: str) -> Status:
@@ -211,9 +210,39 @@ def register(cls: type[Plugin]) -> type[Plugin]:
     return cls
 
 
+class Handle(Protocol):
+    """What a plugin sees of the framework that runs it (``cluster.framework.Framework`` is one): read it,
+    never rebind it; the cluster's state is changed only through a point's ``Statement``."""
+
+    @property
+    def state(self) -> ClusterState: ...
+
+    @property
+    def rng(self) -> random.Random: ...  # the scheduler's injected randomness
+
+    @property
+    def jobs(self) -> Mapping[str, Job]: ...  # job id -> job, every job known
+
+    @property
+    def queues(self) -> Mapping[str, list[Job]]: ...  # queue -> its pending jobs
+
+    @property
+    def blocked(self) -> Mapping[str, tuple[str, Status]]: ...  # queue -> (blocked head's job id, why), last cycle
+
+    @property
+    def reserved_nodes(self) -> Mapping[str, int]: ...  # node id -> plans that reserve it
+
+    @property
+    def stopping(self) -> Mapping[str, Any]: ...  # placement id -> its stop, while its workers stop
+
+    def plugin(self, name: str) -> Plugin | None: ...  # the configured plugin of that name
+
+    def node_order_for(self, klass: str) -> Callable[[Request], Iterable[NodeState]] | None: ...
+
+
 class Plugin:
     """Base of every policy plugin. Subclasses set ``name``, ``PARAMS`` and ``serves``, and
-    override points (see the module docstring). ``self.fw`` is the framework, set by ``bind``;
+    override points (see the module docstring). ``self.fw`` is the framework's ``Handle``, set by ``bind``;
     ``self.p`` the validated parameters. Plugins hold no clock and no global random: time is
     ``req.now``/``now``, randomness ``self.fw.rng``."""
 
@@ -223,9 +252,9 @@ class Plugin:
 
     def __init__(self, params: dict[str, Any]) -> None:
         self.p = params
-        self.fw: Framework = None  # type: ignore[assignment]
+        self.fw: Handle = None  # type: ignore[assignment]
 
-    def bind(self, fw: Framework) -> None:
+    def bind(self, fw: Handle) -> None:
         self.fw = fw
 
     # extension points: the base versions are never called (the framework skips them)

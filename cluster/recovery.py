@@ -1,28 +1,68 @@
 """Rebuilding and reconciling the core's placements: ``restore`` from journaled records, node
 (re-)registration, and the NodeReport that confirms which workers a node really holds.
 
-Owned by ``SchedulerCore`` (``core.recovery``); nothing else calls it.
+Owned by ``SchedulerCore`` (``core.recovery``); nothing else calls it. It sees the core only through
+``Host``, the narrow part of the core it may read and do, never the core's own fields.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cluster import events as ev
-from cluster.events import FAILED, PENDING, PLACING, RUNNING, STATES, TERMINAL
+from cluster.events import FAILED, PENDING, PLACING, RUNNING, STATES
 from cluster.fitting import gpu_fits_guaranteed
 from cluster.jobs import Job
-from cluster.spec import WorkerSlot
-from cluster.state import Alloc, NodeState
-from colocate.vocab import Priority
+from cluster.spec import JobSpec, WorkerSlot
+from cluster.state import Alloc, ClusterState, NodeState
+from colocate.vocab import TERMINAL, Priority
 
 if TYPE_CHECKING:
-    from cluster.core import SchedulerCore
+    from cluster.framework import Framework
+
+
+class Host(Protocol):
+    """What recovery may read and do of the scheduler core (``cluster.core.SchedulerCore`` is one)."""
+
+    @property
+    def jobs(self) -> dict[str, Job]: ...  # job id -> job, every job known
+
+    @property
+    def holders(self) -> dict[str, Job]: ...  # placement id -> job, every placement holding slots
+
+    @property
+    def placing(self) -> dict[str, Job]: ...  # placement id -> job, PLACING
+
+    @property
+    def stopping(self) -> Mapping[str, Any]: ...  # placement id -> its stop, while its workers stop
+
+    @property
+    def state(self) -> ClusterState: ...
+
+    @property
+    def fw(self) -> Framework: ...
+
+    @property
+    def sched(self) -> Mapping[str, Any]: ...  # the scheduler's settings (restore_grace_s)
+
+    def new_job(self, spec: JobSpec) -> Job: ...
+
+    def set_state(self, job: Job, state: str, reason: str, out: list, pid: str | None = None) -> None: ...
+
+    def mark_dirty(self) -> None: ...
+
+    def is_retrying(self, job: Job) -> bool: ...
+
+    def retry_at(self, job: Job, at: float, now: float) -> None: ...
+
+    def lose_node(self, node_id: str, reason: str, now: float, out: list, hold_s: float = 0.0) -> None: ...
+
+    def placement_lost(self, pid: str, reason: str, now: float, out: list, node_id: str | None = None) -> None: ...
 
 
 class Recovery:
-    def __init__(self, core: SchedulerCore) -> None:
+    def __init__(self, core: Host) -> None:
         self.core = core
         self.awaiting: dict[str, list[tuple[Job, str, WorkerSlot]]] = {}  # node id -> restored or held slots
         self.reconcile: set[str] = set()  # nodes whose next report decides their placements
@@ -45,9 +85,7 @@ class Recovery:
                 raise ValueError(f"job {spec.job_id}: unknown state {rec.state!r} in record")
             if spec.job_id in core.jobs:
                 raise ValueError(f"job {spec.job_id}: two records")
-            job = Job(spec, core._seq)
-            core._seq += 1
-            core.jobs[spec.job_id] = job
+            job = core.new_job(spec)
             job.attempt, job.failed_starts, job.state = rec.attempt, rec.failed_starts, rec.state
             if rec.state in TERMINAL:
                 continue
@@ -71,16 +109,16 @@ class Recovery:
                 continue
             bad = fw.pre_enqueue(job)
             if bad is not None:
-                core._set(job, FAILED, str(bad), out)
+                core.set_state(job, FAILED, str(bad), out)
                 continue
             if rec.state != PENDING:
-                core._set(job, PENDING, "restored without a placement", out)
+                core.set_state(job, PENDING, "restored without a placement", out)
             job.state, job.enqueued_at = PENDING, now
             fw.enqueue(job)
         self.deadline = now + core.sched["restore_grace_s"]
         for nid in self.awaiting:
             self.deadlines[nid] = (self.deadline, f"node {nid} did not register after restart")
-        core._dirty = True
+        core.mark_dirty()
         return out
 
     def hold(self, nid: str, slots, deadline: float, reason: str) -> None:
@@ -127,14 +165,13 @@ class Recovery:
         job, due = self.waiting[pid]
         until = self.fenced_until(pid)
         core = self.core
-        if job.state != PENDING or core.retry.get(job.job_id, (0, None))[1] is not job:
+        if job.state != PENDING or not core.is_retrying(job):
             del self.waiting[pid]
             return
         if until is None:
             del self.waiting[pid]
             until = due
-        core.retry[job.job_id] = (max(until, due), job)
-        core._retry_due(now)
+        core.retry_at(job, max(until, due), now)
 
     def joined(self, e: ev.NodeJoined, now: float, out: list) -> None:
         core, state = self.core, self.core.state
@@ -146,13 +183,13 @@ class Recovery:
             if node.up and e.spec == node.spec:
                 state.set_epoch(nid, e.epoch)
                 self.reconcile.add(nid)
-                core._dirty = True
+                core.mark_dirty()
                 return
             if node.up:
                 core.lose_node(nid, f"node {nid} re-registered with a new spec", now, out)
         state.add_node(e.spec, e.epoch)
         self._adopt(nid, now, out)
-        core._dirty = True
+        core.mark_dirty()
 
     def _adopt(self, nid: str, now: float, out: list) -> None:
         """Hold the restored slots that wait for node ``nid``; its next report confirms them."""
@@ -173,7 +210,7 @@ class Recovery:
                 continue
             spec = job.spec
             assert job.placement is not None  # its placement is pid
-            klass = job.placement.priority
+            klass = job.placement.klass
             fits = all(0 <= i < len(node.gpus) for i in slot.gpus) and len(slot.gpus) == spec.gpus and (
                 klass != Priority.GUARANTEED or all(gpu_fits_guaranteed(node.gpus[i], spec.gpu_milli, spec.gpu_mem) for i in slot.gpus))
             if not fits:

@@ -19,9 +19,8 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from colocate.vocab import Priority
+from colocate.vocab import PRIORITIES, Priority
 
-PRIORITIES = tuple(Priority)
 MILLI = 1000  # milli-GPUs in one GPU
 
 
@@ -120,7 +119,9 @@ class Placement:
     placement_id: str
     job_id: str
     slots: tuple[WorkerSlot, ...]
-    priority: str  # the class the job runs in on its GPUs (guaranteed | opportunistic)
+    klass: str  # the class it runs in on its GPUs (guaranteed | opportunistic): the job's priority, or
+    # opportunistic for a guaranteed job placed as such, guaranteed once promoted (the wire and the journal
+    # call it ``priority``: StartPlacement.priority)
 
     def nodes(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(s.node_id for s in self.slots))

@@ -80,6 +80,23 @@ class GpuState:
         """Free bytes by the larger of allocation and the last report (opportunistic fit)."""
         return float("inf") if not self.mem_total else self.mem_total - max(self.mem, self.mem_used)
 
+    # the GPU as the opportunistic pick sees it (colocate.pick.Room)
+    @property
+    def utilization(self) -> float:
+        return self.util
+
+    @property
+    def mem_room(self) -> float:
+        return self.mem_free_reported()
+
+    @property
+    def beside_guaranteed(self) -> bool:
+        return bool(self.g)
+
+    @property
+    def opportunistic(self) -> int:
+        return self.nopp
+
 
 
 class NodeState:

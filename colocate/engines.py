@@ -1,7 +1,7 @@
 """Engine integrations: how a worker started by Ray or Slurm learns its ``COLOCATE_*`` values.
 
 Contract (docs/engines.md). An engine integration is a package ``colocate.<engine>`` with a module
-``worker`` that defines ``resolve(environ: Mapping[str, str]) -> dict[str, str]``. The job runtime calls
+``worker`` (which imports ``colocate.engine_api``, never this module nor the runtime) that defines ``resolve(environ: Mapping[str, str]) -> dict[str, str]``. The job runtime calls
 ``prepare(os.environ)`` when it installs (right after ``import torch`` in the worker), before it reads any
 other variable: with ``COLOCATE_ENGINE`` set, the engine's resolver is imported (lazily: no engine is
 imported otherwise) and called once with the worker's environment, and the values it returns are written
@@ -27,42 +27,16 @@ import importlib
 import secrets
 from collections.abc import Callable, Mapping, MutableMapping
 
+from colocate.engine_api import Deferred, within_grant
 from colocate.env import NAMES
-from colocate.units import format_size
 from colocate.vocab import Engine
+
+__all__ = ["ENGINES", "Deferred", "Resolver", "prepare", "resolve", "resolver", "within_grant"]
 
 # engine name -> "module:function" of its resolver (imported only when a worker names the engine)
 ENGINES: dict[str, str] = {e.value: f"colocate.{e.value}.worker:resolve" for e in Engine}
 
 Resolver = Callable[[Mapping[str, str]], Mapping[str, str]]
-
-
-_EPS = 1e-9  # engines hand out fractions as floats (Ray: 0.0001 steps); a share equal to the grant is not above it
-
-
-def within_grant(name: str, asked: float | None, granted: float, engine: str, source: str, *,
-                 size: bool = False) -> float:
-    """What a task runs with: ``asked`` (its own value of ``name``, as the user wrote the option: a share 0..1,
-    or bytes with ``size``) when it is at most ``granted`` (what engine ``engine`` gave it, ``source`` saying
-    how: ``"num_gpus"``, ``"--gres=shard:2 of 4"``), ``granted`` when ``asked`` is None. Above the grant:
-    ``ValueError``, one line naming the value and the grant. Pure."""
-    if asked is None:
-        return granted
-    if asked > granted + (0 if size else _EPS):
-        def show(v: float) -> str:
-            if not size:
-                return f"{v:g}"
-            return format_size(v) if format_size(asked) != format_size(granted) else f"{int(v)} bytes"
-
-        raise ValueError(f"{name} {show(asked)} is above this task's {engine} grant {show(granted)} ({source}); "
-                         "a task may only lower its grant")
-    return asked
-
-
-class Deferred(Exception):
-    """Raised by a resolver whose worker's facts are not known yet when torch is imported (a Ray Train worker
-    imports torch before Ray Train gives it its ranks): nothing is installed now, and the resolver has arranged
-    to call ``torch_hooks.install()`` itself once they are, before the worker's own code runs."""
 
 
 def resolver(name: str, engines: Mapping[str, str] | None = None) -> Resolver:

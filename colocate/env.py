@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from colocate.units import parse_fraction, parse_size
-from colocate.vocab import DeviceKind, OnCap, Priority, YieldMode
+from colocate.vocab import PRIORITIES, DeviceKind, OnCap, Priority, YieldMode
 
 PREFIX = "COLOCATE_"
 
@@ -68,7 +68,6 @@ NAMES = frozenset(v.name for v in VARIABLES)
 
 DEVICES = tuple(DeviceKind)  # concrete device kinds
 DEVICE_CHOICES = ("auto",) + DEVICES  # what a user may ask for; auto = cuda when NVML sees a GPU
-PRIORITIES = tuple(Priority)
 ON_CAP = tuple(OnCap)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 YIELD_MODES = tuple(YieldMode)

@@ -18,8 +18,11 @@ class Priority(StrEnum):
     OPPORTUNISTIC = "opportunistic"
 
 
+PRIORITIES = tuple(Priority)  # the choices (command-line options, COLOCATE_PRIORITY, job specs), in order
+
+
 class JobState(StrEnum):
-    """A cluster job's life: pending -> placing -> running -> one of the final states."""
+    """A cluster job's life: pending -> placing -> running -> one of the ``TERMINAL`` states."""
 
     PENDING = "pending"
     PLACING = "placing"
@@ -29,7 +32,7 @@ class JobState(StrEnum):
     CANCELLED = "cancelled"
 
 
-FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})  # a job never leaves these
 
 
 class DeviceKind(StrEnum):

@@ -52,6 +52,7 @@ def test_every_command_is_in_the_independence_contract():
 VIOLATIONS = [
     ("no-torch-outside-the-job", "colocate/units.py", "import torch_hooks"),
     ("no-torch-outside-the-job", "cluster/spec.py", "import torch"),
+    ("no-torch-outside-the-job", "colocate/ray/worker.py", "import torch_hooks"),  # an engine is called back
     ("colocate-layers", "colocate/units.py", "import colocate.cli"),
     ("colocate-layers", "colocate/node/core.py", "import colocate.demo"),
     ("commands-independent", "colocate/cli/ctl.py", "import colocate.cli.run"),
@@ -70,7 +71,122 @@ VIOLATIONS = [
     ("pure-policy-core", "cluster/config.py", "import tomllib"),  # reading the config file is at the edge
     ("pure-policy-core", "cluster/config.py", "import cluster.config_file"),
     ("core-never-knows-it-is-simulated", "cluster/core.py", "import cluster.sim"),
+    ("cluster-layers", "cluster/recovery.py", "import cluster.core"),  # recovery sees the core as recovery.Host
+    ("cluster-layers", "cluster/plugins/fifo.py", "import cluster.framework"),  # a plugin sees points.Handle
+    ("cluster-layers", "cluster/points.py", "import cluster.framework"),  # the plugin API is below the framework
 ]
+
+
+def guarding(source: str, forbidden: str) -> str | None:
+    """The id of a forbidden contract that keeps module ``source`` from importing ``forbidden``, or None."""
+    for c in contracts():
+        if c["type"] == "forbidden" and any(source == s or source.startswith(s + ".") for s in c["source_modules"]) \
+                and forbidden in c["forbidden_modules"]:
+            return c["id"]
+    return None
+
+
+NODE_PURITY = guarding("colocate.node.placements", "subprocess")
+
+# issue 23's four probes: each of these imports passed lint-imports when it was filed; each must now fail it,
+# reported by the contract named (None: whichever forbidden contract guards the node's core)
+PROBES = [
+    pytest.param("colocate-layers", "colocate/node/core.py", "import colocate.ray.launch",
+                 id="colocate.node.core->colocate.ray.launch"),
+    pytest.param("engines-never-know-the-scheduler", "colocate/slurm/site.py", "import cluster.core",
+                 id="colocate.slurm.site->cluster.core"),
+    pytest.param("cluster-layers", "cluster/sim/engine.py", "import cluster.server.journal",
+                 id="cluster.sim.engine->cluster.server.journal"),
+    pytest.param(NODE_PURITY, "colocate/node/placements.py", "import subprocess",
+                 id="colocate.node.placements->subprocess", marks=pytest.mark.xfail(
+                     NODE_PURITY is None, strict=True, reason="the node core's purity contract (no os, socket, "
+                     "subprocess, threading, fcntl, time on colocate.node.core and colocate.node.placements) is "
+                     "added by issue 23's node-core work, not on this branch yet")),
+]
+
+
+@pytest.mark.parametrize("contract, path, line", PROBES)
+def test_each_probe_of_issue_23_fails_lint_imports(tree_copy, contract, path, line):
+    assert contract is not None, "no contract keeps the node's placement core from starting processes"
+    test_each_contract_fails_when_broken_on_purpose(tree_copy, contract, path, line)
+
+
+def test_a_module_in_no_layer_breaks_the_layers(tree_copy):
+    """The layers contracts are exhaustive: a new module of colocate or cluster must be given its layer."""
+    for pkg, contract in (("colocate", "colocate-layers"), ("cluster", "cluster-layers")):
+        added = tree_copy / pkg / "unlayered.py"
+        added.write_text('"""A module no layer lists."""\n')
+        try:
+            res = lint(tree_copy)
+        finally:
+            added.unlink()
+        name = next(c["name"] for c in contracts() if c["id"] == contract)
+        assert res.returncode != 0 and re.sub(r"\s", "", name) + "BROKEN" in re.sub(r"\s", "", res.stdout), \
+            res.stdout[-2000:]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of the three packages it imports, as grimp (import-linter's graph) reads the
+    files: imports inside functions and under ``TYPE_CHECKING`` count, and so does ``colocate.engines``'s
+    ``import_module`` of each engine's resolver."""
+    import grimp
+
+    from colocate.engines import ENGINES
+
+    graph = grimp.build_graph(*PACKAGES, cache_dir=None, exclude_type_checking_imports=False)
+    edges = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    edges["colocate.engines"] |= {target.partition(":")[0] for target in ENGINES.values()}
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles between files: each strongly connected set of more than one module, sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while (w := stack.pop()) != v:
+                comp.append(w)
+            if comp:
+                out.append(sorted([v, *comp]))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+@pytest.fixture(scope="module")
+def edges():
+    return import_graph()
+
+
+def test_no_import_cycle_between_files(edges):
+    assert cycles(edges) == []
+
+
+@pytest.mark.parametrize("source, target", [
+    ("cluster.recovery", "cluster.core"),  # recovery through the core's fields (before issue 23)
+    ("cluster.points", "cluster.framework"),  # the plugin API typed against the whole framework (ditto)
+    ("colocate.ray.worker", "torch_hooks"),  # an engine's resolver importing the runtime (ditto)
+    ("colocate.gpus.sim", "colocate.gpus"),  # a device module importing its package for GpuSpec (ditto)
+])
+def test_an_import_back_is_a_cycle(edges, source, target):
+    back = {m: set(ts) for m, ts in edges.items()}
+    back[source].add(target)
+    assert any(source in c and target in c for c in cycles(back))
 
 
 @pytest.fixture(scope="module")

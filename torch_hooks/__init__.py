@@ -44,12 +44,14 @@ def install(env=None):
         globals()["runtime"] = _runtime_accessor  # the submodule import rebinds the name
 
         if env is None:
-            from colocate.engines import Deferred, prepare
+            from colocate.engine_api import Deferred
+            from colocate.engines import prepare
 
             try:
                 prepare(os.environ)  # the engine's resolver, then a token of its own: before anything reads them
-            except Deferred:
-                return None  # the engine's worker is not set up yet: its resolver calls install() once it is
+            except Deferred as deferred:
+                deferred.when(_install_deferred)  # the engine's worker is not set up yet: install once it is
+                return None
             env = JobEnv.from_environ()
         logging.basicConfig(format="colocate[%(process)d] %(levelname)s %(message)s")
         logging.getLogger("colocate").setLevel(env.log.upper())
@@ -74,6 +76,16 @@ def install(env=None):
             link.start()
         _rt = rt
         return rt
+
+
+def _install_deferred() -> None:
+    """``install()`` called back by an engine once its worker is set up (``colocate.engines.Deferred``); a
+    refusal ends the worker as the injected sitecustomize does: one line, exit 2."""
+    try:
+        install()
+    except ValueError as exc:
+        print(f"colocate: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 def _select_cuda_device(gpu: int) -> None:

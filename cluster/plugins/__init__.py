@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from cluster.framework import REGISTRY
+from cluster.points import REGISTRY
 
 _MODULES = ("fit", "fifo", "multi_queue", "gang", "binpack", "spread", "opportunistic", "preemption",
             "promotion", "quota", "predictor", "backfill", "first_fit", "round_robin", "best_fit", "tetris",

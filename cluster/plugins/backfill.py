@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 
-from cluster.framework import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.jobs import Job, Request
 from cluster.params import Param
+from cluster.points import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.spec import MILLI, JobSpec, Placement
 from cluster.statement import Statement
 from colocate.vocab import Priority
@@ -53,7 +53,7 @@ class Backfill(Plugin):
 
     # running guaranteed placements by expected end
     def on_placed(self, job: Job, placement: Placement, now: float) -> None:
-        if placement.priority == Priority.GUARANTEED:
+        if placement.klass == Priority.GUARANTEED:
             self._track(job, placement, now)
 
     def on_promoted(self, job: Job, placement: Placement, now: float) -> None:

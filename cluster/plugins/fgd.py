@@ -36,10 +36,10 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from cluster.framework import SUCCESS, Status, register
 from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.plugins.nodetable import NodeTable, TablePlugin, pick_first
+from cluster.points import SUCCESS, Status, register
 from cluster.spec import MILLI, JobSpec, model_allows
 from cluster.state import NodeState
 

@@ -4,8 +4,8 @@ Opportunistic jobs wait in their own queue "opportunistic" (they use other capac
 
 from __future__ import annotations
 
-from cluster.framework import Plugin, register
 from cluster.jobs import Job
+from cluster.points import Plugin, register
 from cluster.spec import JobSpec
 from colocate.vocab import Priority
 

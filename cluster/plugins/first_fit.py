@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from cluster.framework import register
 from cluster.jobs import Request
 from cluster.plugins.nodetable import TablePlugin, pick_first
+from cluster.points import register
 from cluster.state import NodeState
 
 

@@ -5,8 +5,8 @@ free whole GPUs / GPU share and allocatable GPU memory."""
 from __future__ import annotations
 
 from cluster.fitting import fits_guaranteed, node_host_fits
-from cluster.framework import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.jobs import Job, Request
+from cluster.points import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.state import NodeState
 from colocate.vocab import Priority
 

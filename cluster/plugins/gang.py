@@ -4,8 +4,8 @@ refused at submit, or set aside, by the framework itself: ``scheduler.refuse_unp
 
 from __future__ import annotations
 
-from cluster.framework import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.jobs import Request
+from cluster.points import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.statement import Statement
 
 

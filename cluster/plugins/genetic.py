@@ -40,10 +40,10 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from cluster.framework import register
 from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.plugins.nodetable import TablePlugin, pick_first
+from cluster.points import register
 from cluster.spec import MILLI, JobSpec
 from cluster.state import NodeState
 from colocate.vocab import Priority

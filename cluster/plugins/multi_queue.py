@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import math
 
-from cluster.framework import SUCCESS, Plugin, Status, held, register, unresolvable
 from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.plugins.fifo import OPPORTUNISTIC_QUEUE
+from cluster.points import SUCCESS, Plugin, Status, fails_job, held, register
 from cluster.spec import JobSpec
 from colocate.vocab import JobState, Priority
 
@@ -54,7 +54,7 @@ class MultiQueue(Plugin):
         q = job.spec.queue
         if q != "default" and q not in self._named:
             known = ", ".join(["default", *sorted(self._named)])
-            return unresolvable(self.name, f"unknown queue {q!r} (known: {known})")
+            return fails_job(self.name, f"unknown queue {q!r} (known: {known})")
         return SUCCESS
 
     def queue_of(self, spec: JobSpec) -> str:

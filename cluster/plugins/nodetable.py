@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cluster.framework import SUCCESS, Plugin, Status
 from cluster.jobs import Request
+from cluster.points import SUCCESS, Plugin, Status
 from cluster.spec import MILLI, allowed_models
 from cluster.state import ClusterState, NodeState
 from cluster.statement import Statement

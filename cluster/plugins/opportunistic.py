@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from cluster.fitting import gpu_fits_opportunistic, pick_opportunistic
-from cluster.framework import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.jobs import Request
 from cluster.params import Param
 from cluster.plugins.binpack import BIG
+from cluster.points import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.state import NodeState
 from colocate.vocab import Priority
 

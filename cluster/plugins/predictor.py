@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import deque
 
 from cluster.events import SUCCEEDED
-from cluster.framework import Plugin, register
 from cluster.jobs import Job
 from cluster.params import Param
+from cluster.points import Plugin, register
 from cluster.spec import JobSpec
 
 

@@ -13,9 +13,9 @@ worker: the framework's ``reserved_nodes``)."""
 
 from __future__ import annotations
 
-from cluster.framework import SUCCESS, Code, Plugin, PostFilterResult, Status, register
 from cluster.jobs import Request
 from cluster.params import Param
+from cluster.points import SUCCESS, Code, Plugin, PostFilterResult, Status, register
 from cluster.spec import MILLI
 from cluster.state import Alloc, GpuState, NodeState
 from cluster.statement import Statement

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 
 from cluster.events import RUNNING
-from cluster.framework import SUCCESS, Plugin, PostFilterResult, Status, Upgrade, register
 from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.plugins.fifo import OPPORTUNISTIC_QUEUE
+from cluster.points import SUCCESS, Plugin, PostFilterResult, Status, Upgrade, register
 from cluster.spec import Placement
 from colocate.vocab import Priority
 
@@ -42,7 +42,7 @@ class Promotion(Plugin):
         return PostFilterResult(SUCCESS, retry_as=Priority.OPPORTUNISTIC)
 
     def on_placed(self, job: Job, placement: Placement, now: float) -> None:
-        if placement.priority == Priority.OPPORTUNISTIC:
+        if placement.klass == Priority.OPPORTUNISTIC:
             self._opp[placement.placement_id] = job
 
     def on_released(self, job: Job, placement: Placement, now: float) -> None:

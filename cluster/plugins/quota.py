@@ -10,9 +10,9 @@ reclaiming job is placed (or ends) nobody borrows, so the capacity it waits for 
 
 from __future__ import annotations
 
-from cluster.framework import SUCCESS, Code, Plugin, PostFilterResult, Status, register, unresolvable, unschedulable
 from cluster.jobs import Job, Request
 from cluster.params import Param
+from cluster.points import SUCCESS, Code, Plugin, PostFilterResult, Status, fails_job, register, unschedulable
 from cluster.spec import MILLI, JobSpec, Placement
 from cluster.statement import Statement
 from colocate.vocab import Priority
@@ -58,7 +58,7 @@ class Quota(Plugin):
         t = self.tenant(job.spec)
         if not self._known(t):
             known = ", ".join(sorted(self.quota)) or "none"
-            return unresolvable(self.name, f"unknown {self.p['tenant']} {t!r} (quotas for: {known})")
+            return fails_job(self.name, f"unknown {self.p['tenant']} {t!r} (quotas for: {known})")
         return SUCCESS
 
     def cache_key(self, job: Job) -> tuple:
@@ -67,7 +67,7 @@ class Quota(Plugin):
     def pre_filter(self, req: Request) -> Status:
         t = self.tenant(req.spec)
         if not self._known(t):
-            return unresolvable(self.name, f"unknown {self.p['tenant']} {t!r}")
+            return fails_job(self.name, f"unknown {self.p['tenant']} {t!r}")
         need = req.spec.total_milli
         if self.used[t] + need <= self.quota[t]:
             return SUCCESS
@@ -78,7 +78,7 @@ class Quota(Plugin):
                 return SUCCESS
             return unschedulable(self.name, f"{t!r} over its quota and no idle quota to borrow")
         if need > self.quota[t]:
-            return unresolvable(self.name, f"needs {need / MILLI:g} GPUs, quota of {t!r} is {self.quota[t] / MILLI:g}")
+            return fails_job(self.name, f"needs {need / MILLI:g} GPUs, quota of {t!r} is {self.quota[t] / MILLI:g}")
         return unschedulable(self.name, f"{t!r} at its quota")
 
     def _add(self, job: Job, pid: str, now: float) -> None:

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from cluster.framework import Status, register
 from cluster.jobs import Request
 from cluster.plugins.nodetable import TablePlugin, pick_first
+from cluster.points import Status, register
 from cluster.state import NodeState
 from cluster.statement import Statement
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from cluster.fitting import pick_guaranteed
-from cluster.framework import Plugin, register
 from cluster.jobs import Request
 from cluster.plugins.binpack import BIG, WEIGHT
+from cluster.points import Plugin, register
 from cluster.spec import MILLI
 from cluster.state import NodeState
 from colocate.vocab import Priority

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import numpy as np
 
 from cluster.fitting import pick_guaranteed
-from cluster.framework import register
 from cluster.jobs import Request
 from cluster.plugins.nodetable import TablePlugin
+from cluster.points import register
 from cluster.state import NodeState
 
 

@@ -56,9 +56,9 @@ import sqlite3
 from contextlib import contextmanager
 from dataclasses import fields
 
-from cluster.events import TERMINAL, JobRecord
+from cluster.events import JobRecord
 from cluster.spec import JobSpec, Placement, WorkerSlot
-from colocate.vocab import JobState
+from colocate.vocab import TERMINAL, JobState
 
 SCHEMA = 3  # 2: jobs.submitter and jobs.request_id (idempotent submits); 3: jobs_seq, jobs_active indexes
 MODE = 0o600  # the file, its -wal and -shm, and its lock: they hold jobs' commands and environments
@@ -147,7 +147,7 @@ def spec_from_json(text: str) -> JobSpec:
 def placement_to_json(p: Placement | None) -> str | None:
     if p is None:
         return None
-    return json.dumps({"placement_id": p.placement_id, "job_id": p.job_id, "priority": p.priority,
+    return json.dumps({"placement_id": p.placement_id, "job_id": p.job_id, "priority": p.klass,
                        "slots": [[s.rank, s.node_id, list(s.gpus)] for s in p.slots]}, sort_keys=True)
 
 

@@ -56,12 +56,14 @@ from cluster.server.batch import handle_batch
 from cluster.server.faults import MAX_DEFERRED, CoreBroken, Faults, _Refused
 from cluster.server.identity import ANONYMOUS, Gate, peer_of
 from cluster.server.journal import Journal, JournalUnavailable
-from cluster.server.launch import PortPool, master_host, start_messages
 from cluster.server.logs import LogRelay
+from cluster.server.ports import PortPool
+from cluster.server.rendezvous import master_host, start_messages
 from cluster.server.views import QueueView, job_view, node_views
 from cluster.spec import JobSpec, NodeSpec, SpecError
 from colocate import protocol as P
 from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS, replace_after_s
+from colocate.vocab import TERMINAL
 
 log = logging.getLogger("colocate.scheduler")
 
@@ -115,7 +117,7 @@ class SchedulerService(Faults):
         """Rebuild the core from the journal (call once, before any message)."""
         self._commit(self._rebuild(now), now)
         records = self.journal.records()
-        active = sum(1 for r in records if r.state not in ev.TERMINAL)
+        active = sum(1 for r in records if r.state not in TERMINAL)
         log.info("restored %d jobs (%d active) from %s", len(records), active, self.journal.path)
 
     # ------------------------------------------------------------------ entry points
@@ -245,7 +247,7 @@ class SchedulerService(Faults):
         elif isinstance(m, P.WorkerStarted):
             with self.journal.transaction():
                 self.journal.add_log(m.job_id, m.rank, m.placement_id, node_id, m.log_path, now)
-            event = ev.WorkerStarted(m.job_id, m.placement_id, m.rank)
+            event = ev.RankStarted(m.job_id, m.placement_id, m.rank)
         elif isinstance(m, P.WorkerExited):
             job = self.core.job(m.job_id)
             # the job's exit code is its cause: the first worker to end the placement's run (a failing rank, or the
@@ -255,10 +257,10 @@ class SchedulerService(Faults):
                     row = self.journal.job(m.job_id)
                     if row is not None and (m.exit_code != 0 or row["exit_code"] is None):
                         self.journal.set_exit_code(m.job_id, m.exit_code)
-            event = ev.WorkerExited(m.job_id, m.placement_id, m.rank, m.exit_code, m.fenced)
+            event = ev.RankExited(m.job_id, m.placement_id, m.rank, m.exit_code, m.fenced)
         else:
             log.warning("node %s refused placement %s (%s): %s", node_id, m.placement_id, m.code, m.reason)
-            event = ev.StartRefused(m.job_id, m.placement_id, node_id, m.reason, m.code == P.REFUSED_STALE)
+            event = ev.PlacementRefused(m.job_id, m.placement_id, node_id, m.reason, m.code == P.REFUSED_STALE)
         joined = self.joining.pop(node_id, None) if isinstance(m, P.NodeStatus) else None
         return self._decide(([joined] if joined else []) + [event], now)
 
@@ -357,7 +359,7 @@ class SchedulerService(Faults):
         why = self.gate.cancel(self.peer, m.job_id, job.spec.user)
         if why:
             return [self._error(ident, P.FORBIDDEN, why)]
-        if job.state in ev.TERMINAL:
+        if job.state in TERMINAL:
             return [self._error(ident, P.INVALID, f"job {m.job_id} already {job.state}")]
         self._check_writable("nothing was cancelled")
         try:
@@ -452,7 +454,7 @@ class SchedulerService(Faults):
             elif isinstance(d, ev.Promote):
                 out += [(self.nodes[n], P.PromotePlacement(placement_id=d.placement_id, job_id=d.job_id))
                         for n in d.nodes if n in self.nodes]
-            elif isinstance(d, ev.JobChanged) and d.state in ev.TERMINAL and d.placement_id:
+            elif isinstance(d, ev.JobChanged) and d.state in TERMINAL and d.placement_id:
                 self._release(d.placement_id)
         if any(isinstance(d, ev.JobChanged) and d.state == ev.PENDING for d in decisions):
             self._release_abandoned()

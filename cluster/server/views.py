@@ -40,7 +40,7 @@ def job_view(row: dict, core: SchedulerCore, queues: QueueView) -> P.JobView:
     return P.JobView(
         job_id=row["job_id"], name=P.printable(spec.get("name", "")), user=P.printable(spec.get("user", "")),
         queue=P.printable(job.queue if job is not None and job.queue else spec.get("queue", "")),
-        priority=placement.priority if placement else spec.get("priority", Priority.GUARANTEED), state=row["state"],
+        priority=placement.klass if placement else spec.get("priority", Priority.GUARANTEED), state=row["state"],
         workers=spec["workers"], gpus=spec["gpus"], submitted_at=row["submitted_at"], started_at=row["started_at"],
         ended_at=row["ended_at"], reason=reason[:P.MAX_TEXT_CHARS], placement_id=placement.placement_id if placement else "",
         nodes=placement.nodes() if placement else (), attempts=row["attempt"], exit_code=row["exit_code"])

@@ -10,7 +10,7 @@ Inputs (measurements, not assumptions):
     of the time): under the ``adaptive`` node policy the guaranteed job kept 0.971 / 1.002 / 0.988
     of its solo speed (median ``ADAPTIVE_KEEP`` = 0.988) and the opportunistic job filled 0.658 /
     0.767 / 0.738 of the device time the guaranteed job leaves idle (median ``ADAPTIVE_FILL`` =
-    0.738). Pause-or-full, the control since then for jobs yielding by priority, fills more (see
+    0.738). Pause-or-full, the control since then for jobs yielding by device priority, fills more (see
     ``benchmarks/RESULTS.md``); the model keeps these older, more conservative figures so that the
     results in ``docs/evaluation.md`` stand (changing them means re-running its commands).
 

@@ -12,10 +12,10 @@ scheduled, then submissions in trace order.
 Events in:
   * ``NodeJoined(spec, epoch=1)`` for every node, in one batch at t = 0;
   * ``JobSubmitted`` at each job's ``submit_time``;
-  * ``StartWorkers`` -> ``WorkerStarted`` for every rank, together, ``start_delay_s`` later (the
+  * ``StartWorkers`` -> ``RankStarted`` for every rank, together, ``start_delay_s`` later (the
     workers start whole or not at all); from then the job progresses at the rate the
     co-location model gives it, and when its remaining work is done every rank exits 0 together
-    (``WorkerExited(0)``); a job without a duration never finishes;
+    (``RankExited(0)``); a job without a duration never finishes;
   * ``StopWorkers`` (preemption, a failed gang, cancel, orphan) -> the ranks on the named nodes
     stop progressing at once and exit 143 ``stop_delay_s`` later; the job keeps the work it has
     done (it resumes from a checkpoint taken at the stop) plus ``restart_overhead_s`` of solo
@@ -48,12 +48,12 @@ from cluster.events import PENDING, PLACING, RUNNING
 from cluster.sim.colocation import ColocationModel
 from cluster.sim.records import SimConfig, SimGpu, SimJob, SimNode
 from cluster.spec import MILLI, NodeSpec
-from colocate.vocab import Priority
+from colocate.vocab import TERMINAL, Priority
 
 K_STARTED, K_DONE, K_STOPPED, K_TICK, K_REPORT = range(5)
 _JobChanged, _StartWorkers, _StopWorkers, _Promote = ev.JobChanged, ev.StartWorkers, ev.StopWorkers, ev.Promote
-_WorkerStarted, _WorkerExited, _JobSubmitted = ev.WorkerStarted, ev.WorkerExited, ev.JobSubmitted
-_TERMINAL = ev.TERMINAL
+_RankStarted, _RankExited, _JobSubmitted = ev.RankStarted, ev.RankExited, ev.JobSubmitted
+_TERMINAL = TERMINAL
 
 
 class Simulation:
@@ -300,7 +300,7 @@ class Simulation:
         job = self.by_id[d.spec.job_id]
         p = d.placement
         nodes = self.nodes
-        job.placement, job.pid, job.klass = p, p.placement_id, p.priority
+        job.placement, job.pid, job.klass = p, p.placement_id, p.klass
         job.held = range(len(p.slots))
         job.live = False
         gpus = []
@@ -311,7 +311,7 @@ class Simulation:
         job.gpus = gpus
         if self.reports:
             job.nodes = [nodes[n] for n in p.nodes()]
-        job.milli = job.spec.gpu_milli if p.priority == Priority.GUARANTEED else 0
+        job.milli = job.spec.gpu_milli if p.klass == Priority.GUARANTEED else 0
         self.alloc_milli += job.milli * len(gpus)
         if job.starts > 1 and self.cfg.restart_overhead_s:
             job.work += self.cfg.restart_overhead_s
@@ -321,7 +321,7 @@ class Simulation:
     def _started(self, job: SimJob, t: float, events: list) -> None:
         pid = job.pid
         for r in range(len(job.placement.slots)):
-            events.append(_WorkerStarted(job.job_id, pid, r))
+            events.append(_RankStarted(job.job_id, pid, r))
         job.live = True
         job.running_at = t
         self.running += 1
@@ -333,7 +333,7 @@ class Simulation:
     def _done(self, job: SimJob, t: float, events: list) -> None:
         pid = job.pid
         for r in job.held:
-            events.append(_WorkerExited(job.job_id, pid, r, 0))
+            events.append(_RankExited(job.job_id, pid, r, 0))
         self._halt(job, t)
         job.work = 0.0
         self.alloc_milli -= job.milli * len(job.gpus)
@@ -371,7 +371,7 @@ class Simulation:
     def _stopped(self, job: SimJob, info, t: float, events: list) -> None:
         pid, ranks, per_rank = info
         for r in ranks:
-            events.append(_WorkerExited(job.job_id, pid, r, 143))
+            events.append(_RankExited(job.job_id, pid, r, 143))
             self.alloc_milli -= per_rank
 
     def _promote(self, d, t: float) -> None:

@@ -25,8 +25,8 @@ import csv
 import math
 from pathlib import Path
 
-from cluster.events import SUCCEEDED, TERMINAL
-from colocate.vocab import JobState, Priority
+from cluster.events import SUCCEEDED
+from colocate.vocab import TERMINAL, JobState, Priority
 
 CSV_FIELDS = ("job_id", "class", "ran_as", "queue", "workers", "gpus", "gpu_milli", "submit_s", "start_s", "end_s",
               "queue_delay_s", "wait_s", "jct_s", "run_s", "duration_s", "slowdown", "starts", "requeues",

@@ -18,8 +18,8 @@ REPORT_MODES = ("auto", "always", "never")
 
 @dataclass
 class SimConfig:
-    start_delay_s: float = 0.0  # StartWorkers -> WorkerStarted
-    stop_delay_s: float = 0.0  # StopWorkers -> WorkerExited(143)
+    start_delay_s: float = 0.0  # StartWorkers -> RankStarted
+    stop_delay_s: float = 0.0  # StopWorkers -> RankExited(143)
     restart_overhead_s: float = 0.0  # solo work added to a job at each restart after a stop
     tick_s: float | None = None  # tick period when a policy needs ticks (None: 30 s); 0: never
     report_s: float = 10.0  # NodeReport grid and utilization window

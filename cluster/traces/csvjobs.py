@@ -20,7 +20,7 @@ inconsistent workers, fractional share on several GPUs, gpu_milli without gpus, 
 
 from __future__ import annotations
 
-from cluster.spec import MILLI, PRIORITIES, JobSpec, SpecError
+from cluster.spec import MILLI, JobSpec, SpecError
 from cluster.traces.common import (
     BadRow,
     RowLog,
@@ -37,7 +37,7 @@ from cluster.traces.common import (
     to_int,
     to_size,
 )
-from colocate.vocab import Priority
+from colocate.vocab import PRIORITIES, Priority
 
 REQUIRED = ("submit_time", "duration", "num_gpus")
 OPTIONAL = ("job_id", "workers", "gpu_milli", "gpu_mem", "cpu_milli", "mem_mib", "gpu_model", "priority",

@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from colocate.cli._common import ENDPOINT, NONNEG_INT, SHARE, SIZE, argtype
-from colocate.env import DEVICE_CHOICES, LOG_LEVELS, ON_CAP, PRIORITIES, parse_gpus
+from colocate.env import DEVICE_CHOICES, LOG_LEVELS, ON_CAP, parse_gpus
 from colocate.units import parse_size
-from colocate.vocab import OnCap, Priority
+from colocate.vocab import PRIORITIES, OnCap, Priority
 
 GPU_LIST = argtype(parse_gpus, "gpus")
 ONE_GPU = argtype(lambda text: (NONNEG_INT(text),), "index")

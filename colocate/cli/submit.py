@@ -25,8 +25,7 @@ from colocate.cli._common import (
     fail,
     scheduler_client,
 )
-from colocate.env import PRIORITIES
-from colocate.vocab import Priority
+from colocate.vocab import PRIORITIES, Priority
 
 EPILOG = """\
 examples:

@@ -6,7 +6,7 @@ Every function degrades quietly where NVML is missing or fails: counts and total
 
 from __future__ import annotations
 
-from colocate.gpus import GpuSpec
+from colocate.gpus.spec import GpuSpec
 from colocate.vocab import DeviceKind
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from colocate.gpus import GpuSpec
+from colocate.gpus.spec import GpuSpec
 from colocate.vocab import DeviceKind
 
 

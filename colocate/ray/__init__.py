@@ -18,7 +18,7 @@ imports Ray itself.
 
 from __future__ import annotations
 
-from colocate.engines import within_grant
+from colocate.engine_api import within_grant
 from colocate.ray.fields import FIELD, KEYS, OPPORTUNISTIC_RESOURCE, Fields, parse_fields
 from colocate.vocab import Priority
 

@@ -33,7 +33,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from colocate.engines import Deferred, within_grant
+from colocate.engine_api import Deferred, within_grant
 from colocate.env import PICK_GPU
 from colocate.ray.fields import OPPORTUNISTIC_RESOURCE, Fields
 from colocate.units import format_size
@@ -59,8 +59,9 @@ def resolve(environ: Mapping[str, str]) -> dict[str, str]:
             return {}  # a process its Ray worker started (a spawned DataLoader worker): the worker's values hold
         raise ValueError("COLOCATE_ENGINE=ray in a process that is neither a Ray worker nor started by one")
     ctx = ray.get_runtime_context()
-    if ctx.get_actor_id() and _defer_to_train_context():
-        raise Deferred("a Ray Train worker: colocate installs once Ray Train has given it its ranks")
+    when = _train_context_wait() if ctx.get_actor_id() else None
+    if when is not None:
+        raise Deferred("a Ray Train worker: colocate installs once Ray Train has given it its ranks", when)
     gpu_ids = list(ray.get_gpu_ids())
     fraction = float(ctx.get_assigned_resources().get("GPU", 0.0))
     out = {"COLOCATE_PRIORITY": str(fields.priority), "COLOCATE_ON_CAP": str(fields.on_cap)}
@@ -123,27 +124,25 @@ def identity(ctx) -> dict[str, str]:
     return {"COLOCATE_JOB_ID": f"ray-task-{ctx.get_task_id()[:16]}"}  # ditto (the rest names the parent)
 
 
-def _defer_to_train_context() -> bool:
+def _train_context_wait() -> Callable[[Callable[[], None]], None] | None:
     """In a Ray Train worker that has no context yet (torch is imported while Ray Train hands the worker its
-    context, ranks included): install the runtime right after Ray Train sets it; True when so arranged."""
+    context, ranks included): how to call back right after Ray Train sets it (``Deferred.when``); None when
+    this is no such worker."""
     worker: Any = sys.modules.get(TRAIN_WORKER)
     if worker is None or _train_context() is not None or not callable(getattr(worker, "set_train_context", None)):
-        return False
-    original = worker.set_train_context
+        return None
 
-    def set_train_context(context) -> None:
-        original(context)
-        worker.set_train_context = original
-        import torch_hooks
+    def when(callback: Callable[[], None]) -> None:
+        original = worker.set_train_context
 
-        try:
-            torch_hooks.install()
-        except ValueError as exc:  # what the injected sitecustomize does with a refusal: one line, exit 2
-            print(f"colocate: {exc}", file=sys.stderr, flush=True)
-            raise SystemExit(2) from None
+        def set_train_context(context) -> None:
+            original(context)
+            worker.set_train_context = original
+            callback()
 
-    worker.set_train_context = set_train_context
-    return True
+        worker.set_train_context = set_train_context
+
+    return when
 
 
 def _train_context():

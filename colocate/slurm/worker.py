@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from colocate.engines import within_grant
+from colocate.engine_api import within_grant
 from colocate.env import DEFAULT_SIM_GPU_MEM, PICK_GPU, parse_gpus
 from colocate.units import format_size, parse_fraction, parse_size
 from colocate.vocab import DeviceKind, Priority

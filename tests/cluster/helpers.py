@@ -56,7 +56,7 @@ def changes(decisions, job_id=None) -> list[str]:
 
 def start_all(core, decisions, now=1.0) -> list:
     """Report every rank of every StartWorkers in ``decisions`` started."""
-    evs = [ev.WorkerStarted(p.job_id, p.placement_id, s.rank) for p in starts(decisions).values() for s in p.slots]
+    evs = [ev.RankStarted(p.job_id, p.placement_id, s.rank) for p in starts(decisions).values() for s in p.slots]
     return core.handle_batch(evs, now) if evs else []
 
 
@@ -71,7 +71,7 @@ def finish(core, job_id, now, code=0) -> list:
     """Every rank of the job's current placement exits with ``code``."""
     j = core.job(job_id)
     p = j.placement
-    return core.handle_batch([ev.WorkerExited(job_id, p.placement_id, s.rank, code) for s in p.slots], now)
+    return core.handle_batch([ev.RankExited(job_id, p.placement_id, s.rank, code) for s in p.slots], now)
 
 
 def confirm_stops(core, decisions, now, code=143) -> list:
@@ -82,7 +82,7 @@ def confirm_stops(core, decisions, now, code=143) -> list:
         placement = core.stopping[d.placement_id].placement if d.placement_id in core.stopping else None
         if placement is None:
             continue
-        evs += [ev.WorkerExited(d.job_id, d.placement_id, s.rank, code) for s in placement.slots if s.node_id in d.nodes]
+        evs += [ev.RankExited(d.job_id, d.placement_id, s.rank, code) for s in placement.slots if s.node_id in d.nodes]
         assert j is not None
     return core.handle_batch(evs, now) if evs else []
 

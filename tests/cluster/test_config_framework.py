@@ -9,7 +9,7 @@ import pytest
 from cluster.config import PRESETS, parse_config, preset
 from cluster.config_file import load_config, resolve
 from cluster.core import SchedulerCore
-from cluster.framework import REGISTRY, Plugin, register, unschedulable
+from cluster.points import REGISTRY, Plugin, register, unschedulable
 from cluster.spec import MILLI, NodeSpec
 from cluster.state import Alloc, ClusterState
 from cluster.statement import Statement

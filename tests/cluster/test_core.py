@@ -34,14 +34,14 @@ def test_happy_path_and_decision_order():
     assert changes(out) == [PENDING, PLACING]
     p = starts(out)["g"]
     assert p.placement_id == "g.1" and out[1].placement_id == "g.1"
-    assert core.handle(ev.WorkerStarted("g", "g.1", 0), 1.0) == []
-    assert changes(core.handle(ev.WorkerStarted("g", "g.1", 1), 1.0)) == [RUNNING]
-    assert core.handle(ev.WorkerExited("g", "g.1", 0, 0), 2.0) == []
-    assert changes(core.handle(ev.WorkerExited("g", "g.1", 1, 0), 2.0)) == [SUCCEEDED]
+    assert core.handle(ev.RankStarted("g", "g.1", 0), 1.0) == []
+    assert changes(core.handle(ev.RankStarted("g", "g.1", 1), 1.0)) == [RUNNING]
+    assert core.handle(ev.RankExited("g", "g.1", 0, 0), 2.0) == []
+    assert changes(core.handle(ev.RankExited("g", "g.1", 1, 0), 2.0)) == [SUCCEEDED]
     assert core.state.allocs == {} and core.state.free_gpus() == 8
     # late and duplicate events change nothing
-    assert core.handle(ev.WorkerExited("g", "g.1", 1, 0), 3.0) == []
-    assert core.handle(ev.WorkerStarted("g", "g.1", 0), 3.0) == []
+    assert core.handle(ev.RankExited("g", "g.1", 1, 0), 3.0) == []
+    assert core.handle(ev.RankStarted("g", "g.1", 0), 3.0) == []
     assert core.job("g").state == SUCCEEDED
 
 
@@ -63,13 +63,13 @@ def test_gang_start_failure_requeues_then_fails(how):
     out = submit(core, job("g", workers=2))
     for attempt in (1, 2):
         pid = f"g.{attempt}"
-        core.handle(ev.WorkerStarted("g", pid, 0), 1.0)
+        core.handle(ev.RankStarted("g", pid, 0), 1.0)
         t = 100.0 * attempt
         if how == "early_exit":
-            out = core.handle(ev.WorkerExited("g", pid, 1, 1), t)
+            out = core.handle(ev.RankExited("g", pid, 1, 1), t)
         elif how == "refused":
             node = core.job("g").placement.slots[1].node_id
-            out = core.handle(ev.StartRefused("g", pid, node, "no such GPU"), t)
+            out = core.handle(ev.PlacementRefused("g", pid, node, "no such GPU"), t)
         else:
             out = core.handle(ev.Tick(), core.job("g").placed_at + 60.0)
         want = PENDING if attempt == 1 else FAILED
@@ -93,7 +93,7 @@ def test_gang_start_failure_requeues_then_fails(how):
 def test_running_gang_member_failure_fails_the_job():
     core = make_core("gang-binpack", [("n0", 1), ("n1", 1)])
     run(core, job("g", workers=2))
-    out = core.handle(ev.WorkerExited("g", "g.1", 0, 137), 5.0)
+    out = core.handle(ev.RankExited("g", "g.1", 0, 137), 5.0)
     assert changes(out, "g") == [FAILED] and "rank 0 exited with code 137" in core.job("g").reason
     [st] = stops(out)
     assert st.reason == "gang member failed"
@@ -251,7 +251,7 @@ def test_restore_keeps_attempts_and_needs_a_fresh_core():
     cfg = config(["fifo", "gang", "binpack"], scheduler={"max_start_failures": 5})
     core = make_core(cfg, [("n0", 1)])
     submit(core, job("j"))
-    core.handle(ev.StartRefused("j", "j.1", "n0", "x"), 1.0)  # requeued, placed again as j.2 after its backoff
+    core.handle(ev.PlacementRefused("j", "j.1", "n0", "x"), 1.0)  # requeued, placed again as j.2 after its backoff
     core.handle(ev.Tick(), 1.0 + refusal_backoff_s(1))
     assert core.job("j").placement_id == "j.2"
     new = SchedulerCore(cfg, random.Random(0))
@@ -274,7 +274,7 @@ def test_stale_refusals_never_count_and_every_refused_start_backs_off():
     for attempt in range(1, 8):
         pid = starts(out)["j"].placement_id
         assert pid == f"j.{attempt}"
-        out = core.handle(ev.StartRefused("j", pid, "n0", "GPU 0 is busy", stale=True), now)
+        out = core.handle(ev.PlacementRefused("j", pid, "n0", "GPU 0 is busy", stale=True), now)
         assert "j" not in starts(out) and core.job("j").state == PENDING
         due = now + refusal_backoff_s(attempt)
         assert "j" not in starts(core.handle(ev.Tick(), due - 0.01))
@@ -283,7 +283,7 @@ def test_stale_refusals_never_count_and_every_refused_start_backs_off():
         now = due
     assert core.job("j").failed_starts == 0 and core.job("j").state == PLACING
     assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0]  # bounded
-    core.handle(ev.StartRefused("j", core.job("j").placement_id, "n0", "no such GPU"), now)  # a real refusal counts
+    core.handle(ev.PlacementRefused("j", core.job("j").placement_id, "n0", "no such GPU"), now)  # a real refusal counts
     assert core.job("j").failed_starts == 1
 
 
@@ -328,7 +328,7 @@ def test_a_gang_lost_on_one_node_waits_for_its_silent_other_node(how):
         out = core.handle(ev.Tick(), 35.0)
     elif how == "exit_event":
         core.handle(ev.NodeJoined(NodeSpec("a", 2), 1), 21.0)  # back: the same epoch
-        out = core.handle(ev.WorkerExited("g", "g.1", rank_a, 143), 21.1)  # before its report: enough
+        out = core.handle(ev.RankExited("g", "g.1", rank_a, 143), 21.1)  # before its report: enough
     else:
         core.handle(ev.NodeJoined(NodeSpec("a", 2), 1), 21.0)  # back: the same epoch
         if how == "running_then_exited":
@@ -358,12 +358,12 @@ def test_a_requeued_gang_waits_for_its_stopping_rank_on_an_up_node(how):
     assert starts(core.handle(ev.Tick(), 30.0)) == {}  # b has not said its rank is gone: no second copy
     assert starts(report(core, "b", [0.5], workers=(ev.WorkerReport("g", "g.1", rank_b, True),), now=31.0)) == {}
     if how == "exit_event":
-        out = core.handle(ev.WorkerExited("g", "g.1", rank_b, 143), 32.0)
+        out = core.handle(ev.RankExited("g", "g.1", rank_b, 143), 32.0)
     elif how == "report":
         out = report(core, "b", [0.0], now=32.0)
     elif how == "cancelled":
         assert changes(core.handle(ev.JobCancelled("g"), 31.5), "g") == [CANCELLED]
-        out = core.handle(ev.WorkerExited("g", "g.1", rank_b, 143), 32.0)
+        out = core.handle(ev.RankExited("g", "g.1", rank_b, 143), 32.0)
         assert starts(out) == {} and core.job("g").state == CANCELLED and core.queues() == {}
         assert starts(core.handle(ev.Tick(), 40.0)) == {}
         return

@@ -12,8 +12,8 @@ import pytest
 from cluster import events as ev
 from cluster.core import SchedulerCore
 from cluster.events import PENDING, PLACING
-from cluster.framework import SUCCESS, Code, Plugin, Status, held, register
 from cluster.params import Param
+from cluster.points import SUCCESS, Code, Plugin, Status, held, register
 from tests.cluster.helpers import (
     config,
     finish,
@@ -145,7 +145,7 @@ def test_an_exception_the_framework_cannot_turn_into_a_status_propagates_with_no
 
 
 def test_the_status_set_is_closed_and_held_is_one_of_its_codes():
-    assert {c.name for c in Code} == {"SUCCESS", "UNSCHEDULABLE", "UNRESOLVABLE", "HELD", "UNPLACEABLE", "ERROR"}
+    assert {c.name for c in Code} == {"SUCCESS", "UNSCHEDULABLE", "FAILS_JOB", "HELD", "UNPLACEABLE", "ERROR"}
     st = held("multi_queue", "held for job 3")
     assert st.code == Code.HELD and st.held and not st.ok
     assert not Status(Code.UNSCHEDULABLE, "fit", "no room").held

@@ -9,8 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cluster import events as ev
-from cluster.events import PENDING, PLACING, RUNNING, TERMINAL
+from cluster.events import PENDING, PLACING, RUNNING
 from cluster.spec import JobSpec, NodeSpec
+from colocate.vocab import TERMINAL
 from tests.cluster.helpers import make_core
 from tests.support import examples
 
@@ -48,18 +49,18 @@ def _event(core, op, n):
                                         gpu_mem=mem, priority=prio, estimate_s=est, user=user, queue="default"))]
     if kind == "start" and live:
         j = live[op[1] % len(live)]
-        return [ev.WorkerStarted(j.job_id, j.placement_id, r) for r in range(j.spec.workers) if op[2] >> r & 1]
+        return [ev.RankStarted(j.job_id, j.placement_id, r) for r in range(j.spec.workers) if op[2] >> r & 1]
     if kind == "exit" and live:
         j = live[op[1] % len(live)]
-        return [ev.WorkerExited(j.job_id, j.placement_id, op[2] % j.spec.workers, op[3])]
+        return [ev.RankExited(j.job_id, j.placement_id, op[2] % j.spec.workers, op[3])]
     if kind == "confirm":
-        return [ev.WorkerExited(s.job.job_id, pid, a.rank, 143) for pid, s in core.stopping.items()
+        return [ev.RankExited(s.job.job_id, pid, a.rank, 143) for pid, s in core.stopping.items()
                 for a in core.state.allocs.get(pid, {}).values()]
     if kind == "cancel" and jobs:
         return [ev.JobCancelled(jobs[op[1] % len(jobs)].job_id)]
     if kind == "refuse" and live:
         j = live[op[1] % len(live)]
-        return [ev.StartRefused(j.job_id, j.placement_id, j.placement.slots[0].node_id, "test", op[2])]
+        return [ev.PlacementRefused(j.job_id, j.placement_id, j.placement.slots[0].node_id, "test", op[2])]
     if kind == "lose":  # at once, or held while the node's lease may still let its workers run
         return [ev.NodeLost(NODES[op[1]].node_id, "test", op[2])]
     if kind == "join":
@@ -136,8 +137,8 @@ def drive(policy, program):
         evs = _event(core, ("confirm",), 0)
         for j in sorted(core.jobs.values(), key=lambda j: j.seq):
             if j.state in (PLACING, RUNNING):
-                evs += [ev.WorkerStarted(j.job_id, j.placement_id, r) for r in range(j.spec.workers)]
-                evs += [ev.WorkerExited(j.job_id, j.placement_id, r, 0) for r in range(j.spec.workers)]
+                evs += [ev.RankStarted(j.job_id, j.placement_id, r) for r in range(j.spec.workers)]
+                evs += [ev.RankExited(j.job_id, j.placement_id, r, 0) for r in range(j.spec.workers)]
         out = core.handle_batch(evs + [ev.Tick()], now)
         _check_decisions(out, ended)
         _check_state(core)

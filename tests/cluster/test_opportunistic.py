@@ -40,7 +40,7 @@ def test_opportunistic_threshold_and_order(utils, threshold, gpu):
         assert placed == {} and core.job("o").state == PENDING
     else:
         assert placed["o"].slots[0].gpus == (gpu,)
-        assert placed["o"].priority == "opportunistic"
+        assert placed["o"].klass == "opportunistic"
 
 
 @pytest.mark.parametrize("mem_used, need, gpu", [
@@ -169,7 +169,7 @@ def test_promotion_starts_a_long_waiting_guaranteed_job_as_opportunistic():
     out = core.handle(Tick(), 30.0)
     assert starts(out) == {}  # waited 29 s < 60 s
     out = core.handle(Tick(), 70.0)
-    assert starts(out)["g2"].priority == "opportunistic"
+    assert starts(out)["g2"].klass == "opportunistic"
     assert [d.reason for d in out if getattr(d, "job_id", "") == "g2"][0] == "as opportunistic"
     assert core.state.nodes["n0"].gpus[0].milli == 1000  # g1 only
 
@@ -189,7 +189,7 @@ def test_promotion_upgrades_in_place_where_guaranteed_capacity_is_free():
         assert [p.job_id for p in promotes] == ["o"]
         i = out.index(promotes[0])
         assert out[i - 1].job_id == "o" and out[i - 1].state == RUNNING  # JobChanged first
-        assert core.job("o").placement.priority == "guaranteed"
+        assert core.job("o").placement.klass == "guaranteed"
         assert core.state.nodes["n0"].gpus[o_gpu].milli == 1000
     core.state.check_invariants()
 

@@ -45,7 +45,7 @@ def events_for(core, op, n):
                                         cpu_milli=cpu, mem_mib=mem, gpu_model=model))]
     if kind == "exit" and live:
         j = live[op[1] % len(live)]
-        return [ev.WorkerExited(j.job_id, j.placement_id, r, 0) for r in range(j.spec.workers)]
+        return [ev.RankExited(j.job_id, j.placement_id, r, 0) for r in range(j.spec.workers)]
     if kind == "cancel" and jobs:
         return [ev.JobCancelled(jobs[op[1] % len(jobs)].job_id)]
     if kind == "lose":
@@ -88,7 +88,7 @@ def drive(policy, program):
         out = core.handle_batch(evs, float(i + 1)) if evs else []
         starts = [d for d in out if isinstance(d, ev.StartWorkers)]
         if starts:  # every placed worker starts at once
-            core.handle_batch([ev.WorkerStarted(d.placement.job_id, d.placement.placement_id, s.rank)
+            core.handle_batch([ev.RankStarted(d.placement.job_id, d.placement.placement_id, s.rank)
                                for d in starts for s in d.placement.slots], float(i + 1))
         check(core, plugin)
         decisions.append(out)

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from cluster import events as ev
-from cluster.framework import REGISTRY, Plugin, register
 from cluster.plugins.fgd import Workload, deltas, fragmentation, node_fragment, typical
 from cluster.plugins.genetic import Search, evolve, mutation_rate
 from cluster.plugins.nodetable import NodeTable
+from cluster.points import REGISTRY, Plugin, register
 from cluster.spec import NodeSpec
 from cluster.state import Alloc, ClusterState
 from tests.cluster.helpers import config, job, make_core, nodes_of, run, starts, submit

@@ -5,9 +5,15 @@ process, before ``import torch``) to prove the runtime's hook without Ray or Slu
 """
 from __future__ import annotations
 
+CALLBACKS: list = []  # what the runtime asked to be called back with, when the worker deferred
+
 
 def resolve(environ):
     fraction = environ.get("FAKE_FRACTION")
+    if fraction == "defer":  # a worker whose facts come later: the test calls CALLBACKS back once it set them
+        from colocate.engines import Deferred
+
+        raise Deferred("fake engine: later", CALLBACKS.append)
     if not fraction:
         raise ValueError("fake engine: FAKE_FRACTION is not set\n(a second line that must not be printed)")
     if fraction == "bad-key":

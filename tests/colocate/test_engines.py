@@ -97,3 +97,37 @@ def test_an_engine_worker_refused_by_its_resolver_stops_with_one_line():
     assert proc.returncode == 2
     assert proc.stderr.strip() == "colocate: fake engine: FAKE_FRACTION is not set"
     assert "@@RESULT@@" not in proc.stdout
+
+
+DEFERRED = r'''
+import os
+import colocate.engines as E
+E.ENGINES["fake"] = "tests.colocate.fake_engine:resolve"
+import torch  # the resolver defers here
+import torch_hooks
+from tests.colocate import fake_engine
+deferred = torch_hooks.runtime() is None and len(fake_engine.CALLBACKS) == 1
+if os.environ.pop("REFUSE_LATER", ""):
+    del os.environ["FAKE_FRACTION"]
+else:
+    os.environ["FAKE_FRACTION"] = "0.25"
+fake_engine.CALLBACKS.pop()()  # the engine's worker is set up: what Ray Train's set_train_context does
+rt = torch_hooks.runtime()
+emit({"deferred": deferred, "job": rt.env.job_id, "share": rt.limits()["sm_share"]})
+'''
+
+
+@pytest.mark.parametrize("refuse", [False, True], ids=["installs", "refused"])
+def test_a_deferred_engine_worker_installs_when_the_engine_calls_back(refuse):
+    """A resolver that raises ``Deferred`` gets the runtime's install step to call back (it never imports the
+    runtime): nothing is installed at ``import torch``, the runtime is once called back; a refusal then still
+    ends the worker with one line, exit 2."""
+    prelude = "import json\ndef emit(o):\n    print('@@RESULT@@' + json.dumps(o), flush=True)\n"
+    env = {"COLOCATE_ENABLED": "1", "COLOCATE_ENGINE": "fake", "FAKE_FRACTION": "defer",
+           "PYTHONPATH": os.pathsep.join([INJECT_DIR, str(REPO)]), **({"REFUSE_LATER": "1"} if refuse else {})}
+    proc = run_py(prelude + DEFERRED, env=env, timeout=120)
+    if refuse:
+        assert (proc.returncode, proc.stderr.strip()) == (2, "colocate: fake engine: FAKE_FRACTION is not set")
+        return
+    assert proc.returncode == 0, proc.stderr
+    assert result_of(proc.stdout, proc.stderr) == {"deferred": True, "job": "fake-job", "share": 0.25}

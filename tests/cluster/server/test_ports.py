@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cluster.server.launch import PortPool
+from cluster.server.ports import PortPool
 from colocate import protocol as P
 from tests.cluster.server.helpers import FakeNode, Harness, one_running_job, replies
 

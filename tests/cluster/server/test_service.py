@@ -249,7 +249,7 @@ def test_a_repeated_submit_with_the_same_request_id_makes_one_job(h):
 
 
 def test_no_free_rendezvous_port_is_not_an_error_after_the_commit_the_start_waits_for_one(h):
-    from cluster.server.launch import PortPool
+    from cluster.server.ports import PortPool
 
     h.svc.ports = PortPool(size=1)
     n = FakeNode(h, "n1", gpus=2)

@@ -12,6 +12,7 @@ from cluster.core import SchedulerCore
 from cluster.sim import ColocationModel, JobInput, LucidTable, SimConfig, Workload, run_policy
 from cluster.spec import JobSpec, NodeSpec
 from cluster.traces import TraceResult, parse_shape
+from colocate.vocab import TERMINAL
 
 TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "traces"
 PHILLY = TRACES / "philly-pollux" / "philly.csv"
@@ -109,7 +110,7 @@ def replay(log, policy, seed: int = 0) -> list[tuple]:
 
 def terminal_counts(log) -> Counter:
     """job id -> number of terminal JobChanged decisions in a recorded run."""
-    from cluster.events import TERMINAL, JobChanged
+    from cluster.events import JobChanged
 
     return Counter(d.job_id for _, _, out in log for d in out if isinstance(d, JobChanged) and d.state in TERMINAL)
 

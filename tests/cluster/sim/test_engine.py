@@ -24,7 +24,7 @@ def test_a_lone_job_ends_after_its_duration_and_the_start_delay(delay, end):
     r = by_id(rows)["a"]
     assert (r["start_s"], r["end_s"], r["queue_delay_s"], r["jct_s"]) == (5.0, end, 0.0, end - 5.0)
     assert r["run_s"] == 100.0 and s["makespan_s"] == end
-    started = [t for t, e, _ in sim.log if any(isinstance(x, ev.WorkerStarted) for x in e)]
+    started = [t for t, e, _ in sim.log if any(isinstance(x, ev.RankStarted) for x in e)]
     assert started == [5.0 + delay]
     # 8 GPUs of 8 allocated for 100 + delay seconds of a run that ends at `end`
     assert math.isclose(s["gpu_allocation_rate"], (100.0 + delay) / end)
@@ -41,7 +41,7 @@ def test_colocation_retimes_both_jobs_and_ignores_stale_completions():
     g_end = o_end + (990.0 - ADAPTIVE_KEEP * (o_end - 10.0))
     assert r["o"]["start_s"] == 10.0 and math.isclose(r["o"]["end_s"], o_end)
     assert math.isclose(r["g"]["end_s"], g_end), "G ended at a stale completion time"
-    exits = [(t, e.job_id) for t, evs, _ in sim.log for e in evs if isinstance(e, ev.WorkerExited)]
+    exits = [(t, e.job_id) for t, evs, _ in sim.log for e in evs if isinstance(e, ev.RankExited)]
     assert [j for _, j in exits] == ["o", "g"] and len(exits) == 2
     # utilization: 0.5 alone, G 0.5*keep + O's share while shared
     shared = 0.5 * ADAPTIVE_KEEP + 0.5 * o_rate
@@ -76,7 +76,7 @@ def test_preemption_keeps_finished_work(overhead):
     assert (r["g"]["start_s"], r["g"]["end_s"]) == (30.0, 80.0)
     assert (r["o"]["preemptions"], r["o"]["starts"], r["o"]["queue_delay_s"]) == (1, 2, 0.0)
     assert math.isclose(r["o"]["end_s"], 150.0 + overhead) and math.isclose(r["o"]["wait_s"], 50.0)
-    stops = [(t, e.exit_code) for t, evs, _ in sim.log for e in evs if isinstance(e, ev.WorkerExited) and e.job_id == "o"]
+    stops = [(t, e.exit_code) for t, evs, _ in sim.log for e in evs if isinstance(e, ev.RankExited) and e.job_id == "o"]
     assert stops[0] == (30.0, 143)
     assert s["by_class"]["opportunistic"]["preemptions"] == 1
 

@@ -43,7 +43,7 @@ def check_log(sim, rows, complete: bool = True):
     for t, events, out in sim.log:
         batch_started = defaultdict(set)
         for e in events:
-            if isinstance(e, ev.WorkerStarted):
+            if isinstance(e, ev.RankStarted):
                 batch_started[e.placement_id].add(e.rank)
                 started_at[e.placement_id][e.rank] = t
         for pid, ranks in batch_started.items():  # a gang starts whole, in one batch

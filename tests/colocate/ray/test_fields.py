@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 import pytest
 
@@ -115,7 +116,7 @@ def test_ray_start_gets_the_plugin_the_resource_and_the_node():
 def _deferring(environ):
     from colocate.engines import Deferred
 
-    raise Deferred("not yet")
+    raise Deferred("not yet", lambda callback: None)
 
 
 def test_a_resolver_that_defers_is_not_a_refusal():
@@ -127,6 +128,28 @@ def test_a_resolver_that_defers_is_not_a_refusal():
     with pytest.raises(Deferred):
         prepare(environ, {"x": "tests.colocate.ray.test_fields:_deferring"})
     assert environ == {"COLOCATE_ENGINE": "x"}
+
+
+def test_a_ray_train_worker_without_its_context_is_called_back_after_ray_train_sets_it(monkeypatch):
+    """The resolver defers a Ray Train worker that has no context yet: ``Deferred.when(callback)`` wraps Ray
+    Train's ``set_train_context`` once, so ``callback`` runs right after the context is set, and puts the
+    original back; any other worker is not deferred."""
+    import types
+
+    from colocate.ray import worker as W
+
+    calls: list = []
+    train_worker = types.SimpleNamespace(set_train_context=lambda context: calls.append(("set", context)))
+    original = train_worker.set_train_context
+    monkeypatch.delitem(sys.modules, W.TRAIN_WORKER, raising=False)  # a test before may have imported Ray Train
+    monkeypatch.delitem(sys.modules, "ray.train.v2._internal.execution.context", raising=False)
+    assert W._train_context_wait() is None  # not a Ray Train worker
+    monkeypatch.setitem(sys.modules, W.TRAIN_WORKER, train_worker)
+    when = W._train_context_wait()
+    assert when is not None and calls == []
+    when(lambda: calls.append("callback"))
+    train_worker.set_train_context("ctx")
+    assert calls == [("set", "ctx"), "callback"] and train_worker.set_train_context is original
 
 
 class FakeRay:
