@@ -9,7 +9,7 @@ generated from it (``colocate env``) and ``JobEnv`` parses exactly these names.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from colocate.units import parse_fraction, parse_size
@@ -141,66 +141,23 @@ class JobEnv:
             except ValueError as exc:
                 raise ValueError(f"{name}={raw!r}: {exc}") from None
 
-        def choice(options):
-            def fn(raw):
-                if raw not in options:
-                    raise ValueError(f"must be one of {', '.join(options)}")
-                return raw
-            return fn
-
-        def nonneg_int(raw):
-            value = int(raw)
-            if value < 0:
-                raise ValueError("must be a non-negative integer")
-            return value
-
-        def cpu_core(raw):
-            value = nonneg_int(raw)
-            cores = os.cpu_count() or 1
-            if value >= cores:
-                raise ValueError(f"this machine has {cores} CPU core(s), numbered 0..{cores - 1}")
-            return value
-
-        def positive_int(raw):
-            value = int(raw)
-            if value < 1:
-                raise ValueError("must be a positive integer")
-            return value
-
-        def nonneg_float(raw):
-            value = float(raw)
-            if not value >= 0 or value == float("inf"):
-                raise ValueError("must be a non-negative number of seconds")
-            return value
-
-        def positive_float(raw):
-            value = float(raw)
-            if not value > 0:
-                raise ValueError("must be a positive number")
-            return value
-
-        def flag(raw):
-            if raw not in ("0", "1"):
-                raise ValueError("must be 0 or 1")
-            return raw == "1"
-
         pick_gpu = _get(env, "COLOCATE_GPUS") == PICK_GPU
         gpus = () if pick_gpu else parsed("COLOCATE_GPUS", parse_gpus, ())
-        explicit = parsed("COLOCATE_GPU", nonneg_int, None)
-        rank = parsed("COLOCATE_RANK", nonneg_int, _torchrun_int(env, "RANK"))
-        local_rank = parsed("COLOCATE_LOCAL_RANK", nonneg_int, _torchrun_int(env, "LOCAL_RANK"))
-        world_size = parsed("COLOCATE_WORLD_SIZE", positive_int, _torchrun_int(env, "WORLD_SIZE"))
+        explicit = parsed("COLOCATE_GPU", _nonneg_int, None)
+        rank = parsed("COLOCATE_RANK", _nonneg_int, _torchrun_int(env, "RANK"))
+        local_rank = parsed("COLOCATE_LOCAL_RANK", _nonneg_int, _torchrun_int(env, "LOCAL_RANK"))
+        world_size = parsed("COLOCATE_WORLD_SIZE", _positive_int, _torchrun_int(env, "WORLD_SIZE"))
         if gpus and explicit is not None and explicit not in gpus:
             raise ValueError(f"COLOCATE_GPU={explicit}: must be one of COLOCATE_GPUS ({','.join(map(str, gpus))})")
         gpu = explicit if explicit is not None else (gpus[(local_rank or 0) % len(gpus)] if gpus else 0)
-        priority = parsed("COLOCATE_PRIORITY", choice(PRIORITIES), Priority.GUARANTEED)
-        partition = parsed("COLOCATE_PARTITION", flag, False)
+        priority = parsed("COLOCATE_PRIORITY", _choice(PRIORITIES), Priority.GUARANTEED)
+        partition = parsed("COLOCATE_PARTITION", _flag, False)
         node = _get(env, "COLOCATE_NODE")
         if partition and (priority != Priority.GUARANTEED or _get(env, "COLOCATE_SM_SHARE") is None
                           or _get(env, "COLOCATE_GPU_MEM") is None):
             raise ValueError("COLOCATE_PARTITION=1: a partition is guaranteed and needs both COLOCATE_SM_SHARE "
                              "and COLOCATE_GPU_MEM (its share and cap)")
-        node_required = parsed("COLOCATE_NODE_REQUIRED", flag, False)
+        node_required = parsed("COLOCATE_NODE_REQUIRED", _flag, False)
         if node_required and node is None:
             raise ValueError("COLOCATE_NODE_REQUIRED=1: COLOCATE_NODE is not set (the node coordinator's endpoint)")
         if pick_gpu and (priority != Priority.OPPORTUNISTIC or node is None or explicit is not None):
@@ -210,20 +167,20 @@ class JobEnv:
             enabled=_get(env, "COLOCATE_ENABLED") == "1",
             job_id=_get(env, "COLOCATE_JOB_ID") or str(os.getpid()),
             token=_get(env, "COLOCATE_TOKEN") or "",
-            device=parsed("COLOCATE_DEVICE", choice(DEVICES), DeviceKind.SIM),
+            device=parsed("COLOCATE_DEVICE", _choice(DEVICES), DeviceKind.SIM),
             gpu=gpu,
             gpus=gpus,
             gpu_mem=parsed("COLOCATE_GPU_MEM", parse_size, None),
             sm_share=parsed("COLOCATE_SM_SHARE", lambda r: parse_fraction(r, "share"), 1.0),
             priority=priority,
-            on_cap=parsed("COLOCATE_ON_CAP", choice(ON_CAP), OnCap.HOST),
+            on_cap=parsed("COLOCATE_ON_CAP", _choice(ON_CAP), OnCap.HOST),
             stats_dir=_get(env, "COLOCATE_STATS_DIR"),
             node=node,
-            sim_core=parsed("COLOCATE_SIM_CORE", cpu_core, None),
+            sim_core=parsed("COLOCATE_SIM_CORE", _cpu_core, None),
             sim_gpu_mem=parsed("COLOCATE_SIM_GPU_MEM", parse_size, DEFAULT_SIM_GPU_MEM),
-            sim_host_gbps=parsed("COLOCATE_SIM_HOST_GBPS", positive_float, 2.0),
-            log=parsed("COLOCATE_LOG", choice(LOG_LEVELS), "warning"),
-            boundary_warn_s=parsed("COLOCATE_BOUNDARY_WARN_S", nonneg_float, DEFAULT_BOUNDARY_WARN_S),
+            sim_host_gbps=parsed("COLOCATE_SIM_HOST_GBPS", _positive_float, 2.0),
+            log=parsed("COLOCATE_LOG", _choice(LOG_LEVELS), "warning"),
+            boundary_warn_s=parsed("COLOCATE_BOUNDARY_WARN_S", _nonneg_float, DEFAULT_BOUNDARY_WARN_S),
             yield_via=parsed("COLOCATE_YIELD_VIA", parse_yield, DEFAULT_YIELD),
             rank=rank,
             local_rank=local_rank,
@@ -232,7 +189,7 @@ class JobEnv:
             partition=partition,
             pick_gpu=pick_gpu,
             node_required=node_required,
-            node_wait_s=parsed("COLOCATE_NODE_WAIT_S", positive_float, DEFAULT_NODE_WAIT_S),
+            node_wait_s=parsed("COLOCATE_NODE_WAIT_S", _positive_float, DEFAULT_NODE_WAIT_S),
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -278,6 +235,60 @@ class JobEnv:
             out["COLOCATE_YIELD_VIA"] = ",".join(self.yield_via) or "none"
         assert set(out) <= NAMES
         return out
+
+
+# the validators of ``JobEnv.from_environ``: each takes the raw text and returns the value, or raises
+# ValueError saying what the value must be
+
+
+def _choice(options) -> Callable[[str], str]:
+    def fn(raw: str) -> str:
+        if raw not in options:
+            raise ValueError(f"must be one of {', '.join(options)}")
+        return raw
+    return fn
+
+
+def _nonneg_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError("must be a non-negative integer")
+    return value
+
+
+def _cpu_core(raw: str) -> int:
+    value = _nonneg_int(raw)
+    cores = os.cpu_count() or 1
+    if value >= cores:
+        raise ValueError(f"this machine has {cores} CPU core(s), numbered 0..{cores - 1}")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise ValueError("must be a positive integer")
+    return value
+
+
+def _nonneg_float(raw: str) -> float:
+    value = float(raw)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError("must be a non-negative number of seconds")
+    return value
+
+
+def _positive_float(raw: str) -> float:
+    value = float(raw)
+    if not value > 0:
+        raise ValueError("must be a positive number")
+    return value
+
+
+def _flag(raw: str) -> bool:
+    if raw not in ("0", "1"):
+        raise ValueError("must be 0 or 1")
+    return raw == "1"
 
 
 def _torchrun_int(env: Mapping[str, str], name: str) -> int | None:

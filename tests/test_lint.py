@@ -41,6 +41,20 @@ def test_ruff_finds_nothing():
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
 
 
+def test_the_size_rules_bite(tmp_path):
+    """A function over the configured size limits fails ruff with this pyproject's rules (C901 and pylint's
+    size rules), and passes once it says why in its noqa."""
+    body = "".join(f"    if x == {i}:\n        return {i}\n" for i in range(25))
+    source = f"def too_big(x):\n{body}    return -1\n"
+    probe = tmp_path / "probe.py"  # outside the tree: a ruff run of the whole tree beside this one never sees it
+    check = ("ruff", "check", "--no-cache", "--config", str(REPO / "pyproject.toml"), "--output-format", "concise")
+    probe.write_text(source)
+    res = _run(*check, str(probe))
+    assert res.returncode == 1 and all(code in res.stdout for code in ("C901", "PLR0911", "PLR0912")), res.stdout
+    probe.write_text(source.replace("def too_big(x):", "def too_big(x):  # noqa: C901, PLR0911, PLR0912 (a probe)"))
+    assert _run(*check, str(probe)).returncode == 0
+
+
 def test_mypy_finds_nothing():
     res = _run("mypy")
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]

@@ -131,7 +131,7 @@ class HookTimer:
         return (clock() - t0) / n
 
 
-def install_hooks(rt, timer: HookTimer | None = None) -> None:
+def install_hooks(rt, timer: HookTimer | None = None) -> None:  # noqa: C901, PLR0915 (one closure per hook: every allocation runs them, so nothing is looked up through another call)
     import torch
     from torch.nn.modules.module import register_module_forward_pre_hook
     from torch.optim.optimizer import register_optimizer_step_post_hook

@@ -127,7 +127,7 @@ class Simulation:
             if collecting:
                 gc.enable()
 
-    def _run(self) -> Simulation:
+    def _run(self) -> Simulation:  # noqa: C901, PLR0912, PLR0915 (the event loop: one dispatch over every event kind, in time order)
         wall0 = time.perf_counter()
         core = self.core
         heap, subs = self._heap, self.jobs

@@ -91,7 +91,7 @@ def load_cluster(nodes: str | None = None, cluster: str | None = None) -> tuple[
     return res.nodes, str(nodes), dict(res.skipped)
 
 
-def load_workload(trace: str, *, format: str | None = None, nodes: str | None = None, cluster: str | None = None,
+def load_workload(trace: str, *, format: str | None = None, nodes: str | None = None, cluster: str | None = None,  # noqa: C901, PLR0912, PLR0913 (every trace format's options meet here, keyword-only)
                   seed: int = 0, limit: int | None = None, node_gpus: int | None = None,
                   opportunistic_fraction: float | None = None, estimates: str = "predicted",
                   user_factor: float = 2.0, user_noise: float = 0.8, queues: str = "default",

@@ -68,7 +68,7 @@ FOREVER_S = 10 * 365 * 86400.0  # the lease written when the scheduler gives non
 
 
 class SchedulerAgent:
-    def __init__(self, endpoint: str, node_id: str, epoch: int, host: str, gpus, workers: WorkerManager,
+    def __init__(self, endpoint: str, node_id: str, epoch: int, host: str, gpus, workers: WorkerManager,  # noqa: PLR0913 (the edge's collaborators and timers, injected)
                  gpu_status, keys_dir: str | None = None, context: zmq.Context | None = None,
                  clock=time.monotonic, wall=time.time, backoff_min_s: float = 0.25, backoff_max_s: float = 30.0,
                  status_every_s: float = 1.0, log_dir: str | None = None):
