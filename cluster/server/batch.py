@@ -27,7 +27,6 @@ from colocate import protocol as P
 MAX_BATCH = 256  # messages per transaction: bounds a reply's wait and the work between two ticks
 
 _WRITES = (P.Submit, P.Cancel)
-_NODE_WRITES = (P.NodeStatus, P.WorkerStarted, P.WorkerExited, P.StartRefused)
 
 
 class Service(Protocol):
@@ -81,7 +80,7 @@ def handle_batch(service: Service, items: list[tuple[bytes, P.Message, str | Non
         elif isinstance(msg, _WRITES):
             out.append(service._error(ident, P.UNAVAILABLE, str(service._unwritable(
                 f"nothing was {'submitted' if isinstance(msg, P.Submit) else 'cancelled'}"))))
-        elif isinstance(msg, _NODE_WRITES):
+        elif isinstance(msg, NodeWrite):
             if service.idents.get(ident) == msg.node_id:
                 service._defer(msg.node_id, msg)
         else:
