@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from colocate import endpoints, rpc
 from colocate import keys as K
@@ -29,6 +31,8 @@ from colocate.vocab import Priority
 
 SUBMIT_ATTEMPTS = 3
 
+_M = TypeVar("_M", bound=P.Message)
+
 
 class Refused(rpc.RpcError):
     def __init__(self, code: str, message: str):
@@ -36,9 +40,10 @@ class Refused(rpc.RpcError):
         self.code = code
 
 
-def request_from_here(command, *, workers: int = 1, gpus: int = 1, gpu_mem: int = 0, priority: str = Priority.GUARANTEED,
-                      queue: str = "", name: str = "", estimate_s: float | None = None,
-                      environ=None, cwd: str | None = None) -> P.JobRequest:
+def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1, gpu_mem: int = 0,
+                      priority: str = Priority.GUARANTEED, queue: str = "", name: str = "",
+                      estimate_s: float | None = None, environ: Mapping[str, str] | None = None,
+                      cwd: str | None = None) -> P.JobRequest:
     """A ``JobRequest`` that runs ``command`` in this process's working directory with its environment,
     minus every ``COLOCATE_*`` variable (a shared filesystem is assumed, as with Slurm).
 
@@ -57,9 +62,9 @@ def request_from_here(command, *, workers: int = 1, gpus: int = 1, gpu_mem: int 
         user = getpass.getuser()
     except (KeyError, OSError):
         user = ""
-    req = P.JobRequest(command=tuple(command), cwd=cwd or os.getcwd(), env=env, workers=workers, gpus=gpus,
-                       gpu_mem=gpu_mem, priority=priority, queue=queue, name=name or default_name(command)[:P.MAX_ID_CHARS],
-                       user=user[:128], estimate_s=estimate_s)
+    req = P.JobRequest(command=tuple(command), cwd=cwd or os.getcwd(), env=tuple(env.items()), workers=workers,
+                       gpus=gpus, gpu_mem=gpu_mem, priority=priority, queue=queue,
+                       name=name or default_name(command)[:P.MAX_ID_CHARS], user=user[:128], estimate_s=estimate_s)
     check_size(req)
     return req
 
@@ -83,7 +88,7 @@ def check_size(req: P.JobRequest) -> None:
                      "does not need")
 
 
-def default_name(command) -> str:
+def default_name(command: Sequence[str]) -> str:
     """A job's name when none is given: the script of a python command, else the program."""
     from colocate.launcher import python_script
 
@@ -122,7 +127,7 @@ class SchedulerClient:
     def __enter__(self) -> SchedulerClient:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _keys(self) -> str | None:
@@ -134,7 +139,8 @@ class SchedulerClient:
             raise rpc.BadEndpoint(str(exc)) from None
         return keys
 
-    def call(self, msg: P.Message, want: type, timeout_s: float | None = None) -> P.Message:
+    def call(self, msg: P.Message, want: type[_M], timeout_s: float | None = None) -> _M:
+        """One request, and its reply of type ``want`` (``Refused`` for an ``Error``, ``rpc.BadReply`` for another)."""
         conn = self._connection()
         try:
             reply = conn.request(msg, timeout_s or self.timeout_s)
@@ -163,9 +169,10 @@ class SchedulerClient:
     def job(self, job_id: str) -> P.JobView:
         return self.call(P.JobsRequest(job_id=job_id), P.JobsReply).jobs[0]
 
-    def jobs(self, active_only: bool = False) -> tuple[list[P.JobView], dict]:
+    def jobs(self, active_only: bool = False) -> tuple[list[P.JobView], dict[str, int]]:
         """Every job (all pages), and pending jobs per queue."""
-        out, offset = [], 0
+        out: list[P.JobView] = []
+        offset = 0
         while True:
             reply = self.call(P.JobsRequest(active_only=active_only, offset=offset), P.JobsReply)
             out += reply.jobs

@@ -16,19 +16,39 @@ would have caused (placements, stops) are not sent. Hellos, heartbeats and reads
 
 from __future__ import annotations
 
+from typing import Protocol
+
+from cluster import events as ev
+from cluster.core import SchedulerCore
+from cluster.server.faults import NodeWrite, Replies, _Refused
+from cluster.server.journal import Journal, JournalUnavailable
 from colocate import protocol as P
 
 MAX_BATCH = 256  # messages per transaction: bounds a reply's wait and the work between two ticks
 
 _WRITES = (P.Submit, P.Cancel)
-_NODE_WRITES = (P.NodeStatus, P.WorkerStarted, P.WorkerExited, P.StartRefused)
 
 
-def handle_batch(service, items, now: float) -> list:
-    from cluster.server.faults import _Refused
-    from cluster.server.journal import JournalUnavailable
+class Service(Protocol):
+    """What a batch uses of ``SchedulerService`` (its attributes and steps, documented there)."""
 
-    outs: list[list] = []
+    core: SchedulerCore
+    journal: Journal
+    idents: dict[bytes, str]
+    unavailable: str | None
+    _submitted: list[ev.JobSubmitted] | None
+
+    def on_message(self, ident: bytes, msg: P.Message, now: float, peer: str | None = None) -> Replies: ...
+    def _decide(self, events: list, now: float) -> Replies: ...
+    def _journal_failed(self, exc: JournalUnavailable, now: float) -> None: ...
+    def _unwritable(self, nothing: str) -> _Refused: ...
+    def _defer(self, node_id: str, m: NodeWrite) -> None: ...
+    def _error(self, ident: bytes, code: str, message: str) -> tuple[bytes, P.Message]: ...
+    def _take_outbox(self) -> Replies: ...
+
+
+def handle_batch(service: Service, items: list[tuple[bytes, P.Message, str | None]], now: float) -> Replies:
+    outs: list[Replies] = []
     lost = len(items)  # the items before this index were rolled back (if the batch failed)
     service._submitted = []
     try:
@@ -37,9 +57,9 @@ def handle_batch(service, items, now: float) -> list:
                 outs.append(service.on_message(ident, msg, now, peer=peer))
                 if b.failed is not None and lost == len(items):
                     lost = len(outs) - 1
-            events, service._submitted = service._submitted, None
+            events, service._submitted = service._submitted or [], None
             events = [e for e in events if service.core.job(e.spec.job_id) is None]  # a rebuild restored the rest
-            tail: list = []
+            tail: Replies = []
             if events and b.failed is None and service.unavailable is None:
                 try:
                     tail = service._decide(events, now)
@@ -53,14 +73,14 @@ def handle_batch(service, items, now: float) -> list:
         return [m for out in outs for m in out] + tail + service._take_outbox()
     if lost == len(items):  # the end of the batch failed (its cycle or its commit): nothing was handled yet
         service._journal_failed(b.failed, now)
-    out: list = []
+    out: Replies = []
     for i, ((ident, msg, _peer), replies) in enumerate(zip(items, outs)):
         if i >= lost:
             out += replies
         elif isinstance(msg, _WRITES):
             out.append(service._error(ident, P.UNAVAILABLE, str(service._unwritable(
                 f"nothing was {'submitted' if isinstance(msg, P.Submit) else 'cancelled'}"))))
-        elif isinstance(msg, _NODE_WRITES):
+        elif isinstance(msg, NodeWrite):
             if service.idents.get(ident) == msg.node_id:
                 service._defer(msg.node_id, msg)
         else:

@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from colocate.daemon import StartError, configure_logging, serve_metrics, stop_on_signals
 from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS
+
+if TYPE_CHECKING:
+    from cluster.server.server import SchedulerServer
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,7 @@ class SchedulerOptions:
     log_level: str = "info"
 
 
-def build(opts: SchedulerOptions, clock=time.time):
+def build(opts: SchedulerOptions, clock: Callable[[], float] = time.time) -> SchedulerServer:
     """The server, ready to serve (restored from the state file); raises StartError."""
     import zmq
 

@@ -16,9 +16,13 @@ that handles what goes wrong inside the scheduler process, not on the wire:
 from __future__ import annotations
 
 import logging
+from collections import Counter, deque
 
 from cluster import events as ev
-from cluster.server.journal import JournalUnavailable
+from cluster.core import SchedulerCore
+from cluster.server.journal import Journal, JournalUnavailable
+from cluster.server.ports import PortPool
+from cluster.spec import NodeSpec
 from colocate import protocol as P
 
 log = logging.getLogger("colocate.scheduler")
@@ -26,6 +30,9 @@ log = logging.getLogger("colocate.scheduler")
 PROBE_S = 1.0  # while the journal cannot be written: how often to try again (scheduler clock)
 MAX_DEFERRED = 10000  # node messages kept while the journal cannot be written (the oldest go first)
 MAX_FAILURES_LOGGED = 100  # distinct core failures logged (each once); the rest are only counted
+
+Replies = list[tuple[bytes, P.Message]]  # what the service sends: (the connection's identity, the message)
+NodeWrite = P.NodeStatus | P.WorkerStarted | P.WorkerExited | P.StartRefused  # node messages that change the core
 
 
 class CoreBroken(Exception):
@@ -41,7 +48,34 @@ class _Refused(Exception):
 
 
 class Faults:
-    """Mixed into ``SchedulerService``: uses its core, journal, node tables, ports and ``_commit``/``_apply``."""
+    """Mixed into ``SchedulerService``: uses its core, journal, node tables, ports and ``_commit``/``_apply``.
+
+    The attributes below are the service's (``SchedulerService.__init__`` sets each and says what it holds);
+    declared here so the rules above are checked against their types."""
+
+    core: SchedulerCore
+    journal: Journal
+    nodes: dict[str, bytes]
+    epochs: dict[str, int]
+    specs: dict[str, NodeSpec]
+    ports: PortPool
+    portless: dict[str, ev.StartWorkers]
+    restop: dict[str, list[tuple[str, str, str]]]
+    unavailable: str | None
+    deferred: deque[tuple[str, NodeWrite]]
+    lost_meanwhile: dict[str, tuple[str, float]]
+    faults: Counter[str]
+    _next_probe: float
+    _outbox: Replies
+    _failures_logged: set[tuple[str, str]]
+
+    def _commit(self, decisions: list, now: float) -> Replies:
+        """Journal ``decisions``, then the messages they cause (``SchedulerService._commit``)."""
+        raise NotImplementedError
+
+    def _apply(self, node_id: str, m: NodeWrite, now: float) -> Replies:
+        """Apply a node's message to the core (``SchedulerService._apply``)."""
+        raise NotImplementedError
 
     def _check_writable(self, nothing: str) -> None:
         if self.unavailable is not None:
@@ -51,7 +85,7 @@ class Faults:
         return _Refused(P.UNAVAILABLE, f"the scheduler cannot write its journal ({self.unavailable}): {nothing}; "
                         "try again later")
 
-    def _defer(self, node_id: str, m) -> None:
+    def _defer(self, node_id: str, m: NodeWrite) -> None:
         if isinstance(m, P.NodeStatus):  # only a node's latest report matters
             for i, (n, old) in enumerate(self.deferred):
                 if n == node_id and isinstance(old, P.NodeStatus):
@@ -68,7 +102,7 @@ class Faults:
         core = type(self.core)(self.core.config, self.core.rng)
         decisions = core.restore(self.journal.records(), now)
         lost = {n: why for n, why in (lost or {}).items() if n not in self.nodes and n in self.specs}
-        events = [ev.NodeJoined(self.specs[n], self.epochs[n]) for n in [*self.nodes, *lost] if n in self.specs]
+        events: list = [ev.NodeJoined(self.specs[n], self.epochs[n]) for n in [*self.nodes, *lost] if n in self.specs]
         events += [ev.NodeLost(n, why, max(0.0, after - now)) for n, (why, after) in lost.items()]
         if events:
             decisions += core.handle_batch(events, now, schedule=schedule)
@@ -120,7 +154,7 @@ class Faults:
             raise CoreBroken(f"the policy core cannot be rebuilt from {self.journal.path}: "
                              f"{type(broken).__name__}: {broken}") from broken
 
-    def _resume(self, now: float) -> list[tuple[bytes, P.Message]]:
+    def _resume(self, now: float) -> Replies:
         """Probe the journal; once it takes writes, rebuild with a cycle and replay the kept node messages."""
         self._next_probe = now + PROBE_S
         if not self.journal.writable():
@@ -128,7 +162,7 @@ class Faults:
         log.warning("the journal %s can be written again: resuming (%d node messages to replay)",
                     self.journal.path, len(self.deferred))
         self.unavailable = None
-        out: list = []
+        out: Replies = []
         try:
             out += self._commit(self._rebuild(now, lost=self.lost_meanwhile), now)
             self.lost_meanwhile = {}

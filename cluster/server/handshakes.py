@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -18,7 +19,7 @@ from zmq.utils.monitor import recv_monitor_message
 log = logging.getLogger("colocate.scheduler")
 
 REPEAT_S = 60.0
-KINDS = {
+KINDS: dict[int, str] = {
     zmq.EVENT_HANDSHAKE_FAILED_AUTH: "a peer whose key is not admitted",
     zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "a peer without CURVE or with another scheduler's key",
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "a peer without CURVE or with another scheduler's key",
@@ -26,7 +27,7 @@ KINDS = {
 
 
 class HandshakeWatch:
-    def __init__(self, sock, clock):
+    def __init__(self, sock: zmq.Socket, clock: Callable[[], float]):
         """``sock``: the CURVE ROUTER (before bind); ``clock()``: monotonic seconds."""
         events = 0
         for e in KINDS:
@@ -48,7 +49,7 @@ class HandshakeWatch:
             if kind is not None:
                 self._note(kind, event.get("endpoint", b""))
 
-    def _note(self, kind: str, endpoint) -> None:
+    def _note(self, kind: str, endpoint: bytes | str) -> None:
         self.refused[kind] += 1
         self._unlogged[kind] += 1
         now = self.clock()

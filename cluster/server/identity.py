@@ -56,8 +56,8 @@ def peer_of(user_id: str | None) -> Peer:
 class Gate:
     """The checks; each returns None (allowed) or the one-line reason of a refusal."""
 
-    def __init__(self):
-        self._logged: set = set()
+    def __init__(self) -> None:
+        self._logged: set[tuple[bytes, str]] = set()
 
     def hello(self, peer: Peer, node_id: str, holder_heard_s: float | None, liveness_s: float) -> str | None:
         """May ``peer`` register as ``node_id``? ``holder_heard_s``: seconds since another connection

@@ -53,6 +53,7 @@ import json
 import os
 import socket
 import sqlite3
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 
@@ -182,10 +183,11 @@ class Journal:
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
             raise JournalError(f"cannot create the state file {path}: folder {folder} does not exist")
-        self._lock_fd = _lock(path)
-        self.db = None
+        self._lock_fd: int | None = _lock(path)
+        self._db: sqlite3.Connection | None = None
         self._batch: Batch | None = None
-        self._stopping: list | None = None  # the stopping table, cached until it changes
+        # the stopping table, cached until it changes
+        self._stopping: list[tuple[str, str, tuple[str, ...], str]] | None = None
         self._reserved: int | None = None  # the job number new_job_id() reserved last
         self._next_job: int | None = None  # the counter, cached; written to meta once per commit when _counted
         self._counted = False
@@ -205,7 +207,7 @@ class Journal:
             except OSError as exc:
                 raise JournalError(f"cannot create the state file {path}: {exc.strerror}") from None
             _private(path)
-            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.executescript(_DDL)
@@ -227,6 +229,17 @@ class Journal:
             raise JournalError(f"cannot use the state file {path}: {exc}") from None
         except sqlite3.DatabaseError as exc:
             raise JournalError(f"{path} is not a colocate scheduler state file, or it is corrupt: {exc}") from None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The open SQLite connection (``JournalError`` once ``close()`` was called)."""
+        if self._db is None:
+            raise JournalError(f"the journal {self.path} is closed")
+        return self._db
+
+    @db.setter
+    def db(self, conn: sqlite3.Connection) -> None:  # tests wrap the connection to make writes fail
+        self._db = conn
 
     def _migrate(self, version: int | None) -> None:
         if version is not None and version < 2:
@@ -281,13 +294,13 @@ class Journal:
 
     # ---- writes (each a committed transaction) ---------------------------------------------------
     @contextmanager
-    def transaction(self):
+    def transaction(self) -> Iterator[Journal]:
         """Group writes; committed (durably) on exit, rolled back on an exception. A write SQLite
         refuses (``sqlite3.OperationalError``: disk full, read-only, I/O error) raises
         ``JournalUnavailable`` (the transaction rolled back). Inside ``batch()``: a savepoint (see the
         module's docstring)."""
         if self._batch is not None:
-            with self._savepoint():
+            with self._savepoint(self._batch):
                 yield self
             return
         try:
@@ -306,8 +319,7 @@ class Journal:
             raise JournalUnavailable(str(exc)) from exc
 
     @contextmanager
-    def _savepoint(self):
-        b = self._batch
+    def _savepoint(self, b: Batch) -> Iterator[Journal]:
         if b.failed is not None:
             raise JournalUnavailable(f"this batch was rolled back ({b.failed})")
         b.depth += 1
@@ -328,12 +340,12 @@ class Journal:
                     self.db.execute(f"RELEASE {name}")
                 raise
         except sqlite3.OperationalError as exc:
-            self._fail_batch(exc)
-            raise b.failed from exc
+            raise self._fail_batch(b, exc) from exc
         finally:
             b.depth -= 1
 
-    def _fail_batch(self, exc: Exception) -> None:
+    def _fail_batch(self, b: Batch, exc: Exception) -> JournalUnavailable:
+        """Roll back batch ``b`` (a write of it was refused); its ``failed``, set by the first refusal."""
         self._stopping = None
         self._forget_counter()
         if self.db.in_transaction:
@@ -341,11 +353,12 @@ class Journal:
                 self.db.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
-        if self._batch.failed is None:
-            self._batch.failed = JournalUnavailable(str(exc) or "write refused")
+        if b.failed is None:
+            b.failed = JournalUnavailable(str(exc) or "write refused")
+        return b.failed
 
     @contextmanager
-    def batch(self):
+    def batch(self) -> Iterator[Batch]:
         """One transaction (one fsync) for everything written inside it; yields a ``Batch``. On leaving it
         commits; if SQLite refused a write or the commit, the whole batch is rolled back and
         ``Batch.failed`` says why (the block is not interrupted by that; an exception from the block
@@ -371,7 +384,7 @@ class Journal:
                     self._flush_counter()
                     self.db.execute("COMMIT")
                 except sqlite3.OperationalError as exc:
-                    self._fail_batch(exc)
+                    self._fail_batch(b, exc)
         finally:
             self._batch = None
 
@@ -520,9 +533,9 @@ class Journal:
 
     def close(self) -> None:
         """Close the file and give up its lock (idempotent)."""
-        if self.db is not None:
-            self.db.close()
-            self.db = None
+        if self._db is not None:
+            self._db.close()
+            self._db = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing the last descriptor releases the flock
             self._lock_fd = None

@@ -29,8 +29,8 @@ class _Waiting:
     client: bytes
     job_id: str
     deadline: float
-    refs: dict = field(default_factory=dict)  # rank -> LogRef (None: not answered yet)
-    asked: dict = field(default_factory=dict)  # request id -> (rank, node id)
+    refs: dict[int, P.LogRef | None] = field(default_factory=dict)  # rank -> LogRef (None: not answered yet)
+    asked: dict[str, tuple[int, str]] = field(default_factory=dict)  # request id -> (rank, node id)
 
 
 class LogRelay:
@@ -67,7 +67,9 @@ class LogRelay:
     def answer(self, node_id: str, m: P.LogTail) -> list[tuple[bytes, P.Message]]:
         """A node's ``LogTail``; ignored unless it answers a request sent to that node."""
         group = self._requests.get(m.request_id)
-        w = self._waiting.get(group) if group is not None else None
+        if group is None:
+            return []
+        w = self._waiting.get(group)
         if w is None or w.asked.get(m.request_id, (None, None))[1] != node_id:
             return []
         rank, _ = w.asked.pop(m.request_id)

@@ -20,20 +20,27 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
 from colocate.vocab import JobState, Priority
 
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from cluster.server.server import SchedulerServer
+
 STATES = tuple(JobState)
 
 
 class SchedulerCollector:
-    def __init__(self, server):
+    def __init__(self, server: SchedulerServer):
         self.server = server
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         srv = self.server
         with srv.lock:
             svc = srv.service
@@ -57,16 +64,16 @@ class SchedulerCollector:
             count.add_metric(["up"], sum(1 for n in nodes if n["up"]))
             count.add_metric(["down"], sum(1 for n in nodes if not n["up"]))
             decisions = CounterMetricFamily("colocate_scheduler_decisions", "Decisions made", labels=["type"])
-            for t, n in sorted(svc.decided.items()):
-                decisions.add_metric([t], n)
+            for t, k in sorted(svc.decided.items()):
+                decisions.add_metric([t], k)
             pre = CounterMetricFamily("colocate_scheduler_preemptions", "Opportunistic placements preempted")
             pre.add_metric([], core.counters()["preemptions"])
             msgs = CounterMetricFamily("colocate_scheduler_messages", "Messages received", labels=["type"])
-            for t, n in sorted(svc.counts.items()):
-                msgs.add_metric([t], n)
+            for t, k in sorted(svc.counts.items()):
+                msgs.add_metric([t], k)
             bad = CounterMetricFamily("colocate_scheduler_bad_messages", "Errors replied", labels=["code"])
-            for c, n in sorted(svc.bad.items()):
-                bad.add_metric([c], n)
+            for c, k in sorted(svc.bad.items()):
+                bad.add_metric([c], k)
             lat = sorted(svc.latency)
             summ = SummaryMetricFamily("colocate_scheduler_decision_latency_seconds",
                                        "A message in to its decisions journaled and sent",
@@ -78,14 +85,14 @@ class SchedulerCollector:
                 faults.add_metric([c], svc.faults.get(c, 0))
         yield from [queue, jobs, gpus, count, up, decisions, pre, msgs, bad, summ, writable, faults]
         if lat:
-            q = GaugeMetricFamily("colocate_scheduler_decision_latency_quantile_seconds",
-                                  "Decision latency quantiles over the last 5000 decisions", labels=["quantile"])
+            quantiles = GaugeMetricFamily("colocate_scheduler_decision_latency_quantile_seconds",
+                                          "Decision latency quantiles over the last 5000 decisions", labels=["quantile"])
             for p in (0.5, 0.99):
-                q.add_metric([str(p)], lat[min(len(lat) - 1, int(p * len(lat)))])
-            yield q
+                quantiles.add_metric([str(p)], lat[min(len(lat) - 1, int(p * len(lat)))])
+            yield quantiles
 
 
-def serve(server, port: int, addr: str = "127.0.0.1"):
+def serve(server: SchedulerServer, port: int, addr: str = "127.0.0.1") -> CollectorRegistry:
     """Start the HTTP endpoint in a daemon thread; returns the registry."""
     registry = CollectorRegistry()
     registry.register(SchedulerCollector(server))

@@ -26,10 +26,12 @@ import gc
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import zmq
 
 from cluster.server.batch import MAX_BATCH
+from cluster.server.faults import Replies
 from cluster.server.handshakes import HandshakeWatch
 from cluster.server.service import CoreBroken, SchedulerService
 from colocate import keys as K
@@ -45,7 +47,8 @@ MAX_BAD_LOGS_PER_S = 20
 
 
 class SchedulerServer:
-    def __init__(self, service: SchedulerService, bind: str, keys_dir: str | None = None, clock=time.time):
+    def __init__(self, service: SchedulerService, bind: str, keys_dir: str | None = None,
+                 clock: Callable[[], float] = time.time):
         K.require_keys(bind, keys_dir)
         self.service = service
         self.bind = bind
@@ -91,7 +94,7 @@ class SchedulerServer:
         finally:
             self.close()
 
-    def _loop(self, poller, next_tick: float) -> None:
+    def _loop(self, poller: zmq.Poller, next_tick: float) -> None:
         while not self._stop.is_set():
             timeout = max(0.0, next_tick - time.monotonic())
             ready = dict(poller.poll(timeout=int(timeout * 1000) + 1))
@@ -163,7 +166,7 @@ class SchedulerServer:
                 self._bad(ident, exc)
         return items, True
 
-    def _peer(self, frame) -> str | None:
+    def _peer(self, frame: zmq.Frame) -> str | None:
         """The sender's key name with CURVE (its ZAP user id, while that key is still admitted under that
         name; "" once it was removed or replaced); None without keys."""
         if self.auth is None:
@@ -180,7 +183,7 @@ class SchedulerServer:
             s.latency_count += 1
             s.latency_sum += seconds
 
-    def _send(self, out) -> None:
+    def _send(self, out: Replies) -> None:
         for ident, msg in out:
             try:
                 data = P.encode(msg)

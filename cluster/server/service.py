@@ -49,11 +49,13 @@ import dataclasses
 import json
 import logging
 from collections import Counter, deque
+from collections.abc import Callable
+from typing import Any
 
 from cluster import events as ev
 from cluster.core import SchedulerCore
 from cluster.server.batch import handle_batch
-from cluster.server.faults import MAX_DEFERRED, CoreBroken, Faults, _Refused
+from cluster.server.faults import MAX_DEFERRED, CoreBroken, Faults, NodeWrite, Replies, _Refused
 from cluster.server.identity import ANONYMOUS, Gate, peer_of
 from cluster.server.journal import Journal, JournalUnavailable
 from cluster.server.logs import LogRelay
@@ -70,6 +72,8 @@ log = logging.getLogger("colocate.scheduler")
 NODE_MESSAGES = P.NODE_TO_SCHEDULER
 CLIENT_MESSAGES = P.CLIENT_TO_SCHEDULER
 LATENCY_WINDOW = 5000
+
+Handler = Callable[[bytes, Any, float], Replies]  # (ident, a message of the type it is registered for, now)
 
 
 class SchedulerService(Faults):
@@ -89,23 +93,24 @@ class SchedulerService(Faults):
         self.portless: dict[str, ev.StartWorkers] = {}  # committed placements waiting for a rendezvous port
         self.restop: dict[str, list[tuple[str, str, str]]] = {}  # node -> [(pid, job, reason)] after restore
         self.unavailable: str | None = None  # why the journal cannot be written; None while it can
-        self.deferred: deque[tuple[str, P.Message]] = deque(maxlen=MAX_DEFERRED)  # node messages to replay
+        self.deferred: deque[tuple[str, NodeWrite]] = deque(maxlen=MAX_DEFERRED)  # node messages to replay
         self.lost_meanwhile: dict[str, tuple[str, float]] = {}  # node id -> (why, when its placements may be lost)
         # for nodes lost while the journal was down
         self._next_probe = 0.0
-        self._outbox: list[tuple[bytes, P.Message]] = []  # messages of a rebuild, sent before the reply
+        self._outbox: Replies = []  # messages of a rebuild, sent before the reply
         self._failures_logged: set[tuple[str, str]] = set()
         self.counts: Counter = Counter()  # messages received by type
         self.bad: Counter = Counter()  # errors replied by code
         self.decided: Counter = Counter()  # decisions by type
-        self.faults: Counter = Counter()  # core rebuilds by cause: "core" (an exception), "journal" (a write failed)
+        self.faults: Counter[str] = Counter()  # core rebuilds by cause: "core" (an exception), "journal" (a write failed)
         self.latency: deque[float] = deque(maxlen=LATENCY_WINDOW)  # seconds, event in -> messages out
         self.latency_count, self.latency_sum = 0, 0.0
         self.gate, self.peer = Gate(), ANONYMOUS  # peer: the identity of the message being handled
         self.log_relay = LogRelay()
-        self._submitted: list | None = None  # inside on_batch: the jobs submitted, for one cycle at its end
+        # inside on_batch: the jobs submitted, for one cycle at its end
+        self._submitted: list[ev.JobSubmitted] | None = None
         node = self._node_message
-        self._handlers = {
+        self._handlers: dict[type[P.Message], Handler] = {
             P.NodeHello: self._hello, P.NodeHeartbeat: self._heartbeat, P.NodeStatus: node,
             P.WorkerStarted: node, P.WorkerExited: node, P.StartRefused: node, P.Submit: self._submit,
             P.JobsRequest: self._jobs, P.NodesRequest: self._nodes, P.Cancel: self._cancel, P.LogsRequest: self._logs,
@@ -122,7 +127,7 @@ class SchedulerService(Faults):
 
     # ------------------------------------------------------------------ entry points
     def on_message(self, ident: bytes, msg: P.Message, now: float,
-                   peer: str | None = None) -> list[tuple[bytes, P.Message]]:
+                   peer: str | None = None) -> Replies:
         """``peer``: the sender's key name with CURVE (the ZAP user id), None without keys."""
         self.peer = peer_of(peer)
         handler = self._handlers.get(type(msg))
@@ -146,12 +151,12 @@ class SchedulerService(Faults):
                 "nothing was done; try again")]
         return self._take_outbox() + out
 
-    def on_batch(self, items: list[tuple[bytes, P.Message, str | None]], now: float) -> list[tuple[bytes, P.Message]]:
+    def on_batch(self, items: list[tuple[bytes, P.Message, str | None]], now: float) -> Replies:
         """``items`` (ident, msg, peer) handled as one journal transaction (group commit,
         ``cluster.server.batch``): what to send once this returns, i.e. after the commit."""
         return handle_batch(self, items, now)
 
-    def tick(self, now: float) -> list[tuple[bytes, P.Message]]:
+    def tick(self, now: float) -> Replies:
         events: list = []
         limit = self.heartbeat_s * self.liveness
         for node_id, t in list(self.heard.items()):
@@ -177,8 +182,9 @@ class SchedulerService(Faults):
         return self._take_outbox() + out + self.log_relay.expire(now)
 
     # ------------------------------------------------------------------ nodes
-    def _node_of(self, ident: bytes, msg, now: float):
-        """The node a message comes from, or an Error reply to send instead (None, reply)."""
+    def _node_of(self, ident: bytes, msg: P.NodeHeartbeat | P.LogTail | NodeWrite,
+                 now: float) -> tuple[str | None, Replies]:
+        """The node a message comes from, or None and the Error reply to send instead (node id, [])."""
         node_id = self.idents.get(ident)
         if node_id is None:
             return None, [self._error(ident, P.UNKNOWN_NODE, f"node {msg.node_id} is not registered: say hello")]
@@ -187,9 +193,9 @@ class SchedulerService(Faults):
         if msg.epoch < self.epochs.get(node_id, 0):
             return None, []  # a stale incarnation's message
         self.heard[node_id] = now
-        return node_id, None
+        return node_id, []
 
-    def _hello(self, ident: bytes, m: P.NodeHello, now: float):
+    def _hello(self, ident: bytes, m: P.NodeHello, now: float) -> Replies:
         held = self.nodes.get(m.node_id) not in (None, ident)  # by another connection
         why = self.gate.hello(self.peer, m.node_id, now - self.heard.get(m.node_id, now) if held else None,
                               self.heartbeat_s * self.liveness)
@@ -209,18 +215,18 @@ class SchedulerService(Faults):
         log.info("node %s (epoch %d, %s) joined: %d GPU(s) %s", m.node_id, m.epoch, m.host, spec.gpus, spec.gpu_model)
         welcome = (ident, P.NodeWelcome(node_id=m.node_id, scheduler_epoch=self.epoch, heartbeat_s=self.heartbeat_s,
                                         liveness=self.liveness, cluster_id=self.cluster_id, lease_s=self.lease_s))
-        out = [welcome] + self._join_later(ev.NodeJoined(spec, m.epoch))
+        out: Replies = [welcome] + self._join_later(ev.NodeJoined(spec, m.epoch))
         for pid, job_id, reason in self.restop.pop(m.node_id, []):
             out.append((ident, P.StopPlacement(placement_id=pid, job_id=job_id, reason=reason)))
         return out
 
-    def _heartbeat(self, ident: bytes, m: P.NodeHeartbeat, now: float):
+    def _heartbeat(self, ident: bytes, m: P.NodeHeartbeat, now: float) -> Replies:
         node_id, err = self._node_of(ident, m, now)
         if node_id is None:
             return err
         return [(ident, P.NodeHeartbeat(node_id=node_id, epoch=self.epoch))]
 
-    def _node_message(self, ident: bytes, m, now: float):
+    def _node_message(self, ident: bytes, m: NodeWrite, now: float) -> Replies:
         """NodeStatus, WorkerStarted, WorkerExited, StartRefused: applied now, or kept for later
         while the journal cannot be written."""
         node_id, err = self._node_of(ident, m, now)
@@ -238,7 +244,8 @@ class SchedulerService(Faults):
             pass  # logged by _failed; the node's next report tells the core again
         return []
 
-    def _apply(self, node_id: str, m, now: float) -> list[tuple[bytes, P.Message]]:
+    def _apply(self, node_id: str, m: NodeWrite, now: float) -> Replies:
+        event: ev.NodeReport | ev.RankStarted | ev.RankExited | ev.PlacementRefused
         if isinstance(m, P.NodeStatus):
             event = ev.NodeReport(node_id, m.epoch, tuple(ev.GpuReport(g.index, g.utilization, g.mem_used)
                                                           for g in m.gpus),
@@ -262,7 +269,7 @@ class SchedulerService(Faults):
             log.warning("node %s refused placement %s (%s): %s", node_id, m.placement_id, m.code, m.reason)
             event = ev.PlacementRefused(m.job_id, m.placement_id, node_id, m.reason, m.code == P.REFUSED_STALE)
         joined = self.joining.pop(node_id, None) if isinstance(m, P.NodeStatus) else None
-        return self._decide(([joined] if joined else []) + [event], now)
+        return self._decide([joined, event] if joined else [event], now)
 
     def _silent(self, node_id: str, heard: float, now: float) -> ev.NodeLost:
         """Node ``node_id``, last heard at ``heard``, is down; its placements are lost once its lease and the
@@ -274,7 +281,7 @@ class SchedulerService(Faults):
         self.joining.pop(node_id, None)
         return ev.NodeLost(node_id, f"silent for {now - heard:.1f} s", hold)
 
-    def _join_later(self, joined: ev.NodeJoined) -> list:
+    def _join_later(self, joined: ev.NodeJoined) -> Replies:
         """A node joins the core with its first report (``_status``): reconciled before any new work."""
         self.joining[joined.spec.node_id] = joined
         return []
@@ -286,7 +293,7 @@ class SchedulerService(Faults):
         self.heard.pop(node_id, None)
 
     # ------------------------------------------------------------------ clients
-    def _submit(self, ident: bytes, m: P.Submit, now: float):
+    def _submit(self, ident: bytes, m: P.Submit, now: float) -> Replies:
         why = self.gate.client(self.peer, "submit jobs")
         if why:
             return [self._error(ident, P.FORBIDDEN, why)]
@@ -320,7 +327,7 @@ class SchedulerService(Faults):
             raise self._unwritable("nothing was submitted") from None
         log.info("job %s submitted: %d x %d GPU(s), %s, queue %s", job_id, spec.workers, spec.gpus, spec.priority,
                  spec.queue)
-        ack = [(ident, P.Submitted(job_id=job_id))]
+        ack: Replies = [(ident, P.Submitted(job_id=job_id))]
         if self._submitted is not None:  # in a batch: the core hears it with the batch's other submits
             self._submitted.append(ev.JobSubmitted(spec))
             return ack
@@ -332,7 +339,7 @@ class SchedulerService(Faults):
             pass
         return ack
 
-    def _jobs(self, ident: bytes, m: P.JobsRequest, now: float):
+    def _jobs(self, ident: bytes, m: P.JobsRequest, now: float) -> Replies:
         if m.job_id is not None:
             row = self.journal.job(m.job_id)
             if row is None:
@@ -342,12 +349,12 @@ class SchedulerService(Faults):
             rows, total = self.journal.jobs(m.active_only, m.offset, m.limit)
         queues = QueueView(self.core)
         return [(ident, P.JobsReply(jobs=tuple(job_view(r, self.core, queues) for r in rows), total=total,
-                                    queued=queues.queued))]
+                                    queued=tuple(queues.queued.items())))]
 
-    def _nodes(self, ident: bytes, m: P.NodesRequest, now: float):
+    def _nodes(self, ident: bytes, m: P.NodesRequest, now: float) -> Replies:
         return [(ident, P.NodesReply(nodes=tuple(node_views(self.core, self.hosts)), scheduler_epoch=self.epoch))]
 
-    def _cancel(self, ident: bytes, m: P.Cancel, now: float):
+    def _cancel(self, ident: bytes, m: P.Cancel, now: float) -> Replies:
         job = self.core.job(m.job_id)
         if job is None:  # a job that ended before a restart is only in the journal
             row = self.journal.job(m.job_id)
@@ -369,7 +376,7 @@ class SchedulerService(Faults):
             raise self._unwritable("nothing was cancelled") from None
         return [(ident, P.Ok(message=f"job {m.job_id} cancelled"))] + out
 
-    def _logs(self, ident: bytes, m: P.LogsRequest, now: float):
+    def _logs(self, ident: bytes, m: P.LogsRequest, now: float) -> Replies:
         why = self.gate.client(self.peer, "read logs")
         if why:
             return [self._error(ident, P.FORBIDDEN, why)]
@@ -389,14 +396,14 @@ class SchedulerService(Faults):
             return [(ident, P.LogsReply(job_id=m.job_id, logs=()))]
         return self.log_relay.ask(ident, m.job_id, held, self.nodes, now)
 
-    def _log_tail(self, ident: bytes, m: P.LogTail, now: float):
+    def _log_tail(self, ident: bytes, m: P.LogTail, now: float) -> Replies:
         node_id, err = self._node_of(ident, m, now)
         if node_id is None:
             return err
         return self.log_relay.answer(node_id, m)
 
     # ------------------------------------------------------------------ decisions
-    def _decide(self, events: list, now: float) -> list[tuple[bytes, P.Message]]:
+    def _decide(self, events: list, now: float) -> Replies:
         """The core's decisions on ``events``, committed, as messages. If the core raises, it is rebuilt
         from the journal and the events applied again without a cycle; if that raises too, ``_Refused``."""
         try:
@@ -412,7 +419,7 @@ class SchedulerService(Faults):
                                f"({type(again).__name__}) and was rebuilt from its journal: nothing was done") from None
         return self._commit(decisions, now)
 
-    def _commit(self, decisions: list, now: float) -> list[tuple[bytes, P.Message]]:
+    def _commit(self, decisions: list, now: float) -> Replies:
         """Take the ports of new placements, journal the decisions (one transaction; on failure the
         ports are given back and ``JournalUnavailable`` raised), then the messages they cause."""
         starts = [d for d in decisions if isinstance(d, ev.StartWorkers)]
@@ -427,6 +434,7 @@ class SchedulerService(Faults):
                             self.journal.set_state(d.job_id, d.state, d.reason, now)
                         elif isinstance(d, ev.StartWorkers):
                             job = self.core.job(d.spec.job_id)
+                            assert job is not None, d.spec.job_id  # the core has just placed it
                             self.journal.set_placement(d.spec.job_id, d.placement, job.attempt, job.failed_starts)
                     for pid in drop:
                         self.journal.drop_stopping(pid)
@@ -436,17 +444,18 @@ class SchedulerService(Faults):
             for pid in taken:
                 self.ports.release(pid)
             raise
-        out = []
+        out: Replies = []
         for d in decisions:
             self.decided[type(d).__name__] += 1
             if isinstance(d, ev.StartWorkers):
                 pid = d.placement.placement_id
-                if taken[pid] is None:
+                port = taken[pid]
+                if port is None:
                     log.warning("placement %s waits for a free rendezvous port on %s", pid,
                                 master_host(d.placement, self.hosts))
                     self.portless[pid] = d
                 else:
-                    out += self._start(d, taken[pid])
+                    out += self._start(d, port)
             elif isinstance(d, ev.StopWorkers):
                 self._release(d.placement_id)
                 out += [(self.nodes[n], P.StopPlacement(placement_id=d.placement_id, job_id=d.job_id, reason=d.reason))
@@ -471,7 +480,7 @@ class SchedulerService(Faults):
                 continue
             self._release(pid)
 
-    def _stopping_changes(self):
+    def _stopping_changes(self) -> tuple[list[str], list[tuple[str, str, tuple[str, ...], str]]]:
         """What the journal's stopping table lacks and holds beyond the core's stopping placements."""
         live = self.core.stopping
         known = {pid for pid, *_ in self.journal.stopping()}
@@ -482,8 +491,8 @@ class SchedulerService(Faults):
         self.ports.release(placement_id)
         self.portless.pop(placement_id, None)
 
-    def _retry_ports(self) -> list[tuple[bytes, P.Message]]:
-        out = []
+    def _retry_ports(self) -> Replies:
+        out: Replies = []
         for pid, d in list(self.portless.items()):
             if pid not in self.core.placing:  # stopped, requeued or failed meanwhile
                 del self.portless[pid]
@@ -494,15 +503,17 @@ class SchedulerService(Faults):
                 out += self._start(d, port)
         return out
 
-    def _start(self, d: ev.StartWorkers, port: int) -> list[tuple[bytes, P.Message]]:
+    def _start(self, d: ev.StartWorkers, port: int) -> Replies:
         row = self.journal.job(d.spec.job_id)
+        assert row is not None, d.spec.job_id  # journaled with the placement (_commit) before it starts
         wire = json.loads(row["request"])
         for key in ("name", "user", "queue"):  # a journal written before control characters were refused
             if isinstance(wire.get(key), str):
                 wire[key] = P.printable(wire[key])
-        request = P.from_wire({"v": P.PROTOCOL_VERSION, "t": "submit", "request": wire, "request_id": ""}).request
-        msgs = start_messages(d.spec, d.placement, request, self.hosts, port)
-        out = []
+        submit = P.from_wire({"v": P.PROTOCOL_VERSION, "t": "submit", "request": wire, "request_id": ""})
+        assert isinstance(submit, P.Submit)  # "t": "submit"
+        msgs = start_messages(d.spec, d.placement, submit.request, self.hosts, port)
+        out: Replies = []
         for node_id, msg in msgs.items():
             if node_id in self.nodes:
                 out.append((self.nodes[node_id], dataclasses.replace(msg, cluster_id=self.cluster_id)))
@@ -510,7 +521,7 @@ class SchedulerService(Faults):
                 log.warning("placement %s: node %s is not connected", d.placement.placement_id, node_id)
         return out
 
-    def _take_outbox(self) -> list[tuple[bytes, P.Message]]:
+    def _take_outbox(self) -> Replies:
         out, self._outbox = self._outbox, []
         return out
 

@@ -37,6 +37,7 @@ def test_a_submit_without_an_answer_is_retried_with_the_same_request_id():
         assert result == {"job": "7"}
         assert all(isinstance(m, P.Submit) for m in seen) and seen[0].request_id
         assert seen[1].request_id == seen[0].request_id and seen[1].request == seen[0].request
+        assert dict(seen[0].request.env) == {"PATH": "/bin"}
     finally:
         router.close(0)
         ctx.term()

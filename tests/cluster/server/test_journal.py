@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from cluster.server.journal import Journal, JournalLocked, JournalUnavailable
+from cluster.server.journal import Journal, JournalError, JournalLocked, JournalUnavailable
 from cluster.spec import JobSpec
 
 
@@ -47,3 +47,11 @@ def test_a_refused_write_rolls_back_and_says_why(tmp_path):
     j.db.execute("PRAGMA query_only = 0")
     assert j.writable() and j.job("1") is None
     j.close()
+
+
+def test_a_closed_journal_says_so_in_one_line(tmp_path):
+    j = Journal(str(tmp_path / "s.db"))
+    j.close()
+    j.close()  # idempotent
+    with pytest.raises(JournalError, match=r"the journal .*s\.db is closed$"):
+        j.job("1")

@@ -205,6 +205,7 @@ def test_views_jobs_nodes_and_logs(h):
     views = {v.job_id: v for v in reply.jobs}
     assert reply.total == 2 and views[a.job_id].state == "running" and views[a.job_id].nodes == ("n1",)
     assert views[b.job_id].state == "pending" and "blocked" in views[b.job_id].reason
+    assert dict(reply.queued) == {"default": 1}  # pending jobs per queue
     (nodes,) = replies(h.send(CLIENT, P.NodesRequest()), P.NodesReply)
     (nv,) = nodes.nodes
     assert (nv.node_id, nv.up, nv.gpus, nv.gpus_allocated, nv.workers) == ("n1", True, 2, 2, 1)
