@@ -319,8 +319,9 @@ class Simulation:
         self._push(t + self.cfg.start_delay_s, K_STARTED, job, job.pid)
 
     def _started(self, job: SimJob, t: float, events: list) -> None:
-        pid = job.pid
-        for r in range(len(job.placement.slots)):
+        pid, p = job.pid, job.placement
+        assert pid is not None and p is not None, "a start event follows the job's placement"
+        for r in range(len(p.slots)):
             events.append(_RankStarted(job.job_id, pid, r))
         job.live = True
         job.running_at = t
@@ -332,6 +333,7 @@ class Simulation:
 
     def _done(self, job: SimJob, t: float, events: list) -> None:
         pid = job.pid
+        assert pid is not None, "a completion event follows the job's placement"
         for r in job.held:
             events.append(_RankExited(job.job_id, pid, r, 0))
         self._halt(job, t)
@@ -360,8 +362,9 @@ class Simulation:
         if job is None or job.pid != d.placement_id or not job.held:
             return
         nodes = set(d.nodes)
-        held = job.held
-        ranks = [s.rank for s in job.placement.slots if s.node_id in nodes and s.rank in held]
+        held, p = job.held, job.placement
+        assert p is not None, "a job holding ranks holds its placement"
+        ranks = [s.rank for s in p.slots if s.node_id in nodes and s.rank in held]
         if not ranks:
             return
         self._halt(job, t)
@@ -484,9 +487,11 @@ class Simulation:
         gpus = tuple(ev.GpuReport(g.index, g.window(t, p), 0) for g in node.gpus)
         workers = []
         for job in node.live:
-            for s in job.placement.slots:
+            pid, pl = job.pid, job.placement
+            assert pid is not None and pl is not None, "a live job holds its placement"
+            for s in pl.slots:
                 if s.node_id == node.node_id and s.rank in job.held:
-                    workers.append(ev.WorkerReport(job.job_id, job.pid, s.rank, True))
+                    workers.append(ev.WorkerReport(job.job_id, pid, s.rank, True))
         events.append(ev.NodeReport(node.node_id, 1, gpus, tuple(workers)))
         self.reports_sent += 1
         if any(g.hist for g in node.gpus):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
+from typing import Any
 
 from cluster.events import SUCCEEDED
 from colocate.vocab import TERMINAL, JobState, Priority
@@ -110,7 +111,7 @@ def predictor_accuracy(core) -> dict | None:
     if pred is None:
         return None
     errs = [(p, a) for p, a in pred.errors if a > 0]
-    out = {"predictions": len(errs)}
+    out: dict[str, float | None] = {"predictions": len(errs)}
     if errs:
         ape = [abs(p - a) / a for p, a in errs]
         ratio = [max(p / a, a / p) if p > 0 else math.inf for p, a in errs]
@@ -131,7 +132,7 @@ def summarize(sim, policy: str, rows: list[dict] | None = None, skipped: dict | 
     end = sim.t
     cap = sim.capacity
     denom = cap * end if cap and end > 0 else 0.0
-    out = {"policy": policy}
+    out: dict[str, Any] = {"policy": policy}  # a JSON object: figures, counts and nested tables
     out.update(_figures(rows))
     out.update({
         "makespan_s": sim.makespan,

@@ -72,8 +72,8 @@ def plot_cdfs(results: list[tuple[str, list[dict]]], path: Path, title: str = ""
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=9, frameon=False)
     if title:
         fig.suptitle(title, fontsize=12)
-    rows = -(-len(labels) // 4)
-    fig.tight_layout(rect=(0, 0.035 + 0.035 * rows, 1, 1))
+    legend_rows = -(-len(labels) // 4)
+    fig.tight_layout(rect=(0, 0.035 + 0.035 * legend_rows, 1, 1))
     fig.savefig(path)
     return path
 

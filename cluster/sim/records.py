@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cluster.spec import NodeSpec
+from cluster.spec import NodeSpec, Placement
 
 REPORT_MODES = ("auto", "always", "never")
 
@@ -95,7 +95,7 @@ class SimJob:
         self.busy, self.cfg, self.label = busy, cfg, label
         self.klass = spec.priority
         self.submit = spec.submit_time
-        self.placement = None
+        self.placement: Placement | None = None  # the current one, set with ``pid`` at each start
         self.pid: str | None = None
         self.gpus: list[SimGpu] = ()  # type: ignore[assignment]
         self.nodes: list[SimNode] = ()  # type: ignore[assignment]
@@ -108,7 +108,7 @@ class SimJob:
         self.due = False  # a current completion event is scheduled
         self.state = ""
         self.first_start: float | None = None
-        self.running_at: float | None = None
+        self.running_at = 0.0  # when the workers last started: read only while ``live``
         self.end: float | None = None
         self.pending_since = 0.0
         self.wait = 0.0  # total time pending

@@ -57,7 +57,7 @@ class SimOptions:
 
 def resolve_policies(names: list[str], config: str | None = None) -> list[tuple[str, PolicyConfig]]:
     """(display name, config) per policy, in order; ValueError for unknown or repeated ones."""
-    out = []
+    out: list[tuple[str, PolicyConfig]] = []
     for n in [x.strip() for x in names if x.strip()] + ([config] if config else []):
         cfg = resolve(n)
         name = cfg.name if not n.endswith(".toml") else Path(n).stem
@@ -91,9 +91,9 @@ def run_policy(workload: Workload, name: str, cfg: PolicyConfig, model: Colocati
         jobs = workload.jobs
     else:
         cache = _cache if _cache is not None else {}
-        jobs = cache.get(Priority.GUARANTEED)
-        if jobs is None:
-            jobs = cache[Priority.GUARANTEED] = workload.as_guaranteed()
+        if Priority.GUARANTEED not in cache:
+            cache[Priority.GUARANTEED] = workload.as_guaranteed()
+        jobs = cache[Priority.GUARANTEED]
     cb = (lambda done, total: progress(name, done, total)) if progress else None
     sim = Simulation(core, jobs, workload.nodes, model, sim_config, cb, observer).run()
     rows = job_rows(sim)

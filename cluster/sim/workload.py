@@ -132,6 +132,7 @@ def load_workload(trace: str, *, format: str | None = None, nodes: str | None = 
     res = load_trace(trace, fmt, **opts)
     table = table if table is not None else LucidTable.empty()
     draw = random.Random(f"{seed}:opportunistic") if (f and fmt != "philly") else None
+    share = f or 0.0  # the draw's threshold (draw is None unless f > 0)
     noise = random.Random(f"{seed}:user-estimates")
     mu = math.log(user_factor)
     jobs: list[JobInput] = []
@@ -141,7 +142,7 @@ def load_workload(trace: str, *, format: str | None = None, nodes: str | None = 
         changes: dict = {}
         if queues == "default" and spec.queue != "default":
             changes["queue"] = "default"
-        if draw is not None and draw.random() < f:
+        if draw is not None and draw.random() < share:
             changes["priority"] = Priority.OPPORTUNISTIC
         if estimates == "oracle":
             est = None if dur is None else max(dur, 1.0)

@@ -11,6 +11,8 @@ The formats, the mapping rules and the bad-row accounting are described in docs/
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from cluster.traces.alibaba import read_alibaba_pods
 from cluster.traces.common import (
     JOB_FORMATS,
@@ -29,7 +31,7 @@ from cluster.traces.csvjobs import read_csv_jobs
 from cluster.traces.nodes import load_nodes, parse_shape
 from cluster.traces.philly import read_philly
 
-READERS = {"philly": read_philly, "alibaba2023": read_alibaba_pods, "csv": read_csv_jobs}
+READERS: dict[str, Callable[..., TraceResult]] = {"philly": read_philly, "alibaba2023": read_alibaba_pods, "csv": read_csv_jobs}
 
 
 def load_trace(path, format: str | None = None, **options) -> TraceResult:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable, Sequence
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -105,7 +105,7 @@ def render_cluster(endpoint: str, snap, error: str | None, now_wall: float, inte
     header = Text()
     header.append("colocate top", style="bold")
     header.append(f"  scheduler {endpoint}  {time.strftime('%H:%M:%S', time.localtime(now_wall))}")
-    parts = [header]
+    parts: list[RenderableType] = [header]
     if error is not None:
         parts.append(Text(f"scheduler not reachable, retrying every {interval:g}s ({error})", style="bold red"))
     if snap is None:
@@ -121,10 +121,10 @@ def render_cluster(endpoint: str, snap, error: str | None, now_wall: float, inte
              str(n.gpus_allocated), str(n.gpus_shared), util_bar(n.utilization), str(n.workers)) for n in nodes.nodes]
     parts.append(table(("NODE", "STATE", "GPUS", "ALLOC", "SHARED", "UTILIZATION", "WORKERS"), rows, title="Nodes",
                          right=("GPUS", "ALLOC", "SHARED", "WORKERS")))
-    rows = [(j.job_id, j.name, j.priority, j.state, f"{j.workers}x{j.gpus}",
-             format_duration(now_wall - (j.started_at or j.submitted_at)),
-             ",".join(j.nodes) if j.state != JobState.PENDING else j.reason)
-            for j in in_queue_order(jobs)]
-    parts.append(table(("JOB", "NAME", "CLASS", "STATE", "GPUS", "TIME", "NODES / WHY WAITING"), rows,
-                         title="Jobs", right=("GPUS", "TIME")) if rows else Text("no jobs", style="dim"))
+    job_rows = [(j.job_id, j.name, j.priority, j.state, f"{j.workers}x{j.gpus}",
+                 format_duration(now_wall - (j.started_at or j.submitted_at)),
+                 ",".join(j.nodes) if j.state != JobState.PENDING else j.reason)
+                for j in in_queue_order(jobs)]
+    parts.append(table(("JOB", "NAME", "CLASS", "STATE", "GPUS", "TIME", "NODES / WHY WAITING"), job_rows,
+                         title="Jobs", right=("GPUS", "TIME")) if job_rows else Text("no jobs", style="dim"))
     return Group(*parts)

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from colocate.cli._common import ENDPOINT, add_node_options, seconds
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 
 def register(sub) -> None:
@@ -47,7 +51,7 @@ def render(endpoint: str, listing, error: str | None, now_wall: float, interval:
     if listing is not None:
         header.append(f"  epoch {listing.node_epoch}")
     header.append(f"  {time.strftime('%H:%M:%S', time.localtime(now_wall))}")
-    parts = [header]
+    parts: list[RenderableType] = [header]
     if error is not None:
         parts.append(Text(f"node not reachable, retrying every {interval:g}s ({error})", style="bold red"))
     if listing is None:

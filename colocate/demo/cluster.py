@@ -207,7 +207,7 @@ def _wait(pred, timeout: float, what: str, procs) -> None:
 def analyse(run: ClusterRun) -> tuple[list[dict], dict]:
     """Per-job rows and the time series for the plot."""
     beside: dict[str, list[int]] = {}  # opportunistic job -> [samples running, samples beside a guaranteed job]
-    series = {"t": [], "allocated": [], "shared": [], "utilization": []}
+    series: dict[str, list[float]] = {"t": [], "allocated": [], "shared": [], "utilization": []}
     for s in run.samples:
         gpus = [g for n in s.nodes if n.up for g in n.gpu_views]
         total = max(1, len(gpus))

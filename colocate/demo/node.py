@@ -23,7 +23,6 @@ from pathlib import Path
 from colocate import record
 from colocate.config import POLICY_NAMES
 from colocate.demo import evaluate as ev
-from colocate.endpoints import ipc_path
 from colocate.vocab import Phase, Priority
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "_examples"  # examples/, shipped in the package
@@ -82,7 +81,8 @@ def run_scenario(name: str, policy: str, jobs: list[JobSpec], duration: float, w
                  sim_gpu_mem: str = "16GiB", node_args: tuple[str, ...] = (), job_env: dict | None = None) -> Run:
     """Start a node with ``policy`` and ``jobs`` on GPU 0; wait for the jobs; stop the node.
     ``job_env``: variables added to the jobs' environment (e.g. ``COLOCATE_YIELD_VIA``)."""
-    endpoint = f"ipc://{workdir}/{name}.sock"
+    sock = f"{workdir}/{name}.sock"
+    endpoint = f"ipc://{sock}"
     record = os.path.join(workdir, f"{name}.jsonl")
     log = open(os.path.join(workdir, f"{name}.log"), "w")
     node = subprocess.Popen(
@@ -92,7 +92,7 @@ def run_scenario(name: str, policy: str, jobs: list[JobSpec], duration: float, w
     run = Run(name, record)
     procs = {}
     try:
-        _wait_for(lambda: os.path.exists(ipc_path(endpoint)) or node.poll() is not None, 15)
+        _wait_for(lambda: os.path.exists(sock) or node.poll() is not None, 15)
         if node.poll() is not None:
             raise RuntimeError(f"node for {name} exited with {node.returncode}; see {log.name}")
         for i, job in enumerate(jobs):
@@ -232,8 +232,8 @@ def run_pair(pair: Pair, duration: float, modes=MODES, progress=None, workdir: s
     guaranteed job solo again; ``progress(name)`` is called before each run."""
     workdir = workdir or tempfile.mkdtemp(prefix="colocate-demo-")
     both = [pair.guaranteed, pair.opportunistic]
-    plan = [(SOLO_G[0], "pack", [pair.guaranteed], None),
-            ("solo-opportunistic", "pack", [pair.opportunistic], None)]
+    plan: list[tuple[str, str, list[JobSpec], dict | None]] = [  # (run, policy, jobs, job_env)
+        (SOLO_G[0], "pack", [pair.guaranteed], None), ("solo-opportunistic", "pack", [pair.opportunistic], None)]
     plan += [(m, m, both, None) for m in modes]
     plan += [(name, policy, both, env) for name, policy, env in variants]
     plan += [(SOLO_G[1], "pack", [pair.guaranteed], None)]
