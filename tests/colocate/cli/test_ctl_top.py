@@ -225,9 +225,11 @@ class FakeCtl:
 def test_top_live_exits_0_on_ctrl_c(tmp_path, with_node):
     endpoint = f"ipc://{tmp_path}/n.sock"
     fake = FakeCtl(endpoint + ".ctl", answer=with_node)
+    # as from a terminal: Ctrl-C's signal not ignored, even where the suite itself was started in the background
+    # of a script (``cmd &`` ignores SIGINT, and an ignored signal stays ignored across exec)
     proc = subprocess.Popen([PY, "-m", "colocate", "top", "--node", endpoint, "--interval", "0.2", "--timeout", "0.3"],
                             cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         # Ctrl-C once top is in its live loop: it has refreshed three times (three requests reached the node)
         assert fake.wait_requests(3, 60), f"top made {fake.requests} requests"
