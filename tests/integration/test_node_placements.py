@@ -128,7 +128,12 @@ def test_a_restarted_node_readopts_its_workers_and_a_stop_checkpoints_them(sim_e
 
     k = int(saved.group(1))
     sched.send(ident, ddp_placement(ipc_dir, "p2", "--iters", k + 30, "--log-every", 0, "--checkpoint", "ddp.pt"))
-    exits = events(sched, P.WorkerExited, "p2", timeout=180)
+    try:
+        exits = events(sched, P.WorkerExited, "p2", timeout=180)
+    except AssertionError as exc:  # it has timed out on loaded machines: keep what the node and p2's ranks said
+        tail = "\n".join(node.log().splitlines()[-40:])
+        raise AssertionError(f"{exc}\nnode log:\n{tail}\nrank 0 log:\n{log0.read_text()[-3000:]}\n"
+                             f"what the node sent: {[type(m).__name__ for m in sched.of(P.Message)][-30:]}") from None
     assert [exits[r].exit_code for r in (0, 1)] == [0, 0]
     text = log0.read_text()
     assert f"resumed from iteration {k}" in text and f"done: {k + 30} iterations" in text  # no finished work lost
