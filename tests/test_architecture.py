@@ -74,22 +74,20 @@ VIOLATIONS = [
     ("cluster-layers", "cluster/recovery.py", "import cluster.core"),  # recovery sees the core as recovery.Host
     ("cluster-layers", "cluster/plugins/fifo.py", "import cluster.framework"),  # a plugin sees points.Handle
     ("cluster-layers", "cluster/points.py", "import cluster.framework"),  # the plugin API is below the framework
+    # the node's core (issue 23) is pure: no OS, no clock, no file half of the worker table
+    ("pure-node-core", "colocate/node/core.py", "import os"),
+    ("pure-node-core", "colocate/node/placements.py", "import subprocess"),
+    ("pure-node-core", "colocate/node/state.py", "import time"),
+    ("pure-node-core", "colocate/node/table.py", "import fcntl"),
+    ("pure-node-core", "colocate/node/events.py", "import threading"),
+    ("pure-node-core", "colocate/node/claims.py", "import socket"),
+    ("pure-node-core", "colocate/node/pick.py", "import colocate.node.worker_table"),  # the table's file half
+    ("pure-node-core", "colocate/gpus/spec.py", "import colocate.env"),  # the GPU specs' data half reads no environment
 ]
 
 
-def guarding(source: str, forbidden: str) -> str | None:
-    """The id of a forbidden contract that keeps module ``source`` from importing ``forbidden``, or None."""
-    for c in contracts():
-        if c["type"] == "forbidden" and any(source == s or source.startswith(s + ".") for s in c["source_modules"]) \
-                and forbidden in c["forbidden_modules"]:
-            return c["id"]
-    return None
-
-
-NODE_PURITY = guarding("colocate.node.placements", "subprocess")
-
 # issue 23's four probes: each of these imports passed lint-imports when it was filed; each must now fail it,
-# reported by the contract named (None: whichever forbidden contract guards the node's core)
+# reported by the contract named
 PROBES = [
     pytest.param("colocate-layers", "colocate/node/core.py", "import colocate.ray.launch",
                  id="colocate.node.core->colocate.ray.launch"),
@@ -97,17 +95,13 @@ PROBES = [
                  id="colocate.slurm.site->cluster.core"),
     pytest.param("cluster-layers", "cluster/sim/engine.py", "import cluster.server.journal",
                  id="cluster.sim.engine->cluster.server.journal"),
-    pytest.param(NODE_PURITY, "colocate/node/placements.py", "import subprocess",
-                 id="colocate.node.placements->subprocess", marks=pytest.mark.xfail(
-                     NODE_PURITY is None, strict=True, reason="the node core's purity contract (no os, socket, "
-                     "subprocess, threading, fcntl, time on colocate.node.core and colocate.node.placements) is "
-                     "added by issue 23's node-core work, not on this branch yet")),
+    pytest.param("pure-node-core", "colocate/node/placements.py", "import subprocess",
+                 id="colocate.node.placements->subprocess"),
 ]
 
 
 @pytest.mark.parametrize("contract, path, line", PROBES)
 def test_each_probe_of_issue_23_fails_lint_imports(tree_copy, contract, path, line):
-    assert contract is not None, "no contract keeps the node's placement core from starting processes"
     test_each_contract_fails_when_broken_on_purpose(tree_copy, contract, path, line)
 
 
@@ -215,30 +209,3 @@ def test_each_contract_fails_when_broken_on_purpose(tree_copy, contract, path, l
     # import may break other contracts too
     flat = re.sub(r"\s", "", res.stdout)
     assert re.sub(r"\s", "", name) + "BROKEN" in flat, res.stdout[-3000:]
-
-
-# the node's core (issue 23): each break below must be reported by the "pure-node-core" contract
-NODE_CORE_VIOLATIONS = [
-    ("colocate/node/core.py", "import os"),
-    ("colocate/node/placements.py", "import subprocess"),
-    ("colocate/node/state.py", "import time"),
-    ("colocate/node/table.py", "import fcntl"),
-    ("colocate/node/events.py", "import threading"),
-    ("colocate/node/claims.py", "import socket"),
-    ("colocate/node/pick.py", "import colocate.node.worker_table"),  # the table's file half
-    ("colocate/gpus/spec.py", "import colocate.env"),  # the GPU specs' data half reads no environment
-]
-
-
-@pytest.mark.parametrize("path, line", NODE_CORE_VIOLATIONS, ids=[p for p, _ in NODE_CORE_VIOLATIONS])
-def test_the_node_core_purity_contract_fails_when_broken_on_purpose(tree_copy, path, line):
-    contract = next(c for c in contracts() if c["id"] == "pure-node-core")
-    target = tree_copy / path
-    original = target.read_text()
-    target.write_text(original + f"\n{line}  # broken on purpose\n")
-    try:
-        res = lint(tree_copy)
-    finally:
-        target.write_text(original)
-    assert res.returncode != 0, res.stdout[-2000:]
-    assert re.sub(r"\s", "", contract["name"]) + "BROKEN" in re.sub(r"\s", "", res.stdout), res.stdout[-3000:]
