@@ -208,8 +208,8 @@ class Soak:
         return [[]] + [["--name", n] for n in nodes]
 
     def _nodes_up(self) -> int:
-        from cluster.client import SchedulerClient
-        from colocate import rpc
+        from colocate.clients import rpc
+        from colocate.clients.scheduler import SchedulerClient
 
         if self.sched.proc.poll() is not None:
             raise SoakError(f"the scheduler exited ({self.sched.proc.returncode}): {_tail(self.sched.log)}")

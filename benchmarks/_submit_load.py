@@ -35,7 +35,7 @@ def child_env() -> dict:
 
 def make_keys(folder: Path) -> Path:
     """CURVE keys as a cluster has them by default: the scheduler's and one user's (``load``)."""
-    from colocate import keys as K
+    from colocate.base import keys as K
 
     K.generate(str(folder), K.USER, "load", exist_ok=True)
     return folder
@@ -50,8 +50,8 @@ def start_scheduler(state: Path, endpoint: str, keys: Path | None, log: Path) ->
 
 def wait_ready(endpoint: str, keys: Path | None, proc: subprocess.Popen, timeout: float = 600.0) -> float:
     """Seconds until the scheduler answers (``SystemExit`` if it dies or never does)."""
-    from cluster.client import SchedulerClient
-    from colocate import rpc
+    from colocate.clients import rpc
+    from colocate.clients.scheduler import SchedulerClient
 
     t0 = time.monotonic()
     with SchedulerClient(endpoint, str(keys) if keys else "", timeout_s=1.0) as client:
@@ -110,8 +110,8 @@ def worker(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=5.0)
     a = p.parse_args(argv)
     sys.path.insert(0, str(REPO))
-    from cluster.client import SchedulerClient, request_from_here
-    from colocate import rpc
+    from colocate.clients import rpc
+    from colocate.clients.scheduler import SchedulerClient, request_from_here
 
     client = SchedulerClient(a.endpoint, a.keys, timeout_s=a.timeout)
     req = request_from_here(["true"], gpus=1, name="load", environ={"PATH": "/usr/bin:/bin"}, cwd="/tmp")

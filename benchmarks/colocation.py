@@ -36,8 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import invocation, machine_info, machine_lines, markdown_table, update_results
 
+from colocate.base.vocab import Phase
 from colocate.demo import node as demo
-from colocate.vocab import Phase
 
 KEYS = ("guaranteed_throughput_ratio", "device_utilization", "utilization_gain",
         "opportunistic_throughput_ratio", "idle_share_used", "idle_share_used_running")

@@ -43,7 +43,7 @@ from _common import (
     update_results,
 )
 
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 GiB = 1 << 30
 PARTS = ("fractions", "colocation", "startup")

@@ -58,7 +58,7 @@ from cluster import events as ev
 from cluster.config import preset
 from cluster.core import SchedulerCore
 from cluster.spec import JobSpec, NodeSpec
-from colocate.vocab import TERMINAL
+from colocate.base.vocab import TERMINAL
 
 NODES, GPUS = 1000, 8
 # (workers, gpus per worker, weight): 1-32 GPUs, gangs of several workers

@@ -108,9 +108,9 @@ def main(argv=None) -> int:
 
 def one_run(args, console):
     """One scheduler and node; ``(sent, rows)``: job id -> client send time, job id -> WorkerStarted receipt."""
-    from cluster.client import SchedulerClient, request_from_here
-    from colocate import keys as K
-    from colocate import rpc
+    from colocate.base import keys as K
+    from colocate.clients import rpc
+    from colocate.clients.scheduler import SchedulerClient, request_from_here
 
     tmp = Path(tempfile.mkdtemp(prefix="colocate-bench-live-"))
     endpoint = f"tcp://127.0.0.1:{free_port()}"

@@ -30,10 +30,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import EXAMPLES_DIR, invocation, machine_info, machine_lines, markdown_table, update_results
 
-from colocate import record
+from colocate.base.vocab import Priority
 from colocate.demo import evaluate as ev
+from colocate.node import record
 from colocate.slurm import loopback
-from colocate.vocab import Priority
 
 NODE = "n2"
 # (srun options, example script, its options)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from cluster.spec import MILLI, JobSpec, model_allows
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 INF = math.inf
 

@@ -41,7 +41,7 @@ from cluster.points import Preempt, Upgrade
 from cluster.recovery import Recovery
 from cluster.spec import JobSpec, Placement
 from cluster.state import ClusterState
-from colocate.vocab import TERMINAL, JobState, Priority
+from colocate.base.vocab import TERMINAL, JobState, Priority
 
 
 def refusal_backoff_s(n: int) -> float:

@@ -27,9 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cluster.spec import JobSpec, NodeSpec, Placement
-from colocate.vocab import JobState
+from colocate.base.vocab import JobState
 
-# job states (one small state machine; the terminal ones, colocate.vocab.TERMINAL, never change again)
+# job states (one small state machine; the terminal ones, colocate.base.vocab.TERMINAL, never change again)
 PENDING, PLACING, RUNNING = JobState.PENDING, JobState.PLACING, JobState.RUNNING
 SUCCEEDED, FAILED, CANCELLED = JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED
 STATES = (PENDING, PLACING, RUNNING, SUCCEEDED, FAILED, CANCELLED)

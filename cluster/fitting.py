@@ -3,7 +3,7 @@
 Pure functions over ``NodeState``/``GpuState``; O(GPUs on the node). "Guaranteed fit" counts
 guaranteed milli and allocated memory (opportunistic workers' memory included: a guaranteed
 worker that states memory must find it allocatable); "opportunistic fit" and pick follow AntMan, in the one
-rule the node shares (``colocate.pick``): the GPU's reported utilization is under a threshold, its free
+rule the node shares (``colocate.base.pick``): the GPU's reported utilization is under a threshold, its free
 memory (by the larger of allocation and report) fits, and it holds fewer than ``max_per_gpu``
 opportunistic workers.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from cluster.spec import MILLI
 from cluster.state import GpuState, NodeState
-from colocate.pick import fits, pick
+from colocate.base.pick import fits, pick
 
 
 def node_host_fits(node: NodeState, cpu: int, host_mem: int) -> bool:
@@ -73,14 +73,14 @@ def pick_guaranteed(node: NodeState, gpus: int, milli: int, mem: int, best_fit: 
 
 
 def gpu_fits_opportunistic(gpu: GpuState, mem: int, max_util: float, max_per_gpu: int, pid: str | None = None) -> bool:
-    """``colocate.pick.fits``, and the GPU holds no worker of placement ``pid`` yet (a gang's ranks need
+    """``colocate.base.pick.fits``, and the GPU holds no worker of placement ``pid`` yet (a gang's ranks need
     distinct GPUs)."""
     return fits(gpu, mem, max_util, max_per_gpu) and (pid is None or pid not in gpu.o)
 
 
 def pick_opportunistic(node: NodeState, gpus: int, mem: int, max_util: float, max_per_gpu: int,
                        pid: str | None = None) -> tuple[int, ...] | None:
-    """GPU indices for one opportunistic worker (``colocate.pick.pick``: least utilized first, beside a
+    """GPU indices for one opportunistic worker (``colocate.base.pick.pick``: least utilized first, beside a
     guaranteed worker on ties), none already holding a worker of placement ``pid``; None when fewer than
     ``gpus`` qualify."""
     rooms = node.gpus if pid is None else [g for g in node.gpus if pid not in g.o]

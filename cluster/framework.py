@@ -47,7 +47,7 @@ from cluster.points import (
 from cluster.spec import Placement
 from cluster.state import ClusterState, NodeState
 from cluster.statement import Statement
-from colocate.vocab import JobState
+from colocate.base.vocab import JobState
 
 
 @dataclass(slots=True)

@@ -73,7 +73,7 @@ from cluster.params import Param
 from cluster.spec import JobSpec, Placement
 from cluster.state import ClusterState, NodeState
 from cluster.statement import Statement
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 CLASSES = frozenset((Priority.GUARANTEED, Priority.OPPORTUNISTIC))
 

@@ -16,7 +16,7 @@ from cluster.fitting import gpu_fits_guaranteed
 from cluster.jobs import Job
 from cluster.spec import JobSpec, WorkerSlot
 from cluster.state import Alloc, ClusterState, NodeState
-from colocate.vocab import TERMINAL, Priority
+from colocate.base.vocab import TERMINAL, Priority
 
 if TYPE_CHECKING:
     from cluster.framework import Framework

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from colocate.vocab import PRIORITIES, Priority
+from colocate.base.vocab import PRIORITIES, Priority
 
 MILLI = 1000  # milli-GPUs in one GPU
 

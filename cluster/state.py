@@ -30,7 +30,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterator
 
 from cluster.spec import MILLI, NodeSpec, allowed_models
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 UTIL_BUCKETS = 101  # 0..100 percent
 NOPP_LEVELS = 4  # opportunistic workers on a GPU, as a tie-break within a utilization bucket (3 = 3 or more)
@@ -80,7 +80,7 @@ class GpuState:
         """Free bytes by the larger of allocation and the last report (opportunistic fit)."""
         return float("inf") if not self.mem_total else self.mem_total - max(self.mem, self.mem_used)
 
-    # the GPU as the opportunistic pick sees it (colocate.pick.Room)
+    # the GPU as the opportunistic pick sees it (colocate.base.pick.Room)
     @property
     def utilization(self) -> float:
         return self.util

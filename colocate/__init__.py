@@ -1,8 +1,10 @@
 """colocate: GPU-sharing co-location runtime for deep-learning clusters.
 
-This package is the base every part shares (units, the ``COLOCATE_*`` environment
-table, the device interface, the CLI) plus the node side (launcher, node
-coordinator). It never imports torch at module level: the daemons run without it.
+Its subpackages are layered, bottom to top: ``base`` (vocabulary, units, the ``COLOCATE_*`` table,
+endpoints, keys, the daemons' shared edge), ``protocol`` and ``gpus``; ``launcher``, ``clients``; ``node``
+(the node coordinator); the engine integrations ``ray``, ``slurm``, ``_inject``; ``demo`` and ``cli``.
+pyproject.toml's ``colocate-layers`` contract keeps that order. colocate never imports torch: the daemons
+run without it.
 """
 
 __version__ = "0.1.0"

@@ -28,10 +28,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import colocate
-from colocate import autogroup, stats
-from colocate.env import JobEnv, format_gpus
-from colocate.files import write_json_atomic
-from colocate.vocab import DeviceKind, OnCap, Priority
+from colocate.base import autogroup, stats
+from colocate.base.commandline import python_script
+from colocate.base.env import JobEnv, format_gpus
+from colocate.base.files import write_json_atomic
+from colocate.base.vocab import DeviceKind, OnCap, Priority
 
 INJECT_DIR = str(Path(__file__).with_name("_inject"))
 PROJECT_ROOT = str(Path(colocate.__file__).resolve().parent.parent)
@@ -61,7 +62,7 @@ class RunSpec:
     sim_gpu_mem: int | None = None
     log: str = "warning"
     exit_file: str | None = None  # where the exit code is written when the command ends
-    lease_file: str | None = None  # a node's lease (``colocate.lease``): the command is stopped when it lapses
+    lease_file: str | None = None  # a node's lease (``colocate.base.lease``): the command is stopped when it lapses
     partition: bool = False  # a guaranteed fixed partition: gpu_mem and sm_share are its own, never changed
 
     @property
@@ -89,38 +90,6 @@ def check_command(command: tuple[str, ...], path: str | None, cwd: str | None = 
         if script is not None and script != "-" and not os.path.exists(here(script)):
             raise LaunchError(f"script not found: {script}")
 
-
-def python_script(args) -> str | None:
-    """The script argument of a python command line, or None for -c/-m/interactive.
-
-    Short flags may be combined (``-uc``, ``-Bm``); ``-W``/``-X`` take a value,
-    attached or in the next argument."""
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--":
-            return args[i + 1] if i + 1 < len(args) else None
-        if arg == "--check-hash-based-pycs":
-            i += 2
-            continue
-        if arg.startswith("--") or arg == "-":
-            if arg == "-":
-                return arg
-            i += 1
-            continue
-        if arg.startswith("-"):
-            letters = arg[1:]
-            for k, ch in enumerate(letters):
-                if ch in "cm":
-                    return None
-                if ch in "WX":
-                    if k == len(letters) - 1:
-                        i += 1  # the value is the next argument
-                    break
-            i += 1
-            continue
-        return arg
-    return None
 
 
 def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
@@ -166,7 +135,7 @@ def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
 
 
 def merge_stats(stats_dir: str) -> dict:
-    """One summary for the job from its processes' ``stats-<pid>.json`` files (``colocate.stats``)."""
+    """One summary for the job from its processes' ``stats-<pid>.json`` files (``colocate.base.stats``)."""
     procs = []
     for path in sorted(glob.glob(os.path.join(stats_dir, "stats-*.json"))):
         try:
@@ -233,7 +202,7 @@ def _lease_watch(lease_file: str | None):
     this worker is ``COLOCATE_PLACEMENT``'s epoch (none: not checked)."""
     if not lease_file:
         return None
-    from colocate.lease import LeaseWatch, lease_clock, parse_marker
+    from colocate.base.lease import LeaseWatch, lease_clock, parse_marker
 
     marker = parse_marker(os.environ.get("COLOCATE_PLACEMENT"))
     watch = LeaseWatch(lease_file, marker[1] if marker else None)
@@ -242,12 +211,12 @@ def _lease_watch(lease_file: str | None):
 
 
 def _wait_fenced(child: subprocess.Popen, watch) -> int:
-    """Wait for ``child`` while its node's lease holds for it (``watch``: a ``colocate.lease.LeaseWatch``, checked
+    """Wait for ``child`` while its node's lease holds for it (``watch``: a ``colocate.base.lease.LeaseWatch``, checked
     every ``LEASE_CHECK_S``). Once it lapses: SIGTERM to this process group (the launcher, placed by its node in a
     session of its own, ignores it), SIGKILL to the group ``grace_s`` later (the launcher dies with it; the node
     reports the exit as fenced)."""
-    from colocate.endpoints import LEASE_CHECK_S
-    from colocate.lease import lease_clock
+    from colocate.base.endpoints import LEASE_CHECK_S
+    from colocate.base.lease import lease_clock
 
     while True:
         try:

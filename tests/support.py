@@ -164,7 +164,7 @@ class Procs:
 def wait_until_scheduler_answers(proc, client, timeout: float = 30.0):
     """Poll ``client.nodes()`` (a ``SchedulerClient``) until the scheduler started as ``proc`` answers;
     fails at once, with its log, if it exited."""
-    from colocate import rpc
+    from colocate.clients import rpc
 
     def answers():
         assert proc.poll() is None, read_log(proc)[-3000:]
@@ -214,7 +214,7 @@ class NodeProc:
         return self
 
     def listing(self, timeout: float = 0.5):
-        from colocate.node import client as C
+        from colocate.clients import node as C
 
         try:
             return C.list_jobs(self.ctl, timeout)
@@ -486,8 +486,8 @@ class ServerHarness:
 
         import zmq
 
-        from colocate.config import NodeConfig
         from colocate.gpus import GpuSpec
+        from colocate.node.config import NodeConfig
         from colocate.node.core import NodeCore
         from colocate.node.server import NodeServer
 
@@ -568,7 +568,7 @@ class FakeScheduler:
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         if keys_dir is not None:  # a CURVE server (the context needs an authenticator: keys.start_authenticator)
-            from colocate import keys
+            from colocate.base import keys
 
             keys.serve(self.sock, keys_dir)
         self.sock.bind(self.endpoint)

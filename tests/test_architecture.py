@@ -50,14 +50,14 @@ def test_every_command_is_in_the_independence_contract():
 
 # (contract id, file to edit, the violating import added to it)
 VIOLATIONS = [
-    ("no-torch-outside-the-job", "colocate/units.py", "import torch_hooks"),
+    ("no-torch-outside-the-job", "colocate/base/units.py", "import torch_hooks"),
     ("no-torch-outside-the-job", "cluster/spec.py", "import torch"),
     ("no-torch-outside-the-job", "colocate/ray/worker.py", "import torch_hooks"),  # an engine is called back
-    ("colocate-layers", "colocate/units.py", "import colocate.cli"),
+    ("colocate-layers", "colocate/base/units.py", "import colocate.cli"),
     ("colocate-layers", "colocate/node/core.py", "import colocate.demo"),
     ("commands-independent", "colocate/cli/ctl.py", "import colocate.cli.run"),
     ("job-runtime-uses-the-base-only", "torch_hooks/throttle.py", "import colocate.node.core"),
-    ("packages-layered", "colocate/units.py", "import cluster.spec"),  # the base never knows the scheduler
+    ("packages-layered", "colocate/base/units.py", "import cluster.spec"),  # the base never knows the scheduler
     ("packages-layered", "cluster/server/service.py", "import colocate.node.agent"),  # scheduler and node
     ("packages-layered", "colocate/node/agent.py", "import cluster.core"),  # talk only over the protocol
     ("packages-layered", "colocate/launcher.py", "import colocate.node.agent"),  # the launcher is below the node
@@ -82,7 +82,7 @@ VIOLATIONS = [
     ("pure-node-core", "colocate/node/events.py", "import threading"),
     ("pure-node-core", "colocate/node/claims.py", "import socket"),
     ("pure-node-core", "colocate/node/pick.py", "import colocate.node.worker_table"),  # the table's file half
-    ("pure-node-core", "colocate/gpus/spec.py", "import colocate.env"),  # the GPU specs' data half reads no environment
+    ("pure-node-core", "colocate/gpus/spec.py", "import colocate.base.env"),  # the GPU specs' data half reads no environment
 ]
 
 
@@ -121,15 +121,15 @@ def test_a_module_in_no_layer_breaks_the_layers(tree_copy):
 
 def import_graph() -> dict[str, set[str]]:
     """Module -> the modules of the three packages it imports, as grimp (import-linter's graph) reads the
-    files: imports inside functions and under ``TYPE_CHECKING`` count, and so does ``colocate.engines``'s
+    files: imports inside functions and under ``TYPE_CHECKING`` count, and so does ``colocate.base.engines``'s
     ``import_module`` of each engine's resolver."""
     import grimp
 
-    from colocate.engines import ENGINES
+    from colocate.base.engines import ENGINES
 
     graph = grimp.build_graph(*PACKAGES, cache_dir=None, exclude_type_checking_imports=False)
     edges = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
-    edges["colocate.engines"] |= {target.partition(":")[0] for target in ENGINES.values()}
+    edges["colocate.base.engines"] |= {target.partition(":")[0] for target in ENGINES.values()}
     return edges
 
 

@@ -4,7 +4,7 @@
 hand; a failure shows their own report. mypy keeps its incremental cache in ``.mypy_cache/`` (ignored by
 git): the first run reads the packages in about 15 s, later ones in a few.
 
-The vocabulary check: every closed set of wire strings is one ``StrEnum`` (``colocate.vocab``,
+The vocabulary check: every closed set of wire strings is one ``StrEnum`` (``colocate.base.vocab``,
 ``colocate.protocol.ErrorCode``), so a string literal spelling one of the priority or job-state values in the
 packages is a second definition waiting to drift. Tests may spell them (they check the wire).
 """
@@ -17,7 +17,7 @@ import sys
 import tokenize
 from pathlib import Path
 
-from colocate.vocab import JobState, Priority
+from colocate.base.vocab import JobState, Priority
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("colocate", "torch_hooks", "cluster")
@@ -80,8 +80,8 @@ def test_the_packages_name_the_vocabulary():
     for pkg in PACKAGES:
         for path in sorted((REPO / pkg).rglob("*.py")):
             rel = path.relative_to(REPO).as_posix()
-            if rel == "colocate/vocab.py" or rel.startswith("colocate/_examples/"):
+            if rel == "colocate/base/vocab.py" or rel.startswith("colocate/_examples/"):
                 continue
             spelled += [f"{rel}:{line}: {value!r}" for line, value in vocabulary_literals(path.read_text(), values)
                         if (rel, value) not in NOT_VOCABULARY]
-    assert not spelled, "use colocate.vocab's members, not their strings:\n" + "\n".join(spelled)
+    assert not spelled, "use colocate.base.vocab's members, not their strings:\n" + "\n".join(spelled)

@@ -28,13 +28,13 @@ def _doc_table(module) -> str:
 
 
 def _env() -> str:
-    from colocate.env import markdown_table
+    from colocate.base.env import markdown_table
 
     return markdown_table()
 
 
 def _node_config() -> str:
-    from colocate.config import markdown_table
+    from colocate.node.config import markdown_table
 
     return markdown_table()
 
@@ -91,8 +91,8 @@ def test_generated_block_matches_its_source(name):
 def test_one_default_endpoint_everywhere():
     """Every node or scheduler endpoint the README, the docs and the commands' help name is the default
     (or a placeholder HOST), so a user copying one never meets another."""
+    from colocate.base.endpoints import SCHEDULER_ENDPOINT
     from colocate.cli import build_parser
-    from colocate.endpoints import SCHEDULER_ENDPOINT
 
     texts = {"README.md": README.read_text()}
     texts.update({str(p.relative_to(REPO)): p.read_text() for p in (REPO / "docs").glob("*.md")})

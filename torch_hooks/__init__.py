@@ -2,12 +2,12 @@
 
 Nothing happens on import. ``install()`` (called by the launcher's injected
 ``sitecustomize`` right after ``import torch`` completes) runs the engine's resolver
-(``colocate.engines``), reads the ``COLOCATE_*`` variables, registers with the node first
+(``colocate.base.engines``), reads the ``COLOCATE_*`` variables, registers with the node first
 where the worker must (``torch_hooks.link.register_first``: a partition, a GPU the node
 picks, ``COLOCATE_NODE_REQUIRED``; before the device opens, so before CUDA starts), then
 installs the device (memory cap, busy clock), the mini-batch hooks and the statistics writer. Public, thread-safe API::
 
-    torch_hooks.install(env=None) -> Runtime    # idempotent; env None: from os.environ (colocate.engines.prepare)
+    torch_hooks.install(env=None) -> Runtime    # idempotent; env None: from os.environ (colocate.base.engines.prepare)
     torch_hooks.step()                          # explicit boundary (loops the hooks cannot see)
     torch_hooks.set_limits(mem_cap=None, sm_share=None)
     torch_hooks.limits() -> {"mem_cap", "sm_share", "seq"}
@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 
-from colocate.vocab import DeviceKind
+from colocate.base.vocab import DeviceKind
 
 _rt = None
 _lock = threading.Lock()
@@ -31,12 +31,12 @@ _lock = threading.Lock()
 
 def install(env=None):
     """Install the runtime in this process once; returns the ``Runtime`` (None when the engine's resolver
-    deferred it: ``colocate.engines.Deferred``)."""
+    deferred it: ``colocate.base.engines.Deferred``)."""
     global _rt
     with _lock:
         if _rt is not None:
             return _rt
-        from colocate.env import JobEnv
+        from colocate.base.env import JobEnv
         from torch_hooks.device import job_device
         from torch_hooks.hooks import install_hooks
         from torch_hooks.runtime import Runtime
@@ -44,8 +44,8 @@ def install(env=None):
         globals()["runtime"] = _runtime_accessor  # the submodule import rebinds the name
 
         if env is None:
-            from colocate.engine_api import Deferred
-            from colocate.engines import prepare
+            from colocate.base.engine_api import Deferred
+            from colocate.base.engines import prepare
 
             try:
                 prepare(os.environ)  # the engine's resolver, then a token of its own: before anything reads them
@@ -79,7 +79,7 @@ def install(env=None):
 
 
 def _install_deferred() -> None:
-    """``install()`` called back by an engine once its worker is set up (``colocate.engines.Deferred``); a
+    """``install()`` called back by an engine once its worker is set up (``colocate.base.engines.Deferred``); a
     refusal ends the worker as the injected sitecustomize does: one line, exit 2."""
     try:
         install()
@@ -142,7 +142,7 @@ def _at_exit(rt) -> None:
         link.stop()
     stats_dir = rt.env.stats_dir
     if stats_dir:
-        from colocate.files import write_json_atomic
+        from colocate.base.files import write_json_atomic
 
         try:
             os.makedirs(stats_dir, exist_ok=True)
@@ -162,7 +162,7 @@ def _install_excepthook(device: str) -> None:
             print(text[marker:].splitlines()[0], file=sys.stderr)
             return
         if device == DeviceKind.CUDA and exc_type.__name__ == "OutOfMemoryError" and _rt is not None:
-            from colocate.units import format_size
+            from colocate.base.units import format_size
 
             cap = _rt.limits()["mem_cap"]
             first = text.strip().splitlines()[0] if text.strip() else "out of memory"

@@ -41,8 +41,8 @@ import time
 import zmq
 
 from colocate import protocol as P
-from colocate.env import JobEnv
-from colocate.vocab import DeviceKind, Priority, YieldMode
+from colocate.base.env import JobEnv
+from colocate.base.vocab import DeviceKind, Priority, YieldMode
 from torch_hooks.gate import GateFollower, GatePublisher, gate_path
 
 log = logging.getLogger("colocate.link")

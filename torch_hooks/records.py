@@ -1,6 +1,6 @@
 """Per-mini-batch records and the process summary written for ``--stats-file``.
 
-Units: seconds and bytes. The summary's fields are ``colocate.stats.FIELDS`` (the one
+Units: seconds and bytes. The summary's fields are ``colocate.base.stats.FIELDS`` (the one
 definition): ``busy_fraction`` is device busy time over wall time, both counted from the job's
 first device work (its first module forward; runtime install when it has none) to the summary:
 start-up (imports, building the model) is host work.
@@ -12,7 +12,7 @@ import os
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from colocate.stats import FIELDS
+from colocate.base.stats import FIELDS
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class StatsBook:
         self.max_reserved_over_cap = 0  # at boundaries, after releasing cache
         self.max_floor = 0
         self.paused_s = 0.0
-        self.boundaries: Counter = Counter()  # boundary source -> count (see colocate.stats)
+        self.boundaries: Counter = Counter()  # boundary source -> count (see colocate.base.stats)
 
     def count(self, source: str = "step") -> None:
         """Count one mini-batch, its boundary found by ``source`` (see ``torch_hooks.hooks``)."""
@@ -96,5 +96,5 @@ class StatsBook:
             "mem_floor_peak_bytes": self.max_floor,
             "boundary_reserved_over_cap_max_bytes": self.max_reserved_over_cap,
         }
-        assert out.keys() == FIELDS.keys(), "colocate.stats.FIELDS is the one list of summary fields"
+        assert out.keys() == FIELDS.keys(), "colocate.base.stats.FIELDS is the one list of summary fields"
         return out

@@ -53,8 +53,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from colocate.units import parse_fraction
-from colocate.vocab import DeviceKind
+from colocate.base.units import parse_fraction
+from colocate.base.vocab import DeviceKind
 from torch_hooks.records import BatchRecord, StatsBook
 from torch_hooks.throttle import host_penalty_s, idle_after
 

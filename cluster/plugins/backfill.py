@@ -21,7 +21,7 @@ from cluster.params import Param
 from cluster.points import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.spec import MILLI, JobSpec, Placement
 from cluster.statement import Statement
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 
 class _Reservation:

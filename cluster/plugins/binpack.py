@@ -16,7 +16,7 @@ from cluster.params import Param
 from cluster.points import Plugin, register
 from cluster.spec import MILLI
 from cluster.state import NodeState
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 BIG = 1 << 30
 WEIGHT = Param(1, "int", lambda v: v >= 0, "score weight >= 0")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from cluster.jobs import Job
 from cluster.points import Plugin, register
 from cluster.spec import JobSpec
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 OPPORTUNISTIC_QUEUE = Priority.OPPORTUNISTIC
 

@@ -8,7 +8,7 @@ from cluster.fitting import fits_guaranteed, node_host_fits
 from cluster.jobs import Job, Request
 from cluster.points import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.state import NodeState
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 
 @register

@@ -46,7 +46,7 @@ from cluster.plugins.nodetable import TablePlugin, pick_first
 from cluster.points import register
 from cluster.spec import MILLI, JobSpec
 from cluster.state import NodeState
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 PROB = (lambda v: 0 <= v <= 1, "a probability 0..1")
 

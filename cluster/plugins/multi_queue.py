@@ -20,7 +20,7 @@ from cluster.params import Param
 from cluster.plugins.fifo import OPPORTUNISTIC_QUEUE
 from cluster.points import SUCCESS, Plugin, Status, fails_job, held, register
 from cluster.spec import JobSpec
-from colocate.vocab import JobState, Priority
+from colocate.base.vocab import JobState, Priority
 
 
 def _ascending_to_inf(d: dict) -> bool:

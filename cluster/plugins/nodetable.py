@@ -31,7 +31,7 @@ from cluster.points import SUCCESS, Plugin, Status
 from cluster.spec import MILLI, allowed_models
 from cluster.state import ClusterState, NodeState
 from cluster.statement import Statement
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 INF = float("inf")
 

@@ -16,7 +16,7 @@ from cluster.params import Param
 from cluster.plugins.binpack import BIG
 from cluster.points import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.state import NodeState
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 
 @register

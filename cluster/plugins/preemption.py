@@ -19,7 +19,7 @@ from cluster.points import SUCCESS, Code, Plugin, PostFilterResult, Status, regi
 from cluster.spec import MILLI
 from cluster.state import Alloc, GpuState, NodeState
 from cluster.statement import Statement
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 
 @register

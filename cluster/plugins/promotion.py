@@ -16,7 +16,7 @@ from cluster.params import Param
 from cluster.plugins.fifo import OPPORTUNISTIC_QUEUE
 from cluster.points import SUCCESS, Plugin, PostFilterResult, Status, Upgrade, register
 from cluster.spec import Placement
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 
 @register

@@ -15,7 +15,7 @@ from cluster.params import Param
 from cluster.points import SUCCESS, Code, Plugin, PostFilterResult, Status, fails_job, register, unschedulable
 from cluster.spec import MILLI, JobSpec, Placement
 from cluster.statement import Statement
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 
 @register

@@ -12,7 +12,7 @@ from cluster.plugins.binpack import BIG, WEIGHT
 from cluster.points import Plugin, register
 from cluster.spec import MILLI
 from cluster.state import NodeState
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 
 @register

@@ -1,7 +1,7 @@
 """Who a scheduler's peer is and what it may do: the rules, apart from sockets, journal and core.
 
 With CURVE a peer's identity is the name of its admitted key, the ZAP user id the server reads from
-each message (``colocate.keys``): ``node-NAME`` may register as node NAME and as no other node, and
+each message (``colocate.base.keys``): ``node-NAME`` may register as node NAME and as no other node, and
 acts as no client; ``user-NAME`` submits as user NAME and cancels and reads the logs of NAME's jobs only;
 ``operator-NAME`` submits as NAME and cancels and reads the logs of any job. Job views (``status``) carry
 no environment: a submitter's environment goes only to the nodes that run the job. Users and operators cannot register as nodes.
@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from colocate import keys as K
+from colocate.base import keys as K
 
 log = logging.getLogger("colocate.scheduler")
 

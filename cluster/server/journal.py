@@ -59,7 +59,7 @@ from dataclasses import fields
 
 from cluster.events import JobRecord
 from cluster.spec import JobSpec, Placement, WorkerSlot
-from colocate.vocab import TERMINAL, JobState
+from colocate.base.vocab import TERMINAL, JobState
 
 SCHEMA = 3  # 2: jobs.submitter and jobs.request_id (idempotent submits); 3: jobs_seq, jobs_active indexes
 MODE = 0o600  # the file, its -wal and -shm, and its lock: they hold jobs' commands and environments

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from colocate import protocol as P
-from colocate.endpoints import LOGS_DEADLINE_S
+from colocate.base.endpoints import LOGS_DEADLINE_S
 
 REPLY_BUDGET_BYTES = 512 << 10  # log text in one LogsReply, shared by its ranks
 MIN_RANK_BYTES = 256

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
-from colocate.vocab import JobState, Priority
+from colocate.base.vocab import JobState, Priority
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

@@ -34,9 +34,9 @@ from cluster.server.batch import MAX_BATCH
 from cluster.server.faults import Replies
 from cluster.server.handshakes import HandshakeWatch
 from cluster.server.service import CoreBroken, SchedulerService
-from colocate import keys as K
 from colocate import protocol as P
-from colocate.daemon import LogLimit
+from colocate.base import keys as K
+from colocate.base.serving import LogLimit
 
 log = logging.getLogger("colocate.scheduler")
 
@@ -137,7 +137,7 @@ class SchedulerServer:
 
     def _freeze_after(self, submits: int) -> None:
         """After ``FREEZE_EVERY`` submits: collect the young generations and freeze the survivors, so full
-        collections never walk the jobs' records (``cluster.server.daemon.settle_memory``)."""
+        collections never walk the jobs' records (``cluster.server.startup.settle_memory``)."""
         self._submits_unfrozen += submits
         if self._submits_unfrozen >= FREEZE_EVERY:
             self._submits_unfrozen = 0

@@ -64,8 +64,8 @@ from cluster.server.rendezvous import master_host, start_messages
 from cluster.server.views import QueueView, job_view, node_views
 from cluster.spec import JobSpec, NodeSpec, SpecError
 from colocate import protocol as P
-from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS, replace_after_s
-from colocate.vocab import TERMINAL
+from colocate.base.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS, replace_after_s
+from colocate.base.vocab import TERMINAL
 
 log = logging.getLogger("colocate.scheduler")
 

@@ -8,7 +8,7 @@ import json
 from cluster.core import SchedulerCore
 from cluster.server.journal import placement_from_json
 from colocate import protocol as P
-from colocate.vocab import JobState, Priority
+from colocate.base.vocab import JobState, Priority
 
 
 class QueueView:

@@ -50,7 +50,7 @@ import statistics
 import zlib
 from pathlib import Path
 
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 ADAPTIVE_KEEP = 0.988  # guaranteed job's speed beside an opportunistic one (RESULTS.md, adaptive)
 ADAPTIVE_FILL = 0.738  # share of the guaranteed job's idle device time the opportunistic one uses

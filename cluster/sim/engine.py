@@ -48,7 +48,7 @@ from cluster.events import PENDING, PLACING, RUNNING
 from cluster.sim.colocation import ColocationModel
 from cluster.sim.records import SimConfig, SimGpu, SimJob, SimNode
 from cluster.spec import MILLI, NodeSpec
-from colocate.vocab import TERMINAL, Priority
+from colocate.base.vocab import TERMINAL, Priority
 
 K_STARTED, K_DONE, K_STOPPED, K_TICK, K_REPORT = range(5)
 _JobChanged, _StartWorkers, _StopWorkers, _Promote = ev.JobChanged, ev.StartWorkers, ev.StopWorkers, ev.Promote

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.events import SUCCEEDED
-from colocate.vocab import TERMINAL, JobState, Priority
+from colocate.base.vocab import TERMINAL, JobState, Priority
 
 CSV_FIELDS = ("job_id", "class", "ran_as", "queue", "workers", "gpus", "gpu_milli", "submit_s", "start_s", "end_s",
               "queue_delay_s", "wait_s", "jct_s", "run_s", "duration_s", "slowdown", "starts", "requeues",

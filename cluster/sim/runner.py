@@ -28,7 +28,7 @@ from cluster.sim.colocation import ColocationModel, LucidTable, default_lucid_pa
 from cluster.sim.engine import SimConfig, Simulation
 from cluster.sim.metrics import job_rows, summarize, write_jobs_csv
 from cluster.sim.workload import Workload, load_workload
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 
 @dataclass

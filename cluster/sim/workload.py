@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from cluster.sim.colocation import LucidTable
 from cluster.spec import MILLI, JobSpec, NodeSpec
 from cluster.traces import TraceResult, load_nodes, load_trace, parse_shape
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 ESTIMATES = ("oracle", "user", "predicted")
 QUEUES = ("default", "trace")

@@ -45,7 +45,7 @@ from cluster.traces.common import (
     to_float,
     to_int,
 )
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 REQUIRED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 TIMES = ("creation_time", "deletion_time", "scheduled_time")

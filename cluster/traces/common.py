@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from cluster.spec import JobSpec, NodeSpec, allowed_models, model_allows  # noqa: F401 (the readers' API: re-exported)
-from colocate.units import parse_size
+from colocate.base.units import parse_size
 
 MAX_PROBLEMS = 50  # problem lines kept per file; all bad rows are still counted
 

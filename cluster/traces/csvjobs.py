@@ -37,7 +37,7 @@ from cluster.traces.common import (
     to_int,
     to_size,
 )
-from colocate.vocab import PRIORITIES, Priority
+from colocate.base.vocab import PRIORITIES, Priority
 
 REQUIRED = ("submit_time", "duration", "num_gpus")
 OPTIONAL = ("job_id", "workers", "gpu_milli", "gpu_mem", "cpu_milli", "mem_mib", "gpu_model", "priority",

@@ -37,7 +37,7 @@ from cluster.traces.common import (
     to_int,
     to_size,
 )
-from colocate.units import parse_size
+from colocate.base.units import parse_size
 
 MIB = 1 << 20
 FORMATS = {

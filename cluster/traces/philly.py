@@ -41,8 +41,8 @@ from cluster.traces.common import (
     to_float,
     to_int,
 )
-from colocate.units import parse_fraction
-from colocate.vocab import Priority
+from colocate.base.units import parse_fraction
+from colocate.base.vocab import Priority
 
 REQUIRED = ("timestamp", "duration", "num_gpus")
 OPTIONAL = ("gpu_time", "cluster")

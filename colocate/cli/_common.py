@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from colocate.units import parse_duration, parse_fraction, parse_size
+from colocate.base.units import parse_duration, parse_fraction, parse_size
 
 
 def argtype(fn, what: str):
@@ -135,8 +135,8 @@ def add_node_options(p: argparse.ArgumentParser) -> None:
 def add_device_options(p: argparse.ArgumentParser, sim_gpus_help: str) -> None:
     """``--device`` / ``--sim-gpus`` / ``--sim-gpu-mem`` / ``--policy``: the GPUs a node coordinator owns and
     how it co-locates on them (``colocate node``, and the node ``colocate ray start`` runs)."""
-    from colocate.config import POLICY_NAMES
-    from colocate.env import DEVICE_CHOICES
+    from colocate.base.env import DEVICE_CHOICES
+    from colocate.node.config import POLICY_NAMES
 
     p.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="GPU kind (default auto)")
     p.add_argument("--sim-gpus", type=NODE_GPUS, default=1, metavar="N", help=sim_gpus_help)
@@ -171,8 +171,9 @@ def add_scheduler_options(p: argparse.ArgumentParser) -> None:
 def scheduler_client(args):
     """The client of ``--scheduler`` (checked when parsed), else of ``$COLOCATE_SCHEDULER``, checked here:
     ``rpc.BadEndpoint`` (exit 2 through ``client_failure``) when it is not an endpoint."""
-    from cluster.client import SchedulerClient
-    from colocate import endpoints, rpc
+    from colocate.base import endpoints
+    from colocate.clients import rpc
+    from colocate.clients.scheduler import SchedulerClient
 
     endpoint = args.scheduler or endpoints.scheduler_endpoint()
     try:
@@ -185,7 +186,7 @@ def scheduler_client(args):
 def client_failure(prog: str, exc: Exception) -> int:
     """Print a client failure in one line; exit 2 for a request the scheduler found invalid, else 1."""
     from colocate import protocol as P
-    from colocate import rpc
+    from colocate.clients import rpc
 
     code = getattr(exc, "code", None)
     if isinstance(exc, rpc.BadEndpoint) or code == P.INVALID:

@@ -16,8 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from colocate import protocol as P
-from colocate.units import format_size
-from colocate.vocab import JobState, Phase, Priority
+from colocate.base.units import format_size
+from colocate.base.vocab import JobState, Phase, Priority
 
 WIDE = 400  # columns of the console when output is not a terminal
 
@@ -100,7 +100,7 @@ def render_cluster(endpoint: str, snap, error: str | None, now_wall: float, inte
     """One cluster frame: nodes (utilization bars) and active jobs (``snap`` = (NodesReply, jobs) or None)."""
     from rich.console import Group
 
-    from colocate.units import format_duration
+    from colocate.base.units import format_duration
 
     header = Text()
     header.append("colocate top", style="bold")

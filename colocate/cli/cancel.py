@@ -15,7 +15,7 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from colocate import rpc
+    from colocate.clients import rpc
 
     try:
         client, rc = scheduler_client(args), 0

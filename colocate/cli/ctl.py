@@ -51,7 +51,7 @@ def register(sub) -> None:
 
 def main(args) -> int:
     from colocate import protocol as P
-    from colocate.node import client as C
+    from colocate.clients import node as C
 
     if args.action is None:
         args._parser.print_usage(sys.stderr)

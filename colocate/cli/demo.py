@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from colocate.vocab import JobState
+from colocate.base.vocab import JobState
 
 TARGETS = """\
 node part, targets (adaptive): guaranteed >= 0.98 of solo, the opportunistic job uses >= 0.80 of the
@@ -47,8 +47,8 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
+    from colocate.base.files import write_json_atomic
     from colocate.demo import node as demo
-    from colocate.files import write_json_atomic
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     bad = [m for m in modes if m not in demo.MODES]
@@ -146,8 +146,8 @@ def _cluster_part(args):
 
 
 def _print_cluster(rows: list[dict]) -> None:
+    from colocate.base.units import format_duration
     from colocate.cli._tables import print_table as show
-    from colocate.units import format_duration
 
     def secs(x):
         return "-" if x is None else format_duration(x)

@@ -11,7 +11,7 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from colocate.env import markdown_table
+    from colocate.base.env import markdown_table
 
     print(markdown_table())
     return 0

@@ -53,7 +53,7 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from colocate import keys as K
+    from colocate.base import keys as K
 
     if args.action not in ("generate", "list"):
         args._parser.print_usage()
@@ -78,7 +78,7 @@ def main(args) -> int:
 def _list(directory: str) -> int:
     import os
 
-    from colocate import keys as K
+    from colocate.base import keys as K
 
     folder = os.path.join(directory, K.AUTHORIZED)
     if not os.path.isdir(folder):

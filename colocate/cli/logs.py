@@ -21,7 +21,7 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from colocate import rpc
+    from colocate.clients import rpc
 
     try:
         logs = scheduler_client(args).logs(args.job, args.worker)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from colocate.base.env import LOG_LEVELS
 from colocate.cli._common import ENDPOINT, NODE_ID, PORT, add_device_options
-from colocate.env import LOG_LEVELS
 
 EPILOG = """\
 examples:
@@ -27,7 +27,7 @@ Exit code: 0 after a clean stop, 1 if it cannot start, 2 on bad options or confi
 
 
 def register(sub) -> None:
-    from colocate.endpoints import node_endpoint
+    from colocate.base.endpoints import node_endpoint
 
     p = sub.add_parser(
         "node", help="run the node coordinator (one per machine)",
@@ -44,7 +44,7 @@ def register(sub) -> None:
     p.add_argument("--metrics-port", type=PORT, default=None, metavar="PORT",
                    help="serve Prometheus metrics on 127.0.0.1:PORT/metrics")
     p.add_argument("--record", default=None, metavar="PATH",
-                   help="append every batch report and limit change as JSON lines (format: colocate/record.py)")
+                   help="append every batch report and limit change as JSON lines (format: colocate/node/record.py)")
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     g = p.add_argument_group("scheduler link")
     g.add_argument("--scheduler", default=None, type=ENDPOINT, metavar="ENDPOINT",
@@ -69,8 +69,8 @@ def register(sub) -> None:
 def main(args) -> int:
     import os
 
-    from colocate.endpoints import scheduler_endpoint
-    from colocate.node.daemon import NodeOptions, StartError, run
+    from colocate.base.endpoints import scheduler_endpoint
+    from colocate.node.coordinator import NodeOptions, StartError, run
 
     scheduler = args.scheduler or (scheduler_endpoint() if os.environ.get("COLOCATE_SCHEDULER") else None)
     opts = NodeOptions(endpoint=args.endpoint, ctl=args.ctl, device=args.device, sim_gpus=args.sim_gpus,

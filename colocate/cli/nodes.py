@@ -15,8 +15,8 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from colocate import rpc
     from colocate.cli._tables import print_table
+    from colocate.clients import rpc
 
     try:
         reply = scheduler_client(args).nodes()

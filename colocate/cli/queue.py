@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
+from colocate.base.vocab import JobState
 from colocate.cli._common import add_scheduler_options, client_failure, scheduler_client
-from colocate.vocab import JobState
 
 
 def register(sub) -> None:
@@ -17,9 +17,9 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from colocate import rpc
+    from colocate.base.units import format_duration
     from colocate.cli._tables import in_queue_order, print_table
-    from colocate.units import format_duration
+    from colocate.clients import rpc
 
     try:
         jobs, queued = scheduler_client(args).jobs(active_only=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from colocate.base.env import DEVICE_CHOICES, LOG_LEVELS, ON_CAP, parse_gpus
+from colocate.base.units import parse_size
+from colocate.base.vocab import PRIORITIES, OnCap, Priority
 from colocate.cli._common import ENDPOINT, NONNEG_INT, SHARE, SIZE, argtype
-from colocate.env import DEVICE_CHOICES, LOG_LEVELS, ON_CAP, parse_gpus
-from colocate.units import parse_size
-from colocate.vocab import PRIORITIES, OnCap, Priority
 
 GPU_LIST = argtype(parse_gpus, "gpus")
 ONE_GPU = argtype(lambda text: (NONNEG_INT(text),), "index")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from colocate.base.env import LOG_LEVELS
 from colocate.cli._common import ENDPOINT, PORT, argtype, bounded_int, seconds
-from colocate.env import LOG_LEVELS
 
 EPILOG = """\
 examples:
@@ -41,7 +41,13 @@ def _state_path(text: str) -> str:
 
 
 def register(sub) -> None:
-    from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS, SCHEDULER_ENDPOINT, replace_after_s
+    from colocate.base.endpoints import (
+        NODE_HEARTBEAT_S,
+        NODE_LEASE_S,
+        NODE_LIVENESS,
+        SCHEDULER_ENDPOINT,
+        replace_after_s,
+    )
 
     p = sub.add_parser("scheduler", help="run the global scheduler (one per cluster)",
                        description="Place jobs on the nodes that join it: gang and bin-packing for guaranteed jobs, "
@@ -74,7 +80,7 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from cluster.server.daemon import SchedulerOptions, StartError, run
+    from cluster.server.startup import SchedulerOptions, StartError, run
 
     opts = SchedulerOptions(bind=args.bind, state=args.state, config=args.config, keys=args.keys,
                             insecure=args.insecure,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from colocate.base.vocab import JobState
 from colocate.cli._common import POSITIVE_INT as COUNT
 from colocate.cli._common import argtype, fail
-from colocate.vocab import JobState
 
 EPILOG = """\
 examples:

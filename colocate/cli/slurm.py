@@ -19,10 +19,10 @@ import socket
 import sys
 from pathlib import Path
 
+from colocate.base.units import parse_size
+from colocate.base.vocab import DeviceKind
 from colocate.cli._common import POSITIVE_INT, argtype
 from colocate.slurm.site import ENFORCE
-from colocate.units import parse_size
-from colocate.vocab import DeviceKind
 
 DEFAULT_NODE = "ipc:///run/colocate/node.sock"
 DEFAULT_PLUGIN = "/usr/local/lib/colocate/spank_colocate.so"
@@ -171,8 +171,8 @@ def _check_shards(path: Path, node: str, shards: int | None) -> tuple[int | None
 
 def _check_node(endpoint: str, ctl: str | None) -> tuple[bool, str, tuple]:
     """(ok, line, the node's GPUs: ``GpuInfo``s, () when not asked or no answer)."""
-    from colocate.endpoints import ctl_endpoint
-    from colocate.node import client
+    from colocate.base.endpoints import ctl_endpoint
+    from colocate.clients import node as client
 
     try:
         ctl = ctl or ctl_endpoint(endpoint)
@@ -190,8 +190,8 @@ def _check_node(endpoint: str, ctl: str | None) -> tuple[bool, str, tuple]:
 def _check_gpus(gpus, settings) -> tuple[bool, str]:
     """The node's GPUs against the plugin's ``device=`` and ``sim_gpu_mem=``: a task computes its shards' cap
     from the plugin's size, the node admits partitions by its own, so the two must be the same."""
-    from colocate.env import DEFAULT_SIM_GPU_MEM
-    from colocate.units import format_size
+    from colocate.base.env import DEFAULT_SIM_GPU_MEM
+    from colocate.base.units import format_size
 
     kinds = sorted({g.kind for g in gpus})
     if kinds != [settings.device]:

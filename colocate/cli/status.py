@@ -27,9 +27,9 @@ def view_dict(v) -> dict:
 
 
 def main(args) -> int:
-    from colocate import rpc
+    from colocate.base.units import format_duration
     from colocate.cli._tables import print_table
-    from colocate.units import format_duration
+    from colocate.clients import rpc
 
     try:
         client = scheduler_client(args)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 
+from colocate.base.vocab import PRIORITIES, Priority
 from colocate.cli._common import (
     DURATION,
     POSITIVE_INT,
@@ -25,7 +26,6 @@ from colocate.cli._common import (
     fail,
     scheduler_client,
 )
-from colocate.vocab import PRIORITIES, Priority
 
 EPILOG = """\
 examples:
@@ -73,8 +73,8 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from cluster.client import request_from_here
-    from colocate import rpc
+    from colocate.clients import rpc
+    from colocate.clients.scheduler import request_from_here
     from colocate.launcher import LaunchError, check_command
 
     command = list(args.command)
@@ -108,9 +108,9 @@ def _entry(line: str, args, environ: dict):
     """The ``JobRequest`` of one line of a jobs file; ``ValueError`` (one line) if it is not one."""
     import json
 
-    from cluster.client import request_from_here
+    from colocate.base.units import parse_duration, parse_size
+    from colocate.clients.scheduler import request_from_here
     from colocate.launcher import LaunchError, check_command
-    from colocate.units import parse_duration, parse_size
 
     try:
         d = json.loads(line)
@@ -163,7 +163,7 @@ def submit_file(args) -> int:
     import os
 
     from colocate import protocol as P
-    from colocate import rpc
+    from colocate.clients import rpc
 
     try:
         lines = _read_lines(args.file)

@@ -62,7 +62,7 @@ def render(endpoint: str, listing, error: str | None, now_wall: float, interval:
 
 
 def _poll_cluster(client):
-    from colocate import rpc
+    from colocate.clients import rpc
 
     try:
         return (client.nodes(), client.jobs(active_only=True)[0]), None
@@ -73,7 +73,7 @@ def _poll_cluster(client):
 
 
 def _poll(endpoint: str, timeout_s: float):
-    from colocate.node import client as C
+    from colocate.clients import node as C
 
     try:
         return C.list_jobs(endpoint, timeout_s), None
@@ -86,19 +86,19 @@ def _poll(endpoint: str, timeout_s: float):
 
 
 def main(args) -> int:
-    from colocate import rpc
     from colocate.cli import _tables as T
+    from colocate.clients import rpc
 
     console = T.console()
     try:
         if args.scheduler:
-            from cluster.client import SchedulerClient
+            from colocate.clients.scheduler import SchedulerClient
 
             client = SchedulerClient(args.scheduler, "" if args.insecure else args.keys, min(args.timeout, max(0.5, args.interval)))
             poll = once = lambda: _poll_cluster(client)
             frame = lambda snap, error: T.render_cluster(client.endpoint, snap, error, time.time(), args.interval)
         else:
-            from colocate.node import client as C
+            from colocate.clients import node as C
 
             endpoint = C.resolve_ctl_endpoint(args.node, args.ctl)
             timeout = min(args.timeout, max(0.5, args.interval))  # a live frame waits at most an interval

@@ -23,9 +23,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from colocate.base.vocab import Priority
 from colocate.demo.node import EXAMPLES
 from colocate.node.accounts import USERS_FILE
-from colocate.vocab import Priority
 
 SAMPLE_S = 0.5
 NODES = ("node-a", "node-b")
@@ -112,7 +112,7 @@ def _free_port() -> int:
 def make_keys(workdir: str) -> str:
     """The demo's own CURVE keys in ``workdir/keys`` (one per node and the demo user's), and the nodes' user
     map (docs/security.md) that runs the demo user's jobs as whoever runs the demo. Returns the folder."""
-    from colocate import keys as K
+    from colocate.base import keys as K
 
     keys = os.path.join(workdir, "keys")
     for name in NODES:
@@ -126,8 +126,8 @@ def make_keys(workdir: str) -> str:
 def run_cluster(workdir: str, duration: float = 20.0, sim_gpus: int = 2, progress=None,
                 timeout_s: float = 300.0) -> ClusterRun:
     """Run the stream to completion (or ``timeout_s``); ``progress(sample, run)`` after each sample."""
-    from cluster.client import SchedulerClient, request_from_here
-    from colocate import rpc
+    from colocate.clients import rpc
+    from colocate.clients.scheduler import SchedulerClient, request_from_here
 
     run = ClusterRun(workdir)
     endpoint = f"tcp://127.0.0.1:{_free_port()}"
@@ -181,7 +181,7 @@ def run_cluster(workdir: str, duration: float = 20.0, sim_gpus: int = 2, progres
 
 
 def _answers(client) -> bool:
-    from colocate import rpc
+    from colocate.clients import rpc
 
     try:
         client.nodes()

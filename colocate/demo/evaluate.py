@@ -1,4 +1,4 @@
-"""Turning a node's ``--record`` log (``colocate.record``) into co-location figures (pure).
+"""Turning a node's ``--record`` log (``colocate.node.record``) into co-location figures (pure).
 
 Every figure is computed over one window of the node's clock: from the guaranteed job's first
 report plus a warm-up to its last report. A batch counts in the window when the node received
@@ -16,8 +16,8 @@ its report (``node_t``) inside it, with its busy time.
 
 from __future__ import annotations
 
-from colocate.record import Batch
-from colocate.vocab import Phase, Priority
+from colocate.base.vocab import Phase, Priority
+from colocate.node.record import Batch
 
 
 def window(batches: list[Batch], warmup_s: float) -> tuple[float, float]:

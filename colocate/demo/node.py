@@ -5,7 +5,7 @@ MODE``) runs with a real guaranteed job (with host-side gaps) and a real
 opportunistic job, both unmodified example scripts under ``colocate run``.
 Solo runs give the references: the guaranteed job alone first and last (their
 mean), the opportunistic job alone once. Figures come from the node's record of
-every mini-batch (``colocate.record``, ``colocate.demo.evaluate``); ``summary.json`` and PNG plots go to
+every mini-batch (``colocate.node.record``, ``colocate.demo.evaluate``); ``summary.json`` and PNG plots go to
 ``--out``.
 """
 
@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from colocate import record
-from colocate.config import POLICY_NAMES
+from colocate.base.vocab import Phase, Priority
 from colocate.demo import evaluate as ev
-from colocate.vocab import Phase, Priority
+from colocate.node import record
+from colocate.node.config import POLICY_NAMES
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "_examples"  # examples/, shipped in the package
 MODES = POLICY_NAMES  # one run per node policy

@@ -8,9 +8,9 @@ job side (memory caps, busy clocks inside the training process) is ``torch_hooks
 
 from __future__ import annotations
 
-from colocate.env import DEVICE_CHOICES, DEVICES
+from colocate.base.env import DEVICE_CHOICES, DEVICES
+from colocate.base.vocab import DeviceKind
 from colocate.gpus.spec import GpuSpec
-from colocate.vocab import DeviceKind
 
 
 def cuda_available() -> bool:

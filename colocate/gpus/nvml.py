@@ -6,8 +6,8 @@ Every function degrades quietly where NVML is missing or fails: counts and total
 
 from __future__ import annotations
 
+from colocate.base.vocab import DeviceKind
 from colocate.gpus.spec import GpuSpec
-from colocate.vocab import DeviceKind
 
 
 def _nvml():

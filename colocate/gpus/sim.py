@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
+from colocate.base.vocab import DeviceKind
 from colocate.gpus.spec import GpuSpec
-from colocate.vocab import DeviceKind
 
 
 def default_core(index: int, ncores: int | None = None) -> int:

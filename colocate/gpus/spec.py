@@ -11,7 +11,7 @@ class GpuSpec:
     """One GPU as a node coordinator sees it. ``core`` is the CPU core of a sim GPU."""
 
     index: int
-    kind: str  # one of colocate.env.DEVICES
+    kind: str  # one of colocate.base.env.DEVICES
     mem_total: int  # bytes
     name: str = ""
     core: int | None = None

@@ -7,8 +7,8 @@ scheduled for later rather than slept for, and worker processes are started by `
 without waiting.
 
 Behaviour:
-  * connect (a CURVE client with ``colocate.keys.connect`` when a key folder is given; the node's
-    certificate is ``DIR/node-NODE_ID.key_secret``, ``colocate.keys.node_cert``) and say
+  * connect (a CURVE client with ``colocate.base.keys.connect`` when a key folder is given; the node's
+    certificate is ``DIR/node-NODE_ID.key_secret``, ``colocate.base.keys.node_cert``) and say
     ``NodeHello`` with this node incarnation's epoch, its host (MASTER_ADDR for others) and GPUs;
     a hello not welcomed (refused: another live connection holds the node id) is said again every
     ``heartbeat_s * liveness``;
@@ -27,7 +27,7 @@ Behaviour:
   * promotion is the node core's (``colocate.node.core``): ``PromotePlacement`` goes to the worker manager, whose
     core changes the job's workers' limits at once;
   * fencing: ``NodeWelcome.lease_s`` > 0 makes each answered hello or heartbeat renew the lease file
-    (``colocate.lease``) until the time the node SENT it plus ``lease_s``; the placed workers' launchers stop
+    (``colocate.base.lease``) until the time the node SENT it plus ``lease_s``; the placed workers' launchers stop
     them when it lapses, and the worker manager is told (``fence``) so their exits are reported ``fenced``. The
     file names this incarnation's epoch and those of the workers it holds: at start it is rewritten so (the
     launchers of any other incarnation stop), and a node whose table was lost or unreadable connects only once
@@ -52,9 +52,9 @@ import psutil
 import zmq
 
 from colocate import protocol as P
-from colocate.daemon import LogLimit
-from colocate.endpoints import FENCE_GRACE_S
-from colocate.lease import lease_clock, read_lease, write_lease
+from colocate.base.endpoints import FENCE_GRACE_S
+from colocate.base.lease import lease_clock, read_lease, write_lease
+from colocate.base.serving import LogLimit
 from colocate.node import logs as node_logs
 from colocate.node.workers import WorkerManager
 
@@ -126,7 +126,7 @@ class SchedulerAgent:
 
     def _check_keys(self) -> None:
         if self.keys_dir:
-            from colocate import keys as K
+            from colocate.base import keys as K
 
             probe = self.ctx.socket(zmq.DEALER)
             try:
@@ -135,7 +135,7 @@ class SchedulerAgent:
                 probe.close(linger=0)
 
     def _key_name(self) -> str:
-        from colocate import keys as K
+        from colocate.base import keys as K
 
         assert self.keys_dir is not None  # called only with a key folder
         return K.node_cert(self.keys_dir, self.node_id)
@@ -148,7 +148,7 @@ class SchedulerAgent:
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
         sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)  # a bigger frame drops the link, unread
         if self.keys_dir:
-            from colocate import keys as K
+            from colocate.base import keys as K
 
             K.connect(sock, self.keys_dir, self._key_name())
         sock.connect(self.endpoint)
@@ -348,7 +348,7 @@ class SchedulerAgent:
         """Seconds to wait before taking work after the table was lost: until the workers it held are fenced. The
         last lease ends for them when ``revoked`` (this epoch is in the file: they stop within a lease check and
         the grace), else at its ``until``; 0 when nothing was lost or the lease already ended."""
-        from colocate.endpoints import LEASE_CHECK_S
+        from colocate.base.endpoints import LEASE_CHECK_S
 
         if not self.lease_file or not getattr(self.workers.table, "lost", False):
             return 0.0

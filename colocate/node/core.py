@@ -36,16 +36,16 @@ from itertools import chain
 from typing import Any
 
 from colocate import protocol as P
-from colocate.config import NodeConfig
+from colocate.base.vocab import Priority
 from colocate.gpus.spec import GpuSpec
 from colocate.node.claims import WHOLE, Claim, conflict
 from colocate.node.commands import Command, Note, Reply, Send
+from colocate.node.config import NodeConfig
 from colocate.node.events import JobLost, Tick
 from colocate.node.pick import GpuRoom, pick_gpu
 from colocate.node.placements import PlacementRules
 from colocate.node.policies import POLICIES, Want
 from colocate.node.state import GuaranteedSide, LocalGpu, RegisteredWorker
-from colocate.vocab import Priority
 
 __all__ = ["NodeCore", "Send", "Reply", "Note", "Tick", "JobLost"]
 WORKER = "\x00worker:"  # a registered worker's claim owner: never a placement key

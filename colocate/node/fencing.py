@@ -3,11 +3,11 @@
 Every worker a node places starts with two variables in its environment, which its launcher passes on to every
 process of the job: ``COLOCATE_NODE_STATE`` (the node's state folder, absolute: which node placed it) and
 ``COLOCATE_PLACEMENT`` (``CLUSTER/PLACEMENT@EPOCH``: the placement's key and the node incarnation that started it;
-``colocate.lease.placement_marker``). A node starting on a folder scans ``/proc`` for them (``find``) before it
+``colocate.base.lease.placement_marker``). A node starting on a folder scans ``/proc`` for them (``find``) before it
 takes work: a marked process whose ``(key, epoch)`` the node's table does not hold as a running worker (the table
 was lost, corrupt, or the worker had ended) is an orphan and is killed with its process group (``kill_orphans``),
 and the node waits until it is gone. The epochs of the workers it re-adopted go into the lease file
-(``colocate.lease``): a launcher of any other incarnation stops within a lease check, even one the scan could not
+(``colocate.base.lease``): a launcher of any other incarnation stops within a lease check, even one the scan could not
 see (another pid namespace).
 
 Reading another user's ``/proc/PID/environ`` needs root (or the same user): a node started as root sees every
@@ -23,7 +23,7 @@ import time
 
 import psutil
 
-from colocate.lease import parse_marker, placement_marker
+from colocate.base.lease import parse_marker, placement_marker
 
 log = logging.getLogger("colocate.node.fencing")
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 
 class NodeCollector:

@@ -1,6 +1,6 @@
 """Where the node puts an opportunistic worker that leaves its GPU to the node (``Register.pick_gpu``).
 
-The rule the global scheduler's ``opportunistic`` plugin places workers by, ``colocate.pick`` (one GPU,
+The rule the global scheduler's ``opportunistic`` plugin places workers by, ``colocate.base.pick`` (one GPU,
 no limit on workers per GPU): among the GPUs under ``threshold`` utilization over the last 10 s whose free
 memory fits the worker's request, the least utilized; at equal utilization, one beside a guaranteed worker,
 then the one with fewer opportunistic workers (what the node passes of them), then the lowest index. Pure:
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from colocate.pick import pick
+from colocate.base.pick import pick
 
 UTIL_THRESHOLD = 0.8
 
@@ -20,7 +20,7 @@ UTIL_THRESHOLD = 0.8
 @dataclass(frozen=True)
 class GpuRoom:
     """GPU ``index``: its utilization (0..1) over the window, the bytes its jobs leave free, whether a guaranteed
-    worker runs there and how many opportunistic ones (a ``colocate.pick.Room``)."""
+    worker runs there and how many opportunistic ones (a ``colocate.base.pick.Room``)."""
 
     index: int
     utilization: float

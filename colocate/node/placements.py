@@ -30,11 +30,11 @@ from itertools import chain
 from typing import Any
 
 from colocate import protocol as P
+from colocate.base.vocab import Priority
 from colocate.node import events as E
 from colocate.node.claims import Claim, conflict
 from colocate.node.commands import Command, Launch, Note, Report, Save, Signal
 from colocate.node.table import LocalPlacement, PlacementTable, scoped
-from colocate.vocab import Priority
 
 STOPPED_BEFORE_START = "the placement was stopped before it started"
 OTHER_CLUSTER = "a placement of another cluster (the scheduler's state file changed)"

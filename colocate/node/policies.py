@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from colocate.config import POLICY_NAMES, NodeConfig
+from colocate.base.vocab import NodePolicy, Phase
+from colocate.node.config import POLICY_NAMES, NodeConfig
 from colocate.node.state import GuaranteedSide, LocalGpu, RegisteredWorker
-from colocate.vocab import NodePolicy, Phase
 
 
 @dataclass(frozen=True)
@@ -303,4 +303,4 @@ def _hold(st: dict, now: float, why: str, need: int) -> None:
 
 POLICIES: dict[str, type[Policy]] = {NodePolicy.EXCLUSIVE: Exclusive, NodePolicy.PACK: Pack, NodePolicy.STATIC: Static,
                             NodePolicy.ADAPTIVE: Adaptive}
-assert tuple(POLICIES) == POLICY_NAMES, "colocate.config.POLICY_NAMES is the one list of names"
+assert tuple(POLICIES) == POLICY_NAMES, "colocate.node.config.POLICY_NAMES is the one list of names"

@@ -7,7 +7,7 @@ accepted on that socket, or claiming another connection's job is answered with
 ``Error`` and logged, and the daemon carries on. A job's connection is bound to
 its job id at registration, so a job cannot speak (or set limits) for another.
 
-Who calls is the kernel's word (``SO_PEERCRED``, ``colocate.peercred``), never the message's, on ipc
+Who calls is the kernel's word (``SO_PEERCRED``, ``colocate.base.peercred``), never the message's, on ipc
 endpoints:
   * the operator endpoint admits this node's own uid and root; anyone else gets ``Error(forbidden)``;
   * a ``Register`` is bound to the caller's uid and pid: the pid it claims must be the caller or a
@@ -16,7 +16,7 @@ endpoints:
     launchers, of the account the node started them as; a job id registered by one uid is refused to
     every other uid while it is held (root may take any).
 
-The ipc folders are made private and checked before binding (``colocate.endpoints.private_dir``: a
+The ipc folders are made private and checked before binding (``colocate.base.endpoints.private_dir``: a
 folder another user owns or may write is refused in one line). A root node, whose jobs run as other
 accounts, makes its job endpoint's folder 0711 and the socket 0666 (the checks above decide who may do
 what), the operator socket 0600.
@@ -42,11 +42,12 @@ from typing import TYPE_CHECKING, assert_never
 import psutil
 import zmq
 
-from colocate import peercred, record
 from colocate import protocol as P
-from colocate.daemon import LogLimit
-from colocate.endpoints import ctl_endpoint as default_ctl_endpoint
-from colocate.endpoints import ipc_path, private_dir
+from colocate.base import peercred
+from colocate.base.endpoints import ctl_endpoint as default_ctl_endpoint
+from colocate.base.endpoints import ipc_path, private_dir
+from colocate.base.serving import LogLimit
+from colocate.node import record
 from colocate.node.commands import Command, Launch, Note, Reply, Report, Save, Send, Signal
 from colocate.node.core import NodeCore
 from colocate.node.events import JobLost, Tick

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from colocate import protocol as P
+from colocate.base.vocab import Priority
 from colocate.gpus.spec import GpuSpec
-from colocate.vocab import Priority
 
 RECENT = 64  # reports kept per job
 

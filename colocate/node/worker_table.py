@@ -26,9 +26,9 @@ import os
 import time
 from dataclasses import MISSING, asdict, fields
 
-from colocate.files import write_json_atomic
+from colocate.base.files import write_json_atomic
+from colocate.base.vocab import Priority
 from colocate.node.table import KEEP_IDS, LocalPlacement, PlacementTable, Worker, scoped
-from colocate.vocab import Priority
 
 log = logging.getLogger("colocate.node.workers")
 

@@ -66,7 +66,8 @@ from typing import Protocol, assert_never
 import psutil
 
 from colocate import protocol as P
-from colocate.env import format_gpus
+from colocate.base.env import format_gpus
+from colocate.base.vocab import DeviceKind
 from colocate.launcher import PROJECT_ROOT, LaunchError, check_command
 from colocate.node import accounts as A
 from colocate.node import events as E
@@ -75,7 +76,6 @@ from colocate.node.commands import Command, Launch, Note, Reply, Report, Save, S
 from colocate.node.core import NodeCore
 from colocate.node.placements import KEEP_ENDED_S
 from colocate.node.worker_table import LocalPlacement, StateDirError, Worker, WorkerTable, scoped
-from colocate.vocab import DeviceKind
 
 log = logging.getLogger("colocate.node.workers")
 
@@ -96,7 +96,7 @@ class WorkerConfig:
     python: str = sys.executable
     keep_ended_s: float = KEEP_ENDED_S
     cluster_id: str | None = ""  # whose placements are reported before a welcome names one (None: wait for it)
-    lease_file: str | None = None  # the node's lease (``colocate.lease``): placed workers' launchers watch it
+    lease_file: str | None = None  # the node's lease (``colocate.base.lease``): placed workers' launchers watch it
 
 
 class JobEdge(Protocol):
@@ -119,8 +119,8 @@ class WorkerManager:
         self.table.lock()
         self.table.load()
         if core is None:
-            from colocate.config import NodeConfig
             from colocate.gpus import GpuSpec
+            from colocate.node.config import NodeConfig
 
             core = NodeCore([GpuSpec(index=i, kind=cfg.device, mem_total=m) for i, m in sorted(cfg.gpus.items())],
                             NodeConfig(), node_epoch=cfg.epoch)
@@ -169,7 +169,7 @@ class WorkerManager:
     def welcomed(self, cluster_id: str) -> list:
         """The scheduler of ``cluster_id`` welcomed the node: the events held for it; other clusters' workers
         are stopped."""
-        from colocate.endpoints import FENCE_GRACE_S
+        from colocate.base.endpoints import FENCE_GRACE_S
 
         return self._do(E.Welcomed(cluster_id, grace_s=FENCE_GRACE_S, wall=self.wall()))
 

@@ -39,6 +39,7 @@ Rules:
 
 from __future__ import annotations
 
+from colocate.base.vocab import JobState, Priority
 from colocate.protocol.codec import (
     COUNT,
     EXIT_CODE,
@@ -63,7 +64,6 @@ from colocate.protocol.codec import (
     _Record,
     _record,
 )
-from colocate.vocab import JobState, Priority
 
 PORT = Num(int, 0, 65535)
 STATE = Str(choices=tuple(JobState))

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 import msgpack
 
-from colocate.vocab import Priority
+from colocate.base.vocab import Priority
 
 PROTOCOL_VERSION = 3  # 3: Register.rank and world_size (torchrun workers)
 MAX_MESSAGE_BYTES = 1 << 20  # inputs above this are rejected before unpacking
@@ -142,7 +142,7 @@ class Str(_Spec):
     def check(self, v: Any, name: str) -> str:
         if not isinstance(v, str):
             raise _bad(name, "a string", v)
-        v = str.__str__(v)  # a vocabulary member (colocate.vocab) travels as its plain wire string
+        v = str.__str__(v)  # a vocabulary member (colocate.base.vocab) travels as its plain wire string
         if self.choices and v not in self.choices:
             raise _bad(name, "one of " + "|".join(self.choices), v)
         if not self.min_len <= len(v) <= self.max_len:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 
+from colocate.base.vocab import DeviceKind, Priority
 from colocate.protocol.codec import (
     COUNT,
     EXIT_CODE,
@@ -63,7 +64,6 @@ from colocate.protocol.codec import (
     _Record,
     _record,
 )
-from colocate.vocab import DeviceKind, Priority
 
 
 @_record()

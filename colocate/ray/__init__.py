@@ -18,9 +18,9 @@ imports Ray itself.
 
 from __future__ import annotations
 
-from colocate.engine_api import within_grant
+from colocate.base.engine_api import within_grant
+from colocate.base.vocab import Priority
 from colocate.ray.fields import FIELD, KEYS, OPPORTUNISTIC_RESOURCE, Fields, parse_fields
-from colocate.vocab import Priority
 
 __all__ = ["FIELD", "KEYS", "OPPORTUNISTIC_RESOURCE", "Fields", "options", "parse_fields", "remote", "runtime_env"]
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from colocate.units import parse_fraction, parse_size
-from colocate.vocab import OnCap, Priority
+from colocate.base.units import parse_fraction, parse_size
+from colocate.base.vocab import OnCap, Priority
 
 FIELD = "colocate"  # the runtime_env key, and the plugin's name
 KEYS = ("priority", "gpu_mem", "sm_share", "on_cap")

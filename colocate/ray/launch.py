@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from colocate.endpoints import node_endpoint
+from colocate.base.endpoints import node_endpoint
+from colocate.base.vocab import AUTO_DEVICE, DeviceKind
 from colocate.ray.fields import OPPORTUNISTIC_RESOURCE
 from colocate.ray.node import node_environment
-from colocate.vocab import AUTO_DEVICE, DeviceKind
 
 STATE_FILE = "ray.json"
 NODE_START_S = 30.0  # bound on the node coordinator's start
@@ -186,7 +186,7 @@ def _last_line(log: Path, since: int = 0) -> str:
 
 
 def _wait_node(proc: subprocess.Popen, endpoint: str, log: Path) -> None:
-    from colocate.node.client import NoAnswer, list_jobs, resolve_ctl_endpoint
+    from colocate.clients.node import NoAnswer, list_jobs, resolve_ctl_endpoint
 
     ctl = resolve_ctl_endpoint(endpoint, None)
     deadline = time.monotonic() + NODE_START_S

@@ -18,9 +18,9 @@ import tempfile
 import time
 from typing import Any
 
+from colocate.base.vocab import DeviceKind
 from colocate.ray.fields import OPPORTUNISTIC_RESOURCE
 from colocate.ray.node import node_environment
-from colocate.vocab import DeviceKind
 
 START_S = 30.0
 
@@ -76,7 +76,7 @@ class LocalCluster:
         ray.init(address=self.cluster.address, log_to_driver=self.log_to_driver)
 
     def _wait_node(self) -> None:
-        from colocate.node.client import NoAnswer, list_jobs, resolve_ctl_endpoint
+        from colocate.clients.node import NoAnswer, list_jobs, resolve_ctl_endpoint
 
         ctl = resolve_ctl_endpoint(self.endpoint, None)
         deadline = time.monotonic() + START_S
@@ -91,7 +91,7 @@ class LocalCluster:
 
     def jobs(self) -> dict:
         """The node coordinator's listing: job id -> ``JobInfo``."""
-        from colocate.node.client import list_jobs, resolve_ctl_endpoint
+        from colocate.clients.node import list_jobs, resolve_ctl_endpoint
 
         return {j.job_id: j for j in list_jobs(resolve_ctl_endpoint(self.endpoint, None), timeout_s=2.0).jobs}
 

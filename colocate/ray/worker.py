@@ -1,6 +1,6 @@
 """``resolve(environ)``: a Ray worker's colocate variables, decided inside the worker when torch is imported.
 
-Called by the runtime (``colocate.engines``) in a process with ``COLOCATE_ENGINE=ray``, before anything reads
+Called by the runtime (``colocate.base.engines``) in a process with ``COLOCATE_ENGINE=ray``, before anything reads
 the job's variables; returns the ``COLOCATE_*`` values to set. Raises ``ValueError`` with one line (the runtime
 prints it and the process exits 2) when the worker must not run: its node has no colocate plugin (no
 ``COLOCATE_RAY``), no node coordinator (no ``COLOCATE_NODE``), or what it asked of Ray does not fit colocate.
@@ -19,7 +19,7 @@ whole memory for a whole GPU) is refused in one line naming the grant (``granted
 
 A process a Ray worker starts inherits the worker's resolved variables (its ``COLOCATE_JOB_ID`` among them)
 and keeps them. A Ray Train (V2) worker imports torch before Ray Train gives it its context (run and ranks):
-its resolver defers (``colocate.engines.Deferred``) and installs the runtime right after Ray Train sets the
+its resolver defers (``colocate.base.engines.Deferred``) and installs the runtime right after Ray Train sets the
 context, before the training function runs (tests/colocate/ray/test_cluster.py fails should a Ray release
 set it another way). Identity: the workers of one Ray Train run are one colocate job
 (``raytrain-NAME-RUNID``, ranks from Ray Train's context); any other actor is a job of its own
@@ -33,11 +33,11 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from colocate.engine_api import Deferred, within_grant
-from colocate.env import PICK_GPU
+from colocate.base.engine_api import Deferred, within_grant
+from colocate.base.env import PICK_GPU
+from colocate.base.units import format_size
+from colocate.base.vocab import DeviceKind, Priority
 from colocate.ray.fields import OPPORTUNISTIC_RESOURCE, Fields
-from colocate.units import format_size
-from colocate.vocab import DeviceKind, Priority
 
 NO_PLUGIN = ("this Ray node does not load the colocate plugin, and the task asked for colocate: start the node "
              "with `colocate ray start` (or add the plugin to RAY_RUNTIME_ENV_PLUGINS, docs/ray.md)")
@@ -90,7 +90,7 @@ def resolve(environ: Mapping[str, str]) -> dict[str, str]:
 def granted(fields: Fields, fraction: float, memory: Callable[[], int]) -> dict[str, str]:
     """A guaranteed worker's ``COLOCATE_SM_SHARE``/``COLOCATE_GPU_MEM``/``COLOCATE_PARTITION`` from Ray's grant
     (``fraction`` of one GPU of ``memory()`` bytes, read only when needed) and the task's own fields, which may
-    lower the grant, never raise it (``colocate.engines.within_grant``: ValueError naming the grant). A fraction
+    lower the grant, never raise it (``colocate.base.engines.within_grant``: ValueError naming the grant). A fraction
     below 1 is a fixed partition (share and cap: the fraction, or the fields); a whole GPU is a guaranteed job
     of the node's policy (share and cap only if given; a cap above the GPU's memory is refused). Pure but for
     ``memory()`` (the simulated GPU's size, or NVML's total)."""
@@ -174,8 +174,8 @@ def _gpus(environ: Mapping[str, str], gpu: int) -> dict[str, str]:
 
 def device_memory(environ: Mapping[str, str], gpu: int) -> int:
     """Bytes of memory of GPU ``gpu`` on this node: the simulated GPU's size, or NVML's total."""
-    from colocate.env import DEFAULT_SIM_GPU_MEM
-    from colocate.units import parse_size
+    from colocate.base.env import DEFAULT_SIM_GPU_MEM
+    from colocate.base.units import parse_size
 
     if environ.get("COLOCATE_DEVICE", DeviceKind.SIM) == DeviceKind.CUDA:
         from colocate.gpus.nvml import memory_total

@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from colocate.base.vocab import DeviceKind
 from colocate.slurm.site import SiteSettings, build_command, plugstack_line
-from colocate.vocab import DeviceKind
 
 BINARIES = ("slurmctld", "slurmd", "srun", "sinfo", "gcc")
 SEARCH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])  # the daemons live in sbin

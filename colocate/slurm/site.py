@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from colocate.vocab import DeviceKind
+from colocate.base.vocab import DeviceKind
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "spank_colocate.c"

@@ -1,6 +1,6 @@
 """The Slurm engine's resolver: what Slurm granted a task, as colocate limits.
 
-``resolve(environ)`` runs inside each task (``colocate.engines`` calls it when the task imports torch,
+``resolve(environ)`` runs inside each task (``colocate.base.engines`` calls it when the task imports torch,
 before anything reads the job's variables); the SPANK plugin or the TaskProlog only turned colocate on.
 It reads Slurm's variables and the ones the plugin set, and returns the ``COLOCATE_*`` values to set:
 
@@ -15,7 +15,7 @@ It reads Slurm's variables and the ones the plugin set, and returns the ``COLOCA
 The user's ``--colocate-gpu-mem``/``--colocate-sm-share`` (``COLOCATE_GPU_MEM``/``COLOCATE_SM_SHARE``)
 only ever lower what Slurm granted: a value above the grant (a share above N/S, a cap above N/S of the GPU's
 memory, or above the whole memory for a whole GPU) is refused in one line naming the grant
-(``colocate.engines.within_grant``); without a Slurm GPU they are requests, which the node never exceeds. Every task of one step is one colocate job, ``slurm-JOB.STEP``, with
+(``colocate.base.engines.within_grant``); without a Slurm GPU they are requests, which the node never exceeds. Every task of one step is one colocate job, ``slurm-JOB.STEP``, with
 ranks from ``SLURM_PROCID``/``SLURM_LOCALID``/``SLURM_NTASKS``. A grant colocate cannot enforce raises
 ``ValueError`` naming it (the task then stops with one line: fail closed).
 """
@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from colocate.engine_api import within_grant
-from colocate.env import DEFAULT_SIM_GPU_MEM, PICK_GPU, parse_gpus
-from colocate.units import format_size, parse_fraction, parse_size
-from colocate.vocab import DeviceKind, Priority
+from colocate.base.engine_api import within_grant
+from colocate.base.env import DEFAULT_SIM_GPU_MEM, PICK_GPU, parse_gpus
+from colocate.base.units import format_size, parse_fraction, parse_size
+from colocate.base.vocab import DeviceKind, Priority
 
 AUTO = "auto"  # --colocate without a mode: guaranteed with a Slurm GPU, opportunistic without
 MODES = (AUTO,) + tuple(Priority)

@@ -1,4 +1,4 @@
-"""colocate/rpc.py's Connection and SchedulerClient: one connection (one CURVE handshake, key files read once) for
+"""colocate/clients/rpc.py's Connection and SchedulerClient: one connection (one CURVE handshake, key files read once) for
 many requests, and an answer that comes late never taken for a later request's."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import threading
 
 import zmq
 
-from cluster.client import SchedulerClient
-from colocate import keys as K
 from colocate import protocol as P
-from colocate import rpc
+from colocate.base import keys as K
+from colocate.clients import rpc
+from colocate.clients.scheduler import SchedulerClient
 from tests.support import free_port
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from cluster import events as ev
 from cluster.events import PENDING, PLACING, RUNNING
 from cluster.spec import JobSpec, NodeSpec
-from colocate.vocab import TERMINAL
+from colocate.base.vocab import TERMINAL
 from tests.cluster.helpers import make_core
 from tests.support import examples
 

@@ -1,6 +1,6 @@
-"""A test engine for ``colocate.engines``: ``resolve`` turns FAKE_* variables into ``COLOCATE_*`` ones.
+"""A test engine for ``colocate.base.engines``: ``resolve`` turns FAKE_* variables into ``COLOCATE_*`` ones.
 
-Not a test module: ``tests/colocate/test_engines.py`` adds it to ``colocate.engines.ENGINES`` (in a child
+Not a test module: ``tests/colocate/base/test_engines.py`` adds it to ``colocate.base.engines.ENGINES`` (in a child
 process, before ``import torch``) to prove the runtime's hook without Ray or Slurm.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ CALLBACKS: list = []  # what the runtime asked to be called back with, when the 
 def resolve(environ):
     fraction = environ.get("FAKE_FRACTION")
     if fraction == "defer":  # a worker whose facts come later: the test calls CALLBACKS back once it set them
-        from colocate.engines import Deferred
+        from colocate.base.engines import Deferred
 
         raise Deferred("fake engine: later", CALLBACKS.append)
     if not fraction:

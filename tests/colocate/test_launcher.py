@@ -9,9 +9,9 @@ import textwrap
 import pytest
 
 from colocate import launcher as L  # colocate never imports torch: cheap in-process
-from colocate.env import JobEnv
+from colocate.base.env import JobEnv
+from colocate.base.stats import NUMERIC as SUMMARY_KEYS
 from colocate.gpus import nvml as N
-from colocate.stats import NUMERIC as SUMMARY_KEYS
 from tests.support import TICKER, wait_for
 
 MiB = 1 << 20
@@ -258,28 +258,6 @@ def test_sm_share_half_holds_busy_fraction(colocate, tmp_path):
 # ---------------------------------------------------------------- in-process pieces of the launcher ---
 
 
-@pytest.mark.parametrize(
-    "args, script",
-    [
-        (["train.py", "--epochs", "3"], "train.py"),
-        (["-u", "train.py"], "train.py"),
-        (["-O", "-B", "train.py"], "train.py"),
-        (["-W", "ignore", "train.py"], "train.py"),
-        (["-X", "dev", "train.py"], "train.py"),
-        (["-Wignore", "train.py"], "train.py"),
-        (["-c", "print(1)"], None),
-        (["-m", "pkg.train"], None),
-        (["-mpkg.train"], None),
-        (["-cprint(1)"], None),
-        (["-u", "-m", "pkg"], None),
-        ([], None),
-        (["-"], "-"),
-    ],
-)
-def testpython_script_detection(args, script):
-    assert L.python_script(args) == script
-
-
 def test_check_command(tmp_path):
     script = tmp_path / "ok.py"
     script.write_text("")
@@ -386,7 +364,7 @@ def test_merge_stats_without_processes(tmp_path):
 
 def _fenced_launcher(tmp_path, mode: str, grace_s: float):
     """A launcher with a lease of 300 s (the test shortens it once the command runs), its command ticking."""
-    from colocate.lease import lease_clock, write_lease
+    from colocate.base.lease import lease_clock, write_lease
     from tests.support import child_env
 
     lease, ticks = tmp_path / "lease", tmp_path / "ticks"
@@ -407,7 +385,7 @@ def _gone(pid: int) -> bool:
 
 
 def test_a_lapsed_lease_stops_the_command_and_a_renewed_one_does_not(tmp_path):
-    from colocate.lease import lease_clock, write_lease
+    from colocate.base.lease import lease_clock, write_lease
 
     proc, lease, ticks, child = _fenced_launcher(tmp_path, "term", grace_s=5.0)
     try:
@@ -425,7 +403,7 @@ def test_a_lapsed_lease_stops_the_command_and_a_renewed_one_does_not(tmp_path):
 
 
 def test_a_command_that_ignores_sigterm_is_killed_after_the_grace_with_its_launcher(tmp_path):
-    from colocate.lease import lease_clock, write_lease
+    from colocate.base.lease import lease_clock, write_lease
 
     proc, lease, ticks, child = _fenced_launcher(tmp_path, "ignore", grace_s=0.5)
     try:

@@ -41,7 +41,7 @@ def _stop(proc) -> None:
 def test_a_lease_of_a_node_incarnation_that_does_not_hold_the_worker_stops_it(tmp_path):
     """The node restarted without this worker (its table lost): its lease names only the new incarnation, and the
     launcher of the old one stops its command although the lease's time has not run out."""
-    from colocate.lease import lease_clock, write_lease
+    from colocate.base.lease import lease_clock, write_lease
 
     lease = tmp_path / "lease"
     write_lease(str(lease), lease_clock() + 300.0, 0.5, epoch=5)
@@ -59,7 +59,7 @@ def test_a_lease_of_a_node_incarnation_that_does_not_hold_the_worker_stops_it(tm
 def test_a_lease_file_deleted_with_its_folder_keeps_what_it_promised(tmp_path):
     """Item 9: a deleted state folder takes the lease file with it; the launcher runs on to the lease it read (the
     node makes the file again within a heartbeat) instead of failing its job at once."""
-    from colocate.lease import lease_clock, write_lease
+    from colocate.base.lease import lease_clock, write_lease
 
     lease = tmp_path / "state" / "lease"
     lease.parent.mkdir()
@@ -117,7 +117,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 def test_the_session_of_a_killed_opportunistic_job_gets_its_autogroup_nice_back(tmp_path):
     """The job's runtime lowers its session to nice 19 and restores it only at its own exit; killed, it never does.
     The launcher, in the same session, outlives it and restores it: a shell of that session is not left slow."""
-    from colocate.autogroup import nice as autogroup_nice
+    from colocate.base.autogroup import nice as autogroup_nice
 
     if autogroup_nice() is None or open("/proc/sys/kernel/sched_autogroup_enabled").read().strip() != "1":
         pytest.skip("no autogroup scheduling on this kernel")

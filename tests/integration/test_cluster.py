@@ -16,9 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cluster.client import SchedulerClient, request_from_here
-from colocate import keys as K
-from colocate import rpc
+from colocate.base import keys as K
+from colocate.clients import rpc
+from colocate.clients.scheduler import SchedulerClient, request_from_here
 from tests.support import PY, REPO, Procs, free_port, read_log, wait_for, wait_until_scheduler_answers
 
 EXAMPLES = REPO / "examples"

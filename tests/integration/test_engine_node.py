@@ -68,7 +68,7 @@ import torch_hooks
 try:
     torch_hooks.install()  # refused before the device opens: torch is never imported
 except ValueError as exc:
-    sys.exit(f"colocate: {exc}")  # what the injected sitecustomize does (tests/colocate/test_engines.py)
+    sys.exit(f"colocate: {exc}")  # what the injected sitecustomize does (tests/colocate/base/test_engines.py)
 print("ran")
 """
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.client import SchedulerClient, request_from_here
-from colocate.endpoints import NODE_LEASE_S, replace_after_s
+from colocate.base.endpoints import NODE_LEASE_S, replace_after_s
+from colocate.clients.scheduler import SchedulerClient, request_from_here
 from tests.support import PY, Procs, free_port, read_log, wait_for, wait_until_scheduler_answers
 
 PROGRESS = """\

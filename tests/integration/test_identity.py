@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import zmq
 
-from cluster.client import SchedulerClient, request_from_here
-from colocate import keys as K
 from colocate import protocol as P
+from colocate.base import keys as K
+from colocate.clients.scheduler import SchedulerClient, request_from_here
 from tests.support import PY, REPO, Procs, child_env, free_port, read_log, wait_for, wait_until_scheduler_answers
 
 SECRET = "MY_SECRET"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.client import SchedulerClient, request_from_here
-from colocate import keys as K
+from colocate.base import keys as K
+from colocate.clients.scheduler import SchedulerClient, request_from_here
 from tests.support import PY, REPO, Procs, child_env, free_port, read_log, wait_for, wait_until_scheduler_answers
 from tests.users import needs_root, open_dir, shared_python, users  # noqa: F401 (fixtures)
 

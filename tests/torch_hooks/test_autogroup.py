@@ -102,7 +102,7 @@ def test_a_launcher_in_the_session_is_fine_and_gets_its_weight_back_at_exit():
 def test_the_sim_device_lowers_its_session_when_it_takes_low_priority_on_its_core():
     out = run_in_new_session("""
         import json
-        from colocate.env import JobEnv
+        from colocate.base.env import JobEnv
         from torch_hooks.device import autogroup
         from torch_hooks.device.sim import SimJobDevice
         dev = SimJobDevice(JobEnv.from_environ({"COLOCATE_DEVICE": "sim", "COLOCATE_SIM_CORE": "0"}))

@@ -21,7 +21,7 @@ GiB, MiB = 1 << 30, 1 << 20
 CHILD = r'''
 import dataclasses
 import torch
-from colocate.env import JobEnv
+from colocate.base.env import JobEnv
 from torch_hooks.device.cuda import CudaJobDevice
 
 GiB, MiB = 1 << 30, 1 << 20

@@ -102,7 +102,7 @@ def test_script_may_fork_cuda_workers_after_import(colocate, tmp_path):
 
 EXACT = """
 import torch
-from colocate.env import JobEnv
+from colocate.base.env import JobEnv
 from torch_hooks.device.cuda import CudaJobDevice, memory_fraction
 torch.cuda.init()
 free, total = torch.cuda.mem_get_info(0)

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from colocate.env import JobEnv
+from colocate.base.env import JobEnv
 from colocate.gpus import nvml as N
 from torch_hooks.device import cuda as C
 

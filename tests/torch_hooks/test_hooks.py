@@ -21,7 +21,7 @@ except RuntimeError as exc:
     out["step_before_install"] = str(exc)
 
 import torch
-from colocate.env import JobEnv
+from colocate.base.env import JobEnv
 
 MiB = 1 << 20
 env = JobEnv(enabled=True, job_id="hooks-test", device="sim", gpu_mem=64 * MiB)

@@ -16,7 +16,7 @@ import pytest
 import zmq
 
 from colocate import protocol as P
-from colocate.env import JobEnv
+from colocate.base.env import JobEnv
 from tests.support import FakeClock, GiB, wait_for
 from torch_hooks.device.base import MemoryStats
 from torch_hooks.gate import gate_path

@@ -16,7 +16,7 @@ import pytest
 import zmq
 
 from colocate import protocol as P
-from colocate.env import JobEnv
+from colocate.base.env import JobEnv
 from torch_hooks.link import NodeRefused, register_first
 
 GiB = 1 << 30

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from colocate.env import JobEnv
-from colocate.stats import FIELDS, NUMERIC
+from colocate.base.env import JobEnv
+from colocate.base.stats import FIELDS, NUMERIC
 from torch_hooks.device.base import MemoryStats
 from torch_hooks.records import BatchRecord
 from torch_hooks.runtime import Runtime

@@ -41,7 +41,7 @@ def test_low_priority_moves_every_thread_to_the_idle_class_and_back():
     out = run_child(r'''
 import json, os, threading
 from torch_hooks.device.sim import SimJobDevice
-from colocate.env import JobEnv
+from colocate.base.env import JobEnv
 
 dev = SimJobDevice(JobEnv())
 dev.join_core()
@@ -77,7 +77,7 @@ def test_a_job_joins_the_core_at_its_first_device_work_and_takes_its_priority_th
     out = run_child(r'''
 import json, os, threading
 from torch_hooks.device.sim import SimJobDevice
-from colocate.env import JobEnv
+from colocate.base.env import JobEnv
 
 dev = SimJobDevice(JobEnv())
 ready, stop = threading.Event(), threading.Event()
@@ -112,7 +112,7 @@ def test_a_control_thread_stays_off_the_core_and_out_of_the_idle_class():
     out = run_child(r'''
 import json, os, threading
 from torch_hooks.device.sim import SimJobDevice
-from colocate.env import JobEnv
+from colocate.base.env import JobEnv
 
 if len(os.sched_getaffinity(0)) < 2:
     print(json.dumps({"skip": True})); raise SystemExit
@@ -151,7 +151,7 @@ def test_a_control_threads_cpu_time_is_not_device_busy_time():
     out = run_child(r'''
 import json, threading, time
 from torch_hooks.device.sim import SimJobDevice
-from colocate.env import JobEnv
+from colocate.base.env import JobEnv
 
 dev = SimJobDevice(JobEnv())
 busy0, cpu0 = dev.busy_time(), time.process_time()
@@ -185,7 +185,7 @@ from multiprocessing import Pipe, Process
 import psutil
 from torch_hooks.device.sim import SimJobDevice
 from colocate.gpus.sim import default_core
-from colocate.env import JobEnv
+from colocate.base.env import JobEnv
 
 core = default_core(0)
 

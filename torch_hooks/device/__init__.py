@@ -4,7 +4,7 @@ Imports torch lazily, when the device is installed."""
 
 from __future__ import annotations
 
-from colocate.vocab import DeviceKind
+from colocate.base.vocab import DeviceKind
 from torch_hooks.device.base import JobDevice, MemoryStats
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import atexit
 import os
 
-from colocate.autogroup import nice, set_nice
+from colocate.base.autogroup import nice, set_nice
 
 LOW_NICE = 19
 _lowered = False

@@ -34,8 +34,8 @@ import logging
 import sys
 import threading
 
+from colocate.base.vocab import DeviceKind, OnCap
 from colocate.gpus.nvml import memory_total as nvml_memory_total
-from colocate.vocab import DeviceKind, OnCap
 from torch_hooks.device.base import MemoryStats
 
 log = logging.getLogger("colocate.cuda")

@@ -17,8 +17,8 @@ import threading
 import time
 from typing import Any
 
+from colocate.base.vocab import DeviceKind, OnCap
 from colocate.gpus.sim import core_of, keep_off_cores
-from colocate.vocab import DeviceKind, OnCap
 from torch_hooks.device import autogroup
 from torch_hooks.device.base import MemoryStats
 

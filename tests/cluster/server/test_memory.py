@@ -7,7 +7,7 @@ from tests.support import run_py_json
 
 CODE = """
 import gc, types
-from cluster.server.daemon import GC_THRESHOLDS, settle_memory
+from cluster.server.startup import GC_THRESHOLDS, settle_memory
 from cluster.server.server import FREEZE_EVERY, SchedulerServer
 
 restored = [[i] for i in range(50_000)]  # what a restore leaves: long-lived

@@ -12,9 +12,9 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from colocate import keys as K
 from colocate import protocol as P
-from colocate import rpc
+from colocate.base import keys as K
+from colocate.clients import rpc
 from tests.support import (
     PY,
     Procs,

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from colocate import protocol as P
-from colocate.endpoints import replace_after_s
+from colocate.base.endpoints import replace_after_s
 from tests.cluster.server.helpers import CLIENT, FakeNode, Harness, job_row, one_running_job, replies
 
 

@@ -12,7 +12,7 @@ from cluster.core import SchedulerCore
 from cluster.sim import ColocationModel, JobInput, LucidTable, SimConfig, Workload, run_policy
 from cluster.spec import JobSpec, NodeSpec
 from cluster.traces import TraceResult, parse_shape
-from colocate.vocab import TERMINAL
+from colocate.base.vocab import TERMINAL
 
 TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "traces"
 PHILLY = TRACES / "philly-pollux" / "philly.csv"

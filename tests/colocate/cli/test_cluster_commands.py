@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from cluster.client import SchedulerClient
+from colocate.clients.scheduler import SchedulerClient
 from tests.support import PY, Procs, alive, child_env, free_port, read_log, tiny_script, wait_for
 
 WORKER = """\

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from colocate import record
 from colocate.demo import node as demo
+from colocate.node import record
 from tests.support import REPO
 
 PAIR = demo.PAIRS["cnn+transformer"]

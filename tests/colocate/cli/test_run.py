@@ -101,8 +101,8 @@ def test_combined_short_flags_with_c(colocate, tmp_path):
 
 
 def test_colocate_side_never_imports_torch(run_py):
-    code = ("import sys, colocate.cli, colocate.launcher, colocate.cli.run, colocate.env, colocate.units, "
-            "colocate.gpus, colocate.node.server, colocate.node.client, torch_hooks, torch_hooks.throttle; print('torch' in sys.modules)")
+    code = ("import sys, colocate.cli, colocate.launcher, colocate.cli.run, colocate.base.env, colocate.base.units, "
+            "colocate.gpus, colocate.node.server, colocate.clients.node, torch_hooks, torch_hooks.throttle; print('torch' in sys.modules)")
     proc = run_py(code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
@@ -118,7 +118,7 @@ def test_job_that_never_imports_torch_pays_nothing(colocate, tmp_path):
 def test_gpus_reach_the_job_and_local_rank_picks_a_process_gpu(colocate, tmp_path):
     """--gpus 1,0: the job's list in order; a process with LOCAL_RANK=i sees GPU number i, a worker id JOB/RANK."""
     code = ("import os, subprocess, sys\n"
-            "from colocate.env import JobEnv\n"
+            "from colocate.base.env import JobEnv\n"
             "print(os.environ['COLOCATE_GPUS'], os.environ.get('COLOCATE_GPU'))\n"
             "for lr in ('0', '1', '2'):\n"
             "    e = JobEnv.from_environ({**os.environ, 'LOCAL_RANK': lr, 'RANK': str(4 + int(lr))})\n"

@@ -86,7 +86,7 @@ def test_a_log_planted_as_a_hard_link_or_fifo_is_neither_written_nor_read(tmp_pa
 
 
 def test_a_caller_in_another_pid_namespace_is_named():
-    from colocate.peercred import Cred, claims, parse
+    from colocate.base.peercred import Cred, claims, parse
 
     assert parse("localhost:1000:1000:4242") == Cred(1000, 1000, 4242)
     assert parse("127.0.0.1:5555") is None  # tcp: no credentials

@@ -256,7 +256,7 @@ def test_events_sent_into_silence_are_sent_again_after_the_next_welcome(rig):
 
 
 def test_curve_the_node_connects_with_its_own_certificate(tmp_path):
-    from colocate import keys as K
+    from colocate.base import keys as K
 
     if not zmq.has("curve"):
         pytest.skip("libzmq without CURVE")
@@ -342,8 +342,8 @@ class LostTableWorkers(FakeWorkers):
 def test_a_node_revokes_the_last_lease_at_start_and_waits_it_out_after_a_lost_table(tmp_path, lost):
     """Issue 22, item 2: at start the lease file is rewritten with this incarnation's epoch and those it holds (the
     launchers of any other incarnation stop); after a lost table, no hello before that revoked lease has run out."""
-    from colocate.endpoints import FENCE_GRACE_S, LEASE_CHECK_S
-    from colocate.lease import lease_clock, read_lease, write_lease
+    from colocate.base.endpoints import FENCE_GRACE_S, LEASE_CHECK_S
+    from colocate.base.lease import lease_clock, read_lease, write_lease
 
     lease = tmp_path / "lease"
     write_lease(str(lease), lease_clock() + 300.0, FENCE_GRACE_S, epoch=3)

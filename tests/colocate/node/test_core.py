@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from colocate import protocol as P
-from colocate.config import NodeConfig
 from colocate.gpus import GpuSpec
+from colocate.node.config import NodeConfig
 from colocate.node.core import JobLost, NodeCore, Reply, Send, Tick
 from colocate.node.policies import water_fill
 

@@ -111,7 +111,7 @@ def test_the_runtime_folder_is_made_private_where_xdg_runtime_dir_says(procs, tm
     node = NodeProc(procs, tmp_path)
     node.endpoint = f"ipc://{xdg}/colocate/node.sock"  # what the default is with XDG_RUNTIME_DIR (checked below)
     node.ctl = node.endpoint + ".ctl"
-    from colocate.endpoints import node_endpoint, runtime_dir
+    from colocate.base.endpoints import node_endpoint, runtime_dir
 
     assert runtime_dir({"XDG_RUNTIME_DIR": str(xdg)}) == f"{xdg}/colocate"
     assert runtime_dir({}) == f"/tmp/colocate-{os.getuid()}"

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from colocate import protocol as P
-from colocate.config import NodeConfig
+from colocate.node.config import NodeConfig
 from colocate.node.metrics import serve
 from tests.support import GiB, MiB, ServerHarness, free_port, pack, sample, scrape
 

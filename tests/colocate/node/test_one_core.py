@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 
 from colocate import protocol as P
-from colocate.config import NodeConfig
 from colocate.gpus import GpuSpec
 from colocate.node import events as E
 from colocate.node.commands import Launch, Reply, Report, Send
+from colocate.node.config import NodeConfig
 from colocate.node.core import NodeCore
 from colocate.node.table import PlacementTable, Worker
 

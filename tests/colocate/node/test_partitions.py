@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from colocate import protocol as P
-from colocate.config import NodeConfig
 from colocate.gpus import GpuSpec
+from colocate.node.config import NodeConfig
 from colocate.node.core import NodeCore, Reply, Send
 from colocate.node.pick import GpuRoom, pick_gpu
 

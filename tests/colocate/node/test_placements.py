@@ -9,12 +9,12 @@ import signal
 import pytest
 
 from colocate import protocol as P
-from colocate.config import NodeConfig
 from colocate.gpus import GpuSpec
 from colocate.node import events as E
 from colocate.node import placements as PC
 from colocate.node.claims import Claim, conflict
 from colocate.node.commands import Launch, Report, Signal
+from colocate.node.config import NodeConfig
 from colocate.node.core import NodeCore
 from colocate.node.table import PlacementTable, Worker
 

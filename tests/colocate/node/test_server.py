@@ -16,9 +16,9 @@ import pytest
 import zmq
 
 from colocate import protocol as P
-from colocate import record
-from colocate.config import NodeConfig
 from colocate.gpus import GpuSpec
+from colocate.node import record
+from colocate.node.config import NodeConfig
 from colocate.node.core import NodeCore
 from colocate.node.server import NodeServer
 from tests.support import GiB, ServerHarness, pack, wait_for
@@ -158,7 +158,7 @@ def test_a_job_that_registers_again_from_a_new_connection_is_bound_to_it(node):
 
 @pytest.fixture
 def child():
-    """A live process this one started: a registration may claim it (``colocate.peercred.claims``)."""
+    """A live process this one started: a registration may claim it (``colocate.base.peercred.claims``)."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     yield proc
     proc.kill()

@@ -3,10 +3,10 @@ promotion of the job's placement (``Promote``, the scheduler's PromotePlacement)
 from __future__ import annotations
 
 from colocate import protocol as P
-from colocate.config import NodeConfig
 from colocate.gpus import GpuSpec
 from colocate.node import events as E
 from colocate.node.commands import Note, Reply, Send
+from colocate.node.config import NodeConfig
 from colocate.node.core import NodeCore
 from colocate.node.table import Worker
 

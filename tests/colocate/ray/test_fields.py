@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
+from colocate.base.vocab import OnCap, Priority
 from colocate.launcher import INJECT_DIR
 from colocate.ray import OPPORTUNISTIC_RESOURCE, options, parse_fields, runtime_env
 from colocate.ray.fields import PLUGIN_CLASS, Fields
 from colocate.ray.launch import NodeSetup
 from colocate.ray.node import node_environment, plugins_value
 from colocate.ray.worker import NO_NODE, NO_PLUGIN, resolve
-from colocate.vocab import OnCap, Priority
 from tests.support import GiB, MiB
 
 
@@ -114,15 +114,15 @@ def test_ray_start_gets_the_plugin_the_resource_and_the_node():
 
 
 def _deferring(environ):
-    from colocate.engines import Deferred
+    from colocate.base.engines import Deferred
 
     raise Deferred("not yet", lambda callback: None)
 
 
 def test_a_resolver_that_defers_is_not_a_refusal():
-    """``Deferred`` passes through ``colocate.engines`` (the runtime then installs nothing yet), where a
+    """``Deferred`` passes through ``colocate.base.engines`` (the runtime then installs nothing yet), where a
     ValueError would stop the worker; nothing is written into the environment."""
-    from colocate.engines import Deferred, prepare
+    from colocate.base.engines import Deferred, prepare
 
     environ = {"COLOCATE_ENGINE": "x"}
     with pytest.raises(Deferred):

@@ -56,7 +56,7 @@ def empty_cluster():
 
 
 def test_the_readmes_slurm_set_up_works_as_printed(empty_cluster):
-    from colocate.node import client
+    from colocate.clients import node as client
 
     loop, procs = empty_cluster
     tmp = loop.folder

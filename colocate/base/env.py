@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from colocate.units import parse_fraction, parse_size
-from colocate.vocab import PRIORITIES, DeviceKind, OnCap, Priority, YieldMode
+from colocate.base.units import parse_fraction, parse_size
+from colocate.base.vocab import PRIORITIES, DeviceKind, OnCap, Priority, YieldMode
 
 PREFIX = "COLOCATE_"
 
@@ -110,7 +110,7 @@ class JobEnv:
     rank: int | None = None  # COLOCATE_RANK/LOCAL_RANK/WORLD_SIZE, else torchrun's RANK, ... (None: unset)
     local_rank: int | None = None
     world_size: int | None = None
-    engine: str = ""  # COLOCATE_ENGINE (already resolved by colocate.engines when the runtime reads this)
+    engine: str = ""  # COLOCATE_ENGINE (already resolved by colocate.base.engines when the runtime reads this)
     partition: bool = False  # a guaranteed fixed partition: gpu_mem and sm_share are its cap and share
     pick_gpu: bool = False  # COLOCATE_GPUS=node: the node picks ``gpu`` at registration (0 until then)
     node_required: bool = False

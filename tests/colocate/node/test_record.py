@@ -1,4 +1,4 @@
-"""colocate/record.py: the node's --record format, written and read by the same definition."""
+"""colocate/node/record.py: the node's --record format, written and read by the same definition."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from colocate import protocol as P
-from colocate import record
+from colocate.node import record
 
 
 def report(job="g", seq=0):

@@ -27,7 +27,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from colocate.files import write_json_atomic
+from colocate.base.files import write_json_atomic
 
 
 def lease_clock() -> float:

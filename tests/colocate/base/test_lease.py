@@ -1,4 +1,4 @@
-"""colocate.lease: the lease file a node writes and its launchers watch (issue 22, items 2 and 9)."""
+"""colocate.base.lease: the lease file a node writes and its launchers watch (issue 22, items 2 and 9)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from colocate.lease import LeaseWatch, parse_marker, placement_marker, read_lease, write_lease
+from colocate.base.lease import LeaseWatch, parse_marker, placement_marker, read_lease, write_lease
 
 
 def test_the_file_names_the_writer_and_every_epoch_it_covers(tmp_path):

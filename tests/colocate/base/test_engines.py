@@ -1,4 +1,4 @@
-"""colocate.engines: an engine's resolver turns what the engine set into the worker's COLOCATE_* values.
+"""colocate.base.engines: an engine's resolver turns what the engine set into the worker's COLOCATE_* values.
 
 In-process: the table of engines, the resolver's errors as one line, the values written, the token drawn.
 One child process proves the runtime's hook end to end, as an engine starts a worker (no launcher: only
@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from colocate import engines
+from colocate.base import engines
 from colocate.launcher import INJECT_DIR
 from tests.support import REPO, result_of, run_py
 
@@ -66,7 +66,7 @@ def test_prepare_draws_a_token_only_when_none_is_set():
 
 WORKER = r'''
 import os
-import colocate.engines as E
+import colocate.base.engines as E
 E.ENGINES["fake"] = "tests.colocate.fake_engine:resolve"
 import torch  # the injected sitecustomize installs the runtime here
 import torch_hooks
@@ -101,7 +101,7 @@ def test_an_engine_worker_refused_by_its_resolver_stops_with_one_line():
 
 DEFERRED = r'''
 import os
-import colocate.engines as E
+import colocate.base.engines as E
 E.ENGINES["fake"] = "tests.colocate.fake_engine:resolve"
 import torch  # the resolver defers here
 import torch_hooks

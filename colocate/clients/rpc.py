@@ -8,7 +8,7 @@ request opens a new one: an answer that comes late dies with the old socket and 
 a later request's. ``close()`` (idempotent; also ``with``).
 
 ``request(endpoint, msg, timeout_s, keys_dir=None, peer="")`` opens a DEALER (a CURVE client with the
-certificates of ``keys_dir`` when given: ``cert``, else the folder's user key, see ``colocate.keys``), sends the message, waits at most
+certificates of ``keys_dir`` when given: ``cert``, else the folder's user key, see ``colocate.base.keys``), sends the message, waits at most
 ``timeout_s`` for the answer and decodes it. A daemon that is away (no socket, dead process, a reply
 that never comes, or a CURVE handshake it refused) raises ``NoAnswer``; an undecodable reply
 raises ``BadReply``; an ``Error`` reply is returned as is (the caller decides how to show it). A fresh
@@ -61,7 +61,7 @@ class Connection:
         if keys_dir:
             from types import SimpleNamespace
 
-            from colocate import keys as K
+            from colocate.base import keys as K
 
             held = SimpleNamespace()  # takes what K.connect would set on a socket
             try:

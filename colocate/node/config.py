@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 
-from colocate.vocab import NodePolicy
+from colocate.base.vocab import NodePolicy
 
 POLICY_NAMES = tuple(NodePolicy)
 

@@ -1,11 +1,11 @@
-"""colocate/config.py: the node's one configuration schema and its errors."""
+"""colocate/node/config.py: the node's one configuration schema and its errors."""
 import json
 import subprocess
 import sys
 
 import pytest
 
-from colocate.config import NodeConfig
+from colocate.node.config import NodeConfig
 from tests.support import REPO
 
 

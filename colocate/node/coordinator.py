@@ -17,8 +17,8 @@ import socket
 import time
 from dataclasses import dataclass
 
-from colocate.daemon import StartError, configure_logging, serve_metrics, stop_on_signals
-from colocate.vocab import DeviceKind
+from colocate.base.serving import StartError, configure_logging, serve_metrics, stop_on_signals
+from colocate.base.vocab import DeviceKind
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,9 @@ def default_state_dir(node_id: str) -> str:
 
 
 def run(opts: NodeOptions) -> int:
-    from colocate.config import NodeConfig
     from colocate.gpus import node_gpus
     from colocate.gpus.sim import keep_off_cores
+    from colocate.node.config import NodeConfig
     from colocate.node.core import NodeCore
     from colocate.node.server import NodeServer
 
@@ -114,7 +114,7 @@ def _agent(opts: NodeOptions, core, server, gpus):
         raise StartError(str(exc), 1) from None
     gpu_status = server.gpu_status if kind == DeviceKind.SIM else NvmlSampler([g.index for g in gpus])
     try:
-        from colocate import keys as K
+        from colocate.base import keys as K
 
         keys = K.resolve(opts.keys, opts.insecure)
         K.require_keys(opts.scheduler, keys)

@@ -1,4 +1,4 @@
-"""The opportunistic GPU pick is one rule (``colocate.pick``), used by the scheduler's ``opportunistic`` plugin
+"""The opportunistic GPU pick is one rule (``colocate.base.pick``), used by the scheduler's ``opportunistic`` plugin
 (``cluster.fitting``) and by the node (``colocate.node.pick``): both choose the same GPU from the same facts."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from cluster.fitting import pick_opportunistic
 from cluster.spec import NodeSpec
 from cluster.state import NodeState
+from colocate.base.pick import fits, pick
 from colocate.node.pick import GpuRoom, pick_gpu
-from colocate.pick import fits, pick
 
 GiB = 1 << 30
 

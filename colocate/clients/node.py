@@ -1,17 +1,18 @@
 """A small request/reply client for a node's operator endpoint (``colocate ctl``, ``colocate top``).
 
-``request(endpoint, msg, timeout_s)`` is ``colocate.rpc.request`` (one request, one reply; ``NoAnswer``
+``request(endpoint, msg, timeout_s)`` is ``colocate.clients.rpc.request`` (one request, one reply; ``NoAnswer``
 when the node is away, ``BadReply`` for an undecodable answer, ``Error`` replies returned as is).
 
-``resolve_ctl_endpoint`` picks the operator endpoint (``colocate.endpoints`` holds the rule).
+``resolve_ctl_endpoint`` picks the operator endpoint (``colocate.base.endpoints`` holds the rule).
 """
 
 from __future__ import annotations
 
-from colocate import endpoints, rpc
 from colocate import protocol as P
-from colocate.rpc import BadEndpoint, BadReply, NoAnswer  # noqa: F401 (re-exported: what callers catch)
-from colocate.rpc import RpcError as CtlClientError  # noqa: F401 (re-exported)
+from colocate.base import endpoints
+from colocate.clients import rpc
+from colocate.clients.rpc import BadEndpoint, BadReply, NoAnswer  # noqa: F401 (re-exported: what callers catch)
+from colocate.clients.rpc import RpcError as CtlClientError  # noqa: F401 (re-exported)
 
 DEFAULT_TIMEOUT_S = 2.0
 

@@ -71,7 +71,7 @@ class Phase(StrEnum):
 
 
 class Engine(StrEnum):
-    """An existing engine colocate runs inside (``COLOCATE_ENGINE``; ``colocate.engines``)."""
+    """An existing engine colocate runs inside (``COLOCATE_ENGINE``; ``colocate.base.engines``)."""
 
     RAY = "ray"
     SLURM = "slurm"
@@ -87,7 +87,7 @@ class NodePolicy(StrEnum):
 
 
 class KeyRole(StrEnum):
-    """The role a CURVE key's name gives its holder (``colocate.keys``: ``node-gpu7`` is node gpu7)."""
+    """The role a CURVE key's name gives its holder (``colocate.base.keys``: ``node-gpu7`` is node gpu7)."""
 
     NODE = "node"
     USER = "user"

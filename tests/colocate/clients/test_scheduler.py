@@ -1,4 +1,4 @@
-"""cluster/client.py and colocate/rpc.py: a submit retried with one request id; a request over the size limit
+"""colocate/clients/scheduler.py and colocate/clients/rpc.py: a submit retried with one request id; a request over the size limit
 refused in one line before it is sent."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import threading
 import pytest
 import zmq
 
-from cluster.client import SchedulerClient, request_from_here
 from colocate import protocol as P
-from colocate import rpc
+from colocate.clients import rpc
+from colocate.clients.scheduler import SchedulerClient, request_from_here
 from tests.support import free_port
 
 

@@ -1,13 +1,13 @@
-"""What an engine's resolver (``colocate.<engine>.worker:resolve``, called by ``colocate.engines``) may use:
+"""What an engine's resolver (``colocate.<engine>.worker:resolve``, called by ``colocate.base.engines``) may use:
 ``within_grant``, the one check of a task's fields against its engine's grant, and ``Deferred``, its answer
-when the worker's facts come later. A resolver imports this module, never ``colocate.engines`` (which imports
+when the worker's facts come later. A resolver imports this module, never ``colocate.base.engines`` (which imports
 the resolvers) nor the job runtime."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from colocate.units import format_size
+from colocate.base.units import format_size
 
 _EPS = 1e-9  # engines hand out fractions as floats (Ray: 0.0001 steps); a share equal to the grant is not above it
 

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from colocate.daemon import StartError, configure_logging, serve_metrics, stop_on_signals
-from colocate.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS
+from colocate.base.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS
+from colocate.base.serving import StartError, configure_logging, serve_metrics, stop_on_signals
 
 if TYPE_CHECKING:
     from cluster.server.server import SchedulerServer
@@ -30,7 +30,7 @@ class SchedulerOptions:
     bind: str
     state: str
     config: str = "antman"  # a preset name or a TOML file
-    keys: str | None = None  # CURVE key folder; None: the user's own (colocate.keys.resolve)
+    keys: str | None = None  # CURVE key folder; None: the user's own (colocate.base.keys.resolve)
     insecure: bool = False  # no CURVE (loopback only)
     metrics_port: int | None = None
     heartbeat_s: float = NODE_HEARTBEAT_S
@@ -49,7 +49,7 @@ def build(opts: SchedulerOptions, clock: Callable[[], float] = time.time) -> Sch
     from cluster.server.journal import Journal, JournalError, JournalUnavailable
     from cluster.server.server import SchedulerServer
     from cluster.server.service import SchedulerService
-    from colocate import keys as K
+    from colocate.base import keys as K
 
     try:
         config = resolve(opts.config)

@@ -1,14 +1,14 @@
 """Engine integrations: how a worker started by Ray or Slurm learns its ``COLOCATE_*`` values.
 
 Contract (docs/engines.md). An engine integration is a package ``colocate.<engine>`` with a module
-``worker`` (which imports ``colocate.engine_api``, never this module nor the runtime) that defines ``resolve(environ: Mapping[str, str]) -> dict[str, str]``. The job runtime calls
+``worker`` (which imports ``colocate.base.engine_api``, never this module nor the runtime) that defines ``resolve(environ: Mapping[str, str]) -> dict[str, str]``. The job runtime calls
 ``prepare(os.environ)`` when it installs (right after ``import torch`` in the worker), before it reads any
 other variable: with ``COLOCATE_ENGINE`` set, the engine's resolver is imported (lazily: no engine is
 imported otherwise) and called once with the worker's environment, and the values it returns are written
 into that environment, replacing what was there. The resolver decides per-worker facts (GPU, share, cap,
 job id, rank, world size, priority, partition) from what the engine set; it must not start CUDA. It raises
 ``ValueError`` with one line naming what is wrong (a bad option, a missing grant): the worker then stops
-with that line, exit 2. Every key it returns is a ``COLOCATE_*`` variable of ``colocate.env``, every value
+with that line, exit 2. Every key it returns is a ``COLOCATE_*`` variable of ``colocate.base.env``, every value
 a string; anything else is a ``ValueError`` too.
 
 Grants only go down: what a task asks of colocate itself (Ray's ``runtime_env`` fields, Slurm's
@@ -27,9 +27,9 @@ import importlib
 import secrets
 from collections.abc import Callable, Mapping, MutableMapping
 
-from colocate.engine_api import Deferred, within_grant
-from colocate.env import NAMES
-from colocate.vocab import Engine
+from colocate.base.engine_api import Deferred, within_grant
+from colocate.base.env import NAMES
+from colocate.base.vocab import Engine
 
 __all__ = ["ENGINES", "Deferred", "Resolver", "prepare", "resolve", "resolver", "within_grant"]
 
@@ -60,7 +60,7 @@ def resolver(name: str, engines: Mapping[str, str] | None = None) -> Resolver:
 def resolve(environ: MutableMapping[str, str], engines: Mapping[str, str] | None = None) -> dict[str, str]:
     """Run the resolver ``COLOCATE_ENGINE`` names on ``environ`` and write its values into it; returns them
     ({} without an engine). Raises ValueError with one line on an unknown engine, a resolver's own
-    ValueError, or a value that is not a ``COLOCATE_*`` variable of ``colocate.env``; lets ``Deferred`` through."""
+    ValueError, or a value that is not a ``COLOCATE_*`` variable of ``colocate.base.env``; lets ``Deferred`` through."""
     name = environ.get("COLOCATE_ENGINE") or ""
     if not name:
         return {}

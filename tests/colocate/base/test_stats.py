@@ -1,10 +1,10 @@
-"""colocate/stats.py: the one definition of the --stats-file fields, and how processes merge."""
+"""colocate/base/stats.py: the one definition of the --stats-file fields, and how processes merge."""
 
 from __future__ import annotations
 
 import pytest
 
-from colocate import stats
+from colocate.base import stats
 
 
 def proc(iters, wall, busy, peak, host=0):

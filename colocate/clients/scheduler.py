@@ -2,7 +2,7 @@
 
 ``SchedulerClient(endpoint=None, keys_dir=None, timeout_s=5.0)``: ``endpoint`` defaults to
 ``COLOCATE_SCHEDULER`` (else ``tcp://127.0.0.1:5555``), ``keys_dir`` to ``COLOCATE_KEYS``, else the
-user's own key folder (``colocate.keys.resolve``; made on first use); ``keys_dir=""`` connects without
+user's own key folder (``colocate.base.keys.resolve``; made on first use); ``keys_dir=""`` connects without
 CURVE (a scheduler started with ``--insecure``; loopback only). The user the scheduler records is the
 name of the client's key. A client keeps one connection (``rpc.Connection``: one CURVE handshake, the
 key files read once) for all its calls, one at a time; ``close()`` (or ``with``) ends it. Every call is
@@ -24,10 +24,12 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
-from colocate import endpoints, rpc
-from colocate import keys as K
 from colocate import protocol as P
-from colocate.vocab import Priority
+from colocate.base import endpoints
+from colocate.base import keys as K
+from colocate.base.commandline import python_script
+from colocate.base.vocab import Priority
+from colocate.clients import rpc
 
 SUBMIT_ATTEMPTS = 3
 
@@ -77,7 +79,7 @@ def check_size(req: P.JobRequest) -> None:
     size = len(msgpack.packb(P.to_wire(P.Submit(request=req)), use_bin_type=True))
     if size <= P.MAX_MESSAGE_BYTES:
         return
-    from colocate.units import format_size
+    from colocate.base.units import format_size
 
     env = dict(req.env)
     largest = sorted(env, key=lambda k: -len(env[k]))[:3]
@@ -90,8 +92,6 @@ def check_size(req: P.JobRequest) -> None:
 
 def default_name(command: Sequence[str]) -> str:
     """A job's name when none is given: the script of a python command, else the program."""
-    from colocate.launcher import python_script
-
     prog = os.path.basename(command[0]) if command else "job"
     if prog.startswith("python"):
         script = python_script(list(command[1:]))

@@ -1,11 +1,11 @@
-"""colocate.env: the one table of COLOCATE_* variables and its typed view."""
+"""colocate.base.env: the one table of COLOCATE_* variables and its typed view."""
 import os
 from dataclasses import fields
 
 import pytest
 
-from colocate import env as envmod
-from colocate.env import DEFAULT_SIM_GPU_MEM, NAMES, PREFIX, VARIABLES, JobEnv, markdown_table
+from colocate.base import env as envmod
+from colocate.base.env import DEFAULT_SIM_GPU_MEM, NAMES, PREFIX, VARIABLES, JobEnv, markdown_table
 from tests.support import REPO
 
 
@@ -25,11 +25,11 @@ def test_every_variable_is_used_by_the_code():
     sources = ""
     for pkg in ("colocate", "torch_hooks"):
         for path in (REPO / pkg).rglob("*.py"):
-            if path.name == "env.py" and path.parent.name == "colocate":
+            if path.name == "env.py" and path.parent.name == "base":
                 continue
             sources += path.read_text()
     # env.py reads the variables through JobEnv; count those uses too (outside the table).
-    env_src = (REPO / "colocate" / "env.py").read_text()
+    env_src = (REPO / "colocate" / "base" / "env.py").read_text()
     body = env_src.split("NAMES = frozenset", 1)[1]
     for v in VARIABLES:
         assert v.name in body or v.name in sources, f"{v.name} is documented but never used"

@@ -1,4 +1,4 @@
-"""colocate/keys.py: key files and folders are made private and refused when they are not (issue 22, item 1);
+"""colocate/base/keys.py: key files and folders are made private and refused when they are not (issue 22, item 1);
 admitted keys reload on any change of an admitted file (item 7)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from colocate import keys as K
+from colocate.base import keys as K
 
 
 def _mode(path) -> int:

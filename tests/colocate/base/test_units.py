@@ -1,9 +1,9 @@
-"""colocate.units: sizes and fractions as the command line accepts them."""
+"""colocate.base.units: sizes and fractions as the command line accepts them."""
 import math
 
 import pytest
 
-from colocate.units import format_size, parse_fraction, parse_size
+from colocate.base.units import format_size, parse_fraction, parse_size
 
 KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 

@@ -42,7 +42,7 @@ import shutil
 import socket
 import tempfile
 
-from colocate.vocab import KeyRole
+from colocate.base.vocab import KeyRole
 
 SERVER = "scheduler"
 NODE, USER, OPERATOR = KeyRole.NODE, KeyRole.USER, KeyRole.OPERATOR

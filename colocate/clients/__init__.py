@@ -1,0 +1,1 @@
+"""Clients of colocate's daemons: one kept CURVE connection (``rpc``), the scheduler's (``scheduler``) and a node operator endpoint's (``node``)."""
