@@ -141,7 +141,7 @@ def test_insecure_is_refused_beyond_loopback_and_keys_are_made_once_by_racing_pr
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "beyond loopback" in res.stderr
     folder = tmp_path / "cfg" / "colocate" / "keys"
-    code = "from colocate import keys as K; import sys; print(K.client_cert(K.resolve(None)))"
+    code = "from colocate.base import keys as K; import sys; print(K.client_cert(K.resolve(None)))"
     racers = [subprocess.Popen([PY, "-c", code], cwd=REPO, env=child_env({"XDG_CONFIG_HOME": str(tmp_path / "cfg")}),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
     outs = [r.communicate(timeout=120) for r in racers]
