@@ -269,7 +269,30 @@ class SchedulerService(Faults):
             log.warning("node %s refused placement %s (%s): %s", node_id, m.placement_id, m.code, m.reason)
             event = ev.PlacementRefused(m.job_id, m.placement_id, node_id, m.reason, m.code == P.REFUSED_STALE)
         joined = self.joining.pop(node_id, None) if isinstance(m, P.NodeStatus) else None
-        return self._decide([joined, event] if joined else [event], now)
+        out = self._decide([joined, event] if joined else [event], now)
+        return out + self._settled(node_id, m)
+
+    def _settled(self, node_id: str, m: NodeWrite) -> Replies:
+        """``PlacementsSettled`` for the ended placements ``m`` shows whose end the core has taken (the job is
+        no longer on that placement); sent after the batch's commit, like every reply, so the node forgets only
+        what the journal holds."""
+        if isinstance(m, P.NodeStatus):
+            ended = {(w.job_id, w.placement_id) for w in m.workers if not w.running}
+        elif isinstance(m, P.WorkerExited):
+            ended = {(m.job_id, m.placement_id)}
+        else:
+            return []
+        ids = sorted({pid for job_id, pid in ended if not self._on(job_id, pid)})
+        ident = self.nodes.get(node_id)
+        if not ids or ident is None:
+            return []
+        return [(ident, P.PlacementsSettled(node_id=node_id, placement_ids=tuple(ids[i:i + P.MAX_LIST_ITEMS])))
+                for i in range(0, len(ids), P.MAX_LIST_ITEMS)]
+
+    def _on(self, job_id: str, placement_id: str) -> bool:
+        """The job is placed or running on ``placement_id`` (its end is not settled)."""
+        job = self.core.job(job_id)
+        return job is not None and job.placement_id == placement_id and job.state in (ev.PLACING, ev.RUNNING)
 
     def _silent(self, node_id: str, heard: float, now: float) -> ev.NodeLost:
         """Node ``node_id``, last heard at ``heard``, is down; its placements are lost once its lease and the

@@ -259,20 +259,8 @@ class SchedulerAgent:
         elif isinstance(msg, P.NodeHeartbeat):  # the echo: proof of life (counted), and the lease renewed
             if self.welcomed:
                 self._renew(self._asks.popleft() if self._asks else None)
-        elif isinstance(msg, P.StartPlacement):
-            if not self.welcomed or msg.cluster_id != self.cluster_id:
-                log.warning("start of placement %s for cluster %s ignored: this node is welcomed by %s",
-                            msg.placement_id, msg.cluster_id or "unnamed", self.cluster_id or "none")
-                return
-            self._queue(self.workers.start(msg))
-        elif isinstance(msg, P.StopPlacement):
-            log.info("stop placement %s of job %s (%s), grace %.1f s", msg.placement_id, msg.job_id,
-                     msg.reason or "no reason given", msg.grace_s)
-            self._queue(self.workers.stop(msg.placement_id, msg.grace_s, msg.job_id, self.cluster_id or ""))
-            self._dirty = True
-        elif isinstance(msg, P.PromotePlacement):
-            if self.workers.promote(msg.placement_id, self.cluster_id or "") is not None:
-                self._dirty = True
+        elif isinstance(msg, (P.StartPlacement, P.StopPlacement, P.PromotePlacement, P.PlacementsSettled)):
+            self._placement_message(msg)
         elif isinstance(msg, P.LogTailRequest):
             self._send(node_logs.answer(msg, self.node_id, self.epoch, self.log_dir))
         elif isinstance(msg, P.Error):
@@ -288,6 +276,27 @@ class SchedulerAgent:
                 log.warning("scheduler error (%s): %s", msg.code, msg.message)
         else:
             self._bad(P.ProtocolError(P.FORBIDDEN, f"{msg.TYPE} is not accepted by a node"))
+
+    def _placement_message(self, msg: P.StartPlacement | P.StopPlacement | P.PromotePlacement
+                           | P.PlacementsSettled) -> None:
+        """The scheduler's word about its placements, carried out by the worker manager."""
+        if isinstance(msg, P.StartPlacement):
+            if not self.welcomed or msg.cluster_id != self.cluster_id:
+                log.warning("start of placement %s for cluster %s ignored: this node is welcomed by %s",
+                            msg.placement_id, msg.cluster_id or "unnamed", self.cluster_id or "none")
+                return
+            self._queue(self.workers.start(msg))
+        elif isinstance(msg, P.StopPlacement):
+            log.info("stop placement %s of job %s (%s), grace %.1f s", msg.placement_id, msg.job_id,
+                     msg.reason or "no reason given", msg.grace_s)
+            self._queue(self.workers.stop(msg.placement_id, msg.grace_s, msg.job_id, self.cluster_id or ""))
+            self._dirty = True
+        elif isinstance(msg, P.PromotePlacement):
+            if self.workers.promote(msg.placement_id, self.cluster_id or "") is not None:
+                self._dirty = True
+        elif isinstance(msg, P.PlacementsSettled):
+            if self.welcomed and self.workers.settled(msg.placement_ids, self.cluster_id or ""):
+                self._dirty = True
 
     def _queue(self, events) -> None:
         for event in events:

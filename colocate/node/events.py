@@ -74,6 +74,15 @@ class Promote:
 
 
 @dataclass(frozen=True)
+class Settled:
+    """The scheduler of ``cluster_id`` has journaled the end of these placements: the ones that have ended here
+    retire at once (only their ids are remembered); one still running is kept."""
+
+    placement_ids: tuple[str, ...]
+    cluster_id: str = ""
+
+
+@dataclass(frozen=True)
 class Exited:
     """Worker ``rank`` of placement ``key`` (``scoped``) ended with ``code``."""
 
@@ -112,4 +121,4 @@ class Recovered:
     """The table was loaded by a new node process: its promotions hold again."""
 
 
-PLACEMENT_EVENTS = (Start, Launched, LaunchFailed, Stop, Promote, Exited, WallTick, Fence, Welcomed, Recovered)
+PLACEMENT_EVENTS = (Start, Launched, LaunchFailed, Stop, Promote, Settled, Exited, WallTick, Fence, Welcomed, Recovered)

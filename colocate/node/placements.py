@@ -14,6 +14,9 @@ Every placement rule of the node, each in one place:
     placements and of registered workers alike (````placement_claims``, ``worker_claims````): a worker started by hand counts;
   * promotion: the placement's ``promoted`` flag, and the job's promotion in the node core (on at ``Promote``
     and ``Recovered``; off when a new placement of the job starts or the placement ends);
+  * retirement: an ended placement stays in the table (and in the node's status) until the scheduler says it has
+    journaled its end (``Settled``), or ``keep_ended_s`` after it ended when no scheduler says so; then only its id
+    is remembered;
   * fencing: ``Fence(lapsed)`` says whether the node's lease has lapsed (its launchers are stopping their
     workers); a worker that ends with a non-zero code while it has is reported ``fenced``. ``Welcomed(cluster)``
     names the scheduler's cluster: placements of any other cluster are stopped and no longer reported.
@@ -68,7 +71,7 @@ class PlacementRules:
 
     def _placement_handlers(self) -> dict[type, Callable[..., Any]]:
         return {E.Start: self._start, E.Launched: self._launched, E.LaunchFailed: self._launch_failed,
-                E.Stop: self._stop, E.Promote: self._promote, E.Exited: self._exited, E.WallTick: self._wall_tick,
+                E.Stop: self._stop, E.Promote: self._promote, E.Settled: self._settled, E.Exited: self._exited, E.WallTick: self._wall_tick,
                 E.Fence: self._fence, E.Welcomed: self._welcomed, E.Recovered: self._recovered}
 
     # ------------------------------------------------------------------ what the core provides
@@ -221,6 +224,12 @@ class PlacementRules:
             else:
                 w.kill_at = min(w.kill_at, deadline)
         return out
+
+    def _settled(self, e: E.Settled, now: float) -> list[Command]:
+        if e.cluster_id != self.cluster:
+            return []  # another scheduler's word about its own placements
+        moved = self.table.retire_ended([scoped(e.cluster_id, pid) for pid in e.placement_ids])
+        return [Save()] if moved else []
 
     def _promote(self, e: E.Promote, now: float) -> list[Command]:
         p = self.table.placements.get(scoped(e.cluster_id, e.placement_id))

@@ -80,6 +80,18 @@ class PlacementTable:
         while len(table) > KEEP_IDS:
             table.pop(next(iter(table)))
 
+    def retire_ended(self, keys: list[str]) -> int:
+        """Move the ended placements among ``keys`` (``scoped``) to ``done`` now; running or unknown ones stay as
+        they are. Returns how many moved."""
+        moved = 0
+        for key in keys:
+            p = self.placements.get(key)
+            if p is not None and p.ended_at is not None and not p.running:
+                del self.placements[key]
+                self.remember(self.done, key, p.job_id)
+                moved += 1
+        return moved
+
     def retire(self, now_wall: float, keep_s: float) -> bool:
         """Move placements that ended more than ``keep_s`` ago to ``done``; True if any moved."""
         old = [p for p in self.placements.values() if p.ended_at is not None and now_wall - p.ended_at > keep_s]

@@ -1,13 +1,16 @@
 """The node's table of placements and their worker processes, persisted so it survives a node crash.
 
-The data is ``colocate.node.table.PlacementTable`` (what the node's pure core changes); this module is its file: one
-JSON file: ``STATE_DIR/workers.json``, rewritten atomically (write, then rename)
-after every change, and a lock file ``STATE_DIR/lock`` (``flock``) held while a node uses the folder, so
-two nodes never share a table. The file records, per placement: the job, its priority, whether it was
-promoted or is stopping, and per worker its rank, GPUs, pid, the process's create time (so that a
-reused pid is never taken for the worker), its log and exit-status files and, once known, its exit code.
-It also keeps the ids of placements that ended, were refused or were stopped before they started, so
-that no placement id starts twice, not even across a restart (the newest ``KEEP_IDS`` of each). Each worker
+The data is ``colocate.node.table.PlacementTable`` (what the node's pure core changes); this module is its files:
+``STATE_DIR/workers.json`` (compact JSON), rewritten atomically (write, then rename) after every change,
+``STATE_DIR/done.log``, appended to, and a lock file ``STATE_DIR/lock`` (``flock``) held while a node uses the
+folder, so two nodes never share a table. ``workers.json`` records, per placement: the job, its priority, whether
+it was promoted or is stopping, and per worker its rank, GPUs, pid, the process's create time (so that a reused pid
+is never taken for the worker), its log and exit-status files and, once known, its exit code; and the ids of
+placements refused or stopped before they started. ``done.log`` has one line (``KEY JOB``) per placement retired
+after it ended, appended before the ``workers.json`` that no longer holds it, and rewritten with the newest
+``KEEP_IDS`` once it holds twice that. So no placement id starts twice, not even across a restart, and a save costs
+what the live placements cost, not the thousands of ids retired before (format 1 files, which kept those ids in
+``workers.json``, are read too). Each worker
 records the node incarnation (epoch) that started it: the lease covers the epochs of the workers the node holds.
 
 A file that is not a table (bad JSON, a field of the wrong type, a placement that is not a map...) is refused by
@@ -32,7 +35,8 @@ from colocate.node.table import KEEP_IDS, LocalPlacement, PlacementTable, Worker
 
 log = logging.getLogger("colocate.node.workers")
 
-FORMAT = 1
+FORMAT = 2  # 2: retired ids in done.log, not in workers.json
+FORMATS = (1, FORMAT)  # read
 __all__ = ["FORMAT", "KEEP_IDS", "LocalPlacement", "PlacementTable", "StateDirError", "TableError", "Worker", "WorkerTable",
            "decode", "scoped"]
 
@@ -98,7 +102,7 @@ def decode(data) -> tuple[dict, dict, dict, dict]:
     line) for anything that is not a table of this ``FORMAT``."""
     if type(data) is not dict:
         raise TableError(f"expected a map, got {type(data).__name__}")
-    if data.get("format") != FORMAT or type(data.get("format")) is not int:
+    if data.get("format") not in FORMATS or type(data.get("format")) is not int:
         raise TableError(f"format {data.get('format')!r}, expected {FORMAT}")
     raw = data.get("placements")
     if type(raw) is not list:
@@ -120,7 +124,7 @@ def decode(data) -> tuple[dict, dict, dict, dict]:
             workers.append(Worker(**wf))
         placement = LocalPlacement(**fields_, workers=workers)
         placements[scoped(placement.cluster, placement.placement_id)] = placement
-    done = _str_map(data.get("done", {}), "done")
+    done = _str_map(data.get("done", {}), "done")  # format 1
     refused = _str_map(data.get("refused", {}), "refused", list)
     stopped = _str_map(data.get("stopped_unknown", {}), "stopped_unknown")
     return placements, done, refused, stopped
@@ -134,6 +138,9 @@ class WorkerTable(PlacementTable):
         super().__init__()
         self.state_dir = state_dir
         self.path = os.path.join(state_dir, "workers.json")
+        self.done_path = os.path.join(state_dir, "done.log")
+        self._done_lines = 0  # lines in done.log (rewritten at 2 * KEEP_IDS)
+        self._done_new: list[tuple[str, str]] = []  # retired since the last save: appended to done.log first
         self.lost = False  # load(): the last incarnation's table is gone or unreadable
         self._lock_fd: int | None = None
 
@@ -158,12 +165,18 @@ class WorkerTable(PlacementTable):
             os.close(self._lock_fd)  # closing releases the flock
             self._lock_fd = None
 
+    def remember(self, table: dict, key: str, value) -> None:
+        super().remember(table, key, value)
+        if table is self.done:
+            self._done_new.append((key, value))
+
     # ------------------------------------------------------------------ load / save
     def load(self) -> None:
         """Read the file if there is one. A file that is not a table is moved aside (and refused in one line):
         the node starts with an empty table, marked ``lost``, rather than not at all. A missing file is ``lost``
         too when the folder holds a lease (a node ran here and saved a table: it was removed)."""
         self.lost = False
+        self._load_done()
         if not os.path.exists(self.path):
             self.lost = os.path.exists(os.path.join(self.state_dir, "lease"))
             if self.lost:
@@ -173,7 +186,8 @@ class WorkerTable(PlacementTable):
         try:
             with open(self.path, "rb") as f:
                 data = json.loads(f.read().decode("utf-8"))
-            self.placements, self.done, self.refused, self.stopped_unknown = decode(data)
+            self.placements, done, self.refused, self.stopped_unknown = decode(data)
+            self.done = {**done, **self.done}  # a format 1 file's ids, then done.log's
         except (OSError, ValueError, RecursionError) as exc:  # TableError, JSON and UTF-8 errors are ValueErrors
             aside = f"{self.path}.unreadable-{int(time.time())}"
             why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
@@ -183,24 +197,67 @@ class WorkerTable(PlacementTable):
                 os.replace(self.path, aside)
             except OSError:
                 pass
-            self.placements, self.done, self.refused, self.stopped_unknown = {}, {}, {}, {}
+            self.placements, self.refused, self.stopped_unknown = {}, {}, {}
             self.lost = True
+
+    def _load_done(self) -> None:
+        """``done.log``'s ids, the newest ``KEEP_IDS`` (a torn last line, from a crash mid-append, is skipped)."""
+        self.done, self._done_new = {}, []
+        try:
+            with open(self.done_path, "rb") as f:
+                lines = f.read().decode("utf-8", errors="replace").split("\n")[:-1]  # after the last newline: torn
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.error("cannot read retired placement ids from %s: %s", self.done_path, exc.strerror)
+            return
+        for line in lines:
+            parts = line.split(" ")
+            if len(parts) == 2 and parts[0] and parts[1]:
+                self.done.pop(parts[0], None)
+                self.done[parts[0]] = parts[1]
+        while len(self.done) > KEEP_IDS:
+            self.done.pop(next(iter(self.done)))
+        self._done_lines = len(lines)
+
+    def _write(self, data: dict) -> None:
+        """``done.log`` first, then ``workers.json``: a crash between them leaves an ended placement in both
+        (known twice, harmless), never in neither. Raises OSError."""
+        if self._done_new:
+            self._append_done()
+        write_json_atomic(self.path, data, compact=True)
+
+    def _append_done(self) -> None:
+        """Write the ids retired since the last save to ``done.log`` (rewritten with the newest ``KEEP_IDS`` once
+        it would hold twice that). Raises OSError (the ids then wait for the next save)."""
+        new = self._done_new
+        if self._done_lines + len(new) > 2 * KEEP_IDS:
+            tmp = f"{self.done_path}.tmp.{os.getpid()}"
+            with open(tmp, "w") as f:
+                f.write("".join(f"{k} {j}\n" for k, j in self.done.items()))
+            os.replace(tmp, self.done_path)
+            self._done_lines = len(self.done)
+        else:
+            with open(self.done_path, "a") as f:
+                f.write("".join(f"{k} {j}\n" for k, j in new))
+            self._done_lines += len(new)
+        self._done_new = []
 
     def save(self) -> None:
         data = {
             "format": FORMAT,
             "saved_at": time.time(),
             "placements": [{**asdict(p), "workers": [asdict(w) for w in p.workers]} for p in self.placements.values()],
-            "done": self.done,
             "refused": self.refused,
             "stopped_unknown": self.stopped_unknown,
         }
         try:
             try:
-                write_json_atomic(self.path, data)
+                self._write(data)
             except FileNotFoundError:  # the folder was deleted under the node: made again, then saved
                 self.restore()
-                write_json_atomic(self.path, data)
+                self._done_lines, self._done_new = 0, list(self.done.items())  # a new done.log: every id again
+                self._write(data)
         except OSError as exc:  # a full disk must not take the node down; the table stays in memory
             log.error("cannot save the worker table to %s: %s", self.path, exc.strerror or exc)
 

@@ -166,6 +166,13 @@ class WorkerManager:
         p = self.table.placements.get(scoped(cluster_id, placement_id))
         return p.job_id if p is not None and p.promoted and p.running else None
 
+    def settled(self, placement_ids: tuple[str, ...], cluster_id: str = "") -> bool:
+        """The scheduler of ``cluster_id`` journaled the end of these placements: those that ended here are
+        forgotten now (their ids kept). True if any was."""
+        before = len(self.table.placements)
+        self._do(E.Settled(tuple(placement_ids), cluster_id))
+        return len(self.table.placements) < before
+
     def welcomed(self, cluster_id: str) -> list:
         """The scheduler of ``cluster_id`` welcomed the node: the events held for it; other clusters' workers
         are stopped."""

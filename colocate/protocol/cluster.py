@@ -7,7 +7,7 @@ Who sends what:
   node -> scheduler   NodeHello (register; the reply is NodeWelcome), NodeHeartbeat, NodeStatus,
                       WorkerStarted, WorkerExited, StartRefused, LogTail
   scheduler -> node   NodeWelcome, NodeHeartbeat (the echo), StartPlacement, StopPlacement,
-                      PromotePlacement, LogTailRequest, Error
+                      PromotePlacement, LogTailRequest, PlacementsSettled, Error
   client -> scheduler Submit, JobsRequest, NodesRequest, Cancel, LogsRequest
   scheduler -> client Submitted, JobsReply, NodesReply, Ok, LogsReply, Error
 
@@ -27,6 +27,9 @@ Rules:
     and ``WorkerStatus.fenced`` mark a worker that ended that way (not the job's failure).
   * ``StartPlacement`` is idempotent per ``(cluster_id, placement_id)``: a node that has seen the id starts nothing
     twice. ``StopPlacement`` and ``PromotePlacement`` are idempotent too.
+  * ``PlacementsSettled`` follows the commit of a batch that ended placements of the node (or of a report
+    that shows ended placements whose end the journal already has): the node then forgets those that have
+    ended there, so its status and its table hold only what the scheduler may still need.
   * Each worker of a placement is one process with torchrun's contract (``RANK``, ``LOCAL_RANK``,
     ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) on its GPUs.
   * Logs travel over the link: ``LogsRequest`` makes the scheduler send each worker's node a
@@ -309,6 +312,16 @@ class LogTailRequest(Message):
     max_bytes: int = _f(Num(int, 1, LOG_TAIL_MAX_BYTES), default=LOG_TAIL_MAX_BYTES)
 
 
+@_record("placements_settled")
+class PlacementsSettled(Message):
+    """The scheduler has journaled the end of these placements of the node (sent after the commit): the node
+    may forget those that have ended there (it keeps their ids, so none starts again). At most
+    ``MAX_LIST_ITEMS`` ids a message; more go in several."""
+
+    node_id: str = _f(NODE_ID)
+    placement_ids: tuple = _f(ListOf(NAME))
+
+
 # ---------------------------------------------------------------- client <-> scheduler
 
 
@@ -376,6 +389,7 @@ class LogsReply(Message):
 
 
 NODE_TO_SCHEDULER = (NodeHello, NodeHeartbeat, NodeStatus, WorkerStarted, WorkerExited, StartRefused, LogTail)
-SCHEDULER_TO_NODE = (NodeWelcome, NodeHeartbeat, StartPlacement, StopPlacement, PromotePlacement, LogTailRequest)
+SCHEDULER_TO_NODE = (NodeWelcome, NodeHeartbeat, StartPlacement, StopPlacement, PromotePlacement, LogTailRequest,
+                     PlacementsSettled)
 CLIENT_TO_SCHEDULER = (Submit, JobsRequest, NodesRequest, Cancel, LogsRequest)
 SCHEDULER_TO_CLIENT = (Submitted, JobsReply, NodesReply, Ok, LogsReply)

@@ -73,6 +73,7 @@ CLUSTER = [
     P.StopPlacement("p-1", job_id="ddp-1", reason="preempted"),
     P.StopPlacement("p-1", job_id="ddp-1", reason="", grace_s=0.0),
     P.PromotePlacement("p-1", job_id="ddp-1"),
+    P.PlacementsSettled(node_id="n1", placement_ids=("p-1", "p-2")),
     P.Submit(REQUEST),
     P.Submit(P.JobRequest(command=("python", "t.py"), cwd="/", env={})),
     P.Submitted("ddp-1"),

@@ -98,6 +98,7 @@ CLUSTER_MESSAGES = {
     P.StopPlacement: st.builds(P.StopPlacement, placement_id=names, job_id=ids, reason=texts,
                                grace_s=st.floats(0.0, 3600.0)),
     P.PromotePlacement: st.builds(P.PromotePlacement, placement_id=names, job_id=ids),
+    P.PlacementsSettled: st.builds(P.PlacementsSettled, node_id=ids, placement_ids=st.lists(names, max_size=5).map(tuple)),
     P.Submit: st.builds(P.Submit, request=requests),
     P.Submitted: st.builds(P.Submitted, job_id=ids),
     P.JobsRequest: st.builds(P.JobsRequest, job_id=st.none() | ids, active_only=st.booleans(), offset=counts,

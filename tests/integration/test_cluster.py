@@ -295,3 +295,19 @@ def test_with_curve_an_unauthenticated_node_and_client_are_refused(procs, tmp_pa
                  what="a refused node to retry")
     assert [n.node_id for n in c.client.nodes().nodes] == ["good"]
     assert good.poll() is None and plain.poll() is None and stranger.poll() is None
+
+
+@pytest.mark.timeout(180)
+def test_a_node_forgets_ended_placements_once_the_scheduler_has_settled_them(procs, tmp_path):
+    """Without PlacementsSettled a node keeps an ended placement in its table and its status for 300 s."""
+    import json
+
+    c = Cluster(procs, tmp_path, nodes=1, gpus=2)
+    ids = [c.light(0.2, name=f"short{i}") for i in range(4)]
+    jobs = wait_all_done(c, ids, 120)
+    assert all(jobs[i].state == "succeeded" for i in ids), (jobs, c.logs())
+    table, done = tmp_path / "n0" / "workers.json", tmp_path / "n0" / "done.log"
+    wait_for(lambda: json.loads(table.read_text())["placements"] == [], 30,
+             what="the node to forget the settled placements", interval=0.2)
+    retired = {line.split()[1] for line in done.read_text().splitlines()}
+    assert retired == set(ids)  # each job's placement id is remembered (it never starts again)

@@ -145,6 +145,20 @@ def test_kill_deadline_and_forgetting_ended_placements():
     assert shown(c.handle(E.Start(A), 1307.0)) == []
 
 
+def test_a_settled_placement_is_forgotten_at_once_once_it_has_ended():
+    c = core()
+    two = start("2.1", "2", gpus=(1,))
+    for e in run(A) + run(two):
+        c.handle(e, 1000.0)
+    assert c.handle(E.Settled(("1.1",), "c1"), 1000.0) == []  # still running: kept
+    c.handle(exited("c1/1.1", 0, 0), 1001.0)
+    c.handle(E.Exited("c1/2.1", 0, 0, wall=1001.0), 1001.0)
+    assert c.handle(E.Settled(("1.1", "2.1"), "c2"), 1001.0) == []  # another cluster's word: nothing
+    assert [type(x).__name__ for x in c.handle(E.Settled(("1.1",), "c1"), 1001.0)] == ["Save"]
+    assert [w.placement_id for w in c.status()] == ["2.1"] and c.table.known("c1/1.1")
+    assert shown(c.handle(E.Start(A), 1002.0)) == []  # its id is remembered: it never starts again
+
+
 def test_events_before_the_first_welcome_wait_for_it_and_only_the_welcoming_clusters_go():
     c = core(cluster=None)  # a node with a scheduler link: the table's cluster is unknown until welcomed
     for e in run(A) + run(start("9.1", "9", gpus=(1,), cluster="c2")):

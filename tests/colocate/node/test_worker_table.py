@@ -71,7 +71,7 @@ def test_a_good_table_round_trips():
     ({**TABLE, "placements": [{**PLACEMENT, "priority": "urgent"}]}, "is not a priority"),
     ({**TABLE, "placements": [{k: v for k, v in PLACEMENT.items() if k != "job_id"}]}, "missing 'job_id'"),
     ({**TABLE, "refused": {"x": "why"}}, "expected [job id, reason]"),
-    ({**TABLE, "format": 2}, "format 2"),
+    ({**TABLE, "format": 3}, "format 3"),
     ([TABLE], "expected a map, got list"),
 ])
 def test_a_table_of_the_wrong_shape_is_refused_in_one_line(bad, words):
