@@ -8,8 +8,9 @@ to compute-bound layers), whether the step trains (backward + update) and its in
 and weights, the optimizer and the activation as indicators, and the GPU's log peak FLOP/s and log
 memory bandwidth, each also times the log of the work it limits (FLOPs, bytes). The GPU enters only
 through its peak FLOP/s and bandwidth, so any GPU with a data sheet can be predicted; cores and clock
-are kept in ``Gpu`` as data but left out of the fit (with them, leave-one-GPU-out error grows:
-6 GPUs cannot pin 4 hardware terms; see ``benchmarks/crosshw.py``).
+are kept in ``Gpu`` as data but left out of the fit: with them too, leave-one-GPU-out error falls
+for dense layers but more than doubles for convolutions (six GPUs cannot pin four hardware terms;
+``benchmarks/crosshw.py`` prints the comparison).
 
 **Data.** Fitted on first use from the package's own table ``data/justus2018_layers.csv.gz``: 24,000
 per-layer benchmark rows on six GPUs (V100, P100, 1080Ti, M60, K80, K40, FP32, batch <= 32) of Justus
@@ -33,7 +34,7 @@ import io
 import json
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -127,15 +128,20 @@ class Sample:
     seconds: float
 
 
+Design = Callable[[Layer, Gpu], list[float]]
+
+
 @dataclass(frozen=True)
 class Model:
-    """Fitted coefficients per layer kind, in the order of ``features``."""
+    """Fitted coefficients per layer kind, in the order of ``design``'s row (``features`` by default;
+    another design is for comparing terms, as ``benchmarks/crosshw.py`` does)."""
 
     coef: dict[str, tuple[float, ...]]
+    design: Design
 
     def layer_time(self, layer: Layer, gpu: Gpu) -> float:
         """Predicted seconds for one step of ``layer`` on ``gpu``."""
-        x = features(layer, gpu)
+        x = self.design(layer, gpu)
         return math.exp(sum(c * v for c, v in zip(self.coef[layer.kind], x)))
 
 
@@ -171,13 +177,15 @@ def features(layer: Layer, gpu: Gpu) -> list[float]:
     return row
 
 
-def fit(samples: Iterable[Sample]) -> Model:
-    """Least squares on log(seconds), one coefficient vector per layer kind present in ``samples``.
-    Raises ValueError when a kind has fewer samples than coefficients."""
+def fit(samples: Iterable[Sample], design: Design | None = None) -> Model:
+    """Least squares on log(seconds) of ``design``'s row (default ``features``), one coefficient vector
+    per layer kind present in ``samples``. Raises ValueError when a kind has fewer samples than
+    coefficients."""
+    design = design or features
     by_kind: dict[str, tuple[list[list[float]], list[float]]] = {}
     for s in samples:
         xs, ys = by_kind.setdefault(s.layer.kind, ([], []))
-        xs.append(features(s.layer, s.gpu))
+        xs.append(design(s.layer, s.gpu))
         ys.append(math.log(s.seconds))
     coef = {}
     for kind, (xs, ys) in by_kind.items():
@@ -185,7 +193,7 @@ def fit(samples: Iterable[Sample]) -> Model:
             raise ValueError(f"{kind}: {len(xs)} samples cannot fit {len(xs[0])} coefficients")
         w = np.linalg.lstsq(np.asarray(xs), np.asarray(ys), rcond=None)[0]
         coef[kind] = tuple(float(v) for v in w)
-    return Model(coef)
+    return Model(coef, design)
 
 
 def _data(name: str) -> bytes:
@@ -256,10 +264,12 @@ class HeldOut:
     mean_pct: float
     within_2x: float  # share of layers predicted within a factor 2 (0..1)
     under: float  # share predicted below the measurement (0..1)
+    rms_ms: float  # root mean square of predicted - measured, milliseconds
 
 
-def leave_one_gpu_out(rows: Sequence[Sample]) -> list[HeldOut]:
-    """For each layer kind and each GPU in ``rows``: fit on the other GPUs, predict this one's rows."""
+def leave_one_gpu_out(rows: Sequence[Sample], design: Design | None = None) -> list[HeldOut]:
+    """For each layer kind and each GPU in ``rows``: fit on the other GPUs (with ``design``, default
+    ``features``), predict this one's rows."""
     out = []
     names = sorted({s.gpu.name for s in rows})
     for kind in KINDS:
@@ -268,10 +278,12 @@ def leave_one_gpu_out(rows: Sequence[Sample]) -> list[HeldOut]:
             test = [s for s in of_kind if s.gpu.name == name]
             if not test:
                 continue
-            model = fit(s for s in of_kind if s.gpu.name != name)
+            model = fit((s for s in of_kind if s.gpu.name != name), design)
             pred = [model.layer_time(s.layer, s.gpu) for s in test]
             errs = [abs(p - s.seconds) / s.seconds * 100.0 for p, s in zip(pred, test)]
             within = sum(1 for p, s in zip(pred, test) if 0.5 <= p / s.seconds <= 2.0) / len(test)
             under = sum(1 for p, s in zip(pred, test) if p < s.seconds) / len(test)
-            out.append(HeldOut(kind, name, len(test), statistics.median(errs), statistics.fmean(errs), within, under))
+            rms = math.sqrt(statistics.fmean((p - s.seconds) ** 2 for p, s in zip(pred, test))) * 1000.0
+            out.append(HeldOut(kind, name, len(test), statistics.median(errs), statistics.fmean(errs), within, under,
+                               rms))
     return out
