@@ -5,8 +5,9 @@ type to another.
 **Model.** Per layer type, a least-squares fit of log(time) on: log FLOPs, log bytes moved (inputs,
 outputs and weights, FP32), log weight count, their squares and product (the step from overhead-bound
 to compute-bound layers), whether the step trains (backward + update) and its interaction with FLOPs
-and weights, the optimizer and the activation as indicators, and the GPU's log peak FLOP/s and log
-memory bandwidth, each also times the log of the work it limits (FLOPs, bytes). The GPU enters only
+and weights, the optimizer and the activation as indicators, the shape (log batch, channels in and
+out, output pixels, kernel area, and their pairwise products; padding, stride), and the GPU's log
+peak FLOP/s and log memory bandwidth, each also times the log of the work it limits (FLOPs, bytes). The GPU enters only
 through its peak FLOP/s and bandwidth, so any GPU with a data sheet can be predicted; cores and clock
 are kept in ``Gpu`` as data but left out of the fit: with them too, leave-one-GPU-out error falls
 for dense layers but more than doubles for convolutions (six GPUs cannot pin four hardware terms;
@@ -33,7 +34,6 @@ import gzip
 import io
 import json
 import math
-import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -173,7 +173,14 @@ def features(layer: Layer, gpu: Gpu) -> list[float]:
     row = [1.0, lf, lb, lw, lf * lf, lb * lb, lf * lb, train, train * lf, train * lw]
     row += [1.0 if layer.optimizer == o else 0.0 for o in _OPT_TERMS]
     row += [1.0 if layer.activation == a else 0.0 for a in _ACT_TERMS]
-    row += [lp, lbw, lf * lp, lb * lbw]
+    # the shape: which of batch, channels, pixels and kernel the work comes from changes how well a GPU
+    # kernel fills the device (a dense layer has pixels = kernel = 1: those terms are 0)
+    shape = [math.log(layer.batch), math.log(layer.cin), math.log(layer.cout), 2.0 * math.log(layer.out_size()),
+             2.0 * math.log(layer.kernel)]
+    row += shape
+    row += [shape[i] * shape[j] for i in range(len(shape)) for j in range(i, len(shape))]
+    row += [1.0 if layer.padding == "valid" else 0.0, math.log(layer.stride)]
+    row += [lp, lbw, lf * lp, lb * lbw]  # the GPU: last, so that a comparison can drop them
     return row
 
 
@@ -191,9 +198,24 @@ def fit(samples: Iterable[Sample], design: Design | None = None) -> Model:
     for kind, (xs, ys) in by_kind.items():
         if len(xs) < len(xs[0]):
             raise ValueError(f"{kind}: {len(xs)} samples cannot fit {len(xs[0])} coefficients")
-        w = np.linalg.lstsq(np.asarray(xs), np.asarray(ys), rcond=None)[0]
-        coef[kind] = tuple(float(v) for v in w)
+        coef[kind] = tuple(float(v) for v in _solve(np.asarray(xs), np.asarray(ys)))
     return Model(coef, design)
+
+
+def _solve(x: np.ndarray, y: np.ndarray, chunk: int = 64) -> np.ndarray:
+    """Least squares ``x @ w ~ y`` (minimum norm where columns are collinear, as log FLOPs is with the
+    shape's logs), through the normal equations of the column-scaled ``x`` summed in blocks of ``chunk``
+    rows: each product is too small for a multithreaded BLAS to start threads, whose spinning cost
+    seconds of CPU on a loaded machine for a fit that needs tens of milliseconds."""
+    scale = np.sqrt((x * x).mean(axis=0))
+    scale[scale == 0] = 1.0
+    xs = x / scale
+    a = np.zeros((xs.shape[1], xs.shape[1]))
+    b = np.zeros(xs.shape[1])
+    for i in range(0, len(xs), chunk):
+        a += xs[i:i + chunk].T @ xs[i:i + chunk]
+        b += xs[i:i + chunk].T @ y[i:i + chunk]
+    return np.linalg.lstsq(a, b, rcond=None)[0] / scale
 
 
 def _data(name: str) -> bytes:
@@ -269,21 +291,26 @@ class HeldOut:
 
 def leave_one_gpu_out(rows: Sequence[Sample], design: Design | None = None) -> list[HeldOut]:
     """For each layer kind and each GPU in ``rows``: fit on the other GPUs (with ``design``, default
-    ``features``), predict this one's rows."""
+    ``features``), predict this one's rows. The same least squares as ``fit``, on design rows built once."""
+    design = design or features
     out = []
     names = sorted({s.gpu.name for s in rows})
     for kind in KINDS:
         of_kind = [s for s in rows if s.layer.kind == kind]
+        if not of_kind:
+            continue
+        x = np.asarray([design(s.layer, s.gpu) for s in of_kind])
+        y = np.asarray([s.seconds for s in of_kind])
+        gpu = np.asarray([s.gpu.name for s in of_kind])
         for name in names:
-            test = [s for s in of_kind if s.gpu.name == name]
-            if not test:
+            test = gpu == name
+            if not test.any():
                 continue
-            model = fit((s for s in of_kind if s.gpu.name != name), design)
-            pred = [model.layer_time(s.layer, s.gpu) for s in test]
-            errs = [abs(p - s.seconds) / s.seconds * 100.0 for p, s in zip(pred, test)]
-            within = sum(1 for p, s in zip(pred, test) if 0.5 <= p / s.seconds <= 2.0) / len(test)
-            under = sum(1 for p, s in zip(pred, test) if p < s.seconds) / len(test)
-            rms = math.sqrt(statistics.fmean((p - s.seconds) ** 2 for p, s in zip(pred, test))) * 1000.0
-            out.append(HeldOut(kind, name, len(test), statistics.median(errs), statistics.fmean(errs), within, under,
-                               rms))
+            w = _solve(x[~test], np.log(y[~test]))
+            pred, meas = np.exp(x[test] @ w), y[test]
+            errs = np.abs(pred - meas) / meas * 100.0
+            ratio = pred / meas
+            out.append(HeldOut(kind, name, int(test.sum()), float(np.median(errs)), float(errs.mean()),
+                               float(((ratio >= 0.5) & (ratio <= 2.0)).mean()), float((ratio < 1.0).mean()),
+                               float(np.sqrt(((pred - meas) ** 2).mean())) * 1000.0))
     return out

@@ -134,15 +134,26 @@ def test_conv_output_size_follows_the_benchmarks_padding_rule():
 
 
 # Measured on the shipped table when the model was built (benchmarks/RESULTS.md, section crosshw):
-# median APE per held-out GPU, dense 12-34%, conv 21-55% (M60); mean of the six medians 24% dense, 30% conv.
+# median APE per held-out GPU, dense 12-34%, conv 15-48% (M60); mean of the six medians 23.7% dense, 25.7% conv;
+# at least 84% of each GPU's layers within 2x.
 # The bounds leave a few points for a refit on a regenerated table; a model without the GPU's features
 # (the V100 predicted as an average GPU) breaks them.
 def test_leave_one_gpu_out_stays_within_the_measured_error(held_out):
     assert {(h.kind, h.gpu) for h in held_out} == {(k, g) for k in crosshw.KINDS for g in SIX}
     for h in held_out:
         assert h.n == 2000
-        assert h.median_pct < 60.0, h
-        assert h.within_2x > 0.75, h
-    for kind, bound in (("dense", 28.0), ("conv", 34.0)):
+        assert h.median_pct < 55.0, h
+        assert h.within_2x > 0.8, h
+    for kind, bound in (("dense", 28.0), ("conv", 30.0)):
         medians = [h.median_pct for h in held_out if h.kind == kind]
         assert sum(medians) / len(medians) < bound, (kind, medians)
+
+
+def test_leave_one_out_is_fit_on_the_other_gpus(rows, held_out):
+    """The evaluation's shortcut (design rows built once) gives what ``fit`` on the five GPUs gives."""
+    model = crosshw.fit(s for s in rows if s.layer.kind == "conv" and s.gpu.name != "V100")
+    errs = sorted(abs(model.layer_time(s.layer, s.gpu) - s.seconds) / s.seconds * 100
+                  for s in rows if s.layer.kind == "conv" and s.gpu.name == "V100")
+    want = (errs[999] + errs[1000]) / 2
+    got = next(h for h in held_out if (h.kind, h.gpu) == ("conv", "V100"))
+    assert got.median_pct == pytest.approx(want, rel=1e-9)
