@@ -20,8 +20,9 @@ their repository CDECatapult/ml-performance-prediction (Apache-2.0; ``data/NOTIC
 other than FP32 was measured: a mixed-precision job's carry assumes both GPUs gain alike from it.
 
 **Carry.** ``carry(t_a, layers, a, b) = t_a x predicted(layers, b) / predicted(layers, a)``: the model
-supplies only the ratio, the measurement its level, so the model's bias common to both GPUs (framework,
-data loading, layers it does not know) cancels.
+supplies only the ratio, the measurement its level, so a bias of the model common to both GPUs
+cancels. The whole measured step is scaled by that ratio: time spent off the GPU (data loading, host
+work) and in layers other than dense and convolutional ones is assumed to scale alike.
 
 Pure: no clock, randomness, environment or files other than the package's data (read through
 ``importlib.resources``); the same inputs give the same outputs. Times are in seconds.
