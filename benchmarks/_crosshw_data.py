@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         counts[(gpu, layer)] = len(part)
         w.writerows(rows_of(part, layer))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    # mtime=0: the same input gives the same bytes
-    with open(args.out, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=9) as gz:
+    # no name, mtime=0: the same input gives the same bytes, wherever it is written
+    with open(args.out, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=9) as gz:
         gz.write(buf.getvalue().encode())
     for key, n in sorted(counts.items()):
         print(f"{key[0]:7s} {key[1]:5s} {n} rows")

@@ -45,6 +45,9 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", default=str(C.RESULTS), help="markdown file to update (default benchmarks/RESULTS.md)")
     p.add_argument("--no-write", action="store_true", help="print the tables only; leave RESULTS.md alone")
+    p.add_argument("--table", type=Path, default=None,
+                   help="also evaluate on this table, e.g. every row: `python benchmarks/_crosshw_data.py CLONE "
+                        "--rows 1000000 --out /tmp/full.csv.gz`")
     return p.parse_args(argv)
 
 
@@ -78,6 +81,17 @@ def main(argv=None) -> int:
     test = [(tenth.layer_time(s.layer, s.gpu), s.seconds) for i, s in enumerate(conv) if i % 10 == 0]
     all_mean = sum(abs(p - m) / m for p, m in test) / len(test) * 100
     all_rms = math.sqrt(sum((p - m) ** 2 for p, m in test) / len(test)) * 1000
+    full, full_v100 = [], None
+    if args.table is not None:
+        try:
+            big = crosshw.parse_table(args.table.read_bytes())
+        except (OSError, ValueError, KeyError) as e:
+            raise SystemExit(f"--table {args.table}: {e}") from None
+        big_by = {(h.kind, h.gpu): h for h in crosshw.leave_one_gpu_out(big)}
+        full = [[k, g, f"{h.n:,}", f"{h.median_pct:.1f}%", f"{h.mean_pct:.1f}%", f"{h.within_2x:.1%}",
+                 f"{h.under:.1%}", f"{h.rms_ms:.2f}"]
+                for k in crosshw.KINDS for g in GPU_ORDER if (h := big_by.get((k, g))) is not None]
+        full_v100 = big_by.get(("conv", "V100"))
     cpu_s = time.process_time() - t0
     load_after = os.getloadavg()
 
@@ -99,11 +113,17 @@ def main(argv=None) -> int:
     paper = [[w, t, f"{e:.1f}%", f"{r:.2f}", s] for w, t, e, r, s in PAPER]
     paper.append(["this model (log-linear), trained on 5 GPUs", "2,000 V100 conv rows", f"{v100.mean_pct:.1f}%",
                   f"{v100.rms_ms:.2f}", "this benchmark"])
+    if full_v100 is not None:
+        paper.append(["this model (log-linear), trained on 5 GPUs", f"all V100 conv rows ({full_v100.n:,})",
+                      f"{full_v100.mean_pct:.1f}%", f"{full_v100.rms_ms:.2f}", "this benchmark, --table"])
     paper.append(["this model (log-linear), trained on all 6 GPUs", f"every 10th conv row ({len(test):,})",
                   f"{all_mean:.1f}%", f"{all_rms:.2f}", "this benchmark"])
 
     con = C.console()
     con.print(C.rich_table("leave-one-GPU-out, shipped model", detail_headers, detail, left=("layer", "held-out GPU")))
+    if full:
+        con.print(C.rich_table(f"leave-one-GPU-out on {args.table}", detail_headers, full,
+                               left=("layer", "held-out GPU")))
     con.print(C.rich_table("median APE per held-out GPU, by choice of GPU terms", cmp_headers, compare,
                            left=("GPU terms", "layer")))
     con.print(C.rich_table("against Justus et al.'s own figures (conv)", paper_headers, paper,
@@ -124,6 +144,10 @@ def main(argv=None) -> int:
             "",
             C.markdown_table(detail_headers, detail),
             "",
+            *([f"The same on every row of the source with batch <= 32 ({sum(int(r[2].replace(',', '')) for r in full):,} rows: "
+               "`--table` made by `python benchmarks/_crosshw_data.py CLONE --rows 1000000 --out PATH`); the V100's "
+               "conv rows are the authors' own leave-one-out test set:", "",
+               C.markdown_table(detail_headers, full), ""] if full else []),
             "Median APE per held-out GPU, by the GPU terms the fit may use:",
             "",
             C.markdown_table(cmp_headers, compare),

@@ -233,9 +233,14 @@ def gpus() -> dict[str, Gpu]:
 @lru_cache(maxsize=1)
 def samples() -> tuple[Sample, ...]:
     """The package's benchmark table (see the module's docstring)."""
+    return parse_table(_data(DATA))
+
+
+def parse_table(data: bytes) -> tuple[Sample, ...]:
+    """Rows of a gzipped table as ``benchmarks/_crosshw_data.py`` writes it, on the package's GPUs."""
     known = gpus()
     out = []
-    text = gzip.decompress(_data(DATA)).decode()
+    text = gzip.decompress(data).decode()
     for r in csv.DictReader(io.StringIO(text)):
         layer = Layer(r["layer"], int(r["batch"]), int(r["cin"]), int(r["cout"]), int(r["image"]), int(r["kernel"]),
                       int(r["stride"]), r["padding"], r["optimizer"], r["activation"])
