@@ -144,7 +144,8 @@ def test_wheel_from_a_clean_checkout_works_in_a_fresh_venv(tmp_path):
                for pkg in PACKAGES for p in (src / pkg).rglob("__init__.py")}
     assert packages_in_wheel == on_disk  # every subpackage ships
     for data in ("torch_hooks/csrc/sim_allocator.cpp", "colocate/_inject/sitecustomize.py",
-                 "colocate/_examples/train_cnn.py"):
+                 "colocate/_examples/train_cnn.py", "cluster/predict/data/justus2018_layers.csv.gz",
+                 "cluster/predict/data/justus2018_gpus.json", "cluster/predict/data/NOTICE"):
         assert data in names, data
 
     venv = tmp_path / "venv"
@@ -167,6 +168,9 @@ def test_wheel_from_a_clean_checkout_works_in_a_fresh_venv(tmp_path):
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     where = run([py, "-c", "import colocate, torch_hooks, cluster.core; print(colocate.__file__)"], cwd=work, env=env)
     assert where.stdout.strip().startswith(str(venv)), where.stdout
+    # the cross-hardware model reads its benchmark table from the installed package
+    assert run([py, "-c", "from cluster.predict import crosshw; print(len(crosshw.samples()))"],
+               cwd=work, env=env).stdout.strip() == "24000"
 
     assert run([colocate, "--version"], cwd=work, env=env).stdout.strip() == "colocate 0.1.0"
     # the distribution is installed under its own name, at the version the package reports
