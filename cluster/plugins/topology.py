@@ -174,8 +174,8 @@ class Topology(Plugin):
         best = tightest(self._candidates(req, True), req.workers)
         if best is None or got <= best:
             return SUCCESS
-        return held(self.name, f"waiting up to {wait:g} s for a placement on {best[0]} node(s) / {best[1]} "
-                               f"switch(es); now {got[0]} / {got[1]}")
+        return held(self.name, f"waiting up to {wait:g} s for a tighter placement: {best[0]} node(s) / {best[1]} "
+                               f"switch(es) possible, {got[0]} / {got[1]} free now")
 
     def on_blocked(self, req: Request, status: Status) -> int:
         """A gang waiting by choice lets the jobs behind it be examined (the queue is not blocked by it)."""
