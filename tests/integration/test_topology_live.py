@@ -1,0 +1,60 @@
+"""Network-aware placement live: a real ``colocate scheduler --config topology`` and three real ``colocate
+node`` daemons on 127.0.0.1 with simulated GPUs, labelled with two switches (n0 by its own ``--topology``,
+n1 likewise, n2 by the scheduler's ``--topology`` file). Join order n0, n1, n2 and two GPUs each: a
+topology-blind bin-packer puts a 4-worker gang on n0 + n1 (two switches); the topology plugin puts it on
+n0 + n2, under one switch. Every wait is bounded; every process is stopped by its pid (``Procs``)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from cluster.client import SchedulerClient, request_from_here
+from tests.support import PY, Procs, free_port, read_log, wait_for, wait_until_scheduler_answers
+
+SLEEP = "import sys, time; time.sleep(float(sys.argv[1]))"
+
+
+@pytest.fixture
+def procs(tmp_path):
+    p = Procs(tmp_path)
+    yield p
+    p.cleanup()
+
+
+@pytest.mark.timeout(300)
+def test_a_four_worker_gang_lands_under_one_switch(procs, tmp_path):
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    topo = tmp_path / "topology.csv"
+    topo.write_text("node_id,switch,rack\nn2,s1,r1\n")
+    sched = procs.start([PY, "-m", "colocate", "scheduler", "--bind", endpoint, "--state", tmp_path / "s.db",
+                         "--config", "topology", "--topology", topo, "--log-level", "info"], "scheduler.log")
+    client = SchedulerClient(endpoint, None, timeout_s=2.0)
+    wait_until_scheduler_answers(sched, client)
+    labels = {"n0": ["--topology", "switch=s1,rack=r1"], "n1": ["--topology", "switch=s2,rack=r1"], "n2": []}
+    for i, (node_id, extra) in enumerate(labels.items()):
+        procs.start([PY, "-m", "colocate", "node", "--device", "sim", "--sim-gpus", 2, "--scheduler", endpoint,
+                     "--node-id", node_id, "--host", "127.0.0.1", "--endpoint", f"ipc://{tmp_path}/{node_id}.sock",
+                     "--log-dir", tmp_path / "logs", "--state-dir", tmp_path / node_id, *extra], f"{node_id}.log")
+        # one at a time, so the join order (which a bin-packer follows) is n0, n1, n2
+        wait_for(lambda k=i + 1: sum(n.up for n in client.nodes().nodes) == k, 90, interval=0.2,
+                 what=f"node {node_id} to join")
+    views = {n.node_id: (n.switch, n.rack) for n in client.nodes().nodes}
+    assert views == {"n0": ("s1", "r1"), "n1": ("s2", "r1"), "n2": ("s1", "r1")}
+    req = request_from_here([PY, "-c", SLEEP, "1"], workers=4, gpus=1, name="gang", environ=dict(os.environ),
+                            cwd=str(tmp_path))
+    job_id = client.submit(req)
+
+    def placed():
+        assert sched.poll() is None, read_log(sched)[-3000:]
+        jobs, _ = client.jobs()
+        j = next(j for j in jobs if j.job_id == job_id)
+        return j if j.nodes else None
+
+    job = wait_for(placed, 60, interval=0.2, what="the gang to be placed")
+    assert sorted(job.nodes) == ["n0", "n2"], (job, read_log(sched)[-2000:])
+    done = wait_for(lambda: next(j for j in client.jobs()[0] if j.job_id == job_id).state in ("succeeded", "failed"),
+                    120, interval=0.5, what="the gang to finish")
+    assert done
+    assert next(j for j in client.jobs()[0] if j.job_id == job_id).state == "succeeded"
