@@ -56,3 +56,28 @@ def test_parse_spread(text, expect):
 def test_bad_spread_models_give_one_line(text, error):
     with pytest.raises(ValueError, match=error):
         parse_spread(text)
+
+
+def test_simulate_with_a_topology_and_the_published_spread_model(tmp_path, capsys):
+    """``colocate simulate --topology 4x2 --spread published``: the topology plugin's gangs span no more
+    switches than bin-packing's, the summary says so, and bad values are one line, exit 2."""
+    import json
+
+    from colocate.cli import main
+    from tests.cluster.sim.test_cli import philly_file
+
+    trace = philly_file(tmp_path / "philly.csv", n=80, bad=False)
+    base = ["simulate", "--trace", str(trace), "--cluster", "8x8", "--out", str(tmp_path / "out"), "--quiet",
+            "--no-plots", "--colocation-data", "none"]
+    assert main(base + ["--policy", "gang-binpack,topology", "--topology", "4x2", "--spread", "published"]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    spread = {s["policy"]: s["gang_spread"] for s in summary}
+    assert spread["topology"]["jobs"] == spread["gang-binpack"]["jobs"] > 0
+    assert spread["topology"]["mean_switches"] <= spread["gang-binpack"]["mean_switches"]
+    capsys.readouterr()
+    for bad, message in ((["--topology", "3x2"], "covers 6 nodes, the cluster has 8"),
+                         (["--spread", "node=0.3"], "must be a number >= 1"),
+                         (["--topology", str(tmp_path / "none.csv")], "cannot read the topology file")):
+        assert main(base + ["--policy", "topology", *bad]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
