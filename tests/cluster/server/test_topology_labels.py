@@ -8,7 +8,7 @@ import pytest
 
 from cluster.server.views import node_views
 from colocate import protocol as P
-from tests.cluster.server.helpers import GiB, FakeNode, Harness
+from tests.cluster.server.helpers import FakeNode, GiB, Harness
 
 
 class LabelledNode(FakeNode):
