@@ -26,7 +26,7 @@ class NodeOptions:
     endpoint: str
     ctl: str | None = None
     device: str = "auto"
-    sim_gpus: int = 1
+    sim_gpus: int | list = 1  # a count, or (type, speed) per GPU (colocate.gpus.sim.parse_sim_gpus)
     sim_gpu_mem: int = 16 << 30
     policy: str | None = None
     config: str | None = None
