@@ -2,7 +2,9 @@
 node`` daemons on 127.0.0.1 with simulated GPUs, labelled with two switches (n0 by its own ``--topology``,
 n1 likewise, n2 by the scheduler's ``--topology`` file). Join order n0, n1, n2 and two GPUs each: a
 topology-blind bin-packer puts a 4-worker gang on n0 + n1 (two switches); the topology plugin puts it on
-n0 + n2, under one switch. Every wait is bounded; every process is stopped by its pid (``Procs``)."""
+n0 + n2, under one switch. n0 and n1 have typed simulated GPUs (``--sim-gpus 2:V100``, ``2:T4@0.5``): the
+scheduler sees the type as the node's GPU model. Every wait is bounded; every process is stopped by its pid
+(``Procs``)."""
 
 from __future__ import annotations
 
@@ -33,15 +35,17 @@ def test_a_four_worker_gang_lands_under_one_switch(procs, tmp_path):
     client = SchedulerClient(endpoint, None, timeout_s=2.0)
     wait_until_scheduler_answers(sched, client)
     labels = {"n0": ["--topology", "switch=s1,rack=r1"], "n1": ["--topology", "switch=s2,rack=r1"], "n2": []}
+    types = {"n0": "2:V100", "n1": "2:T4@0.5", "n2": "2"}  # typed simulated GPUs: the type is the node's model
     for i, (node_id, extra) in enumerate(labels.items()):
-        procs.start([PY, "-m", "colocate", "node", "--device", "sim", "--sim-gpus", 2, "--scheduler", endpoint,
+        procs.start([PY, "-m", "colocate", "node", "--device", "sim", "--sim-gpus", types[node_id], "--scheduler",
+                     endpoint,
                      "--node-id", node_id, "--host", "127.0.0.1", "--endpoint", f"ipc://{tmp_path}/{node_id}.sock",
                      "--log-dir", tmp_path / "logs", "--state-dir", tmp_path / node_id, *extra], f"{node_id}.log")
         # one at a time, so the join order (which a bin-packer follows) is n0, n1, n2
         wait_for(lambda k=i + 1: sum(n.up for n in client.nodes().nodes) == k, 90, interval=0.2,
                  what=f"node {node_id} to join")
-    views = {n.node_id: (n.switch, n.rack) for n in client.nodes().nodes}
-    assert views == {"n0": ("s1", "r1"), "n1": ("s2", "r1"), "n2": ("s1", "r1")}
+    views = {n.node_id: (n.switch, n.rack, n.gpu_model) for n in client.nodes().nodes}
+    assert views == {"n0": ("s1", "r1", "V100"), "n1": ("s2", "r1", "T4"), "n2": ("s1", "r1", "colocate-sim")}
     req = request_from_here([PY, "-c", SLEEP, "1"], workers=4, gpus=1, name="gang", environ=dict(os.environ),
                             cwd=str(tmp_path))
     job_id = client.submit(req)

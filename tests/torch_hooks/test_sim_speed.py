@@ -60,3 +60,20 @@ def test_a_slower_type_charges_the_extra_device_time(monkeypatch, speed, charged
     dev.phase_start()
     dev.phase_end()
     assert got == pytest.approx(charged)
+
+
+def test_the_node_core_welcomes_a_job_with_its_gpus_speed():
+    """The node's pure core sends each GPU's speed in the Welcome: a worker on the slow GPU 1 gets 0.25."""
+    from colocate.config import NodeConfig
+    from colocate.node.commands import Send
+    from colocate.node.core import NodeCore
+
+    core = NodeCore(sim.node_gpus(sim.parse_sim_gpus("1:V100,1:K80"), 16 << 30), NodeConfig(policy="exclusive"),
+                    node_epoch=1)
+    got = {}
+    for gpu in (0, 1):
+        reg = P.Register(job_id=f"j{gpu}", pid=500 + gpu, gpu=gpu, priority="guaranteed", mem_request=None,
+                         sm_share=1.0, mem_cap=16 << 30, epoch=1, token="t", sm_request=1.0)
+        welcome = [c.msg for c in core.handle(reg, 1.0) if isinstance(c, Send) and isinstance(c.msg, P.Welcome)]
+        got[gpu] = welcome[0].sim_speed
+    assert got == {0: 1.0, 1: 0.25}
