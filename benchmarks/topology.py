@@ -10,6 +10,7 @@ and queueing delay of all jobs and of multi-GPU jobs. The spread model is ``PUBL
 
     python benchmarks/topology.py                      # ~1-2 min per policy on 2 idle cores
     python benchmarks/topology.py --limit 20000 --no-write
+    python benchmarks/topology.py --cluster 64x8 --topology 8x8 --section topology-64x8   # a loaded cluster
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ def main() -> int:
     ap.add_argument("--spread", default="published", help="published | none | node=F,switch=F[,rack=F]")
     ap.add_argument("--waits", default="0,600", help="topology plugin wait_s values, comma-separated")
     ap.add_argument("--limit", type=int, default=None, help="first N jobs only")
+    ap.add_argument("--section", default="topology", help="the RESULTS.md section to write (default topology)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     if not Path(args.trace).exists():
@@ -115,8 +117,8 @@ def main() -> int:
     ])
     print(body)
     if not args.no_write:
-        C.update_results("topology", body)
-        print(f"wrote section 'topology' of {C.RESULTS}")
+        C.update_results(args.section, body)
+        print(f"wrote section {args.section!r} of {C.RESULTS}")
     return 0
 
 
