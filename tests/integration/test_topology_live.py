@@ -9,11 +9,12 @@ scheduler sees the type as the node's GPU model. Every wait is bounded; every pr
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
 from cluster.client import SchedulerClient, request_from_here
-from tests.support import PY, Procs, free_port, read_log, wait_for, wait_until_scheduler_answers
+from tests.support import PY, REPO, Procs, child_env, free_port, read_log, wait_for, wait_until_scheduler_answers
 
 SLEEP = "import sys, time; time.sleep(float(sys.argv[1]))"
 
@@ -46,6 +47,11 @@ def test_a_four_worker_gang_lands_under_one_switch(procs, tmp_path):
                  what=f"node {node_id} to join")
     views = {n.node_id: (n.switch, n.rack, n.gpu_model) for n in client.nodes().nodes}
     assert views == {"n0": ("s1", "r1", "V100"), "n1": ("s2", "r1", "T4"), "n2": ("s1", "r1", "colocate-sim")}
+    table = subprocess.run([PY, "-m", "colocate", "nodes", "--scheduler", endpoint], capture_output=True, text=True,
+                           timeout=60, env=child_env(), cwd=REPO)
+    lines = [ln.split() for ln in table.stdout.splitlines() if ln.strip() and not set(ln.strip()) <= set("─━ ")]
+    assert table.returncode == 0 and lines[0][:6] == ["NODE", "HOST", "STATE", "MODEL", "SWITCH", "RACK"], table
+    assert {ln[0]: (ln[3], ln[4], ln[5]) for ln in lines[1:]} == {k: (m, s, r) for k, (s, r, m) in views.items()}
     req = request_from_here([PY, "-c", SLEEP, "1"], workers=4, gpus=1, name="gang", environ=dict(os.environ),
                             cwd=str(tmp_path))
     job_id = client.submit(req)

@@ -46,3 +46,23 @@ def test_a_gang_goes_under_one_switch_by_the_labels_the_scheduler_believes(tmp_p
     want = {"a": ("s1", ""), "b": ("s2", ""), "c": ("s1", "r1")}
     want.update({k: v for k, v in (file or {}).items()})
     assert views == want
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read the topology file"),
+    ("node,switch\nn1,s1\n", "header must be node_id,switch"),
+    ("node_id,switch\nn1,s1\nn1,s2\n", "row 3: node 'n1' listed twice"),
+])
+def test_a_bad_topology_file_stops_the_scheduler_with_one_line(tmp_path, content, message):
+    import subprocess
+
+    from tests.support import PY, REPO, child_env, free_port
+
+    path = tmp_path / "topology.csv"
+    if content is not None:
+        path.write_text(content)
+    proc = subprocess.run([PY, "-m", "colocate", "scheduler", "--bind", f"tcp://127.0.0.1:{free_port()}", "--state",
+                           str(tmp_path / "s.db"), "--insecure", "--topology", str(path)],
+                          capture_output=True, text=True, timeout=120, env=child_env(), cwd=REPO)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
