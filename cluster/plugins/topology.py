@@ -3,8 +3,9 @@ spans, in this order, the fewest nodes, then the fewest switches, then the fewes
 nodes carry: ``NodeSpec.switch``/``rack``); among equal spreads, where it leaves the least free
 capacity in the switch and the node it uses (bin-packing, so whole switches stay free for large
 gangs). A gang whose best placement now is looser than the tightest it could ever get on this
-cluster's nodes waits up to ``wait_s`` seconds (the core's clock, since it last became pending)
-for a tighter one, then takes the looser one; while it waits, later jobs of its queue may pass.
+cluster's nodes waits up to ``wait_s`` seconds (the core's clock, from the first attempt that found
+only a looser placement) for a tighter one, then takes the looser one; while it waits, later jobs of
+its queue may pass.
 Single workers, fractional shares and CPU-only workers are placed as ``binpack`` places them.
 
 The plan is made once per attempt, at rank 0, from the free whole GPUs of the nodes that are up and
@@ -137,6 +138,7 @@ class Topology(Plugin):
         self._binpack = BinPack({"weight": 1})
         self._ranks: list[NodeState] = []  # the current attempt's planned node per rank
         self._pid = ""
+        self._loose_since: dict[str, float] = {}  # job id -> when it first could be placed only loosely
 
     def bind(self, fw) -> None:
         super().bind(fw)
@@ -167,15 +169,24 @@ class Topology(Plugin):
 
     def permit(self, req: Request, stmt: Statement) -> Status:
         wait = self.p["wait_s"]
-        if not wait or not self._gang(req) or req.now - req.job.enqueued_at >= wait:
+        if not wait or not self._gang(req):
             return SUCCESS
         nodes = self.fw.state.nodes
         got = spread_of([nodes[a.node_id] for a in stmt.allocs])
         best = tightest(self._candidates(req, True), req.workers)
         if best is None or got <= best:
             return SUCCESS
+        since = self._loose_since.setdefault(req.job.job_id, req.now)
+        if req.now - since >= wait:
+            return SUCCESS
         return held(self.name, f"waiting up to {wait:g} s for a tighter placement: {best[0]} node(s) / {best[1]} "
                                f"switch(es) possible, {got[0]} / {got[1]} free now")
+
+    def on_placed(self, job, placement, now: float) -> None:
+        self._loose_since.pop(job.job_id, None)
+
+    def on_ended(self, job, now: float) -> None:
+        self._loose_since.pop(job.job_id, None)
 
     def on_blocked(self, req: Request, status: Status) -> int:
         """A gang waiting by choice lets the jobs behind it be examined (the queue is not blocked by it)."""

@@ -113,6 +113,20 @@ def test_a_waiting_gang_takes_the_tight_placement_when_it_frees_up():
     assert "g" in p and spread(core, p["g"]) == (2, 1, 1)
 
 
+def test_the_wait_counts_from_the_first_loose_chance_not_from_submission():
+    """A gang queued for 1000 s with no room at all still waits wait_s once a loose placement appears."""
+    nodes = [N("a1", 4, "s1"), N("a2", 4, "s1"), N("b1", 4, "s2"), N("b2", 4, "s2")]
+    core = make_core(config(["fifo", "gang", "topology"], topology={"wait_s": 300.0}), nodes)
+    for i, n in enumerate(("a1", "a2", "b1", "b2")):
+        _fill(core, n, 4, i)
+    assert starts(submit(core, job("g", 4, workers=2), now=0.0)) == {}  # no room at all
+    assert "g" not in starts(finish(core, "fill0", 1000.0))  # a1 free: still no room for 2 x 4
+    assert "g" not in starts(finish(core, "fill3", 1000.0))  # b2 too: a loose placement; the wait starts now
+    assert "g" not in starts(core.handle(ev.Tick(), 1200.0))
+    p = starts(core.handle(ev.Tick(), 1300.0))
+    assert "g" in p and spread(core, p["g"]) == (2, 2, 1)
+
+
 def test_a_waiting_gang_lets_later_jobs_pass():
     nodes = [N("a1", 4, "s1"), N("a2", 4, "s1"), N("b1", 4, "s2"), N("b2", 4, "s2")]
     core = make_core(config(["fifo", "gang", "topology"], topology={"wait_s": 600.0}), nodes)
