@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from cluster.jobs import Request
+from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.plugins.binpack import BinPack
 from cluster.points import SUCCESS, Plugin, Status, held, register
+from cluster.spec import Placement
 from cluster.state import NodeState
 from cluster.statement import Statement
 from colocate.vocab import Priority
@@ -182,10 +183,10 @@ class Topology(Plugin):
         return held(self.name, f"waiting up to {wait:g} s for a tighter placement: {best[0]} node(s) / {best[1]} "
                                f"switch(es) possible, {got[0]} / {got[1]} free now")
 
-    def on_placed(self, job, placement, now: float) -> None:
+    def on_placed(self, job: Job, placement: Placement, now: float) -> None:
         self._loose_since.pop(job.job_id, None)
 
-    def on_ended(self, job, now: float) -> None:
+    def on_ended(self, job: Job, now: float) -> None:
         self._loose_since.pop(job.job_id, None)
 
     def on_blocked(self, req: Request, status: Status) -> int:
