@@ -69,6 +69,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tetris": {"plugins": ["fifo", "gang", "tetris"]},
     "fgd": {"plugins": ["fifo", "gang", "fgd"]},
     "genetic": {"plugins": ["fifo", "gang", "genetic"]},
+    # network-aware gangs: the fewest nodes, then switches, then racks (node labels switch/rack)
+    "topology": {"plugins": ["fifo", "gang", "topology"]},
     # the same GA with fitness = the machine's utilization with the task (prefers fuller machines)
     "genetic-after": {"plugins": ["fifo", "gang", "genetic"], "plugin": {"genetic": {"fitness": "after"}}},
 }

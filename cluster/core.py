@@ -174,6 +174,7 @@ class SchedulerCore:
             out.append({
                 "node_id": n.node_id, "up": n.up, "epoch": n.epoch, "gpu_model": n.model, "free_gpus": n.free,
                 "cpu_milli": n.cpu, "mem_mib": n.host_mem, "workers": len(n.slots),
+                "switch": n.spec.switch, "rack": n.spec.rack,
                 "gpus": [{"index": g.index, "milli": g.milli, "mem": g.mem, Priority.GUARANTEED: sorted(g.g),
                           Priority.OPPORTUNISTIC: sorted(g.o), "utilization": g.util, "mem_used": g.mem_used}
                          for g in n.gpus],

@@ -90,6 +90,8 @@ class NodeSpec:
     gpu_mem: int = 0  # bytes per GPU (0: not stated; memory then never limits placement)
     cpu_milli: int = 0  # 0: not tracked
     mem_mib: int = 0  # 0: not tracked
+    switch: str = ""  # network labels (topology-aware placement): "" not stated; a rack holds switches
+    rack: str = ""
 
     def __post_init__(self) -> None:
         if not self.node_id:

@@ -282,6 +282,9 @@ class NodeLink:
                 self._last_acked = 0
             self.node_epoch = msg.node_epoch
             self.heartbeat_s, self.liveness = msg.heartbeat_s, msg.liveness
+            set_speed = getattr(self.rt.device, "set_speed", None)  # a simulated GPU's type
+            if set_speed is not None:
+                set_speed(msg.sim_speed)
             self.welcomes += 1
             self._apply(msg.limits)
             self.registered.set()

@@ -12,7 +12,7 @@ from cluster.points import REGISTRY
 
 _MODULES = ("fit", "fifo", "multi_queue", "gang", "binpack", "spread", "opportunistic", "preemption",
             "promotion", "quota", "predictor", "backfill", "first_fit", "round_robin", "best_fit", "tetris",
-            "fgd", "genetic")
+            "fgd", "genetic", "topology")
 
 for _m in _MODULES:
     importlib.import_module(f"{__name__}.{_m}")

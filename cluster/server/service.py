@@ -78,8 +78,11 @@ Handler = Callable[[bytes, Any, float], Replies]  # (ident, a message of the typ
 
 class SchedulerService(Faults):
     def __init__(self, core: SchedulerCore, journal: Journal, epoch: int, heartbeat_s: float = NODE_HEARTBEAT_S,
-                 liveness: int = NODE_LIVENESS, lease_s: float = NODE_LEASE_S):
+                 liveness: int = NODE_LIVENESS, lease_s: float = NODE_LEASE_S,
+                 topology: dict[str, tuple[str, str]] | None = None):
         self.core, self.journal, self.epoch = core, journal, epoch
+        # node id -> (switch, rack) from the operator's topology file: overrides what a node's hello says
+        self.topology = topology or {}
         self.heartbeat_s, self.liveness, self.lease_s = heartbeat_s, liveness, lease_s
         self.cluster_id = journal.cluster_id()
         self.joining: dict[str, ev.NodeJoined] = {}  # node id -> its join, made with its first NodeStatus
@@ -202,9 +205,11 @@ class SchedulerService(Faults):
         if why:
             self.gate.refused(ident, why)
             return [self._error(ident, P.FORBIDDEN, why)]
+        said = dict(m.topology)
+        switch, rack = self.topology.get(m.node_id, (said.get("switch", ""), said.get("rack", "")))
         spec = NodeSpec(m.node_id, gpus=len(m.gpus), gpu_model=m.gpus[0].model if m.gpus else "",
                         gpu_mem=min((g.mem_total for g in m.gpus), default=0), cpu_milli=m.cpu_milli,
-                        mem_mib=m.mem_mib)
+                        mem_mib=m.mem_mib, switch=switch, rack=rack)
         old = self.nodes.get(m.node_id)
         if old is not None and old != ident:
             self.idents.pop(old, None)
@@ -212,7 +217,8 @@ class SchedulerService(Faults):
         self.hosts[m.node_id], self.epochs[m.node_id] = m.host or "127.0.0.1", m.epoch
         self.specs[m.node_id] = spec
         self.heard[m.node_id] = now
-        log.info("node %s (epoch %d, %s) joined: %d GPU(s) %s", m.node_id, m.epoch, m.host, spec.gpus, spec.gpu_model)
+        log.info("node %s (epoch %d, %s) joined: %d GPU(s) %s%s", m.node_id, m.epoch, m.host, spec.gpus, spec.gpu_model,
+                 f" (switch {switch or '-'}, rack {rack or '-'})" if switch or rack else "")
         welcome = (ident, P.NodeWelcome(node_id=m.node_id, scheduler_epoch=self.epoch, heartbeat_s=self.heartbeat_s,
                                         liveness=self.liveness, cluster_id=self.cluster_id, lease_s=self.lease_s))
         out: Replies = [welcome] + self._join_later(ev.NodeJoined(spec, m.epoch))

@@ -38,6 +38,7 @@ class SchedulerOptions:
     lease_s: float = NODE_LEASE_S  # nodes' lease (fencing); 0: none
     seed: int = 0
     log_level: str = "info"
+    topology: str | None = None  # a topology CSV (node_id,switch[,rack]): overrides the nodes' own labels
 
 
 def build(opts: SchedulerOptions, clock: Callable[[], float] = time.time) -> SchedulerServer:
@@ -49,10 +50,12 @@ def build(opts: SchedulerOptions, clock: Callable[[], float] = time.time) -> Sch
     from cluster.server.journal import Journal, JournalError, JournalUnavailable
     from cluster.server.server import SchedulerServer
     from cluster.server.service import SchedulerService
+    from cluster.traces.topology import read_topology
     from colocate.base import keys as K
 
     try:
         config = resolve(opts.config)
+        topology = read_topology(opts.topology) if opts.topology else None
         keys = K.resolve(opts.keys, opts.insecure)
         K.require_keys(opts.bind, keys)
         if keys is not None:
@@ -72,7 +75,7 @@ def build(opts: SchedulerOptions, clock: Callable[[], float] = time.time) -> Sch
         raise StartError(f"cannot start: cannot write the state file {opts.state}: {exc}", 1) from None
     core = SchedulerCore(config, random.Random(opts.seed))
     service = SchedulerService(core, journal, epoch, heartbeat_s=opts.heartbeat_s, liveness=opts.liveness,
-                               lease_s=opts.lease_s)
+                               lease_s=opts.lease_s, topology=topology)
     try:
         service.restore(clock())
     except (ValueError, JournalError) as exc:

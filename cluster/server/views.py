@@ -62,5 +62,6 @@ def node_views(core: SchedulerCore, hosts: dict[str, str]) -> list[P.NodeView]:
             node_id=n["node_id"], host=hosts.get(n["node_id"], ""), up=n["up"], gpu_model=n["gpu_model"],
             gpus=len(gpus), gpus_allocated=sum(1 for g in gpus if g[Priority.GUARANTEED]),
             gpus_shared=sum(1 for g in gpus if g[Priority.OPPORTUNISTIC]), utilization=min(1.0, max(0.0, util)),
-            workers=n["workers"], gpu_views=views))
+            workers=n["workers"], gpu_views=views, switch=P.printable(n.get("switch", ""))[:P.MAX_ID_CHARS],
+            rack=P.printable(n.get("rack", ""))[:P.MAX_ID_CHARS]))
     return out

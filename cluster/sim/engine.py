@@ -46,6 +46,7 @@ from heapq import heappop, heappush
 from cluster import events as ev
 from cluster.events import PENDING, PLACING, RUNNING
 from cluster.sim.colocation import ColocationModel
+from cluster.sim.network import span
 from cluster.sim.records import SimConfig, SimGpu, SimJob, SimNode
 from cluster.spec import MILLI, NodeSpec
 from colocate.base.vocab import TERMINAL, Priority
@@ -309,6 +310,8 @@ class Simulation:
             for g in s.gpus:
                 gpus.append(ng[g])
         job.gpus = gpus
+        job.span = span([nodes[n].spec for n in p.nodes()])
+        job.spread_f = self.cfg.spread.rate(*job.span)
         if self.reports:
             job.nodes = [nodes[n] for n in p.nodes()]
         job.milli = job.spec.gpu_milli if p.klass == Priority.GUARANTEED else 0
@@ -405,7 +408,7 @@ class Simulation:
         job.rate = 0.0
         if shared:
             self._rerate(shared, t, job)
-        self._retime(job, self._rate_of(job) if shared else 1.0, t)
+        self._retime(job, self._rate_of(job) if shared else job.spread_f, t)
 
     def _detach(self, job: SimJob, t: float) -> None:
         shared = []
@@ -437,13 +440,13 @@ class Simulation:
 
     @staticmethod
     def _rate_of(job: SimJob) -> float:
-        """A gang progresses at the pace of its slowest GPU share."""
+        """A gang progresses at the pace of its slowest GPU share, slowed by its spread (``SimConfig.spread``)."""
         r = 1.0
         for g in job.gpus:
             x = g.rates[g.jobs.index(job)]
             if x < r:
                 r = x
-        return r
+        return r * job.spread_f
 
     def _retime(self, job: SimJob, r: float, t: float) -> None:
         if r == job.rate:

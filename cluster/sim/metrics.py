@@ -151,6 +151,7 @@ def summarize(sim, policy: str, rows: list[dict] | None = None, skipped: dict | 
         "jobs_per_s": round(len(rows) / sim.wall_s) if sim.wall_s > 0 else None,
         "batches": sim.batches, "ticks": sim.ticks_sent, "node_reports": sim.reports_sent,
         "core": {k: v for k, v in sim.core.stats.items() if v},
+        "gang_spread": gang_spread(sim),
     })
     labels = {r["class"] for r in rows}
     if Priority.OPPORTUNISTIC in labels:
@@ -183,3 +184,13 @@ def _fmt(v):
             return "inf"
         return f"{v:.3f}".rstrip("0").rstrip(".")
     return v
+
+
+def gang_spread(sim) -> dict[str, Any]:
+    """Over the jobs of more than one GPU that were placed: how many, and the mean nodes and switches their
+    latest placement spans (``SimJob.span``; an unlabelled node counts as a switch of its own)."""
+    spans = [j.span for j in sim.jobs if j.spec.total_gpus > 1 and j.span[0]]
+    n = len(spans)
+    return {"jobs": n, "mean_nodes": sum(s[0] for s in spans) / n if n else None,
+            "mean_switches": sum(s[1] for s in spans) / n if n else None,
+            "one_switch_share": sum(1 for s in spans if s[1] == 1) / n if n else None}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from cluster.sim.network import NONE, SpreadModel
 from cluster.spec import NodeSpec, Placement
 
 REPORT_MODES = ("auto", "always", "never")
@@ -27,6 +28,7 @@ class SimConfig:
     idle_horizon_s: float = 86400.0
     record: bool = False  # keep (time, events, decisions) of every batch in ``log``
     samples: int = 2000  # time-series points over the submission span (plots)
+    spread: SpreadModel = NONE  # how much slower a gang runs across nodes, switches, racks (cluster.sim.network)
 
     def __post_init__(self) -> None:
         for name in ("start_delay_s", "stop_delay_s", "restart_overhead_s", "idle_horizon_s"):
@@ -87,7 +89,7 @@ class SimJob:
     __slots__ = ("spec", "job_id", "duration", "work", "busy", "cfg", "klass", "label", "submit", "placement",
                  "pid", "gpus", "nodes", "held", "live", "milli", "rate", "t_rate", "version", "due", "state",
                  "first_start", "running_at", "end", "pending_since", "wait", "requeues", "preemptions", "starts",
-                 "run_s", "queue", "reason")
+                 "run_s", "queue", "reason", "spread_f", "span")
 
     def __init__(self, spec, duration: float | None, cfg: int, busy: float, label: str) -> None:
         self.spec, self.job_id, self.duration = spec, spec.job_id, duration
@@ -118,3 +120,5 @@ class SimJob:
         self.run_s = 0.0  # time with workers started
         self.queue = ""
         self.reason = ""  # why it ended, when it ended other than by succeeding (the core's reason)
+        self.spread_f = 1.0  # the spread model's rate multiplier for the current placement
+        self.span = (0, 0, 0)  # nodes, switches, racks of the latest placement

@@ -28,6 +28,7 @@ from cluster.sim.colocation import ColocationModel, LucidTable, default_lucid_pa
 from cluster.sim.engine import SimConfig, Simulation
 from cluster.sim.metrics import job_rows, summarize, write_jobs_csv
 from cluster.sim.workload import Workload, load_workload
+from cluster.traces.topology import load_topology
 from colocate.base.vocab import Priority
 
 
@@ -53,6 +54,7 @@ class SimOptions:
     colocation_data: str | None = None  # Lucid CSV; None: default lookup; "none": no data
     sim: SimConfig = field(default_factory=SimConfig)
     plots: bool = True
+    topology: str | None = None  # SxN shape or CSV file: the nodes' switches and racks (cluster.traces.topology)
 
 
 def resolve_policies(names: list[str], config: str | None = None) -> list[tuple[str, PolicyConfig]]:
@@ -121,10 +123,13 @@ def simulate(opts: SimOptions, progress=None) -> list[dict]:
                        queues=opts.queues, allow_no_duration=opts.allow_no_duration, table=table)
     if not wl.jobs:
         raise ValueError(f"{opts.trace}: no usable jobs ({sum(wl.trace.skipped.values())} bad rows)")
+    if opts.topology:
+        wl.nodes = load_topology(opts.topology, wl.nodes)
     setup = {"trace": str(opts.trace), "format": wl.trace.format, "cluster": wl.node_source, "gpus": wl.gpus,
              "seed": opts.seed, "estimates": opts.estimates, "sharing": opts.sharing, "queues": opts.queues,
              "opportunistic_fraction": opts.opportunistic_fraction, "limit": opts.limit,
-             "colocation_data": table.path or None, "trace_rows": wl.trace.rows}
+             "colocation_data": table.path or None, "trace_rows": wl.trace.rows, "topology": opts.topology,
+             "spread": str(opts.sim.spread)}
     summaries, cdf_in, timeline_in = [], [], []
     cache: dict = {}
     for name, cfg in policies:

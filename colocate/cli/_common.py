@@ -100,6 +100,16 @@ RANK = argtype(lambda t: _int_at_least(0, "a non-negative", _protocol().MAX_WORK
 NODE_GPUS = argtype(lambda t: _int_at_least(1, "a positive", _protocol().MAX_NODE_GPUS)(t), "count")
 
 
+def _sim_gpus(text: str):
+    from colocate.gpus.sim import parse_sim_gpus
+
+    got = parse_sim_gpus(text)
+    return len(got) if all(t == ("", 1.0) for t in got) else got
+
+
+SIM_GPUS = argtype(_sim_gpus, "GPUs")
+
+
 def _protocol():
     from colocate import protocol
 
@@ -132,14 +142,15 @@ def add_node_options(p: argparse.ArgumentParser) -> None:
                    help="seconds to wait for the node's answer (default 2)")
 
 
-def add_device_options(p: argparse.ArgumentParser, sim_gpus_help: str) -> None:
+def add_device_options(p: argparse.ArgumentParser, sim_gpus_help: str, typed: bool = False) -> None:
     """``--device`` / ``--sim-gpus`` / ``--sim-gpu-mem`` / ``--policy``: the GPUs a node coordinator owns and
     how it co-locates on them (``colocate node``, and the node ``colocate ray start`` runs)."""
     from colocate.base.env import DEVICE_CHOICES
     from colocate.node.config import POLICY_NAMES
 
     p.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="GPU kind (default auto)")
-    p.add_argument("--sim-gpus", type=NODE_GPUS, default=1, metavar="N", help=sim_gpus_help)
+    p.add_argument("--sim-gpus", type=SIM_GPUS if typed else NODE_GPUS, default=1,
+                   metavar="N|N:TYPE[@SPEED],..." if typed else "N", help=sim_gpus_help)
     p.add_argument("--sim-gpu-mem", type=SIZE, default=16 << 30, metavar="SIZE",
                    help="sim: memory of each simulated GPU (default 16GiB)")
     p.add_argument("--policy", default=None, choices=[str(n) for n in POLICY_NAMES],

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from colocate.base.env import LOG_LEVELS
-from colocate.cli._common import ENDPOINT, NODE_ID, PORT, add_device_options
+from colocate.cli._common import ENDPOINT, NODE_ID, PORT, add_device_options, argtype
 
 EPILOG = """\
 examples:
@@ -38,7 +38,9 @@ def register(sub) -> None:
     p.add_argument("--endpoint", default=node_endpoint(), type=ENDPOINT, help="job endpoint (default %(default)s)")
     p.add_argument("--ctl", default=None, type=ENDPOINT, metavar="ENDPOINT",
                    help="operator endpoint for `colocate ctl`/`top` (default: the job endpoint + '.ctl')")
-    add_device_options(p, "sim: number of simulated GPUs, 1..64 (default 1)")
+    add_device_options(p, "sim: number of simulated GPUs, 1..64 (default 1), or typed ones with relative speeds, "
+                       "e.g. 2:V100,2:T4@0.6 (V100 1, P100 0.81, K80 0.25 built in; others need @SPEED in (0, 1]): "
+                       "device time scales by 1/speed, and the type is the model the scheduler sees", typed=True)
     p.add_argument("--config", default=None, metavar="FILE",
                    help="JSON file of node config fields (see the README's node configuration table)")
     p.add_argument("--metrics-port", type=PORT, default=None, metavar="PORT",
@@ -54,6 +56,9 @@ def register(sub) -> None:
                    help="this node's name at the scheduler (default: host name)")
     g.add_argument("--host", default=None, metavar="ADDR",
                    help="address other nodes reach this one at, MASTER_ADDR of its gangs (default: host name)")
+    g.add_argument("--topology", default=(), type=argtype(_topology, "topology"), metavar="switch=S,rack=R",
+                   help="this node's network labels, sent to the scheduler (its topology file overrides them); "
+                        "the topology placement plugin packs gangs by them")
     g.add_argument("--log-dir", default=None, metavar="DIR",
                    help="worker logs, DIR/JOB/worker-RANK.log (default: STATE_DIR/logs)")
     g.add_argument("--state-dir", default=None, metavar="DIR",
@@ -64,6 +69,12 @@ def register(sub) -> None:
     g.add_argument("--insecure", action="store_true",
                    help="no CURVE, for a scheduler started with --insecure (loopback only)")
     p.set_defaults(func=main)
+
+
+def _topology(text: str):
+    from colocate.protocol import parse_topology
+
+    return parse_topology(text)
 
 
 def main(args) -> int:
@@ -77,7 +88,7 @@ def main(args) -> int:
                        sim_gpu_mem=args.sim_gpu_mem, policy=args.policy, config=args.config,
                        metrics_port=args.metrics_port, record=args.record, log_level=args.log_level,
                        scheduler=scheduler, node_id=args.node_id, host=args.host, log_dir=args.log_dir,
-                       state_dir=args.state_dir, keys=args.keys, insecure=args.insecure)
+                       state_dir=args.state_dir, keys=args.keys, insecure=args.insecure, topology=args.topology)
     try:
         return run(opts)
     except StartError as exc:

@@ -75,6 +75,9 @@ def register(sub) -> None:
                         f"for this long, and a silent node's jobs are placed again {replace_after_s():g} s after it "
                         f"was last heard (default {NODE_LEASE_S:g}; 0: no fencing, placed again at once)")
     p.add_argument("--seed", type=int, default=0, help="seed of the policy's random choices (default 0)")
+    p.add_argument("--topology", default=None, metavar="FILE.csv",
+                   help="network topology, a CSV node_id,switch[,rack]: overrides the labels nodes give "
+                        "(colocate node --topology); read by the topology placement plugin")
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     p.set_defaults(func=main)
 
@@ -86,7 +89,7 @@ def main(args) -> int:
                             insecure=args.insecure,
                             metrics_port=args.metrics_port, heartbeat_s=args.heartbeat, liveness=args.liveness,
                             lease_s=args.lease,
-                            seed=args.seed, log_level=args.log_level)
+                            seed=args.seed, log_level=args.log_level, topology=args.topology)
     try:
         return run(opts)
     except StartError as exc:

@@ -125,6 +125,12 @@ def register(sub) -> None:
                    help="tick period when a policy is time-driven, e.g. promotion (default 30; 0: never)")
     p.add_argument("--reports", choices=("auto", "always", "never"), default="auto",
                    help="node utilization reports: auto = when a policy places opportunistic work (default)")
+    p.add_argument("--topology", default=None, metavar="SxN|FILE.csv",
+                   help="switches and racks of the nodes: SxN = S switches of N consecutive nodes (SxN/R: R switches "
+                        "per rack), or a CSV node_id,switch[,rack]; read by the topology plugin and --spread")
+    p.add_argument("--spread", default="none", metavar="MODEL",
+                   help="how much slower a gang runs spread out: none (default), published (docs/simulator.md) or "
+                        "node=F,switch=F[,rack=F] (step-time factors >= 1)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
@@ -132,6 +138,7 @@ def register(sub) -> None:
 
 def main(args) -> int:
     from cluster.sim import SimConfig, SimOptions, simulate
+    from cluster.sim.network import parse_spread
 
     try:
         opts = SimOptions(
@@ -141,8 +148,9 @@ def main(args) -> int:
             user_factor=args.user_factor, user_noise=args.user_noise, queues=args.queues,
             allow_no_duration=args.allow_no_duration, sharing=args.sharing, colocation_data=args.colocation_data,
             sim=SimConfig(start_delay_s=args.start_delay, stop_delay_s=args.stop_delay,
-                          restart_overhead_s=args.restart_overhead, tick_s=args.tick, reports=args.reports),
-            plots=not args.no_plots)
+                          restart_overhead_s=args.restart_overhead, tick_s=args.tick, reports=args.reports,
+                          spread=parse_spread(args.spread)),
+            plots=not args.no_plots, topology=args.topology)
         if args.quiet or not sys.stderr.isatty():
             summaries = simulate(opts)
         else:

@@ -39,8 +39,9 @@ def resolve(kind: str) -> str:
     return kind
 
 
-def node_gpus(kind: str, sim_gpus: int = 1, sim_gpu_mem: int = 16 << 30) -> list[GpuSpec]:
-    """The GPUs of this machine for a node coordinator."""
+def node_gpus(kind: str, sim_gpus: int | list[tuple[str, float]] = 1, sim_gpu_mem: int = 16 << 30) -> list[GpuSpec]:
+    """The GPUs of this machine for a node coordinator; ``sim_gpus``: a count, or (type, speed) per GPU
+    (``colocate.gpus.sim.parse_sim_gpus``)."""
     kind = resolve(kind)
     if kind == DeviceKind.CUDA:
         from colocate.gpus import nvml

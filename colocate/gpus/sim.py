@@ -25,12 +25,59 @@ def core_of(env) -> int:
     return env.sim_core if env.sim_core is not None else default_core(env.gpu)
 
 
-def node_gpus(count: int, mem_total: int) -> list[GpuSpec]:
-    if count < 1:
+# Relative speeds of simulated GPU types (the fastest = 1): the median, over the 26 single-GPU (model, batch
+# size) configurations of Gavel's artifact (Narayanan et al., OSDI'20, scheduler/simulation_throughputs.json),
+# of each type's throughput over the V100's (docs/simulator.md). Other types are declared: ``T4@0.6``.
+SIM_TYPES = {"V100": 1.0, "P100": 0.81, "K80": 0.25}
+MAX_SIM_GPUS = 64  # a node's GPUs (colocate.protocol.MAX_NODE_GPUS)
+_TYPE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def parse_sim_gpus(text: str) -> list[tuple[str, float]]:
+    """``--sim-gpus``: ``N`` (N untyped GPUs of speed 1) or ``N:TYPE[@SPEED],...`` (e.g. ``2:V100,2:T4@0.6``),
+    one (type, speed) per GPU in index order. A known type (``SIM_TYPES``) takes its table speed unless given;
+    another needs ``@SPEED`` in (0, 1]. Raises ValueError with one line."""
+    text = str(text).strip()
+    if text.isdigit():
+        n = int(text)
+        if not 1 <= n <= MAX_SIM_GPUS:
+            raise ValueError(f"must be a positive integer of at most {MAX_SIM_GPUS}, got {text}")
+        return [("", 1.0)] * n
+    out: list[tuple[str, float]] = []
+    for part in (p.strip() for p in text.split(",")):
+        count, colon, kind = part.partition(":")
+        name, at, speed_s = kind.partition("@")
+        name = name.strip()
+        if not colon or not count.strip().isdigit() or not name or not set(name) <= _TYPE_CHARS or len(name) > 32:
+            raise ValueError(f"expected N or N:TYPE[@SPEED] groups separated by commas (e.g. 2:V100,2:T4@0.6), "
+                             f"got {part[:40]!r}")
+        if at:
+            try:
+                speed = float(speed_s)
+            except ValueError:
+                raise ValueError(f"{name}: speed {speed_s[:20]!r} is not a number") from None
+            if not 0 < speed <= 1:
+                raise ValueError(f"{name}: speed must be in (0, 1] (relative to the fastest type), got {speed_s}")
+        elif name in SIM_TYPES:
+            speed = SIM_TYPES[name]
+        else:
+            raise ValueError(f"unknown GPU type {name!r}: give its speed as {name}@SPEED, or use one of "
+                             f"{', '.join(f'{k} ({v:g})' for k, v in SIM_TYPES.items())}")
+        out += [(name, speed)] * int(count)
+    if not 1 <= len(out) <= MAX_SIM_GPUS:
+        raise ValueError(f"1 to {MAX_SIM_GPUS} simulated GPUs in all, got {len(out)}")
+    return out
+
+
+def node_gpus(count: int | list[tuple[str, float]], mem_total: int) -> list[GpuSpec]:
+    """The node's simulated GPUs: ``count`` untyped ones, or one per (type, speed) of ``parse_sim_gpus``."""
+    types = [("", 1.0)] * count if isinstance(count, int) else list(count)
+    if not types:
         raise ValueError(f"need at least one simulated GPU, got {count}")
     return [
-        GpuSpec(index=i, kind=DeviceKind.SIM, mem_total=mem_total, name="colocate-sim", core=default_core(i))
-        for i in range(count)
+        GpuSpec(index=i, kind=DeviceKind.SIM, mem_total=mem_total, name=t or "colocate-sim", core=default_core(i),
+                speed=s)
+        for i, (t, s) in enumerate(types)
     ]
 
 

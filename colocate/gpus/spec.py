@@ -15,3 +15,4 @@ class GpuSpec:
     mem_total: int  # bytes
     name: str = ""
     core: int | None = None
+    speed: float = 1.0  # a simulated GPU's speed relative to the fastest type (device time x 1/speed)

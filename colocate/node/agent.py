@@ -71,8 +71,10 @@ class SchedulerAgent:
     def __init__(self, endpoint: str, node_id: str, epoch: int, host: str, gpus, workers: WorkerManager,  # noqa: PLR0913 (the edge's collaborators and timers, injected)
                  gpu_status, keys_dir: str | None = None, context: zmq.Context | None = None,
                  clock=time.monotonic, wall=time.time, backoff_min_s: float = 0.25, backoff_max_s: float = 30.0,
-                 status_every_s: float = 1.0, log_dir: str | None = None):
-        """``gpus``: the node's ``GpuSpec`` list; ``gpu_status(now) -> [GpuStatus]``."""
+                 status_every_s: float = 1.0, log_dir: str | None = None, topology: tuple = ()):
+        """``gpus``: the node's ``GpuSpec`` list; ``gpu_status(now) -> [GpuStatus]``; ``topology``: the network
+        labels its hello carries (``colocate.protocol.parse_topology``)."""
+        self.topology = tuple(topology)
         self.endpoint, self.node_id, self.epoch, self.host = endpoint, node_id, epoch, host
         self.gpus, self.workers, self.gpu_status = list(gpus), workers, gpu_status
         self.keys_dir, self.log_dir = keys_dir, log_dir
@@ -163,7 +165,8 @@ class SchedulerAgent:
                      for g in self.gpus)
         self._asks.append(lease_clock())
         self._send(P.NodeHello(node_id=self.node_id, epoch=self.epoch, host=self.host, gpus=gpus,
-                               cpu_milli=(os.cpu_count() or 1) * 1000, mem_mib=psutil.virtual_memory().total >> 20))
+                               cpu_milli=(os.cpu_count() or 1) * 1000, mem_mib=psutil.virtual_memory().total >> 20,
+                               topology=self.topology))
         log.info("hello to the scheduler at %s as node %s (epoch %d)", self.endpoint, self.node_id, self.epoch)
 
     def _drop(self, now: float, why: str) -> None:

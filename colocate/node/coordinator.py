@@ -26,7 +26,7 @@ class NodeOptions:
     endpoint: str
     ctl: str | None = None
     device: str = "auto"
-    sim_gpus: int = 1
+    sim_gpus: int | list = 1  # a count, or (type, speed) per GPU (colocate.gpus.sim.parse_sim_gpus)
     sim_gpu_mem: int = 16 << 30
     policy: str | None = None
     config: str | None = None
@@ -40,6 +40,7 @@ class NodeOptions:
     state_dir: str | None = None  # default: default_state_dir(node id)
     keys: str | None = None  # CURVE key folder for the scheduler link; None: the user's own (keys.resolve)
     insecure: bool = False  # no CURVE on the scheduler link (loopback only)
+    topology: tuple = ()  # network labels for the scheduler, as colocate.protocol.parse_topology gives them
 
 
 def default_state_dir(node_id: str) -> str:
@@ -121,7 +122,7 @@ def _agent(opts: NodeOptions, core, server, gpus):
         workers.accounts = Accounts(keys)  # jobs run as their owners' accounts (``colocate.node.accounts``)
         server.launchers = workers.launchers
         agent = SchedulerAgent(opts.scheduler, node_id, core.node_epoch, opts.host or socket.gethostname(), gpus,
-                               workers, gpu_status, keys_dir=keys, log_dir=log_dir)
+                               workers, gpu_status, keys_dir=keys, log_dir=log_dir, topology=opts.topology)
         agent.start()
     except Exception as exc:  # bad keys (KeyError_ is a ValueError), a malformed endpoint (ZMQError)
         workers.close()

@@ -148,7 +148,7 @@ class NodeCore(PlacementRules):
         job.sent_at[job.limits.seq] = now
         welcome = P.Welcome(job_id=job.job_id, node_epoch=self.node_epoch, limits=job.limits,
                             heartbeat_s=self.cfg.heartbeat_s, liveness=self.cfg.liveness, gpu=job.gpu,
-                            mem_total=gpu.spec.mem_total, sim_core=gpu.spec.core)
+                            mem_total=gpu.spec.mem_total, sim_core=gpu.spec.core, sim_speed=gpu.spec.speed)
         return [Send(job.job_id, welcome)] + out
 
     def _on_batch_report(self, m: P.BatchReport, now: float) -> list[Command]:

@@ -79,6 +79,30 @@ REFUSAL = Str(choices=(REFUSED, REFUSED_STALE))
 MAX_PAGE = 1000  # jobs per JobsReply
 LOG_TAIL_MAX_BYTES = 64 << 10  # the most of one worker's log a LogTail carries
 LOG_TEXT = Str(LOG_TAIL_MAX_BYTES)
+TOPOLOGY_LEVELS = ("switch", "rack")  # a node's network labels, innermost first
+LABEL = Str(64, min_len=1, printable=True)
+TOPOLOGY = MapOf(Str(choices=TOPOLOGY_LEVELS), LABEL)
+_LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:/")
+
+
+def parse_topology(text: str) -> tuple[tuple[str, str], ...]:
+    """``"switch=s1,rack=r2"`` -> ``(("switch", "s1"), ("rack", "r2"))`` (levels in ``TOPOLOGY_LEVELS``
+    order; either may be left out; ``""`` gives none). A label is 1-64 characters of letters, digits and
+    ``._-:/``. Raises ValueError with one line naming what is wrong."""
+    out: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        key, eq, value = (x.strip() for x in part.partition("="))
+        if not eq or key not in TOPOLOGY_LEVELS:
+            raise ValueError(f"topology: expected {'=LABEL, '.join(TOPOLOGY_LEVELS)}=LABEL separated by commas, "
+                             f"got {part!r}")
+        if key in out:
+            raise ValueError(f"topology: {key} given twice")
+        if not (1 <= len(value) <= 64) or not set(value) <= _LABEL_CHARS:
+            raise ValueError(f"topology: {key} label {value!r} must be 1-64 letters, digits or ._-:/")
+        out[key] = value
+    return tuple((k, out[k]) for k in TOPOLOGY_LEVELS if k in out)
 
 
 # ---------------------------------------------------------------- nested records
@@ -174,6 +198,8 @@ class NodeView(_Record):
     utilization: float = _f(SHARE)  # mean over the node's GPUs, last 10 s
     workers: int = _f(COUNT)
     gpu_views: tuple = _f(ListOf(Nested(GpuView), 64), default=())
+    switch: str = _f(NAME, default="", optional=True)  # network labels the scheduler places by ("": none)
+    rack: str = _f(NAME, default="", optional=True)
 
 
 @_record()
@@ -200,6 +226,8 @@ class NodeHello(Message):
     gpus: tuple = _f(ListOf(Nested(NodeGpu), MAX_NODE_GPUS))
     cpu_milli: int = _f(COUNT, default=0)
     mem_mib: int = _f(COUNT, default=0)
+    # network labels (``parse_topology``): a scheduler topology file overrides them; optional on the wire
+    topology: tuple = _f(TOPOLOGY, default=(), optional=True)
 
 
 @_record("node_heartbeat")

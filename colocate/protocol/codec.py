@@ -246,10 +246,14 @@ class MapOf(_Spec):
         return {k: x for k, x in v}
 
 
-def _f(spec: _Spec, *, default: Any = MISSING, init: bool = True) -> Any:
-    """Declare a dataclass field with its wire rule (a default only eases construction:
-    on the wire every field is required)."""
-    return field(default=default, init=init, metadata={"spec": spec})
+def _f(spec: _Spec, *, default: Any = MISSING, init: bool = True, optional: bool = False) -> Any:
+    """Declare a dataclass field with its wire rule. A default only eases construction: on the wire every
+    field is required, except an ``optional`` one (it needs a default), which is left off the wire while it
+    holds its default and takes its default when missing, so peers that predate it still read and write
+    the message (a field added without bumping ``PROTOCOL_VERSION``)."""
+    if optional and default is MISSING:
+        raise TypeError("an optional wire field needs a default")
+    return field(default=default, init=init, metadata={"spec": spec, "optional": optional})
 
 
 JOB_ID = Str(MAX_ID_CHARS, min_len=1, printable=True)
@@ -267,6 +271,7 @@ NAME = Str(MAX_ID_CHARS, printable=True)  # node ids, placement ids, queue, user
 # ---------------------------------------------------------------- message classes
 
 _SPECS: dict[type, tuple[tuple[str, _Spec], ...]] = {}
+_OPTIONAL: dict[type, dict[str, Any]] = {}  # record -> its optional wire fields and their defaults
 MESSAGE_TYPES: dict[str, type] = {}
 
 
@@ -302,6 +307,7 @@ def _record(type_name: str = "") -> Callable[[type[_R]], type[_R]]:
     def wrap(cls: type[_R]) -> type[_R]:
         cls = dataclass(frozen=True, slots=True)(cls)
         _SPECS[cls] = tuple((f.name, f.metadata["spec"]) for f in fields(cls))  # type: ignore[arg-type]
+        _OPTIONAL[cls] = {f.name: f.default for f in fields(cls) if f.metadata.get("optional")}  # type: ignore[arg-type]
         assert not {n for n, _ in _SPECS[cls]} & set(_RESERVED_KEYS), cls
         if type_name:
             assert type_name not in MESSAGE_TYPES, type_name
@@ -324,11 +330,18 @@ class Error(Message):
 
 
 def _to_map(rec: _Record) -> dict:
-    return {name: spec.dump(getattr(rec, name)) for name, spec in _SPECS[type(rec)]}
+    out = {name: spec.dump(getattr(rec, name)) for name, spec in _SPECS[type(rec)]}
+    for name, default in _OPTIONAL[type(rec)].items():
+        if getattr(rec, name) == default:
+            del out[name]  # left off while at its default: a peer that predates the field reads the message
+    return out
 
 
 def _from_map(cls: type, m: dict) -> Any:
     specs = _SPECS[cls]
+    opt = _OPTIONAL[cls]
+    if opt and any(n not in m for n in opt):
+        m = {**_dumped_defaults(cls), **m}
     names = {name for name, _ in specs}
     missing = [n for n, _ in specs if n not in m]
     extra = [k for k in m if k not in names]
@@ -337,6 +350,12 @@ def _from_map(cls: type, m: dict) -> Any:
         what += f"unexpected fields {extra!r:.200}" if extra else ""
         raise ProtocolError(INVALID, f"{cls.__name__}: {what}")
     return cls(**{name: spec.load(m[name], f"{cls.__name__}.{name}") for name, spec in specs})
+
+
+def _dumped_defaults(cls: type) -> dict[str, Any]:
+    """The wire form of ``cls``'s optional fields' defaults (what a peer that predates them leaves off)."""
+    specs = dict(_SPECS[cls])
+    return {n: specs[n].dump(d) for n, d in _OPTIONAL[cls].items()}
 
 
 def to_wire(msg: Message) -> dict:

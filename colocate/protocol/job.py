@@ -184,6 +184,8 @@ class Welcome(Message):
     gpu: int | None = _f(Opt(COUNT), default=None)  # the GPU the node registered the worker on (its pick)
     mem_total: int | None = _f(Opt(SIZE), default=None)  # that GPU's memory in bytes
     sim_core: int | None = _f(Opt(COUNT), default=None)  # a simulated GPU's CPU core (None: not simulated)
+    # a simulated GPU's speed relative to the fastest type: its device work takes 1/speed as long
+    sim_speed: float = _f(Num(float, 0.001, 1.0), default=1.0, optional=True)
 
 
 @_record("set_limits")

@@ -38,6 +38,8 @@ class SimJobDevice:
         self._ext: Any = None  # the compiled allocator module, loaded by install()
         self._lock = threading.Lock()  # orders joining the core with priority changes
         self.joined = False  # the process runs on the GPU's core (from its first device work)
+        self.speed = 1.0  # the GPU type's relative speed (the node's Welcome): device work takes 1/speed as long
+        self._phase_busy: float | None = None  # busy_time() at the current mini-batch's device work start
         self._low = False  # low device priority asked for
         # control threads (the node link), host work: native id -> [CPU clock id, last seconds read], or None
         # where the thread's CPU clock cannot be read
@@ -91,7 +93,10 @@ class SimJobDevice:
 
     def quiet(self, cap: int) -> bool:
         """True when, since the window's start, no host-served bytes were touched and the reserved
-        bytes are within ``cap``: a boundary has nothing to charge or enforce."""
+        bytes are within ``cap``: a boundary has nothing to charge or enforce (never on a slower GPU type,
+        whose boundary charges the extra device time)."""
+        if self.speed < 1.0:
+            return False
         s = self._ext.stats()
         return not (s["win_host_at_start"] or s["win_host_alloc_bytes"]) and s["reserved"] <= cap
 
@@ -108,10 +113,16 @@ class SimJobDevice:
             busy -= clock[1]
         return busy
 
+    def set_speed(self, speed: float) -> None:
+        """The GPU type's relative speed, in (0, 1] (1: the fastest type; values outside are clamped)."""
+        self.speed = min(1.0, max(1e-3, float(speed)))
+
     def phase_start(self) -> None:
         """Device work of a mini-batch begins: the first one moves the process onto the GPU's core."""
         if not self.joined:
             self.join_core()
+        if self.speed < 1.0:
+            self._phase_busy = self.busy_time()
 
     def join_core(self) -> None:
         """Pin every thread of this process but its control threads to the GPU's core (threads started
@@ -152,7 +163,11 @@ class SimJobDevice:
                 pass
 
     def phase_end(self) -> None:
-        """Device work of a mini-batch ends (nothing to do on sim)."""
+        """Device work of a mini-batch ends: on a slower GPU type (``speed`` < 1) the device work it took,
+        ``d``, is stretched to ``d / speed`` by charging ``d * (1/speed - 1)`` more on the core."""
+        start, self._phase_busy = self._phase_busy, None
+        if start is not None and self.speed < 1.0:
+            self.charge((self.busy_time() - start) * (1.0 / self.speed - 1.0))
 
     def mem_get_info(self) -> tuple[int, int]:
         """(free, total) as the job should see them: the cap is the total."""

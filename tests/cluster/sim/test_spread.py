@@ -1,0 +1,83 @@
+"""The simulator's spread model: a gang runs slower by the node and switch factors when its placement spans
+more than one node and switch; the same job on one node runs at its solo speed; the factors are checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.sim import SimConfig
+from cluster.sim.network import PUBLISHED, SpreadModel, parse_spread, span
+from cluster.spec import NodeSpec
+from tests.cluster.sim.helpers import job, run
+
+MODEL = SpreadModel(node=2.0, switch=1.5, rack=1.25)
+
+
+@pytest.mark.parametrize("nodes, workers, gpus, jct", [
+    ([NodeSpec("a", 2, switch="s1", rack="r1")], 2, 1, 100.0),  # one node: solo speed
+    ([NodeSpec("a", 1, switch="s1", rack="r1"), NodeSpec("b", 1, switch="s1", rack="r1")], 2, 1, 200.0),  # x node
+    ([NodeSpec("a", 1, switch="s1", rack="r1"), NodeSpec("b", 1, switch="s2", rack="r1")], 2, 1, 300.0),  # x switch
+    ([NodeSpec("a", 1, switch="s1", rack="r1"), NodeSpec("b", 1, switch="s2", rack="r2")], 2, 1, 375.0),  # x rack
+    ([NodeSpec("a", 1), NodeSpec("b", 1)], 2, 1, 375.0),  # unlabelled nodes: each its own switch and rack
+    ([NodeSpec("a", 1, switch="s1"), NodeSpec("b", 1, switch="s2")], 1, 1, 100.0),  # one worker: no spread
+])
+def test_a_gang_is_slowed_by_its_spread(nodes, workers, gpus, jct):
+    sim, rows, _ = run("gang-binpack", [job("g", 0.0, 100.0, gpus=gpus, workers=workers)], nodes,
+                       config=SimConfig(spread=MODEL))
+    assert rows[0]["jct_s"] == pytest.approx(jct)
+    assert sim.by_id["g"].span[0] == (len(nodes) if workers > 1 else 1)
+
+
+def test_no_spread_model_means_no_slowdown():
+    nodes = [NodeSpec("a", 1, switch="s1"), NodeSpec("b", 1, switch="s2")]
+    _, rows, _ = run("gang-binpack", [job("g", 0.0, 100.0, workers=2)], nodes)
+    assert rows[0]["jct_s"] == pytest.approx(100.0)
+
+
+def test_span_counts_nodes_switches_racks():
+    specs = [NodeSpec("a", 1, switch="s1", rack="r1"), NodeSpec("b", 1, switch="s1", rack="r1"),
+             NodeSpec("c", 1, switch="s2", rack="r1"), NodeSpec("d", 1)]
+    assert span(specs[:2]) == (2, 1, 1)
+    assert span(specs[:3]) == (3, 2, 1)
+    assert span(specs) == (4, 3, 2)
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("published", PUBLISHED), ("none", SpreadModel()), ("node=1.5,switch=1.1", SpreadModel(1.5, 1.1, 1.0)),
+])
+def test_parse_spread(text, expect):
+    assert parse_spread(text) == expect
+
+
+@pytest.mark.parametrize("text, error", [
+    ("node=0.5", "must be a number >= 1"), ("node=x", "is not a number"), ("hop=2", "expected published"),
+    ("node=1.5,node=2", "expected published"),
+])
+def test_bad_spread_models_give_one_line(text, error):
+    with pytest.raises(ValueError, match=error):
+        parse_spread(text)
+
+
+def test_simulate_with_a_topology_and_the_published_spread_model(tmp_path, capsys):
+    """``colocate simulate --topology 4x2 --spread published``: the topology plugin's gangs span no more
+    switches than bin-packing's, the summary says so, and bad values are one line, exit 2."""
+    import json
+
+    from colocate.cli import main
+    from tests.cluster.sim.test_cli import philly_file
+
+    trace = philly_file(tmp_path / "philly.csv", n=80, bad=False)
+    base = ["simulate", "--trace", str(trace), "--cluster", "8x8", "--out", str(tmp_path / "out"), "--quiet",
+            "--no-plots", "--colocation-data", "none"]
+    assert main(base + ["--policy", "gang-binpack,topology", "--topology", "4x2", "--spread", "published"]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    spread = {s["policy"]: s["gang_spread"] for s in summary}
+    assert spread["topology"]["jobs"] == spread["gang-binpack"]["jobs"] > 0
+    assert spread["topology"]["mean_switches"] <= spread["gang-binpack"]["mean_switches"]
+    capsys.readouterr()
+    for bad, message in ((["--topology", "3x2"], "covers 6 nodes, the cluster has 8"),
+                         (["--spread", "node=0.3"], "must be a number >= 1"),
+                         (["--topology", str(tmp_path / "none.csv")], "cannot read the topology file")):
+        assert main(base + ["--policy", "topology", *bad]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,58 @@
+"""Optional wire fields (``_f(..., optional=True)``): left off the wire at their default and filled in
+when missing, so a node or scheduler that predates a field still reads and writes the message. The
+first is ``NodeHello.topology`` (and ``NodeView.switch``/``rack``)."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from colocate import protocol as P
+
+
+def hello(**kw):
+    return P.NodeHello(node_id="n1", epoch=1, host="127.0.0.1", gpus=(P.NodeGpu(0, "sim", 1 << 30),), **kw)
+
+
+def test_an_optional_field_at_its_default_is_left_off_the_wire():
+    wire = P.to_wire(hello())
+    assert "topology" not in wire  # a scheduler that predates it reads this hello
+    assert P.decode(P.encode(hello())) == hello()
+
+
+def test_a_message_from_a_peer_that_predates_the_field_decodes_with_the_default():
+    old = {k: v for k, v in P.to_wire(hello(topology=(("switch", "s1"),))).items() if k != "topology"}
+    got = P.from_wire(old)
+    assert got.topology == ()
+
+
+def test_topology_labels_travel():
+    msg = hello(topology=P.parse_topology("switch=s1,rack=r2"))
+    got = P.decode(P.encode(msg))
+    assert dict(got.topology) == {"switch": "s1", "rack": "r2"}
+    view = P.NodeView("n1", "h", True, "sim", 2, 0, 0, 0.0, 0, switch="s1", rack="r2")
+    assert P.decode(P.encode(P.NodesReply(nodes=(view,), scheduler_epoch=1))).nodes[0].switch == "s1"
+
+
+@pytest.mark.parametrize("topology", [{"row": "x"}, {"switch": ""}, {"switch": "a\nb"}, ["switch"]])
+def test_bad_topology_on_the_wire_is_invalid(topology):
+    wire = P.to_wire(hello())
+    wire["topology"] = topology
+    with pytest.raises(P.ProtocolError) as e:
+        P.decode(msgpack.packb(wire))
+    assert e.value.code == P.INVALID
+
+
+def test_other_missing_fields_are_still_required_and_extra_ones_refused():
+    wire = P.to_wire(hello())
+    del wire["host"]
+    with pytest.raises(P.ProtocolError, match="missing fields"):
+        P.from_wire(wire)
+    wire = {**P.to_wire(hello()), "colour": "red"}
+    with pytest.raises(P.ProtocolError, match="unexpected fields"):
+        P.from_wire(wire)
+
+
+def test_an_optional_field_needs_a_default():
+    with pytest.raises(TypeError, match="needs a default"):
+        P.codec._f(P.NAME, optional=True)
