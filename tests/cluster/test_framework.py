@@ -154,7 +154,7 @@ def test_the_status_set_is_closed_and_held_is_one_of_its_codes():
 
 @pytest.mark.parametrize("plugins, message", [
     (["fifo"], "plugins: guaranteed jobs need exactly one node-order plugin (one of "),
-    (["fifo"], "binpack, fgd, first_fit, genetic, round_robin, spread, tetris), got none"),
+    (["fifo"], "binpack, fgd, first_fit, genetic, round_robin, spread, tetris, topology), got none"),
     (["fifo", "binpack", "spread"], "guaranteed jobs need exactly one node-order plugin"),
     (["fifo", "first_fit", "binpack"], "got first_fit, binpack"),
     (["fifo", "gang", "_order_only"], "guaranteed jobs need exactly one GPU-pick plugin"),
