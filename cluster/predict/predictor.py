@@ -2,7 +2,8 @@
 
 Before start (``predict``): the first level of ``history.levels(key)`` with at least one finished
 job gives the estimate. Its observations are the last ``window`` finished run times at that level
-(the k-th most recent weighted ``decay ** k``) and the jobs of that level running now: one with a
+(the k-th most recent weighted ``decay ** k``) and the last ``window`` jobs of that level started
+and still running (no more, so that a backlog of long runners does not swamp the finished): one with a
 progress report contributes its projected run time as if finished, one without contributes the
 time it has run so far, censored (``estimate.km_quantiles``). The p50 and p90 are the Kaplan-Meier
 quantiles. Where the level has fewer than ``trust`` finished jobs, each quantile is shrunk toward
@@ -58,11 +59,14 @@ class RunTimePredictor:
         self._fin: dict[tuple, deque[float]] = {}
         self._run: dict[tuple, dict[str, _Running]] = {}
         self._jobs: dict[str, _Running] = {}
+        self._cache: dict[JobKey, Prediction | None] = {}  # predictions at _cache_now, since the last change
+        self._cache_now = math.nan
 
     # learning
     def finished(self, record: HistoryRecord) -> None:
         """A job ended: it stops counting as running; a succeeded one's wall time becomes history."""
         self.forget(record.job_id)
+        self._cache.clear()
         if record.exit != Exit.SUCCEEDED or record.wall_s <= 0:
             return
         for _, lk in levels(record.key):
@@ -75,6 +79,7 @@ class RunTimePredictor:
         """A job started running at ``now`` (idempotent: a second call keeps the first start)."""
         if job_id in self._jobs:
             return
+        self._cache.clear()
         r = _Running([lk for _, lk in levels(key)], now)
         self._jobs[job_id] = r
         for lk in r.keys:
@@ -87,6 +92,7 @@ class RunTimePredictor:
         r = self._jobs.get(job_id)
         if r is None or total <= 0 or done < 0 or not (step_p50_s > 0 and math.isfinite(step_p50_s)):
             return False
+        self._cache.clear()
         r.done, r.total, r.step_p50, r.at = done, total, step_p50_s, now
         r.step_p90 = step_p90_s if step_p90_s and step_p90_s >= step_p50_s and math.isfinite(step_p90_s) else step_p50_s
         return True
@@ -95,6 +101,7 @@ class RunTimePredictor:
         """The job no longer runs and teaches nothing (e.g. ended before it started); idempotent."""
         r = self._jobs.pop(job_id, None)
         if r is not None:
+            self._cache.clear()
             for lk in r.keys:
                 run = self._run.get(lk)
                 if run is not None:
@@ -110,7 +117,8 @@ class RunTimePredictor:
         for v in reversed(fin):
             obs.append((v, w, True))
             w *= self.decay
-        for r in self._run.get(lk, {}).values():
+        running = self._run.get(lk)
+        for r in list(running.values())[-self.window:] if running else ():
             proj = r.projected()
             if proj is not None:
                 obs.append((proj, 1.0, True))
@@ -129,7 +137,17 @@ class RunTimePredictor:
         return p50, max(p50, p90)
 
     def predict(self, key: JobKey, now: float) -> Prediction | None:
-        """p50/p90 run time of a job with ``key`` submitted (or waiting) at ``now``; module docstring."""
+        """p50/p90 run time of a job with ``key`` submitted (or waiting) at ``now``; module docstring.
+        Cached until the next change or another ``now`` (a scheduling cycle asks for many jobs at once)."""
+        if now != self._cache_now:
+            self._cache.clear()
+            self._cache_now = now
+        if key in self._cache:
+            return self._cache[key]
+        pred = self._cache[key] = self._predict(key, now)
+        return pred
+
+    def _predict(self, key: JobKey, now: float) -> Prediction | None:
         found = [(name, lk) for name, lk in levels(key) if lk in self._fin]
         if not found:
             return None
