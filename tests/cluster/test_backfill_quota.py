@@ -100,6 +100,46 @@ def test_predictor_records_its_error_at_submit_and_learns_only_successes():
     assert pred.predict(job("d", user="u", name="n", t=1000.0)) == pytest.approx(10.0)  # median of 10, 20
 
 
+def predicted_core(quantile):
+    """One 8-GPU node; ann's job x ran 10, 20, 30, 400, 500 s (p50 30, p90 500); r (6 GPUs) runs to 1200."""
+    cfg = config(["fifo", "gang", "binpack", "backfill", "predictor"], predictor={"trust": 1},
+                 backfill={"quantile": quantile})
+    core = make_core(cfg, [("n0", 8)])
+    run(core, job("r", gpus=6, estimate_s=1200.0))
+    t = 0.0
+    for i, d in enumerate((10.0, 20.0, 30.0, 400.0, 500.0)):
+        run(core, job(f"h{i}", user="ann", name="x", t=t), now=t)
+        finish(core, f"h{i}", now=t + d)
+        t += d
+    return core
+
+
+@pytest.mark.parametrize("quantile, starts_now", [("p90", False), ("p50", True)])
+def test_backfill_plans_on_the_predicted_quantile(quantile, starts_now):
+    """At 1000 the head waits for 1200: x's p50 (30 s) would end in time, its p90 (500 s) would not."""
+    core = predicted_core(quantile)
+    q = core.fw.plugin("predictor").quantiles(job("x", user="ann", name="x"), 1000.0)
+    assert (q.p50, q.p90, q.level) == (30.0, 500.0, "exact+gpus")
+    out = submit(core, job("head", gpus=8, t=1000), job("later", user="ann", name="x", t=1000), now=1000.0)
+    assert ("later" in starts(out)) is starts_now
+    assert core.fw.plugin("backfill").reservation("default")[:2] == ("head", 1200.0)
+
+
+def test_progress_moves_the_reservation():
+    """r has no estimate and no history (never expected to end: no shadow time) until its progress
+    report projects its end; the next cycle reserves the head's start there."""
+    core = make_core(config(["fifo", "gang", "binpack", "backfill", "predictor"]), [("n0", 8)])
+    run(core, job("r", gpus=6))
+    out = submit(core, job("head", gpus=8, t=1), job("later", t=2, estimate_s=50.0), now=5.0)
+    assert starts(out) == {} and core.fw.plugin("backfill").reservation("default") is None
+    pred = core.fw.plugin("predictor")
+    assert pred.progress(core.job("r"), 10, 100, 1.0, now=10.0)  # 90 iterations of 1 s left: ends at 100
+    assert pred.expected_end(core.job("r"), "p90", 10.0) == 100.0
+    out = core.schedule(20.0)
+    assert "later" in starts(out)  # 20 + 50 <= 100
+    assert core.fw.plugin("backfill").reservation("default")[:2] == ("head", 100.0)
+
+
 def quota_core(borrow=True, reclaim=True, **extra):
     cfg = config(["fifo", "gang", "binpack", "quota"],
                  quota={"quotas": {"a": 4, "b": 4}, "borrow": borrow, "reclaim": reclaim, **extra})
