@@ -24,7 +24,6 @@ oracle's gain.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 import statistics

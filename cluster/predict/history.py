@@ -19,12 +19,14 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from colocate.vocab import JobState
+
 
 class Exit(StrEnum):
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    OOM = "oom"
-    KILLED = "killed"
+    SUCCEEDED = JobState.SUCCEEDED.value
+    FAILED = JobState.FAILED.value
+    OOM = "oom"  # failed for want of GPU memory
+    KILLED = "killed"  # cancelled or preempted
 
 
 LEVELS = ("exact+gpus", "exact", "family", "user+gpus", "user", "gpus", "all")
@@ -114,7 +116,7 @@ class HistoryRecord:
         if extra:
             raise ValueError(f"history record: unknown field(s) {', '.join(extra)}")
         try:
-            exit_ = Exit(d.get("exit"))
+            exit_ = Exit(str(d.get("exit")))
         except ValueError:
             raise ValueError(f"history record: exit must be one of {', '.join(e.value for e in Exit)}, "
                              f"got {d.get('exit')!r}") from None

@@ -33,7 +33,7 @@ class Prediction(NamedTuple):
     p50: float  # seconds
     p90: float
     level: str  # the level of history.LEVELS it came from ("progress" after a progress report)
-    count: int  # finished jobs at that level behind it
+    n: int  # finished jobs at that level behind it (iterations done, after a progress report)
 
 
 class _Running:

@@ -14,7 +14,7 @@ def done(p, job_id, key, wall, end=1000.0, exit=Exit.SUCCEEDED):
     p.finished(HistoryRecord(job_id, key.exact, key.family, key.user, key.gpus, key.gpu_type, wall, exit, 0.0, end))
 
 
-@pytest.mark.parametrize("history, key, p50, level, count", [
+@pytest.mark.parametrize("history, key, p50, level, n", [
     ([(ANN, 100.0)], ANN, 100.0, "exact+gpus", 1),
     ([(ANN, 100.0), (ANN, 300.0), (ANN, 200.0)], ANN, 200.0, "exact+gpus", 3),
     ([(ANN, 100.0)], ANN._replace(gpus=2), 100.0, "exact", 1),
@@ -25,12 +25,12 @@ def done(p, job_id, key, wall, end=1000.0, exit=Exit.SUCCEEDED):
     ([(ANN, 100.0, Exit.FAILED)], ANN, None, None, None),  # only successes teach run times
     ([], ANN, None, None, None),
 ])
-def test_levels_without_shrinkage(history, key, p50, level, count):
+def test_levels_without_shrinkage(history, key, p50, level, n):
     p = RunTimePredictor(trust=1)
     for i, h in enumerate(history):
         done(p, f"h{i}", h[0], h[1], exit=h[2] if len(h) > 2 else Exit.SUCCEEDED)
     got = p.predict(key, 2000.0)
-    assert (got and (got.p50, got.level, got.count)) == ((p50, level, count) if p50 else None)
+    assert (got and (got.p50, got.level, got.n)) == ((p50, level, n) if p50 else None)
 
 
 def test_a_level_with_little_history_is_shrunk_toward_a_broader_one():
