@@ -198,33 +198,38 @@ def main() -> int:
             return 2
     info = C.machine_info()
     t0 = time.perf_counter()
+    con = C.console()
     pai, philly = load(Path(args.pai), "pai2020"), load(Path(args.philly), "philly")
     acc = accuracy_rows("PAI sample", pai) + accuracy_rows("Philly", philly, sensitivity=False)
     acc_load = os.getloadavg()[0]
     acc_headers = ["trace", "predictor", "subset", "n", "covered", "median APE", "within 2x", "under-predicted",
                    "above p90"]
-    bf = backfill_rows("PAI sample", Path(args.pai), args.pai_cluster)
-    if not args.no_philly_sim:
-        bf += backfill_rows("Philly", Path(args.philly), args.philly_cluster)
+    con.print(C.rich_table(f"causal prediction (load {acc_load:.2f})", acc_headers, acc,
+                           left=("trace", "predictor", "subset")))
     bf_headers = ["trace", "cluster", "FIFO mean JCT", "backfill (predicted)", "backfill (oracle)",
                   "share of oracle's gain", "predictor median APE (sim)", "within 2x (sim)", "load"]
-    con = C.console()
-    con.print(C.rich_table(f"causal prediction (load {acc_load:.2f})", acc_headers, acc, left=("trace", "predictor", "subset")))
-    con.print(C.rich_table("backfill on the predictions", bf_headers, bf, left=("trace",)))
-    wall = time.perf_counter() - t0
-    body = "\n".join([
-        "## Run-time prediction from history (issue 25)", "",
-        f"`{C.invocation()}`", "", *C.machine_lines(info),
-        f"- load average (1 min) after the accuracy replays: {acc_load:.2f}; wall {wall:.0f} s", "",
-        "Causal replay, no queueing (a job's prediction sees only jobs finished before its submit, and the",
-        "time run so far by the jobs still running); figures on the p50 at submit:", "",
-        C.markdown_table(acc_headers, acc), "",
-        "Backfill (FIFO = gang-binpack; backfill reserves on the predictor's p90; oracle = true run times):", "",
-        C.markdown_table(bf_headers, bf),
-    ])
-    if not args.no_write:
-        C.update_results("prediction", body)
-        print(f"recorded in {C.RESULTS}")
+    bf: list[list[str]] = []
+    runs = [("PAI sample", Path(args.pai), args.pai_cluster)]
+    if not args.no_philly_sim:
+        runs.append(("Philly", Path(args.philly), args.philly_cluster))
+    for name, trace, cluster in [(None, None, None), *runs]:
+        if name is not None:
+            bf += backfill_rows(name, trace, cluster)
+            con.print(C.rich_table("backfill on the predictions", bf_headers, bf, left=("trace",)))
+        wall = time.perf_counter() - t0
+        body = "\n".join([
+            "## Run-time prediction from history (issue 25)", "",
+            f"`{C.invocation()}`", "", *C.machine_lines(info),
+            f"- load average (1 min) after the accuracy replays: {acc_load:.2f}; wall {wall:.0f} s so far", "",
+            "Causal replay, no queueing (a job's prediction sees only jobs finished before its submit, and the",
+            "time run so far by the jobs still running); figures on the p50 at submit:", "",
+            C.markdown_table(acc_headers, acc), "",
+            "Backfill (FIFO = gang-binpack; backfill reserves on the predictor's p90; oracle = true run times):", "",
+            C.markdown_table(bf_headers, bf) if bf else "(not run yet)",
+        ])
+        if not args.no_write:
+            C.update_results("prediction", body)
+            print(f"recorded in {C.RESULTS}", flush=True)
     return 0
 
 

@@ -1,4 +1,7 @@
-"""``predictor`` (seed 000, issue 25): run-time prediction from the jobs' own history, pure.
+"""``predictor`` (seed 000, issue 25): run-time prediction from the jobs' own history, pure. Before
+a job starts, p50 and p90 of its run time from the first key level with history (exact fingerprint
+with the same GPUs, exact, family, user + GPUs, user, GPU count, all jobs); after start, the
+remaining time from progress reports. ``backfill`` plans on it.
 
 Wraps ``cluster.predict.RunTimePredictor`` (see it for the estimator): before start, p50 and p90
 from the first key level with history, from the exact fingerprint with the same GPUs down to the
