@@ -3,7 +3,8 @@
 Before start (``predict``): the first level of ``history.levels(key)`` with at least one finished
 job gives the estimate. Its observations are the last ``window`` finished run times at that level
 (the k-th most recent weighted ``decay ** k``) and the last ``window`` jobs of that level started
-and still running (no more, so that a backlog of long runners does not swamp the finished): one with a
+and still running (no more, so that a backlog of long runners does not swamp the finished; none
+with ``running=False``): one with a
 progress report contributes its projected run time as if finished, one without contributes the
 time it has run so far, censored (``estimate.km_quantiles``). The p50 and p90 are the Kaplan-Meier
 quantiles. Where the level has fewer than ``trust`` finished jobs, each quantile is shrunk toward
@@ -52,10 +53,10 @@ class _Running:
 
 
 class RunTimePredictor:
-    def __init__(self, window: int = 50, decay: float = 1.0, trust: int = 3) -> None:
+    def __init__(self, window: int = 50, decay: float = 1.0, trust: int = 3, running: bool = True) -> None:
         if window < 1 or not (0.0 < decay <= 1.0) or trust < 1:
             raise ValueError("window must be >= 1, decay in (0, 1], trust >= 1")
-        self.window, self.decay, self.trust = window, decay, trust
+        self.window, self.decay, self.trust, self.running = window, decay, trust, running
         self._fin: dict[tuple, deque[float]] = {}
         self._run: dict[tuple, dict[str, _Running]] = {}
         self._jobs: dict[str, _Running] = {}
@@ -117,7 +118,7 @@ class RunTimePredictor:
         for v in reversed(fin):
             obs.append((v, w, True))
             w *= self.decay
-        running = self._run.get(lk)
+        running = self._run.get(lk) if self.running else None
         for r in list(running.values())[-self.window:] if running else ():
             proj = r.projected()
             if proj is not None:

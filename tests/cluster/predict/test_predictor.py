@@ -95,3 +95,13 @@ def test_remaining_without_progress_is_conditioned_on_time_run():
 def test_bad_parameters(kw):
     with pytest.raises(ValueError):
         RunTimePredictor(**kw)
+
+
+@pytest.mark.parametrize("running, p50", [(True, 500.0), (False, 20.0)])
+def test_running_jobs_can_be_left_out(running, p50):
+    p = RunTimePredictor(trust=1, running=running)
+    for i, w in enumerate((10.0, 20.0, 30.0)):
+        done(p, f"h{i}", ANN, w)
+    for i in range(4):
+        p.started(f"r{i}", ANN, 0.0)
+    assert p.predict(ANN, 500.0).p50 == p50
