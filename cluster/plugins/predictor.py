@@ -41,14 +41,14 @@ class Predictor(Plugin):
         "history": Param(50, "int", lambda v: v >= 1, "an integer >= 1"),
         "decay": Param(1.0, "float", lambda v: 0 < v <= 1, "a number in (0, 1]"),
         "trust": Param(3, "int", lambda v: v >= 1, "an integer >= 1"),
-        "running": Param(True, "bool"),  # the running jobs count (censored) in the estimate
+        "censor_running": Param(True, "bool"),  # the running jobs count (censored) in the estimate
         "default_s": Param(0.0, "float", lambda v: v >= 0, "seconds >= 0 (0: unknown)"),
     }
 
     def __init__(self, params) -> None:
         super().__init__(params)
         self.model = RunTimePredictor(self.p["history"], self.p["decay"], self.p["trust"],
-                                      self.p["running"])
+                                      self.p["censor_running"])
         self._at_submit: dict[str, Prediction | None] = {}
         self._moved: dict[str, float] = {}  # job id -> new projected end (seconds, scheduler clock)
         self.errors: list[tuple[float, float, float, str]] = []  # (p50, p90, actual, level) per finished job
