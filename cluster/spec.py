@@ -44,6 +44,8 @@ class JobSpec:
     user: str = ""
     name: str = ""
     estimate_s: float | None = None  # the submitter's run-time estimate (backfill); None: unknown
+    fingerprint: str = ""  # exact fingerprint (cluster.predict.fingerprint); "" unknown: user+name stands in
+    family: str = ""  # family fingerprint (numeric hyperparameters masked); "" unknown
 
     def __post_init__(self) -> None:
         if not self.job_id:

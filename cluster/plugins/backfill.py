@@ -4,10 +4,13 @@ free, with those free now, cover the head's demand. A later job of that queue ma
 only if it does not delay that start: by its estimate it ends by the shadow time, or it uses
 only the extra GPUs the head will not need at the shadow time (which it then consumes).
 
-Estimate: the job's ``estimate_s``, else the ``predictor`` plugin's, else unknown: a job with an
-unknown estimate is not backfilled, a running one with none counts as never ending (then no
-shadow time exists and the queue just waits). A placement past its expected end is expected to
-end now. Capacity is counted in guaranteed milli of the head's GPU model (topology is not
+Estimate: the job's ``estimate_s``, else the ``predictor`` plugin's run time at quantile ``quantile``
+(p90 by default: a backfilled job must end by the shadow time at its p90, and a running job is
+expected to end at its p90), else unknown: a job with an unknown estimate is not backfilled, a
+running one with none counts as never ending (then no shadow time exists and the queue just
+waits). A placement past its expected end is expected to end now. When the predictor's progress
+reports move a running job's projected end, its expected end moves at the next cycle (the shadow
+times are recomputed every cycle). Capacity is counted in guaranteed milli of the head's GPU model (topology is not
 modelled); reservations hold per queue and per cycle (jobs of other queues are not checked).
 At most ``depth`` jobs behind a blocked head are examined per cycle."""
 
@@ -35,7 +38,10 @@ class _Reservation:
 class Backfill(Plugin):
     name = "backfill"
     serves = frozenset((Priority.GUARANTEED,))
-    PARAMS = {"depth": Param(100, "int", lambda v: v >= 1, "an integer >= 1")}
+    PARAMS = {
+        "depth": Param(100, "int", lambda v: v >= 1, "an integer >= 1"),
+        "quantile": Param("p90", "str", lambda v: v in ("p50", "p90"), "p50 or p90"),
+    }
 
     def __init__(self, params) -> None:
         super().__init__(params)
@@ -45,11 +51,17 @@ class Backfill(Plugin):
         self._admitted: tuple[Job, int] | None = None
         self._unknown = unschedulable(self.name, "no run-time estimate (cannot backfill)")
 
-    def estimate(self, spec: JobSpec) -> float | None:
+    def estimate(self, spec: JobSpec, now: float | None = None) -> float | None:
+        """Run time (seconds) backfill plans with for a job not yet started; None: unknown."""
         if spec.estimate_s is not None:
             return spec.estimate_s
         pred = self.fw.plugin("predictor")
-        return pred.predict(spec) if pred is not None else None  # type: ignore[attr-defined]
+        if pred is None:
+            return None
+        q = pred.quantiles(spec, spec.submit_time if now is None else now)  # type: ignore[attr-defined]
+        if q is None:
+            return None
+        return q.p90 if self.p["quantile"] == "p90" else q.p50
 
     # running guaranteed placements by expected end
     def on_placed(self, job: Job, placement: Placement, now: float) -> None:
@@ -64,7 +76,7 @@ class Backfill(Plugin):
         pid = placement.placement_id
         if pid in self._info:
             return
-        est = self.estimate(job.spec)
+        est = self.estimate(job.spec, start)
         end = start + est if est is not None else math.inf
         node = self.fw.state.nodes.get(placement.slots[0].node_id) if placement.slots else None
         self._info[pid] = (end, job.spec.total_milli, node.model if node else "")
@@ -77,9 +89,26 @@ class Backfill(Plugin):
             i = bisect_left(self._ends, (info[0], pid))
             del self._ends[i]
 
+    def _move(self, pid: str, end: float) -> None:
+        old, milli, model = self._info[pid]
+        del self._ends[bisect_left(self._ends, (old, pid))]
+        self._info[pid] = (end, milli, model)
+        insort(self._ends, (end, pid))
+
     def cycle_start(self, now: float) -> None:
         self._res.clear()
         self._admitted = None
+        pred = self.fw.plugin("predictor")
+        moved = pred.take_moved() if pred is not None else None  # type: ignore[attr-defined]
+        if moved:
+            jobs = self.fw.jobs
+            for job_id, end in moved.items():
+                job = jobs.get(job_id)
+                if job is None or job.spec.estimate_s is not None:
+                    continue
+                pid = job.placement_id
+                if pid is not None and pid in self._info:
+                    self._move(pid, end)
 
     def on_blocked(self, req: Request, status: Status) -> int:
         need = req.spec.total_milli
@@ -105,7 +134,7 @@ class Backfill(Plugin):
         res = self._res.get(req.queue)
         if res is None or (res.model and req.model and res.model != req.model):
             return SUCCESS
-        est = self.estimate(req.spec)
+        est = self.estimate(req.spec, req.now)
         if est is None:
             return self._unknown
         if req.now + est <= res.shadow:

@@ -121,7 +121,7 @@ def load_workload(trace: str, *, format: str | None = None, nodes: str | None = 
     if fmt is None:
         from cluster.traces import detect_format
         fmt = detect_format(trace)
-    if fmt in ("philly", "csv"):
+    if fmt in ("philly", "csv", "pai2020"):
         opts["node_gpus"] = node_gpus
     if fmt in ("alibaba2023", "csv"):
         opts["allow_no_duration"] = allow_no_duration

@@ -3,7 +3,7 @@
 Jobs: ``load_trace(path, format=None, **options) -> TraceResult`` with ``jobs`` a list of
 ``TraceJob(spec: JobSpec, duration_s: float | None, line: int)`` sorted by submit time.
 Formats: ``philly`` (``read_philly``), ``alibaba2023`` (``read_alibaba_pods``), ``csv``
-(``read_csv_jobs``); ``detect_format`` guesses one from the header.
+(``read_csv_jobs``), ``pai2020`` (``read_pai_jobs``); ``detect_format`` guesses one from the header.
 Nodes: ``load_nodes(path, format=None)`` -> ``NodeResult``; ``parse_shape("64x8")``.
 Placement plugins test GPU-model constraints with ``model_allows(constraint, model)``.
 The formats, the mapping rules and the bad-row accounting are described in docs/traces.md.
@@ -29,9 +29,11 @@ from cluster.traces.common import (
 )
 from cluster.traces.csvjobs import read_csv_jobs
 from cluster.traces.nodes import load_nodes, parse_shape
+from cluster.traces.pai import read_pai_jobs
 from cluster.traces.philly import read_philly
 
-READERS: dict[str, Callable[..., TraceResult]] = {"philly": read_philly, "alibaba2023": read_alibaba_pods, "csv": read_csv_jobs}
+READERS: dict[str, Callable[..., TraceResult]] = {"philly": read_philly, "alibaba2023": read_alibaba_pods, "csv": read_csv_jobs,
+                                              "pai2020": read_pai_jobs}
 
 
 def load_trace(path, format: str | None = None, **options) -> TraceResult:
@@ -47,5 +49,5 @@ def load_trace(path, format: str | None = None, **options) -> TraceResult:
 __all__ = [
     "JOB_FORMATS", "MAX_PROBLEMS", "NODE_FORMATS", "READERS", "NodeResult", "TraceJob", "TraceResult",
     "allowed_models", "detect_format", "detect_node_format", "load_nodes", "load_trace", "model_allows",
-    "parse_shape", "read_alibaba_pods", "read_csv_jobs", "read_philly", "split_gang",
+    "parse_shape", "read_alibaba_pods", "read_csv_jobs", "read_pai_jobs", "read_philly", "split_gang",
 ]

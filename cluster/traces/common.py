@@ -223,11 +223,12 @@ def normalize_models(raw: str) -> str:
 
 # ---------------------------------------------------------------- detection
 
-JOB_FORMATS = ("philly", "alibaba2023", "csv")
+JOB_FORMATS = ("philly", "alibaba2023", "pai2020", "csv")
 NODE_FORMATS = ("alibaba2023", "pai2020", "csv")
 _JOB_SIGNS = (("csv", {"submit_time", "duration", "num_gpus"}),
               ("philly", {"timestamp", "duration", "num_gpus"}),
-              ("alibaba2023", {"name", "num_gpu", "gpu_milli"}))
+              ("alibaba2023", {"name", "num_gpu", "gpu_milli"}),
+              ("pai2020", {"submit_time", "duration", "num_gpu", "group"}))
 _NODE_SIGNS = (("alibaba2023", {"sn", "gpu", "model"}),
                ("pai2020", {"machine", "gpu_type", "cap_gpu"}),
                ("csv", {"gpu_count"}))
@@ -245,7 +246,7 @@ def _detect(path, signs, what: str) -> str:
 
 
 def detect_format(path) -> str:
-    """Guess a job trace's format from its header: ``philly``, ``alibaba2023`` or ``csv``."""
+    """Guess a job trace's format from its header: ``philly``, ``alibaba2023``, ``pai2020`` or ``csv``."""
     return _detect(path, _JOB_SIGNS, "job trace")
 
 

@@ -6,7 +6,9 @@ Optional columns (an empty cell takes the default): ``job_id`` (default ``job-LI
 ``workers``, ``gpu_milli`` (share of each GPU, 1..1000, default 1000), ``gpu_mem`` (per GPU: a
 size such as ``8GiB``, a bare number is bytes), ``cpu_milli``, ``mem_mib`` (per worker),
 ``gpu_model`` (one model or ``A|B``), ``priority`` (guaranteed | opportunistic), ``queue``
-(default ``"default"``), ``user``, ``name``, ``estimate_s``. Other columns are ignored and listed
+(default ``"default"``), ``user``, ``name``, ``estimate_s``, ``group`` (the job's exact fingerprint,
+e.g. a hash of script and arguments: jobs of one group ran the same command; the predictor's most
+specific key), ``family`` (a family fingerprint: a sweep). Other columns are ignored and listed
 in ``ignored_columns``. Names are case-insensitive.
 
 ``num_gpus`` is the job's TOTAL number of GPUs (as in Philly): with ``workers`` w, each worker
@@ -41,7 +43,7 @@ from colocate.base.vocab import PRIORITIES, Priority
 
 REQUIRED = ("submit_time", "duration", "num_gpus")
 OPTIONAL = ("job_id", "workers", "gpu_milli", "gpu_mem", "cpu_milli", "mem_mib", "gpu_model", "priority",
-            "queue", "user", "name", "estimate_s")
+            "queue", "user", "name", "estimate_s", "group", "family")
 
 
 def read_csv_jobs(path, *, node_gpus: int = 8, allow_no_duration: bool = False, limit: int | None = None,
@@ -117,5 +119,6 @@ def _job(c: dict[str, str], line: int, node_gpus: int, allow_no_duration: bool) 
         cpu_milli=to_int(c["cpu_milli"], "cpu_milli") if c.get("cpu_milli") else 0,
         mem_mib=to_int(c["mem_mib"], "mem_mib") if c.get("mem_mib") else 0,
         gpu_model=normalize_models(c.get("gpu_model", "")), priority=priority,
-        queue=c.get("queue") or "default", user=c.get("user", ""), name=c.get("name", ""), estimate_s=estimate)
+        queue=c.get("queue") or "default", user=c.get("user", ""), name=c.get("name", ""), estimate_s=estimate,
+        fingerprint=c.get("group", ""), family=c.get("family", ""))
     return spec, duration

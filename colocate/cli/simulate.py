@@ -77,7 +77,7 @@ def register(sub) -> None:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--trace", required=True, metavar="PATH", help="the job trace (CSV)")
-    p.add_argument("--format", choices=("philly", "alibaba2023", "csv"), default=None,
+    p.add_argument("--format", choices=("philly", "alibaba2023", "pai2020", "csv"), default=None,
                    help="trace format (default: guessed from the header)")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--nodes", metavar="PATH", help="node list file (Alibaba 2023, PAI 2020 or generic CSV)")
@@ -220,8 +220,11 @@ def _print_summary(summaries: list[dict], out: str, plots: bool = True) -> None:
     for s in summaries:
         p = s.get("predictor")
         if p and p.get("predictions"):
-            console.print(f"{s['policy']}: predictor on {p['predictions']} jobs: median abs error "
-                          f"{p['median_abs_pct_error']:.0%}, within 2x {p['within_2x']:.0%}")
+            levels = ", ".join(f"{k} {v}" for k, v in p["by_level"].items())
+            console.print(f"{s['policy']}: predictor on {p['predictions']} jobs (at submit): median abs error "
+                          f"{p['median_abs_pct_error']:.0%}, within 2x {p['within_2x']:.0%}, under-predicted "
+                          f"{p['under_predicted']:.0%}, above p90 {p['above_p90']:.0%}; by key level: {levels}; "
+                          f"no prediction {p['uncovered']}", markup=False)
     for s in summaries:
         if s["dropped"]:
             why = "; ".join(f"{n} x {reason}" for reason, n in list(s["dropped_reasons"].items())[:3])

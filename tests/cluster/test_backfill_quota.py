@@ -60,39 +60,84 @@ def test_backfill_no_shadow_when_running_jobs_have_no_estimate():
     assert core.fw.plugin("backfill").reservation("default") is None
 
 
-@pytest.mark.parametrize("history, spec, expected", [
-    ([("ann", "a", 1, 10.0), ("ann", "b", 1, 30.0)], ("ann", "a", 1), 10.0),  # same user and name
-    ([("ann", "a", 1, 10.0), ("ann", "b", 1, 30.0)], ("ann", "c", 1), 20.0),  # same user
-    ([("bob", "a", 2, 10.0), ("ann", "b", 1, 30.0)], ("cat", "x", 2), 10.0),  # same GPU count
-    ([("bob", "a", 2, 10.0), ("ann", "b", 1, 30.0)], ("cat", "x", 4), 20.0),  # everyone
-    ([], ("cat", "x", 4), None),  # no history: unknown
+@pytest.mark.parametrize("history, spec, expected, level", [
+    ([("ann", "a", 1, 10.0), ("ann", "b", 1, 30.0)], ("ann", "a", 1), 10.0, "exact+gpus"),  # same user and name
+    ([("ann", "a", 1, 10.0), ("ann", "b", 1, 30.0)], ("ann", "c", 1), 10.0, "user+gpus"),  # same user: the median
+    ([("ann", "a", 1, 10.0), ("ann", "b", 1, 30.0), ("ann", "c", 2, 50.0)], ("ann", "x", 2), 50.0, "user+gpus"),
+    ([("ann", "a", 1, 10.0), ("ann", "b", 1, 30.0)], ("ann", "c", 2), 10.0, "user"),  # same user, other GPUs
+    ([("bob", "a", 2, 10.0), ("ann", "b", 1, 30.0)], ("cat", "x", 2), 10.0, "gpus"),  # same GPU count
+    ([("bob", "a", 2, 10.0), ("ann", "b", 1, 30.0)], ("cat", "x", 4), 10.0, "all"),  # everyone
+    ([], ("cat", "x", 4), None, None),  # no history: unknown
 ])
-def test_predictor_hierarchy(history, spec, expected):
-    core = make_core(config(["fifo", "gang", "binpack", "predictor"]), [("n0", 8)])
+def test_predictor_hierarchy(history, spec, expected, level):
+    core = make_core(config(["fifo", "gang", "binpack", "predictor"], predictor={"trust": 1}), [("n0", 8)])
     t = 0.0
     for i, (user, name, gpus, run_s) in enumerate(history):
         run(core, job(f"h{i}", gpus=gpus, user=user, name=name), now=t)
         finish(core, f"h{i}", now=t + run_s)
         t += 100.0
     user, name, gpus = spec
-    got = core.fw.plugin("predictor").predict(job("q", gpus=gpus, user=user, name=name))
-    assert got == (pytest.approx(expected) if expected is not None else None)
+    q = job("q", gpus=gpus, user=user, name=name, t=t)
+    pred = core.fw.plugin("predictor")
+    assert pred.predict(q) == (pytest.approx(expected) if expected is not None else None)
+    got = pred.quantiles(q, t)
+    assert (got.level if got else None) == level
 
 
-def test_predictor_records_its_error_and_learns_only_successes():
-    core = make_core(config(["fifo", "gang", "binpack", "predictor"]), [("n0", 8)])
+def test_predictor_records_its_error_at_submit_and_learns_only_successes():
+    core = make_core(config(["fifo", "gang", "binpack", "predictor"], predictor={"trust": 1}), [("n0", 8)])
     pred = core.fw.plugin("predictor")
     run(core, job("a", user="u", name="n"), now=0.0)
-    finish(core, "a", now=10.0)  # learns 10 s, no prediction made at start
-    run(core, job("b", user="u", name="n"), now=20.0)  # predicted 10 s at start
+    finish(core, "a", now=10.0)  # learns 10 s, no prediction made at submit
+    run(core, job("b", user="u", name="n", t=20.0), now=20.0)  # predicted 10 s at submit
     finish(core, "b", now=40.0)  # ran 20 s
-    run(core, job("c", user="u", name="n"), now=50.0)
+    run(core, job("c", user="u", name="n", t=50.0), now=50.0)
     finish(core, "c", now=1000.0, code=1)  # failed: not learned
     acc = pred.accuracy()
-    assert acc["predictions"] == 1
-    assert acc["mean_abs_error_s"] == pytest.approx(10.0)
-    assert acc["mean_abs_pct_error"] == pytest.approx(0.5)
-    assert pred.predict(job("d", user="u", name="n")) == pytest.approx(15.0)
+    assert (acc["predictions"], acc["uncovered"], acc["by_level"]) == (1, 1, {"exact+gpus": 1})
+    assert acc["median_abs_pct_error"] == pytest.approx(0.5)
+    assert (acc["within_2x"], acc["under_predicted"], acc["above_p90"]) == (1.0, 1.0, 1.0)
+    assert pred.predict(job("d", user="u", name="n", t=1000.0)) == pytest.approx(10.0)  # median of 10, 20
+
+
+def predicted_core(quantile):
+    """One 8-GPU node; ann's job x ran 10, 20, 30, 400, 500 s (p50 30, p90 500); r (6 GPUs) runs to 1200."""
+    cfg = config(["fifo", "gang", "binpack", "backfill", "predictor"], predictor={"trust": 1},
+                 backfill={"quantile": quantile})
+    core = make_core(cfg, [("n0", 8)])
+    run(core, job("r", gpus=6, estimate_s=1200.0))
+    t = 0.0
+    for i, d in enumerate((10.0, 20.0, 30.0, 400.0, 500.0)):
+        run(core, job(f"h{i}", user="ann", name="x", t=t), now=t)
+        finish(core, f"h{i}", now=t + d)
+        t += d
+    return core
+
+
+@pytest.mark.parametrize("quantile, starts_now", [("p90", False), ("p50", True)])
+def test_backfill_plans_on_the_predicted_quantile(quantile, starts_now):
+    """At 1000 the head waits for 1200: x's p50 (30 s) would end in time, its p90 (500 s) would not."""
+    core = predicted_core(quantile)
+    q = core.fw.plugin("predictor").quantiles(job("x", user="ann", name="x"), 1000.0)
+    assert (q.p50, q.p90, q.level) == (30.0, 500.0, "exact+gpus")
+    out = submit(core, job("head", gpus=8, t=1000), job("later", user="ann", name="x", t=1000), now=1000.0)
+    assert ("later" in starts(out)) is starts_now
+    assert core.fw.plugin("backfill").reservation("default")[:2] == ("head", 1200.0)
+
+
+def test_progress_moves_the_reservation():
+    """r has no estimate and no history (never expected to end: no shadow time) until its progress
+    report projects its end; the next cycle reserves the head's start there."""
+    core = make_core(config(["fifo", "gang", "binpack", "backfill", "predictor"]), [("n0", 8)])
+    run(core, job("r", gpus=6))
+    out = submit(core, job("head", gpus=8, t=1), job("later", t=2, estimate_s=50.0), now=5.0)
+    assert starts(out) == {} and core.fw.plugin("backfill").reservation("default") is None
+    pred = core.fw.plugin("predictor")
+    assert pred.progress(core.job("r"), 10, 100, 1.0, now=10.0)  # 90 iterations of 1 s left: ends at 100
+    assert pred.expected_end(core.job("r"), "p90", 10.0) == 100.0
+    out = core.schedule(20.0)
+    assert "later" in starts(out)  # 20 + 50 <= 100
+    assert core.fw.plugin("backfill").reservation("default")[:2] == ("head", 100.0)
 
 
 def quota_core(borrow=True, reclaim=True, **extra):

@@ -114,3 +114,14 @@ def test_missing_required_column(tmp_path):
     with pytest.raises(ValueError, match="missing column 'duration'") as e:
         read_csv_jobs(p)
     assert str(p) in str(e.value)
+
+
+@pytest.mark.parametrize("header, row, fingerprint, family", [
+    ("submit_time,duration,num_gpus,user,name,group", "0,10,1,ann,bert,ab12cd", "ab12cd", ""),
+    ("submit_time,duration,num_gpus,group,family", "0,10,1,ab12cd,ff00", "ab12cd", "ff00"),
+    ("submit_time,duration,num_gpus,GROUP", "0,10,1,", "", ""),  # empty cell: unknown
+    ("submit_time,duration,num_gpus", "0,10,1", "", ""),
+])
+def test_group_and_family_columns_are_the_fingerprints(tmp_path, header, row, fingerprint, family):
+    (job,) = read_csv_jobs(write(tmp_path, f"{header}\n{row}\n")).jobs
+    assert (job.spec.fingerprint, job.spec.family) == (fingerprint, family)

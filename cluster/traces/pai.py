@@ -1,0 +1,89 @@
+"""Reader of Alibaba PAI 2020 job rows with a script key (format ``pai2020``), as in
+``pai_job_duration_estimate_100K.csv`` of alibaba/clusterdata's cluster-trace-gpu-v2020.
+
+Required columns: ``submit_time`` (s, >= 0), ``duration`` (s, >= 0), ``num_gpu`` (GPUs, may be
+fractional), ``group`` (hash of the job's script, arguments and data). Optional: ``job_id``
+(default ``pai-LINE``; unique), ``user``. Other columns are ignored and listed in
+``ignored_columns``; in particular ``user_dur``, ``group_dur`` and ``group_gpu_dur`` are the trace's
+own estimates computed over the whole trace, future included, and ``gpu_type`` is a label of the
+machine the job ran on, not a constraint (a cluster of another shape could never place it).
+
+Mapping onto ``JobSpec``: ``group`` is both the exact and the family fingerprint (the trace has no
+arguments to mask); a fractional ``num_gpu`` < 1 is one GPU at that share (``gpu_milli`` =
+round(num_gpu x 1000), at least 1); a larger one is rounded up to whole GPUs and split as Philly's
+gangs (``split_gang``). Every job is guaranteed, in queue ``default``.
+
+Bad-row reasons: wrong field count, bad <column>, negative duration, no gpus, duplicate job_id,
+bad spec."""
+
+from __future__ import annotations
+
+import math
+
+from cluster.spec import MILLI, JobSpec, SpecError
+from cluster.traces.common import (
+    BadRow,
+    RowLog,
+    TraceJob,
+    TraceResult,
+    check_node_gpus,
+    columns,
+    data_rows,
+    finish,
+    open_table,
+    split_gang,
+    to_float,
+)
+
+REQUIRED = ("submit_time", "duration", "num_gpu", "group")
+OPTIONAL = ("job_id", "user")
+
+
+def read_pai_jobs(path, *, node_gpus: int = 8, limit: int | None = None, max_problems: int | None = None) -> TraceResult:
+    """Read PAI 2020 job rows; see the module docstring for columns and rules."""
+    check_node_gpus(node_gpus)
+    path = str(path)
+    what = "a PAI 2020 job table"
+    log = RowLog(path, max_problems)
+    result = TraceResult(path, "pai2020")
+    jobs: list[TraceJob] = []
+    seen: set[str] = set()
+    with open_table(path, what) as (reader, names):
+        index, result.ignored_columns = columns(path, names, what, REQUIRED, OPTIONAL)
+        width = len(names)
+        pick = [(c, index[c]) for c in REQUIRED + OPTIONAL if c in index]
+        for line, row in data_rows(reader, width, result, log):
+            try:
+                c = {name: row[i].strip() for name, i in pick}
+                spec, duration = _job(c, line, node_gpus)
+                if spec.job_id in seen:
+                    raise BadRow("duplicate job_id", spec.job_id)
+            except BadRow as e:
+                log.skip(line, e.reason, e.detail)
+                continue
+            except SpecError as e:
+                log.skip(line, "bad spec", str(e))
+                continue
+            seen.add(spec.job_id)
+            jobs.append(TraceJob(spec, duration, line))
+    result.skipped, result.problems = log.skipped, log.problems
+    return finish(result, jobs, limit)
+
+
+def _job(c: dict[str, str], line: int, node_gpus: int) -> tuple[JobSpec, float]:
+    submit = to_float(c["submit_time"], "submit_time", 0.0)
+    duration = to_float(c["duration"], "duration")
+    if duration < 0:
+        raise BadRow("negative duration", c["duration"])
+    n = to_float(c["num_gpu"], "num_gpu")
+    if not (n > 0 and math.isfinite(n)):
+        raise BadRow("no gpus", repr(c["num_gpu"]))
+    if n < 1:
+        workers, gpus, milli = 1, 1, max(1, round(n * MILLI))
+    else:
+        workers, gpus = split_gang(math.ceil(n), node_gpus)
+        milli = MILLI
+    group = c["group"]
+    spec = JobSpec(job_id=c.get("job_id") or f"pai-{line}", submit_time=submit, workers=workers, gpus=gpus,
+                   gpu_milli=milli, user=c.get("user", ""), fingerprint=group, family=group)
+    return spec, duration

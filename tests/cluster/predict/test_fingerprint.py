@@ -1,0 +1,50 @@
+"""Fingerprints: what makes two commands the same job (exact) or the same sweep (family)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.predict.fingerprint import fingerprints, normalise_args, script_hash
+
+H = script_hash(b"print('train')\n")
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--lr", "0.1", "--epochs", "3"], ("--epochs=3", "--lr=0.1")),  # flags sorted
+    (["--lr=0.1"], ("--lr=0.1",)),
+    (["--seed", "7", "--lr", "0.1"], ("--lr=0.1",)),  # seed dropped with its value
+    (["--random_seed=3", "--lr", "0.1"], ("--lr=0.1",)),
+    (["--output-dir", "/tmp/run7", "--lr", "0.1"], ("--lr=0.1",)),  # output path dropped
+    (["--save_dir=/x", "--log-dir", "/y", "--run-name", "r1"], ()),
+    (["data/2026-11-25", "--tag", "run-20261125-0349"], ("data/<ts>", "--tag=run-<ts>")),  # timestamps
+    (["--tag", "2026-11-25T03:49:51"], ("--tag=<ts>",)),
+    (["--shift", "-3", "--amp"], ("--amp", "--shift=-3")),  # a negative number is a value, not a flag
+    (["train", "cfg.yaml"], ("train", "cfg.yaml")),  # positionals keep their order
+])
+def test_normalise_args(argv, expected):
+    assert normalise_args(argv) == expected
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--lr", "0.1", "--bs", "64"], ("--bs=<num>", "--lr=<num>")),
+    (["--lr=1e-3", "--model", "resnet50"], ("--lr=<num>", "--model=resnet50")),  # a name keeps its digits
+    (["--shift", "-3"], ("--shift=<num>",)),
+])
+def test_family_masks_numbers(argv, expected):
+    assert normalise_args(argv, family=True) == expected
+
+
+@pytest.mark.parametrize("a, b, same_exact, same_family", [
+    (("ann", H, ["--lr", "0.1"]), ("ann", H, ["--lr", "0.1"]), True, True),
+    (("ann", H, ["--lr", "0.1", "--seed", "1"]), ("ann", H, ["--seed", "2", "--lr", "0.1"]), True, True),
+    (("ann", H, ["--lr", "0.1", "--out", "/a"]), ("ann", H, ["--lr=0.1", "--out", "/b"]), True, True),
+    (("ann", H, ["--lr", "0.1"]), ("ann", H, ["--lr", "0.01"]), False, True),  # a sweep: one family
+    (("ann", H, ["--lr", "0.1"]), ("bob", H, ["--lr", "0.1"]), False, False),  # another user
+    (("ann", H, ["--lr", "0.1"]), ("ann", script_hash(b"other"), ["--lr", "0.1"]), False, False),  # another script
+    (("ann", H, ["--model", "a"]), ("ann", H, ["--model", "b"]), False, False),  # not a number: another family
+])
+def test_fingerprints(a, b, same_exact, same_family):
+    ea, fa = fingerprints(*a)
+    eb, fb = fingerprints(*b)
+    assert (ea == eb, fa == fb) == (same_exact, same_family)
+    assert len(ea) == 16 and all(c in "0123456789abcdef" for c in ea)
