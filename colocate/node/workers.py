@@ -192,6 +192,11 @@ class WorkerManager:
     def status(self) -> list:
         return self.core.status()
 
+    def progress(self, told: dict[str, int]) -> list:
+        """The registered workers' progress for the scheduler (``NodeCore.progress``; ``told`` updated)."""
+        with self.lock:
+            return self.core.progress(self.clock(), told)
+
     def epochs(self) -> set[int]:
         """The node incarnations whose workers this node holds (its own included): what its lease covers."""
         return {self.cfg.epoch} | {w.epoch for p in self.table.placements.values() for w in p.workers if w.running}
