@@ -174,9 +174,7 @@ class FeatureReader:
 
 def features_dict(features: P.Features) -> dict:
     """``features`` as plain JSON data (the wire map)."""
-    from colocate.protocol.codec import _to_map
-
-    return _to_map(features)
+    return P.record_map(features)
 
 
 # ---- per-layer sizes and FLOPs (no state) ---------------------------------------------------

@@ -339,6 +339,11 @@ def _from_map(cls: type, m: dict) -> Any:
     return cls(**{name: spec.load(m[name], f"{cls.__name__}.{name}") for name, spec in specs})
 
 
+def record_map(rec: _Record) -> dict:
+    """A nested record (not a message) as its wire map: plain JSON data (maps as dicts, lists as lists)."""
+    return _to_map(rec)
+
+
 def to_wire(msg: Message) -> dict:
     """The map ``encode`` packs: ``{"v": ..., "t": ..., fields...}``."""
     if not isinstance(msg, Message) or type(msg) not in _SPECS:
