@@ -34,8 +34,8 @@ nothing per operator or per mini-batch.
 Features: at the first device work a ``FeatureReader`` (``torch_hooks.features``) starts watching the
 mini-batch; at the first boundary it stops and ``features`` holds what it read (a ``colocate.protocol.Features``);
 the features hooks (``add_features_hook``) get it on the training thread, then it is never read again. A
-reader that fails is logged and leaves ``features`` None: training goes on. ``learn=False`` (constructor)
-reads nothing.
+reader that fails is logged and leaves ``features`` None: training goes on. Only a runtime built with
+``learn=True`` reads them (``torch_hooks.install`` builds it so).
 
 Limits contract:
 
@@ -71,7 +71,7 @@ Listener = Callable[[BatchRecord], None]
 
 
 class Runtime:
-    def __init__(self, env, device, clock: Callable[[], float] = time.monotonic, learn: bool = True):
+    def __init__(self, env, device, clock: Callable[[], float] = time.monotonic, learn: bool = False):
         self.env = env
         self.device = device
         self._clock = clock
