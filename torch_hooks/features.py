@@ -193,7 +193,7 @@ def layer_dims(m) -> dict[str, int] | None:
                 "directions": 2 if m.bidirectional else 1}
     if kind == "MultiheadAttention":
         return {"embed": int(m.embed_dim), "heads": int(m.num_heads)}
-    if kind == "Embedding":
+    if kind in ("Embedding", "EmbeddingBag"):
         return {"num": int(m.num_embeddings), "dim": int(m.embedding_dim)}
     if kind in _NORMS:
         shape = getattr(m, "normalized_shape", None)

@@ -115,7 +115,7 @@ class LayerGroup(_Record):
     ConvNd ``in``, ``out``, ``kernel`` (the product of its sizes), ``stride`` (likewise), ``groups``, ``out_size``
     (output elements per channel and sample, as observed); RNN/LSTM/GRU ``in``, ``hidden``, ``layers``,
     ``directions``, ``seq`` (as observed); MultiheadAttention ``embed``, ``heads``, ``seq``; Embedding ``num``,
-    ``dim``; normalisations ``features``. ``count`` modules of it ran (calls of one module counted once),
+    ``dim`` (EmbeddingBag too); normalisations ``features``. ``count`` modules of it ran (calls of one module counted once),
     holding ``params`` parameters; ``flops`` is their forward FLOPs in that mini-batch (multiply-add = 2)."""
 
     kind: str = _f(KIND)
