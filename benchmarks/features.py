@@ -91,7 +91,7 @@ def main(argv=None) -> int:
           f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"| {'model':<38} | plain step ms | with reader ms | extra ms | read_s ms | forward GFLOP |")
     print(f"|{'-' * 40}|---------------|----------------|----------|-----------|---------------|")
-    for name, model, step in cases():
+    for name, _model, step in cases():
         for _ in range(args.warmup):
             step()
         plain, read, own = [], [], []

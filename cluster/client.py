@@ -40,7 +40,7 @@ class Refused(rpc.RpcError):
         self.code = code
 
 
-def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1, gpu_mem: int = 0,
+def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1, gpu_mem: int = 0,  # noqa: PLR0913 (a request's fields, by name)
                       priority: str = Priority.GUARANTEED, queue: str = "", name: str = "",
                       estimate_s: float | None = None, environ: Mapping[str, str] | None = None,
                       iterations: int | None = None, epochs: int | None = None,

@@ -48,7 +48,7 @@ class FeatureReader:
         self._handles: list = []
         self._spent = 0.0
         self._modules: dict[int, Any] = {}  # id -> module that ran (kept alive until finish)
-        self._flops: Counter = Counter()  # id -> forward FLOPs over its calls
+        self._flops: dict[int, float] = {}  # id -> forward FLOPs over its calls
         self._shape: dict[int, dict[str, int]] = {}  # id -> observed dims (seq, out_size) of its first call
         self._optimizers: dict[int, Any] = {}
         self._autocast = ""
@@ -115,7 +115,7 @@ class FeatureReader:
         except Exception:  # an input this estimate does not understand: the layer counts, its FLOPs do not
             flops, dims = 0.0, {}
         if flops:
-            self._flops[key] += flops
+            self._flops[key] = self._flops.get(key, 0.0) + flops
         if dims and key not in self._shape:
             self._shape[key] = dims
         if not self._autocast:
@@ -164,9 +164,9 @@ class FeatureReader:
         loader_bs = self.loader[1] if self.loader else None
         return P.ModelFeatures(
             params=total, trainable_params=trainable,
-            layers=tuple(P.LayerGroup(kind=k[:64], count=c, params=n, flops=f, dims=dict(d))
+            layers=tuple(P.LayerGroup(kind=k[:64], count=c, params=n, flops=f, dims=d)
                          for (k, d), (c, n, f) in layers),
-            layer_counts=dict(counts.most_common(P.MAX_LAYER_KINDS)), forward_flops=forward,
+            layer_counts=tuple(counts.most_common(P.MAX_LAYER_KINDS)), forward_flops=forward,
             flops_per_iteration=3.0 * forward, batch_size=loader_bs if loader_bs is not None else self._first_batch,
             optimizers=tuple(sorted({type(o).__name__[:64] for o in self._optimizers.values()}))[:16],
             param_dtype=by_dtype.most_common(1)[0][0][:32] if by_dtype else "", autocast_dtype=self._autocast[:32])

@@ -132,17 +132,21 @@ def _entry(line: str, args, environ: dict):
         check_command(tuple(command), None)
     except LaunchError as exc:
         raise ValueError(str(exc).replace("colocate run", "colocate submit")) from None
-    ints = {}
+    ints: dict[str, int] = {}
+    hints: dict[str, int | None] = {}  # the total's: absent is None
     for key in ("gpus", "workers", "iterations", "epochs"):
         value = d.get(key, getattr(args, key))
         if key == "gpus" and value is None:
             raise ValueError("no \"gpus\" (give it on the line or --gpus)")
         if value is None and key in ("iterations", "epochs"):
-            ints[key] = None
+            hints[key] = None
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"\"{key}\" must be a whole number >= 1, not {value!r:.40}")
-        ints[key] = value
+        if key in ("iterations", "epochs"):
+            hints[key] = value
+        else:
+            ints[key] = value
     for key in ("priority", "queue", "name"):
         if key in d and not isinstance(d[key], str):
             raise ValueError(f"\"{key}\" must be a string")
@@ -153,7 +157,7 @@ def _entry(line: str, args, environ: dict):
     estimate = parse_duration(d["estimate"]) if d.get("estimate") is not None else args.estimate
     return request_from_here(command, workers=ints["workers"], gpus=ints["gpus"], gpu_mem=gpu_mem,
                              priority=priority, queue=d.get("queue", args.queue), name=d.get("name", args.name),
-                             estimate_s=estimate, iterations=ints["iterations"], epochs=ints["epochs"], environ=environ)
+                             estimate_s=estimate, iterations=hints["iterations"], epochs=hints["epochs"], environ=environ)
 
 
 def _read_lines(path: str) -> list[str]:

@@ -38,10 +38,10 @@ from typing import Any
 from colocate import protocol as P
 from colocate.config import NodeConfig
 from colocate.gpus.spec import GpuSpec
+from colocate.node import progress
 from colocate.node.claims import WHOLE, Claim, conflict
 from colocate.node.commands import Command, Note, Reply, Send
 from colocate.node.events import JobLost, Tick
-from colocate.node import progress
 from colocate.node.pick import GpuRoom, pick_gpu
 from colocate.node.placements import PlacementRules
 from colocate.node.policies import POLICIES, Want
