@@ -57,6 +57,11 @@ class FakeRuntime:
     def add_paused_apply_hook(self, fn):
         pass
 
+    def add_features_hook(self, fn):
+        pass
+
+    features = None
+
 
 @pytest.fixture
 def make_link(tmp_path):
