@@ -174,3 +174,50 @@ def test_after_finish_no_hook_is_left_and_the_record_is_json():
 
 def test_a_reader_never_started_gives_nothing():
     assert FeatureReader(JobEnv(device="sim"), SimDevice()).finish() is None
+
+
+CHILD = r'''
+import json, sys
+import torch
+import torch_hooks
+from colocate.env import JobEnv
+
+rt = torch_hooks.install(JobEnv(enabled=True, job_id="features-test", device="sim", epochs=2))
+model = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.Tanh(), torch.nn.Linear(12, 1))
+opt = torch.optim.RMSprop(model.parameters())
+evaluation = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(7, 6)), batch_size=7)
+train = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(45, 6)), batch_size=5)
+for (x,) in evaluation:  # a loader iterated before training: not the training loader
+    with torch.no_grad():
+        model(x)
+for epoch in range(2):
+    for (x,) in train:
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+f = rt.features
+json.dump({"features": None if f is None else torch_hooks.features.features_dict(f),
+           "iterations": rt.book.iterations}, sys.stdout)
+'''
+
+
+def test_an_installed_runtime_reads_the_training_loader_through_an_unchanged_script(tmp_path):
+    """The whole path in a fresh process: ``torch_hooks.install``, a plain loop over a DataLoader (its
+    ``__iter__`` seen by the runtime's hook), features read at the first optimizer step."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.support import child_env
+
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    res = subprocess.run([sys.executable, str(script)], env=child_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout)
+    f = out["features"]
+    assert out["iterations"] == 18
+    assert (f["loader_batches"], f["epochs_hint"], f["total_iterations"]) == (9, 2, 18)
+    assert f["model"]["batch_size"] == 5 and f["model"]["optimizers"] == ["RMSprop"]
+    assert f["model"]["layer_counts"] == {"Linear": 2, "Tanh": 1}
+    assert f["model"]["params"] == 6 * 12 + 12 + 12 + 1
