@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import msgpack
 import pytest
-
-import dataclasses
 
 from colocate import protocol as P
 from colocate.protocol import ProtocolError
