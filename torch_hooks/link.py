@@ -272,8 +272,8 @@ class NodeLink:
         self._ack(sock, rec.limits_seq, rec.t_end)
 
     def _send_features(self, sock, features) -> None:
+        self.features_sent += 1  # before the send: whoever receives it sees the count
         self._send(sock, P.FeaturesReport(job_id=self.worker_id, features=features))
-        self.features_sent += 1
 
     def _ack(self, sock, seq: int, applied_at: float) -> None:
         """Tell the node that limits ``seq`` are in force (once per seq)."""
