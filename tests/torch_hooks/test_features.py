@@ -221,3 +221,23 @@ def test_an_installed_runtime_reads_the_training_loader_through_an_unchanged_scr
     assert f["model"]["batch_size"] == 5 and f["model"]["optimizers"] == ["RMSprop"]
     assert f["model"]["layer_counts"] == {"Linear": 2, "Tanh": 1}
     assert f["model"]["params"] == 6 * 12 + 12 + 12 + 1
+
+
+def test_hardware_on_cuda_comes_from_nvml(monkeypatch):
+    """The CUDA branch, without a GPU: NVML's figures (a fake ``pynvml``); CUDA's SM count is 0 where CUDA cannot
+    say (no device here)."""
+    import sys
+
+    from tests.colocate.test_nvml_hardware import fake_pynvml
+    from torch_hooks.features import hardware_features
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+
+    class Cuda:
+        kind, cuda_index, mem_total = "cuda", 0, 80 << 30
+
+    hw = P.HardwareFeatures(**hardware_features(JobEnv(device="cuda", world_size=8), Cuda()))
+    assert (hw.kind, hw.name, hw.mem_total, hw.gpus, hw.sm_clock_mhz) == ("cuda", "NVIDIA H100 80GB HBM3", 80 << 30,
+                                                                          8, 1980)
+    assert hw.peak_flops > 6e13 and hw.sm_count == (torch.cuda.get_device_properties(0).multi_processor_count
+                                                    if torch.cuda.is_available() else 0)
