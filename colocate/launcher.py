@@ -38,7 +38,7 @@ INJECT_DIR = str(Path(__file__).with_name("_inject"))
 PROJECT_ROOT = str(Path(colocate.__file__).resolve().parent.parent)
 FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGCONT")
 PER_JOB = ("COLOCATE_GPU", "COLOCATE_GPUS", "COLOCATE_ENGINE", "COLOCATE_PARTITION", "COLOCATE_RANK",
-           "COLOCATE_WORLD_SIZE", "COLOCATE_LOCAL_RANK")  # never inherited: the launcher decides them
+           "COLOCATE_WORLD_SIZE", "COLOCATE_LOCAL_RANK", "COLOCATE_ITERATIONS", "COLOCATE_EPOCHS")  # never inherited: the launcher decides them
 MAX_JOB_ID_CHARS = 112  # the wire allows 128: room for a worker's "/RANK"
 
 
@@ -64,6 +64,8 @@ class RunSpec:
     exit_file: str | None = None  # where the exit code is written when the command ends
     lease_file: str | None = None  # a node's lease (``colocate.base.lease``): the command is stopped when it lapses
     partition: bool = False  # a guaranteed fixed partition: gpu_mem and sm_share are its own, never changed
+    iterations: int | None = None  # the job's total mini-batches, as its submitter said (COLOCATE_ITERATIONS)
+    epochs: int | None = None  # its epochs (COLOCATE_EPOCHS)
 
     @property
     def job_gpus(self) -> tuple[int, ...]:
@@ -116,6 +118,8 @@ def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
         sim_gpu_mem=spec.sim_gpu_mem or inherited.sim_gpu_mem,
         log=spec.log,
         partition=spec.partition,
+        iterations=spec.iterations,
+        epochs=spec.epochs,
     )
     env.update(job.to_environ())
     old_pp = base.get("PYTHONPATH", "")

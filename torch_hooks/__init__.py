@@ -64,7 +64,7 @@ def install(env=None):
                 _select_cuda_device(env.gpu)
         device = job_device(env)
         device.install()
-        rt = Runtime(env, device)
+        rt = Runtime(env, device, learn=True)
         install_hooks(rt)
         _install_excepthook(env.device)
         atexit.register(_at_exit, rt)

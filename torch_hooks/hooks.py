@@ -52,6 +52,9 @@ Cost (``benchmarks/overhead.py`` measures it): per mini-batch one boundary
 ``torch.autograd.backward`` and ``Optimizer.__init__`` patches are removed as
 soon as an optimizer is known, so a loop with an optimizer pays nothing there.
 
+DataLoaders: ``DataLoader.__iter__`` is wrapped to tell the runtime (``Runtime.note_loader``) which loader
+starts an epoch, until the job's features are read (one attribute test per epoch after that).
+
 ``install_hooks(rt)`` is idempotent per process; ``remove_hooks()`` undoes it
 (tests and the overhead benchmark use it). ``install_hooks(rt, timer=counter)``
 installs the same hooks wrapped so that each adds the nanoseconds spent in its
@@ -204,7 +207,7 @@ def install_hooks(rt, timer: HookTimer | None = None) -> None:  # noqa: C901, PL
                 backward_done = False
                 rt.on_boundary("backward")
         if rt._device_start is None:
-            rt.on_device_start()
+            rt.on_device_start(args)
         if not backward_done:
             disarm()
 
@@ -243,6 +246,17 @@ def install_hooks(rt, timer: HookTimer | None = None) -> None:  # noqa: C901, PL
     arm()
     _patch(torch.autograd, "backward", backward)
     _patch(torch.optim.Optimizer, "__init__", optimizer_init)
+
+    loader_cls = torch.utils.data.DataLoader
+    orig_loader_iter = loader_cls.__iter__
+
+    @functools.wraps(orig_loader_iter)
+    def loader_iter(self):
+        if rt.reader is not None:  # the features' training loader: the last one to start before they are read
+            rt.note_loader(self)
+        return orig_loader_iter(self)
+
+    _patch(loader_cls, "__iter__", loader_iter)
 
     scaler_cls = getattr(getattr(torch, "amp", None), "GradScaler", None)
     if scaler_cls is not None:

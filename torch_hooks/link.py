@@ -5,7 +5,8 @@ Each process of a job has its own link and speaks as its worker id (``JobEnv.wor
 
 A background thread owns the DEALER socket. It registers the job, sends one
 ``BatchReport`` per mini-batch (handed over from the training thread through an
-inproc PUSH/PULL pair), acknowledges applied limits, and applies ``SetLimits``
+inproc PUSH/PULL pair), sends the job's features (``FeaturesReport``) once they are read at the
+first boundary and again after every later ``Welcome``, acknowledges applied limits, and applies ``SetLimits``
 to the runtime. Reliability follows the zguide's Paranoid Pirate: the job sends
 a ``Heartbeat`` every ``heartbeat_s`` and the node echoes it; after ``liveness``
 silent intervals the link drops the socket, reconnects with exponential backoff
@@ -154,6 +155,8 @@ class NodeLink:
             self.follower = GateFollower(path, _ext.load())
         rt.add_listener(self._on_record)
         rt.add_paused_apply_hook(self._on_paused_apply)
+        rt.add_features_hook(self._on_features)
+        self.features_sent = 0  # FeaturesReports sent
 
     # ---- training thread ----------------------------------------------------
     def _on_record(self, rec) -> None:
@@ -165,6 +168,9 @@ class NodeLink:
 
     def _on_paused_apply(self, seq: int, now: float) -> None:
         self._on_record(("applied", seq, now))
+
+    def _on_features(self, features) -> None:
+        self._on_record(("features", features))
 
     # ---- lifecycle ------------------------------------------------------------
     def start(self) -> None:
@@ -229,7 +235,9 @@ class NodeLink:
                         break
                     if not self.registered.is_set():
                         continue
-                    if isinstance(rec, tuple):  # ("applied", seq, t): limits in force while paused
+                    if isinstance(rec, tuple) and rec[0] == "features":  # read at the first boundary
+                        self._send_features(sock, rec[1])
+                    elif isinstance(rec, tuple):  # ("applied", seq, t): limits in force while paused
                         self._ack(sock, rec[1], rec[2])
                     else:
                         self._report(sock, rec)
@@ -259,8 +267,13 @@ class NodeLink:
             busy_s=max(0.0, rec.busy_s), device_start_s=rec.device_start_s or 0.0,
             mem_allocated_peak=rec.mem_allocated_peak, mem_reserved=rec.mem_reserved, mem_floor=rec.mem_floor,
             host_bytes=rec.host_bytes, host_bytes_touched=rec.host_bytes_touched, limits_seq=rec.limits_seq,
+            mem_reserved_peak=rec.mem_reserved_peak,
         ))
         self._ack(sock, rec.limits_seq, rec.t_end)
+
+    def _send_features(self, sock, features) -> None:
+        self.features_sent += 1  # before the send: whoever receives it sees the count
+        self._send(sock, P.FeaturesReport(job_id=self.worker_id, features=features))
 
     def _ack(self, sock, seq: int, applied_at: float) -> None:
         """Tell the node that limits ``seq`` are in force (once per seq)."""
@@ -289,6 +302,8 @@ class NodeLink:
             self._apply(msg.limits)
             self.registered.set()
             self._ack_before_device_work(sock, msg.limits)
+            if self.rt.features is not None:  # a restarted node has forgotten them
+                self._send_features(sock, self.rt.features)
         elif isinstance(msg, P.SetLimits):
             if self.registered.is_set() and msg.job_id == self.worker_id:
                 self._apply(msg.limits)

@@ -31,6 +31,12 @@ first device work with no boundary, it prints one line on stderr naming
 never warned about. The thread wakes about once per that period: it costs
 nothing per operator or per mini-batch.
 
+Features: at the first device work a ``FeatureReader`` (``torch_hooks.features``) starts watching the
+mini-batch; at the first boundary it stops and ``features`` holds what it read (a ``colocate.protocol.Features``);
+the features hooks (``add_features_hook``) get it on the training thread, then it is never read again. A
+reader that fails is logged and leaves ``features`` None: training goes on. Only a runtime built with
+``learn=True`` reads them (``torch_hooks.install`` builds it so).
+
 Limits contract:
 
 * memory cap grow: takes effect at once (new segments may use it);
@@ -55,6 +61,7 @@ from collections.abc import Callable
 
 from colocate.base.units import parse_fraction
 from colocate.base.vocab import DeviceKind
+from torch_hooks.features import FeatureReader
 from torch_hooks.records import BatchRecord, StatsBook
 from torch_hooks.throttle import host_penalty_s, idle_after
 
@@ -64,7 +71,7 @@ Listener = Callable[[BatchRecord], None]
 
 
 class Runtime:
-    def __init__(self, env, device, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, env, device, clock: Callable[[], float] = time.monotonic, learn: bool = False):
         self.env = env
         self.device = device
         self._clock = clock
@@ -97,6 +104,9 @@ class Runtime:
         self._sim = device.kind == DeviceKind.SIM
         # set by torch_hooks.hooks: called on the training thread at the end of every boundary
         self.after_boundary: Callable[[], None] | None = None
+        self.reader: FeatureReader | None = FeatureReader(env, device) if learn else None  # None once read
+        self.features = None  # colocate.protocol.Features, from the first boundary on
+        self._features_hooks: list[Callable[[object], None]] = []
 
     # ---- limits (any thread) -------------------------------------------------
     def set_limits(self, mem_cap: int | None = None, sm_share: float | None = None, seq: int | None = None) -> bool:
@@ -138,6 +148,10 @@ class Runtime:
         mini-batch's device work ends (before memory enforcement and idling)."""
         self._end_hooks.append(fn)
 
+    def add_features_hook(self, fn: Callable[[object], None]) -> None:
+        """``fn(features)`` runs on the training thread once, at the first boundary, when the features are read."""
+        self._features_hooks.append(fn)
+
     def add_paused_apply_hook(self, fn: Callable[[int, float], None]) -> None:
         """``fn(seq, now)`` runs on the training thread when limits take effect while
         the job is paused (no batch will carry them until it resumes). It must be
@@ -150,13 +164,16 @@ class Runtime:
             self._limits_seq = 0
 
     # ---- training thread -----------------------------------------------------
-    def on_device_start(self) -> None:
-        """First device work of a mini-batch (idempotent within a batch)."""
+    def on_device_start(self, args: tuple = ()) -> None:
+        """First device work of a mini-batch (idempotent within a batch); ``args``: the positional arguments of
+        the module call that starts it (the feature reader takes the batch size from the job's first)."""
         if self._device_start is not None:
             return
         first = not self._seen_device
         if first:
             self._hold_first_device_work()
+            if self.reader is not None:
+                self._guarded(self.reader.start, args)
         for hook in self._start_hooks:
             hook()
         self._device_start = self._clock()
@@ -199,11 +216,36 @@ class Runtime:
         ``step``); it is counted in ``book.boundaries``. Returns the batch's record, or None
         for a lean boundary (see the module's docstring)."""
         with self._boundary_lock:
+            if self.reader is not None and self.reader.started:
+                self._read_features()
             if (not self._listeners and not self.keep_records and not self._end_hooks
                     and self._share >= 1.0 and not self._shrink_pending and self._quiet(self._cap)):
                 self._lean(source)
                 return None
             return self._boundary(source)
+
+    def _read_features(self) -> None:
+        """The first boundary after the first device work: the reader's record, to ``features`` and the hooks."""
+        reader, self.reader = self.reader, None
+        assert reader is not None
+        self.features = self._guarded(reader.finish)
+        if self.features is not None:
+            log.info("features read in %.3f ms", self.features.read_s * 1e3)
+            for fn in list(self._features_hooks):
+                self._guarded(fn, self.features)
+
+    @staticmethod
+    def _guarded(fn, *args):
+        try:
+            return fn(*args)
+        except Exception:  # learning from the job must never break it
+            log.exception("reading the job's features failed")
+            return None
+
+    def note_loader(self, loader) -> None:
+        """A DataLoader starts an epoch (``torch_hooks.hooks``): the reader notes it until the features are read."""
+        if self.reader is not None:
+            self._guarded(self.reader.note_loader, loader)
 
     def _lean(self, source: str) -> None:
         """A boundary with nothing to charge, enforce, throttle or report: count it, start the next window."""

@@ -31,6 +31,8 @@ Rules it keeps:
     may do (register as which node, submit as which user, cancel which jobs) is
     ``cluster.server.identity``; a refused hello gets ``Error(forbidden)``, logged once;
   * logs are relayed from the nodes that hold them (``cluster.server.logs``): no path is opened;
+  * the progress and features a node reports for a job (``NodeStatus.progress``) are kept in memory, the
+    latest per job (``cluster.server.views.Progress``), and shown on its ``JobView``; not journaled;
   * a node silent for ``heartbeat_s * liveness`` is down: ``NodeLost`` to the core, whose placements there
     are lost only ``replace_after_s(lease_s)`` after the node was last heard (its workers' launchers have
     stopped them by then: fencing, ``docs/node-placements.md``), unless it comes back before;
@@ -61,7 +63,7 @@ from cluster.server.journal import Journal, JournalUnavailable
 from cluster.server.logs import LogRelay
 from cluster.server.ports import PortPool
 from cluster.server.rendezvous import master_host, start_messages
-from cluster.server.views import QueueView, job_view, node_views
+from cluster.server.views import Progress, QueueView, job_view, node_views
 from cluster.spec import JobSpec, NodeSpec, SpecError
 from colocate import protocol as P
 from colocate.base.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS, replace_after_s
@@ -110,6 +112,7 @@ class SchedulerService(Faults):
         self.latency_count, self.latency_sum = 0, 0.0
         self.gate, self.peer = Gate(), ANONYMOUS  # peer: the identity of the message being handled
         self.log_relay = LogRelay()
+        self.progress = Progress()  # the latest progress (and features) nodes reported, per job
         # inside on_batch: the jobs submitted, for one cycle at its end
         self._submitted: list[ev.JobSubmitted] | None = None
         node = self._node_message
@@ -253,6 +256,7 @@ class SchedulerService(Faults):
     def _apply(self, node_id: str, m: NodeWrite, now: float) -> Replies:
         event: ev.NodeReport | ev.RankStarted | ev.RankExited | ev.PlacementRefused
         if isinstance(m, P.NodeStatus):
+            self.progress.note(m.progress, self.core.job)
             event = ev.NodeReport(node_id, m.epoch, tuple(ev.GpuReport(g.index, g.utilization, g.mem_used)
                                                           for g in m.gpus),
                                   tuple(ev.WorkerReport(w.job_id, w.placement_id, w.rank, w.running, w.exit_code,
@@ -377,7 +381,9 @@ class SchedulerService(Faults):
         else:
             rows, total = self.journal.jobs(m.active_only, m.offset, m.limit)
         queues = QueueView(self.core)
-        return [(ident, P.JobsReply(jobs=tuple(job_view(r, self.core, queues) for r in rows), total=total,
+        one = m.job_id is not None  # features only for one job: a page of them could pass the message limit
+        return [(ident, P.JobsReply(jobs=tuple(job_view(r, self.core, queues, self.progress.of(r["job_id"], one))
+                                               for r in rows), total=total,
                                     queued=tuple(queues.queued.items())))]
 
     def _nodes(self, ident: bytes, m: P.NodesRequest, now: float) -> Replies:
@@ -539,6 +545,8 @@ class SchedulerService(Faults):
         for key in ("name", "user", "queue"):  # a journal written before control characters were refused
             if isinstance(wire.get(key), str):
                 wire[key] = P.printable(wire[key])
+        for key in ("iterations", "epochs"):  # a journal written before the total's hints
+            wire.setdefault(key, None)
         submit = P.from_wire({"v": P.PROTOCOL_VERSION, "t": "submit", "request": wire, "request_id": ""})
         assert isinstance(submit, P.Submit)  # "t": "submit"
         msgs = start_messages(d.spec, d.placement, submit.request, self.hosts, port)

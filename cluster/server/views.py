@@ -3,7 +3,9 @@ for a pending job), ``NodeView`` from the core's node state."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable
 
 from cluster.core import SchedulerCore
 from cluster.server.journal import placement_from_json
@@ -25,7 +27,39 @@ class QueueView:
         self.blocked = {job_id: why for job_id, why in core.blocked().values()}
 
 
-def job_view(row: dict, core: SchedulerCore, queues: QueueView) -> P.JobView:
+class Progress:
+    """The latest ``JobProgress`` nodes reported per job (in memory; the most recent ``keep`` jobs).
+
+    A job's lowest rank speaks for it; a report without features keeps the features last reported. Reports for
+    jobs the scheduler does not know (a worker started by hand beside the node) are dropped."""
+
+    def __init__(self, keep: int = 100_000):
+        self.keep = keep
+        self.jobs: dict[str, P.JobProgress] = {}
+
+    def note(self, entries, known: Callable[[str], object]) -> None:
+        for p in entries:
+            old = self.jobs.get(p.job_id)
+            if old is None and known(p.job_id) is None:
+                continue
+            if old is not None and old.rank < p.rank:
+                continue
+            if p.features is None and old is not None and old.features is not None:
+                p = dataclasses.replace(p, features=old.features)
+            self.jobs.pop(p.job_id, None)  # most recent last
+            self.jobs[p.job_id] = p
+            if len(self.jobs) > self.keep:
+                del self.jobs[next(iter(self.jobs))]
+
+    def of(self, job_id: str, features: bool) -> P.JobProgress | None:
+        """Job ``job_id``'s latest progress (None if none), with its features only if ``features``."""
+        p = self.jobs.get(job_id)
+        if p is None or features or p.features is None:
+            return p
+        return dataclasses.replace(p, features=None)
+
+
+def job_view(row: dict, core: SchedulerCore, queues: QueueView, progress: P.JobProgress | None = None) -> P.JobView:
     spec = json.loads(row["spec"])
     placement = placement_from_json(row["placement"])
     reason = row["reason"] or ""
@@ -43,7 +77,8 @@ def job_view(row: dict, core: SchedulerCore, queues: QueueView) -> P.JobView:
         priority=placement.klass if placement else spec.get("priority", Priority.GUARANTEED), state=row["state"],
         workers=spec["workers"], gpus=spec["gpus"], submitted_at=row["submitted_at"], started_at=row["started_at"],
         ended_at=row["ended_at"], reason=reason[:P.MAX_TEXT_CHARS], placement_id=placement.placement_id if placement else "",
-        nodes=placement.nodes() if placement else (), attempts=row["attempt"], exit_code=row["exit_code"])
+        nodes=placement.nodes() if placement else (), attempts=row["attempt"], exit_code=row["exit_code"],
+        progress=progress)
 
 
 def node_views(core: SchedulerCore, hosts: dict[str, str]) -> list[P.NodeView]:

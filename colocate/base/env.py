@@ -55,6 +55,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_SIM_HOST_GBPS", "2.0", "sim: modelled host-memory bandwidth (GB/s); host-served bytes touched per mini-batch cost bytes/bandwidth of device time."),
     Variable("COLOCATE_CHAIN_SITECUSTOMIZE", "", "Set by the launcher: the sys.path entries searched for a pre-existing sitecustomize to run first."),
     Variable("COLOCATE_BOUNDARY_WARN_S", "60", "Seconds of device work with no mini-batch boundary after which the job says so once on stderr, naming `torch_hooks.step()`; 0 disables."),
+    Variable("COLOCATE_ITERATIONS", "", "The job's total mini-batches, as its submitter said (`colocate submit --iterations`, `colocate run --iterations`): the total the job reports to its node and the scheduler (`colocate status JOB`). Empty: not said."),
+    Variable("COLOCATE_EPOCHS", "", "The job's epochs, as its submitter said (`--epochs`): the total is then the training DataLoader's length times this (seen at the first mini-batch), unless COLOCATE_ITERATIONS says it. Empty: not said."),
     Variable("COLOCATE_LOG", "warning", "Log level of the runtime inside the job (debug, info, warning)."),
     Variable("COLOCATE_SLURM", "", "Slurm: the task asks for colocate (`--colocate[=MODE]` sets it; with the TaskProlog, the user does): `auto` (guaranteed with a Slurm GPU or shard, opportunistic without), `guaranteed` or `opportunistic`; read by `colocate.slurm.worker`.", "engine"),
     Variable("COLOCATE_SLURM_SHARDS", "", "Slurm: shards per GPU on this node, as gres.conf configures them (the site's plugstack.conf `shards=` or TaskProlog setting); `--gres=shard:N` becomes compute share N/S and memory cap N/S.", "engine"),
@@ -115,6 +117,8 @@ class JobEnv:
     pick_gpu: bool = False  # COLOCATE_GPUS=node: the node picks ``gpu`` at registration (0 until then)
     node_required: bool = False
     node_wait_s: float = DEFAULT_NODE_WAIT_S
+    iterations: int | None = None  # COLOCATE_ITERATIONS: the total mini-batches the submitter said
+    epochs: int | None = None  # COLOCATE_EPOCHS
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -190,6 +194,8 @@ class JobEnv:
             pick_gpu=pick_gpu,
             node_required=node_required,
             node_wait_s=parsed("COLOCATE_NODE_WAIT_S", _positive_float, DEFAULT_NODE_WAIT_S),
+            iterations=parsed("COLOCATE_ITERATIONS", _positive_int, None),
+            epochs=parsed("COLOCATE_EPOCHS", _positive_int, None),
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -231,6 +237,10 @@ class JobEnv:
             out["COLOCATE_SIM_CORE"] = str(self.sim_core)
         if self.boundary_warn_s != DEFAULT_BOUNDARY_WARN_S:
             out["COLOCATE_BOUNDARY_WARN_S"] = repr(float(self.boundary_warn_s))
+        if self.iterations is not None:
+            out["COLOCATE_ITERATIONS"] = str(self.iterations)
+        if self.epochs is not None:
+            out["COLOCATE_EPOCHS"] = str(self.epochs)
         if self.yield_via != DEFAULT_YIELD:
             out["COLOCATE_YIELD_VIA"] = ",".join(self.yield_via) or "none"
         assert set(out) <= NAMES

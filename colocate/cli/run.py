@@ -8,7 +8,7 @@ import sys
 from colocate.base.env import DEVICE_CHOICES, LOG_LEVELS, ON_CAP, parse_gpus
 from colocate.base.units import parse_size
 from colocate.base.vocab import PRIORITIES, OnCap, Priority
-from colocate.cli._common import ENDPOINT, NONNEG_INT, SHARE, SIZE, argtype
+from colocate.cli._common import ENDPOINT, NONNEG_INT, POSITIVE_INT, SHARE, SIZE, argtype
 
 GPU_LIST = argtype(parse_gpus, "gpus")
 ONE_GPU = argtype(lambda text: (NONNEG_INT(text),), "index")
@@ -78,6 +78,10 @@ def register(sub) -> None:
                    help="node coordinator endpoint to register with (e.g. ipc:///tmp/colocate-$UID/node.sock)")
     p.add_argument("--sim-gpu-mem", type=POSITIVE_SIZE, default=None, metavar="SIZE",
                    help="sim only: total memory of the simulated GPU (default 16GiB)")
+    p.add_argument("--iterations", type=POSITIVE_INT, default=None, metavar="N",
+                   help="the job's total mini-batches, if known: reported to the node and scheduler (COLOCATE_ITERATIONS)")
+    p.add_argument("--epochs", type=POSITIVE_INT, default=None, metavar="E",
+                   help="the job's epochs, if known: the total is then len(DataLoader) x E (COLOCATE_EPOCHS)")
     p.add_argument("--log", default="warning", choices=LOG_LEVELS, help="runtime log level inside the job")
     p.add_argument("--exit-file", default=None, metavar="PATH",
                    help="write the exit code to PATH when the command ends (how `colocate node` learns the exit "
@@ -103,7 +107,7 @@ def main(args) -> int:
             command=tuple(command), device=resolve(args.device), gpus=tuple(args.gpus), gpu_mem=args.gpu_mem,
             sm_share=args.sm_share, priority=args.priority, on_cap=args.on_cap, stats_file=args.stats_file,
             job_id=args.job_id, node=args.node, sim_gpu_mem=args.sim_gpu_mem, log=args.log, exit_file=args.exit_file,
-            lease_file=args.lease_file, partition=args.partition,
+            lease_file=args.lease_file, partition=args.partition, iterations=args.iterations, epochs=args.epochs,
         )
         return launch(spec)
     except (LaunchError, ValueError) as exc:

@@ -23,7 +23,36 @@ def view_dict(v) -> dict:
     """A ``JobView`` (a record, not a message) as a JSON-ready dict: its fields, tuples as lists."""
     import dataclasses
 
-    return {k: (list(x) if isinstance(x, tuple) else x) for k, x in dataclasses.asdict(v).items()}
+    from colocate import protocol as P
+
+    out = {k: (list(x) if isinstance(x, tuple) else x) for k, x in dataclasses.asdict(v).items()}
+    if getattr(v, "progress", None) is not None:
+        out["progress"] = P.record_map(v.progress)
+    return out
+
+
+def progress_lines(p) -> list[tuple[str, str]]:
+    """What ``colocate status JOB`` shows of a job's ``JobProgress`` (and its features, when there)."""
+    from colocate.base.units import format_size
+
+    total = p.total_iterations
+    done = f"{p.iterations}" + (f" of {total} ({min(1.0, p.iterations / total):.0%})" if total else " (total unknown)")
+    lines = [("iterations", done),
+             ("step time", f"p50 {p.step_p50_s * 1e3:.1f} ms, p90 {p.step_p90_s * 1e3:.1f} ms (last {p.window})"),
+             ("peak memory", f"{format_size(p.mem_reserved_peak)} reserved, {format_size(p.mem_allocated_peak)} "
+                             "allocated"),
+             ("busy", f"{p.busy_fraction:.0%} of wall time (rank {p.rank}, reported {p.since_report_s:.0f} s ago)")]
+    f = p.features
+    if f is not None:
+        m, hw = f.model, f.hardware
+        amp = f", autocast {m.autocast_dtype}" if m.autocast_dtype else ""
+        lines.append(("model", f"{m.params:,} parameters, {m.flops_per_iteration / 1e9:.3g} GFLOP/iteration, batch "
+                               f"{m.batch_size if m.batch_size is not None else '?'}, "
+                               f"{'+'.join(m.optimizers) or 'no optimizer'}, {m.param_dtype}{amp}"))
+        lines.append(("layers", ", ".join(f"{k} x{n}" for k, n in sorted(m.layer_counts, key=lambda kv: -kv[1]))[:200]
+                      or "-"))
+        lines.append(("gpu", f"{hw.name or hw.kind} ({format_size(hw.mem_total)}, {hw.sm_count or '?'} SMs) x {hw.gpus}"))
+    return lines
 
 
 def main(args) -> int:
@@ -50,6 +79,8 @@ def main(args) -> int:
                   ("ran", format_duration(ran)), ("placement", j.placement_id or "-"),
                   ("nodes", ",".join(j.nodes) or "-"), ("attempts", str(j.attempts)),
                   ("exit code", "-" if j.exit_code is None else str(j.exit_code)), ("reason", j.reason or "-")]
+        if j.progress is not None:
+            fields += progress_lines(j.progress)
         width = max(len(k) for k, _ in fields)
         for k, v in fields:
             print(f"{k:>{width}}: {v}")

@@ -4,7 +4,7 @@ one connection.
 The file (``--file FILE``, ``-`` for stdin) is JSON Lines: one job per line, a JSON object with
 ``command`` (a non-empty list of strings) and any of ``gpus``, ``workers``, ``gpu_mem`` (bytes or a
 size such as ``"4GiB"``), ``priority``, ``queue``, ``name``, ``estimate`` (seconds or a duration such
-as ``"2h"``); what a line leaves out comes from the command line's options. Blank lines and lines
+as ``"2h"``), ``iterations``, ``epochs``; what a line leaves out comes from the command line's options. Blank lines and lines
 starting with ``#`` are skipped. Every line is checked before anything is sent: any bad line is
 reported (``FILE:LINE: why``, one line each) and nothing is submitted (exit 2). Then the jobs are
 submitted in order, each id printed on its own line as it is acknowledged; if one fails, the line
@@ -29,7 +29,7 @@ from colocate.cli._common import (
 
 EPILOG = """\
 examples:
-  colocate submit --gpus 1 -- python train.py --epochs 3
+  colocate submit --gpus 1 --epochs 3 -- python train.py --epochs 3
   colocate submit --name ddp --gpus 1 --workers 4 --estimate 2h -- python train_ddp.py
   colocate submit --gpus 1 --gpu-mem 4GiB --priority opportunistic --queue research -- python sweep.py
   colocate submit --gpus 1 --file sweep.jsonl   # one job per line: {"command": ["python", "sweep.py", "--lr", "0.1"]}
@@ -41,13 +41,13 @@ Each worker is one process with torchrun's variables (RANK, LOCAL_RANK, WORLD_SI
 MASTER_ADDR, MASTER_PORT, ...): submit the script itself, not torchrun. --gpus is per worker.
 --priority is guaranteed unless given.
 --file FILE submits one job per line of FILE (JSON Lines: "command" and any of "gpus", "workers",
-"gpu_mem", "priority", "queue", "name", "estimate"; the options above are the defaults) over one
+"gpu_mem", "priority", "queue", "name", "estimate", "iterations", "epochs"; the options above are the defaults) over one
 connection; every line is checked first, and a bad line submits nothing.
 Exit code: 0 submitted (the job id is printed); 2 a bad request (nothing was submitted);
 1 the scheduler did not answer.
 """
 
-FIELDS = ("command", "gpus", "workers", "gpu_mem", "priority", "queue", "name", "estimate")
+FIELDS = ("command", "gpus", "workers", "gpu_mem", "priority", "queue", "name", "estimate", "iterations", "epochs")
 
 
 def register(sub) -> None:
@@ -65,6 +65,10 @@ def register(sub) -> None:
     p.add_argument("--queue", default="", help="queue (default: the policy's choice)")
     p.add_argument("--estimate", type=DURATION, default=None, metavar="DURATION",
                    help="expected run time, e.g. 45m, 2h, 1:30:00 (lets backfill start it early)")
+    p.add_argument("--iterations", type=POSITIVE_INT, default=None, metavar="N",
+                   help="the job's total mini-batches, if known (progress and run-time prediction use it)")
+    p.add_argument("--epochs", type=POSITIVE_INT, default=None, metavar="E",
+                   help="the job's epochs, if known: its total is len(DataLoader) x E, as the job sees it")
     p.add_argument("--file", default=None, metavar="FILE",
                    help="submit every job of FILE (JSON Lines, one job per line; - for stdin) over one connection")
     add_scheduler_options(p)
@@ -93,7 +97,7 @@ def main(args) -> int:
     try:
         request = request_from_here(command, workers=args.workers, gpus=args.gpus, gpu_mem=args.gpu_mem,
                                     priority=args.priority, queue=args.queue, name=args.name,
-                                    estimate_s=args.estimate)
+                                    estimate_s=args.estimate, iterations=args.iterations, epochs=args.epochs)
     except ValueError as exc:
         return fail("submit", f"error: {exc}", 2)
     try:
@@ -128,14 +132,21 @@ def _entry(line: str, args, environ: dict):
         check_command(tuple(command), None)
     except LaunchError as exc:
         raise ValueError(str(exc).replace("colocate run", "colocate submit")) from None
-    ints = {}
-    for key in ("gpus", "workers"):
+    ints: dict[str, int] = {}
+    hints: dict[str, int | None] = {}  # the total's: absent is None
+    for key in ("gpus", "workers", "iterations", "epochs"):
         value = d.get(key, getattr(args, key))
         if key == "gpus" and value is None:
             raise ValueError("no \"gpus\" (give it on the line or --gpus)")
+        if value is None and key in ("iterations", "epochs"):
+            hints[key] = None
+            continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"\"{key}\" must be a whole number >= 1, not {value!r:.40}")
-        ints[key] = value
+        if key in ("iterations", "epochs"):
+            hints[key] = value
+        else:
+            ints[key] = value
     for key in ("priority", "queue", "name"):
         if key in d and not isinstance(d[key], str):
             raise ValueError(f"\"{key}\" must be a string")
@@ -146,7 +157,7 @@ def _entry(line: str, args, environ: dict):
     estimate = parse_duration(d["estimate"]) if d.get("estimate") is not None else args.estimate
     return request_from_here(command, workers=ints["workers"], gpus=ints["gpus"], gpu_mem=gpu_mem,
                              priority=priority, queue=d.get("queue", args.queue), name=d.get("name", args.name),
-                             estimate_s=estimate, environ=environ)
+                             estimate_s=estimate, iterations=hints["iterations"], epochs=hints["epochs"], environ=environ)
 
 
 def _read_lines(path: str) -> list[str]:

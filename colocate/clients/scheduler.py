@@ -42,9 +42,10 @@ class Refused(rpc.RpcError):
         self.code = code
 
 
-def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1, gpu_mem: int = 0,
+def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1, gpu_mem: int = 0,  # noqa: PLR0913 (a request's fields, by name)
                       priority: str = Priority.GUARANTEED, queue: str = "", name: str = "",
                       estimate_s: float | None = None, environ: Mapping[str, str] | None = None,
+                      iterations: int | None = None, epochs: int | None = None,
                       cwd: str | None = None) -> P.JobRequest:
     """A ``JobRequest`` that runs ``command`` in this process's working directory with its environment,
     minus every ``COLOCATE_*`` variable (a shared filesystem is assumed, as with Slurm).
@@ -66,7 +67,8 @@ def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1
         user = ""
     req = P.JobRequest(command=tuple(command), cwd=cwd or os.getcwd(), env=tuple(env.items()), workers=workers,
                        gpus=gpus, gpu_mem=gpu_mem, priority=priority, queue=queue,
-                       name=name or default_name(command)[:P.MAX_ID_CHARS], user=user[:128], estimate_s=estimate_s)
+                       name=name or default_name(command)[:P.MAX_ID_CHARS], user=user[:128], estimate_s=estimate_s,
+                       iterations=iterations, epochs=epochs)
     check_size(req)
     return req
 

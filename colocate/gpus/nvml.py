@@ -85,3 +85,36 @@ def memory_used(index: int) -> int:
         return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).used)
     except Exception:
         return 0
+
+
+def hardware(index: int) -> dict:
+    """What NVML says of device ``index`` that a run-time model needs, as ``HardwareFeatures`` fields:
+    ``name``, ``mem_total`` (bytes), ``sm_clock_mhz``/``mem_clock_mhz`` (maximum clocks), ``mem_bandwidth``
+    (bytes/s: memory clock x 2 (double data rate) x bus width; HBM reports its own clock, so this is its
+    bandwidth too) and ``peak_flops`` (FP32: CUDA cores x 2 x SM clock, where this NVML reports cores). A
+    field NVML cannot give is 0 (an empty name); never raises."""
+    out: dict = {"name": "", "mem_total": 0, "sm_clock_mhz": 0, "mem_clock_mhz": 0, "mem_bandwidth": 0.0,
+                 "peak_flops": 0.0}
+    try:
+        pynvml = _nvml()
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:
+        return out
+
+    def ask(fn, *args):
+        try:
+            return fn(h, *args)
+        except Exception:
+            return None
+
+    name = ask(pynvml.nvmlDeviceGetName)
+    out["name"] = (name.decode(errors="replace") if isinstance(name, bytes) else str(name or ""))[:128]
+    mem = ask(pynvml.nvmlDeviceGetMemoryInfo)
+    out["mem_total"] = int(mem.total) if mem is not None else 0
+    out["sm_clock_mhz"] = int(ask(pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_SM) or 0)
+    out["mem_clock_mhz"] = int(ask(pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_MEM) or 0)
+    bus_bits = int(ask(pynvml.nvmlDeviceGetMemoryBusWidth) or 0) if hasattr(pynvml, "nvmlDeviceGetMemoryBusWidth") else 0
+    out["mem_bandwidth"] = out["mem_clock_mhz"] * 1e6 * 2 * bus_bits / 8
+    cores = int(ask(pynvml.nvmlDeviceGetNumGpuCores) or 0) if hasattr(pynvml, "nvmlDeviceGetNumGpuCores") else 0
+    out["peak_flops"] = cores * 2.0 * out["sm_clock_mhz"] * 1e6
+    return out

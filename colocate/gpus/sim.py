@@ -13,6 +13,8 @@ import os
 from colocate.base.vocab import DeviceKind
 from colocate.gpus.spec import GpuSpec
 
+SIM_NAME = "colocate-sim"  # the name of every simulated GPU (its declared spec: ``declared``)
+
 
 def default_core(index: int, ncores: int | None = None) -> int:
     """CPU core of sim GPU ``index``: counted down from the last core."""
@@ -75,7 +77,7 @@ def node_gpus(count: int | list[tuple[str, float]], mem_total: int) -> list[GpuS
     if not types:
         raise ValueError(f"need at least one simulated GPU, got {count}")
     return [
-        GpuSpec(index=i, kind=DeviceKind.SIM, mem_total=mem_total, name=t or "colocate-sim", core=default_core(i),
+        GpuSpec(index=i, kind=DeviceKind.SIM, mem_total=mem_total, name=t or SIM_NAME, core=default_core(i),
                 speed=s)
         for i, (t, s) in enumerate(types)
     ]
@@ -89,3 +91,17 @@ def keep_off_cores(cores: set[int]) -> None:
             os.sched_setaffinity(0, allowed)
     except (AttributeError, OSError):
         pass
+
+
+def declared(mem_total: int, core: int = 0) -> dict:
+    """The declared spec of a simulated GPU, as ``HardwareFeatures`` fields: one CPU core of this host is its
+    compute (``sm_count`` 1, ``sm_clock_mhz`` that core's maximum clock where sysfs says, else 0) and
+    ``mem_total`` its byte budget; a simulated GPU has no memory clock, bandwidth or peak rate of its own
+    (0: unknown). Reads one small file; never raises."""
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{int(core)}/cpufreq/cpuinfo_max_freq") as f:
+            mhz = int(f.read().strip()) // 1000  # kHz
+    except (OSError, ValueError):  # no cpufreq in this container or VM
+        mhz = 0
+    return {"name": SIM_NAME, "mem_total": int(mem_total), "sm_count": 1, "sm_clock_mhz": mhz, "mem_clock_mhz": 0,
+            "mem_bandwidth": 0.0, "peak_flops": 0.0}

@@ -14,7 +14,9 @@ Behaviour:
     ``heartbeat_s * liveness``;
   * ``NodeWelcome`` gives ``heartbeat_s`` and ``liveness``; from then on a ``NodeHeartbeat`` goes out
     every ``heartbeat_s`` (the scheduler echoes it) and a full ``NodeStatus`` every ``status_every_s``
-    and at once on a change (GPU utilization over the last 10 s and memory in use, every worker);
+    and at once on a change (GPU utilization over the last 10 s and memory in use, every worker, and the
+    progress of every worker registered with the node: ``colocate.node.progress``; a worker's features ride
+    on the first status after the node learned them and on the first after each welcome);
   * any message from the scheduler is proof of life; silence for ``heartbeat_s * liveness`` (before
     the first welcome: the defaults 1 s x 3) drops the socket and reconnects after a backoff that
     doubles from ``backoff_min_s`` to ``backoff_max_s`` (reset by a welcome), then says hello again;
@@ -102,6 +104,7 @@ class SchedulerAgent:
         self._refusal = ""  # the last refusal of a hello, logged once
         self._bad_logs = LogLimit(MAX_BAD_LOGS_PER_S)
         self._lease_error = ""  # the last failure to write the lease, logged once
+        self._features_told: dict[str, int] = {}  # worker id -> features_seq sent since the last welcome
         self._check_keys()
 
     # ------------------------------------------------------------------ lifecycle
@@ -228,8 +231,11 @@ class SchedulerAgent:
     def send_status(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
         workers = tuple(self.workers.status())[: P.MAX_LIST_ITEMS]
+        progress = getattr(self.workers, "progress", None)
+        told = self._features_told
+        shown = tuple(progress(told))[: P.MAX_LIST_ITEMS] if progress is not None else ()
         self._send(P.NodeStatus(node_id=self.node_id, epoch=self.epoch, gpus=tuple(self.gpu_status(now)),
-                                workers=workers))
+                                workers=workers, progress=shown))
         self._last_status, self._dirty = now, False
 
     # ------------------------------------------------------------------ messages
@@ -258,6 +264,7 @@ class SchedulerAgent:
             while self.pending:
                 self._send(self.pending.popleft()[1])
             self._last_beat = self.clock()
+            self._features_told.clear()  # the scheduler may have forgotten them: they ride on this status again
             self.send_status()
         elif isinstance(msg, P.NodeHeartbeat):  # the echo: proof of life (counted), and the lease renewed
             if self.welcomed:

@@ -38,6 +38,7 @@ from typing import Any
 from colocate import protocol as P
 from colocate.base.vocab import Priority
 from colocate.gpus.spec import GpuSpec
+from colocate.node import progress
 from colocate.node.claims import WHOLE, Claim, conflict
 from colocate.node.commands import Command, Note, Reply, Send
 from colocate.node.config import NodeConfig
@@ -78,6 +79,7 @@ class NodeCore(PlacementRules):
         self._handlers: dict[type, Callable[..., Any]] = {
             P.Register: self._on_register,
             P.BatchReport: self._on_batch_report,
+            P.FeaturesReport: self._on_features,
             P.LimitsApplied: self._on_limits_applied,
             P.Heartbeat: self._on_heartbeat,
             P.Goodbye: self._on_goodbye,
@@ -159,10 +161,37 @@ class NodeCore(PlacementRules):
         job.last_report_at = now
         job.iterations += 1
         job.recent.append(m)
+        progress.note(job, m)
         job.applied_seq = max(job.applied_seq, m.limits_seq)
         gpu = self.gpus[job.gpu]
         gpu.busy.append((now, m.busy_s))  # the node's receive time: the job's clock is not comparable
         return self._replan(gpu, now)
+
+    def _on_features(self, m: P.FeaturesReport, now: float) -> list[Command]:
+        job = self.jobs.get(m.job_id)
+        if job is None:
+            return [Reply(_unknown(m.job_id))]
+        job.last_seen = now
+        if m.features != job.features:
+            job.features = m.features
+            job.features_seq += 1
+        return []
+
+    def progress(self, now: float, told: dict[str, int], max_features: int = 8) -> list[P.JobProgress]:
+        """Every registered worker's progress (``colocate.node.progress``) at ``now``. Features go with the
+        workers whose ``features_seq`` differs from ``told[worker id]``, at most ``max_features`` of them;
+        ``told`` is updated for those (the caller's record of what the scheduler was sent), and forgets workers
+        that left."""
+        for gone in [w for w in told if w not in self.jobs]:
+            del told[gone]
+        out = []
+        for w in self.jobs.values():
+            send = w.features is not None and told.get(w.job_id) != w.features_seq and max_features > 0
+            if send:
+                told[w.job_id] = w.features_seq
+                max_features -= 1
+            out.append(progress.summarise(w, now, with_features=send))
+        return out
 
     def _on_limits_applied(self, m: P.LimitsApplied, now: float) -> list[Command]:
         job = self.jobs.get(m.job_id)

@@ -45,6 +45,14 @@ class RegisteredWorker:
     rank: int | None = None  # torchrun's RANK, None for a one-process job
     priority_yield: bool = False  # ``Register.priority_yield``: told to yield, it takes low device priority
     partition: bool = False  # a guaranteed fixed partition: mem_request and sm_request are its limits, for good
+    # progress (``colocate.node.progress``): totals and peaks over every report, and the job's features
+    iterations_done: int = 0  # as the job counts them (its last report's seq + 1)
+    busy_total_s: float = 0.0
+    wall_total_s: float = 0.0
+    mem_reserved_peak: int = 0
+    mem_allocated_peak: int = 0
+    features: P.Features | None = None  # from its FeaturesReport
+    features_seq: int = 0  # bumps with every FeaturesReport (the scheduler agent resends what it has not sent)
 
     def __post_init__(self) -> None:
         self.job = self.job or self.job_id

@@ -33,7 +33,8 @@ Rules (the core's; ``cluster_id`` arguments default to "" for a scheduler that n
     removed; the account's ``HOME``/``USER``/``LOGNAME``) plus torchrun's variables::
 
       python -m colocate run --node JOB_ENDPOINT --device KIND --gpus G --job-id JOB --priority P
-             --exit-file F [--lease-file L] [--gpu-mem SIZE] [--sim-gpu-mem SIZE] -- COMMAND...
+             --exit-file F [--lease-file L] [--gpu-mem SIZE] [--sim-gpu-mem SIZE] [--iterations N] [--epochs E]
+             -- COMMAND...
 
     ``--gpus``: when every worker has one GPU, all the placement's GPUs on this node in local-rank order
     (torchrun's layout: worker LOCAL_RANK=i is on GPU number i, its ``cuda:i``); otherwise its own;
@@ -199,6 +200,11 @@ class WorkerManager:
     def status(self) -> list:
         return self.core.status()
 
+    def progress(self, told: dict[str, int]) -> list:
+        """The registered workers' progress for the scheduler (``NodeCore.progress``; ``told`` updated)."""
+        with self.lock:
+            return self.core.progress(self.clock(), told)
+
     def epochs(self) -> set[int]:
         """The node incarnations whose workers this node holds (its own included): what its lease covers."""
         return {self.cfg.epoch} | {w.epoch for p in self.table.placements.values() for w in p.workers if w.running}
@@ -305,6 +311,9 @@ class WorkerManager:
                     argv += ["--gpu-mem", str(req.gpu_mem)]
                 if self.cfg.device == DeviceKind.SIM:
                     argv += ["--sim-gpu-mem", str(self.cfg.gpus[w.gpus[0]])]
+                for opt, value in (("--iterations", req.iterations), ("--epochs", req.epochs)):
+                    if value is not None:
+                        argv += [opt, str(value)]
                 argv += ["--", *req.command]
                 env = {**_worker_env(msg, w), **fencing.marker_env(self.cfg.state_dir, key, self.cfg.epoch),
                        **(acct.env() if acct is not None else {})}

@@ -67,6 +67,7 @@ from colocate.protocol.codec import (
     _Record,
     _record,
 )
+from colocate.protocol.job import Features
 
 PORT = Num(int, 0, 65535)
 STATE = Str(choices=tuple(JobState))
@@ -156,6 +157,36 @@ class JobRequest(_Record):
     name: str = _f(NAME, default="")
     user: str = _f(NAME, default="")
     estimate_s: float | None = _f(Opt(SECONDS), default=None)
+    iterations: int | None = _f(Opt(Num(int, 1, 1 << 40)), default=None)  # --iterations: the total, as the user said
+    epochs: int | None = _f(Opt(Num(int, 1, 1 << 20)), default=None)  # --epochs: x len(DataLoader) is the total
+
+
+@_record()
+class JobProgress(_Record):
+    """One worker's progress as its node summarises the ``BatchReport``s it received (``colocate.node.progress``).
+
+    ``job_id`` is the job's id (not ``JOB/RANK``), ``rank`` the worker's (0 for a one-process job).
+    ``iterations``: mini-batches done, as the job counts them. ``step_p50_s``/``step_p90_s``: median and 90th
+    percentile of the time per iteration (boundary to boundary, throttle idle included) over the last
+    ``window`` iterations. Peaks are over the worker's life at the node (reserved: before any release at a
+    boundary). ``busy_fraction``: device busy time over wall time, summed over every report.
+    ``total_iterations``: what the job knows of its total (``Features.total_iterations``). ``since_report_s``:
+    seconds, on the node's clock, since the last report. ``features``: the job's ``Features``, carried by the
+    first ``NodeStatus`` after the node learned them and after each ``NodeWelcome``, otherwise None (the
+    scheduler keeps the last it was sent)."""
+
+    job_id: str = _f(JOB_ID)
+    rank: int = _f(COUNT)
+    iterations: int = _f(COUNT)
+    step_p50_s: float = _f(SECONDS)
+    step_p90_s: float = _f(SECONDS)
+    window: int = _f(COUNT)
+    mem_reserved_peak: int = _f(SIZE)
+    mem_allocated_peak: int = _f(SIZE)
+    busy_fraction: float = _f(SHARE)
+    total_iterations: int | None = _f(Opt(COUNT), default=None)
+    since_report_s: float = _f(SECONDS, default=0.0)
+    features: Features | None = _f(Opt(Nested(Features)), default=None)
 
 
 @_record()
@@ -176,6 +207,8 @@ class JobView(_Record):
     nodes: tuple = _f(ListOf(NAME))
     attempts: int = _f(COUNT)
     exit_code: int | None = _f(Opt(EXIT_CODE))
+    # the latest progress a node reported for the job's lowest rank; its features only when one job was asked for
+    progress: JobProgress | None = _f(Opt(Nested(JobProgress)), default=None)
 
 
 @_record()
@@ -242,6 +275,7 @@ class NodeStatus(Message):
     epoch: int = _f(COUNT)
     gpus: tuple = _f(ListOf(Nested(GpuStatus), MAX_NODE_GPUS))
     workers: tuple = _f(ListOf(Nested(WorkerStatus)))
+    progress: tuple = _f(ListOf(Nested(JobProgress)), default=())  # the node's registered workers' progress
 
 
 @_record("worker_started")

@@ -358,6 +358,11 @@ def _dumped_defaults(cls: type) -> dict[str, Any]:
     return {n: specs[n].dump(d) for n, d in _OPTIONAL[cls].items()}
 
 
+def record_map(rec: _Record) -> dict:
+    """A nested record (not a message) as its wire map: plain JSON data (maps as dicts, lists as lists)."""
+    return _to_map(rec)
+
+
 def to_wire(msg: Message) -> dict:
     """The map ``encode`` packs: ``{"v": ..., "t": ..., fields...}``."""
     if not isinstance(msg, Message) or type(msg) not in _SPECS:

@@ -1,7 +1,8 @@
 """Messages of the job <-> node link and of the node's operator endpoint (``colocate ctl``/``top``).
 
 Who sends what:
-  job -> node   Register, BatchReport (once per mini-batch), LimitsApplied, Heartbeat, Goodbye, Error
+  job -> node   Register, BatchReport (once per mini-batch), FeaturesReport (once, after the first mini-batch,
+                and again after each Welcome), LimitsApplied, Heartbeat, Goodbye, Error
   node -> job   Welcome (the reply to Register), SetLimits, Error
   ctl -> node   CtlList, CtlSet                      node -> ctl   CtlJobs, CtlOk, Error
 
@@ -45,6 +46,7 @@ from colocate.protocol.codec import (
     EXIT_CODE,
     INVALID,
     JOB_ID,
+    MAX_ID_CHARS,
     PID,
     PRIORITY,
     SECONDS,
@@ -54,6 +56,7 @@ from colocate.protocol.codec import (
     Bool,
     Error,
     ListOf,
+    MapOf,
     Message,
     Nested,
     Num,
@@ -96,6 +99,92 @@ class JobInfo(_Record):
     throughput: float = _f(Num(float, 0.0, math.inf))  # iterations per second
     slo_state: str = _f(Str(32))
     iterations: int = _f(COUNT)
+
+
+FLOPS = Num(float, 0.0, math.inf)  # floating-point operations (a count, kept as a float: it may pass 2**63)
+KIND = Str(64, min_len=1, printable=True)  # a module's or optimizer's class name
+MAX_LAYER_GROUPS = 64  # LayerGroup entries of one ModelFeatures: the groups with the most FLOPs are kept
+MAX_LAYER_KINDS = 128
+
+
+@_record()
+class LayerGroup(_Record):
+    """Layers of one kind and shape that ran in the job's first mini-batch.
+
+    ``kind`` is the module's class name; ``dims`` its shape-defining sizes by name: Linear ``in``, ``out``;
+    ConvNd ``in``, ``out``, ``kernel`` (the product of its sizes), ``stride`` (likewise), ``groups``, ``out_size``
+    (output elements per channel and sample, as observed); RNN/LSTM/GRU ``in``, ``hidden``, ``layers``,
+    ``directions``, ``seq`` (as observed); MultiheadAttention ``embed``, ``heads``, ``seq``; Embedding ``num``,
+    ``dim`` (EmbeddingBag too); normalisations ``features``. ``count`` modules of it ran (calls of one module counted once),
+    holding ``params`` parameters; ``flops`` is their forward FLOPs in that mini-batch (multiply-add = 2)."""
+
+    kind: str = _f(KIND)
+    count: int = _f(Num(int, 1, 1 << 40))
+    params: int = _f(COUNT)
+    flops: float = _f(FLOPS)
+    dims: tuple = _f(MapOf(Str(32, min_len=1, printable=True), COUNT, 16))
+
+
+@_record()
+class ModelFeatures(_Record):
+    """The model as the job's first mini-batch showed it (``torch_hooks.features``).
+
+    ``params``: distinct parameters (elements) of the modules that ran; ``trainable_params`` those requiring
+    grad. ``layers``: at most ``MAX_LAYER_GROUPS`` groups, those with the most FLOPs; ``layer_counts``: modules
+    that ran, by class name, every kind (activations, normalisations, containers excluded). ``forward_flops``:
+    the FLOPs of the layers the runtime counts (matmuls and convolutions of Linear, ConvNd, RNN/LSTM/GRU,
+    MultiheadAttention; functional calls outside modules are not seen) in that mini-batch;
+    ``flops_per_iteration`` ~ 3x that (forward + backward). ``batch_size``: the training DataLoader's, else the
+    first dimension of the first module's first tensor input; None when neither is known. ``optimizers``:
+    class names of the optimizers that stepped in it. ``param_dtype``: the dtype holding most parameters
+    (``float32``...); ``autocast_dtype``: the autocast dtype in force during it, "" when off."""
+
+    params: int = _f(COUNT)
+    trainable_params: int = _f(COUNT)
+    layers: tuple = _f(ListOf(Nested(LayerGroup), MAX_LAYER_GROUPS))
+    layer_counts: tuple = _f(MapOf(KIND, COUNT, MAX_LAYER_KINDS))
+    forward_flops: float = _f(FLOPS)
+    flops_per_iteration: float = _f(FLOPS)
+    batch_size: int | None = _f(Opt(COUNT))
+    optimizers: tuple = _f(ListOf(KIND, 16))
+    param_dtype: str = _f(Str(32, printable=True))
+    autocast_dtype: str = _f(Str(32, printable=True))
+
+
+@_record()
+class HardwareFeatures(_Record):
+    """The job's GPU: from NVML and CUDA's device properties on CUDA, from the declared spec of a simulated GPU
+    (``colocate.gpus.sim.declared``). 0 means unknown. ``mem_bandwidth`` is bytes/s, ``peak_flops`` FLOP/s
+    (FP32); ``gpus`` the GPUs of the job (its world size, at least 1)."""
+
+    kind: str = _f(Str(choices=tuple(DeviceKind)))
+    name: str = _f(Str(MAX_ID_CHARS, printable=True))
+    mem_total: int = _f(SIZE)
+    sm_count: int = _f(COUNT)
+    sm_clock_mhz: int = _f(COUNT)
+    mem_clock_mhz: int = _f(COUNT)
+    mem_bandwidth: float = _f(FLOPS)
+    peak_flops: float = _f(FLOPS)
+    gpus: int = _f(Num(int, 1, 1 << 20))
+
+
+@_record()
+class Features(_Record):
+    """What a job taught at its first mini-batch: its model, its GPU and what it knows of its total iterations.
+
+    ``loader_batches``: ``len()`` of the training DataLoader (the last one iterated before that mini-batch
+    ended), None when there is none or it has no length. ``iterations_hint``/``epochs_hint``: the job's
+    ``--iterations``/``--epochs`` (``COLOCATE_ITERATIONS``/``COLOCATE_EPOCHS``). ``total_iterations``: the
+    iterations hint, else ``loader_batches x epochs_hint``, else None. ``read_s``: seconds the runtime spent
+    reading all this (its cost to the first mini-batch)."""
+
+    model: ModelFeatures = _f(Nested(ModelFeatures))
+    hardware: HardwareFeatures = _f(Nested(HardwareFeatures))
+    loader_batches: int | None = _f(Opt(COUNT))
+    iterations_hint: int | None = _f(Opt(COUNT))
+    epochs_hint: int | None = _f(Opt(COUNT))
+    total_iterations: int | None = _f(Opt(COUNT))
+    read_s: float = _f(SECONDS)
 
 
 # job -> node
@@ -151,6 +240,16 @@ class BatchReport(Message):
     host_bytes: int = _f(SIZE)
     host_bytes_touched: int = _f(SIZE)
     limits_seq: int = _f(COUNT)  # seq of the last SetLimits applied
+    mem_reserved_peak: int = _f(SIZE, default=0)  # the most reserved during the batch (before any release)
+
+
+@_record("features_report")
+class FeaturesReport(Message):
+    """The job's ``Features``, sent once its first mini-batch has ended, and again after every later ``Welcome``
+    (a restarted node has forgotten them)."""
+
+    job_id: str = _f(JOB_ID)
+    features: Features = _f(Nested(Features))
 
 
 @_record("limits_applied")
@@ -224,7 +323,7 @@ class CtlOk(Message):
     message: str = _f(TEXT)
 
 
-JOB_TO_NODE = (Register, BatchReport, LimitsApplied, Goodbye, Heartbeat, Error)
+JOB_TO_NODE = (Register, BatchReport, FeaturesReport, LimitsApplied, Goodbye, Heartbeat, Error)
 NODE_TO_JOB = (Welcome, SetLimits, Error)
 CTL_TO_NODE = (CtlList, CtlSet)
 NODE_TO_CTL = (CtlJobs, CtlOk, Error)

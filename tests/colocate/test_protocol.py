@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import msgpack
@@ -92,6 +93,30 @@ CLUSTER = [
     P.LogTailRequest(request_id="7.1", job_id="ddp-1", rank=1, max_bytes=4096),
     P.LogTail(node_id="n1", epoch=3, request_id="7.1", text="step 1\n", truncated=False),
 ]  # fmt: skip
+
+# what a job teaches the cluster: its features (job -> node), its progress (node -> scheduler), its total (submit)
+FEATURES = P.Features(
+    model=P.ModelFeatures(
+        params=62006, trainable_params=62006,
+        layers=(P.LayerGroup("Conv2d", 2, 2432, 1.2e8, {"in": 3, "out": 16, "kernel": 9, "stride": 1, "groups": 1}),
+                P.LayerGroup("LSTM", 1, 8448, 3.0e6, {"in": 32, "hidden": 32, "layers": 1, "directions": 1,
+                                                     "seq": 20})),
+        layer_counts={"Conv2d": 2, "LSTM": 1, "ReLU": 2}, forward_flops=1.23e8, flops_per_iteration=3.69e8,
+        batch_size=32, optimizers=("Adam",), param_dtype="float32", autocast_dtype="bfloat16"),
+    hardware=P.HardwareFeatures("cuda", "NVIDIA H100 80GB HBM3", 80 << 30, 132, 1980, 2619, 3.35e12, 6.7e13, 8),
+    loader_batches=500, iterations_hint=None, epochs_hint=3, total_iterations=1500, read_s=0.002)
+PROGRESS = P.JobProgress("ddp-1", rank=0, iterations=120, step_p50_s=0.031, step_p90_s=0.04, window=64,
+                         mem_reserved_peak=3 << 30, mem_allocated_peak=2 << 30, busy_fraction=0.6,
+                         total_iterations=1500, since_report_s=0.2, features=FEATURES)
+LEARNED = [
+    P.FeaturesReport("ddp-1/0", features=FEATURES),
+    P.NodeStatus("n1", epoch=3, gpus=(), workers=(), progress=(PROGRESS, dataclasses.replace(PROGRESS, rank=1,
+                                                                                             features=None))),
+    P.Submit(dataclasses.replace(REQUEST, iterations=1500, epochs=None)),
+    P.JobsReply(jobs=(P.JobView("ddp-1", "ddp", "u", "q", "guaranteed", "running", 2, 1, 1.7e9, 1.7e9 + 5, None, "",
+                                "p-1", ("n1",), 1, None, progress=PROGRESS),), total=1),
+]  # fmt: skip
+CLUSTER += LEARNED
 
 
 @pytest.mark.parametrize("msg", CLUSTER, ids=lambda m: m.TYPE)
@@ -349,3 +374,42 @@ def test_a_job_name_with_control_characters_is_refused_at_construction(name):
 
 def test_free_text_may_hold_newlines():
     assert P.Goodbye(job_id="a", exit_code=1, reason="line one\nline two").reason == "line one\nline two"
+
+
+@pytest.mark.parametrize("wire_path, value, says", [
+    (("request", "iterations"), 0, "JobRequest.iterations"),
+    (("request", "epochs"), -1, "JobRequest.epochs"),
+    (("request", "iterations"), "100", "JobRequest.iterations"),
+])
+def test_a_bad_hint_is_refused_in_one_line(wire_path, value, says):
+    wire = P.to_wire(P.Submit(dataclasses.replace(REQUEST, iterations=10)))
+    wire[wire_path[0]][wire_path[1]] = value
+    with pytest.raises(ProtocolError) as info:
+        P.from_wire(wire)
+    assert info.value.code == P.INVALID and says in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda w: w["features"]["model"]["layers"][0].update(count=0), "LayerGroup.count"),
+    (lambda w: w["features"]["model"]["layers"].extend([w["features"]["model"]["layers"][0]] * P.MAX_LAYER_GROUPS),
+     "ModelFeatures.layers"),
+    (lambda w: w["features"]["model"]["layer_counts"].update({"Lin\near": 1}), "ModelFeatures.layer_counts"),
+    (lambda w: w["features"]["hardware"].update(kind="tpu"), "HardwareFeatures.kind"),
+    (lambda w: w["features"]["hardware"].update(gpus=0), "HardwareFeatures.gpus"),
+    (lambda w: w["features"]["model"].update(forward_flops=float("inf")), "ModelFeatures.forward_flops"),
+    (lambda w: w["features"].update(read_s=-1.0), "Features.read_s"),
+    (lambda w: w["features"]["model"].pop("optimizers"), "ModelFeatures: missing fields ['optimizers']"),
+])
+def test_bad_features_are_refused_in_one_line(change, says):
+    wire = P.to_wire(P.FeaturesReport("ddp-1/0", features=FEATURES))
+    change(wire)
+    with pytest.raises(ProtocolError) as info:
+        P.from_wire(wire)
+    assert info.value.code == P.INVALID and says in str(info.value) and "\n" not in str(info.value)
+
+
+def test_bad_progress_is_refused_in_one_line():
+    wire = P.to_wire(LEARNED[1])
+    wire["progress"][0]["busy_fraction"] = 1.5
+    with pytest.raises(ProtocolError, match=r"JobProgress.busy_fraction"):
+        P.from_wire(wire)

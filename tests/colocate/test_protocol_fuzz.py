@@ -62,14 +62,36 @@ requests = st.builds(
     P.JobRequest, command=st.lists(st.text(max_size=40), min_size=1, max_size=6), cwd=texts,
     env=st.dictionaries(st.text(min_size=1, max_size=20), st.text(max_size=60), max_size=6),
     workers=st.integers(1, 4096), gpus=st.integers(0, 64), gpu_mem=sizes, priority=priorities, queue=names,
-    name=names, user=names, estimate_s=st.none() | seconds)
+    name=names, user=names, estimate_s=st.none() | seconds, iterations=st.none() | st.integers(1, 1 << 40),
+    epochs=st.none() | st.integers(1, 1 << 20))
+# what a job teaches the cluster (torch_hooks.features, colocate.node.progress)
+kinds = st.text(printable, min_size=1, max_size=64)
+flops = st.floats(0.0, 1e30) | st.integers(0, 10**12)
+layer_groups = st.builds(P.LayerGroup, kind=kinds, count=st.integers(1, 1 << 40), params=counts, flops=flops,
+                         dims=st.dictionaries(st.text(printable, min_size=1, max_size=32), counts, max_size=16))
+model_features = st.builds(
+    P.ModelFeatures, params=counts, trainable_params=counts, layers=st.lists(layer_groups, max_size=4),
+    layer_counts=st.dictionaries(kinds, counts, max_size=6), forward_flops=flops, flops_per_iteration=flops,
+    batch_size=st.none() | counts, optimizers=st.lists(kinds, max_size=3),
+    param_dtype=st.text(printable, max_size=32), autocast_dtype=st.text(printable, max_size=32))
+hardware_features = st.builds(
+    P.HardwareFeatures, kind=st.sampled_from(["sim", "cuda"]), name=names, mem_total=sizes, sm_count=counts,
+    sm_clock_mhz=counts, mem_clock_mhz=counts, mem_bandwidth=flops, peak_flops=flops, gpus=st.integers(1, 1 << 20))
+features = st.builds(P.Features, model=model_features, hardware=hardware_features,
+                     loader_batches=st.none() | counts, iterations_hint=st.none() | counts,
+                     epochs_hint=st.none() | counts, total_iterations=st.none() | counts, read_s=seconds)
+progresses = st.builds(
+    P.JobProgress, job_id=ids, rank=counts, iterations=counts, step_p50_s=seconds, step_p90_s=seconds, window=counts,
+    mem_reserved_peak=sizes, mem_allocated_peak=sizes, busy_fraction=shares, total_iterations=st.none() | counts,
+    since_report_s=seconds, features=st.none() | features)
 worker_statuses = st.builds(P.WorkerStatus, job_id=ids, placement_id=names, rank=counts, pid=pids,
                             running=st.booleans(), exit_code=st.none() | exit_codes)
 job_views = st.builds(
     P.JobView, job_id=ids, name=names, user=names, queue=names, priority=priorities,
     state=st.sampled_from(["pending", "placing", "running", "succeeded", "failed", "cancelled"]), workers=counts,
     gpus=counts, submitted_at=seconds, started_at=st.none() | seconds, ended_at=st.none() | seconds, reason=texts,
-    placement_id=names, nodes=st.lists(names, max_size=4), attempts=counts, exit_code=st.none() | exit_codes)
+    placement_id=names, nodes=st.lists(names, max_size=4), attempts=counts, exit_code=st.none() | exit_codes,
+    progress=st.none() | progresses)
 node_views = st.builds(P.NodeView, node_id=names, host=names, up=st.booleans(), gpu_model=names, gpus=counts,
                        gpus_allocated=counts, gpus_shared=counts, utilization=shares, workers=counts)
 
@@ -81,7 +103,7 @@ CLUSTER_MESSAGES = {
     P.NodeStatus: st.builds(P.NodeStatus, node_id=node_ids, epoch=counts,
                             gpus=st.lists(st.builds(P.GpuStatus, index=counts, utilization=shares, mem_used=sizes),
                                           max_size=8),
-                            workers=st.lists(worker_statuses, max_size=8)),
+                            workers=st.lists(worker_statuses, max_size=8), progress=st.lists(progresses, max_size=3)),
     P.WorkerStarted: st.builds(P.WorkerStarted, node_id=node_ids, epoch=counts, job_id=ids, placement_id=names,
                                rank=counts, pid=pids, log_path=texts),
     P.WorkerExited: st.builds(P.WorkerExited, node_id=node_ids, epoch=counts, job_id=ids, placement_id=names,
@@ -127,7 +149,8 @@ MESSAGES = {
     P.BatchReport: st.builds(P.BatchReport, job_id=ids, seq=counts, t_end=seconds, duration_s=seconds,
                              busy_s=seconds, device_start_s=seconds, mem_allocated_peak=sizes,
                              mem_reserved=sizes, mem_floor=sizes, host_bytes=sizes, host_bytes_touched=sizes,
-                             limits_seq=counts),
+                             limits_seq=counts, mem_reserved_peak=sizes),
+    P.FeaturesReport: st.builds(P.FeaturesReport, job_id=ids, features=features),
     P.LimitsApplied: st.builds(P.LimitsApplied, job_id=ids, limits_seq=counts, applied_at=seconds),
     P.Goodbye: st.builds(P.Goodbye, job_id=ids, exit_code=st.none() | st.integers(-(2**31), 2**31 - 1),
                          reason=texts),
@@ -262,3 +285,36 @@ def test_mutated_json(msg, data):
     cut = data.draw(st.integers(0, 8))
     text = text[:pos] + data.draw(st.text(max_size=6)) + text[pos + cut :]
     _decode_or_protocol_error(text, P.decode_json)
+
+
+def _nested_paths(obj, path=()):
+    """Every (path, value) under a wire map: the keys and list indices leading to each value."""
+    yield path, obj
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _nested_paths(v, path + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _nested_paths(v, path + (i,))
+
+
+learned = st.one_of(MESSAGES[P.FeaturesReport], MESSAGES[P.NodeStatus].filter(lambda m: m.progress),
+                    MESSAGES[P.Submit])
+
+
+@STRUCTURES
+@given(learned, st.data())
+def test_a_nested_feature_or_progress_field_replaced_by_anything(msg, data):
+    """Deep inside a job's features, progress or hints, any value decodes to a valid message or is refused with
+    one line (never another exception)."""
+    wire = P.to_wire(msg)
+    paths = [p for p, _ in _nested_paths(wire) if len(p) >= 2]
+    path = data.draw(st.sampled_from(paths))
+    node = wire
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = data.draw(structures)
+    try:
+        P.decode(_pack(wire))
+    except ProtocolError as exc:
+        assert exc.code in P.DECODE_ERRORS and "\n" not in str(exc)

@@ -57,6 +57,11 @@ class FakeRuntime:
     def add_paused_apply_hook(self, fn):
         pass
 
+    def add_features_hook(self, fn):
+        pass
+
+    features = None
+
 
 @pytest.fixture
 def make_link(tmp_path):
@@ -300,3 +305,21 @@ def test_a_pause_before_the_first_device_work_is_acknowledged_at_once(wired):
     _, ack = node.recv()
     assert isinstance(ack, P.LimitsApplied) and ack.limits_seq == 2
     assert not any(isinstance(m, P.LimitsApplied) and m.limits_seq == 1 for _, m in node.seen)
+
+
+def test_features_go_to_the_node_once_read_and_again_after_each_welcome(wired):
+    from tests.colocate.test_protocol import FEATURES
+
+    link, rt, node, clock = wired
+    ident, _ = registered(wired)
+    rt.features = FEATURES  # what the runtime does at the first boundary: set them, then run the features hooks
+    for fn in rt._features_hooks:
+        fn(FEATURES)
+    _, msg = node.recv(skip=(P.Heartbeat, P.LimitsApplied))
+    assert msg == P.FeaturesReport(job_id="j", features=FEATURES)
+    node.send(ident, P.Error(code=P.UNKNOWN_JOB, message="who?", job_id="j"))  # a restarted node forgot the job
+    _, reg = node.recv(skip=(P.Heartbeat, P.LimitsApplied))
+    assert isinstance(reg, P.Register)
+    node.send(ident, welcome(6, 1, 0.5))
+    _, again = node.recv(skip=(P.Heartbeat, P.LimitsApplied))
+    assert again == msg and link.features_sent == 2

@@ -141,6 +141,10 @@ def test_reads_os_environ_by_default(monkeypatch):
         ("COLOCATE_YIELD_VIA", "nice"),
         ("COLOCATE_YIELD_VIA", "gate,none"),
         ("COLOCATE_YIELD_VIA", ","),
+        ("COLOCATE_ITERATIONS", "0"),
+        ("COLOCATE_ITERATIONS", "many"),
+        ("COLOCATE_EPOCHS", "-3"),
+        ("COLOCATE_EPOCHS", "2.5"),
     ],
 )
 def test_bad_value_names_the_variable(name, value):
@@ -155,9 +159,10 @@ def test_to_environ_round_trips():
     e = JobEnv(
         enabled=True, job_id="j1", device="sim", gpu=2, gpu_mem=3 << 20, sm_share=0.3,
         priority="opportunistic", on_cap="error", stats_dir="/tmp/s", node="tcp://h:1",
-        sim_core=0, sim_gpu_mem=4 << 30, sim_host_gbps=1.25, log="info",
+        sim_core=0, sim_gpu_mem=4 << 30, sim_host_gbps=1.25, log="info", iterations=5000, epochs=3,
     )
     out = e.to_environ()
+    assert (out["COLOCATE_ITERATIONS"], out["COLOCATE_EPOCHS"]) == ("5000", "3")
     assert set(out) <= NAMES
     assert all(isinstance(v, str) for v in out.values())
     assert JobEnv.from_environ(out) == e
@@ -165,7 +170,8 @@ def test_to_environ_round_trips():
 
 def test_to_environ_omits_unset_optionals():
     out = JobEnv(job_id="x").to_environ()
-    for name in ("COLOCATE_GPU_MEM", "COLOCATE_STATS_DIR", "COLOCATE_NODE", "COLOCATE_SIM_CORE"):
+    for name in ("COLOCATE_GPU_MEM", "COLOCATE_STATS_DIR", "COLOCATE_NODE", "COLOCATE_SIM_CORE", "COLOCATE_ITERATIONS",
+                 "COLOCATE_EPOCHS"):
         assert name not in out
     assert out["COLOCATE_ENABLED"] == "0"
     assert JobEnv.from_environ(out) == JobEnv(job_id="x")

@@ -357,3 +357,41 @@ def test_a_node_revokes_the_last_lease_at_start_and_waits_it_out_after_a_lost_ta
         r.expect(P.NodeHello)
     finally:
         r.close()
+
+
+class LearningWorkers(FakeWorkers):
+    """A node core with one registered worker that has reported its features."""
+
+    def __init__(self):
+        super().__init__()
+        from tests.colocate.node.test_progress import core, features, register, report
+
+        self.core = core()
+        register(self.core)
+        report(self.core, 0, 0.1, 0.05)
+        self.core.handle(P.FeaturesReport(job_id="job-1", features=features(total=300)), 0.0)
+        self.features = features(total=300)
+
+    def progress(self, told):
+        return self.core.progress(1.0, told)
+
+
+def test_progress_rides_every_status_and_features_the_first_after_each_welcome():
+    rig = Rig(workers=LearningWorkers())
+    try:
+        ident, _ = rig.expect(P.NodeHello)
+        rig.sched.welcome(ident, "n1", heartbeat_s=1.0, liveness=3)
+        _, first = rig.expect(P.NodeStatus)
+        (p,) = first.progress
+        assert (p.job_id, p.iterations, p.total_iterations) == ("job-1", 1, 300)
+        assert p.features == rig.workers.features
+        rig.clock.t += 1.0
+        _, later = rig.expect(P.NodeStatus)
+        assert later.progress[0].features is None and later.progress[0].total_iterations == 300
+        rig.sched.send(ident, P.Error(code=P.UNKNOWN_NODE, message="restarted", job_id=None))  # it forgot the node
+        ident, _ = rig.expect(P.NodeHello)
+        rig.sched.welcome(ident, "n1", heartbeat_s=1.0, liveness=3)
+        _, again = rig.expect(P.NodeStatus)
+        assert again.progress[0].features == rig.workers.features
+    finally:
+        rig.close()

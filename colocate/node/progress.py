@@ -1,0 +1,44 @@
+"""What a node tells the scheduler of each worker's progress: a summary of the ``BatchReport``s it received
+(pure: no clock, no I/O; the node's core keeps the per-report totals, ``colocate.node.state.RegisteredWorker``).
+
+Per report the core does O(1) work (``note``: counters and peaks); the quantiles are computed only when a
+status is built (``summarise``, about once a second, over the worker's last ``RECENT`` reports), so
+summarising adds nothing per mini-batch. Units: seconds and bytes.
+"""
+
+from __future__ import annotations
+
+from colocate import protocol as P
+
+
+def note(worker, m: P.BatchReport) -> None:
+    """Count report ``m`` of ``worker`` (a ``RegisteredWorker``) into its totals and peaks."""
+    worker.iterations_done = max(worker.iterations_done, m.seq + 1)
+    worker.busy_total_s += m.busy_s
+    worker.wall_total_s += m.duration_s
+    worker.mem_reserved_peak = max(worker.mem_reserved_peak, m.mem_reserved_peak, m.mem_reserved)
+    worker.mem_allocated_peak = max(worker.mem_allocated_peak, m.mem_allocated_peak)
+
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ascending ``sorted_values``, linearly interpolated; 0.0 when empty."""
+    if not sorted_values:
+        return 0.0
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def summarise(worker, now: float, with_features: bool = False) -> P.JobProgress:
+    """``worker``'s progress at node time ``now``; its features only ``with_features`` (and once known)."""
+    steps = sorted(r.duration_s for r in worker.recent)
+    busy = worker.busy_total_s / worker.wall_total_s if worker.wall_total_s > 0 else 0.0
+    features = worker.features if with_features else None
+    total = worker.features.total_iterations if worker.features is not None else None
+    since = max(0.0, now - worker.last_report_at) if worker.last_report_at is not None else 0.0
+    return P.JobProgress(
+        job_id=worker.job, rank=worker.rank or 0, iterations=worker.iterations_done,
+        step_p50_s=quantile(steps, 0.5), step_p90_s=quantile(steps, 0.9), window=len(steps),
+        mem_reserved_peak=worker.mem_reserved_peak, mem_allocated_peak=worker.mem_allocated_peak,
+        busy_fraction=min(1.0, max(0.0, busy)), total_iterations=total, since_report_s=since, features=features)

@@ -1,0 +1,37 @@
+"""``cluster.server.views.Progress``: the scheduler's latest progress per job, as nodes report it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from cluster.server.views import Progress
+from tests.colocate.test_protocol import FEATURES, PROGRESS
+
+KNOWN = {"ddp-1", "other"}
+
+
+def known(job_id):
+    return object() if job_id in KNOWN else None
+
+
+def test_the_lowest_rank_speaks_and_features_stay_until_replaced():
+    p = Progress()
+    rank1 = dataclasses.replace(PROGRESS, rank=1, iterations=50, features=None)
+    p.note([rank1], known)
+    assert p.of("ddp-1", True) == rank1
+    p.note([dataclasses.replace(PROGRESS, iterations=60)], known)  # rank 0, with features
+    p.note([dataclasses.replace(rank1, iterations=70)], known)  # rank 1 again: rank 0 speaks for the job
+    assert p.of("ddp-1", True).iterations == 60
+    p.note([dataclasses.replace(PROGRESS, iterations=80, features=None)], known)  # later status: no features
+    latest = p.of("ddp-1", True)
+    assert latest.iterations == 80 and latest.features == FEATURES
+    assert p.of("ddp-1", False) == dataclasses.replace(latest, features=None)
+
+
+def test_unknown_jobs_are_dropped_and_the_oldest_forgotten():
+    p = Progress(keep=1)
+    p.note([dataclasses.replace(PROGRESS, job_id="by-hand")], known)
+    assert p.of("by-hand", True) is None
+    p.note([PROGRESS], known)
+    p.note([dataclasses.replace(PROGRESS, job_id="other")], known)
+    assert p.of("ddp-1", True) is None and p.of("other", True) is not None

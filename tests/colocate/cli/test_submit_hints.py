@@ -1,0 +1,51 @@
+"""``colocate submit --iterations/--epochs`` and the jobs file's ``iterations``/``epochs``: the job's total as its
+submitter says it, carried by the ``JobRequest`` (no scheduler needed: the request is checked before sending)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import pytest
+
+from colocate.cli import build_parser
+from colocate.cli.submit import _entry
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("pass\n")
+    return str(path)
+
+
+def args(**kw):
+    base = dict(gpus=1, workers=1, gpu_mem=0, priority="guaranteed", queue="", name="", estimate=None,
+                iterations=None, epochs=None)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_a_line_carries_its_hints_and_the_options_fill_in(script):
+    line = json.dumps({"command": [sys.executable, script], "iterations": 500})
+    req = _entry(line, args(epochs=3), {})
+    assert (req.iterations, req.epochs) == (500, 3)
+    assert _entry(json.dumps({"command": [sys.executable, script]}), args(), {}).iterations is None
+
+
+@pytest.mark.parametrize("field, value", [("iterations", 0), ("epochs", -2), ("iterations", "10"),
+                                          ("epochs", 1.5), ("iterations", True), ("iterations", 1 << 41)])
+def test_a_bad_hint_on_a_line_is_one_line(script, field, value):
+    with pytest.raises(ValueError) as info:
+        _entry(json.dumps({"command": [sys.executable, script], field: value}), args(), {})
+    assert field in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("option", ["--iterations", "--epochs"])
+@pytest.mark.parametrize("value", ["0", "-1", "x"])
+def test_bad_options_are_refused_by_the_parser(option, value, capsys):
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["submit", "--gpus", "1", option, value, "--", "python", "t.py"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert option in err[-1] and "Traceback" not in "\n".join(err)

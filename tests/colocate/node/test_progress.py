@@ -1,0 +1,119 @@
+"""The node's per-worker progress summary (``colocate.node.progress``, ``NodeCore.progress``): the pure core fed
+protocol messages at fake times, no sockets."""
+
+from __future__ import annotations
+
+import pytest
+
+from colocate import protocol as P
+from colocate.gpus import GpuSpec
+from colocate.node.config import NodeConfig
+from colocate.node.core import NodeCore, Reply
+from colocate.node.progress import quantile
+
+MiB = 1 << 20
+
+
+def core() -> NodeCore:
+    return NodeCore([GpuSpec(index=0, kind="sim", mem_total=1 << 34)], NodeConfig(policy="static"), node_epoch=1)
+
+
+def register(c: NodeCore, job_id="job-1", rank=None, world=1, now=0.0):
+    c.handle(P.Register(job_id=job_id if rank is None else f"{job_id}/{rank}", pid=1000 + (rank or 0), gpu=0,
+                        priority="opportunistic", mem_request=None, sm_share=1.0, mem_cap=1 << 30, epoch=1, rank=rank,
+                        world_size=world), now)
+
+
+def report(c: NodeCore, seq, duration, busy, reserved=0, reserved_peak=0, allocated=0, job_id="job-1", now=0.0):
+    return c.handle(P.BatchReport(job_id=job_id, seq=seq, t_end=seq * 1.0, duration_s=duration, busy_s=busy,
+                                  device_start_s=0.0, mem_allocated_peak=allocated, mem_reserved=reserved, mem_floor=0,
+                                  host_bytes=0, host_bytes_touched=0, limits_seq=1, mem_reserved_peak=reserved_peak),
+                    now)
+
+
+def features(total=None) -> P.Features:
+    model = P.ModelFeatures(params=10, trainable_params=10, layers=(), layer_counts={"Linear": 1}, forward_flops=20.0,
+                            flops_per_iteration=60.0, batch_size=4, optimizers=("SGD",), param_dtype="float32",
+                            autocast_dtype="")
+    hw = P.HardwareFeatures(kind="sim", name="colocate-sim", mem_total=1 << 30, sm_count=1, sm_clock_mhz=0,
+                            mem_clock_mhz=0, mem_bandwidth=0.0, peak_flops=0.0, gpus=1)
+    return P.Features(model=model, hardware=hw, loader_batches=None, iterations_hint=total, epochs_hint=None,
+                      total_iterations=total, read_s=0.001)
+
+
+def test_quantiles_interpolate():
+    assert quantile([], 0.5) == 0.0
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == pytest.approx(2.5)
+    assert quantile([float(i) for i in range(1, 11)], 0.9) == pytest.approx(9.1)
+
+
+def test_summary_of_the_reports_a_node_received():
+    c = core()
+    register(c)
+    durations = [0.10, 0.30, 0.20, 0.40, 0.50, 0.60, 0.70, 0.80, 0.90, 1.00]
+    for i, d in enumerate(durations):
+        report(c, i, d, busy=d / 2, reserved=(i + 1) * MiB, reserved_peak=(i + 2) * MiB, allocated=i * MiB, now=i)
+    report(c, 10, 0.25, busy=0.25, reserved=1 * MiB, reserved_peak=3 * MiB, allocated=MiB, now=10.0)
+    told: dict[str, int] = {}
+    (p,) = c.progress(12.5, told)
+    every = sorted(durations + [0.25])
+    assert (p.job_id, p.rank, p.iterations, p.window) == ("job-1", 0, 11, 11)
+    assert p.step_p50_s == pytest.approx(quantile(every, 0.5)) and p.step_p50_s == pytest.approx(0.5)
+    assert p.step_p90_s == pytest.approx(quantile(every, 0.9))
+    assert p.mem_reserved_peak == 11 * MiB and p.mem_allocated_peak == 9 * MiB  # peaks, not the last report
+    assert p.busy_fraction == pytest.approx((sum(durations) / 2 + 0.25) / (sum(durations) + 0.25))
+    assert p.since_report_s == pytest.approx(2.5)
+    assert p.total_iterations is None and p.features is None
+
+
+def test_iterations_are_the_jobs_count_even_when_reports_were_lost():
+    c = core()
+    register(c)
+    report(c, 0, 0.1, 0.1)
+    report(c, 41, 0.1, 0.1)  # 40 reports in between never arrived
+    report(c, 7, 0.1, 0.1)  # a late one
+    assert c.progress(1.0, {})[0].iterations == 42
+
+
+def test_features_ride_once_per_change_and_again_when_told_is_forgotten():
+    c = core()
+    register(c)
+    report(c, 0, 0.1, 0.1)
+    told: dict[str, int] = {}
+    assert c.progress(1.0, told)[0].features is None  # none known yet
+    assert c.handle(P.FeaturesReport(job_id="job-1", features=features(total=500)), 1.0) == []
+    first = c.progress(2.0, told)[0]
+    assert first.features == features(total=500) and first.total_iterations == 500
+    again = c.progress(3.0, told)[0]
+    assert again.features is None and again.total_iterations == 500  # sent once; the total always
+    c.handle(P.FeaturesReport(job_id="job-1", features=features(total=500)), 3.5)  # the same, re-sent by a link
+    assert c.progress(4.0, told)[0].features is None
+    told.clear()  # a new welcome: the scheduler may have forgotten
+    assert c.progress(5.0, told)[0].features == features(total=500)
+
+
+def test_features_per_status_are_bounded_and_the_rest_follow():
+    c = core()
+    for r in range(5):
+        register(c, rank=r, world=5)
+        c.handle(P.FeaturesReport(job_id=f"job-1/{r}", features=features()), 0.0)
+    told: dict[str, int] = {}
+    first = c.progress(1.0, told, max_features=2)
+    second = c.progress(2.0, told, max_features=2)
+    third = c.progress(3.0, told, max_features=2)
+    carried = [sum(p.features is not None for p in ps) for ps in (first, second, third)]
+    assert carried == [2, 2, 1]
+    assert {p.rank for p in first} == set(range(5)) and {p.job_id for p in first} == {"job-1"}
+
+
+def test_a_worker_that_left_is_forgotten_and_unknown_workers_are_told_so():
+    c = core()
+    register(c)
+    c.handle(P.FeaturesReport(job_id="job-1", features=features()), 0.0)
+    told: dict[str, int] = {}
+    c.progress(1.0, told)
+    assert told == {"job-1": 1}
+    c.handle(P.Goodbye(job_id="job-1", exit_code=0, reason="done"), 2.0)
+    assert c.progress(3.0, told) == [] and told == {}
+    (reply,) = c.handle(P.FeaturesReport(job_id="job-1", features=features()), 4.0)
+    assert isinstance(reply, Reply) and reply.msg.code == P.UNKNOWN_JOB
