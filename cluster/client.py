@@ -35,13 +35,13 @@ _M = TypeVar("_M", bound=P.Message)
 
 
 class Refused(rpc.RpcError):
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: P.ErrorCode, message: str):
         super().__init__(message)
         self.code = code
 
 
 def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1, gpu_mem: int = 0,
-                      priority: str = Priority.GUARANTEED, queue: str = "", name: str = "",
+                      priority: Priority = Priority.GUARANTEED, queue: str = "", name: str = "",
                       estimate_s: float | None = None, environ: Mapping[str, str] | None = None,
                       cwd: str | None = None) -> P.JobRequest:
     """A ``JobRequest`` that runs ``command`` in this process's working directory with its environment,

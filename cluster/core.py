@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, assert_never
 
 from cluster import events as ev
 from cluster.config import PolicyConfig
@@ -88,16 +88,16 @@ class SchedulerCore:
 
     # ------------------------------------------------------------------ entry points
 
-    def handle(self, event, now: float) -> list:
+    def handle(self, event, now: float) -> list[ev.Decision]:
         """Apply ``event`` at ``now``; the decisions, in the order the edge must act on them.
         Raises TypeError for an object that is not an event; never for a stale or duplicate one
         (those are ignored)."""
         return self.handle_batch((event,), now)
 
-    def handle_batch(self, events: Iterable, now: float, schedule: bool = True) -> list:
+    def handle_batch(self, events: Iterable, now: float, schedule: bool = True) -> list[ev.Decision]:
         """Apply every event at ``now``, then at most one scheduling cycle (none with
         ``schedule=False``: the change is remembered and the next call's cycle covers it)."""
-        out: list = []
+        out: list[ev.Decision] = []
         for event in events:
             h = self._handlers.get(type(event))
             if h is None:
@@ -109,9 +109,9 @@ class SchedulerCore:
         self.stats["decisions"] += len(out)
         return out
 
-    def schedule(self, now: float) -> list:
+    def schedule(self, now: float) -> list[ev.Decision]:
         """Run one scheduling cycle now, whatever changed (benchmarks, tests)."""
-        out: list = []
+        out: list[ev.Decision] = []
         self._cycle(now, out)
         self.stats["decisions"] += len(out)
         return out
@@ -219,14 +219,17 @@ class SchedulerCore:
         for job, placement in cycle.placed:
             self._start(job, placement, now, out)
         for act in cycle.actions:
-            if isinstance(act, Preempt):
-                self._preempt(act, now, out)
-            elif isinstance(act, Upgrade):
-                self._upgrade(act.pid, now, out)
+            match act:
+                case Preempt():
+                    self._preempt(act, now, out)
+                case Upgrade():
+                    self._upgrade(act.pid, now, out)
+                case _:
+                    assert_never(act)
 
     # ------------------------------------------------------------------ what recovery may do (recovery.Host)
 
-    def set_state(self, job: Job, state: str, reason: str, out: list, pid: str | None = None) -> None:
+    def set_state(self, job: Job, state: JobState, reason: str, out: list, pid: str | None = None) -> None:
         """Move ``job`` to ``state`` (a ``cluster.events`` status) for ``reason``; appends the ``JobChanged``
         the edges journal to ``out``."""
         job.state, job.reason = state, reason

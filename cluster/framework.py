@@ -33,6 +33,7 @@ from cluster.points import (
     PER_CLASS,
     POINTS,
     SUCCESS,
+    Action,
     Code,
     Plugin,
     PluginError,
@@ -56,7 +57,7 @@ class Cycle:
 
     placed: list = field(default_factory=list)  # [(job, placement)]: slots held, out of the queue
     failed: list = field(default_factory=list)  # [(job, FAILS_JOB status)]: out of the queue, to fail
-    actions: list = field(default_factory=list)  # [Preempt | Upgrade]
+    actions: list[Action] = field(default_factory=list)
     aside: list = field(default_factory=list)  # [(job, UNPLACEABLE status)]: newly set aside, still pending
     returned: list = field(default_factory=list)  # [job]: set-aside jobs back in their queues
     errors: list = field(default_factory=list)  # [(job, ERROR status)]: passed over this cycle, still queued
@@ -474,7 +475,7 @@ class Framework:
         order = sorted(range(len(feasible)), key=total.__getitem__, reverse=True)  # stable: ties keep order
         return [feasible[i] for i in order]
 
-    def _post_filter(self, req: Request, st: Status, actions: list) -> Placement | None:
+    def _post_filter(self, req: Request, st: Status, actions: list[Action]) -> Placement | None:
         job = req.job
         if st.held or self.nominated.get(job.job_id):
             return None  # held by policy, or victims chosen earlier are still stopping

@@ -167,6 +167,9 @@ class Upgrade:
     pid: str
 
 
+Action = Preempt | Upgrade  # what a cycle asks the core to do beside placing (``Cycle.actions``): a closed union
+
+
 POINTS = ("pre_enqueue", "queue_of", "sort_key", "queue_order", "cycle_start", "pre_filter", "cache_key",
           "node_order", "filter", "score", "pick_gpus", "reserve", "unreserve", "permit", "post_filter", "on_blocked",
           "backfill_admit", "cycle_end", "on_placed", "on_running", "on_released", "on_ended",

@@ -16,7 +16,7 @@ from cluster.fitting import gpu_fits_guaranteed
 from cluster.jobs import Job
 from cluster.spec import JobSpec, WorkerSlot
 from cluster.state import Alloc, ClusterState, NodeState
-from colocate.vocab import TERMINAL, Priority
+from colocate.vocab import TERMINAL, JobState, Priority
 
 if TYPE_CHECKING:
     from cluster.framework import Framework
@@ -48,7 +48,7 @@ class Host(Protocol):
 
     def new_job(self, spec: JobSpec) -> Job: ...
 
-    def set_state(self, job: Job, state: str, reason: str, out: list, pid: str | None = None) -> None: ...
+    def set_state(self, job: Job, state: JobState, reason: str, out: list, pid: str | None = None) -> None: ...
 
     def mark_dirty(self) -> None: ...
 

@@ -11,9 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TypeVar
 
 from colocate.units import parse_fraction, parse_size
-from colocate.vocab import PRIORITIES, DeviceKind, OnCap, Priority, YieldMode
+from colocate.vocab import DeviceKind, OnCap, Priority, YieldMode, member
+
+_E = TypeVar("_E", bound=StrEnum)
 
 PREFIX = "COLOCATE_"
 
@@ -92,13 +96,13 @@ class JobEnv:
     enabled: bool = False
     job_id: str = ""
     token: str = ""
-    device: str = DeviceKind.SIM
+    device: DeviceKind = DeviceKind.SIM
     gpu: int = 0  # this process's GPU (a node index)
     gpus: tuple[int, ...] = ()  # the job's GPUs (COLOCATE_GPUS), in CUDA_VISIBLE_DEVICES order; () = just (gpu,)
     gpu_mem: int | None = None
     sm_share: float = 1.0
-    priority: str = Priority.GUARANTEED
-    on_cap: str = OnCap.HOST
+    priority: Priority = Priority.GUARANTEED  # the job class
+    on_cap: OnCap = OnCap.HOST
     stats_dir: str | None = None
     node: str | None = None
     sim_core: int | None = None
@@ -106,7 +110,7 @@ class JobEnv:
     sim_host_gbps: float = 2.0
     log: str = "warning"
     boundary_warn_s: float = DEFAULT_BOUNDARY_WARN_S
-    yield_via: tuple[str, ...] = DEFAULT_YIELD
+    yield_via: tuple[YieldMode, ...] = DEFAULT_YIELD
     rank: int | None = None  # COLOCATE_RANK/LOCAL_RANK/WORLD_SIZE, else torchrun's RANK, ... (None: unset)
     local_rank: int | None = None
     world_size: int | None = None
@@ -116,6 +120,12 @@ class JobEnv:
     node_required: bool = False
     node_wait_s: float = DEFAULT_NODE_WAIT_S
     extra: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        """A vocabulary field given as its string becomes the member (ValueError, one line, for another string)."""
+        for name, vocab in (("device", DeviceKind), ("priority", Priority), ("on_cap", OnCap)):
+            object.__setattr__(self, name, member(vocab, getattr(self, name), name))
+        object.__setattr__(self, "yield_via", tuple(member(YieldMode, m, "yield_via") for m in self.yield_via))
 
     @property
     def worker_id(self) -> str:
@@ -150,7 +160,7 @@ class JobEnv:
         if gpus and explicit is not None and explicit not in gpus:
             raise ValueError(f"COLOCATE_GPU={explicit}: must be one of COLOCATE_GPUS ({','.join(map(str, gpus))})")
         gpu = explicit if explicit is not None else (gpus[(local_rank or 0) % len(gpus)] if gpus else 0)
-        priority = parsed("COLOCATE_PRIORITY", _choice(PRIORITIES), Priority.GUARANTEED)
+        priority = parsed("COLOCATE_PRIORITY", _member(Priority), Priority.GUARANTEED)
         partition = parsed("COLOCATE_PARTITION", _flag, False)
         node = _get(env, "COLOCATE_NODE")
         if partition and (priority != Priority.GUARANTEED or _get(env, "COLOCATE_SM_SHARE") is None
@@ -167,13 +177,13 @@ class JobEnv:
             enabled=_get(env, "COLOCATE_ENABLED") == "1",
             job_id=_get(env, "COLOCATE_JOB_ID") or str(os.getpid()),
             token=_get(env, "COLOCATE_TOKEN") or "",
-            device=parsed("COLOCATE_DEVICE", _choice(DEVICES), DeviceKind.SIM),
+            device=parsed("COLOCATE_DEVICE", _member(DeviceKind), DeviceKind.SIM),
             gpu=gpu,
             gpus=gpus,
             gpu_mem=parsed("COLOCATE_GPU_MEM", parse_size, None),
             sm_share=parsed("COLOCATE_SM_SHARE", lambda r: parse_fraction(r, "share"), 1.0),
             priority=priority,
-            on_cap=parsed("COLOCATE_ON_CAP", _choice(ON_CAP), OnCap.HOST),
+            on_cap=parsed("COLOCATE_ON_CAP", _member(OnCap), OnCap.HOST),
             stats_dir=_get(env, "COLOCATE_STATS_DIR"),
             node=node,
             sim_core=parsed("COLOCATE_SIM_CORE", _cpu_core, None),
@@ -239,6 +249,14 @@ class JobEnv:
 
 # the validators of ``JobEnv.from_environ``: each takes the raw text and returns the value, or raises
 # ValueError saying what the value must be
+
+
+def _member(vocab: type[_E]) -> Callable[[str], _E]:
+    def fn(raw: str) -> _E:
+        if raw not in tuple(vocab):
+            raise ValueError(f"must be one of {', '.join(vocab)}")
+        return vocab(raw)
+    return fn
 
 
 def _choice(options) -> Callable[[str], str]:
@@ -321,7 +339,7 @@ def format_gpus(gpus) -> str:
     return ",".join(str(int(g)) for g in gpus)
 
 
-def parse_yield(raw: str) -> tuple[str, ...]:
+def parse_yield(raw: str) -> tuple[YieldMode, ...]:
     """``priority,gate`` -> ("priority", "gate"); ``none`` -> (); order and repeats do not matter."""
     words = [w.strip() for w in raw.split(",") if w.strip()]
     if words == ["none"]:

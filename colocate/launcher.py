@@ -31,7 +31,7 @@ import colocate
 from colocate import autogroup, stats
 from colocate.env import JobEnv, format_gpus
 from colocate.files import write_json_atomic
-from colocate.vocab import DeviceKind, OnCap, Priority
+from colocate.vocab import DeviceKind, OnCap, Priority, member
 
 INJECT_DIR = str(Path(__file__).with_name("_inject"))
 PROJECT_ROOT = str(Path(colocate.__file__).resolve().parent.parent)
@@ -48,13 +48,13 @@ class LaunchError(Exception):
 @dataclass(frozen=True)
 class RunSpec:
     command: tuple[str, ...]
-    device: str = DeviceKind.SIM  # resolved: sim | cuda
+    device: DeviceKind = DeviceKind.SIM  # resolved (never auto)
     gpu: int = 0  # the job's one GPU when ``gpus`` is empty (the older single-GPU form)
     gpus: tuple[int, ...] = ()  # the job's GPUs, distinct node indices in order; () = (gpu,)
     gpu_mem: int | None = None
     sm_share: float = 1.0
-    priority: str = Priority.GUARANTEED
-    on_cap: str = OnCap.HOST
+    priority: Priority = Priority.GUARANTEED  # the job class
+    on_cap: OnCap = OnCap.HOST
     stats_file: str | None = None
     job_id: str | None = None
     node: str | None = None
@@ -63,6 +63,11 @@ class RunSpec:
     exit_file: str | None = None  # where the exit code is written when the command ends
     lease_file: str | None = None  # a node's lease (``colocate.lease``): the command is stopped when it lapses
     partition: bool = False  # a guaranteed fixed partition: gpu_mem and sm_share are its own, never changed
+
+    def __post_init__(self) -> None:
+        """A vocabulary field given as its string becomes the member (ValueError, one line, for another string)."""
+        for name, vocab in (("device", DeviceKind), ("priority", Priority), ("on_cap", OnCap)):
+            object.__setattr__(self, name, member(vocab, getattr(self, name), name))
 
     @property
     def job_gpus(self) -> tuple[int, ...]:

@@ -9,6 +9,18 @@ field rules take their choices from these enums. This module imports nothing of 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypeVar
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+def member(vocab: type[_E], value: str, what: str) -> _E:
+    """``value`` (a member of ``vocab`` or its wire string) as the member; ``ValueError`` in one line naming
+    ``what`` and the choices for anything else. For records that accept the string where the member is meant."""
+    try:
+        return vocab(value)
+    except ValueError:
+        raise ValueError(f"{what}: must be one of {', '.join(vocab)}, got {value!r:.60}") from None
 
 
 class Priority(StrEnum):
@@ -68,6 +80,33 @@ class Phase(StrEnum):
     BASELINE = "baseline"
     PAUSED = "paused"
     RUNNING = "running"
+
+
+class SloState(StrEnum):
+    """A worker's label from its node (``Want.slo_state``, ``JobInfo.slo_state``, ``colocate top``): who set its
+    limits and why. A guaranteed job under ``adaptive``: ``baseline``/``ok``/``violated``/``idle``; an
+    opportunistic one: a held ``Phase`` (``baseline``, ``paused``), ``running`` (pause-or-full), AIMD's
+    ``growing``/``holding``/``backoff``, ``full`` (no guaranteed job, or it idles), ``paused-mem``; the other
+    policies' labels; ``new`` before any plan, ``override`` under ``colocate ctl set``, ``partition``."""
+
+    NEW = "new"
+    OVERRIDE = "override"
+    PARTITION = "partition"
+    EXCLUSIVE = "exclusive"
+    STATIC = "static"
+    PACKED = "packed"
+    WAITING = "waiting"
+    BASELINE = "baseline"
+    OK = "ok"
+    VIOLATED = "violated"
+    IDLE = "idle"
+    PAUSED = "paused"
+    RUNNING = "running"
+    FULL = "full"
+    GROWING = "growing"
+    HOLDING = "holding"
+    BACKOFF = "backoff"
+    PAUSED_MEM = "paused-mem"
 
 
 class Engine(StrEnum):

@@ -22,10 +22,8 @@ from colocate.vocab import JobState, Priority
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("colocate", "torch_hooks", "cluster")
 
-# (file, literal) pairs that are not the vocabulary: the "opportunistic" policy plugin's registry name, and
-# the phase a node policy reports for an opportunistic job beside no guaranteed one
+# (file, literal) pairs that are not the vocabulary: the "opportunistic" policy plugin's registry name
 NOT_VOCABULARY = {
-    ("colocate/node/policies.py", "running"),
     ("cluster/config.py", "opportunistic"),
     ("cluster/plugins/__init__.py", "opportunistic"),
     ("cluster/plugins/opportunistic.py", "opportunistic"),

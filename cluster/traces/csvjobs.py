@@ -108,6 +108,7 @@ def _job(c: dict[str, str], line: int, node_gpus: int, allow_no_duration: bool) 
     priority = c.get("priority", "").lower() or Priority.GUARANTEED
     if priority not in PRIORITIES:
         raise BadRow("bad priority", repr(c["priority"]))
+    priority = Priority(priority)
     estimate = to_float(c["estimate_s"], "estimate_s") if c.get("estimate_s") else None
     if estimate is not None and estimate <= 0:
         raise BadRow("bad estimate_s", repr(c["estimate_s"]))

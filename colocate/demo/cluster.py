@@ -38,7 +38,7 @@ class Submission:
     script: str
     args: tuple[str, ...] = ()
     workers: int = 1
-    priority: str = Priority.GUARANTEED
+    priority: Priority = Priority.GUARANTEED
     estimate_s: float | None = None
 
 

@@ -33,7 +33,7 @@ SOLO_G = ("solo-guaranteed", "solo-guaranteed-after")  # first and last run of a
 @dataclass(frozen=True)
 class JobSpec:
     job_id: str
-    priority: str
+    priority: Priority
     script: str
     args: tuple[str, ...] = ()
     gpu_mem: str | None = None

@@ -45,13 +45,12 @@ from colocate.node.pick import GpuRoom, pick_gpu
 from colocate.node.placements import PlacementRules
 from colocate.node.policies import POLICIES, Want
 from colocate.node.state import GuaranteedSide, LocalGpu, RegisteredWorker
-from colocate.vocab import Priority
+from colocate.vocab import Priority, SloState
 
 __all__ = ["NodeCore", "Send", "Reply", "Note", "Tick", "JobLost"]
 WORKER = "\x00worker:"  # a registered worker's claim owner: never a placement key
 
 PICK_WINDOW_S = 10.0  # a picked GPU is the least utilized over this window (AntMan's rule, as the scheduler's)
-PARTITION_STATE = "partition"  # a fixed partition's slo_state
 
 
 class NodeCore(PlacementRules):
@@ -259,7 +258,7 @@ class NodeCore(PlacementRules):
                 job_id=j.job_id, gpu=j.gpu, priority=j.priority, pid=j.pid, mem_cap=j.limits.mem_cap,
                 sm_share=j.limits.sm_share, mem_reserved=last.mem_reserved if last else 0,
                 mem_allocated_peak=last.mem_allocated_peak if last else 0, host_bytes=last.host_bytes if last else 0,
-                throughput=j.throughput(), slo_state=j.slo_state[:32], iterations=j.iterations))
+                throughput=j.throughput(), slo_state=j.slo_state, iterations=j.iterations))
         return P.CtlJobs(node_epoch=self.node_epoch, gpus=tuple(gpus), jobs=tuple(jobs))
 
     def _guaranteed_holder(self, gpu: LocalGpu, job_id: str, job: str, share: float = WHOLE) -> str | None:
@@ -328,7 +327,7 @@ class NodeCore(PlacementRules):
             if want.mem_cap > left:
                 wants[job_id] = Want(left, want.sm_share, want.gate, want.slo_state)
         for p in parts:
-            wants[p.job_id] = Want(int(p.mem_request or 0), p.sm_request, False, PARTITION_STATE)
+            wants[p.job_id] = Want(int(p.mem_request or 0), p.sm_request, False, SloState.PARTITION)
         return wants
 
     def _limits_for(self, job: RegisteredWorker, want: Want | None, bump: bool = False) -> P.Limits:
@@ -338,7 +337,7 @@ class NodeCore(PlacementRules):
         cap = cur.mem_cap if want is None else want.mem_cap
         share = cur.sm_share if want is None else want.sm_share
         gate = cur.gate if want is None else want.gate
-        if want is not None and want.slo_state:
+        if want is not None and want.slo_state is not None:
             job.slo_state = want.slo_state
         if job.mem_request is not None:
             cap = min(cap, job.mem_request)
@@ -347,7 +346,7 @@ class NodeCore(PlacementRules):
             cap = job.override_cap
         if job.override_share is not None:
             share = job.override_share
-            job.slo_state = "override"
+            job.slo_state = SloState.OVERRIDE
         new = P.Limits(seq=cur.seq, mem_cap=int(cap), sm_share=round(float(share), 4), gate=bool(gate))
         if bump or new != cur:
             new = P.Limits(seq=cur.seq + 1, mem_cap=new.mem_cap, sm_share=new.sm_share, gate=new.gate)

@@ -191,7 +191,7 @@ class PlacementRules:
         return [Save(), Note("warning", f"refused placement {msg.placement_id} of job {msg.job_id}: {reason}"),
                 *self._report(msg.cluster_id, self._refusal(msg, reason))]
 
-    def _refusal(self, msg: P.StartPlacement, reason: str, code: str = P.REFUSED) -> P.StartRefused:
+    def _refusal(self, msg: P.StartPlacement, reason: str, code: P.Refusal = P.REFUSED) -> P.StartRefused:
         return P.StartRefused(node_id=self.node_id, epoch=self.node_epoch, job_id=msg.job_id,
                               placement_id=msg.placement_id, reason=reason[: P.MAX_TEXT_CHARS], code=code)
 

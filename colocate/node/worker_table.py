@@ -110,6 +110,7 @@ def decode(data) -> tuple[dict, dict, dict, dict]:
         fields_ = _typed(p, _PLACEMENT_TYPES, pdef, where)
         if fields_["priority"] not in tuple(Priority):
             raise TableError(f"{where}.priority: {fields_['priority']!r} is not a priority")
+        fields_["priority"] = Priority(fields_["priority"])
         workers = []
         for j, w in enumerate(fields_.pop("workers", [])):
             wf = _typed(w, _WORKER_TYPES, wdef, f"{where}.workers[{j}]")

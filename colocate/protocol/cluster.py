@@ -39,6 +39,8 @@ Rules:
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from colocate.protocol.codec import (
     COUNT,
     EXIT_CODE,
@@ -52,6 +54,7 @@ from colocate.protocol.codec import (
     SIZE,
     TEXT,
     Bool,
+    Choice,
     ListOf,
     MapOf,
     Message,
@@ -66,13 +69,22 @@ from colocate.protocol.codec import (
 from colocate.vocab import JobState, Priority
 
 PORT = Num(int, 0, 65535)
-STATE = Str(choices=tuple(JobState))
+STATE = Choice(JobState)
 MAX_NODE_GPUS = 64  # GPUs of one node
 MAX_WORKERS = 4096  # workers (ranks) of one job
 MAX_ENV_VALUE_CHARS = 65536  # one variable of a job's environment
 GPU_INDICES = ListOf(COUNT, MAX_NODE_GPUS)
-REFUSED, REFUSED_STALE = "refused", "stale"  # StartRefused.code: the request's fault / the node's own stale state
-REFUSAL = Str(choices=(REFUSED, REFUSED_STALE))
+
+
+class Refusal(StrEnum):
+    """``StartRefused.code``: the request's fault, or the node's own stale state (the value is the wire string)."""
+
+    REFUSED = "refused"
+    STALE = "stale"
+
+
+REFUSED, REFUSED_STALE = Refusal.REFUSED, Refusal.STALE
+REFUSAL = Choice(Refusal)
 MAX_PAGE = 1000  # jobs per JobsReply
 LOG_TAIL_MAX_BYTES = 64 << 10  # the most of one worker's log a LogTail carries
 LOG_TEXT = Str(LOG_TAIL_MAX_BYTES)
@@ -124,7 +136,7 @@ class JobRequest(_Record):
     workers: int = _f(Num(int, 1, MAX_WORKERS), default=1)
     gpus: int = _f(Num(int, 0, 64), default=1)  # per worker
     gpu_mem: int = _f(SIZE, default=0)  # bytes per GPU; 0: not stated
-    priority: str = _f(PRIORITY, default=Priority.GUARANTEED)
+    priority: Priority = _f(PRIORITY, default=Priority.GUARANTEED)
     queue: str = _f(NAME, default="")  # "": the policy's default queue
     name: str = _f(NAME, default="")
     user: str = _f(NAME, default="")
@@ -137,8 +149,8 @@ class JobView(_Record):
     name: str = _f(NAME)
     user: str = _f(NAME)
     queue: str = _f(NAME)
-    priority: str = _f(PRIORITY)
-    state: str = _f(STATE)
+    priority: Priority = _f(PRIORITY)
+    state: JobState = _f(STATE)
     workers: int = _f(COUNT)
     gpus: int = _f(COUNT)
     submitted_at: float = _f(SECONDS)
@@ -242,7 +254,7 @@ class StartRefused(Message):
     job_id: str = _f(JOB_ID)
     placement_id: str = _f(NAME)
     reason: str = _f(TEXT)
-    code: str = _f(REFUSAL, default=REFUSED)  # REFUSED_STALE: the node is busy with its own stale state
+    code: Refusal = _f(REFUSAL, default=REFUSED)  # REFUSED_STALE: the node is busy with its own stale state
 
 
 @_record("log_tail")
@@ -275,7 +287,7 @@ class NodeWelcome(Message):
 class StartPlacement(Message):
     placement_id: str = _f(NAME)
     job_id: str = _f(JOB_ID)
-    priority: str = _f(PRIORITY)
+    priority: Priority = _f(PRIORITY)
     request: JobRequest = _f(Nested(JobRequest))
     workers: tuple = _f(ListOf(Nested(WorkerLaunch)))  # this node's workers
     world_size: int = _f(Num(int, 1, 1 << 20))

@@ -51,6 +51,7 @@ from colocate.protocol.codec import (
     SIZE,
     TEXT,
     Bool,
+    Choice,
     Error,
     ListOf,
     Message,
@@ -63,7 +64,7 @@ from colocate.protocol.codec import (
     _Record,
     _record,
 )
-from colocate.vocab import DeviceKind, Priority
+from colocate.vocab import DeviceKind, Priority, SloState
 
 
 @_record()
@@ -79,14 +80,14 @@ class GpuInfo(_Record):
     index: int = _f(COUNT)
     mem_total: int = _f(SIZE)
     utilization: float = _f(SHARE)
-    kind: str = _f(Str(choices=tuple(DeviceKind)))
+    kind: DeviceKind = _f(Choice(DeviceKind))
 
 
 @_record()
 class JobInfo(_Record):
     job_id: str = _f(JOB_ID)
     gpu: int = _f(COUNT)
-    priority: str = _f(PRIORITY)
+    priority: Priority = _f(PRIORITY)
     pid: int = _f(PID)
     mem_cap: int = _f(SIZE)
     sm_share: float = _f(SHARE)
@@ -94,7 +95,7 @@ class JobInfo(_Record):
     mem_allocated_peak: int = _f(SIZE)
     host_bytes: int = _f(SIZE)
     throughput: float = _f(Num(float, 0.0, math.inf))  # iterations per second
-    slo_state: str = _f(Str(32))
+    slo_state: SloState = _f(Choice(SloState))
     iterations: int = _f(COUNT)
 
 
@@ -104,7 +105,7 @@ class Register(Message):
     job_id: str = _f(JOB_ID)
     pid: int = _f(PID)
     gpu: int = _f(COUNT)
-    priority: str = _f(PRIORITY)
+    priority: Priority = _f(PRIORITY)
     mem_request: int | None = _f(Opt(SIZE))  # the job's --gpu-mem: the most the node may give (None: any)
     sm_share: float = _f(SHARE)  # the share in force now (a re-registering job may be paused)
     mem_cap: int = _f(SIZE)  # the cap in force now

@@ -33,10 +33,10 @@ PLUGIN_CLASS = "colocate.ray.plugin.ColocatePlugin"
 
 @dataclass(frozen=True)
 class Fields:
-    priority: str = Priority.GUARANTEED
+    priority: Priority = Priority.GUARANTEED
     gpu_mem: int | None = None  # bytes; None: Ray's fraction of the device
     sm_share: float | None = None  # None: Ray's fraction
-    on_cap: str = OnCap.HOST
+    on_cap: OnCap = OnCap.HOST
 
     def to_json(self) -> str:
         """The value of ``COLOCATE_RAY`` (what ``from_json`` reads back)."""

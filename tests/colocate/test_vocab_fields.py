@@ -1,0 +1,44 @@
+"""Records that hold a vocabulary value (``colocate.vocab``) hold the enum member, whether they were parsed
+(``COLOCATE_*`` variables, a node config, a journal row) or built from its string; another string is refused
+in one line naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.server.journal import placement_from_json, placement_to_json, spec_from_json, spec_to_json
+from cluster.spec import JobSpec, Placement, SpecError, WorkerSlot
+from colocate.config import NodeConfig
+from colocate.env import JobEnv
+from colocate.launcher import RunSpec
+from colocate.vocab import DeviceKind, NodePolicy, OnCap, Priority, YieldMode
+
+
+def test_the_parsed_job_environment_holds_members():
+    env = JobEnv.from_environ({"COLOCATE_PRIORITY": "opportunistic", "COLOCATE_DEVICE": "cuda",
+                               "COLOCATE_ON_CAP": "error", "COLOCATE_YIELD_VIA": "gate,priority"})
+    assert type(env.priority) is Priority and env.priority is Priority.OPPORTUNISTIC
+    assert type(env.device) is DeviceKind and type(env.on_cap) is OnCap
+    assert all(type(m) is YieldMode for m in env.yield_via) and env.yield_via
+    assert JobEnv.from_environ(env.to_environ()) == env  # the variables carry the plain strings back
+    assert env.to_environ()["COLOCATE_PRIORITY"] == "opportunistic"
+
+
+def test_a_record_built_from_strings_holds_members_and_refuses_another_string():
+    spec = RunSpec(command=("true",), device="sim", priority="opportunistic", on_cap="error")
+    assert (type(spec.device), type(spec.priority), type(spec.on_cap)) == (DeviceKind, Priority, OnCap)
+    assert type(JobEnv(priority="opportunistic").priority) is Priority
+    with pytest.raises(ValueError, match=r"^priority: must be one of guaranteed, opportunistic, got 'best-effort'$"):
+        RunSpec(command=("true",), priority="best-effort")
+    assert type(JobSpec("j", priority="opportunistic").priority) is Priority
+    with pytest.raises(SpecError):
+        JobSpec("j", priority="best-effort")
+    cfg = NodeConfig.from_dict({"policy": "pack"})
+    assert cfg.policy is NodePolicy.PACK and type(NodeConfig().policy) is NodePolicy
+
+
+def test_a_journal_row_reads_back_as_members():
+    spec = spec_from_json(spec_to_json(JobSpec("j", priority=Priority.OPPORTUNISTIC)))
+    assert type(spec.priority) is Priority
+    p = placement_from_json(placement_to_json(Placement("j.1", "j", (WorkerSlot(0, "n", (0,)),), Priority.GUARANTEED)))
+    assert p is not None and type(p.klass) is Priority
