@@ -27,7 +27,7 @@ from typing import TypeVar
 from colocate import endpoints, rpc
 from colocate import keys as K
 from colocate import protocol as P
-from colocate.vocab import Priority
+from colocate.vocab import JobClass
 
 SUBMIT_ATTEMPTS = 3
 
@@ -41,7 +41,7 @@ class Refused(rpc.RpcError):
 
 
 def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1, gpu_mem: int = 0,
-                      priority: Priority = Priority.GUARANTEED, queue: str = "", name: str = "",
+                      priority: JobClass = JobClass.GUARANTEED, queue: str = "", name: str = "",
                       estimate_s: float | None = None, environ: Mapping[str, str] | None = None,
                       cwd: str | None = None) -> P.JobRequest:
     """A ``JobRequest`` that runs ``command`` in this process's working directory with its environment,

@@ -41,7 +41,7 @@ from cluster.points import Preempt, Upgrade
 from cluster.recovery import Recovery
 from cluster.spec import JobSpec, Placement
 from cluster.state import ClusterState
-from colocate.vocab import TERMINAL, JobState, Priority
+from colocate.vocab import TERMINAL, JobClass, JobState
 
 
 def refusal_backoff_s(n: int) -> float:
@@ -65,7 +65,7 @@ class SchedulerCore:
         self.rng = rng
         self.state = ClusterState()
         self.fw = Framework(config.instantiate(), config.scheduler, self.state, rng)
-        if not self.fw.places(Priority.OPPORTUNISTIC):  # its only reader: no upkeep on every allocation
+        if not self.fw.places(JobClass.OPPORTUNISTIC):  # its only reader: no upkeep on every allocation
             self.state.use_utilization_index(False)
         self.jobs = self.fw.jobs
         self.holders = self.fw.holders  # pid -> job, every placement holding slots
@@ -174,8 +174,8 @@ class SchedulerCore:
             out.append({
                 "node_id": n.node_id, "up": n.up, "epoch": n.epoch, "gpu_model": n.model, "free_gpus": n.free,
                 "cpu_milli": n.cpu, "mem_mib": n.host_mem, "workers": len(n.slots),
-                "gpus": [{"index": g.index, "milli": g.milli, "mem": g.mem, Priority.GUARANTEED: sorted(g.g),
-                          Priority.OPPORTUNISTIC: sorted(g.o), "utilization": g.util, "mem_used": g.mem_used}
+                "gpus": [{"index": g.index, "milli": g.milli, "mem": g.mem, JobClass.GUARANTEED: sorted(g.g),
+                          JobClass.OPPORTUNISTIC: sorted(g.o), "utilization": g.util, "mem_used": g.mem_used}
                          for g in n.gpus],
             })
         return out
@@ -476,7 +476,7 @@ class SchedulerCore:
             return
         p = job.placement
         assert p is not None  # it runs placement pid
-        job.placement = Placement(p.placement_id, p.job_id, p.slots, Priority.GUARANTEED)
+        job.placement = Placement(p.placement_id, p.job_id, p.slots, JobClass.GUARANTEED)
         self.stats["promotions"] += 1
         self.set_state(job, RUNNING, "promoted to guaranteed", out, pid)
         out.append(ev.Promote(job.job_id, pid, p.nodes()))
@@ -561,7 +561,7 @@ class SchedulerCore:
         moved = False
         for g in e.gpus:
             moved |= self.state.report_gpu(e.node_id, g.index, g.utilization, g.mem_used)
-        if moved and self.fw.places(Priority.OPPORTUNISTIC):
+        if moved and self.fw.places(JobClass.OPPORTUNISTIC):
             self._dirty = True
         listed: set[tuple[str, int]] = set()
         for w in e.workers:

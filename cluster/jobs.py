@@ -11,7 +11,7 @@ from types import MappingProxyType
 
 from cluster.events import PENDING
 from cluster.spec import JobSpec, Placement
-from colocate.vocab import JobState, Priority
+from colocate.vocab import JobClass, JobState
 
 # What a job holds for ranks while it has no current placement: shared, read-only (a write raises).
 # ``begin_attempt`` gives it fresh ones; ``end_attempt`` takes them back (a million jobs kept, a
@@ -77,7 +77,7 @@ class Request:
         self.seen: set = set()
         self.gang_nodes: dict = {}  # nodes holding workers placed so far in this attempt, in order
 
-    def setup(self, job: Job, klass: Priority, now: float) -> Request:
+    def setup(self, job: Job, klass: JobClass, now: float) -> Request:
         s = job.spec
         self.job, self.spec, self.klass, self.queue, self.now = job, s, klass, job.queue, now
         self.pid = job.next_pid()

@@ -73,9 +73,9 @@ from cluster.params import Param
 from cluster.spec import JobSpec, Placement
 from cluster.state import ClusterState, NodeState
 from cluster.statement import Statement
-from colocate.vocab import Priority
+from colocate.vocab import JobClass
 
-CLASSES = frozenset((Priority.GUARANTEED, Priority.OPPORTUNISTIC))
+CLASSES = frozenset((JobClass.GUARANTEED, JobClass.OPPORTUNISTIC))
 
 
 class Code(enum.IntEnum):
@@ -195,7 +195,7 @@ def check_plugins(classes: list[type[Plugin]]) -> None:
                          f"got {', '.join(sorters) or 'none'}")
     for klass in sorted(CLASSES):
         orders, picks = impl("node_order", klass), impl("pick_gpus", klass)
-        if not orders and not picks and klass != Priority.GUARANTEED:
+        if not orders and not picks and klass != JobClass.GUARANTEED:
             continue
         for point, got in (("node-order", orders), ("GPU-pick", picks)):
             if len(got) != 1:

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from colocate.units import parse_fraction, parse_size
-from colocate.vocab import DeviceKind, OnCap, Priority, YieldMode, member
+from colocate.vocab import DeviceKind, JobClass, OnCap, YieldMode, member
 
 _E = TypeVar("_E", bound=StrEnum)
 
@@ -41,7 +41,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_GPU", "<from COLOCATE_GPUS>", "This process's GPU (a node index), when it must differ from what COLOCATE_GPUS and LOCAL_RANK give; it must be one of COLOCATE_GPUS when both are set. The launcher never writes it."),
     Variable("COLOCATE_GPU_MEM", "<device total>", "Device memory cap in bytes; over it, allocations go to host or fail (COLOCATE_ON_CAP)."),
     Variable("COLOCATE_SM_SHARE", "1.0", "Compute share 0..1: the job's device busy fraction is held at or below it; 0 pauses at the next mini-batch."),
-    Variable("COLOCATE_PRIORITY", Priority.GUARANTEED, "`guaranteed` or `opportunistic`."),
+    Variable("COLOCATE_PRIORITY", JobClass.GUARANTEED, "`guaranteed` or `opportunistic`."),
     Variable("COLOCATE_PARTITION", "0", "1: a guaranteed worker holding a fixed partition of its GPU, its COLOCATE_SM_SHARE and COLOCATE_GPU_MEM (both required). The node admits several partitions on one GPU while their shares sum to at most 1 and their caps to at most the GPU's memory, never changes their limits, and refuses one that does not fit: the process exits with the node's one line. Opportunistic workers on that GPU get what the partitions leave."),
     Variable("COLOCATE_RANK", "<RANK>", "This worker's rank in its job, when the engine's name for it is not torchrun's `RANK` (read when this is unset). Workers with one COLOCATE_JOB_ID and ranks are one job: each registers as `JOB/RANK`."),
     Variable("COLOCATE_WORLD_SIZE", "<WORLD_SIZE>", "The number of workers in the job (torchrun's `WORLD_SIZE` when unset)."),
@@ -101,7 +101,7 @@ class JobEnv:
     gpus: tuple[int, ...] = ()  # the job's GPUs (COLOCATE_GPUS), in CUDA_VISIBLE_DEVICES order; () = just (gpu,)
     gpu_mem: int | None = None
     sm_share: float = 1.0
-    priority: Priority = Priority.GUARANTEED  # the job class
+    klass: JobClass = JobClass.GUARANTEED  # the job class (COLOCATE_PRIORITY)
     on_cap: OnCap = OnCap.HOST
     stats_dir: str | None = None
     node: str | None = None
@@ -123,7 +123,7 @@ class JobEnv:
 
     def __post_init__(self) -> None:
         """A vocabulary field given as its string becomes the member (ValueError, one line, for another string)."""
-        for name, vocab in (("device", DeviceKind), ("priority", Priority), ("on_cap", OnCap)):
+        for name, vocab in (("device", DeviceKind), ("klass", JobClass), ("on_cap", OnCap)):
             object.__setattr__(self, name, member(vocab, getattr(self, name), name))
         object.__setattr__(self, "yield_via", tuple(member(YieldMode, m, "yield_via") for m in self.yield_via))
 
@@ -160,17 +160,17 @@ class JobEnv:
         if gpus and explicit is not None and explicit not in gpus:
             raise ValueError(f"COLOCATE_GPU={explicit}: must be one of COLOCATE_GPUS ({','.join(map(str, gpus))})")
         gpu = explicit if explicit is not None else (gpus[(local_rank or 0) % len(gpus)] if gpus else 0)
-        priority = parsed("COLOCATE_PRIORITY", _member(Priority), Priority.GUARANTEED)
+        klass = parsed("COLOCATE_PRIORITY", _member(JobClass), JobClass.GUARANTEED)
         partition = parsed("COLOCATE_PARTITION", _flag, False)
         node = _get(env, "COLOCATE_NODE")
-        if partition and (priority != Priority.GUARANTEED or _get(env, "COLOCATE_SM_SHARE") is None
+        if partition and (klass != JobClass.GUARANTEED or _get(env, "COLOCATE_SM_SHARE") is None
                           or _get(env, "COLOCATE_GPU_MEM") is None):
             raise ValueError("COLOCATE_PARTITION=1: a partition is guaranteed and needs both COLOCATE_SM_SHARE "
                              "and COLOCATE_GPU_MEM (its share and cap)")
         node_required = parsed("COLOCATE_NODE_REQUIRED", _flag, False)
         if node_required and node is None:
             raise ValueError("COLOCATE_NODE_REQUIRED=1: COLOCATE_NODE is not set (the node coordinator's endpoint)")
-        if pick_gpu and (priority != Priority.OPPORTUNISTIC or node is None or explicit is not None):
+        if pick_gpu and (klass != JobClass.OPPORTUNISTIC or node is None or explicit is not None):
             raise ValueError("COLOCATE_GPUS=node: only an opportunistic worker with COLOCATE_NODE (and no "
                              "COLOCATE_GPU) has its GPU picked by the node")
         return cls(
@@ -182,7 +182,7 @@ class JobEnv:
             gpus=gpus,
             gpu_mem=parsed("COLOCATE_GPU_MEM", parse_size, None),
             sm_share=parsed("COLOCATE_SM_SHARE", lambda r: parse_fraction(r, "share"), 1.0),
-            priority=priority,
+            klass=klass,
             on_cap=parsed("COLOCATE_ON_CAP", _member(OnCap), OnCap.HOST),
             stats_dir=_get(env, "COLOCATE_STATS_DIR"),
             node=node,
@@ -211,7 +211,7 @@ class JobEnv:
             "COLOCATE_JOB_ID": self.job_id,
             "COLOCATE_DEVICE": self.device,
             "COLOCATE_SM_SHARE": repr(float(self.sm_share)),
-            "COLOCATE_PRIORITY": self.priority,
+            "COLOCATE_PRIORITY": self.klass,
             "COLOCATE_ON_CAP": self.on_cap,
             "COLOCATE_SIM_GPU_MEM": str(self.sim_gpu_mem),
             "COLOCATE_SIM_HOST_GBPS": repr(float(self.sim_host_gbps)),

@@ -31,7 +31,7 @@ import colocate
 from colocate import autogroup, stats
 from colocate.env import JobEnv, format_gpus
 from colocate.files import write_json_atomic
-from colocate.vocab import DeviceKind, OnCap, Priority, member
+from colocate.vocab import DeviceKind, JobClass, OnCap, member
 
 INJECT_DIR = str(Path(__file__).with_name("_inject"))
 PROJECT_ROOT = str(Path(colocate.__file__).resolve().parent.parent)
@@ -53,7 +53,7 @@ class RunSpec:
     gpus: tuple[int, ...] = ()  # the job's GPUs, distinct node indices in order; () = (gpu,)
     gpu_mem: int | None = None
     sm_share: float = 1.0
-    priority: Priority = Priority.GUARANTEED  # the job class
+    klass: JobClass = JobClass.GUARANTEED  # the job class (--priority)
     on_cap: OnCap = OnCap.HOST
     stats_file: str | None = None
     job_id: str | None = None
@@ -66,7 +66,7 @@ class RunSpec:
 
     def __post_init__(self) -> None:
         """A vocabulary field given as its string becomes the member (ValueError, one line, for another string)."""
-        for name, vocab in (("device", DeviceKind), ("priority", Priority), ("on_cap", OnCap)):
+        for name, vocab in (("device", DeviceKind), ("klass", JobClass), ("on_cap", OnCap)):
             object.__setattr__(self, name, member(vocab, getattr(self, name), name))
 
     @property
@@ -144,7 +144,7 @@ def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
         gpus=gpus,
         gpu_mem=spec.gpu_mem,
         sm_share=spec.sm_share,
-        priority=spec.priority,
+        klass=spec.klass,
         on_cap=spec.on_cap,
         stats_dir=stats_dir,
         node=spec.node,

@@ -2,7 +2,7 @@
 
 Each member's value is its wire string (the protocol, the journal, ``COLOCATE_*`` variables, command-line
 choices and config files all carry the value), so a member compares and hashes equal to its string and
-``str(member)`` is that string. Code names a member (``Priority.GUARANTEED``), never the literal; the protocol's
+``str(member)`` is that string. Code names a member (``JobClass.GUARANTEED``), never the literal; the protocol's
 field rules take their choices from these enums. This module imports nothing of colocate: every layer may use it.
 """
 
@@ -23,14 +23,17 @@ def member(vocab: type[_E], value: str, what: str) -> _E:
         raise ValueError(f"{what}: must be one of {', '.join(vocab)}, got {value!r:.60}") from None
 
 
-class Priority(StrEnum):
-    """A job's class: a guaranteed job owns its GPUs; an opportunistic one uses what they leave idle."""
+class JobClass(StrEnum):
+    """A job's class: a guaranteed job owns its GPUs; an opportunistic one uses what they leave idle. The wire,
+    the journal, ``--priority``, ``COLOCATE_PRIORITY`` and ``runtime_env`` call it the job's *priority* (kept for
+    compatibility); in code it is ``klass`` or ``JobClass``, and "priority" means the device priority only
+    (``YieldMode.PRIORITY``, ``Register.priority_yield``)."""
 
     GUARANTEED = "guaranteed"
     OPPORTUNISTIC = "opportunistic"
 
 
-PRIORITIES = tuple(Priority)  # the choices (command-line options, COLOCATE_PRIORITY, job specs), in order
+JOB_CLASSES = tuple(JobClass)  # the choices (command-line options, COLOCATE_PRIORITY, job specs), in order
 
 
 class JobState(StrEnum):

@@ -17,7 +17,7 @@ import sys
 import tokenize
 from pathlib import Path
 
-from colocate.vocab import JobState, Priority
+from colocate.vocab import JobClass, JobState
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("colocate", "torch_hooks", "cluster")
@@ -68,12 +68,12 @@ def vocabulary_literals(source: str, values: set[str]) -> list[tuple[int, str]]:
 
 
 def test_vocabulary_literals_are_found():
-    src = 'x = "guaranteed"\ny = f"{a}"\n"""running"""\nz = Priority.GUARANTEED  # "pending"\n'
+    src = 'x = "guaranteed"\ny = f"{a}"\n"""running"""\nz = JobClass.GUARANTEED  # "pending"\n'
     assert vocabulary_literals(src, {"guaranteed", "running", "pending"}) == [(1, "guaranteed")]
 
 
 def test_the_packages_name_the_vocabulary():
-    values = {str(m) for m in (*Priority, *JobState)}
+    values = {str(m) for m in (*JobClass, *JobState)}
     spelled = []
     for pkg in PACKAGES:
         for path in sorted((REPO / pkg).rglob("*.py")):

@@ -21,7 +21,7 @@ from cluster.params import Param
 from cluster.points import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.spec import MILLI, JobSpec, Placement
 from cluster.statement import Statement
-from colocate.vocab import Priority
+from colocate.vocab import JobClass
 
 
 class _Reservation:
@@ -34,7 +34,7 @@ class _Reservation:
 @register
 class Backfill(Plugin):
     name = "backfill"
-    serves = frozenset((Priority.GUARANTEED,))
+    serves = frozenset((JobClass.GUARANTEED,))
     PARAMS = {"depth": Param(100, "int", lambda v: v >= 1, "an integer >= 1")}
 
     def __init__(self, params) -> None:
@@ -53,7 +53,7 @@ class Backfill(Plugin):
 
     # running guaranteed placements by expected end
     def on_placed(self, job: Job, placement: Placement, now: float) -> None:
-        if placement.klass == Priority.GUARANTEED:
+        if placement.klass == JobClass.GUARANTEED:
             self._track(job, placement, now)
 
     def on_promoted(self, job: Job, placement: Placement, now: float) -> None:

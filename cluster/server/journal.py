@@ -59,7 +59,7 @@ from dataclasses import fields
 
 from cluster.events import JobRecord
 from cluster.spec import JobSpec, Placement, WorkerSlot
-from colocate.vocab import TERMINAL, JobState, Priority
+from colocate.vocab import TERMINAL, JobClass, JobState
 
 SCHEMA = 3  # 2: jobs.submitter and jobs.request_id (idempotent submits); 3: jobs_seq, jobs_active indexes
 MODE = 0o600  # the file, its -wal and -shm, and its lock: they hold jobs' commands and environments
@@ -157,7 +157,7 @@ def placement_from_json(text: str | None) -> Placement | None:
         return None
     d = json.loads(text)
     return Placement(d["placement_id"], d["job_id"],
-                     tuple(WorkerSlot(r, n, tuple(g)) for r, n, g in d["slots"]), Priority(d["priority"]))
+                     tuple(WorkerSlot(r, n, tuple(g)) for r, n, g in d["slots"]), JobClass(d["priority"]))
 
 
 def _private(path: str) -> None:

@@ -37,7 +37,7 @@ from cluster.traces.common import (
     to_int,
     to_size,
 )
-from colocate.vocab import PRIORITIES, Priority
+from colocate.vocab import JOB_CLASSES, JobClass
 
 REQUIRED = ("submit_time", "duration", "num_gpus")
 OPTIONAL = ("job_id", "workers", "gpu_milli", "gpu_mem", "cpu_milli", "mem_mib", "gpu_model", "priority",
@@ -105,10 +105,10 @@ def _job(c: dict[str, str], line: int, node_gpus: int, allow_no_duration: bool) 
             raise BadRow("fractional share on several GPUs",
                          f"gpu_milli {milli} needs one GPU per worker, got {gpus} (num_gpus is the total)")
     gpu_mem = to_size(c["gpu_mem"], "gpu_mem") if c.get("gpu_mem") else 0
-    priority = c.get("priority", "").lower() or Priority.GUARANTEED
-    if priority not in PRIORITIES:
+    priority = c.get("priority", "").lower() or JobClass.GUARANTEED
+    if priority not in JOB_CLASSES:
         raise BadRow("bad priority", repr(c["priority"]))
-    priority = Priority(priority)
+    priority = JobClass(priority)
     estimate = to_float(c["estimate_s"], "estimate_s") if c.get("estimate_s") else None
     if estimate is not None and estimate <= 0:
         raise BadRow("bad estimate_s", repr(c["estimate_s"]))

@@ -17,11 +17,11 @@ its report (``node_t``) inside it, with its busy time.
 from __future__ import annotations
 
 from colocate.record import Batch
-from colocate.vocab import Phase, Priority
+from colocate.vocab import JobClass, Phase
 
 
 def window(batches: list[Batch], warmup_s: float) -> tuple[float, float]:
-    g = [b.node_t for b in batches if b.priority == Priority.GUARANTEED]
+    g = [b.node_t for b in batches if b.priority == JobClass.GUARANTEED]
     src = g or [b.node_t for b in batches]
     if not src:
         return 0.0, 0.0

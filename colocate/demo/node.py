@@ -23,7 +23,7 @@ from pathlib import Path
 from colocate import record
 from colocate.config import POLICY_NAMES
 from colocate.demo import evaluate as ev
-from colocate.vocab import Phase, Priority
+from colocate.vocab import JobClass, Phase
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "_examples"  # examples/, shipped in the package
 MODES = POLICY_NAMES  # one run per node policy
@@ -33,7 +33,7 @@ SOLO_G = ("solo-guaranteed", "solo-guaranteed-after")  # first and last run of a
 @dataclass(frozen=True)
 class JobSpec:
     job_id: str
-    priority: Priority
+    priority: JobClass
     script: str
     args: tuple[str, ...] = ()
     gpu_mem: str | None = None
@@ -56,14 +56,14 @@ class Pair:
 
 PAIRS = {
     "cnn+transformer": Pair("cnn+transformer",
-                            JobSpec("guaranteed-cnn", Priority.GUARANTEED, "train_cnn.py", ("--host-ms", "14"), "4GiB"),
-                            JobSpec("opportunistic-lm", Priority.OPPORTUNISTIC, "train_transformer.py", ("--host-ms", "0"))),
+                            JobSpec("guaranteed-cnn", JobClass.GUARANTEED, "train_cnn.py", ("--host-ms", "14"), "4GiB"),
+                            JobSpec("opportunistic-lm", JobClass.OPPORTUNISTIC, "train_transformer.py", ("--host-ms", "0"))),
     "recsys+cnn": Pair("recsys+cnn",
-                       JobSpec("guaranteed-recsys", Priority.GUARANTEED, "train_recsys.py", ("--host-ms", "15"), "4GiB"),
-                       JobSpec("opportunistic-cnn", Priority.OPPORTUNISTIC, "train_cnn.py", ("--host-ms", "0"))),
+                       JobSpec("guaranteed-recsys", JobClass.GUARANTEED, "train_recsys.py", ("--host-ms", "15"), "4GiB"),
+                       JobSpec("opportunistic-cnn", JobClass.OPPORTUNISTIC, "train_cnn.py", ("--host-ms", "0"))),
     "transformer+recsys": Pair("transformer+recsys",
-                               JobSpec("guaranteed-lm", Priority.GUARANTEED, "train_transformer.py", ("--host-ms", "16"), "4GiB"),
-                               JobSpec("opportunistic-recsys", Priority.OPPORTUNISTIC, "train_recsys.py", ("--host-ms", "0"))),
+                               JobSpec("guaranteed-lm", JobClass.GUARANTEED, "train_transformer.py", ("--host-ms", "16"), "4GiB"),
+                               JobSpec("opportunistic-recsys", JobClass.OPPORTUNISTIC, "train_recsys.py", ("--host-ms", "0"))),
 }
 
 

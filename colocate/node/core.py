@@ -45,7 +45,7 @@ from colocate.node.pick import GpuRoom, pick_gpu
 from colocate.node.placements import PlacementRules
 from colocate.node.policies import POLICIES, Want
 from colocate.node.state import GuaranteedSide, LocalGpu, RegisteredWorker
-from colocate.vocab import Priority, SloState
+from colocate.vocab import JobClass, SloState
 
 __all__ = ["NodeCore", "Send", "Reply", "Note", "Tick", "JobLost"]
 WORKER = "\x00worker:"  # a registered worker's claim owner: never a placement key
@@ -117,10 +117,10 @@ class NodeCore(PlacementRules):
         gpu = self.gpus[index]
         claim = m.sm_request if m.partition else WHOLE
         holder = self._guaranteed_holder(gpu, m.job_id, m.job, claim)
-        priority = Priority.GUARANTEED if m.job in self.promoted and holder is None else m.priority
-        if priority == Priority.GUARANTEED and holder is not None:
+        klass = JobClass.GUARANTEED if m.job in self.promoted and holder is None else m.priority
+        if klass == JobClass.GUARANTEED and holder is not None:
             return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id, message=self._no_room(gpu, m, holder)))]
-        if m.partition and priority == Priority.GUARANTEED:
+        if m.partition and klass == JobClass.GUARANTEED:
             held = sum(int(self.jobs[j].mem_request or 0) for j in gpu.jobs
                        if j != m.job_id and self.jobs[j].partition)
             if held + int(m.mem_request or 0) > gpu.spec.mem_total:
@@ -131,10 +131,10 @@ class NodeCore(PlacementRules):
             self._drop(old.job_id)
             old = None
         if old is None:
-            job = RegisteredWorker(job_id=m.job_id, gpu=index, priority=priority, pid=m.pid, mem_request=m.mem_request,
+            job = RegisteredWorker(job_id=m.job_id, gpu=index, klass=klass, pid=m.pid, mem_request=m.mem_request,
                            sm_request=m.sm_request, registered_at=now, last_seen=now, token=m.token,
                            limits=P.Limits(seq=0, mem_cap=m.mem_cap, sm_share=m.sm_share, gate=False),
-                           job=m.job, rank=m.rank, partition=m.partition and priority == Priority.GUARANTEED,
+                           job=m.job, rank=m.rank, partition=m.partition and klass == JobClass.GUARANTEED,
                            priority_yield=m.priority_yield)
             self.jobs[m.job_id] = job
             gpu.jobs.append(m.job_id)
@@ -225,7 +225,7 @@ class NodeCore(PlacementRules):
             if holder is not None:
                 out.append(Note("warning", f"{w.job_id} stays opportunistic: GPU {w.gpu} runs guaranteed job {holder}"))
                 continue
-            w.priority = Priority.GUARANTEED
+            w.klass = JobClass.GUARANTEED
             out += self._replan(gpu, now)
         return out
 
@@ -255,7 +255,7 @@ class NodeCore(PlacementRules):
         for j in self.jobs.values():
             last = j.last
             jobs.append(P.JobInfo(
-                job_id=j.job_id, gpu=j.gpu, priority=j.priority, pid=j.pid, mem_cap=j.limits.mem_cap,
+                job_id=j.job_id, gpu=j.gpu, priority=j.klass, pid=j.pid, mem_cap=j.limits.mem_cap,
                 sm_share=j.limits.sm_share, mem_reserved=last.mem_reserved if last else 0,
                 mem_allocated_peak=last.mem_allocated_peak if last else 0, host_bytes=last.host_bytes if last else 0,
                 throughput=j.throughput(), slo_state=j.slo_state, iterations=j.iterations))

@@ -34,7 +34,7 @@ from colocate.node import events as E
 from colocate.node.claims import Claim, conflict
 from colocate.node.commands import Command, Launch, Note, Report, Save, Signal
 from colocate.node.table import LocalPlacement, PlacementTable, scoped
-from colocate.vocab import Priority
+from colocate.vocab import JobClass
 
 STOPPED_BEFORE_START = "the placement was stopped before it started"
 OTHER_CLUSTER = "a placement of another cluster (the scheduler's state file changed)"
@@ -89,7 +89,7 @@ class PlacementRules:
         """Every running guaranteed (or promoted) placed worker's GPUs, owned by its placement's key (the
         placements of job ``except_job`` left out)."""
         for key, p in self.table.placements.items():
-            if p.priority == Priority.GUARANTEED and p.job_id != except_job:
+            if p.priority == JobClass.GUARANTEED and p.job_id != except_job:
                 for w in p.workers:
                     if w.running:
                         yield from (Claim(g, key) for g in w.gpus)
@@ -145,7 +145,7 @@ class PlacementRules:
             return f"GPU {missing[0]} is not on this node (it has {','.join(map(str, sorted(have))) or 'none'})"
         if len(set(gpus)) != len(gpus):
             return "two workers share a GPU"
-        if msg.priority == Priority.GUARANTEED:
+        if msg.priority == JobClass.GUARANTEED:
             return self._exclusive(msg, gpus)
         return None
 
@@ -228,7 +228,7 @@ class PlacementRules:
             return [Note("warning", f"promote: placement {e.placement_id} is not running here")]
         out: list[Command] = []
         if not p.promoted:
-            p.promoted, p.priority = True, Priority.GUARANTEED
+            p.promoted, p.priority = True, JobClass.GUARANTEED
             out.append(Save())
         out.append(Note("info", f"placement {p.placement_id} of job {p.job_id} promoted: guaranteed from now on"))
         return out + self._guarantee(p.job_id, True, now)

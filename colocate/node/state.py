@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from colocate import protocol as P
 from colocate.gpus.spec import GpuSpec
-from colocate.vocab import Priority, SloState
+from colocate.vocab import JobClass, SloState
 
 RECENT = 64  # reports kept per job
 
@@ -24,7 +24,7 @@ class RegisteredWorker:
 
     job_id: str
     gpu: int
-    priority: Priority
+    klass: JobClass
     pid: int
     mem_request: int | None  # bytes; the most the policy may give (None: no limit)
     sm_request: float  # the most compute share the policy may give
@@ -50,7 +50,7 @@ class RegisteredWorker:
 
     @property
     def guaranteed(self) -> bool:
-        return self.priority == Priority.GUARANTEED
+        return self.klass == JobClass.GUARANTEED
 
     @property
     def claim(self) -> float:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from colocate.vocab import Priority
+from colocate.vocab import JobClass
 
 KEEP_IDS = 10000  # finished / refused / stopped-before-start placement ids remembered
 
@@ -43,7 +43,7 @@ class Worker:
 class LocalPlacement:
     placement_id: str
     job_id: str
-    priority: Priority
+    priority: JobClass
     workers: list[Worker] = field(default_factory=list)
     promoted: bool = False
     stopping: bool = False

@@ -28,7 +28,7 @@ from dataclasses import MISSING, asdict, fields
 
 from colocate.files import write_json_atomic
 from colocate.node.table import KEEP_IDS, LocalPlacement, PlacementTable, Worker, scoped
-from colocate.vocab import Priority
+from colocate.vocab import JobClass
 
 log = logging.getLogger("colocate.node.workers")
 
@@ -108,9 +108,9 @@ def decode(data) -> tuple[dict, dict, dict, dict]:
     for i, p in enumerate(raw):
         where = f"placements[{i}]"
         fields_ = _typed(p, _PLACEMENT_TYPES, pdef, where)
-        if fields_["priority"] not in tuple(Priority):
+        if fields_["priority"] not in tuple(JobClass):
             raise TableError(f"{where}.priority: {fields_['priority']!r} is not a priority")
-        fields_["priority"] = Priority(fields_["priority"])
+        fields_["priority"] = JobClass(fields_["priority"])
         workers = []
         for j, w in enumerate(fields_.pop("workers", [])):
             wf = _typed(w, _WORKER_TYPES, wdef, f"{where}.workers[{j}]")

@@ -44,11 +44,11 @@ from enum import StrEnum
 from colocate.protocol.codec import (
     COUNT,
     EXIT_CODE,
+    JOB_CLASS,
     JOB_ID,
     NAME,
     NODE_ID,
     PID,
-    PRIORITY,
     SECONDS,
     SHARE,
     SIZE,
@@ -66,7 +66,7 @@ from colocate.protocol.codec import (
     _Record,
     _record,
 )
-from colocate.vocab import JobState, Priority
+from colocate.vocab import JobClass, JobState
 
 PORT = Num(int, 0, 65535)
 STATE = Choice(JobState)
@@ -136,7 +136,7 @@ class JobRequest(_Record):
     workers: int = _f(Num(int, 1, MAX_WORKERS), default=1)
     gpus: int = _f(Num(int, 0, 64), default=1)  # per worker
     gpu_mem: int = _f(SIZE, default=0)  # bytes per GPU; 0: not stated
-    priority: Priority = _f(PRIORITY, default=Priority.GUARANTEED)
+    priority: JobClass = _f(JOB_CLASS, default=JobClass.GUARANTEED)
     queue: str = _f(NAME, default="")  # "": the policy's default queue
     name: str = _f(NAME, default="")
     user: str = _f(NAME, default="")
@@ -149,7 +149,7 @@ class JobView(_Record):
     name: str = _f(NAME)
     user: str = _f(NAME)
     queue: str = _f(NAME)
-    priority: Priority = _f(PRIORITY)
+    priority: JobClass = _f(JOB_CLASS)
     state: JobState = _f(STATE)
     workers: int = _f(COUNT)
     gpus: int = _f(COUNT)
@@ -287,7 +287,7 @@ class NodeWelcome(Message):
 class StartPlacement(Message):
     placement_id: str = _f(NAME)
     job_id: str = _f(JOB_ID)
-    priority: Priority = _f(PRIORITY)
+    priority: JobClass = _f(JOB_CLASS)
     request: JobRequest = _f(Nested(JobRequest))
     workers: tuple = _f(ListOf(Nested(WorkerLaunch)))  # this node's workers
     world_size: int = _f(Num(int, 1, 1 << 20))

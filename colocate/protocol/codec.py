@@ -27,7 +27,7 @@ from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 import msgpack
 
-from colocate.vocab import Priority
+from colocate.vocab import JobClass
 
 PROTOCOL_VERSION = 3  # 3: Register.rank and world_size (torchrun workers)
 MAX_MESSAGE_BYTES = 1 << 20  # inputs above this are rejected before unpacking
@@ -158,7 +158,7 @@ class Str(_Spec):
 
 @dataclass(frozen=True)
 class Choice(_Spec):
-    """One member of a vocabulary (a ``StrEnum``, e.g. ``colocate.vocab.Priority``): the member's value string
+    """One member of a vocabulary (a ``StrEnum``, e.g. ``colocate.vocab.JobClass``): the member's value string
     on the wire, the member in Python. A string outside the vocabulary is refused (``invalid``), in one line."""
 
     vocab: type[StrEnum]
@@ -282,7 +282,7 @@ PID = Num(int, 0, (1 << 31) - 1)
 EXIT_CODE = Num(int, -(1 << 31), (1 << 31) - 1)
 SECONDS = Num(float, 0.0, math.inf)
 SHARE = Num(float, 0.0, 1.0)
-PRIORITY = Choice(Priority)
+JOB_CLASS = Choice(JobClass)
 NAME = Str(MAX_ID_CHARS, printable=True)  # node ids, placement ids, queue, user and job names (may be empty where optional)
 
 # ---------------------------------------------------------------- message classes

@@ -43,9 +43,9 @@ from colocate.protocol.codec import (
     COUNT,
     EXIT_CODE,
     INVALID,
+    JOB_CLASS,
     JOB_ID,
     PID,
-    PRIORITY,
     SECONDS,
     SHARE,
     SIZE,
@@ -64,7 +64,7 @@ from colocate.protocol.codec import (
     _Record,
     _record,
 )
-from colocate.vocab import DeviceKind, Priority, SloState
+from colocate.vocab import DeviceKind, JobClass, SloState
 
 
 @_record()
@@ -87,7 +87,7 @@ class GpuInfo(_Record):
 class JobInfo(_Record):
     job_id: str = _f(JOB_ID)
     gpu: int = _f(COUNT)
-    priority: Priority = _f(PRIORITY)
+    priority: JobClass = _f(JOB_CLASS)
     pid: int = _f(PID)
     mem_cap: int = _f(SIZE)
     sm_share: float = _f(SHARE)
@@ -105,7 +105,7 @@ class Register(Message):
     job_id: str = _f(JOB_ID)
     pid: int = _f(PID)
     gpu: int = _f(COUNT)
-    priority: Priority = _f(PRIORITY)
+    priority: JobClass = _f(JOB_CLASS)
     mem_request: int | None = _f(Opt(SIZE))  # the job's --gpu-mem: the most the node may give (None: any)
     sm_share: float = _f(SHARE)  # the share in force now (a re-registering job may be paused)
     mem_cap: int = _f(SIZE)  # the cap in force now
@@ -120,11 +120,11 @@ class Register(Message):
     priority_yield: bool = _f(Bool(), default=False)
 
     def _check(self) -> None:
-        if self.partition and (self.priority != Priority.GUARANTEED or self.mem_request is None
+        if self.partition and (self.priority != JobClass.GUARANTEED or self.mem_request is None
                                or not self.sm_request > 0):
             raise ProtocolError(INVALID, "Register: a partition is guaranteed, with a mem_request and an "
                                          "sm_request above 0")
-        if self.pick_gpu and self.priority != Priority.OPPORTUNISTIC:
+        if self.pick_gpu and self.priority != JobClass.OPPORTUNISTIC:
             raise ProtocolError(INVALID, "Register: the node picks the GPU of opportunistic workers only")
         if self.rank is not None and not self.job_id.endswith(f"/{self.rank}"):
             raise ProtocolError(INVALID, f"Register: a worker of rank {self.rank} registers as JOB/{self.rank}, "

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from colocate import protocol as P
 from colocate.protocol.codec import Choice, Opt, Str
-from colocate.vocab import DeviceKind, JobState, Priority, SloState
+from colocate.vocab import DeviceKind, JobClass, JobState, SloState
 from tests.support import examples
 
-REQUEST = P.JobRequest(command=("python", "train.py"), cwd="/tmp", env=(), priority=Priority.OPPORTUNISTIC)
+REQUEST = P.JobRequest(command=("python", "train.py"), cwd="/tmp", env=(), priority=JobClass.OPPORTUNISTIC)
 VIEW = P.JobView(job_id="j1", name="n", user="u", queue="q", priority="opportunistic", state="running", workers=1,
                  gpus=1, submitted_at=0.0, started_at=None, ended_at=None, reason="", placement_id="", nodes=(),
                  attempts=0, exit_code=None)
@@ -28,14 +28,14 @@ GPU = P.GpuInfo(index=0, mem_total=1 << 30, utilization=0.0, kind="sim")
 # (message, path to a vocabulary field in its wire map, the field's vocabulary)
 CASES = [
     (P.Register(job_id="j", pid=1, gpu=0, priority="guaranteed", mem_request=None, sm_share=1.0, mem_cap=0, epoch=0),
-     ("priority",), Priority),
-    (P.Submit(request=REQUEST), ("request", "priority"), Priority),
+     ("priority",), JobClass),
+    (P.Submit(request=REQUEST), ("request", "priority"), JobClass),
     (P.StartPlacement(placement_id="j.1", job_id="j", priority="opportunistic", request=REQUEST, workers=(),
-                      world_size=1, group_rank=0, master_addr="h", master_port=1), ("priority",), Priority),
-    (P.JobsReply(jobs=(VIEW,), total=1), ("jobs", 0, "priority"), Priority),
+                      world_size=1, group_rank=0, master_addr="h", master_port=1), ("priority",), JobClass),
+    (P.JobsReply(jobs=(VIEW,), total=1), ("jobs", 0, "priority"), JobClass),
     (P.JobsReply(jobs=(VIEW,), total=1), ("jobs", 0, "state"), JobState),
     (P.CtlJobs(node_epoch=0, gpus=(GPU,), jobs=(INFO,)), ("gpus", 0, "kind"), DeviceKind),
-    (P.CtlJobs(node_epoch=0, gpus=(GPU,), jobs=(INFO,)), ("jobs", 0, "priority"), Priority),
+    (P.CtlJobs(node_epoch=0, gpus=(GPU,), jobs=(INFO,)), ("jobs", 0, "priority"), JobClass),
     (P.CtlJobs(node_epoch=0, gpus=(GPU,), jobs=(INFO,)), ("jobs", 0, "slo_state"), SloState),
     (P.StartRefused(node_id="n", epoch=0, job_id="j", placement_id="j.1", reason="r", code="stale"), ("code",),
      P.Refusal),

@@ -11,13 +11,13 @@ from cluster.spec import JobSpec, Placement, SpecError, WorkerSlot
 from colocate.config import NodeConfig
 from colocate.env import JobEnv
 from colocate.launcher import RunSpec
-from colocate.vocab import DeviceKind, NodePolicy, OnCap, Priority, YieldMode
+from colocate.vocab import DeviceKind, JobClass, NodePolicy, OnCap, YieldMode
 
 
 def test_the_parsed_job_environment_holds_members():
     env = JobEnv.from_environ({"COLOCATE_PRIORITY": "opportunistic", "COLOCATE_DEVICE": "cuda",
                                "COLOCATE_ON_CAP": "error", "COLOCATE_YIELD_VIA": "gate,priority"})
-    assert type(env.priority) is Priority and env.priority is Priority.OPPORTUNISTIC
+    assert type(env.klass) is JobClass and env.klass is JobClass.OPPORTUNISTIC
     assert type(env.device) is DeviceKind and type(env.on_cap) is OnCap
     assert all(type(m) is YieldMode for m in env.yield_via) and env.yield_via
     assert JobEnv.from_environ(env.to_environ()) == env  # the variables carry the plain strings back
@@ -25,12 +25,12 @@ def test_the_parsed_job_environment_holds_members():
 
 
 def test_a_record_built_from_strings_holds_members_and_refuses_another_string():
-    spec = RunSpec(command=("true",), device="sim", priority="opportunistic", on_cap="error")
-    assert (type(spec.device), type(spec.priority), type(spec.on_cap)) == (DeviceKind, Priority, OnCap)
-    assert type(JobEnv(priority="opportunistic").priority) is Priority
-    with pytest.raises(ValueError, match=r"^priority: must be one of guaranteed, opportunistic, got 'best-effort'$"):
-        RunSpec(command=("true",), priority="best-effort")
-    assert type(JobSpec("j", priority="opportunistic").priority) is Priority
+    spec = RunSpec(command=("true",), device="sim", klass="opportunistic", on_cap="error")
+    assert (type(spec.device), type(spec.klass), type(spec.on_cap)) == (DeviceKind, JobClass, OnCap)
+    assert type(JobEnv(klass="opportunistic").klass) is JobClass
+    with pytest.raises(ValueError, match=r"^klass: must be one of guaranteed, opportunistic, got 'best-effort'$"):
+        RunSpec(command=("true",), klass="best-effort")
+    assert type(JobSpec("j", priority="opportunistic").priority) is JobClass
     with pytest.raises(SpecError):
         JobSpec("j", priority="best-effort")
     cfg = NodeConfig.from_dict({"policy": "pack"})
@@ -38,7 +38,7 @@ def test_a_record_built_from_strings_holds_members_and_refuses_another_string():
 
 
 def test_a_journal_row_reads_back_as_members():
-    spec = spec_from_json(spec_to_json(JobSpec("j", priority=Priority.OPPORTUNISTIC)))
-    assert type(spec.priority) is Priority
-    p = placement_from_json(placement_to_json(Placement("j.1", "j", (WorkerSlot(0, "n", (0,)),), Priority.GUARANTEED)))
-    assert p is not None and type(p.klass) is Priority
+    spec = spec_from_json(spec_to_json(JobSpec("j", priority=JobClass.OPPORTUNISTIC)))
+    assert type(spec.priority) is JobClass
+    p = placement_from_json(placement_to_json(Placement("j.1", "j", (WorkerSlot(0, "n", (0,)),), JobClass.GUARANTEED)))
+    assert p is not None and type(p.klass) is JobClass

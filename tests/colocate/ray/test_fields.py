@@ -16,7 +16,7 @@ from colocate.ray.fields import PLUGIN_CLASS, Fields
 from colocate.ray.launch import NodeSetup
 from colocate.ray.node import node_environment, plugins_value
 from colocate.ray.worker import NO_NODE, NO_PLUGIN, resolve
-from colocate.vocab import OnCap, Priority
+from colocate.vocab import JobClass, OnCap
 from tests.support import GiB, MiB
 
 
@@ -38,7 +38,7 @@ def test_a_bad_field_is_one_line_naming_it(value, word):
 
 def test_fields_take_colocate_runs_words_and_round_trip():
     fields = parse_fields({"priority": "opportunistic", "gpu_mem": "1GiB", "sm_share": "0.3", "on_cap": "error"})
-    assert fields == Fields(Priority.OPPORTUNISTIC, GiB, 0.3, OnCap.ERROR)
+    assert fields == Fields(JobClass.OPPORTUNISTIC, GiB, 0.3, OnCap.ERROR)
     assert Fields.from_json(fields.to_json()) == fields
     assert parse_fields(None) == parse_fields({}) == Fields()
 
