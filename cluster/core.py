@@ -131,8 +131,8 @@ class SchedulerCore:
         st = self.fw.pre_enqueue(job)
         if st is not None:
             return str(st)
-        if not self.fw.places(job.spec.priority):
-            return f"no plugin places {job.spec.priority} jobs in this policy"
+        if not self.fw.places(job.spec.klass):
+            return f"no plugin places {job.spec.klass} jobs in this policy"
         return None
 
     def restore(self, records: Iterable[ev.JobRecord], now: float) -> list:
@@ -268,7 +268,7 @@ class SchedulerCore:
         self.holders[pid] = job
         self.placing[pid] = job
         self.stats["placements"] += 1
-        how = "" if placement.klass == job.spec.priority else f"as {placement.klass}"
+        how = "" if placement.klass == job.spec.klass else f"as {placement.klass}"
         self.set_state(job, PLACING, how, out, pid)
         out.append(ev.StartWorkers(job.spec, placement))
         self.fw.placed(job, placement, now)

@@ -220,10 +220,10 @@ class Framework:
         if self._never_version != state.shapes_version:
             self._never.clear()
             self._never_version = state.shapes_version
-        key = (job.spec.priority, job.rshape)
+        key = (job.spec.klass, job.rshape)
         if key in self._never:
             return self._never[key]
-        why = self._never[key] = never_fits(state.shapes, job.spec, job.spec.priority)
+        why = self._never[key] = never_fits(state.shapes, job.spec, job.spec.klass)
         return why
 
     def _set_aside(self, job: Job, st: Status, out: Cycle) -> None:
@@ -254,7 +254,7 @@ class Framework:
             if job is None or job.state != JobState.PENDING or not self.dequeue(job):
                 continue
             self.attempts += 1
-            _, placement, _ = self._schedule(req.setup(job, job.spec.priority, now))
+            _, placement, _ = self._schedule(req.setup(job, job.spec.klass, now))
             if placement is not None:
                 out.placed.append((job, placement))
             else:
@@ -273,7 +273,7 @@ class Framework:
                 if budget == 0:
                     break
                 budget -= 1
-            klass = job.spec.priority
+            klass = job.spec.klass
             req.setup(job, klass, now)
             if budget >= 0:
                 st = self._first_failure(admit[klass], req)

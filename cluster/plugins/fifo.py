@@ -17,7 +17,7 @@ class Fifo(Plugin):
     name = "fifo"
 
     def queue_of(self, spec: JobSpec) -> str:
-        return OPPORTUNISTIC_QUEUE if spec.priority == JobClass.OPPORTUNISTIC else "default"
+        return OPPORTUNISTIC_QUEUE if spec.klass == JobClass.OPPORTUNISTIC else "default"
 
     def sort_key(self, job: Job) -> tuple:
         return (job.spec.submit_time,)

@@ -201,7 +201,7 @@ class Genetic(TablePlugin):
 
     def cycle_start(self, now: float) -> None:
         self.plan = {}
-        jobs = [j for lst in self.fw.queues.values() for j in lst if j.spec.priority == JobClass.GUARANTEED]
+        jobs = [j for lst in self.fw.queues.values() for j in lst if j.spec.klass == JobClass.GUARANTEED]
         if not jobs:
             return
         self.table.sync(self.fw.state)

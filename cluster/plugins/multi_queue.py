@@ -58,7 +58,7 @@ class MultiQueue(Plugin):
         return SUCCESS
 
     def queue_of(self, spec: JobSpec) -> str:
-        if spec.priority == JobClass.OPPORTUNISTIC:
+        if spec.klass == JobClass.OPPORTUNISTIC:
             return OPPORTUNISTIC_QUEUE
         if spec.queue in self._named:
             return spec.queue

@@ -134,15 +134,17 @@ def _lock(path: str) -> int:
 
 
 _SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
+_SPEC_KEYS = {"klass": "priority"}  # a field's key in the journal where the two differ (the wire's name)
+_SPEC_FIELD_OF = {key: name for name, key in _SPEC_KEYS.items()}
 
 
 def spec_to_json(spec: JobSpec) -> str:
     """``spec`` as JSON (every field a scalar: no ``asdict`` deep copy)."""
-    return json.dumps({k: getattr(spec, k) for k in _SPEC_FIELDS}, sort_keys=True)
+    return json.dumps({_SPEC_KEYS.get(k, k): getattr(spec, k) for k in _SPEC_FIELDS}, sort_keys=True)
 
 
 def spec_from_json(text: str) -> JobSpec:
-    return JobSpec(**json.loads(text))
+    return JobSpec(**{_SPEC_FIELD_OF.get(k, k): v for k, v in json.loads(text).items()})
 
 
 def placement_to_json(p: Placement | None) -> str | None:

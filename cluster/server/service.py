@@ -301,7 +301,7 @@ class SchedulerService(Faults):
         job_id = self.journal.peek_job_id()  # what new_job_id() gives below: one spec, no copy
         try:
             spec = JobSpec(job_id, submit_time=now, workers=req.workers, gpus=req.gpus, gpu_mem=req.gpu_mem,
-                           priority=req.priority, queue=req.queue or "default", user=user, name=req.name,
+                           klass=req.priority, queue=req.queue or "default", user=user, name=req.name,
                            estimate_s=req.estimate_s)
         except SpecError as exc:
             return [self._error(ident, P.INVALID, str(exc).replace(f"{job_id}: ", ""))]
@@ -325,7 +325,7 @@ class SchedulerService(Faults):
         except JournalUnavailable as exc:
             self._journal_failed(exc, now)
             raise self._unwritable("nothing was submitted") from None
-        log.info("job %s submitted: %d x %d GPU(s), %s, queue %s", job_id, spec.workers, spec.gpus, spec.priority,
+        log.info("job %s submitted: %d x %d GPU(s), %s, queue %s", job_id, spec.workers, spec.gpus, spec.klass,
                  spec.queue)
         ack: Replies = [(ident, P.Submitted(job_id=job_id))]
         if self._submitted is not None:  # in a batch: the core hears it with the batch's other submits

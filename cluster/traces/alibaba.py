@@ -101,7 +101,7 @@ def read_alibaba_pods(path, *, allow_no_duration: bool = False, include_cpu_only
                     priority = qos
                 submit, duration = _times(row, i_ct, i_st, i_dt, allow_no_duration)
                 spec = JobSpec(job_id=name, name=name, submit_time=submit, gpus=n, gpu_milli=milli,
-                               cpu_milli=cpu, mem_mib=mem, gpu_model=model, priority=priority)
+                               cpu_milli=cpu, mem_mib=mem, gpu_model=model, klass=priority)
             except BadRow as e:
                 log.skip(line, e.reason, e.detail)
                 continue

@@ -117,6 +117,6 @@ def _job(c: dict[str, str], line: int, node_gpus: int, allow_no_duration: bool) 
         gpu_milli=milli, gpu_mem=gpu_mem,
         cpu_milli=to_int(c["cpu_milli"], "cpu_milli") if c.get("cpu_milli") else 0,
         mem_mib=to_int(c["mem_mib"], "mem_mib") if c.get("mem_mib") else 0,
-        gpu_model=normalize_models(c.get("gpu_model", "")), priority=priority,
+        gpu_model=normalize_models(c.get("gpu_model", "")), klass=priority,
         queue=c.get("queue") or "default", user=c.get("user", ""), name=c.get("name", ""), estimate_s=estimate)
     return spec, duration

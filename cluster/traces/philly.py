@@ -100,7 +100,7 @@ def read_philly(path, *, node_gpus: int = 8, opportunistic_fraction: float = 0.0
             else JobClass.GUARANTEED
         try:
             spec = JobSpec(job_id=f"philly-{line}", submit_time=t - t0, workers=workers, gpus=gpus,
-                           priority=priority, queue=vc)
+                           klass=priority, queue=vc)
         except SpecError as e:
             log.skip(line, "bad spec", str(e))
             continue
