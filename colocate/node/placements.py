@@ -89,7 +89,7 @@ class PlacementRules:
         """Every running guaranteed (or promoted) placed worker's GPUs, owned by its placement's key (the
         placements of job ``except_job`` left out)."""
         for key, p in self.table.placements.items():
-            if p.priority == JobClass.GUARANTEED and p.job_id != except_job:
+            if p.klass == JobClass.GUARANTEED and p.job_id != except_job:
                 for w in p.workers:
                     if w.running:
                         yield from (Claim(g, key) for g in w.gpus)
@@ -171,7 +171,7 @@ class PlacementRules:
     def _launched(self, e: E.Launched, now: float) -> list[Command]:
         msg = e.msg
         key = scoped(msg.cluster_id, msg.placement_id)
-        p = LocalPlacement(placement_id=msg.placement_id, job_id=msg.job_id, priority=msg.priority,
+        p = LocalPlacement(placement_id=msg.placement_id, job_id=msg.job_id, klass=msg.priority,
                       workers=list(e.workers), cluster=msg.cluster_id)
         self.table.placements[key] = p
         started = ", ".join(f"rank {w.rank} pid {w.pid} GPU {','.join(map(str, w.gpus))}" for w in p.workers)
@@ -228,7 +228,7 @@ class PlacementRules:
             return [Note("warning", f"promote: placement {e.placement_id} is not running here")]
         out: list[Command] = []
         if not p.promoted:
-            p.promoted, p.priority = True, JobClass.GUARANTEED
+            p.promoted, p.klass = True, JobClass.GUARANTEED
             out.append(Save())
         out.append(Note("info", f"placement {p.placement_id} of job {p.job_id} promoted: guaranteed from now on"))
         return out + self._guarantee(p.job_id, True, now)

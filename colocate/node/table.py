@@ -43,7 +43,7 @@ class Worker:
 class LocalPlacement:
     placement_id: str
     job_id: str
-    priority: JobClass
+    klass: JobClass  # the job class (the table file and the wire call it "priority")
     workers: list[Worker] = field(default_factory=list)
     promoted: bool = False
     stopping: bool = False
