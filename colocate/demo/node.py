@@ -33,14 +33,14 @@ SOLO_G = ("solo-guaranteed", "solo-guaranteed-after")  # first and last run of a
 @dataclass(frozen=True)
 class JobSpec:
     job_id: str
-    priority: JobClass
+    klass: JobClass
     script: str
     args: tuple[str, ...] = ()
     gpu_mem: str | None = None
 
     def command(self, endpoint: str, stats: str, duration: float) -> list[str]:
         cmd = [sys.executable, "-m", "colocate", "run", "--device", "sim", "--node", endpoint, "--job-id",
-               self.job_id, "--priority", self.priority, "--stats-file", stats]
+               self.job_id, "--priority", self.klass, "--stats-file", stats]
         if self.gpu_mem:
             cmd += ["--gpu-mem", self.gpu_mem]
         return cmd + ["--", sys.executable, str(EXAMPLES / self.script), "--duration", str(duration),
