@@ -4,6 +4,8 @@ in one line naming the field."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from cluster.server.journal import placement_from_json, placement_to_json, spec_from_json, spec_to_json
@@ -44,3 +46,20 @@ def test_a_journal_row_reads_back_as_members():
     assert type(spec.klass) is JobClass and spec.klass is JobClass.OPPORTUNISTIC
     p = placement_from_json(placement_to_json(Placement("j.1", "j", (WorkerSlot(0, "n", (0,)),), JobClass.GUARANTEED)))
     assert p is not None and type(p.klass) is JobClass
+
+
+def test_the_worker_table_file_keeps_the_key_priority_and_reads_back_the_member(tmp_path):
+    from colocate.node.worker_table import WorkerTable, decode
+    from tests.colocate.node.test_worker_table import TABLE
+
+    table = WorkerTable(str(tmp_path))
+    table.placements, table.done, table.refused, table.stopped_unknown = decode(
+        {**TABLE, "placements": [{**TABLE["placements"][0], "priority": "opportunistic"}]})[:4]
+    table.save()
+    with open(table.path) as f:
+        (saved,) = json.load(f)["placements"]
+    assert saved["priority"] == "opportunistic" and "klass" not in saved  # the file's format is unchanged
+    again = WorkerTable(str(tmp_path))
+    again.load()
+    (p,) = again.placements.values()
+    assert type(p.klass) is JobClass and p.klass is JobClass.OPPORTUNISTIC
