@@ -65,7 +65,7 @@ COVERAGE = 1.0  # FGD task types kept: all (see cluster/plugins/fgd.py)
 def load_pods(path: Path, durations: bool) -> list:
     """(JobSpec, duration or None) per pod, every pod guaranteed, in the trace's order."""
     res = read_alibaba_pods(str(path), allow_no_duration=not durations)
-    return [(replace(j.spec, priority="guaranteed"), j.duration_s) for j in res.jobs]
+    return [(replace(j.spec, klass="guaranteed"), j.duration_s) for j in res.jobs]
 
 
 def popularity(specs) -> dict[str, float]:

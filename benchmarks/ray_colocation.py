@@ -43,7 +43,7 @@ from _common import (
     update_results,
 )
 
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 GiB = 1 << 30
 PARTS = ("fractions", "colocation", "startup")
@@ -153,10 +153,10 @@ def part_colocation(args, cluster) -> tuple[list[str], list[list[str]]]:
         window = tempfile.mkdtemp(prefix="ray-co-")
         opps = []
         for i in range(2):  # one after the other: the node picks the least utilized GPU, so the second the other
-            opps.append(Steps.options(**cr.options(priority=Priority.OPPORTUNISTIC, resources={f"node{i}": 1}))
+            opps.append(Steps.options(**cr.options(priority=JobClass.OPPORTUNISTIC, resources={f"node{i}": 1}))
                         .remote(0, window=window))
             _wait(lambda n=i + 1: sum(1 for j in cluster.jobs().values()
-                                      if j.priority == Priority.OPPORTUNISTIC and j.iterations >= 50) >= n,
+                                      if j.priority == JobClass.OPPORTUNISTIC and j.iterations >= 50) >= n,
                   "the opportunistic tasks to run")
         co = _train(args, window)
         opp = ray.get(opps, timeout=600)

@@ -75,7 +75,7 @@ def make_jobs(n: int, rng: random.Random, opportunistic: float = 0.1, t0: float 
         if opp:
             w, g = 1, rng.choice((1, 1, 2))
         out.append(JobSpec(f"j{i}", submit_time=t0 + i * 1e-3, workers=w, gpus=g,
-                           priority="opportunistic" if opp else "guaranteed",
+                           klass="opportunistic" if opp else "guaranteed",
                            user=f"u{rng.randrange(50)}", name=f"m{rng.randrange(20)}",
                            estimate_s=float(rng.choice((60, 300, 1800, 7200)))))
     return out

@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import EXAMPLES_DIR, invocation, machine_info, machine_lines, markdown_table, update_results
 
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 from colocate.demo import evaluate as ev
 from colocate.node import record
 from colocate.slurm import loopback
@@ -78,8 +78,8 @@ def scenario(cluster, name: str, specs: list, duration: float, workdir: Path) ->
     t0, t1 = ev.window(batches, 1.0)
     figs = ev.job_figures(batches, t0, t1)
     by = {f["priority"]: f for f in figs.values()}
-    return {"span": t1 - t0, Priority.GUARANTEED: by.get(Priority.GUARANTEED, {}),
-            Priority.OPPORTUNISTIC: by.get(Priority.OPPORTUNISTIC, {})}
+    return {"span": t1 - t0, JobClass.GUARANTEED: by.get(JobClass.GUARANTEED, {}),
+            JobClass.OPPORTUNISTIC: by.get(JobClass.OPPORTUNISTIC, {})}
 
 
 def _wait(pred, timeout: float) -> None:
@@ -94,10 +94,10 @@ def one_repeat(cluster, duration: float, workdir: Path, k: int) -> dict:
     solo = scenario(cluster, f"r{k}-solo", [GUARANTEED], duration, workdir)
     both = scenario(cluster, f"r{k}-together", [GUARANTEED, OPPORTUNISTIC], duration, workdir)
     after = scenario(cluster, f"r{k}-solo-after", [GUARANTEED], duration, workdir)
-    g_solo = [r[Priority.GUARANTEED] for r in (solo, after)]
+    g_solo = [r[JobClass.GUARANTEED] for r in (solo, after)]
     solo_tput = statistics.mean(g.get("throughput", 0.0) for g in g_solo)
     solo_util = statistics.mean(g.get("utilization", 0.0) for g in g_solo)
-    g, o = both[Priority.GUARANTEED], both[Priority.OPPORTUNISTIC]
+    g, o = both[JobClass.GUARANTEED], both[JobClass.OPPORTUNISTIC]
     idle = (1.0 - solo_util) * both["span"]
     return {"guaranteed_vs_solo": g.get("throughput", 0.0) / solo_tput if solo_tput else 0.0,
             "idle_share_used": o.get("busy_s", 0.0) / idle if idle > 0 else 0.0,

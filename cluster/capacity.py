@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from cluster.spec import MILLI, JobSpec, model_allows
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 INF = math.inf
 
@@ -29,7 +29,7 @@ def _per_node(spec: JobSpec, klass: str, gpus: int, gpu_mem: int, cpu: int, host
     if g:
         if gpus < g:
             return 0
-        per_gpu = 1 if klass != Priority.GUARANTEED or spec.gpu_milli >= MILLI else MILLI // spec.gpu_milli
+        per_gpu = 1 if klass != JobClass.GUARANTEED or spec.gpu_milli >= MILLI else MILLI // spec.gpu_milli
         if spec.gpu_mem and gpu_mem:
             per_gpu = min(per_gpu, gpu_mem // spec.gpu_mem)
         n = (gpus * per_gpu) // g

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, assert_never
 
 from cluster import events as ev
 from cluster.config import PolicyConfig
@@ -41,7 +41,7 @@ from cluster.points import Preempt, Upgrade
 from cluster.recovery import Recovery
 from cluster.spec import JobSpec, Placement
 from cluster.state import ClusterState
-from colocate.base.vocab import TERMINAL, JobState, Priority
+from colocate.base.vocab import TERMINAL, JobClass, JobState
 
 
 def refusal_backoff_s(n: int) -> float:
@@ -65,7 +65,7 @@ class SchedulerCore:
         self.rng = rng
         self.state = ClusterState()
         self.fw = Framework(config.instantiate(), config.scheduler, self.state, rng)
-        if not self.fw.places(Priority.OPPORTUNISTIC):  # its only reader: no upkeep on every allocation
+        if not self.fw.places(JobClass.OPPORTUNISTIC):  # its only reader: no upkeep on every allocation
             self.state.use_utilization_index(False)
         self.jobs = self.fw.jobs
         self.holders = self.fw.holders  # pid -> job, every placement holding slots
@@ -88,16 +88,16 @@ class SchedulerCore:
 
     # ------------------------------------------------------------------ entry points
 
-    def handle(self, event, now: float) -> list:
+    def handle(self, event, now: float) -> list[ev.Decision]:
         """Apply ``event`` at ``now``; the decisions, in the order the edge must act on them.
         Raises TypeError for an object that is not an event; never for a stale or duplicate one
         (those are ignored)."""
         return self.handle_batch((event,), now)
 
-    def handle_batch(self, events: Iterable, now: float, schedule: bool = True) -> list:
+    def handle_batch(self, events: Iterable, now: float, schedule: bool = True) -> list[ev.Decision]:
         """Apply every event at ``now``, then at most one scheduling cycle (none with
         ``schedule=False``: the change is remembered and the next call's cycle covers it)."""
-        out: list = []
+        out: list[ev.Decision] = []
         for event in events:
             h = self._handlers.get(type(event))
             if h is None:
@@ -109,9 +109,9 @@ class SchedulerCore:
         self.stats["decisions"] += len(out)
         return out
 
-    def schedule(self, now: float) -> list:
+    def schedule(self, now: float) -> list[ev.Decision]:
         """Run one scheduling cycle now, whatever changed (benchmarks, tests)."""
-        out: list = []
+        out: list[ev.Decision] = []
         self._cycle(now, out)
         self.stats["decisions"] += len(out)
         return out
@@ -131,8 +131,8 @@ class SchedulerCore:
         st = self.fw.pre_enqueue(job)
         if st is not None:
             return str(st)
-        if not self.fw.places(job.spec.priority):
-            return f"no plugin places {job.spec.priority} jobs in this policy"
+        if not self.fw.places(job.spec.klass):
+            return f"no plugin places {job.spec.klass} jobs in this policy"
         return None
 
     def restore(self, records: Iterable[ev.JobRecord], now: float) -> list:
@@ -175,8 +175,8 @@ class SchedulerCore:
                 "node_id": n.node_id, "up": n.up, "epoch": n.epoch, "gpu_model": n.model, "free_gpus": n.free,
                 "cpu_milli": n.cpu, "mem_mib": n.host_mem, "workers": len(n.slots),
                 "switch": n.spec.switch, "rack": n.spec.rack,
-                "gpus": [{"index": g.index, "milli": g.milli, "mem": g.mem, Priority.GUARANTEED: sorted(g.g),
-                          Priority.OPPORTUNISTIC: sorted(g.o), "utilization": g.util, "mem_used": g.mem_used}
+                "gpus": [{"index": g.index, "milli": g.milli, "mem": g.mem, JobClass.GUARANTEED: sorted(g.g),
+                          JobClass.OPPORTUNISTIC: sorted(g.o), "utilization": g.util, "mem_used": g.mem_used}
                          for g in n.gpus],
             })
         return out
@@ -220,14 +220,17 @@ class SchedulerCore:
         for job, placement in cycle.placed:
             self._start(job, placement, now, out)
         for act in cycle.actions:
-            if isinstance(act, Preempt):
-                self._preempt(act, now, out)
-            elif isinstance(act, Upgrade):
-                self._upgrade(act.pid, now, out)
+            match act:
+                case Preempt():
+                    self._preempt(act, now, out)
+                case Upgrade():
+                    self._upgrade(act.pid, now, out)
+                case _:
+                    assert_never(act)
 
     # ------------------------------------------------------------------ what recovery may do (recovery.Host)
 
-    def set_state(self, job: Job, state: str, reason: str, out: list, pid: str | None = None) -> None:
+    def set_state(self, job: Job, state: JobState, reason: str, out: list, pid: str | None = None) -> None:
         """Move ``job`` to ``state`` (a ``cluster.events`` status) for ``reason``; appends the ``JobChanged``
         the edges journal to ``out``."""
         job.state, job.reason = state, reason
@@ -266,7 +269,7 @@ class SchedulerCore:
         self.holders[pid] = job
         self.placing[pid] = job
         self.stats["placements"] += 1
-        how = "" if placement.klass == job.spec.priority else f"as {placement.klass}"
+        how = "" if placement.klass == job.spec.klass else f"as {placement.klass}"
         self.set_state(job, PLACING, how, out, pid)
         out.append(ev.StartWorkers(job.spec, placement))
         self.fw.placed(job, placement, now)
@@ -474,7 +477,7 @@ class SchedulerCore:
             return
         p = job.placement
         assert p is not None  # it runs placement pid
-        job.placement = Placement(p.placement_id, p.job_id, p.slots, Priority.GUARANTEED)
+        job.placement = Placement(p.placement_id, p.job_id, p.slots, JobClass.GUARANTEED)
         self.stats["promotions"] += 1
         self.set_state(job, RUNNING, "promoted to guaranteed", out, pid)
         out.append(ev.Promote(job.job_id, pid, p.nodes()))
@@ -559,7 +562,7 @@ class SchedulerCore:
         moved = False
         for g in e.gpus:
             moved |= self.state.report_gpu(e.node_id, g.index, g.utilization, g.mem_used)
-        if moved and self.fw.places(Priority.OPPORTUNISTIC):
+        if moved and self.fw.places(JobClass.OPPORTUNISTIC):
             self._dirty = True
         listed: set[tuple[str, int]] = set()
         for w in e.workers:

@@ -139,7 +139,7 @@ class JobRecord:
     ``f"{job_id}.{attempt}"``); ``placement`` is the current one for placing/running jobs."""
 
     spec: JobSpec
-    state: str
+    state: JobState
     placement: Placement | None = None
     attempt: int = 0
     failed_starts: int = 0
@@ -151,7 +151,7 @@ class JobRecord:
 @dataclass(frozen=True, slots=True)
 class JobChanged:
     job_id: str
-    state: str
+    state: JobState
     reason: str = ""
     placement_id: str | None = None
 
@@ -175,3 +175,7 @@ class Promote:
     job_id: str
     placement_id: str
     nodes: tuple[str, ...]
+
+
+Decision = JobChanged | StartWorkers | StopWorkers | Promote  # what ``SchedulerCore.handle`` returns: a closed
+# union, so an edge dispatches on it exhaustively (``match`` ending in ``typing.assert_never``)

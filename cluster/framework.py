@@ -33,6 +33,7 @@ from cluster.points import (
     PER_CLASS,
     POINTS,
     SUCCESS,
+    Action,
     Code,
     Plugin,
     PluginError,
@@ -56,7 +57,7 @@ class Cycle:
 
     placed: list = field(default_factory=list)  # [(job, placement)]: slots held, out of the queue
     failed: list = field(default_factory=list)  # [(job, FAILS_JOB status)]: out of the queue, to fail
-    actions: list = field(default_factory=list)  # [Preempt | Upgrade]
+    actions: list[Action] = field(default_factory=list)
     aside: list = field(default_factory=list)  # [(job, UNPLACEABLE status)]: newly set aside, still pending
     returned: list = field(default_factory=list)  # [job]: set-aside jobs back in their queues
     errors: list = field(default_factory=list)  # [(job, ERROR status)]: passed over this cycle, still queued
@@ -219,10 +220,10 @@ class Framework:
         if self._never_version != state.shapes_version:
             self._never.clear()
             self._never_version = state.shapes_version
-        key = (job.spec.priority, job.rshape)
+        key = (job.spec.klass, job.rshape)
         if key in self._never:
             return self._never[key]
-        why = self._never[key] = never_fits(state.shapes, job.spec, job.spec.priority)
+        why = self._never[key] = never_fits(state.shapes, job.spec, job.spec.klass)
         return why
 
     def _set_aside(self, job: Job, st: Status, out: Cycle) -> None:
@@ -253,7 +254,7 @@ class Framework:
             if job is None or job.state != JobState.PENDING or not self.dequeue(job):
                 continue
             self.attempts += 1
-            _, placement, _ = self._schedule(req.setup(job, job.spec.priority, now))
+            _, placement, _ = self._schedule(req.setup(job, job.spec.klass, now))
             if placement is not None:
                 out.placed.append((job, placement))
             else:
@@ -272,7 +273,7 @@ class Framework:
                 if budget == 0:
                     break
                 budget -= 1
-            klass = job.spec.priority
+            klass = job.spec.klass
             req.setup(job, klass, now)
             if budget >= 0:
                 st = self._first_failure(admit[klass], req)
@@ -474,7 +475,7 @@ class Framework:
         order = sorted(range(len(feasible)), key=total.__getitem__, reverse=True)  # stable: ties keep order
         return [feasible[i] for i in order]
 
-    def _post_filter(self, req: Request, st: Status, actions: list) -> Placement | None:
+    def _post_filter(self, req: Request, st: Status, actions: list[Action]) -> Placement | None:
         job = req.job
         if st.held or self.nominated.get(job.job_id):
             return None  # held by policy, or victims chosen earlier are still stopping

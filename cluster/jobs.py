@@ -11,6 +11,7 @@ from types import MappingProxyType
 
 from cluster.events import PENDING
 from cluster.spec import JobSpec, Placement
+from colocate.base.vocab import JobClass, JobState
 
 # What a job holds for ranks while it has no current placement: shared, read-only (a write raises).
 # ``begin_attempt`` gives it fresh ones; ``end_attempt`` takes them back (a million jobs kept, a
@@ -28,7 +29,7 @@ class Job:
         self.spec = spec
         self.job_id = spec.job_id
         self.seq = seq  # arrival order at the core (ties in submit time)
-        self.state: str = PENDING
+        self.state: JobState = PENDING
         self.queue = ""  # set by the queue-sort plugin at submit
         self.key: tuple = ()  # sort key within the queue
         self.rshape = (spec.workers, spec.gpus, spec.gpu_milli, spec.gpu_mem, spec.cpu_milli,
@@ -76,7 +77,7 @@ class Request:
         self.seen: set = set()
         self.gang_nodes: dict = {}  # nodes holding workers placed so far in this attempt, in order
 
-    def setup(self, job: Job, klass: str, now: float) -> Request:
+    def setup(self, job: Job, klass: JobClass, now: float) -> Request:
         s = job.spec
         self.job, self.spec, self.klass, self.queue, self.now = job, s, klass, job.queue, now
         self.pid = job.next_pid()

@@ -73,9 +73,9 @@ from cluster.params import Param
 from cluster.spec import JobSpec, Placement
 from cluster.state import ClusterState, NodeState
 from cluster.statement import Statement
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
-CLASSES = frozenset((Priority.GUARANTEED, Priority.OPPORTUNISTIC))
+CLASSES = frozenset((JobClass.GUARANTEED, JobClass.OPPORTUNISTIC))
 
 
 class Code(enum.IntEnum):
@@ -167,6 +167,9 @@ class Upgrade:
     pid: str
 
 
+Action = Preempt | Upgrade  # what a cycle asks the core to do beside placing (``Cycle.actions``): a closed union
+
+
 POINTS = ("pre_enqueue", "queue_of", "sort_key", "queue_order", "cycle_start", "pre_filter", "cache_key",
           "node_order", "filter", "score", "pick_gpus", "reserve", "unreserve", "permit", "post_filter", "on_blocked",
           "backfill_admit", "cycle_end", "on_placed", "on_running", "on_released", "on_ended",
@@ -192,7 +195,7 @@ def check_plugins(classes: list[type[Plugin]]) -> None:
                          f"got {', '.join(sorters) or 'none'}")
     for klass in sorted(CLASSES):
         orders, picks = impl("node_order", klass), impl("pick_gpus", klass)
-        if not orders and not picks and klass != Priority.GUARANTEED:
+        if not orders and not picks and klass != JobClass.GUARANTEED:
             continue
         for point, got in (("node-order", orders), ("GPU-pick", picks)):
             if len(got) != 1:

@@ -16,7 +16,7 @@ from cluster.fitting import gpu_fits_guaranteed
 from cluster.jobs import Job
 from cluster.spec import JobSpec, WorkerSlot
 from cluster.state import Alloc, ClusterState, NodeState
-from colocate.base.vocab import TERMINAL, Priority
+from colocate.base.vocab import TERMINAL, JobClass, JobState
 
 if TYPE_CHECKING:
     from cluster.framework import Framework
@@ -48,7 +48,7 @@ class Host(Protocol):
 
     def new_job(self, spec: JobSpec) -> Job: ...
 
-    def set_state(self, job: Job, state: str, reason: str, out: list, pid: str | None = None) -> None: ...
+    def set_state(self, job: Job, state: JobState, reason: str, out: list, pid: str | None = None) -> None: ...
 
     def mark_dirty(self) -> None: ...
 
@@ -212,7 +212,7 @@ class Recovery:
             assert job.placement is not None  # its placement is pid
             klass = job.placement.klass
             fits = all(0 <= i < len(node.gpus) for i in slot.gpus) and len(slot.gpus) == spec.gpus and (
-                klass != Priority.GUARANTEED or all(gpu_fits_guaranteed(node.gpus[i], spec.gpu_milli, spec.gpu_mem) for i in slot.gpus))
+                klass != JobClass.GUARANTEED or all(gpu_fits_guaranteed(node.gpus[i], spec.gpu_milli, spec.gpu_mem) for i in slot.gpus))
             if not fits:
                 lost.append(pid)
                 continue

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from colocate.base.vocab import PRIORITIES, Priority
+from colocate.base.vocab import JOB_CLASSES, JobClass
 
 MILLI = 1000  # milli-GPUs in one GPU
 
@@ -39,7 +39,7 @@ class JobSpec:
     cpu_milli: int = 0  # per worker (0: not stated)
     mem_mib: int = 0  # host memory per worker (0: not stated)
     gpu_model: str = ""  # only GPUs of this model ("" any)
-    priority: str = Priority.GUARANTEED
+    klass: JobClass = JobClass.GUARANTEED  # the job class (its "priority" on the wire, in traces and the journal)
     queue: str = "default"
     user: str = ""
     name: str = ""
@@ -62,8 +62,9 @@ class JobSpec:
             v = getattr(self, name)
             if not (isinstance(v, int) and v >= 0):
                 raise SpecError(f"{self.job_id}: {name} must be an integer >= 0, got {v!r}")
-        if self.priority not in PRIORITIES:
-            raise SpecError(f"{self.job_id}: priority must be one of {', '.join(PRIORITIES)}, got {self.priority!r}")
+        if self.klass not in JOB_CLASSES:
+            raise SpecError(f"{self.job_id}: priority must be one of {', '.join(JOB_CLASSES)}, got {self.klass!r}")
+        object.__setattr__(self, "klass", JobClass(self.klass))  # a string is made the member
         if not (isinstance(self.submit_time, (int, float)) and math.isfinite(self.submit_time)):
             raise SpecError(f"{self.job_id}: submit_time must be a finite number, got {self.submit_time!r}")
         if self.estimate_s is not None and not (math.isfinite(self.estimate_s) and self.estimate_s > 0):
@@ -71,7 +72,7 @@ class JobSpec:
 
     @property
     def guaranteed(self) -> bool:
-        return self.priority == Priority.GUARANTEED
+        return self.klass == JobClass.GUARANTEED
 
     @property
     def total_gpus(self) -> int:
@@ -123,7 +124,7 @@ class Placement:
     placement_id: str
     job_id: str
     slots: tuple[WorkerSlot, ...]
-    klass: str  # the class it runs in on its GPUs (guaranteed | opportunistic): the job's priority, or
+    klass: JobClass  # the class it runs in on its GPUs (guaranteed | opportunistic): the job's class, or
     # opportunistic for a guaranteed job placed as such, guaranteed once promoted (the wire and the journal
     # call it ``priority``: StartPlacement.priority)
 

@@ -30,7 +30,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterator
 
 from cluster.spec import MILLI, NodeSpec, allowed_models
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 UTIL_BUCKETS = 101  # 0..100 percent
 NOPP_LEVELS = 4  # opportunistic workers on a GPU, as a tie-break within a utilization bucket (3 = 3 or more)
@@ -49,7 +49,7 @@ class Alloc:
 
     @property
     def guaranteed(self) -> bool:
-        return self.klass == Priority.GUARANTEED
+        return self.klass == JobClass.GUARANTEED
 
 
 class GpuState:
@@ -379,7 +379,7 @@ class ClusterState:
         node.cpu += a.cpu
         node.host_mem += a.host_mem
         pid, mem, gpus = a.pid, a.mem, node.gpus
-        if a.klass == Priority.GUARANTEED:
+        if a.klass == JobClass.GUARANTEED:
             milli, util, step = a.milli, self._util_on, 0
             for i in a.gpus:
                 gpu = gpus[i]
@@ -417,7 +417,7 @@ class ClusterState:
         node.cpu -= a.cpu
         node.host_mem -= a.host_mem
         mem, gpus = a.mem, node.gpus
-        if a.klass == Priority.GUARANTEED:
+        if a.klass == JobClass.GUARANTEED:
             milli, util, step = a.milli, self._util_on, 0
             for i in a.gpus:
                 gpu = gpus[i]
@@ -461,7 +461,7 @@ class ClusterState:
         """Whether ``promote(pid)`` would succeed now: an opportunistic placement on up nodes whose
         GPUs each have its guaranteed milli free (memory needs nothing more: it already holds it)."""
         per = self.allocs.get(pid)
-        if not per or any(a.klass == Priority.GUARANTEED for a in per.values()):
+        if not per or any(a.klass == JobClass.GUARANTEED for a in per.values()):
             return False
         need: dict[GpuState, int] = {}
         for a in per.values():
@@ -480,7 +480,7 @@ class ClusterState:
             return False
         for a in list(self.allocs[pid].values()):
             self.release(pid, a.rank)
-            a.klass = Priority.GUARANTEED
+            a.klass = JobClass.GUARANTEED
             self.apply(a)
         return True
 

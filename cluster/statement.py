@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from cluster.spec import Placement, WorkerSlot
 from cluster.state import Alloc, ClusterState, NodeState
+from colocate.base.vocab import JobClass
 
 
 class Statement:
@@ -18,10 +19,10 @@ class Statement:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self.pid = ""
-        self.klass = ""
+        self.klass = JobClass.GUARANTEED  # set by begin()
         self.allocs: list[Alloc] = []
 
-    def begin(self, pid: str, klass: str) -> Statement:
+    def begin(self, pid: str, klass: JobClass) -> Statement:
         if self.allocs:
             raise RuntimeError(f"statement for {self.pid} still open")
         self.pid, self.klass = pid, klass

@@ -32,7 +32,7 @@ from colocate.base import autogroup, stats
 from colocate.base.commandline import python_script
 from colocate.base.env import JobEnv, format_gpus
 from colocate.base.files import write_json_atomic
-from colocate.base.vocab import DeviceKind, OnCap, Priority
+from colocate.base.vocab import DeviceKind, JobClass, OnCap, member
 
 INJECT_DIR = str(Path(__file__).with_name("_inject"))
 PROJECT_ROOT = str(Path(colocate.__file__).resolve().parent.parent)
@@ -49,13 +49,13 @@ class LaunchError(Exception):
 @dataclass(frozen=True)
 class RunSpec:
     command: tuple[str, ...]
-    device: str = DeviceKind.SIM  # resolved: sim | cuda
+    device: DeviceKind = DeviceKind.SIM  # resolved (never auto)
     gpu: int = 0  # the job's one GPU when ``gpus`` is empty (the older single-GPU form)
     gpus: tuple[int, ...] = ()  # the job's GPUs, distinct node indices in order; () = (gpu,)
     gpu_mem: int | None = None
     sm_share: float = 1.0
-    priority: str = Priority.GUARANTEED
-    on_cap: str = OnCap.HOST
+    klass: JobClass = JobClass.GUARANTEED  # the job class (--priority)
+    on_cap: OnCap = OnCap.HOST
     stats_file: str | None = None
     job_id: str | None = None
     node: str | None = None
@@ -66,6 +66,11 @@ class RunSpec:
     partition: bool = False  # a guaranteed fixed partition: gpu_mem and sm_share are its own, never changed
     iterations: int | None = None  # the job's total mini-batches, as its submitter said (COLOCATE_ITERATIONS)
     epochs: int | None = None  # its epochs (COLOCATE_EPOCHS)
+
+    def __post_init__(self) -> None:
+        """A vocabulary field given as its string becomes the member (ValueError, one line, for another string)."""
+        for name, vocab in (("device", DeviceKind), ("klass", JobClass), ("on_cap", OnCap)):
+            object.__setattr__(self, name, member(vocab, getattr(self, name), name))
 
     @property
     def job_gpus(self) -> tuple[int, ...]:
@@ -110,7 +115,7 @@ def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
         gpus=gpus,
         gpu_mem=spec.gpu_mem,
         sm_share=spec.sm_share,
-        priority=spec.priority,
+        klass=spec.klass,
         on_cap=spec.on_cap,
         stats_dir=stats_dir,
         node=spec.node,

@@ -17,15 +17,13 @@ import sys
 import tokenize
 from pathlib import Path
 
-from colocate.base.vocab import JobState, Priority
+from colocate.base.vocab import JobClass, JobState
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("colocate", "torch_hooks", "cluster")
 
-# (file, literal) pairs that are not the vocabulary: the "opportunistic" policy plugin's registry name, and
-# the phase a node policy reports for an opportunistic job beside no guaranteed one
+# (file, literal) pairs that are not the vocabulary: the "opportunistic" policy plugin's registry name
 NOT_VOCABULARY = {
-    ("colocate/node/policies.py", "running"),
     ("cluster/config.py", "opportunistic"),
     ("cluster/plugins/__init__.py", "opportunistic"),
     ("cluster/plugins/opportunistic.py", "opportunistic"),
@@ -70,12 +68,12 @@ def vocabulary_literals(source: str, values: set[str]) -> list[tuple[int, str]]:
 
 
 def test_vocabulary_literals_are_found():
-    src = 'x = "guaranteed"\ny = f"{a}"\n"""running"""\nz = Priority.GUARANTEED  # "pending"\n'
+    src = 'x = "guaranteed"\ny = f"{a}"\n"""running"""\nz = JobClass.GUARANTEED  # "pending"\n'
     assert vocabulary_literals(src, {"guaranteed", "running", "pending"}) == [(1, "guaranteed")]
 
 
 def test_the_packages_name_the_vocabulary():
-    values = {str(m) for m in (*Priority, *JobState)}
+    values = {str(m) for m in (*JobClass, *JobState)}
     spelled = []
     for pkg in PACKAGES:
         for path in sorted((REPO / pkg).rglob("*.py")):

@@ -43,7 +43,7 @@ import zmq
 
 from colocate import protocol as P
 from colocate.base.env import JobEnv
-from colocate.base.vocab import DeviceKind, Priority, YieldMode
+from colocate.base.vocab import DeviceKind, JobClass, YieldMode
 from torch_hooks.gate import GateFollower, GatePublisher, gate_path
 
 log = logging.getLogger("colocate.link")
@@ -60,11 +60,11 @@ class NodeRefused(ValueError):
 
 def _register_msg(env, epoch: int, mem_cap: int, sm_share: float) -> P.Register:
     return P.Register(
-        job_id=env.worker_id, pid=os.getpid(), gpu=env.gpu, priority=env.priority, mem_request=env.gpu_mem,
+        job_id=env.worker_id, pid=os.getpid(), gpu=env.gpu, priority=env.klass, mem_request=env.gpu_mem,
         sm_share=sm_share, mem_cap=mem_cap, epoch=epoch, token=env.token[:128], sm_request=env.sm_share,
         rank=env.rank, world_size=max(env.world_size or 1, (env.rank or 0) + 1), partition=env.partition,
         pick_gpu=env.pick_gpu,
-        priority_yield=(env.priority == Priority.OPPORTUNISTIC and YieldMode.PRIORITY in env.yield_via
+        priority_yield=(env.klass == JobClass.OPPORTUNISTIC and YieldMode.PRIORITY in env.yield_via
                         and env.device == DeviceKind.SIM),  # CUDA has no process priority yet
     )
 
@@ -145,7 +145,7 @@ class NodeLink:
         self.follower = None
         self.yielding = False  # the node asked this (opportunistic) job to yield, and it does
         path = gate_path(env.node, env.gpu)
-        if env.priority == Priority.GUARANTEED:
+        if env.klass == JobClass.GUARANTEED:
             self.publisher = GatePublisher(path)
             rt.add_start_hook(self.publisher.start)
             rt.add_end_hook(self.publisher.end)
@@ -327,7 +327,7 @@ class NodeLink:
 
     def _set_yield(self, on: bool) -> None:
         """Start or stop yielding the device to the guaranteed job (idempotent)."""
-        if self.env.priority != Priority.OPPORTUNISTIC or on == self.yielding:
+        if self.env.klass != JobClass.OPPORTUNISTIC or on == self.yielding:
             return
         self.yielding = on
         if self.follower is not None:

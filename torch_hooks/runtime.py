@@ -390,7 +390,7 @@ class Runtime:
         env = self.env
         with self._cond:
             share = self._share
-        job = {"job_id": env.job_id, "device": env.device, "gpu": env.gpu, "priority": env.priority,
+        job = {"job_id": env.job_id, "device": env.device, "gpu": env.gpu, "priority": env.klass,
                "on_cap": env.on_cap, "sm_share": share}
         return self.book.summary(job=job, wall_s=wall, busy_s=busy, mem=self.device.memory(), ready_at=self.ready_at)
 

@@ -24,7 +24,7 @@ from cluster.params import Param
 from cluster.points import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.spec import MILLI, JobSpec, Placement
 from cluster.statement import Statement
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 
 class _Reservation:
@@ -37,7 +37,7 @@ class _Reservation:
 @register
 class Backfill(Plugin):
     name = "backfill"
-    serves = frozenset((Priority.GUARANTEED,))
+    serves = frozenset((JobClass.GUARANTEED,))
     PARAMS = {
         "depth": Param(100, "int", lambda v: v >= 1, "an integer >= 1"),
         "quantile": Param("p90", "str", lambda v: v in ("p50", "p90"), "p50 or p90"),
@@ -65,7 +65,7 @@ class Backfill(Plugin):
 
     # running guaranteed placements by expected end
     def on_placed(self, job: Job, placement: Placement, now: float) -> None:
-        if placement.klass == Priority.GUARANTEED:
+        if placement.klass == JobClass.GUARANTEED:
             self._track(job, placement, now)
 
     def on_promoted(self, job: Job, placement: Placement, now: float) -> None:

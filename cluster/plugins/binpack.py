@@ -16,7 +16,7 @@ from cluster.params import Param
 from cluster.points import Plugin, register
 from cluster.spec import MILLI
 from cluster.state import NodeState
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 BIG = 1 << 30
 WEIGHT = Param(1, "int", lambda v: v >= 0, "score weight >= 0")
@@ -31,7 +31,7 @@ def closeness(free: int, target: int) -> int:
 @register
 class BinPack(Plugin):
     name = "binpack"
-    serves = frozenset((Priority.GUARANTEED,))
+    serves = frozenset((JobClass.GUARANTEED,))
     PARAMS = {"weight": WEIGHT}
 
     def node_order(self, req: Request) -> Iterator[NodeState]:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from cluster.jobs import Job
 from cluster.points import Plugin, register
 from cluster.spec import JobSpec
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
-OPPORTUNISTIC_QUEUE = Priority.OPPORTUNISTIC
+OPPORTUNISTIC_QUEUE = JobClass.OPPORTUNISTIC
 
 
 @register
@@ -17,7 +17,7 @@ class Fifo(Plugin):
     name = "fifo"
 
     def queue_of(self, spec: JobSpec) -> str:
-        return OPPORTUNISTIC_QUEUE if spec.priority == Priority.OPPORTUNISTIC else "default"
+        return OPPORTUNISTIC_QUEUE if spec.klass == JobClass.OPPORTUNISTIC else "default"
 
     def sort_key(self, job: Job) -> tuple:
         return (job.spec.submit_time,)

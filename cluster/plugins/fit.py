@@ -8,7 +8,7 @@ from cluster.fitting import fits_guaranteed, node_host_fits
 from cluster.jobs import Job, Request
 from cluster.points import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.state import NodeState
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 
 @register
@@ -26,7 +26,7 @@ class Fit(Plugin):
         return SUCCESS
 
     def pre_filter(self, req: Request) -> Status:
-        if req.klass != Priority.GUARANTEED or req.gpus == 0:
+        if req.klass != JobClass.GUARANTEED or req.gpus == 0:
             return SUCCESS
         state = self.fw.state
         free = state.free_gpus(req.model)
@@ -43,6 +43,6 @@ class Fit(Plugin):
     def filter(self, req: Request, node: NodeState) -> Status:
         if (req.cpu or req.host_mem) and not node_host_fits(node, req.cpu, req.host_mem):
             return self._host
-        if req.klass == Priority.GUARANTEED and not fits_guaranteed(node, req.gpus, req.milli, req.mem):
+        if req.klass == JobClass.GUARANTEED and not fits_guaranteed(node, req.gpus, req.milli, req.mem):
             return self._gpu
         return SUCCESS

@@ -46,7 +46,7 @@ from cluster.plugins.nodetable import TablePlugin, pick_first
 from cluster.points import register
 from cluster.spec import MILLI, JobSpec
 from cluster.state import NodeState
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 PROB = (lambda v: 0 <= v <= 1, "a probability 0..1")
 
@@ -201,7 +201,7 @@ class Genetic(TablePlugin):
 
     def cycle_start(self, now: float) -> None:
         self.plan = {}
-        jobs = [j for lst in self.fw.queues.values() for j in lst if j.spec.priority == Priority.GUARANTEED]
+        jobs = [j for lst in self.fw.queues.values() for j in lst if j.spec.klass == JobClass.GUARANTEED]
         if not jobs:
             return
         self.table.sync(self.fw.state)

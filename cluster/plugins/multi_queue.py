@@ -20,7 +20,7 @@ from cluster.params import Param
 from cluster.plugins.fifo import OPPORTUNISTIC_QUEUE
 from cluster.points import SUCCESS, Plugin, Status, fails_job, held, register
 from cluster.spec import JobSpec
-from colocate.base.vocab import JobState, Priority
+from colocate.base.vocab import JobClass, JobState
 
 
 def _ascending_to_inf(d: dict) -> bool:
@@ -58,7 +58,7 @@ class MultiQueue(Plugin):
         return SUCCESS
 
     def queue_of(self, spec: JobSpec) -> str:
-        if spec.priority == Priority.OPPORTUNISTIC:
+        if spec.klass == JobClass.OPPORTUNISTIC:
             return OPPORTUNISTIC_QUEUE
         if spec.queue in self._named:
             return spec.queue
@@ -89,6 +89,6 @@ class MultiQueue(Plugin):
 
     def pre_filter(self, req: Request) -> Status:
         hold = self._hold
-        if hold is None or req.klass != Priority.GUARANTEED or req.job.queue == hold[0]:
+        if hold is None or req.klass != JobClass.GUARANTEED or req.job.queue == hold[0]:
             return SUCCESS
         return hold[2]

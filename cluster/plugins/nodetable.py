@@ -31,7 +31,7 @@ from cluster.points import SUCCESS, Plugin, Status
 from cluster.spec import MILLI, allowed_models
 from cluster.state import ClusterState, NodeState
 from cluster.statement import Statement
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 INF = float("inf")
 
@@ -206,7 +206,7 @@ class TablePlugin(Plugin):
     order) and ``pick_gpus``; they define no ``score``, so the framework takes the first
     candidate that passes the filters and ``feasible_nodes`` never truncates the ranking."""
 
-    serves = frozenset((Priority.GUARANTEED,))
+    serves = frozenset((JobClass.GUARANTEED,))
 
     def bind(self, fw) -> None:
         super().bind(fw)

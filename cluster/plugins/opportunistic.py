@@ -16,13 +16,13 @@ from cluster.params import Param
 from cluster.plugins.binpack import BIG
 from cluster.points import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.state import NodeState
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 
 @register
 class Opportunistic(Plugin):
     name = "opportunistic"
-    serves = frozenset((Priority.OPPORTUNISTIC,))
+    serves = frozenset((JobClass.OPPORTUNISTIC,))
     PARAMS = {
         "util_threshold": Param(0.8, "float", lambda v: 0 < v <= 1, "a fraction in (0, 1]"),
         "max_per_gpu": Param(2, "int", lambda v: v >= 0, "an integer >= 0 (0: no limit)"),

@@ -19,13 +19,13 @@ from cluster.points import SUCCESS, Code, Plugin, PostFilterResult, Status, regi
 from cluster.spec import MILLI
 from cluster.state import Alloc, GpuState, NodeState
 from cluster.statement import Statement
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 
 @register
 class Preemption(Plugin):
     name = "preemption"
-    serves = frozenset((Priority.GUARANTEED,))
+    serves = frozenset((JobClass.GUARANTEED,))
     PARAMS = {
         "max_victims": Param(8, "int", lambda v: v >= 1, "an integer >= 1"),
         "max_nodes": Param(64, "int", lambda v: v >= 1, "an integer >= 1"),
@@ -38,14 +38,14 @@ class Preemption(Plugin):
     def post_filter(self, req: Request, status: Status) -> PostFilterResult | None:
         if status.code != Code.UNSCHEDULABLE or req.gpus == 0:
             return None
-        order = self.fw.node_order_for(Priority.GUARANTEED)
+        order = self.fw.node_order_for(JobClass.GUARANTEED)
         if order is None:
             return None
         state = self.fw.state
         victims: dict[str, None] = {}
         nodes: dict[str, None] = {}  # the plan's nodes, in rank order
         freed: dict[object, int] = {}  # GpuState -> bytes; (node, "cpu"|"mem") -> amount
-        stmt = self._stmt.begin(req.pid, Priority.GUARANTEED)
+        stmt = self._stmt.begin(req.pid, JobClass.GUARANTEED)
         try:
             for rank in range(req.workers):
                 req.rank, req.remaining = rank, req.workers - rank
@@ -88,7 +88,7 @@ class Preemption(Plugin):
         opp: dict[int, list[Alloc]] = {}
         host: list[Alloc] = []
         for a in node.slots.values():
-            if a.klass != Priority.GUARANTEED and a.pid not in taken and a.pid not in stopping:
+            if a.klass != JobClass.GUARANTEED and a.pid not in taken and a.pid not in stopping:
                 host.append(a)
                 for i in a.gpus:
                     opp.setdefault(i, []).append(a)

@@ -16,13 +16,13 @@ from cluster.params import Param
 from cluster.plugins.fifo import OPPORTUNISTIC_QUEUE
 from cluster.points import SUCCESS, Plugin, PostFilterResult, Status, Upgrade, register
 from cluster.spec import Placement
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 
 @register
 class Promotion(Plugin):
     name = "promotion"
-    serves = frozenset((Priority.GUARANTEED,))
+    serves = frozenset((JobClass.GUARANTEED,))
     PARAMS = {
         "wait_s": Param(600.0, "float", lambda v: v >= 0, "seconds >= 0"),
         "start_opportunistic": Param(True, "bool"),
@@ -39,10 +39,10 @@ class Promotion(Plugin):
     def post_filter(self, req: Request, status: Status) -> PostFilterResult | None:
         if not self.p["start_opportunistic"] or req.now - req.job.enqueued_at < self.p["wait_s"]:
             return None
-        return PostFilterResult(SUCCESS, retry_as=Priority.OPPORTUNISTIC)
+        return PostFilterResult(SUCCESS, retry_as=JobClass.OPPORTUNISTIC)
 
     def on_placed(self, job: Job, placement: Placement, now: float) -> None:
-        if placement.klass == Priority.OPPORTUNISTIC:
+        if placement.klass == JobClass.OPPORTUNISTIC:
             self._opp[placement.placement_id] = job
 
     def on_released(self, job: Job, placement: Placement, now: float) -> None:

@@ -15,13 +15,13 @@ from cluster.params import Param
 from cluster.points import SUCCESS, Code, Plugin, PostFilterResult, Status, fails_job, register, unschedulable
 from cluster.spec import MILLI, JobSpec, Placement
 from cluster.statement import Statement
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 
 @register
 class Quota(Plugin):
     name = "quota"
-    serves = frozenset((Priority.GUARANTEED,))
+    serves = frozenset((JobClass.GUARANTEED,))
     PARAMS = {
         "quotas": Param({}, "dict[str,int]", lambda d: all(v >= 0 for v in d.values()), "GPUs >= 0 per tenant"),
         "tenant": Param("queue", "str", choices=("queue", "user")),

@@ -12,13 +12,13 @@ from cluster.plugins.binpack import BIG, WEIGHT
 from cluster.points import Plugin, register
 from cluster.spec import MILLI
 from cluster.state import NodeState
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 
 @register
 class Spread(Plugin):
     name = "spread"
-    serves = frozenset((Priority.GUARANTEED,))
+    serves = frozenset((JobClass.GUARANTEED,))
     PARAMS = {"weight": WEIGHT}
 
     def node_order(self, req: Request) -> Iterator[NodeState]:

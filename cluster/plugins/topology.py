@@ -27,7 +27,7 @@ from cluster.points import SUCCESS, Plugin, Status, held, register
 from cluster.spec import Placement
 from cluster.state import NodeState
 from cluster.statement import Statement
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 Spread = tuple[int, int, int]  # nodes, switches, racks a placement spans
 
@@ -128,7 +128,7 @@ def tightest(per_node: list[tuple[NodeState, int]], need: int) -> Spread | None:
 @register
 class Topology(Plugin):
     name = "topology"
-    serves = frozenset((Priority.GUARANTEED,))
+    serves = frozenset((JobClass.GUARANTEED,))
     PARAMS = {
         "wait_s": Param(0.0, "float", lambda v: v >= 0, "seconds >= 0 a gang may wait for a tighter placement "
                         "(0: take the best placement there is now)"),

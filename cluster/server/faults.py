@@ -42,7 +42,7 @@ class CoreBroken(Exception):
 class _Refused(Exception):
     """Answer the sender with ``Error(code, message)``."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: P.ErrorCode, message: str):
         super().__init__(message)
         self.code = code
 
@@ -69,7 +69,7 @@ class Faults:
     _outbox: Replies
     _failures_logged: set[tuple[str, str]]
 
-    def _commit(self, decisions: list, now: float) -> Replies:
+    def _commit(self, decisions: list[ev.Decision], now: float) -> Replies:
         """Journal ``decisions``, then the messages they cause (``SchedulerService._commit``)."""
         raise NotImplementedError
 

@@ -59,7 +59,7 @@ from dataclasses import fields
 
 from cluster.events import JobRecord
 from cluster.spec import JobSpec, Placement, WorkerSlot
-from colocate.base.vocab import TERMINAL, JobState
+from colocate.base.vocab import TERMINAL, JobClass, JobState
 
 SCHEMA = 3  # 2: jobs.submitter and jobs.request_id (idempotent submits); 3: jobs_seq, jobs_active indexes
 MODE = 0o600  # the file, its -wal and -shm, and its lock: they hold jobs' commands and environments
@@ -134,15 +134,17 @@ def _lock(path: str) -> int:
 
 
 _SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
+_SPEC_KEYS = {"klass": "priority"}  # a field's key in the journal where the two differ (the wire's name)
+_SPEC_FIELD_OF = {key: name for name, key in _SPEC_KEYS.items()}
 
 
 def spec_to_json(spec: JobSpec) -> str:
     """``spec`` as JSON (every field a scalar: no ``asdict`` deep copy)."""
-    return json.dumps({k: getattr(spec, k) for k in _SPEC_FIELDS}, sort_keys=True)
+    return json.dumps({_SPEC_KEYS.get(k, k): getattr(spec, k) for k in _SPEC_FIELDS}, sort_keys=True)
 
 
 def spec_from_json(text: str) -> JobSpec:
-    return JobSpec(**json.loads(text))
+    return JobSpec(**{_SPEC_FIELD_OF.get(k, k): v for k, v in json.loads(text).items()})
 
 
 def placement_to_json(p: Placement | None) -> str | None:
@@ -157,7 +159,7 @@ def placement_from_json(text: str | None) -> Placement | None:
         return None
     d = json.loads(text)
     return Placement(d["placement_id"], d["job_id"],
-                     tuple(WorkerSlot(r, n, tuple(g)) for r, n, g in d["slots"]), d["priority"])
+                     tuple(WorkerSlot(r, n, tuple(g)) for r, n, g in d["slots"]), JobClass(d["priority"]))
 
 
 def _private(path: str) -> None:
@@ -485,7 +487,7 @@ class Journal:
                                    f"WHERE state IN ({marks}) ORDER BY seq", ACTIVE)
             for row in rows:
                 job_id, s, st, p, a, f = row
-                out.append(JobRecord(spec_from_json(s), st, placement_from_json(p), int(a), int(f)))
+                out.append(JobRecord(spec_from_json(s), JobState(st), placement_from_json(p), int(a), int(f)))
         except sqlite3.DatabaseError as exc:
             raise JournalError(f"{self.path} is corrupt: {exc}") from None
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:

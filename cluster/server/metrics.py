@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
-from colocate.base.vocab import JobState, Priority
+from colocate.base.vocab import JobClass, JobState
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -55,8 +55,8 @@ class SchedulerCollector:
             nodes = core.nodes()
             gpus = GaugeMetricFamily("colocate_scheduler_gpus", "GPUs by state", labels=["state"])
             gpus.add_metric(["total"], sum(len(n["gpus"]) for n in nodes if n["up"]))
-            gpus.add_metric(["allocated"], sum(1 for n in nodes if n["up"] for g in n["gpus"] if g[Priority.GUARANTEED]))
-            gpus.add_metric(["shared"], sum(1 for n in nodes if n["up"] for g in n["gpus"] if g[Priority.OPPORTUNISTIC]))
+            gpus.add_metric(["allocated"], sum(1 for n in nodes if n["up"] for g in n["gpus"] if g[JobClass.GUARANTEED]))
+            gpus.add_metric(["shared"], sum(1 for n in nodes if n["up"] for g in n["gpus"] if g[JobClass.OPPORTUNISTIC]))
             up = GaugeMetricFamily("colocate_scheduler_node_up", "1 while the node is up", labels=["node"])
             count = GaugeMetricFamily("colocate_scheduler_nodes", "Nodes by state", labels=["state"])
             for n in nodes:

@@ -52,7 +52,7 @@ import json
 import logging
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
 from cluster import events as ev
 from cluster.core import SchedulerCore
@@ -334,7 +334,7 @@ class SchedulerService(Faults):
         job_id = self.journal.peek_job_id()  # what new_job_id() gives below: one spec, no copy
         try:
             spec = JobSpec(job_id, submit_time=now, workers=req.workers, gpus=req.gpus, gpu_mem=req.gpu_mem,
-                           priority=req.priority, queue=req.queue or "default", user=user, name=req.name,
+                           klass=req.priority, queue=req.queue or "default", user=user, name=req.name,
                            estimate_s=req.estimate_s)
         except SpecError as exc:
             return [self._error(ident, P.INVALID, str(exc).replace(f"{job_id}: ", ""))]
@@ -358,7 +358,7 @@ class SchedulerService(Faults):
         except JournalUnavailable as exc:
             self._journal_failed(exc, now)
             raise self._unwritable("nothing was submitted") from None
-        log.info("job %s submitted: %d x %d GPU(s), %s, queue %s", job_id, spec.workers, spec.gpus, spec.priority,
+        log.info("job %s submitted: %d x %d GPU(s), %s, queue %s", job_id, spec.workers, spec.gpus, spec.klass,
                  spec.queue)
         ack: Replies = [(ident, P.Submitted(job_id=job_id))]
         if self._submitted is not None:  # in a batch: the core hears it with the batch's other submits
@@ -454,7 +454,7 @@ class SchedulerService(Faults):
                                f"({type(again).__name__}) and was rebuilt from its journal: nothing was done") from None
         return self._commit(decisions, now)
 
-    def _commit(self, decisions: list, now: float) -> Replies:
+    def _commit(self, decisions: list[ev.Decision], now: float) -> Replies:
         """Take the ports of new placements, journal the decisions (one transaction; on failure the
         ports are given back and ``JournalUnavailable`` raised), then the messages they cause."""
         starts = [d for d in decisions if isinstance(d, ev.StartWorkers)]
@@ -482,24 +482,28 @@ class SchedulerService(Faults):
         out: Replies = []
         for d in decisions:
             self.decided[type(d).__name__] += 1
-            if isinstance(d, ev.StartWorkers):
-                pid = d.placement.placement_id
-                port = taken[pid]
-                if port is None:
-                    log.warning("placement %s waits for a free rendezvous port on %s", pid,
-                                master_host(d.placement, self.hosts))
-                    self.portless[pid] = d
-                else:
-                    out += self._start(d, port)
-            elif isinstance(d, ev.StopWorkers):
-                self._release(d.placement_id)
-                out += [(self.nodes[n], P.StopPlacement(placement_id=d.placement_id, job_id=d.job_id, reason=d.reason))
-                        for n in d.nodes if n in self.nodes]
-            elif isinstance(d, ev.Promote):
-                out += [(self.nodes[n], P.PromotePlacement(placement_id=d.placement_id, job_id=d.job_id))
-                        for n in d.nodes if n in self.nodes]
-            elif isinstance(d, ev.JobChanged) and d.state in TERMINAL and d.placement_id:
-                self._release(d.placement_id)
+            match d:
+                case ev.StartWorkers():
+                    pid = d.placement.placement_id
+                    port = taken[pid]
+                    if port is None:
+                        log.warning("placement %s waits for a free rendezvous port on %s", pid,
+                                    master_host(d.placement, self.hosts))
+                        self.portless[pid] = d
+                    else:
+                        out += self._start(d, port)
+                case ev.StopWorkers():
+                    self._release(d.placement_id)
+                    out += [(self.nodes[n], P.StopPlacement(placement_id=d.placement_id, job_id=d.job_id,
+                                                            reason=d.reason)) for n in d.nodes if n in self.nodes]
+                case ev.Promote():
+                    out += [(self.nodes[n], P.PromotePlacement(placement_id=d.placement_id, job_id=d.job_id))
+                            for n in d.nodes if n in self.nodes]
+                case ev.JobChanged():
+                    if d.state in TERMINAL and d.placement_id:
+                        self._release(d.placement_id)
+                case _:
+                    assert_never(d)
         if any(isinstance(d, ev.JobChanged) and d.state == ev.PENDING for d in decisions):
             self._release_abandoned()
         return out
@@ -562,6 +566,6 @@ class SchedulerService(Faults):
         out, self._outbox = self._outbox, []
         return out
 
-    def _error(self, ident: bytes, code: str, message: str) -> tuple[bytes, P.Message]:
+    def _error(self, ident: bytes, code: P.ErrorCode, message: str) -> tuple[bytes, P.Message]:
         self.bad[code] += 1
         return ident, P.Error(code=code, message=message[:P.MAX_TEXT_CHARS], job_id=None)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from cluster.core import SchedulerCore
 from cluster.server.journal import placement_from_json
 from colocate import protocol as P
-from colocate.base.vocab import JobState, Priority
+from colocate.base.vocab import JobClass, JobState
 
 
 class QueueView:
@@ -74,7 +74,7 @@ def job_view(row: dict, core: SchedulerCore, queues: QueueView, progress: P.JobP
     return P.JobView(
         job_id=row["job_id"], name=P.printable(spec.get("name", "")), user=P.printable(spec.get("user", "")),
         queue=P.printable(job.queue if job is not None and job.queue else spec.get("queue", "")),
-        priority=placement.klass if placement else spec.get("priority", Priority.GUARANTEED), state=row["state"],
+        priority=placement.klass if placement else spec.get("priority", JobClass.GUARANTEED), state=row["state"],
         workers=spec["workers"], gpus=spec["gpus"], submitted_at=row["submitted_at"], started_at=row["started_at"],
         ended_at=row["ended_at"], reason=reason[:P.MAX_TEXT_CHARS], placement_id=placement.placement_id if placement else "",
         nodes=placement.nodes() if placement else (), attempts=row["attempt"], exit_code=row["exit_code"],
@@ -90,13 +90,13 @@ def node_views(core: SchedulerCore, hosts: dict[str, str]) -> list[P.NodeView]:
     for n in core.nodes():
         gpus = n["gpus"]
         views = tuple(P.GpuView(index=g["index"], utilization=min(1.0, max(0.0, g["utilization"])),
-                                guaranteed=tuple(job_of(p) for p in g[Priority.GUARANTEED]),
-                                opportunistic=tuple(job_of(p) for p in g[Priority.OPPORTUNISTIC])) for g in gpus)
+                                guaranteed=tuple(job_of(p) for p in g[JobClass.GUARANTEED]),
+                                opportunistic=tuple(job_of(p) for p in g[JobClass.OPPORTUNISTIC])) for g in gpus)
         util = sum(g["utilization"] for g in gpus) / len(gpus) if gpus else 0.0
         out.append(P.NodeView(
             node_id=n["node_id"], host=hosts.get(n["node_id"], ""), up=n["up"], gpu_model=n["gpu_model"],
-            gpus=len(gpus), gpus_allocated=sum(1 for g in gpus if g[Priority.GUARANTEED]),
-            gpus_shared=sum(1 for g in gpus if g[Priority.OPPORTUNISTIC]), utilization=min(1.0, max(0.0, util)),
+            gpus=len(gpus), gpus_allocated=sum(1 for g in gpus if g[JobClass.GUARANTEED]),
+            gpus_shared=sum(1 for g in gpus if g[JobClass.OPPORTUNISTIC]), utilization=min(1.0, max(0.0, util)),
             workers=n["workers"], gpu_views=views, switch=P.printable(n.get("switch", ""))[:P.MAX_ID_CHARS],
             rack=P.printable(n.get("rack", ""))[:P.MAX_ID_CHARS]))
     return out

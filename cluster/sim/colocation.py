@@ -50,7 +50,7 @@ import statistics
 import zlib
 from pathlib import Path
 
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 ADAPTIVE_KEEP = 0.988  # guaranteed job's speed beside an opportunistic one (RESULTS.md, adaptive)
 ADAPTIVE_FILL = 0.738  # share of the guaranteed job's idle device time the opportunistic one uses
@@ -221,7 +221,7 @@ class ColocationModel:
         if n == 1:
             b = jobs[0].busy
             return [1.0], (b if b < 1.0 else 1.0)
-        nopp = sum(1 for j in jobs if j.klass != Priority.GUARANTEED)
+        nopp = sum(1 for j in jobs if j.klass != JobClass.GUARANTEED)
         if nopp == 0:
             rates = [1.0] * n
         elif self.sharing == "adaptive" and nopp < n:
@@ -233,11 +233,11 @@ class ColocationModel:
 
     def _adaptive(self, jobs: list) -> list[float]:
         keep = self.keep
-        g_busy = sum(j.busy for j in jobs if j.klass == Priority.GUARANTEED) * keep
+        g_busy = sum(j.busy for j in jobs if j.klass == JobClass.GUARANTEED) * keep
         idle = 1.0 - g_busy if g_busy < 1.0 else 0.0
-        o_busy = sum(j.busy for j in jobs if j.klass != Priority.GUARANTEED)
+        o_busy = sum(j.busy for j in jobs if j.klass != JobClass.GUARANTEED)
         o_rate = min(1.0, self.fill * idle / o_busy) if o_busy > 0 else 1.0
-        return [keep if j.klass == Priority.GUARANTEED else o_rate for j in jobs]
+        return [keep if j.klass == JobClass.GUARANTEED else o_rate for j in jobs]
 
     def _pack(self, jobs: list) -> list[float]:
         speed = self.table.speed

@@ -49,7 +49,7 @@ from cluster.sim.colocation import ColocationModel
 from cluster.sim.network import span
 from cluster.sim.records import SimConfig, SimGpu, SimJob, SimNode
 from cluster.spec import MILLI, NodeSpec
-from colocate.base.vocab import TERMINAL, Priority
+from colocate.base.vocab import TERMINAL, JobClass
 
 K_STARTED, K_DONE, K_STOPPED, K_TICK, K_REPORT = range(5)
 _JobChanged, _StartWorkers, _StopWorkers, _Promote = ev.JobChanged, ev.StartWorkers, ev.StopWorkers, ev.Promote
@@ -79,7 +79,7 @@ class Simulation:
         self._seq = 0
         self._live_events = 0  # STARTED/DONE/STOPPED entries in the heap
         fw = core.fw
-        self.reports = cfg.reports == "always" or (cfg.reports == "auto" and fw.places(Priority.OPPORTUNISTIC))
+        self.reports = cfg.reports == "always" or (cfg.reports == "auto" and fw.places(JobClass.OPPORTUNISTIC))
         timed = any(p.implements("cycle_end") for p in fw.plugins)
         late = cfg.start_delay_s > 0 and 0 < core.sched["start_timeout_s"] <= cfg.start_delay_s
         period = 30.0 if cfg.tick_s is None else cfg.tick_s
@@ -314,7 +314,7 @@ class Simulation:
         job.spread_f = self.cfg.spread.rate(*job.span)
         if self.reports:
             job.nodes = [nodes[n] for n in p.nodes()]
-        job.milli = job.spec.gpu_milli if p.klass == Priority.GUARANTEED else 0
+        job.milli = job.spec.gpu_milli if p.klass == JobClass.GUARANTEED else 0
         self.alloc_milli += job.milli * len(gpus)
         if job.starts > 1 and self.cfg.restart_overhead_s:
             job.work += self.cfg.restart_overhead_s
@@ -384,7 +384,7 @@ class Simulation:
         job = self.by_id.get(d.job_id)
         if job is None or job.pid != d.placement_id:
             return
-        job.klass = Priority.GUARANTEED
+        job.klass = JobClass.GUARANTEED
         job.milli = job.spec.gpu_milli
         self.alloc_milli += job.milli * job.spec.gpus * len(job.held)
         if job.live:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.events import SUCCEEDED
-from colocate.base.vocab import TERMINAL, JobState, Priority
+from colocate.base.vocab import TERMINAL, JobClass, JobState
 
 CSV_FIELDS = ("job_id", "class", "ran_as", "queue", "workers", "gpus", "gpu_milli", "submit_s", "start_s", "end_s",
               "queue_delay_s", "wait_s", "jct_s", "run_s", "duration_s", "slowdown", "starts", "requeues",
@@ -150,7 +150,7 @@ def summarize(sim, policy: str, rows: list[dict] | None = None, skipped: dict | 
         "gang_spread": gang_spread(sim),
     })
     labels = {r["class"] for r in rows}
-    if Priority.OPPORTUNISTIC in labels:
+    if JobClass.OPPORTUNISTIC in labels:
         out["by_class"] = {k: _figures([r for r in rows if r["class"] == k]) for k in sorted(labels)}
         for k, v in out["by_class"].items():
             v["gpu_seconds_run"] = sum(r["run_s"] * (r["gpus"] or 0) for r in rows if r["class"] == k)

@@ -14,7 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
           "#17becf")
@@ -47,11 +47,11 @@ def plot_cdfs(results: list[tuple[str, list[dict]]], path: Path, title: str = ""
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 2)
     classes = sorted({r["class"] for _, rows in results for r in rows})
-    split = Priority.OPPORTUNISTIC in classes
+    split = JobClass.OPPORTUNISTIC in classes
     hi = [1.0, 1.0]
     for n, (policy, rows) in enumerate(results):
         color = COLORS[n % len(COLORS)]
-        groups = [(k, "-" if k == Priority.GUARANTEED else "--") for k in classes] if split else [(None, "-")]
+        groups = [(k, "-" if k == JobClass.GUARANTEED else "--") for k in classes] if split else [(None, "-")]
         for klass, style in groups:
             sel = [r for r in rows if klass is None or r["class"] == klass]
             suffix = f" ({klass})" if klass else ""

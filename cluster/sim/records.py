@@ -95,7 +95,7 @@ class SimJob:
         self.spec, self.job_id, self.duration = spec, spec.job_id, duration
         self.work = duration if duration is not None else math.inf  # solo seconds left
         self.busy, self.cfg, self.label = busy, cfg, label
-        self.klass = spec.priority
+        self.klass = spec.klass
         self.submit = spec.submit_time
         self.placement: Placement | None = None  # the current one, set with ``pid`` at each start
         self.pid: str | None = None

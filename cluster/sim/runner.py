@@ -29,7 +29,7 @@ from cluster.sim.engine import SimConfig, Simulation
 from cluster.sim.metrics import job_rows, summarize, write_jobs_csv
 from cluster.sim.workload import Workload, load_workload
 from cluster.traces.topology import load_topology
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 
 @dataclass
@@ -89,13 +89,13 @@ def run_policy(workload: Workload, name: str, cfg: PolicyConfig, model: Colocati
                _cache: dict | None = None) -> tuple[Simulation, list[dict], dict]:
     """One policy over ``workload``: (finished simulation, job rows, summary)."""
     core = SchedulerCore(cfg, random.Random(workload.seed))
-    if core.fw.places(Priority.OPPORTUNISTIC):
+    if core.fw.places(JobClass.OPPORTUNISTIC):
         jobs = workload.jobs
     else:
         cache = _cache if _cache is not None else {}
-        if Priority.GUARANTEED not in cache:
-            cache[Priority.GUARANTEED] = workload.as_guaranteed()
-        jobs = cache[Priority.GUARANTEED]
+        if JobClass.GUARANTEED not in cache:
+            cache[JobClass.GUARANTEED] = workload.as_guaranteed()
+        jobs = cache[JobClass.GUARANTEED]
     cb = (lambda done, total: progress(name, done, total)) if progress else None
     sim = Simulation(core, jobs, workload.nodes, model, sim_config, cb, observer).run()
     rows = job_rows(sim)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from cluster.sim.colocation import LucidTable
 from cluster.spec import MILLI, JobSpec, NodeSpec
 from cluster.traces import TraceResult, load_nodes, load_trace, parse_shape
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 ESTIMATES = ("oracle", "user", "predicted")
 QUEUES = ("default", "trace")
@@ -70,8 +70,8 @@ class Workload:
         places no opportunistic work: it runs them exclusively); labels unchanged."""
         out = []
         for j in self.jobs:
-            if j.spec.priority == Priority.OPPORTUNISTIC:
-                j = JobInput(dataclasses.replace(j.spec, priority=Priority.GUARANTEED), j.duration, j.cfg, j.busy, j.label)
+            if j.spec.klass == JobClass.OPPORTUNISTIC:
+                j = JobInput(dataclasses.replace(j.spec, klass=JobClass.GUARANTEED), j.duration, j.cfg, j.busy, j.label)
             out.append(j)
         return out
 
@@ -143,7 +143,7 @@ def load_workload(trace: str, *, format: str | None = None, nodes: str | None = 
         if queues == "default" and spec.queue != "default":
             changes["queue"] = "default"
         if draw is not None and draw.random() < share:
-            changes["priority"] = Priority.OPPORTUNISTIC
+            changes["klass"] = JobClass.OPPORTUNISTIC
         if estimates == "oracle":
             est = None if dur is None else max(dur, 1.0)
         elif estimates == "user":
@@ -160,7 +160,7 @@ def load_workload(trace: str, *, format: str | None = None, nodes: str | None = 
         busy = table.busy(cfg)
         if spec.gpu_milli < MILLI:
             busy *= spec.gpu_milli / MILLI
-        jobs.append(JobInput(spec, dur, cfg, busy, spec.priority))
+        jobs.append(JobInput(spec, dur, cfg, busy, spec.klass))
     return Workload(jobs, specs, res, table, seed, node_src, node_skipped, time.perf_counter() - t0,
                     {"format": res.format, "estimates": estimates, "queues": queues, "opportunistic_fraction": f,
                      "user_factor": user_factor, "user_noise": user_noise, "limit": limit, "node_gpus": node_gpus})

@@ -45,13 +45,13 @@ from cluster.traces.common import (
     to_float,
     to_int,
 )
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 REQUIRED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 TIMES = ("creation_time", "deletion_time", "scheduled_time")
 OPTIONAL = ("gpu_spec", "qos", "pod_phase") + TIMES
-QOS = {"BE": Priority.OPPORTUNISTIC, "LS": Priority.GUARANTEED, "Burstable": Priority.GUARANTEED,
-       "Guaranteed": Priority.GUARANTEED}
+QOS = {"BE": JobClass.OPPORTUNISTIC, "LS": JobClass.GUARANTEED, "Burstable": JobClass.GUARANTEED,
+       "Guaranteed": JobClass.GUARANTEED}
 
 
 def read_alibaba_pods(path, *, allow_no_duration: bool = False, include_cpu_only: bool = True,
@@ -93,7 +93,7 @@ def read_alibaba_pods(path, *, allow_no_duration: bool = False, include_cpu_only
                 elif milli < MILLI and n != 1:
                     raise BadRow("fractional share on several GPUs", f"gpu_milli {milli} x num_gpu {n}")
                 model = normalize_models(row[i_spec]) if i_spec is not None else ""
-                priority = Priority.GUARANTEED
+                priority = JobClass.GUARANTEED
                 if i_qos is not None:
                     qos = QOS.get(row[i_qos].strip())
                     if qos is None:
@@ -101,7 +101,7 @@ def read_alibaba_pods(path, *, allow_no_duration: bool = False, include_cpu_only
                     priority = qos
                 submit, duration = _times(row, i_ct, i_st, i_dt, allow_no_duration)
                 spec = JobSpec(job_id=name, name=name, submit_time=submit, gpus=n, gpu_milli=milli,
-                               cpu_milli=cpu, mem_mib=mem, gpu_model=model, priority=priority)
+                               cpu_milli=cpu, mem_mib=mem, gpu_model=model, klass=priority)
             except BadRow as e:
                 log.skip(line, e.reason, e.detail)
                 continue

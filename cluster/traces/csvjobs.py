@@ -39,7 +39,7 @@ from cluster.traces.common import (
     to_int,
     to_size,
 )
-from colocate.base.vocab import PRIORITIES, Priority
+from colocate.base.vocab import JOB_CLASSES, JobClass
 
 REQUIRED = ("submit_time", "duration", "num_gpus")
 OPTIONAL = ("job_id", "workers", "gpu_milli", "gpu_mem", "cpu_milli", "mem_mib", "gpu_model", "priority",
@@ -107,9 +107,10 @@ def _job(c: dict[str, str], line: int, node_gpus: int, allow_no_duration: bool) 
             raise BadRow("fractional share on several GPUs",
                          f"gpu_milli {milli} needs one GPU per worker, got {gpus} (num_gpus is the total)")
     gpu_mem = to_size(c["gpu_mem"], "gpu_mem") if c.get("gpu_mem") else 0
-    priority = c.get("priority", "").lower() or Priority.GUARANTEED
-    if priority not in PRIORITIES:
+    priority = c.get("priority", "").lower() or JobClass.GUARANTEED
+    if priority not in JOB_CLASSES:
         raise BadRow("bad priority", repr(c["priority"]))
+    priority = JobClass(priority)
     estimate = to_float(c["estimate_s"], "estimate_s") if c.get("estimate_s") else None
     if estimate is not None and estimate <= 0:
         raise BadRow("bad estimate_s", repr(c["estimate_s"]))
@@ -118,7 +119,7 @@ def _job(c: dict[str, str], line: int, node_gpus: int, allow_no_duration: bool) 
         gpu_milli=milli, gpu_mem=gpu_mem,
         cpu_milli=to_int(c["cpu_milli"], "cpu_milli") if c.get("cpu_milli") else 0,
         mem_mib=to_int(c["mem_mib"], "mem_mib") if c.get("mem_mib") else 0,
-        gpu_model=normalize_models(c.get("gpu_model", "")), priority=priority,
+        gpu_model=normalize_models(c.get("gpu_model", "")), klass=priority,
         queue=c.get("queue") or "default", user=c.get("user", ""), name=c.get("name", ""), estimate_s=estimate,
         fingerprint=c.get("group", ""), family=c.get("family", ""))
     return spec, duration

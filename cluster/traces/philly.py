@@ -42,7 +42,7 @@ from cluster.traces.common import (
     to_int,
 )
 from colocate.base.units import parse_fraction
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 REQUIRED = ("timestamp", "duration", "num_gpus")
 OPTIONAL = ("gpu_time", "cluster")
@@ -96,11 +96,11 @@ def read_philly(path, *, node_gpus: int = 8, opportunistic_fraction: float = 0.0
     jobs: list[TraceJob] = []
     for line, t, dur, n, vc in good:
         workers, gpus = split_gang(n, node_gpus)
-        priority = Priority.OPPORTUNISTIC if rng is not None and fraction > 0 and rng.random() < fraction \
-            else Priority.GUARANTEED
+        priority = JobClass.OPPORTUNISTIC if rng is not None and fraction > 0 and rng.random() < fraction \
+            else JobClass.GUARANTEED
         try:
             spec = JobSpec(job_id=f"philly-{line}", submit_time=t - t0, workers=workers, gpus=gpus,
-                           priority=priority, queue=vc)
+                           klass=priority, queue=vc)
         except SpecError as e:
             log.skip(line, "bad spec", str(e))
             continue

@@ -38,7 +38,7 @@ def summarize_jobs(result: TraceResult) -> dict:
         "cpu_only": len(specs) - len(gpu_jobs),
         "fractional": fractional,
         "fractional_of_gpu_jobs": round(fractional / len(gpu_jobs), 4) if gpu_jobs else 0.0,
-        "priorities": dict(sorted(Counter(s.priority for s in specs).items())),
+        "priorities": dict(sorted(Counter(s.klass for s in specs).items())),
         "queues": len({s.queue for s in specs}),
         "model_constraints": sum(1 for s in specs if s.gpu_model),
         "first_submit_s": specs[0].submit_time if specs else None,

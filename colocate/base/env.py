@@ -11,9 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TypeVar
 
 from colocate.base.units import parse_fraction, parse_size
-from colocate.base.vocab import PRIORITIES, DeviceKind, OnCap, Priority, YieldMode
+from colocate.base.vocab import DeviceKind, JobClass, OnCap, YieldMode, member
+
+_E = TypeVar("_E", bound=StrEnum)
 
 PREFIX = "COLOCATE_"
 
@@ -37,7 +41,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COLOCATE_GPU", "<from COLOCATE_GPUS>", "This process's GPU (a node index), when it must differ from what COLOCATE_GPUS and LOCAL_RANK give; it must be one of COLOCATE_GPUS when both are set. The launcher never writes it."),
     Variable("COLOCATE_GPU_MEM", "<device total>", "Device memory cap in bytes; over it, allocations go to host or fail (COLOCATE_ON_CAP)."),
     Variable("COLOCATE_SM_SHARE", "1.0", "Compute share 0..1: the job's device busy fraction is held at or below it; 0 pauses at the next mini-batch."),
-    Variable("COLOCATE_PRIORITY", Priority.GUARANTEED, "`guaranteed` or `opportunistic`."),
+    Variable("COLOCATE_PRIORITY", JobClass.GUARANTEED, "`guaranteed` or `opportunistic`."),
     Variable("COLOCATE_PARTITION", "0", "1: a guaranteed worker holding a fixed partition of its GPU, its COLOCATE_SM_SHARE and COLOCATE_GPU_MEM (both required). The node admits several partitions on one GPU while their shares sum to at most 1 and their caps to at most the GPU's memory, never changes their limits, and refuses one that does not fit: the process exits with the node's one line. Opportunistic workers on that GPU get what the partitions leave."),
     Variable("COLOCATE_RANK", "<RANK>", "This worker's rank in its job, when the engine's name for it is not torchrun's `RANK` (read when this is unset). Workers with one COLOCATE_JOB_ID and ranks are one job: each registers as `JOB/RANK`."),
     Variable("COLOCATE_WORLD_SIZE", "<WORLD_SIZE>", "The number of workers in the job (torchrun's `WORLD_SIZE` when unset)."),
@@ -94,13 +98,13 @@ class JobEnv:
     enabled: bool = False
     job_id: str = ""
     token: str = ""
-    device: str = DeviceKind.SIM
+    device: DeviceKind = DeviceKind.SIM
     gpu: int = 0  # this process's GPU (a node index)
     gpus: tuple[int, ...] = ()  # the job's GPUs (COLOCATE_GPUS), in CUDA_VISIBLE_DEVICES order; () = just (gpu,)
     gpu_mem: int | None = None
     sm_share: float = 1.0
-    priority: str = Priority.GUARANTEED
-    on_cap: str = OnCap.HOST
+    klass: JobClass = JobClass.GUARANTEED  # the job class (COLOCATE_PRIORITY)
+    on_cap: OnCap = OnCap.HOST
     stats_dir: str | None = None
     node: str | None = None
     sim_core: int | None = None
@@ -108,7 +112,7 @@ class JobEnv:
     sim_host_gbps: float = 2.0
     log: str = "warning"
     boundary_warn_s: float = DEFAULT_BOUNDARY_WARN_S
-    yield_via: tuple[str, ...] = DEFAULT_YIELD
+    yield_via: tuple[YieldMode, ...] = DEFAULT_YIELD
     rank: int | None = None  # COLOCATE_RANK/LOCAL_RANK/WORLD_SIZE, else torchrun's RANK, ... (None: unset)
     local_rank: int | None = None
     world_size: int | None = None
@@ -120,6 +124,12 @@ class JobEnv:
     iterations: int | None = None  # COLOCATE_ITERATIONS: the total mini-batches the submitter said
     epochs: int | None = None  # COLOCATE_EPOCHS
     extra: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        """A vocabulary field given as its string becomes the member (ValueError, one line, for another string)."""
+        for name, vocab in (("device", DeviceKind), ("klass", JobClass), ("on_cap", OnCap)):
+            object.__setattr__(self, name, member(vocab, getattr(self, name), name))
+        object.__setattr__(self, "yield_via", tuple(member(YieldMode, m, "yield_via") for m in self.yield_via))
 
     @property
     def worker_id(self) -> str:
@@ -154,30 +164,30 @@ class JobEnv:
         if gpus and explicit is not None and explicit not in gpus:
             raise ValueError(f"COLOCATE_GPU={explicit}: must be one of COLOCATE_GPUS ({','.join(map(str, gpus))})")
         gpu = explicit if explicit is not None else (gpus[(local_rank or 0) % len(gpus)] if gpus else 0)
-        priority = parsed("COLOCATE_PRIORITY", _choice(PRIORITIES), Priority.GUARANTEED)
+        klass = parsed("COLOCATE_PRIORITY", _member(JobClass), JobClass.GUARANTEED)
         partition = parsed("COLOCATE_PARTITION", _flag, False)
         node = _get(env, "COLOCATE_NODE")
-        if partition and (priority != Priority.GUARANTEED or _get(env, "COLOCATE_SM_SHARE") is None
+        if partition and (klass != JobClass.GUARANTEED or _get(env, "COLOCATE_SM_SHARE") is None
                           or _get(env, "COLOCATE_GPU_MEM") is None):
             raise ValueError("COLOCATE_PARTITION=1: a partition is guaranteed and needs both COLOCATE_SM_SHARE "
                              "and COLOCATE_GPU_MEM (its share and cap)")
         node_required = parsed("COLOCATE_NODE_REQUIRED", _flag, False)
         if node_required and node is None:
             raise ValueError("COLOCATE_NODE_REQUIRED=1: COLOCATE_NODE is not set (the node coordinator's endpoint)")
-        if pick_gpu and (priority != Priority.OPPORTUNISTIC or node is None or explicit is not None):
+        if pick_gpu and (klass != JobClass.OPPORTUNISTIC or node is None or explicit is not None):
             raise ValueError("COLOCATE_GPUS=node: only an opportunistic worker with COLOCATE_NODE (and no "
                              "COLOCATE_GPU) has its GPU picked by the node")
         return cls(
             enabled=_get(env, "COLOCATE_ENABLED") == "1",
             job_id=_get(env, "COLOCATE_JOB_ID") or str(os.getpid()),
             token=_get(env, "COLOCATE_TOKEN") or "",
-            device=parsed("COLOCATE_DEVICE", _choice(DEVICES), DeviceKind.SIM),
+            device=parsed("COLOCATE_DEVICE", _member(DeviceKind), DeviceKind.SIM),
             gpu=gpu,
             gpus=gpus,
             gpu_mem=parsed("COLOCATE_GPU_MEM", parse_size, None),
             sm_share=parsed("COLOCATE_SM_SHARE", lambda r: parse_fraction(r, "share"), 1.0),
-            priority=priority,
-            on_cap=parsed("COLOCATE_ON_CAP", _choice(ON_CAP), OnCap.HOST),
+            klass=klass,
+            on_cap=parsed("COLOCATE_ON_CAP", _member(OnCap), OnCap.HOST),
             stats_dir=_get(env, "COLOCATE_STATS_DIR"),
             node=node,
             sim_core=parsed("COLOCATE_SIM_CORE", _cpu_core, None),
@@ -207,7 +217,7 @@ class JobEnv:
             "COLOCATE_JOB_ID": self.job_id,
             "COLOCATE_DEVICE": self.device,
             "COLOCATE_SM_SHARE": repr(float(self.sm_share)),
-            "COLOCATE_PRIORITY": self.priority,
+            "COLOCATE_PRIORITY": self.klass,
             "COLOCATE_ON_CAP": self.on_cap,
             "COLOCATE_SIM_GPU_MEM": str(self.sim_gpu_mem),
             "COLOCATE_SIM_HOST_GBPS": repr(float(self.sim_host_gbps)),
@@ -249,6 +259,14 @@ class JobEnv:
 
 # the validators of ``JobEnv.from_environ``: each takes the raw text and returns the value, or raises
 # ValueError saying what the value must be
+
+
+def _member(vocab: type[_E]) -> Callable[[str], _E]:
+    def fn(raw: str) -> _E:
+        if raw not in tuple(vocab):
+            raise ValueError(f"must be one of {', '.join(vocab)}")
+        return vocab(raw)
+    return fn
 
 
 def _choice(options) -> Callable[[str], str]:
@@ -331,7 +349,7 @@ def format_gpus(gpus) -> str:
     return ",".join(str(int(g)) for g in gpus)
 
 
-def parse_yield(raw: str) -> tuple[str, ...]:
+def parse_yield(raw: str) -> tuple[YieldMode, ...]:
     """``priority,gate`` -> ("priority", "gate"); ``none`` -> (); order and repeats do not matter."""
     words = [w.strip() for w in raw.split(",") if w.strip()]
     if words == ["none"]:

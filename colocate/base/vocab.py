@@ -2,23 +2,38 @@
 
 Each member's value is its wire string (the protocol, the journal, ``COLOCATE_*`` variables, command-line
 choices and config files all carry the value), so a member compares and hashes equal to its string and
-``str(member)`` is that string. Code names a member (``Priority.GUARANTEED``), never the literal; the protocol's
+``str(member)`` is that string. Code names a member (``JobClass.GUARANTEED``), never the literal; the protocol's
 field rules take their choices from these enums. This module imports nothing of colocate: every layer may use it.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypeVar
+
+_E = TypeVar("_E", bound=StrEnum)
 
 
-class Priority(StrEnum):
-    """A job's class: a guaranteed job owns its GPUs; an opportunistic one uses what they leave idle."""
+def member(vocab: type[_E], value: str, what: str) -> _E:
+    """``value`` (a member of ``vocab`` or its wire string) as the member; ``ValueError`` in one line naming
+    ``what`` and the choices for anything else. For records that accept the string where the member is meant."""
+    try:
+        return vocab(value)
+    except ValueError:
+        raise ValueError(f"{what}: must be one of {', '.join(vocab)}, got {value!r:.60}") from None
+
+
+class JobClass(StrEnum):
+    """A job's class: a guaranteed job owns its GPUs; an opportunistic one uses what they leave idle. The wire,
+    the journal, ``--priority``, ``COLOCATE_PRIORITY`` and ``runtime_env`` call it the job's *priority* (kept for
+    compatibility); in code it is ``klass`` or ``JobClass``, and "priority" means the device priority only
+    (``YieldMode.PRIORITY``, ``Register.priority_yield``)."""
 
     GUARANTEED = "guaranteed"
     OPPORTUNISTIC = "opportunistic"
 
 
-PRIORITIES = tuple(Priority)  # the choices (command-line options, COLOCATE_PRIORITY, job specs), in order
+JOB_CLASSES = tuple(JobClass)  # the choices (command-line options, COLOCATE_PRIORITY, job specs), in order
 
 
 class JobState(StrEnum):
@@ -68,6 +83,33 @@ class Phase(StrEnum):
     BASELINE = "baseline"
     PAUSED = "paused"
     RUNNING = "running"
+
+
+class SloState(StrEnum):
+    """A worker's label from its node (``Want.slo_state``, ``JobInfo.slo_state``, ``colocate top``): who set its
+    limits and why. A guaranteed job under ``adaptive``: ``baseline``/``ok``/``violated``/``idle``; an
+    opportunistic one: a held ``Phase`` (``baseline``, ``paused``), ``running`` (pause-or-full), AIMD's
+    ``growing``/``holding``/``backoff``, ``full`` (no guaranteed job, or it idles), ``paused-mem``; the other
+    policies' labels; ``new`` before any plan, ``override`` under ``colocate ctl set``, ``partition``."""
+
+    NEW = "new"
+    OVERRIDE = "override"
+    PARTITION = "partition"
+    EXCLUSIVE = "exclusive"
+    STATIC = "static"
+    PACKED = "packed"
+    WAITING = "waiting"
+    BASELINE = "baseline"
+    OK = "ok"
+    VIOLATED = "violated"
+    IDLE = "idle"
+    PAUSED = "paused"
+    RUNNING = "running"
+    FULL = "full"
+    GROWING = "growing"
+    HOLDING = "holding"
+    BACKOFF = "backoff"
+    PAUSED_MEM = "paused-mem"
 
 
 class Engine(StrEnum):

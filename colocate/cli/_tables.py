@@ -17,7 +17,7 @@ from rich.text import Text
 
 from colocate import protocol as P
 from colocate.base.units import format_size
-from colocate.base.vocab import JobState, Phase, Priority
+from colocate.base.vocab import JobClass, JobState, Phase
 
 WIDE = 400  # columns of the console when output is not a terminal
 
@@ -77,8 +77,8 @@ def gpu_table(listing: P.CtlJobs, bars: bool = False) -> Table:
 
 def job_table(listing: P.CtlJobs) -> Table:
     rows = []
-    for j in sorted(listing.jobs, key=lambda j: (j.gpu, j.priority != Priority.GUARANTEED, j.job_id)):
-        rows.append((j.job_id, str(j.gpu), Text(j.priority, style="bold" if j.priority == Priority.GUARANTEED else ""),
+    for j in sorted(listing.jobs, key=lambda j: (j.gpu, j.priority != JobClass.GUARANTEED, j.job_id)):
+        rows.append((j.job_id, str(j.gpu), Text(j.priority, style="bold" if j.priority == JobClass.GUARANTEED else ""),
                      str(j.pid), format_size(j.mem_cap), f"{j.sm_share:.2f}", format_size(j.mem_reserved),
                      Text(format_size(j.host_bytes), style="red" if j.host_bytes else ""), f"{j.throughput:.1f}",
                      Text(j.slo_state or "-", style=SLO_STYLES.get(j.slo_state, "")), str(j.iterations)))

@@ -7,7 +7,7 @@ import sys
 
 from colocate.base.env import DEVICE_CHOICES, LOG_LEVELS, ON_CAP, parse_gpus
 from colocate.base.units import parse_size
-from colocate.base.vocab import PRIORITIES, OnCap, Priority
+from colocate.base.vocab import JOB_CLASSES, JobClass, OnCap
 from colocate.cli._common import ENDPOINT, NONNEG_INT, POSITIVE_INT, SHARE, SIZE, argtype
 
 GPU_LIST = argtype(parse_gpus, "gpus")
@@ -63,7 +63,7 @@ def register(sub) -> None:
     p.add_argument("--sm-share", type=SHARE, default=1.0, metavar="F",
                    help="compute share 0..1: the job's device busy fraction is held at or below F (default 1); "
                         "under a node, the most the node will give")
-    p.add_argument("--priority", choices=PRIORITIES, default=Priority.GUARANTEED,
+    p.add_argument("--priority", choices=JOB_CLASSES, default=JobClass.GUARANTEED,
                    help="guaranteed (default) or opportunistic")
     p.add_argument("--partition", action="store_true",
                    help="guaranteed only: hold a fixed partition of the GPU, --gpu-mem and --sm-share, which the "
@@ -101,11 +101,11 @@ def main(args) -> int:
     if command and command[0] == "--":
         command = command[1:]
     try:
-        if args.partition and (args.gpu_mem is None or args.priority != Priority.GUARANTEED):
+        if args.partition and (args.gpu_mem is None or args.priority != JobClass.GUARANTEED):
             raise LaunchError("--partition needs --gpu-mem and a guaranteed job")
         spec = RunSpec(
             command=tuple(command), device=resolve(args.device), gpus=tuple(args.gpus), gpu_mem=args.gpu_mem,
-            sm_share=args.sm_share, priority=args.priority, on_cap=args.on_cap, stats_file=args.stats_file,
+            sm_share=args.sm_share, klass=args.priority, on_cap=args.on_cap, stats_file=args.stats_file,
             job_id=args.job_id, node=args.node, sim_gpu_mem=args.sim_gpu_mem, log=args.log, exit_file=args.exit_file,
             lease_file=args.lease_file, partition=args.partition, iterations=args.iterations, epochs=args.epochs,
         )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from colocate.base.vocab import PRIORITIES, Priority
+from colocate.base.vocab import JOB_CLASSES, JobClass
 from colocate.cli._common import (
     DURATION,
     POSITIVE_INT,
@@ -60,7 +60,7 @@ def register(sub) -> None:
     p.add_argument("--workers", type=POSITIVE_INT, default=1, metavar="W", help="workers in the gang (default 1)")
     p.add_argument("--gpu-mem", type=SIZE, default=0, metavar="SIZE",
                    help="GPU memory per GPU, e.g. 8GiB (opportunistic: its ceiling; default: not stated)")
-    p.add_argument("--priority", choices=PRIORITIES, default=Priority.GUARANTEED,
+    p.add_argument("--priority", choices=JOB_CLASSES, default=JobClass.GUARANTEED,
                    help="guaranteed: reserved GPUs (the default); opportunistic: idle capacity, may be preempted")
     p.add_argument("--queue", default="", help="queue (default: the policy's choice)")
     p.add_argument("--estimate", type=DURATION, default=None, metavar="DURATION",
@@ -151,8 +151,8 @@ def _entry(line: str, args, environ: dict):
         if key in d and not isinstance(d[key], str):
             raise ValueError(f"\"{key}\" must be a string")
     priority = d.get("priority", args.priority)
-    if priority not in PRIORITIES:
-        raise ValueError(f"\"priority\" must be one of {', '.join(PRIORITIES)}, not {priority[:40]!r}")
+    if priority not in JOB_CLASSES:
+        raise ValueError(f"\"priority\" must be one of {', '.join(JOB_CLASSES)}, not {priority[:40]!r}")
     gpu_mem = parse_size(d["gpu_mem"]) if "gpu_mem" in d else args.gpu_mem
     estimate = parse_duration(d["estimate"]) if d.get("estimate") is not None else args.estimate
     return request_from_here(command, workers=ints["workers"], gpus=ints["gpus"], gpu_mem=gpu_mem,

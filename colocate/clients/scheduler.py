@@ -28,7 +28,7 @@ from colocate import protocol as P
 from colocate.base import endpoints
 from colocate.base import keys as K
 from colocate.base.commandline import python_script
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 from colocate.clients import rpc
 
 SUBMIT_ATTEMPTS = 3
@@ -37,13 +37,13 @@ _M = TypeVar("_M", bound=P.Message)
 
 
 class Refused(rpc.RpcError):
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: P.ErrorCode, message: str):
         super().__init__(message)
         self.code = code
 
 
 def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1, gpu_mem: int = 0,  # noqa: PLR0913 (a request's fields, by name)
-                      priority: str = Priority.GUARANTEED, queue: str = "", name: str = "",
+                      priority: JobClass = JobClass.GUARANTEED, queue: str = "", name: str = "",
                       estimate_s: float | None = None, environ: Mapping[str, str] | None = None,
                       iterations: int | None = None, epochs: int | None = None,
                       cwd: str | None = None) -> P.JobRequest:

@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 from colocate.demo.node import EXAMPLES
 from colocate.node.accounts import USERS_FILE
 
@@ -38,7 +38,7 @@ class Submission:
     script: str
     args: tuple[str, ...] = ()
     workers: int = 1
-    priority: str = Priority.GUARANTEED
+    klass: JobClass = JobClass.GUARANTEED
     estimate_s: float | None = None
 
 
@@ -51,9 +51,9 @@ def stream(duration: float) -> tuple[Submission, ...]:
                    estimate_s=2 * d),
         Submission(0.0, "cnn-a", "train_cnn.py", ("--duration", f"{d:g}", "--host-ms", "14", *ck), estimate_s=1.5 * d),
         Submission(2.0, "lm-opportunistic", "train_transformer.py", ("--duration", f"{2 * d:g}", "--host-ms", "0", *ck),
-                   priority=Priority.OPPORTUNISTIC),
+                   klass=JobClass.OPPORTUNISTIC),
         Submission(2.0, "recsys-opportunistic", "train_recsys.py", ("--duration", f"{1.5 * d:g}", "--host-ms", "0", *ck),
-                   priority=Priority.OPPORTUNISTIC),
+                   klass=JobClass.OPPORTUNISTIC),
         Submission(4.0, "cnn-b", "train_cnn.py", ("--duration", f"{d:g}", "--host-ms", "14", *ck), estimate_s=1.5 * d),
         Submission(6.0, "recsys-c", "train_recsys.py", ("--duration", f"{0.6 * d:g}", "--host-ms", "15", *ck),
                    estimate_s=d),
@@ -154,7 +154,7 @@ def run_cluster(workdir: str, duration: float = 20.0, sim_gpus: int = 2, progres
                 sub = todo.pop(0)
                 args = [a.format(name=sub.name) for a in sub.args]
                 req = request_from_here([py, str(EXAMPLES / sub.script), *args, "--log-every", "0"],
-                                        workers=sub.workers, gpus=1, priority=sub.priority, name=sub.name,
+                                        workers=sub.workers, gpus=1, priority=sub.klass, name=sub.name,
                                         estimate_s=sub.estimate_s, cwd=workdir)
                 run.names[client.submit(req)] = sub.name
             try:
@@ -228,7 +228,7 @@ def analyse(run: ClusterRun) -> tuple[list[dict], dict]:
             "workers": j.workers, "queue_wait_s": (j.started_at - j.submitted_at) if j.started_at else None,
             "completion_s": (j.ended_at - j.submitted_at) if j.ended_at else None, "attempts": j.attempts,
             "nodes": list(j.nodes), "exit_code": j.exit_code,
-            "beside_guaranteed": (with_g / ran) if j.priority == Priority.OPPORTUNISTIC and ran else None,
+            "beside_guaranteed": (with_g / ran) if j.priority == JobClass.OPPORTUNISTIC and ran else None,
         })
     return rows, series
 

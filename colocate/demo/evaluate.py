@@ -16,12 +16,12 @@ its report (``node_t``) inside it, with its busy time.
 
 from __future__ import annotations
 
-from colocate.base.vocab import Phase, Priority
+from colocate.base.vocab import JobClass, Phase
 from colocate.node.record import Batch
 
 
 def window(batches: list[Batch], warmup_s: float) -> tuple[float, float]:
-    g = [b.node_t for b in batches if b.priority == Priority.GUARANTEED]
+    g = [b.node_t for b in batches if b.klass == JobClass.GUARANTEED]
     src = g or [b.node_t for b in batches]
     if not src:
         return 0.0, 0.0
@@ -35,7 +35,7 @@ def job_figures(batches: list[Batch], t0: float, t1: float) -> dict:
     for b in batches:
         if not (t0 < b.node_t <= t1):
             continue
-        f = out.setdefault(b.job_id, {"priority": b.priority, "batches": 0, "busy_s": 0.0})
+        f = out.setdefault(b.job_id, {"priority": b.klass, "batches": 0, "busy_s": 0.0})
         f["batches"] += 1
         f["busy_s"] += b.busy_s
     for f in out.values():

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from colocate.base.vocab import Phase, Priority
+from colocate.base.vocab import JobClass, Phase
 from colocate.demo import evaluate as ev
 from colocate.node import record
 from colocate.node.config import POLICY_NAMES
@@ -33,14 +33,14 @@ SOLO_G = ("solo-guaranteed", "solo-guaranteed-after")  # first and last run of a
 @dataclass(frozen=True)
 class JobSpec:
     job_id: str
-    priority: str
+    klass: JobClass
     script: str
     args: tuple[str, ...] = ()
     gpu_mem: str | None = None
 
     def command(self, endpoint: str, stats: str, duration: float) -> list[str]:
         cmd = [sys.executable, "-m", "colocate", "run", "--device", "sim", "--node", endpoint, "--job-id",
-               self.job_id, "--priority", self.priority, "--stats-file", stats]
+               self.job_id, "--priority", self.klass, "--stats-file", stats]
         if self.gpu_mem:
             cmd += ["--gpu-mem", self.gpu_mem]
         return cmd + ["--", sys.executable, str(EXAMPLES / self.script), "--duration", str(duration),
@@ -56,14 +56,14 @@ class Pair:
 
 PAIRS = {
     "cnn+transformer": Pair("cnn+transformer",
-                            JobSpec("guaranteed-cnn", Priority.GUARANTEED, "train_cnn.py", ("--host-ms", "14"), "4GiB"),
-                            JobSpec("opportunistic-lm", Priority.OPPORTUNISTIC, "train_transformer.py", ("--host-ms", "0"))),
+                            JobSpec("guaranteed-cnn", JobClass.GUARANTEED, "train_cnn.py", ("--host-ms", "14"), "4GiB"),
+                            JobSpec("opportunistic-lm", JobClass.OPPORTUNISTIC, "train_transformer.py", ("--host-ms", "0"))),
     "recsys+cnn": Pair("recsys+cnn",
-                       JobSpec("guaranteed-recsys", Priority.GUARANTEED, "train_recsys.py", ("--host-ms", "15"), "4GiB"),
-                       JobSpec("opportunistic-cnn", Priority.OPPORTUNISTIC, "train_cnn.py", ("--host-ms", "0"))),
+                       JobSpec("guaranteed-recsys", JobClass.GUARANTEED, "train_recsys.py", ("--host-ms", "15"), "4GiB"),
+                       JobSpec("opportunistic-cnn", JobClass.OPPORTUNISTIC, "train_cnn.py", ("--host-ms", "0"))),
     "transformer+recsys": Pair("transformer+recsys",
-                               JobSpec("guaranteed-lm", Priority.GUARANTEED, "train_transformer.py", ("--host-ms", "16"), "4GiB"),
-                               JobSpec("opportunistic-recsys", Priority.OPPORTUNISTIC, "train_recsys.py", ("--host-ms", "0"))),
+                               JobSpec("guaranteed-lm", JobClass.GUARANTEED, "train_transformer.py", ("--host-ms", "16"), "4GiB"),
+                               JobSpec("opportunistic-recsys", JobClass.OPPORTUNISTIC, "train_recsys.py", ("--host-ms", "0"))),
 }
 
 

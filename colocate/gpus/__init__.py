@@ -20,7 +20,7 @@ def cuda_available() -> bool:
     return nvml.device_count() > 0
 
 
-def resolve(kind: str) -> str:
+def resolve(kind: str) -> DeviceKind:
     """Map ``auto|cuda|sim`` to a concrete kind; ValueError on anything else.
 
     ``auto`` on a machine with an NVIDIA driver but without ``nvidia-ml-py`` is an error too: it
@@ -36,7 +36,7 @@ def resolve(kind: str) -> str:
         return DeviceKind.CUDA if cuda_available() else DeviceKind.SIM
     if kind == DeviceKind.CUDA and not cuda_available():
         raise ValueError("--device cuda: no CUDA GPU is visible (NVML found none); use --device sim or auto")
-    return kind
+    return DeviceKind(kind)
 
 
 def node_gpus(kind: str, sim_gpus: int | list[tuple[str, float]] = 1, sim_gpu_mem: int = 16 << 30) -> list[GpuSpec]:

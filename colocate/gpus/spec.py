@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from colocate.base.vocab import DeviceKind
+
 
 @dataclass(frozen=True)
 class GpuSpec:
     """One GPU as a node coordinator sees it. ``core`` is the CPU core of a sim GPU."""
 
     index: int
-    kind: str  # one of colocate.base.env.DEVICES
+    kind: DeviceKind
     mem_total: int  # bytes
     name: str = ""
     core: int | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import MISSING, dataclass, field, fields, replace
+from enum import StrEnum
 
 from colocate.base.vocab import NodePolicy
 
@@ -25,7 +26,7 @@ def _c(default, doc: str):
 
 @dataclass(frozen=True)
 class NodeConfig:
-    policy: str = _c(NodePolicy.ADAPTIVE.value, "co-location policy: " + ", ".join(POLICY_NAMES))
+    policy: NodePolicy = _c(NodePolicy.ADAPTIVE, "co-location policy: " + ", ".join(POLICY_NAMES))
     # --- adaptive (pause-or-full or AIMD on the opportunistic share, guarded by the guaranteed job's SLO)
     slo_slowdown: float = _c(0.05, "adaptive: the guaranteed job's mini-batch time may exceed its solo baseline by this fraction")
     baseline_batches: int = _c(16, "adaptive: guaranteed batches profiled alone (opportunistic jobs paused) for the baseline")
@@ -57,6 +58,7 @@ class NodeConfig:
     def __post_init__(self):
         if self.policy not in POLICY_NAMES:
             raise ValueError(f"policy: unknown {self.policy!r}, use one of {', '.join(POLICY_NAMES)}")
+        object.__setattr__(self, "policy", NodePolicy(self.policy))  # a name given as a string becomes the member
         for name in ("slo_slowdown", "slo_grow_fraction", "opp_start_share", "opp_share_step", "opp_min_share",
                      "opp_start_mem_fraction", "static_share", "static_mem_fraction"):
             v = getattr(self, name)
@@ -88,6 +90,8 @@ class NodeConfig:
             if key not in known:
                 raise ValueError(f"unknown config key {key!r}")
             want = type(getattr(cls(), key))
+            if issubclass(want, StrEnum):  # a vocabulary member is written as its string
+                want = str
             if want is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             if type(value) is not want:

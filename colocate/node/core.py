@@ -36,7 +36,7 @@ from itertools import chain
 from typing import Any
 
 from colocate import protocol as P
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass, SloState
 from colocate.gpus.spec import GpuSpec
 from colocate.node import progress
 from colocate.node.claims import WHOLE, Claim, conflict
@@ -52,7 +52,6 @@ __all__ = ["NodeCore", "Send", "Reply", "Note", "Tick", "JobLost"]
 WORKER = "\x00worker:"  # a registered worker's claim owner: never a placement key
 
 PICK_WINDOW_S = 10.0  # a picked GPU is the least utilized over this window (AntMan's rule, as the scheduler's)
-PARTITION_STATE = "partition"  # a fixed partition's slo_state
 
 
 class NodeCore(PlacementRules):
@@ -120,10 +119,10 @@ class NodeCore(PlacementRules):
         gpu = self.gpus[index]
         claim = m.sm_request if m.partition else WHOLE
         holder = self._guaranteed_holder(gpu, m.job_id, m.job, claim)
-        priority = Priority.GUARANTEED if m.job in self.promoted and holder is None else m.priority
-        if priority == Priority.GUARANTEED and holder is not None:
+        klass = JobClass.GUARANTEED if m.job in self.promoted and holder is None else m.priority
+        if klass == JobClass.GUARANTEED and holder is not None:
             return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id, message=self._no_room(gpu, m, holder)))]
-        if m.partition and priority == Priority.GUARANTEED:
+        if m.partition and klass == JobClass.GUARANTEED:
             held = sum(int(self.jobs[j].mem_request or 0) for j in gpu.jobs
                        if j != m.job_id and self.jobs[j].partition)
             if held + int(m.mem_request or 0) > gpu.spec.mem_total:
@@ -134,10 +133,10 @@ class NodeCore(PlacementRules):
             self._drop(old.job_id)
             old = None
         if old is None:
-            job = RegisteredWorker(job_id=m.job_id, gpu=index, priority=priority, pid=m.pid, mem_request=m.mem_request,
+            job = RegisteredWorker(job_id=m.job_id, gpu=index, klass=klass, pid=m.pid, mem_request=m.mem_request,
                            sm_request=m.sm_request, registered_at=now, last_seen=now, token=m.token,
                            limits=P.Limits(seq=0, mem_cap=m.mem_cap, sm_share=m.sm_share, gate=False),
-                           job=m.job, rank=m.rank, partition=m.partition and priority == Priority.GUARANTEED,
+                           job=m.job, rank=m.rank, partition=m.partition and klass == JobClass.GUARANTEED,
                            priority_yield=m.priority_yield)
             self.jobs[m.job_id] = job
             gpu.jobs.append(m.job_id)
@@ -255,7 +254,7 @@ class NodeCore(PlacementRules):
             if holder is not None:
                 out.append(Note("warning", f"{w.job_id} stays opportunistic: GPU {w.gpu} runs guaranteed job {holder}"))
                 continue
-            w.priority = Priority.GUARANTEED
+            w.klass = JobClass.GUARANTEED
             out += self._replan(gpu, now)
         return out
 
@@ -285,10 +284,10 @@ class NodeCore(PlacementRules):
         for j in self.jobs.values():
             last = j.last
             jobs.append(P.JobInfo(
-                job_id=j.job_id, gpu=j.gpu, priority=j.priority, pid=j.pid, mem_cap=j.limits.mem_cap,
+                job_id=j.job_id, gpu=j.gpu, priority=j.klass, pid=j.pid, mem_cap=j.limits.mem_cap,
                 sm_share=j.limits.sm_share, mem_reserved=last.mem_reserved if last else 0,
                 mem_allocated_peak=last.mem_allocated_peak if last else 0, host_bytes=last.host_bytes if last else 0,
-                throughput=j.throughput(), slo_state=j.slo_state[:32], iterations=j.iterations))
+                throughput=j.throughput(), slo_state=j.slo_state, iterations=j.iterations))
         return P.CtlJobs(node_epoch=self.node_epoch, gpus=tuple(gpus), jobs=tuple(jobs))
 
     def _guaranteed_holder(self, gpu: LocalGpu, job_id: str, job: str, share: float = WHOLE) -> str | None:
@@ -357,7 +356,7 @@ class NodeCore(PlacementRules):
             if want.mem_cap > left:
                 wants[job_id] = Want(left, want.sm_share, want.gate, want.slo_state)
         for p in parts:
-            wants[p.job_id] = Want(int(p.mem_request or 0), p.sm_request, False, PARTITION_STATE)
+            wants[p.job_id] = Want(int(p.mem_request or 0), p.sm_request, False, SloState.PARTITION)
         return wants
 
     def _limits_for(self, job: RegisteredWorker, want: Want | None, bump: bool = False) -> P.Limits:
@@ -367,7 +366,7 @@ class NodeCore(PlacementRules):
         cap = cur.mem_cap if want is None else want.mem_cap
         share = cur.sm_share if want is None else want.sm_share
         gate = cur.gate if want is None else want.gate
-        if want is not None and want.slo_state:
+        if want is not None and want.slo_state is not None:
             job.slo_state = want.slo_state
         if job.mem_request is not None:
             cap = min(cap, job.mem_request)
@@ -376,7 +375,7 @@ class NodeCore(PlacementRules):
             cap = job.override_cap
         if job.override_share is not None:
             share = job.override_share
-            job.slo_state = "override"
+            job.slo_state = SloState.OVERRIDE
         new = P.Limits(seq=cur.seq, mem_cap=int(cap), sm_share=round(float(share), 4), gate=bool(gate))
         if bump or new != cur:
             new = P.Limits(seq=cur.seq + 1, mem_cap=new.mem_cap, sm_share=new.sm_share, gate=new.gate)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 
 class NodeCollector:
@@ -49,8 +49,8 @@ class NodeCollector:
                 i = str(g.spec.index)
                 gpu_mem.add_metric([i, g.spec.kind], g.spec.mem_total)
                 gpu_util.add_metric([i], g.utilization(now))
-                for prio in (Priority.GUARANTEED, Priority.OPPORTUNISTIC):
-                    gpu_jobs.add_metric([i, prio], sum(1 for j in g.jobs if core.jobs[j].priority == prio))
+                for prio in (JobClass.GUARANTEED, JobClass.OPPORTUNISTIC):
+                    gpu_jobs.add_metric([i, prio], sum(1 for j in g.jobs if core.jobs[j].klass == prio))
             labels = ["job", "gpu", "priority"]
             fam: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
                 "cap": GaugeMetricFamily("colocate_job_memory_cap_bytes", "Memory cap", labels=labels),
@@ -64,7 +64,7 @@ class NodeCollector:
                 "upd": CounterMetricFamily("colocate_job_limit_updates", "Limit updates sent", labels=labels),
             }
             for j in core.jobs.values():
-                lv = [j.job_id, str(j.gpu), j.priority]
+                lv = [j.job_id, str(j.gpu), j.klass]
                 last = j.last
                 fam["cap"].add_metric(lv, j.limits.mem_cap)
                 fam["res"].add_metric(lv, last.mem_reserved if last else 0)

@@ -33,7 +33,7 @@ from itertools import chain
 from typing import Any
 
 from colocate import protocol as P
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 from colocate.node import events as E
 from colocate.node.claims import Claim, conflict
 from colocate.node.commands import Command, Launch, Note, Report, Save, Signal
@@ -92,7 +92,7 @@ class PlacementRules:
         """Every running guaranteed (or promoted) placed worker's GPUs, owned by its placement's key (the
         placements of job ``except_job`` left out)."""
         for key, p in self.table.placements.items():
-            if p.priority == Priority.GUARANTEED and p.job_id != except_job:
+            if p.klass == JobClass.GUARANTEED and p.job_id != except_job:
                 for w in p.workers:
                     if w.running:
                         yield from (Claim(g, key) for g in w.gpus)
@@ -148,7 +148,7 @@ class PlacementRules:
             return f"GPU {missing[0]} is not on this node (it has {','.join(map(str, sorted(have))) or 'none'})"
         if len(set(gpus)) != len(gpus):
             return "two workers share a GPU"
-        if msg.priority == Priority.GUARANTEED:
+        if msg.priority == JobClass.GUARANTEED:
             return self._exclusive(msg, gpus)
         return None
 
@@ -174,7 +174,7 @@ class PlacementRules:
     def _launched(self, e: E.Launched, now: float) -> list[Command]:
         msg = e.msg
         key = scoped(msg.cluster_id, msg.placement_id)
-        p = LocalPlacement(placement_id=msg.placement_id, job_id=msg.job_id, priority=msg.priority,
+        p = LocalPlacement(placement_id=msg.placement_id, job_id=msg.job_id, klass=msg.priority,
                       workers=list(e.workers), cluster=msg.cluster_id)
         self.table.placements[key] = p
         started = ", ".join(f"rank {w.rank} pid {w.pid} GPU {','.join(map(str, w.gpus))}" for w in p.workers)
@@ -194,7 +194,7 @@ class PlacementRules:
         return [Save(), Note("warning", f"refused placement {msg.placement_id} of job {msg.job_id}: {reason}"),
                 *self._report(msg.cluster_id, self._refusal(msg, reason))]
 
-    def _refusal(self, msg: P.StartPlacement, reason: str, code: str = P.REFUSED) -> P.StartRefused:
+    def _refusal(self, msg: P.StartPlacement, reason: str, code: P.Refusal = P.REFUSED) -> P.StartRefused:
         return P.StartRefused(node_id=self.node_id, epoch=self.node_epoch, job_id=msg.job_id,
                               placement_id=msg.placement_id, reason=reason[: P.MAX_TEXT_CHARS], code=code)
 
@@ -237,7 +237,7 @@ class PlacementRules:
             return [Note("warning", f"promote: placement {e.placement_id} is not running here")]
         out: list[Command] = []
         if not p.promoted:
-            p.promoted, p.priority = True, Priority.GUARANTEED
+            p.promoted, p.klass = True, JobClass.GUARANTEED
             out.append(Save())
         out.append(Note("info", f"placement {p.placement_id} of job {p.job_id} promoted: guaranteed from now on"))
         return out + self._guarantee(p.job_id, True, now)

@@ -1,7 +1,7 @@
 """Node policies: given one GPU's jobs and ``now``, the limits each job should have.
 
 A policy is a class with ``plan(gpu, jobs, cfg, now) -> {job_id: Want}``; it may
-keep its own per-GPU state in ``gpu.policy`` and label jobs through
+keep its own per-GPU state in ``gpu.policy`` (a record of its own type) and label jobs through
 ``Want.slo_state``. Policies never read a clock and never do I/O; NodeCore
 applies operator overrides on top and sends what changed. Chosen by name from
 configuration (``NodeConfig.policy``), never by branching on the name.
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from colocate.base.vocab import NodePolicy, Phase
+from colocate.base.vocab import NodePolicy, Phase, SloState
 from colocate.node.config import POLICY_NAMES, NodeConfig
 from colocate.node.state import GuaranteedSide, LocalGpu, RegisteredWorker
 
@@ -29,7 +29,7 @@ class Want:
     mem_cap: int
     sm_share: float
     gate: bool = False
-    slo_state: str = ""
+    slo_state: SloState | None = None  # the job's new label; None: it keeps the one it has
 
 
 PlanJob = RegisteredWorker | GuaranteedSide  # what a policy plans for: a worker, or a GPU's partitions as one
@@ -80,16 +80,16 @@ class Exclusive:
         total = gpu.spec.mem_total
         out = {}
         if g:
-            out[g.job_id] = Want(_g_cap(g, total), 1.0, False, NodePolicy.EXCLUSIVE)
+            out[g.job_id] = Want(_g_cap(g, total), 1.0, False, SloState.EXCLUSIVE)
         for j in opps:
             out[j.job_id] = Want(total - (_g_cap(g, total) if g else 0), 0.0 if g else 1.0 / len(opps), False,
-                                 "waiting" if g else "running")
+                                 SloState.WAITING if g else SloState.RUNNING)
         return out
 
 
 class Pack:
     def plan(self, gpu: LocalGpu, jobs: Sequence[PlanJob], cfg: NodeConfig, now: float) -> dict[str, Want]:
-        return {j.job_id: Want(gpu.spec.mem_total, 1.0, False, "packed") for j in jobs}
+        return {j.job_id: Want(gpu.spec.mem_total, 1.0, False, SloState.PACKED) for j in jobs}
 
 
 class Static:
@@ -99,11 +99,38 @@ class Static:
         out = {}
         opp_share, opp_mem = 1.0, total
         if g:
-            out[g.job_id] = Want(int(total * cfg.static_mem_fraction), cfg.static_share, False, NodePolicy.STATIC)
+            out[g.job_id] = Want(int(total * cfg.static_mem_fraction), cfg.static_share, False, SloState.STATIC)
             opp_share, opp_mem = 1.0 - cfg.static_share, int(total * (1.0 - cfg.static_mem_fraction))
         for j in opps:
-            out[j.job_id] = Want(opp_mem // len(opps), opp_share / len(opps), False, NodePolicy.STATIC)
+            out[j.job_id] = Want(opp_mem // len(opps), opp_share / len(opps), False, SloState.STATIC)
         return out
+
+
+@dataclass(slots=True)
+class AdaptiveState:
+    """``Adaptive``'s state for one GPU (``LocalGpu.policy``), about one guaranteed job: made afresh when another
+    guaranteed job is the GPU's, dropped when none is. Durations are seconds of the job's batches, times the
+    node's ``now``, iterations the guaranteed job's batch count."""
+
+    job: str  # the guaranteed job these figures are about
+    budget: float  # AIMD's opportunistic compute budget, a share in [opp_min_share, 1]
+    trend: int = 1  # AIMD's last step: 1 growing, 0 holding, -1 backing off
+    breaks: int = 0  # SLO breaks in a row, each within pause_recur_windows of the last resume
+    profiling: bool = False  # opportunistic jobs are held while the guaranteed job's solo batches are profiled
+    why: Phase = Phase.BASELINE  # the hold's reason: a first or periodic baseline, or a pause after a break
+    need: int = 0  # solo batches this profile takes
+    quiet: bool = False  # every opportunistic job has confirmed its pause: the profile counts batches
+    since: float = 0.0  # when the hold began
+    from_iter: int = 0  # the first batch of the profile
+    baseline: float = 0.0  # the solo median batch time the SLO is measured against
+    baseline_at: float = 0.0  # when the baseline was profiled
+    next_iter: int = 0  # the batch that ends the current decision window
+    resumed: int = 0  # the batch count when opportunistic jobs last resumed
+    seen: int = 0  # the batch count at the last plan
+    ok: bool = True  # the last window (or profile) met the SLO
+    broken: float = 0.0  # the median of the window that broke the SLO (pause-or-full)
+    after_break: int | None = None  # the resume that ended the last break's pause (None: no break yet)
+    over: int = 0  # AIMD windows over the SLO in a row
 
 
 class Adaptive:
@@ -145,11 +172,11 @@ class Adaptive:
     """
 
     def plan(self, gpu: LocalGpu, jobs: Sequence[PlanJob], cfg: NodeConfig, now: float) -> dict[str, Want]:
-        st = gpu.policy
         g, opps = _split(jobs)
         total = gpu.spec.mem_total
         out = {}
-        g_state, budget, hold = self._budget(st, g, opps, cfg, now)
+        g_state, budget, hold = self._budget(gpu, g, opps, cfg, now)
+        st = gpu.policy
         if g:
             out[g.job_id] = Want(_g_cap(g, total), 1.0, False, g_state)
             recent = list(g.recent)[-8:]
@@ -160,116 +187,118 @@ class Adaptive:
         if not opps:
             return out
         fair = avail // len(opps)
-        idle_g = g is None or g_state == "idle"
+        idle_g = g is None or g_state == SloState.IDLE
         aimd = [j for j in opps if not _pause_or_full(j)]
         shares = dict(zip((j.job_id for j in aimd),
                           water_fill(budget, [self._demand(j) for j in aimd], cfg.opp_min_share)))
-        trend = st.get("trend", 1)
+        trend = st.trend if isinstance(st, AdaptiveState) else 1
         for j in opps:
             cap = fair if g is None else self._opp_cap(j, fair, avail, cfg)
+            state: SloState
             if idle_g:
-                share, state = shares.get(j.job_id, 1.0), "full"
-            elif hold:
-                share, state = 0.0, hold
+                share, state = shares.get(j.job_id, 1.0), SloState.FULL
+            elif hold is not None:
+                share, state = 0.0, SloState(hold)
             elif j.job_id not in shares:
-                share, state = 1.0, Phase.RUNNING
+                share, state = 1.0, SloState.RUNNING
             else:
                 share = shares[j.job_id]
-                state = "growing" if trend > 0 else "holding" if trend == 0 else "backoff"
+                state = SloState.GROWING if trend > 0 else SloState.HOLDING if trend == 0 else SloState.BACKOFF
             last = j.last
             if last is not None and last.mem_floor > cap:
-                share, state = 0.0, "paused-mem"
+                share, state = 0.0, SloState.PAUSED_MEM
             out[j.job_id] = Want(cap, share, cfg.gate and g is not None, state)
         return out
 
     # -- compute -----------------------------------------------------------------
-    def _budget(self, st, g, opps, cfg, now):
+    def _budget(self, gpu: LocalGpu, g: PlanJob | None, opps: list[PlanJob], cfg: NodeConfig,
+                now: float) -> tuple[SloState | None, float, Phase | None]:
         """(guaranteed job's label, AIMD budget, hold): ``hold`` is the ``Phase`` every opportunistic
-        job waits in (share 0), or "" when they run."""
+        job waits in (share 0), or None when they run. Keeps ``gpu.policy`` (an ``AdaptiveState``)."""
         if g is None:
-            st.clear()
-            return "", 1.0, ""
-        if st.get("job") != g.job_id:
-            st.clear()
-            st.update(job=g.job_id, budget=cfg.opp_start_share, trend=1, breaks=0)
+            gpu.policy = None
+            return None, 1.0, None
+        st = gpu.policy
+        if not isinstance(st, AdaptiveState) or st.job != g.job_id:
+            st = gpu.policy = AdaptiveState(job=g.job_id, budget=cfg.opp_start_share)
             _hold(st, now, Phase.BASELINE, cfg.baseline_batches)
         last_t = g.last_report_at if g.last_report_at is not None else g.registered_at
         if now - last_t > cfg.guaranteed_idle_s or (g.override_share == 0.0):
-            return "idle", 1.0, ""
-        if st["phase"] == Phase.BASELINE:
+            return SloState.IDLE, 1.0, None
+        if st.profiling:
             # profile only while every opportunistic job has confirmed its pause (at a boundary, or at
             # once before its first device work); one that joins meanwhile restarts the count
             paused = all(j.limits.sm_share == 0.0 and j.applied_seq >= j.limits.seq for j in opps)
-            if not (paused or now - st["since"] > cfg.baseline_quiet_timeout_s):
-                st["quiet"] = False
-                return Phase.BASELINE, 0.0, st["why"]
-            if not st["quiet"]:
-                st.update(quiet=True, from_iter=max(g.iterations + 1, cfg.baseline_warmup_batches))
-            if g.iterations - st["from_iter"] < st["need"]:
-                return Phase.BASELINE, 0.0, st["why"]
-            reps = list(g.recent)[-st["need"]:]
-            st.update(phase="steady", baseline=statistics.median(r.duration_s for r in reps), baseline_at=now,
-                      next_iter=g.iterations + cfg.window_batches, resumed=g.iterations, seen=g.iterations, ok=True)
-            if st["why"] == Phase.PAUSED and st["baseline"] * (1.0 + cfg.slo_slowdown) < st["broken"]:
-                st["after_break"] = g.iterations  # alone it met the SLO: the opportunistic work broke it
-            elif st["why"] == Phase.PAUSED:  # as slow alone: the job's own work drifted, not a break to grow on
-                st["breaks"] = max(0, st["breaks"] - 1)
-        if cfg.rebaseline_s and now - st["baseline_at"] > cfg.rebaseline_s:
+            if not (paused or now - st.since > cfg.baseline_quiet_timeout_s):
+                st.quiet = False
+                return SloState.BASELINE, 0.0, st.why
+            if not st.quiet:
+                st.quiet, st.from_iter = True, max(g.iterations + 1, cfg.baseline_warmup_batches)
+            if g.iterations - st.from_iter < st.need:
+                return SloState.BASELINE, 0.0, st.why
+            reps = list(g.recent)[-st.need:]
+            st.profiling, st.baseline, st.baseline_at = False, statistics.median(r.duration_s for r in reps), now
+            st.next_iter, st.resumed, st.seen, st.ok = g.iterations + cfg.window_batches, g.iterations, g.iterations, True
+            if st.why == Phase.PAUSED and st.baseline * (1.0 + cfg.slo_slowdown) < st.broken:
+                st.after_break = g.iterations  # alone it met the SLO: the opportunistic work broke it
+            elif st.why == Phase.PAUSED:  # as slow alone: the job's own work drifted, not a break to grow on
+                st.breaks = max(0, st.breaks - 1)
+        if cfg.rebaseline_s and now - st.baseline_at > cfg.rebaseline_s:
             _hold(st, now, Phase.BASELINE, cfg.baseline_batches)
-            return Phase.BASELINE, 0.0, Phase.BASELINE
-        if g.iterations != st["seen"]:
-            st["seen"] = g.iterations
+            return SloState.BASELINE, 0.0, Phase.BASELINE
+        if g.iterations != st.seen:
+            st.seen = g.iterations
             if any(_pause_or_full(j) for j in opps) and self._break(st, g, cfg, now):
-                return "violated", st["budget"], Phase.PAUSED
-        if g.iterations >= st["next_iter"]:
+                return SloState.VIOLATED, st.budget, Phase.PAUSED
+        if g.iterations >= st.next_iter:
             self._window(st, g, opps, cfg, now)
-            if st["phase"] == Phase.BASELINE:
-                return Phase.BASELINE, 0.0, st["why"]
-        return ("ok" if st.get("ok", True) else "violated"), st["budget"], ""
+            if st.profiling:
+                return SloState.BASELINE, 0.0, st.why
+        return (SloState.OK if st.ok else SloState.VIOLATED), st.budget, None
 
     @staticmethod
-    def _break(st, g, cfg, now) -> bool:
+    def _break(st: AdaptiveState, g: PlanJob, cfg: NodeConfig, now: float) -> bool:
         """Pause-or-full: the last ``window_batches`` guaranteed batches (all since the last resume)
         broke the SLO: pause for a fresh baseline, longer when breaks recur. True when it paused."""
         win = cfg.window_batches
-        since = g.iterations - st["resumed"]
+        since = g.iterations - st.resumed
         if since < win:
             return False
         median = statistics.median(r.duration_s for r in list(g.recent)[-win:])
-        if median <= st["baseline"] * (1.0 + cfg.slo_slowdown):
+        if median <= st.baseline * (1.0 + cfg.slo_slowdown):
             return False
-        after = st.get("after_break")  # the resume that ended the last break's pause
+        after = st.after_break  # the resume that ended the last break's pause
         recur = after is not None and g.iterations - after < cfg.pause_recur_windows * win
-        st["breaks"] = st["breaks"] + 1 if recur else 0
-        need = min(cfg.pause_max_batches, round(cfg.pause_batches * cfg.pause_growth ** st["breaks"]))
-        st.update(ok=False, trend=-1, budget=max(cfg.opp_min_share, st["budget"] * cfg.opp_backoff), broken=median)
+        st.breaks = st.breaks + 1 if recur else 0
+        need = min(cfg.pause_max_batches, round(cfg.pause_batches * cfg.pause_growth ** st.breaks))
+        st.ok, st.trend, st.budget, st.broken = False, -1, max(cfg.opp_min_share, st.budget * cfg.opp_backoff), median
         _hold(st, now, Phase.PAUSED, need)
         return True
 
     @staticmethod
-    def _window(st, g, opps, cfg, now) -> None:
+    def _window(st: AdaptiveState, g: PlanJob, opps: list[PlanJob], cfg: NodeConfig, now: float) -> None:
         """One decision window: AIMD on the budget; with pause-or-full jobs, a window faster than the
         baseline by more than twice the margin becomes the baseline (the guaranteed job's own work shrank)."""
         window = statistics.median(r.duration_s for r in list(g.recent)[-cfg.window_batches:])
-        st["next_iter"] = g.iterations + cfg.window_batches
-        if any(_pause_or_full(j) for j in opps) and window < st["baseline"] * (1.0 - 2 * cfg.slo_slowdown):
+        st.next_iter = g.iterations + cfg.window_batches
+        if any(_pause_or_full(j) for j in opps) and window < st.baseline * (1.0 - 2 * cfg.slo_slowdown):
             # the job's own work shrank: beside the opportunistic work it runs faster than its old solo
             # time, so alone it would be at least as fast: this window is the new baseline, no pause
-            st["baseline"] = window
+            st.baseline = window
             return
-        ok = window <= st["baseline"] * (1.0 + cfg.slo_slowdown)
-        st["over"] = 0 if ok else st.get("over", 0) + 1
-        if window <= st["baseline"] * (1.0 + cfg.slo_slowdown * cfg.slo_grow_fraction):
-            st["budget"] = min(1.0, st["budget"] + cfg.opp_share_step)
-            st["trend"] = 1
+        ok = window <= st.baseline * (1.0 + cfg.slo_slowdown)
+        st.over = 0 if ok else st.over + 1
+        if window <= st.baseline * (1.0 + cfg.slo_slowdown * cfg.slo_grow_fraction):
+            st.budget = min(1.0, st.budget + cfg.opp_share_step)
+            st.trend = 1
         elif ok:  # inside the SLO but close to it: hold
-            st["trend"] = 0
-        elif st["over"] >= cfg.slo_patience_windows or window > st["baseline"] * (1.0 + 2 * cfg.slo_slowdown):
-            st["budget"] = max(cfg.opp_min_share, st["budget"] * cfg.opp_backoff)
-            st["trend"] = -1
+            st.trend = 0
+        elif st.over >= cfg.slo_patience_windows or window > st.baseline * (1.0 + 2 * cfg.slo_slowdown):
+            st.budget = max(cfg.opp_min_share, st.budget * cfg.opp_backoff)
+            st.trend = -1
         else:  # one window over the SLO by less than twice its margin: hold, it may be noise
-            st["trend"] = 0
-        st["ok"] = ok
+            st.trend = 0
+        st.ok = ok
 
     @staticmethod
     def _demand(j) -> float:
@@ -296,9 +325,9 @@ def _pause_or_full(j) -> bool:
     return j.priority_yield and not (last is not None and (last.host_bytes > 0 or last.mem_floor > 0))
 
 
-def _hold(st: dict, now: float, why: str, need: int) -> None:
-    """Hold every opportunistic job (``why``: a ``Phase``) and profile ``need`` guaranteed batches alone."""
-    st.update(phase=Phase.BASELINE, why=why, need=need, quiet=False, since=now)
+def _hold(st: AdaptiveState, now: float, why: Phase, need: int) -> None:
+    """Hold every opportunistic job (for ``why``) and profile ``need`` guaranteed batches alone."""
+    st.profiling, st.why, st.need, st.quiet, st.since = True, why, need, False, now
 
 
 POLICIES: dict[str, type[Policy]] = {NodePolicy.EXCLUSIVE: Exclusive, NodePolicy.PACK: Pack, NodePolicy.STATIC: Static,

@@ -44,7 +44,7 @@ class Batch:
     """One ``report`` row: a mini-batch as the node received it."""
 
     job_id: str
-    priority: str
+    klass: str  # the job class ("priority" in the record), "?" in a row that has none
     gpu: int
     node_t: float  # node's clock at receipt
     duration_s: float

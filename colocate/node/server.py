@@ -251,7 +251,7 @@ class NodeServer:
                     self._identity[event.job_id] = ident
                 job = self.core.jobs[event.job_id]
                 log.info("job %s registered: gpu %d%s %s%s pid %d (epoch %d)", event.job_id, job.gpu,
-                         " (picked)" if event.pick_gpu else "", job.priority, " partition" if job.partition else "",
+                         " (picked)" if event.pick_gpu else "", job.klass, " partition" if job.partition else "",
                          event.pid, event.epoch)
         for job_id in before - after:
             self._identity.pop(job_id, None)
@@ -320,7 +320,7 @@ class NodeServer:
         extra = {}
         job = self.core.jobs.get(msg.job_id)
         if job is not None and kind == record.REPORT:
-            extra = {"gpu": job.gpu, "priority": job.priority}
+            extra = {"gpu": job.gpu, "priority": job.klass}
         elif job is not None and kind in (record.LIMITS, record.WELCOME):
             extra = {"slo_state": job.slo_state}
         self._record.write(record.row(kind, now, msg, **extra) + "\n")

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 from colocate import protocol as P
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass, SloState
 from colocate.gpus.spec import GpuSpec
 
 RECENT = 64  # reports kept per job
@@ -25,7 +24,7 @@ class RegisteredWorker:
 
     job_id: str
     gpu: int
-    priority: str
+    klass: JobClass
     pid: int
     mem_request: int | None  # bytes; the most the policy may give (None: no limit)
     sm_request: float  # the most compute share the policy may give
@@ -38,7 +37,7 @@ class RegisteredWorker:
     iterations: int = 0
     recent: deque[P.BatchReport] = field(default_factory=lambda: deque(maxlen=RECENT))
     sent_at: dict[int, float] = field(default_factory=dict)  # limits seq -> node time it was sent
-    slo_state: str = "new"
+    slo_state: SloState = SloState.NEW
     applied_seq: int = 0  # the newest limits seq the job has reported in force
     last_report_at: float | None = None
     job: str = ""  # the job this worker belongs to (``Register.job``; job_id itself for a one-process job)
@@ -59,7 +58,7 @@ class RegisteredWorker:
 
     @property
     def guaranteed(self) -> bool:
-        return self.priority == Priority.GUARANTEED
+        return self.klass == JobClass.GUARANTEED
 
     @property
     def claim(self) -> float:
@@ -100,7 +99,7 @@ class LocalGpu:
     spec: GpuSpec
     jobs: list[str] = field(default_factory=list)  # registered workers' ids, registration order
     busy: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=4096))  # (node time, busy_s)
-    policy: dict[str, Any] = field(default_factory=dict)  # the policy's own per-GPU state
+    policy: object | None = None  # the policy's own per-GPU state, a record of its own (``AdaptiveState``)
 
     def utilization(self, now: float, window_s: float = 2.0) -> float:
         """Fraction of the last ``window_s`` seconds the GPU did job device work."""

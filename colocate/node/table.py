@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from colocate.base.vocab import JobClass
+
 KEEP_IDS = 10000  # finished / refused / stopped-before-start placement ids remembered
 
 
@@ -41,7 +43,7 @@ class Worker:
 class LocalPlacement:
     placement_id: str
     job_id: str
-    priority: str
+    klass: JobClass  # the job class (the table file and the wire call it "priority")
     workers: list[Worker] = field(default_factory=list)
     promoted: bool = False
     stopping: bool = False

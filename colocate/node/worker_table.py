@@ -30,7 +30,7 @@ import time
 from dataclasses import MISSING, asdict, fields
 
 from colocate.base.files import write_json_atomic
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 from colocate.node.table import KEEP_IDS, LocalPlacement, PlacementTable, Worker, scoped
 
 log = logging.getLogger("colocate.node.workers")
@@ -81,6 +81,14 @@ def _typed(obj, types: dict, defaults: dict, where: str) -> dict:
     return out
 
 
+def _placement_map(p: LocalPlacement) -> dict:
+    """``p`` as the table file writes it (the job class under its file key, "priority")."""
+    out = asdict(p)
+    out["priority"] = out.pop("klass")
+    out["workers"] = [asdict(w) for w in p.workers]
+    return out
+
+
 def _defaults(cls) -> dict:
     return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
 
@@ -112,8 +120,9 @@ def decode(data) -> tuple[dict, dict, dict, dict]:
     for i, p in enumerate(raw):
         where = f"placements[{i}]"
         fields_ = _typed(p, _PLACEMENT_TYPES, pdef, where)
-        if fields_["priority"] not in tuple(Priority):
+        if fields_["priority"] not in tuple(JobClass):
             raise TableError(f"{where}.priority: {fields_['priority']!r} is not a priority")
+        fields_["klass"] = JobClass(fields_.pop("priority"))
         workers = []
         for j, w in enumerate(fields_.pop("workers", [])):
             wf = _typed(w, _WORKER_TYPES, wdef, f"{where}.workers[{j}]")
@@ -247,7 +256,7 @@ class WorkerTable(PlacementTable):
         data = {
             "format": FORMAT,
             "saved_at": time.time(),
-            "placements": [{**asdict(p), "workers": [asdict(w) for w in p.workers]} for p in self.placements.values()],
+            "placements": [_placement_map(p) for p in self.placements.values()],
             "refused": self.refused,
             "stopped_unknown": self.stopped_unknown,
         }

@@ -90,7 +90,7 @@ class WorkerConfig:
     node_id: str
     epoch: int  # this node incarnation's (the same as its NodeHello's)
     job_endpoint: str  # the node's job endpoint: ``colocate run --node``
-    device: str  # sim | cuda
+    device: DeviceKind
     gpus: dict  # node GPU index -> total memory in bytes
     log_dir: str
     state_dir: str

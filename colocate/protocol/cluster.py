@@ -42,20 +42,23 @@ Rules:
 
 from __future__ import annotations
 
-from colocate.base.vocab import JobState, Priority
+from enum import StrEnum
+
+from colocate.base.vocab import JobClass, JobState
 from colocate.protocol.codec import (
     COUNT,
     EXIT_CODE,
+    JOB_CLASS,
     JOB_ID,
     NAME,
     NODE_ID,
     PID,
-    PRIORITY,
     SECONDS,
     SHARE,
     SIZE,
     TEXT,
     Bool,
+    Choice,
     ListOf,
     MapOf,
     Message,
@@ -70,13 +73,22 @@ from colocate.protocol.codec import (
 from colocate.protocol.job import Features
 
 PORT = Num(int, 0, 65535)
-STATE = Str(choices=tuple(JobState))
+STATE = Choice(JobState)
 MAX_NODE_GPUS = 64  # GPUs of one node
 MAX_WORKERS = 4096  # workers (ranks) of one job
 MAX_ENV_VALUE_CHARS = 65536  # one variable of a job's environment
 GPU_INDICES = ListOf(COUNT, MAX_NODE_GPUS)
-REFUSED, REFUSED_STALE = "refused", "stale"  # StartRefused.code: the request's fault / the node's own stale state
-REFUSAL = Str(choices=(REFUSED, REFUSED_STALE))
+
+
+class Refusal(StrEnum):
+    """``StartRefused.code``: the request's fault, or the node's own stale state (the value is the wire string)."""
+
+    REFUSED = "refused"
+    STALE = "stale"
+
+
+REFUSED, REFUSED_STALE = Refusal.REFUSED, Refusal.STALE
+REFUSAL = Choice(Refusal)
 MAX_PAGE = 1000  # jobs per JobsReply
 LOG_TAIL_MAX_BYTES = 64 << 10  # the most of one worker's log a LogTail carries
 LOG_TEXT = Str(LOG_TAIL_MAX_BYTES)
@@ -152,7 +164,7 @@ class JobRequest(_Record):
     workers: int = _f(Num(int, 1, MAX_WORKERS), default=1)
     gpus: int = _f(Num(int, 0, 64), default=1)  # per worker
     gpu_mem: int = _f(SIZE, default=0)  # bytes per GPU; 0: not stated
-    priority: str = _f(PRIORITY, default=Priority.GUARANTEED)
+    priority: JobClass = _f(JOB_CLASS, default=JobClass.GUARANTEED)
     queue: str = _f(NAME, default="")  # "": the policy's default queue
     name: str = _f(NAME, default="")
     user: str = _f(NAME, default="")
@@ -195,8 +207,8 @@ class JobView(_Record):
     name: str = _f(NAME)
     user: str = _f(NAME)
     queue: str = _f(NAME)
-    priority: str = _f(PRIORITY)
-    state: str = _f(STATE)
+    priority: JobClass = _f(JOB_CLASS)
+    state: JobState = _f(STATE)
     workers: int = _f(COUNT)
     gpus: int = _f(COUNT)
     submitted_at: float = _f(SECONDS)
@@ -307,7 +319,7 @@ class StartRefused(Message):
     job_id: str = _f(JOB_ID)
     placement_id: str = _f(NAME)
     reason: str = _f(TEXT)
-    code: str = _f(REFUSAL, default=REFUSED)  # REFUSED_STALE: the node is busy with its own stale state
+    code: Refusal = _f(REFUSAL, default=REFUSED)  # REFUSED_STALE: the node is busy with its own stale state
 
 
 @_record("log_tail")
@@ -340,7 +352,7 @@ class NodeWelcome(Message):
 class StartPlacement(Message):
     placement_id: str = _f(NAME)
     job_id: str = _f(JOB_ID)
-    priority: str = _f(PRIORITY)
+    priority: JobClass = _f(JOB_CLASS)
     request: JobRequest = _f(Nested(JobRequest))
     workers: tuple = _f(ListOf(Nested(WorkerLaunch)))  # this node's workers
     world_size: int = _f(Num(int, 1, 1 << 20))

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 import msgpack
 
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 
 PROTOCOL_VERSION = 3  # 3: Register.rank and world_size (torchrun workers)
 MAX_MESSAGE_BYTES = 1 << 20  # inputs above this are rejected before unpacking
@@ -65,7 +65,7 @@ ERROR_CODES = tuple(ErrorCode)
 class ProtocolError(ValueError):
     """A message that cannot be encoded or decoded; ``code`` is one of ``ERROR_CODES``."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: ErrorCode, message: str):
         super().__init__(message)
         self.code = code
 
@@ -154,6 +154,27 @@ class Str(_Spec):
         if self.printable and _CONTROL.search(v):
             raise _bad(name, "text without control characters (newlines, escapes)", v)
         return v
+
+
+@dataclass(frozen=True)
+class Choice(_Spec):
+    """One member of a vocabulary (a ``StrEnum``, e.g. ``colocate.base.vocab.JobClass``): the member's value string
+    on the wire, the member in Python. A string outside the vocabulary is refused (``invalid``), in one line."""
+
+    vocab: type[StrEnum]
+
+    def check(self, v: Any, name: str) -> StrEnum:
+        if isinstance(v, self.vocab):
+            return v
+        if not isinstance(v, str):
+            raise _bad(name, "a string", v)
+        try:
+            return self.vocab(v)
+        except ValueError:
+            raise _bad(name, "one of " + "|".join(self.vocab), v) from None
+
+    def dump(self, v: Any) -> str:
+        return str.__str__(v)  # the plain wire string
 
 
 @dataclass(frozen=True)
@@ -265,7 +286,7 @@ PID = Num(int, 0, (1 << 31) - 1)
 EXIT_CODE = Num(int, -(1 << 31), (1 << 31) - 1)
 SECONDS = Num(float, 0.0, math.inf)
 SHARE = Num(float, 0.0, 1.0)
-PRIORITY = Str(choices=tuple(Priority))
+JOB_CLASS = Choice(JobClass)
 NAME = Str(MAX_ID_CHARS, printable=True)  # node ids, placement ids, queue, user and job names (may be empty where optional)
 
 # ---------------------------------------------------------------- message classes
@@ -321,7 +342,7 @@ def _record(type_name: str = "") -> Callable[[type[_R]], type[_R]]:
 # every link, both directions
 @_record("error")
 class Error(Message):
-    code: str = _f(Str(64, choices=ERROR_CODES))
+    code: ErrorCode = _f(Choice(ErrorCode))
     message: str = _f(TEXT)
     job_id: str | None = _f(Opt(JOB_ID))
 

@@ -40,20 +40,21 @@ from __future__ import annotations
 
 import math
 
-from colocate.base.vocab import DeviceKind, Priority
+from colocate.base.vocab import DeviceKind, JobClass, SloState
 from colocate.protocol.codec import (
     COUNT,
     EXIT_CODE,
     INVALID,
+    JOB_CLASS,
     JOB_ID,
     MAX_ID_CHARS,
     PID,
-    PRIORITY,
     SECONDS,
     SHARE,
     SIZE,
     TEXT,
     Bool,
+    Choice,
     Error,
     ListOf,
     MapOf,
@@ -82,14 +83,14 @@ class GpuInfo(_Record):
     index: int = _f(COUNT)
     mem_total: int = _f(SIZE)
     utilization: float = _f(SHARE)
-    kind: str = _f(Str(choices=tuple(DeviceKind)))
+    kind: DeviceKind = _f(Choice(DeviceKind))
 
 
 @_record()
 class JobInfo(_Record):
     job_id: str = _f(JOB_ID)
     gpu: int = _f(COUNT)
-    priority: str = _f(PRIORITY)
+    priority: JobClass = _f(JOB_CLASS)
     pid: int = _f(PID)
     mem_cap: int = _f(SIZE)
     sm_share: float = _f(SHARE)
@@ -97,7 +98,7 @@ class JobInfo(_Record):
     mem_allocated_peak: int = _f(SIZE)
     host_bytes: int = _f(SIZE)
     throughput: float = _f(Num(float, 0.0, math.inf))  # iterations per second
-    slo_state: str = _f(Str(32))
+    slo_state: SloState = _f(Choice(SloState))
     iterations: int = _f(COUNT)
 
 
@@ -193,7 +194,7 @@ class Register(Message):
     job_id: str = _f(JOB_ID)
     pid: int = _f(PID)
     gpu: int = _f(COUNT)
-    priority: str = _f(PRIORITY)
+    priority: JobClass = _f(JOB_CLASS)
     mem_request: int | None = _f(Opt(SIZE))  # the job's --gpu-mem: the most the node may give (None: any)
     sm_share: float = _f(SHARE)  # the share in force now (a re-registering job may be paused)
     mem_cap: int = _f(SIZE)  # the cap in force now
@@ -208,11 +209,11 @@ class Register(Message):
     priority_yield: bool = _f(Bool(), default=False)
 
     def _check(self) -> None:
-        if self.partition and (self.priority != Priority.GUARANTEED or self.mem_request is None
+        if self.partition and (self.priority != JobClass.GUARANTEED or self.mem_request is None
                                or not self.sm_request > 0):
             raise ProtocolError(INVALID, "Register: a partition is guaranteed, with a mem_request and an "
                                          "sm_request above 0")
-        if self.pick_gpu and self.priority != Priority.OPPORTUNISTIC:
+        if self.pick_gpu and self.priority != JobClass.OPPORTUNISTIC:
             raise ProtocolError(INVALID, "Register: the node picks the GPU of opportunistic workers only")
         if self.rank is not None and not self.job_id.endswith(f"/{self.rank}"):
             raise ProtocolError(INVALID, f"Register: a worker of rank {self.rank} registers as JOB/{self.rank}, "

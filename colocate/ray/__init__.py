@@ -19,7 +19,7 @@ imports Ray itself.
 from __future__ import annotations
 
 from colocate.base.engine_api import within_grant
-from colocate.base.vocab import Priority
+from colocate.base.vocab import JobClass
 from colocate.ray.fields import FIELD, KEYS, OPPORTUNISTIC_RESOURCE, Fields, parse_fields
 
 __all__ = ["FIELD", "KEYS", "OPPORTUNISTIC_RESOURCE", "Fields", "options", "parse_fields", "remote", "runtime_env"]
@@ -59,7 +59,7 @@ def options(num_gpus: float | None = None, *, priority: str | None = None, gpu_m
     env = runtime_env(priority, gpu_mem, sm_share, on_cap, base=base)
     out: dict = {"runtime_env": env}
     extra = dict(resources or {})
-    if priority == Priority.OPPORTUNISTIC:
+    if priority == JobClass.OPPORTUNISTIC:
         if num_gpus:
             raise ValueError("an opportunistic colocate task asks for no Ray GPU (num_gpus=0): the node "
                              "coordinator picks its GPU")

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 
 from colocate.base.units import parse_fraction, parse_size
-from colocate.base.vocab import OnCap, Priority
+from colocate.base.vocab import JobClass, OnCap
 
 FIELD = "colocate"  # the runtime_env key, and the plugin's name
 KEYS = ("priority", "gpu_mem", "sm_share", "on_cap")
@@ -33,10 +33,10 @@ PLUGIN_CLASS = "colocate.ray.plugin.ColocatePlugin"
 
 @dataclass(frozen=True)
 class Fields:
-    priority: str = Priority.GUARANTEED
+    priority: JobClass = JobClass.GUARANTEED
     gpu_mem: int | None = None  # bytes; None: Ray's fraction of the device
     sm_share: float | None = None  # None: Ray's fraction
-    on_cap: str = OnCap.HOST
+    on_cap: OnCap = OnCap.HOST
 
     def to_json(self) -> str:
         """The value of ``COLOCATE_RAY`` (what ``from_json`` reads back)."""
@@ -62,9 +62,9 @@ def parse_fields(value) -> Fields:
     unknown = sorted(str(k) for k in value if k not in KEYS)
     if unknown:
         raise ValueError(f"runtime_env `colocate`: unknown field {unknown[0]!r} (fields: {', '.join(KEYS)})")
-    priority = value.get("priority", Priority.GUARANTEED)
-    if priority not in tuple(Priority):
-        raise ValueError(f"runtime_env `colocate`: priority must be one of {', '.join(Priority)}, got {priority!r}")
+    priority = value.get("priority", JobClass.GUARANTEED)
+    if priority not in tuple(JobClass):
+        raise ValueError(f"runtime_env `colocate`: priority must be one of {', '.join(JobClass)}, got {priority!r}")
     on_cap = value.get("on_cap", OnCap.HOST)
     if on_cap not in tuple(OnCap):
         raise ValueError(f"runtime_env `colocate`: on_cap must be one of {', '.join(OnCap)}, got {on_cap!r}")
@@ -84,4 +84,4 @@ def parse_fields(value) -> Fields:
             sm_share = parse_fraction(value["sm_share"], "sm_share")
         except ValueError as exc:
             raise ValueError(f"runtime_env `colocate`: {exc}") from None
-    return Fields(priority=Priority(priority), gpu_mem=gpu_mem, sm_share=sm_share, on_cap=OnCap(on_cap))
+    return Fields(priority=JobClass(priority), gpu_mem=gpu_mem, sm_share=sm_share, on_cap=OnCap(on_cap))

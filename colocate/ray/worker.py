@@ -36,7 +36,7 @@ from typing import Any
 from colocate.base.engine_api import Deferred, within_grant
 from colocate.base.env import PICK_GPU
 from colocate.base.units import format_size
-from colocate.base.vocab import DeviceKind, Priority
+from colocate.base.vocab import DeviceKind, JobClass
 from colocate.ray.fields import OPPORTUNISTIC_RESOURCE, Fields
 
 NO_PLUGIN = ("this Ray node does not load the colocate plugin, and the task asked for colocate: start the node "
@@ -66,7 +66,7 @@ def resolve(environ: Mapping[str, str]) -> dict[str, str]:
     fraction = float(ctx.get_assigned_resources().get("GPU", 0.0))
     out = {"COLOCATE_PRIORITY": str(fields.priority), "COLOCATE_ON_CAP": str(fields.on_cap)}
     out.update(identity(ctx))
-    if fields.priority == Priority.OPPORTUNISTIC:
+    if fields.priority == JobClass.OPPORTUNISTIC:
         if gpu_ids:
             raise ValueError(f"an opportunistic colocate task asks for no Ray GPU (num_gpus=0) and one unit of the "
                              f"{OPPORTUNISTIC_RESOURCE!r} resource: the node coordinator picks its GPU")

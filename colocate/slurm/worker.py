@@ -27,10 +27,10 @@ from collections.abc import Callable, Mapping
 from colocate.base.engine_api import within_grant
 from colocate.base.env import DEFAULT_SIM_GPU_MEM, PICK_GPU, parse_gpus
 from colocate.base.units import format_size, parse_fraction, parse_size
-from colocate.base.vocab import DeviceKind, Priority
+from colocate.base.vocab import DeviceKind, JobClass
 
 AUTO = "auto"  # --colocate without a mode: guaranteed with a Slurm GPU, opportunistic without
-MODES = (AUTO,) + tuple(Priority)
+MODES = (AUTO,) + tuple(JobClass)
 
 
 def resolve(environ: Mapping[str, str], memory_total: Callable[[int], int] | None = None) -> dict[str, str]:
@@ -42,7 +42,7 @@ def resolve(environ: Mapping[str, str], memory_total: Callable[[int], int] | Non
     out = _identity(environ)
     shards = _int(environ, "SLURM_SHARDS_ON_NODE")
     gpus = _step_gpus(environ)
-    if mode == Priority.OPPORTUNISTIC:
+    if mode == JobClass.OPPORTUNISTIC:
         if shards or gpus:
             raise ValueError("--colocate=opportunistic takes no Slurm GPU (the node picks one): drop --gres=gpu/shard, "
                              "or ask for guaranteed work")
@@ -51,7 +51,7 @@ def resolve(environ: Mapping[str, str], memory_total: Callable[[int], int] | Non
         return out | _partition(environ, shards, gpus, memory_total)
     if gpus:
         return out | _whole_gpus(environ, gpus, memory_total)
-    if mode == Priority.GUARANTEED:
+    if mode == JobClass.GUARANTEED:
         raise ValueError("--colocate=guaranteed needs a Slurm GPU: add --gres=gpu:K or --gres=shard:N")
     return out | _opportunistic(environ)
 
@@ -73,7 +73,7 @@ def _identity(environ: Mapping[str, str]) -> dict[str, str]:
 
 def _opportunistic(environ: Mapping[str, str]) -> dict[str, str]:
     """No Slurm GPU, so no grant: the user's options are requests, which the node never exceeds."""
-    out = {"COLOCATE_PRIORITY": Priority.OPPORTUNISTIC, "COLOCATE_GPUS": PICK_GPU}
+    out = {"COLOCATE_PRIORITY": JobClass.OPPORTUNISTIC, "COLOCATE_GPUS": PICK_GPU}
     asked_mem, asked_share = _asked(environ)
     if asked_mem is not None:
         out["COLOCATE_GPU_MEM"] = str(asked_mem)
@@ -86,7 +86,7 @@ def _whole_gpus(environ: Mapping[str, str], gpus: tuple[int, ...],
                 memory_total: Callable[[int], int] | None) -> dict[str, str]:
     local = _int(environ, "SLURM_LOCALID") or 0
     gpu = gpus[local % len(gpus)]
-    out = {"COLOCATE_PRIORITY": Priority.GUARANTEED, "COLOCATE_GPUS": ",".join(map(str, gpus)),
+    out = {"COLOCATE_PRIORITY": JobClass.GUARANTEED, "COLOCATE_GPUS": ",".join(map(str, gpus)),
            "COLOCATE_GPU": str(gpu)}
     asked_mem, asked_share = _asked(environ)  # the whole GPU: share 1 (no share is above it), all its memory
     if asked_mem is not None:
@@ -117,7 +117,7 @@ def _partition(environ: Mapping[str, str], shards: int, gpus: tuple[int, ...],
     total = _device_memory(environ, gpu, memory_total)
     source = f"--gres=shard:{shards} of {per_gpu}" + (f" between {tasks} tasks" if tasks > 1 else "")
     asked_mem, asked_share = _asked(environ)
-    out = {"COLOCATE_PRIORITY": Priority.GUARANTEED, "COLOCATE_PARTITION": "1", "COLOCATE_GPUS": str(gpu)}
+    out = {"COLOCATE_PRIORITY": JobClass.GUARANTEED, "COLOCATE_PARTITION": "1", "COLOCATE_GPUS": str(gpu)}
     share = within_grant("--colocate-sm-share", asked_share, share, "Slurm", source)
     cap = within_grant("--colocate-gpu-mem", asked_mem, int(total * shards / per_gpu / tasks), "Slurm",
                        f"{source} of the GPU's {format_size(total)}", size=True)

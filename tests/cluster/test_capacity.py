@@ -30,10 +30,10 @@ TIB = 1 << 40
     # the case: 100 TiB per GPU on 1 GiB GPUs, one worker of one GPU
     ([NodeSpec("n0", 2, gpu_mem=GIB)], job("j", gpu_mem=100 * TIB),
      "a worker needs 100 TiB GPU memory per GPU; the largest node has 1 GiB"),
-    ([NodeSpec("n0", 2, gpu_mem=GIB)], job("j", gpu_mem=100 * TIB, priority="opportunistic"), "100 TiB GPU memory"),
+    ([NodeSpec("n0", 2, gpu_mem=GIB)], job("j", gpu_mem=100 * TIB, klass="opportunistic"), "100 TiB GPU memory"),
     ([("n0", 2), ("n1", 2)], job("j", gpus=3), "a worker needs 3 GPUs on one node; the largest node has 2"),
     ([("n0", 2), ("n1", 2)], job("j", workers=5), "the gang needs 5 GPUs; the cluster has 4"),
-    ([("n0", 2)], job("j", workers=3, priority="opportunistic"), "the gang needs 3 GPUs; the cluster has 2"),
+    ([("n0", 2)], job("j", workers=3, klass="opportunistic"), "the gang needs 3 GPUs; the cluster has 2"),
     ([("n0", 4), ("n1", 2)], job("j", workers=2, gpus=3), "the gang needs 2 workers at once; the known nodes can hold 1"),
     ([("n0", 1)], job("j", workers=3, gpu_milli=600), "the gang needs 3 workers at once; the known nodes can hold 1"),
     ([NodeSpec("n0", 2, gpu_model="T4")], job("j", gpu_model="A100"), "no known node has A100 GPUs (models: T4)"),
@@ -56,14 +56,14 @@ def test_a_request_no_known_node_could_hold_is_refused_at_submit(nodes, spec, fr
     ([], job("j", gpus=64)),  # no node known yet: nothing to judge by
     ([NodeSpec("n0", 2, gpu_mem=GIB)], job("j", gpus=2, gpu_mem=GIB)),
     ([("n0", 1)], job("j", workers=2, gpu_milli=500)),  # two shares on one GPU
-    ([NodeSpec("n0", 2, gpu_mem=4 * GIB)], job("j", workers=2, gpu_mem=2 * GIB, priority="opportunistic")),
+    ([NodeSpec("n0", 2, gpu_mem=4 * GIB)], job("j", workers=2, gpu_mem=2 * GIB, klass="opportunistic")),
     ([NodeSpec("n0", 2, gpu_model="T4"), NodeSpec("n1", 4, gpu_model="V100")], job("j", gpus=4, gpu_model="T4|V100")),
     ([("n0", 2)], job("j", workers=1, gpus=0, cpu_milli=10 ** 6)),  # the node does not state CPU: never limited
 ])
 def test_a_request_some_known_node_could_hold_is_accepted(nodes, spec):
     core = make_core("antman", nodes)
     assert core.validate(spec) is None
-    assert never_fits(core.state.shapes, spec, spec.priority) is None
+    assert never_fits(core.state.shapes, spec, spec.klass) is None
 
 
 def test_a_job_waiting_for_busy_gpus_is_not_set_aside():

@@ -182,6 +182,6 @@ def test_same_seed_same_decisions():
     def drive(seed):
         core = make_core("antman", [(f"n{i}", 4) for i in range(4)], seed=seed)
         out = submit(core, *[job(f"j{i}", gpus=1 + i % 3, workers=1 + i % 2, t=i,
-                                 priority="opportunistic" if i % 4 == 0 else "guaranteed") for i in range(20)])
+                                 klass="opportunistic" if i % 4 == 0 else "guaranteed") for i in range(20)])
         return out
     assert drive(1) == drive(1)

@@ -389,7 +389,7 @@ def test_a_preempted_job_restarts_only_once_its_old_worker_is_gone():
     assert run(core, job("h", gpu_mem=8 * gib))["h"].slots[0].node_id == "n0"
     report(core, "n0", [0.1])
     report(core, "n1", [0.0])
-    o = run(core, job("o", gpu_mem=4 * gib, priority="opportunistic"), now=0.5)["o"]
+    o = run(core, job("o", gpu_mem=4 * gib, klass="opportunistic"), now=0.5)["o"]
     assert o.slots[0].node_id == "n1"
     out = submit(core, job("g", gpu_mem=14 * gib, t=1), now=1.0)
     assert [(d.job_id, d.reason) for d in stops(out)] == [("o", "preempted")] and changes(out, "o") == [PENDING]

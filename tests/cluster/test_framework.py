@@ -169,7 +169,7 @@ def test_one_node_order_and_one_gpu_pick_plugin_per_class_at_config_load(plugins
 
 def test_a_class_with_no_placing_plugin_is_allowed_and_refused_at_submit():
     core = make_core(config(["fifo", "binpack"]), [("n0", 1)])
-    submit(core, job("o", priority="opportunistic"))
+    submit(core, job("o", klass="opportunistic"))
     assert core.job("o").state == "failed" and "no plugin places opportunistic jobs" in core.job("o").reason
 
 

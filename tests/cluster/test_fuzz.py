@@ -46,7 +46,7 @@ def _event(core, op, n):
         if milli < 1000 and gpus != 1:
             milli = 1000
         return [ev.JobSubmitted(JobSpec(f"j{n}", submit_time=float(n), workers=workers, gpus=gpus, gpu_milli=milli,
-                                        gpu_mem=mem, priority=prio, estimate_s=est, user=user, queue="default"))]
+                                        gpu_mem=mem, klass=prio, estimate_s=est, user=user, queue="default"))]
     if kind == "start" and live:
         j = live[op[1] % len(live)]
         return [ev.RankStarted(j.job_id, j.placement_id, r) for r in range(j.spec.workers) if op[2] >> r & 1]

@@ -47,5 +47,5 @@ def test_an_opportunistic_job_with_several_models():
     core = make_core("antman", NODES)
     for n in ("p100", "t4", "v100"):
         report(core, n, [0.5] * (4 if n == "v100" else 2))
-    out = submit(core, job("o", gpu_model="T4|V100", priority="opportunistic"))
+    out = submit(core, job("o", gpu_model="T4|V100", klass="opportunistic"))
     assert set(starts(out)["o"].nodes()) <= {"t4", "v100"}

@@ -69,6 +69,6 @@ def test_aging_never_holds_opportunistic_jobs_or_the_aged_queue_itself():
     start_all(core, submit(core, *[job(f"s{i}") for i in range(4)]), 0.0)
     assert not starts(submit(core, job("big", workers=3, t=1.0), now=1.0))  # blocked in "large"
     finish(core, "s0", 1.5)  # one GPU frees: the small queue may not take it
-    out = submit(core, job("s4", t=2.0), job("o", t=2.0, priority="opportunistic"), now=2.0)
+    out = submit(core, job("s4", t=2.0), job("o", t=2.0, klass="opportunistic"), now=2.0)
     assert set(starts(out)) == {"o"}  # s4 waits for big; the opportunistic job runs beside
     assert any("held for job big" in why for _, why in core.blocked().values())

@@ -20,7 +20,7 @@ def opp_core(nodes, threshold=None, max_per_gpu=None, extra=(), **params):
 
 
 def opp(job_id, gpus=1, t=0.0, **kw):
-    return job(job_id, gpus=gpus, t=t, priority="opportunistic", **kw)
+    return job(job_id, gpus=gpus, t=t, klass="opportunistic", **kw)
 
 
 @pytest.mark.parametrize("utils, threshold, gpu", [

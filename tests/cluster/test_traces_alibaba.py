@@ -40,7 +40,7 @@ def test_mapping(tmp_path, fields, expected):
     p = write(tmp_path, HEADER + pod(**fields) + "\n")
     (job,) = read_alibaba_pods(p).jobs
     s = job.spec
-    assert (s.gpus, s.gpu_milli, s.priority, s.gpu_model, s.submit_time, job.duration_s) == expected
+    assert (s.gpus, s.gpu_milli, s.klass, s.gpu_model, s.submit_time, job.duration_s) == expected
     assert (s.job_id, s.name, s.workers, s.cpu_milli, s.mem_mib, s.queue, s.user) == \
         ("p", "p", 1, 1000, 2048, "default", "")
 
@@ -60,7 +60,7 @@ def test_files_without_times(tmp_path):
         read_alibaba_pods(p)
     assert str(p) in str(e.value)
     r = read_alibaba_pods(p, allow_no_duration=True)
-    assert [(j.spec.job_id, j.spec.submit_time, j.duration_s, j.spec.priority) for j in r.jobs] == [
+    assert [(j.spec.job_id, j.spec.submit_time, j.duration_s, j.spec.klass) for j in r.jobs] == [
         ("z", 0.0, None, "guaranteed"), ("a", 0.0, None, "guaranteed"), ("m", 0.0, None, "guaranteed")]
 
 

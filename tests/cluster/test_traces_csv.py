@@ -46,7 +46,7 @@ def test_optional_columns_and_defaults(tmp_path):
               + ",1.5,7.25,1,,500,1024,,,,\n"
               + "c,1.5,0,1,1,,,GUARANTEED,,,\n")
     r = read_csv_jobs(p)
-    got = [(j.spec.job_id, j.spec.submit_time, j.duration_s, j.spec.gpu_mem, j.spec.priority, j.spec.queue,
+    got = [(j.spec.job_id, j.spec.submit_time, j.duration_s, j.spec.gpu_mem, j.spec.klass, j.spec.queue,
             j.spec.user, j.spec.name, j.spec.gpu_milli) for j in r.jobs]
     assert got == [("job-3", 1.5, 7.25, 1024, "guaranteed", "default", "", "", 500),
                    ("c", 1.5, 0.0, 0, "guaranteed", "default", "", "", 1000),

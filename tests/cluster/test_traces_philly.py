@@ -42,7 +42,7 @@ def test_times_queue_ids_and_order(tmp_path):
                    (4, 3600.0, 40.0, "default", "philly-4"), (5, 86430.0, 50.0, "a", "philly-5")]
     for j in r.jobs:
         s = j.spec
-        assert (s.user, s.name, s.priority, s.gpu_mem, s.mem_mib, s.gpu_model, s.estimate_s) == \
+        assert (s.user, s.name, s.klass, s.gpu_mem, s.mem_mib, s.gpu_model, s.estimate_s) == \
             ("", "", "guaranteed", 0, 0, "", None)
     assert r.rows == 4 and not r.skipped and r.beyond_limit == 0
 
@@ -115,7 +115,7 @@ def test_opportunistic_share_is_seeded_and_nested(tmp_path):
 
     def opp(frac, seed, **kw):
         r = read_philly(p, opportunistic_fraction=frac, rng=random.Random(seed), **kw)
-        return [j.spec.job_id for j in r.jobs if j.spec.priority == "opportunistic"]
+        return [j.spec.job_id for j in r.jobs if j.spec.klass == "opportunistic"]
 
     a, b = opp(0.3, 7), opp(0.3, 7)
     assert a == b  # same seed, same records
@@ -148,6 +148,6 @@ def test_queue_override_makes_the_same_specs_in_one_queue(tmp_path):
     one = read_philly(p, opportunistic_fraction=0.5, rng=random.Random(3), queue="default").jobs
     assert [j.spec.queue for j in plain] == ["vc1", "vc2", "default"]
     assert [j.spec.queue for j in one] == ["default"] * 3
-    assert [(j.spec.job_id, j.spec.submit_time, j.spec.workers, j.spec.gpus, j.spec.priority, j.duration_s, j.line)
-            for j in one] == [(j.spec.job_id, j.spec.submit_time, j.spec.workers, j.spec.gpus, j.spec.priority,
+    assert [(j.spec.job_id, j.spec.submit_time, j.spec.workers, j.spec.gpus, j.spec.klass, j.duration_s, j.line)
+            for j in one] == [(j.spec.job_id, j.spec.submit_time, j.spec.workers, j.spec.gpus, j.spec.klass,
                                j.duration_s, j.line) for j in plain]

@@ -36,7 +36,7 @@ def test_alibaba_default_pods():
     assert len(specs) == 8152 and not r.skipped
     assert sum(1 for s in specs if s.gpu_milli < 1000) == 3078
     assert sum(1 for s in specs if s.gpus == 0) == 1088
-    assert sum(1 for s in specs if s.priority == "opportunistic") == 3398
+    assert sum(1 for s in specs if s.klass == "opportunistic") == 3398
 
 
 def test_every_variant_reads_cleanly_and_constraints_name_real_models():

@@ -294,11 +294,11 @@ def test_job_environment(tmp_path, monkeypatch):
     monkeypatch.setattr(N, "_nvml", no_nvml)  # the same on every machine, with or without NVML
     base = {"PATH": "/usr/bin", "PYTHONPATH": "/user/site", "COLOCATE_SIM_CORE": "0", "OMP_NUM_THREADS": "4"}
     spec = L.RunSpec(command=("python", "x.py"), device="sim", gpu=1, gpu_mem=3 << 20, sm_share=0.5,
-                     priority="opportunistic", on_cap="error", job_id="j")
+                     klass="opportunistic", on_cap="error", job_id="j")
     env = L.job_environment(spec, base, str(tmp_path))
     job = JobEnv.from_environ(env)
     assert job.enabled and job.job_id == "j" and job.gpu == 1 and job.gpu_mem == 3 << 20
-    assert job.sm_share == 0.5 and job.priority == "opportunistic" and job.on_cap == "error"
+    assert job.sm_share == 0.5 and job.klass == "opportunistic" and job.on_cap == "error"
     assert job.stats_dir == str(tmp_path) and job.sim_core == 0
     pp = env["PYTHONPATH"].split(os.pathsep)
     assert pp[0] == L.INJECT_DIR and pp[-1] == "/user/site"

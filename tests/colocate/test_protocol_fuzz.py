@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from colocate import protocol as P
+from colocate.base.vocab import SloState
 from colocate.protocol import ProtocolError
 from tests.support import examples
 
@@ -48,7 +49,7 @@ gpu_infos = st.builds(P.GpuInfo, index=st.integers(0, 64), mem_total=sizes, util
 job_infos = st.builds(
     P.JobInfo, job_id=ids, gpu=st.integers(0, 64), priority=priorities, pid=pids, mem_cap=sizes,
     sm_share=shares, mem_reserved=sizes, mem_allocated_peak=sizes, host_bytes=sizes,
-    throughput=st.floats(0.0, 1e9), slo_state=st.text(max_size=32), iterations=counts,
+    throughput=st.floats(0.0, 1e9), slo_state=st.sampled_from(list(SloState)), iterations=counts,
 )  # fmt: skip
 
 names = st.text(printable, max_size=P.MAX_ID_CHARS)

@@ -68,7 +68,7 @@ def make_link(tmp_path):
     links = []
 
     def make(priority="opportunistic", yield_via=("priority",), device="sim", grant=True):
-        env = JobEnv(job_id="j", priority=priority, device=device, node=f"ipc://{tmp_path}/n.sock",
+        env = JobEnv(job_id="j", klass=priority, device=device, node=f"ipc://{tmp_path}/n.sock",
                      yield_via=yield_via)
         rt = FakeRuntime(FakeDevice(grant))
         link = NodeLink(env, rt)
@@ -176,7 +176,7 @@ def wired(ipc_dir):
     endpoint = f"ipc://{ipc_dir}/node.sock"
     node = FakeNode(endpoint)
     clock = FakeClock()
-    env = JobEnv(job_id="j", priority="opportunistic", device="sim", node=endpoint, yield_via=(), token="tok")
+    env = JobEnv(job_id="j", klass="opportunistic", device="sim", node=endpoint, yield_via=(), token="tok")
     rt = Runtime(env, MiniDevice())
     link = NodeLink(env, rt, clock=clock)
     link.start()

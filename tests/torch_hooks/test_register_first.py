@@ -48,7 +48,7 @@ def run_in_thread(env):
     return t, out
 
 
-PICK = dict(priority="opportunistic", pick_gpu=True, gpu_mem=GiB)
+PICK = dict(klass="opportunistic", pick_gpu=True, gpu_mem=GiB)
 PART = dict(partition=True, sm_share=0.5, gpu_mem=4 * GiB)
 LIMITS = P.Limits(seq=1, mem_cap=GiB, sm_share=1.0, gate=False)
 

@@ -53,7 +53,7 @@ def node_specs(shape: str = "4x4", gpu_mem: int = 0, cpu_milli: int = 0, mem_mib
 def job(job_id: str, t: float, duration: float | None, gpus: int = 1, workers: int = 1, busy: float = 0.5,
         cfg: int = -1, **kw) -> JobInput:
     spec = JobSpec(job_id, submit_time=t, workers=workers, gpus=gpus, **kw)
-    return JobInput(spec, duration, cfg, busy, spec.priority)
+    return JobInput(spec, duration, cfg, busy, spec.klass)
 
 
 def synth_jobs(n: int = 120, seed: int = 1, *, node_gpus: int = 4, opportunistic: float = 0.25,
@@ -70,7 +70,7 @@ def synth_jobs(n: int = 120, seed: int = 1, *, node_gpus: int = 4, opportunistic
         w, g = rng.choice(shapes)
         kw: dict = {"user": f"u{rng.randrange(users)}", "name": f"m{rng.randrange(4)}"}
         if rng.random() < opportunistic:
-            kw["priority"] = "opportunistic"
+            kw["klass"] = "opportunistic"
             w, g = 1, rng.choice((1, 1, 2))
         elif rng.random() < fractional:
             w, g = 1, 1

@@ -122,7 +122,7 @@ def test_estimates_queues_and_labels(tmp_path):
     lo = {j.spec.job_id for j in low.jobs if j.label == "opportunistic"}
     hi = {j.spec.job_id for j in high.jobs if j.label == "opportunistic"}
     assert lo < hi and math.isclose(len(hi) / 400, 0.5, abs_tol=0.08)
-    assert all(j.spec.priority == "guaranteed" and j.label == "opportunistic"
+    assert all(j.spec.klass == "guaranteed" and j.label == "opportunistic"
                for j in high.as_guaranteed() if j.spec.job_id in hi)
 
 

@@ -26,7 +26,7 @@ def placement(decisions, job_id):
 
 def test_an_opportunistic_gang_gets_distinct_gpus():
     core = core_with([("n0", 4)])
-    out = core.handle(ev.JobSubmitted(JobSpec("g", workers=3, gpus=1, priority="opportunistic")), 1.0)
+    out = core.handle(ev.JobSubmitted(JobSpec("g", workers=3, gpus=1, klass="opportunistic")), 1.0)
     used = [(s.node_id, i) for s in placement(out, "g").slots for i in s.gpus]
     assert len(used) == 3 and len(set(used)) == 3
 
@@ -37,7 +37,7 @@ def test_an_opportunistic_gang_waits_rather_than_doubling_up():
     node = placement(out, "busy").slots[0].node_id
     report = ev.NodeReport(node, 1, (ev.GpuReport(0, 0.95, 0),), (ev.WorkerReport("busy", "busy.1", 0, True),))
     core.handle(report, 1.0)  # that GPU is over the 0.8 threshold: one GPU left for opportunistic work
-    out = core.handle(ev.JobSubmitted(JobSpec("g", workers=2, gpus=1, priority="opportunistic")), 2.0)
+    out = core.handle(ev.JobSubmitted(JobSpec("g", workers=2, gpus=1, klass="opportunistic")), 2.0)
     assert not [d for d in out if isinstance(d, ev.StartWorkers)]
     out = core.handle(ev.NodeReport(node, 1, (ev.GpuReport(0, 0.3, 0),), report.workers), 12.0)
     used = [(s.node_id, i) for s in placement(out, "g").slots for i in s.gpus]

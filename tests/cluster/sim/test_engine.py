@@ -33,7 +33,7 @@ def test_a_lone_job_ends_after_its_duration_and_the_start_delay(delay, end):
 def test_colocation_retimes_both_jobs_and_ignores_stale_completions():
     """G (busy 0.5, 1000 s) from t=0; O (busy 0.5, 100 s) joins its GPU at t=10 (the first report
     shows 0.5 < 0.8): G runs at keep, O fills ``fill`` of G's idle time; when O ends, G is back to 1."""
-    jobs = [job("g", 0.0, 1000.0, busy=0.5), job("o", 10.0, 100.0, busy=0.5, priority="opportunistic")]
+    jobs = [job("g", 0.0, 1000.0, busy=0.5), job("o", 10.0, 100.0, busy=0.5, klass="opportunistic")]
     sim, rows, _ = run("antman", jobs, node_specs("1x1"))
     r = by_id(rows)
     o_rate = min(1.0, ADAPTIVE_FILL * (1 - 0.5 * ADAPTIVE_KEEP) / 0.5)
@@ -55,7 +55,7 @@ def test_pack_uses_the_measured_pair_speeds(tmp_path):
     table = LucidTable.load(lucid_csv(tmp_path / "lucid.csv"))
     a, c = table.configs.index(("A", "DA", "32", "0")), table.configs.index(("C", "DC", "32", "0"))
     jobs = [job("g", 0.0, 1000.0, busy=SOLO["C"], cfg=c), job("o", 10.0, 90.0, busy=SOLO["A"], cfg=a,
-                                                            priority="opportunistic")]
+                                                            klass="opportunistic")]
     sim, rows, _ = run("antman", jobs, node_specs("1x1"), model=ColocationModel(table, "pack"))
     r = by_id(rows)
     assert math.isclose(r["o"]["end_s"], 100.0)
@@ -67,7 +67,7 @@ def test_pack_uses_the_measured_pair_speeds(tmp_path):
 def test_preemption_keeps_finished_work(overhead):
     """O (12 GiB of a 16 GiB GPU) runs from 0; G needs 8 GiB at t=30: O is preempted with 70 s of
     work left, G runs 30..80, O restarts at 80 (memory free again) and ends 70 s (+ overhead) later."""
-    jobs = [job("o", 0.0, 100.0, gpu_mem=12 * GIB, priority="opportunistic"),
+    jobs = [job("o", 0.0, 100.0, gpu_mem=12 * GIB, klass="opportunistic"),
             job("g", 30.0, 50.0, gpu_mem=8 * GIB)]
     no_promotion = config(["multi_queue", "gang", "binpack", "opportunistic", "preemption"])
     sim, rows, s = run(no_promotion, jobs, node_specs("1x1", gpu_mem=16 * GIB),
@@ -83,7 +83,7 @@ def test_preemption_keeps_finished_work(overhead):
 
 def test_promotion_turns_an_opportunistic_job_guaranteed():
     # o comes after the first report (t=10) shows g's GPU busy: it goes to the idle GPU
-    jobs = [job("g", 0.0, 500.0, busy=0.5), job("o", 20.0, 300.0, busy=0.5, priority="opportunistic")]
+    jobs = [job("g", 0.0, 500.0, busy=0.5), job("o", 20.0, 300.0, busy=0.5, klass="opportunistic")]
     sim, rows, s = run("antman", jobs, node_specs("1x2"))
     r = by_id(rows)
     promotes = [t for t, _, out in sim.log for d in out if isinstance(d, ev.Promote)]
@@ -115,7 +115,7 @@ def test_a_gang_too_large_for_the_cluster_fails_once():
 def test_reports_carry_the_windowed_utilization():
     """A GPU busy 0.5 from t=3 reports 0.35 at t=10 (7 of the last 10 s) and 0.5 at t=20, then
     stops reporting; ``reports="never"`` sends none."""
-    jobs = [job("g", 3.0, 100.0, busy=0.5), job("o", 500.0, 10.0, busy=0.2, priority="opportunistic")]
+    jobs = [job("g", 3.0, 100.0, busy=0.5), job("o", 500.0, 10.0, busy=0.2, klass="opportunistic")]
     sim, _, s = run("antman", jobs, node_specs("1x1"))
     reports = [(t, e.gpus[0].utilization) for t, evs, _ in sim.log for e in evs if isinstance(e, ev.NodeReport)]
     assert reports[:3] == [(10.0, pytest.approx(0.35)), (20.0, 0.5), (110.0, pytest.approx(0.5 * 3 / 10))]

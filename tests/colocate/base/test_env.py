@@ -52,7 +52,7 @@ def test_defaults_from_empty_environment():
     assert e.gpu == 0
     assert e.gpu_mem is None
     assert e.sm_share == 1.0
-    assert e.priority == "guaranteed"
+    assert e.klass == "guaranteed"
     assert e.on_cap == "host"
     assert e.stats_dir is None and e.node is None and e.sim_core is None
     assert e.sim_gpu_mem == DEFAULT_SIM_GPU_MEM == 16 << 30
@@ -88,7 +88,7 @@ def test_parses_every_field():
     e = JobEnv.from_environ(raw)
     assert e == JobEnv(
         enabled=True, job_id="job-7", device="cuda", gpu=3, gpu_mem=2 << 30, sm_share=0.25,
-        priority="opportunistic", on_cap="error", stats_dir="/tmp/stats", node="ipc:///tmp/node.sock",
+        klass="opportunistic", on_cap="error", stats_dir="/tmp/stats", node="ipc:///tmp/node.sock",
         sim_core=1, sim_gpu_mem=8 << 30, sim_host_gbps=4.5, log="debug", yield_via=("gate",),
     )
 
@@ -158,7 +158,7 @@ def test_bad_value_names_the_variable(name, value):
 def test_to_environ_round_trips():
     e = JobEnv(
         enabled=True, job_id="j1", device="sim", gpu=2, gpu_mem=3 << 20, sm_share=0.3,
-        priority="opportunistic", on_cap="error", stats_dir="/tmp/s", node="tcp://h:1",
+        klass="opportunistic", on_cap="error", stats_dir="/tmp/s", node="tcp://h:1",
         sim_core=0, sim_gpu_mem=4 << 30, sim_host_gbps=1.25, log="info", iterations=5000, epochs=3,
     )
     out = e.to_environ()
@@ -188,7 +188,8 @@ def test_jobenv_fields_cover_the_table():
     for v in VARIABLES:
         if v.name == "COLOCATE_CHAIN_SITECUSTOMIZE" or v.scope in ("client", "engine", "node"):
             continue
-        attr = v.name[len(PREFIX):].lower()
+        # the job class keeps its documented variable name; in code it is ``klass`` ("priority" is the device's)
+        attr = {"COLOCATE_PRIORITY": "klass"}.get(v.name, v.name[len(PREFIX):].lower())
         assert attr in field_names, v.name
     assert envmod.DEVICES == ("sim", "cuda")
 

@@ -80,9 +80,9 @@ def test_a_window_much_faster_than_the_baseline_becomes_the_baseline_without_a_p
     alone it is at least that fast. The window is the new baseline at once (no pause), and the SLO is held
     against it: a later window 5% over it is a break."""
     n = running(pair())
-    old = n.core.gpus[0].policy["baseline"]
+    old = n.core.gpus[0].policy.baseline
     assert g_batches(n, [0.044] * 4)[-1] == (1.0, "running")
-    assert n.core.gpus[0].policy["baseline"] == pytest.approx(0.044) and old > 0.044 / 0.9
+    assert n.core.gpus[0].policy.baseline == pytest.approx(0.044) and old > 0.044 / 0.9
     assert g_batches(n, [0.047] * 4)[-1] == (0.0, "paused")  # within the old SLO, over the new one
 
 
@@ -92,7 +92,7 @@ def test_the_pause_is_a_fresh_baseline_that_follows_the_guaranteed_jobs_own_work
     assert n.state("o") == "paused"
     seen = g_batches(n, [0.06] * 4)  # pause_batches=3 profiled alone (+1 in flight)
     assert seen[-1] == (1.0, "running")
-    assert n.core.gpus[0].policy["baseline"] == pytest.approx(0.06)
+    assert n.core.gpus[0].policy.baseline == pytest.approx(0.06)
     assert g_batches(n, [0.062] * 8)[-1] == (1.0, "running")  # within 5% of the new baseline
 
 

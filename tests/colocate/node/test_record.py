@@ -26,7 +26,7 @@ def test_rows_round_trip_on_the_node_clock(tmp_path):
         f.write(record.row(record.APPLIED, 10.7, applied) + "\n")
     rec = record.read(str(path))
     (b,) = rec.batches
-    assert (b.job_id, b.priority, b.gpu, b.node_t, b.busy_s, b.host_bytes, b.limits_seq) == (
+    assert (b.job_id, b.klass, b.gpu, b.node_t, b.busy_s, b.host_bytes, b.limits_seq) == (
         "g", "guaranteed", 1, 10.5, 0.02, 3, 4)
     assert rec.limits[0]["limits"]["seq"] == 2 and rec.limits[0]["node_t"] == 10.6
     assert rec.applied[0]["node_t"] == 10.7

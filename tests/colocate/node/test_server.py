@@ -215,7 +215,7 @@ def test_the_record_is_on_the_node_clock(node):
     conn.send(P.LimitsApplied(job_id="j1", limits_seq=pushed.limits.seq, applied_at=77.0))
     sync(conn)
     rec = record.read(node.record_path)
-    assert [(b.job_id, b.node_t, b.priority, b.gpu, b.limits_seq) for b in rec.batches] == \
+    assert [(b.job_id, b.node_t, b.klass, b.gpu, b.limits_seq) for b in rec.batches] == \
         [("j1", t_report, "opportunistic", 0, welcome.limits.seq)]
     assert [(r["node_t"], r["limits"]["seq"], r["limits"]["sm_share"]) for r in rec.limits] == \
         [(t_set, pushed.limits.seq, 0.5)]

@@ -355,7 +355,7 @@ def test_promote_marks_the_placement_and_survives_a_restart(mgrs, tmp_path):
     b = mgrs.new(epoch=2)
     b.recover()
     (p,) = b.placements()
-    assert p.promoted and p.priority == "guaranteed"
+    assert p.promoted and p.klass == "guaranteed"
     clash = b.start(placement(tmp_path, "p2", [PY, waiter, "term"], workers=((0, 0, (0,)),), job="g"))
     assert "already runs guaranteed job job-a" in clash[0].reason  # promoted: it holds its GPU now
 

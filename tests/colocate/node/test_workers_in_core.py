@@ -63,7 +63,7 @@ def test_promotion_makes_registered_and_later_workers_guaranteed():
     register(c, "g", 1, "guaranteed", pid=50)
     assert c.jobs["o"].limits.sm_share > 0 and c.jobs["j/0"].limits.sm_share > 0  # two opportunistic jobs share it
     out = c.handle(E.Promote("p1"), 2.0)
-    assert c.jobs["j/0"].guaranteed and c.jobs["j/0"].priority == "guaranteed"
+    assert c.jobs["j/0"].guaranteed and c.jobs["j/0"].klass == "guaranteed"
     sent = {cmd.job_id: cmd.msg.limits for cmd in out if isinstance(cmd, Send)}
     assert sent["o"].sm_share == 0.0  # the policy now treats j/0 as the GPU's guaranteed job
     assert c.snapshot(2.0).jobs[0].priority == "guaranteed"

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from colocate.base.vocab import OnCap, Priority
+from colocate.base.vocab import JobClass, OnCap
 from colocate.launcher import INJECT_DIR
 from colocate.ray import OPPORTUNISTIC_RESOURCE, options, parse_fields, runtime_env
 from colocate.ray.fields import PLUGIN_CLASS, Fields
@@ -38,7 +38,7 @@ def test_a_bad_field_is_one_line_naming_it(value, word):
 
 def test_fields_take_colocate_runs_words_and_round_trip():
     fields = parse_fields({"priority": "opportunistic", "gpu_mem": "1GiB", "sm_share": "0.3", "on_cap": "error"})
-    assert fields == Fields(Priority.OPPORTUNISTIC, GiB, 0.3, OnCap.ERROR)
+    assert fields == Fields(JobClass.OPPORTUNISTIC, GiB, 0.3, OnCap.ERROR)
     assert Fields.from_json(fields.to_json()) == fields
     assert parse_fields(None) == parse_fields({}) == Fields()
 
