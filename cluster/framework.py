@@ -127,6 +127,11 @@ class Framework:
             k: [(score, score.__self__.p.get("weight", 1)) for score in self.pt["score"][k]]
             for k in CLASSES}  # (bound score method, its plugin's weight)
         self._order = {k: (v[0] if v else None) for k, v in self.pt["node_order"].items()}
+        # per class, the order plugin's ``order_ranked`` when that plugin is the class's only scorer: where it says
+        # yes, ranking the feasible nodes would keep their order, so the first feasible node the pick takes wins
+        self._ranked: dict[str, Callable | None] = {
+            k: (o.__self__.order_ranked if o is not None and len(self._scorers[k]) == 1
+                and self._scorers[k][0][0].__self__ is o.__self__ else None) for k, o in self._order.items()}
         # a class with a node order has its one GPU pick (checked when the config loads)
         self._pick: dict[str, Callable] = {k: v[0] for k, v in self.pt["pick_gpus"].items() if v}
         self._queue_order = self.pt["queue_order"][0] if self.pt["queue_order"] else None
@@ -422,6 +427,26 @@ class Framework:
         feasible: list[NodeState] = []
         last: Status | None = None
         n = 0
+        ranked = self._ranked[klass]
+        if ranked is not None and ranked(req):
+            # the same choice as below without ranking: the pick tries the feasible nodes in candidate order
+            for node in order(req):
+                n += 1
+                for f in filters:
+                    st = f(req, node)
+                    if st is not SUCCESS and st.code != Code.SUCCESS:
+                        last = st
+                        break
+                else:
+                    gpus = pick(req, node)
+                    if gpus is not None:
+                        return node, gpus
+                    want -= 1
+                    if not want:
+                        break
+                if limit and n >= limit:
+                    break
+            return self._no_node(req, n, last)
         for node in order(req):
             n += 1
             for f in filters:
@@ -441,6 +466,10 @@ class Framework:
             gpus = pick(req, node)
             if gpus is not None:
                 return node, gpus
+        return self._no_node(req, n, last)
+
+    @staticmethod
+    def _no_node(req: Request, n: int, last: Status | None) -> Status:
         why = f" (last: {last})" if last is not None else ""
         shape = f"{req.gpus} GPU" + ("s" if req.gpus != 1 else "") + (f" x {req.milli} milli" if req.milli < 1000 else "")
         return unschedulable("framework", f"worker {req.rank} ({shape}): no feasible node among {n} examined{why}")
