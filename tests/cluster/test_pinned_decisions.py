@@ -9,7 +9,8 @@ decisions records new digests, on purpose:
 Two workloads per policy: (1) the simulator on mixed jobs (gangs, fractional shares, opportunistic
 jobs, GPU memory, CPU and host memory; delayed starts and stops, node reports), 16 nodes x 8 GPUs; (2)
 the core alone at a scale where the indexes' buckets churn (96 nodes x 8 GPUs, 1,500 jobs submitted at
-once, rounds of starts, utilization reports and exits), as ``benchmarks/scheduler_core.py`` drives it.
+once, rounds of starts, utilization reports and exits; the genetic policies, slow, at 24 nodes and 200 jobs), as
+``benchmarks/scheduler_core.py`` drives it.
 """
 
 from __future__ import annotations
@@ -63,9 +64,11 @@ def simulated(policy: str) -> list:
     return d.value()
 
 
-def core_rounds(policy: str, nodes: int = 96, n_jobs: int = 1500, rounds: int = 12) -> list:
+def core_rounds(policy: str) -> list:
     """The benchmark's drive at a small scale: every job submitted at once, then rounds of starts, a
     report of seeded utilizations from every node, and the exits of every placement two rounds old."""
+    slow = "genetic" in PRESETS[policy]["plugins"]  # evolves a population per cycle
+    nodes, n_jobs, rounds = (24, 200, 6) if slow else (96, 1500, 12)
     rng = random.Random(24)
     core = SchedulerCore(preset(policy), random.Random(0))
     d = Digest()
@@ -120,7 +123,7 @@ def test_simulated_decisions_are_the_pinned_ones(policy, pinned):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_core_decisions_at_churn_are_the_pinned_ones(policy, pinned):
     got = core_rounds(policy)
-    assert got[0] > 1000, "the workload decided too little to pin anything"
+    assert got[0] > 300, "the workload decided too little to pin anything"
     assert got == pinned[policy]["core"], f"{policy}: the core's decisions changed"
 
 
