@@ -129,3 +129,45 @@ def test_core_decisions_at_churn_are_the_pinned_ones(policy, pinned):
 
 if __name__ == "__main__":
     print(json.dumps(digests(), indent=1, sort_keys=True))
+
+
+def ranked_vs_ranking(policy: str, seed: int, ranked: bool) -> list:
+    """Decisions on a fragmented cluster (nodes of 2-8 GPUs, host resources), with the framework's shortcut for
+    a ranked node order (``ranked``) or with every class's feasible nodes ranked by their scores."""
+    rng = random.Random(seed)
+    core = SchedulerCore(preset(policy), random.Random(0))
+    if not ranked:
+        core.fw._ranked = dict.fromkeys(core.fw._ranked)
+    out = core.handle_batch([ev.NodeJoined(NodeSpec(f"n{i:02d}", rng.choice((2, 3, 4, 6, 8)), cpu_milli=16000,
+                                                    mem_mib=65536), 1) for i in range(24)], 0.0)
+    specs = []
+    for i in range(300):
+        kw: dict = {"cpu_milli": rng.choice((0, 1000, 4000)), "mem_mib": rng.choice((0, 8192))}
+        w, g = rng.choice(((1, 1), (2, 1), (3, 1), (4, 1), (2, 2), (3, 2), (1, 3), (2, 3), (1, 0), (2, 0)))
+        if rng.random() < 0.15:
+            w, g, kw["gpu_milli"] = 1, 1, rng.choice((250, 500, 750))
+        elif rng.random() < 0.1 and core.fw.places("opportunistic"):
+            w, g, kw["priority"] = 1, 1, "opportunistic"
+        specs.append(JobSpec(f"j{i}", submit_time=i * 0.01, workers=w, gpus=g, **kw))
+    placed: list = []
+    now = 1.0
+    for i in range(0, 300, 20):  # submits in waves; the oldest placements exit between them
+        now += 10.0
+        out += core.handle_batch([ev.JobSubmitted(s) for s in specs[i:i + 20]], now)
+        placed += [d.placement for d in out if isinstance(d, ev.StartWorkers)]
+        k = rng.randrange(0, 6)
+        gone, placed = placed[:k], placed[k:]
+        out += core.handle_batch([ev.RankExited(p.job_id, p.placement_id, s.rank, 0) for p in gone for s in p.slots],
+                                 now + 1.0)
+    core.state.check_invariants()
+    return out
+
+
+@pytest.mark.parametrize("policy", ["gang-binpack", "antman"])
+@pytest.mark.parametrize("seed", range(6))
+def test_a_ranked_order_decides_as_ranking_does(policy, seed):
+    """The shortcut for a node order ranked by the only scorer (binpack's ``order_ranked``) takes the node that
+    ranking the feasible nodes would take: the same decisions as the general path, on fragmented clusters."""
+    fast = ranked_vs_ranking(policy, seed, ranked=True)
+    assert sum(isinstance(d, ev.StartWorkers) for d in fast) > 50
+    assert fast == ranked_vs_ranking(policy, seed, ranked=False)
