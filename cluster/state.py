@@ -345,7 +345,12 @@ class ClusterState:
                     held[pid] = left
                 else:
                     del held[pid]
-                step += self._gpu_milli(node, gpu, -milli)
+                before = gpu.milli
+                if before == MILLI and milli == MILLI:  # a whole GPU freed (_gpu_milli's outcome, inlined)
+                    gpu.milli = 0
+                    step += 1
+                else:
+                    step += self._gpu_milli(node, gpu, -milli)
                 if util and not held:
                     self._reindex_util(gpu)
             if step:
