@@ -55,13 +55,13 @@ def pick_guaranteed(node: NodeState, gpus: int, milli: int, mem: int, best_fit: 
         if node.free < gpus:
             return None
         if mem:
-            free = [gpu for gpu in node.gpus if gpu.milli == 0 and gpu.mem_free() >= mem]
+            avail = [gpu for gpu in node.gpus if gpu.milli == 0 and gpu.mem_free() >= mem]
         else:
-            free = [gpu for gpu in node.gpus if gpu.milli == 0]
-        clean = [gpu.index for gpu in free if not gpu.o]
+            avail = [gpu for gpu in node.gpus if gpu.milli == 0]
+        clean = [gpu.index for gpu in avail if not gpu.o]
         if len(clean) >= gpus:
             return tuple(clean[:gpus])
-        got = clean + [gpu.index for gpu in free if gpu.o]
+        got = clean + [gpu.index for gpu in avail if gpu.o]
         return tuple(sorted(got[:gpus])) if len(got) >= gpus else None
     best = None
     for gpu in node.gpus:
