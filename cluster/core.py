@@ -34,6 +34,7 @@ from typing import Any, assert_never
 
 from cluster import events as ev
 from cluster.config import PolicyConfig
+from cluster.core_nodes import NodeEvents
 from cluster.events import CANCELLED, FAILED, PENDING, PLACING, RUNNING, SUCCEEDED
 from cluster.framework import Framework
 from cluster.jobs import Job
@@ -57,8 +58,9 @@ class _Stop:
         self.job, self.placement, self.reason = job, placement, reason
 
 
-class SchedulerCore:
-    """One per scheduler (live server or simulation). Not thread-safe: one caller at a time."""
+class SchedulerCore(NodeEvents):
+    """One per scheduler (live server or simulation). Not thread-safe: one caller at a time. Its node events
+    (joined, lost, report) are ``cluster.core_nodes``'."""
 
     def __init__(self, config: PolicyConfig, rng: random.Random) -> None:
         self.config = config
@@ -176,7 +178,7 @@ class SchedulerCore:
                 "cpu_milli": n.cpu, "mem_mib": n.host_mem, "workers": len(n.slots),
                 "switch": n.spec.switch, "rack": n.spec.rack,
                 "gpus": [{"index": g.index, "milli": g.milli, "mem": g.mem, JobClass.GUARANTEED: sorted(g.g),
-                          JobClass.OPPORTUNISTIC: sorted(g.o), "utilization": g.util, "mem_used": g.mem_used}
+                          JobClass.OPPORTUNISTIC: sorted(g.o), "utilization": g.utilization, "mem_used": g.mem_used}
                          for g in n.gpus],
             })
         return out
@@ -497,97 +499,3 @@ class SchedulerCore:
         self.recovery.tick(now, out)
         self._retry_due(now)
         self._dirty = True
-
-    # ------------------------------------------------------------------ node events
-
-    def _joined(self, e: ev.NodeJoined, now: float, out: list) -> None:
-        self.recovery.joined(e, now, out)
-
-    def _lost(self, e: ev.NodeLost, now: float, out: list) -> None:
-        node = self.state.nodes.get(e.node_id)
-        if node is not None and node.up:
-            self.lose_node(e.node_id, f"node {e.node_id} lost: {e.reason}", now, out, e.hold_s)
-
-    def lose_node(self, node_id: str, reason: str, now: float, out: list, hold_s: float = 0.0) -> None:
-        """Node down (no new work there): every placement touching it is stopped elsewhere and requeued
-        whole, at once or, with ``hold_s``, only if the node has not come back within ``hold_s`` (while its
-        lease fences its workers, they may still run: nothing is placed in their stead before)."""
-        self.stats["nodes_lost"] += 1
-        node = self.state.nodes[node_id]
-        slots = list(node.slots.values())
-        self.state.node_down(node_id)
-        self.recovery.forget_node(node_id, now, now + hold_s if hold_s > 0 else None, reason)
-        live = {pid for pid in (a.pid for a in slots) if hold_s > 0 and pid not in self.stopping
-                and (job := self.holders.get(pid)) is not None and job.placement_id == pid
-                and job.state in (PLACING, RUNNING)}
-        # A stopping placement whose requeued job waits for it: its workers here may run until the hold is over.
-        fenced = live | {a.pid for a in slots if hold_s > 0 and a.pid in self.stopping
-                         and a.pid in self.recovery.waiting}
-        if fenced:
-            self.recovery.hold(node_id, [a for a in slots if a.pid in fenced], now + hold_s, reason)
-        for pid in dict.fromkeys(a.pid for a in slots if a.pid not in live):
-            self.placement_lost(pid, reason, now, out)
-        self._dirty = True
-
-    def placement_lost(self, pid: str, reason: str, now: float, out: list, node_id: str | None = None) -> None:
-        """Some workers of ``pid`` are gone (their slots on ``node_id`` released here, when
-        given): a stopping placement may finish; a live one is stopped and its job requeued."""
-        if pid in self.stopping:
-            if node_id:
-                self._release_slot(pid, None, now, node_id)
-            else:
-                self._finish_if_empty(pid, now)
-            return
-        job = self.holders.get(pid)
-        if job is None or job.placement_id != pid or job.state not in (PLACING, RUNNING):
-            if node_id:
-                self._release_slot(pid, None, now, node_id)
-            return
-        self.set_state(job, PENDING, reason, out)
-        self._stop(job, "node lost", now, out, gone_node=node_id)
-        self._requeue(job, now)
-
-    def _finish_if_empty(self, pid: str, now: float) -> None:
-        if pid not in self.state.allocs and pid in self.holders:
-            stop = self.stopping.get(pid)
-            job = self.holders[pid]
-            placement = stop.placement if stop else job.placement
-            assert placement is not None  # pid is its placement
-            self._released(job, placement, now)
-
-    def _report(self, e: ev.NodeReport, now: float, out: list) -> None:
-        node = self.state.nodes.get(e.node_id)
-        if node is None or not node.up or e.epoch != node.epoch:
-            return
-        moved = False
-        for g in e.gpus:
-            moved |= self.state.report_gpu(e.node_id, g.index, g.utilization, g.mem_used)
-        if moved and self.fw.places(JobClass.OPPORTUNISTIC):
-            self._dirty = True
-        listed: set[tuple[str, int]] = set()
-        for w in e.workers:
-            pid = w.placement_id
-            held = self.state.allocs.get(pid, {}).get(w.rank)
-            on_node = held is not None and held.node_id == e.node_id
-            if pid in self.stopping:
-                if on_node and w.running:
-                    listed.add((pid, w.rank))
-                elif on_node:
-                    self._release_slot(pid, w.rank, now)
-                continue
-            job = self._current(w.job_id, pid)
-            if job is not None and on_node:
-                listed.add((pid, w.rank))
-                if w.running:
-                    self._rank_started(job, w.rank, now, out)
-                elif w.exit_code is not None:
-                    self._rank_exited(job, w.rank, w.exit_code, now, out, w.fenced)
-                continue
-            if w.running and job is None:
-                self.stats["orphan_stops"] += 1
-                out.append(ev.StopWorkers(w.job_id, pid, (e.node_id,), "orphan"))
-        for pid, rank in list(node.slots):
-            if pid in self.stopping and (pid, rank) not in listed:
-                self._release_slot(pid, rank, now)
-        running = frozenset((w.placement_id, w.rank) for w in e.workers if w.running)
-        self.recovery.reported(node, listed, now, out, running)

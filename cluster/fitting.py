@@ -54,14 +54,14 @@ def pick_guaranteed(node: NodeState, gpus: int, milli: int, mem: int, best_fit: 
     if milli >= MILLI:
         if node.free < gpus:
             return None
-        clean: list[int] = []
-        busy: list[int] = []
-        for gpu in node.gpus:
-            if gpu.milli == 0 and (not mem or gpu.mem_free() >= mem):
-                (busy if gpu.o else clean).append(gpu.index)
-                if len(clean) >= gpus:
-                    return tuple(clean)
-        got = clean + busy
+        if mem:
+            avail = [gpu for gpu in node.gpus if gpu.milli == 0 and gpu.mem_free() >= mem]
+        else:
+            avail = [gpu for gpu in node.gpus if gpu.milli == 0]
+        clean = [gpu.index for gpu in avail if not gpu.o]
+        if len(clean) >= gpus:
+            return tuple(clean[:gpus])
+        got = clean + [gpu.index for gpu in avail if gpu.o]
         return tuple(sorted(got[:gpus])) if len(got) >= gpus else None
     best = None
     for gpu in node.gpus:

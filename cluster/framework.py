@@ -128,6 +128,15 @@ class Framework:
             k: [(score, score.__self__.p.get("weight", 1)) for score in self.pt["score"][k]]
             for k in CLASSES}  # (bound score method, its plugin's weight)
         self._order = {k: (v[0] if v else None) for k, v in self.pt["node_order"].items()}
+        # per class, the order plugin's ``order_ranked`` when that plugin is the class's only scorer: where it says
+        # yes, ranking the feasible nodes would keep their order, so the first feasible node the pick takes wins
+        self._ranked: dict[str, Callable | None] = dict.fromkeys(self._order)
+        for k, o in self._order.items():
+            owner: Plugin | None = getattr(o, "__self__", None)
+            scorers = self._scorers[k]
+            if owner is None or len(scorers) != 1 or getattr(scorers[0][0], "__self__", None) is not owner:
+                continue
+            self._ranked[k] = owner.order_ranked  # type: ignore[union-attr]  # owner is not None here
         # a class with a node order has its one GPU pick (checked when the config loads)
         self._pick: dict[str, Callable] = {k: v[0] for k, v in self.pt["pick_gpus"].items() if v}
         self._queue_order = self.pt["queue_order"][0] if self.pt["queue_order"] else None
@@ -274,8 +283,10 @@ class Framework:
                     break
                 budget -= 1
             klass = job.spec.klass
-            req.setup(job, klass, now)
-            if budget >= 0:
+            ready = False  # req set up for this job (only where a point will read it: a cached shape skips it)
+            if budget >= 0 and admit[klass]:
+                req.setup(job, klass, now)
+                ready = True
                 st = self._first_failure(admit[klass], req)
                 if st is not None:
                     continue
@@ -284,6 +295,9 @@ class Framework:
                 shape += tuple(f(job) for f in self._cache_keys)
             st = tried.get(shape)
             if st is None:
+                if not ready:
+                    req.setup(job, klass, now)
+                    ready = True
                 self.attempts += 1
                 st, placement, cacheable = self._schedule(req)
                 if placement is not None:
@@ -308,6 +322,8 @@ class Framework:
                 removed.append(job)
                 continue
             if budget < 0:  # the queue's head is blocked
+                if not ready:
+                    req.setup(job, klass, now)
                 self.blocked[qname] = (job.job_id, st)
                 placement = self._post_filter(req, st, out.actions)
                 if placement is not None:
@@ -319,14 +335,18 @@ class Framework:
                 if budget <= 0:
                     break
         if removed:
-            k = len(removed)
-            if all(a is b for a, b in zip(removed, lst)):
-                del lst[:k]
-            else:
-                gone = set(map(id, removed))
-                lst[:] = [j for j in lst if id(j) not in gone]
-            if not lst:
-                del self.queues[qname]
+            self._remove(qname, lst, removed)
+
+    def _remove(self, qname: str, lst: list[Job], removed: list[Job]) -> None:
+        """Take the jobs a walk placed, failed or set aside out of queue ``qname`` (its list ``lst``)."""
+        k = len(removed)
+        if all(a is b for a, b in zip(removed, lst)):
+            del lst[:k]
+        else:
+            gone = set(map(id, removed))
+            lst[:] = [j for j in lst if id(j) not in gone]
+        if not lst:
+            del self.queues[qname]
 
     def pre_enqueue(self, job: Job) -> Status | None:
         """Why ``job`` is refused at submit (FAILS_JOB), else None: the first pre-enqueue plugin's
@@ -423,6 +443,26 @@ class Framework:
         feasible: list[NodeState] = []
         last: Status | None = None
         n = 0
+        ranked = self._ranked[klass]
+        if ranked is not None and ranked(req):
+            # the same choice as below without ranking: the pick tries the feasible nodes in candidate order
+            for node in order(req):
+                n += 1
+                for f in filters:
+                    st = f(req, node)
+                    if st is not SUCCESS and st.code != Code.SUCCESS:
+                        last = st
+                        break
+                else:
+                    gpus = pick(req, node)
+                    if gpus is not None:
+                        return node, gpus
+                    want -= 1
+                    if not want:
+                        break
+                if limit and n >= limit:
+                    break
+            return self._no_node(req, n, last)
         for node in order(req):
             n += 1
             for f in filters:
@@ -442,6 +482,10 @@ class Framework:
             gpus = pick(req, node)
             if gpus is not None:
                 return node, gpus
+        return self._no_node(req, n, last)
+
+    @staticmethod
+    def _no_node(req: Request, n: int, last: Status | None) -> Status:
         why = f" (last: {last})" if last is not None else ""
         shape = f"{req.gpus} GPU" + ("s" if req.gpus != 1 else "") + (f" x {req.milli} milli" if req.milli < 1000 else "")
         return unschedulable("framework", f"worker {req.rank} ({shape}): no feasible node among {n} examined{why}")

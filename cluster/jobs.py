@@ -80,7 +80,7 @@ class Request:
     def setup(self, job: Job, klass: JobClass, now: float) -> Request:
         s = job.spec
         self.job, self.spec, self.klass, self.queue, self.now = job, s, klass, job.queue, now
-        self.pid = job.next_pid()
+        self.pid = f"{job.job_id}.{job.attempt + 1}"  # job.next_pid()
         self.workers, self.gpus, self.milli, self.mem = s.workers, s.gpus, s.gpu_milli, s.gpu_mem
         self.cpu, self.host_mem, self.model = s.cpu_milli, s.mem_mib, s.gpu_model
         self.rank, self.remaining = 0, s.workers

@@ -285,6 +285,11 @@ class Plugin:
     def on_ended(self, job: Job, now: float) -> None: return None
     def on_promoted(self, job: Job, placement: Placement, now: float) -> None: return None
 
+    # a hint, not a point: whether ``node_order(req)`` yields nodes in non-increasing order of this plugin's
+    # ``score(req, node)``. Where this plugin is the class's only scorer and says yes, the framework skips the
+    # ranking (it would keep the order) and takes the first feasible node the GPU pick accepts
+    def order_ranked(self, req: Request) -> bool: return False
+
     def implements(self, point: str) -> bool:
         return getattr(type(self), point) is not getattr(Plugin, point)
 

@@ -1,7 +1,7 @@
 """The cluster's allocation state and the indexes that keep placement cost independent of size.
 
 Owned by one ``SchedulerCore``; only the core, the framework and a ``Statement`` change it. Pure:
-no clock, no I/O. Units as in ``cluster.spec``: milli-GPUs, bytes of GPU memory, milli-cores,
+no clock, no I/O. Its per-node, per-GPU and per-slot records are ``cluster.slots``'. Units as in ``cluster.spec``: milli-GPUs, bytes of GPU memory, milli-cores,
 MiB of host memory.
 
 Accounting rules:
@@ -29,105 +29,12 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterator
 
+from cluster.slots import NOPP_LEVELS, UTIL_BUCKETS, Alloc, GpuState, NodeState, util_key
 from cluster.spec import MILLI, NodeSpec, allowed_models
+from cluster.state_check import check_invariants
 from colocate.base.vocab import JobClass
 
-UTIL_BUCKETS = 101  # 0..100 percent
-NOPP_LEVELS = 4  # opportunistic workers on a GPU, as a tie-break within a utilization bucket (3 = 3 or more)
-
-
-class Alloc:
-    """One worker slot held on one node: what ``release`` gives back."""
-
-    __slots__ = ("pid", "rank", "node_id", "gpus", "milli", "mem", "cpu", "host_mem", "klass", "start")
-
-    def __init__(self, pid: str, rank: int, node_id: str, gpus: tuple[int, ...], milli: int, mem: int,
-                 cpu: int, host_mem: int, klass: str, start: float = 0.0) -> None:
-        self.pid, self.rank, self.node_id, self.gpus = pid, rank, node_id, gpus
-        self.milli, self.mem, self.cpu, self.host_mem, self.klass = milli, mem, cpu, host_mem, klass
-        self.start = start  # when the slot was allocated (scheduler clock): victims' age
-
-    @property
-    def guaranteed(self) -> bool:
-        return self.klass == JobClass.GUARANTEED
-
-
-class GpuState:
-    """One GPU: guaranteed milli and memory allocated, who sits there, last report."""
-
-    __slots__ = ("node", "index", "mem_total", "milli", "mem", "g", "o", "nopp", "util", "mem_used", "ukey")
-
-    def __init__(self, node: NodeState, index: int, mem_total: int) -> None:
-        self.node, self.index, self.mem_total = node, index, mem_total
-        self.milli = 0  # guaranteed milli allocated, 0..1000
-        self.mem = 0  # bytes allocated (guaranteed + opportunistic)
-        self.g: dict[str, int] = {}  # guaranteed placement id -> milli
-        self.o: dict[str, int] = {}  # opportunistic placement id -> workers of it here
-        self.nopp = 0  # opportunistic workers here
-        self.util = 0.0  # reported busy fraction over the last 10 s (0 until reported)
-        self.mem_used = 0  # reported bytes in use
-        self.ukey = -1  # key in the utilization index, -1 when not indexed
-
-    @property
-    def free_milli(self) -> int:
-        return MILLI - self.milli
-
-    def mem_free(self) -> float:
-        """Allocatable bytes (inf when the node states no GPU memory)."""
-        return float("inf") if not self.mem_total else self.mem_total - self.mem
-
-    def mem_free_reported(self) -> float:
-        """Free bytes by the larger of allocation and the last report (opportunistic fit)."""
-        return float("inf") if not self.mem_total else self.mem_total - max(self.mem, self.mem_used)
-
-    # the GPU as the opportunistic pick sees it (colocate.base.pick.Room)
-    @property
-    def utilization(self) -> float:
-        return self.util
-
-    @property
-    def mem_room(self) -> float:
-        return self.mem_free_reported()
-
-    @property
-    def beside_guaranteed(self) -> bool:
-        return bool(self.g)
-
-    @property
-    def opportunistic(self) -> int:
-        return self.nopp
-
-
-
-class NodeState:
-    __slots__ = ("spec", "node_id", "model", "up", "epoch", "gpus", "free", "cpu", "host_mem", "slots", "keys")
-
-    def __init__(self, spec: NodeSpec, epoch: int) -> None:
-        self.spec, self.node_id, self.model = spec, spec.node_id, spec.gpu_model
-        self.up, self.epoch = True, epoch
-        self.gpus = [GpuState(self, i, spec.gpu_mem) for i in range(spec.gpus)]
-        self.free = spec.gpus  # GPUs with no guaranteed milli
-        self.cpu = 0  # milli-cores allocated
-        self.host_mem = 0  # MiB allocated
-        self.slots: dict[tuple[str, int], Alloc] = {}
-        self.keys: tuple[str, ...] = ("",) if not spec.gpu_model else ("", spec.gpu_model)
-
-    def cpu_free(self) -> float:
-        return float("inf") if not self.spec.cpu_milli else self.spec.cpu_milli - self.cpu
-
-    def host_mem_free(self) -> float:
-        return float("inf") if not self.spec.mem_mib else self.spec.mem_mib - self.host_mem
-
-
-def util_key(gpu: GpuState, cap: int = 0) -> int:
-    """The GPU's bucket in the utilization index; -1 (not indexed) when it holds ``cap``
-    opportunistic workers already."""
-    if cap and gpu.nopp >= cap:
-        return -1
-    b = int(gpu.util * 100)
-    b = 0 if b < 0 else (100 if b > 100 else b)
-    # reports lag placements: at equal utilization, fewer opportunistic workers first
-    return (b * 2 + (0 if gpu.g else 1)) * NOPP_LEVELS + min(gpu.nopp, NOPP_LEVELS - 1)
+__all__ = ["NOPP_LEVELS", "UTIL_BUCKETS", "Alloc", "ClusterState", "GpuState", "NodeState", "util_key"]
 
 
 class ClusterState:
@@ -385,12 +292,22 @@ class ClusterState:
                 gpu = gpus[i]
                 gpu.mem += mem
                 held = gpu.g
+                before = gpu.milli  # _gpu_milli, inlined (the node is up)
+                after = before + milli
+                if 0 < before < MILLI:
+                    self._partial_remove(node, gpu)
+                gpu.milli = after
+                if 0 < after < MILLI:
+                    self._partial_add(node, gpu)
+                if not before:
+                    if after:
+                        step -= 1
+                elif not after:
+                    step += 1
                 if held:
                     held[pid] = held.get(pid, 0) + milli
-                    step += self._gpu_milli(node, gpu, milli)
                 else:
                     held[pid] = milli
-                    step += self._gpu_milli(node, gpu, milli)
                     if util:
                         self._reindex_util(gpu)
             if step:
@@ -400,8 +317,8 @@ class ClusterState:
                 gpu = gpus[i]
                 gpu.mem += mem
                 gpu.o[pid] = gpu.o.get(pid, 0) + 1
-                gpu.nopp += 1
-                if self.opp_cap or gpu.nopp < NOPP_LEVELS:  # the count is part of the index key
+                gpu.opportunistic += 1
+                if self.opp_cap or gpu.opportunistic < NOPP_LEVELS:  # the count is part of the index key
                     self._reindex_util(gpu)
 
     def release(self, pid: str, rank: int) -> Alloc | None:
@@ -428,7 +345,12 @@ class ClusterState:
                     held[pid] = left
                 else:
                     del held[pid]
-                step += self._gpu_milli(node, gpu, -milli)
+                before = gpu.milli
+                if before == MILLI and milli == MILLI:  # a whole GPU freed (_gpu_milli's outcome, inlined)
+                    gpu.milli = 0
+                    step += 1
+                else:
+                    step += self._gpu_milli(node, gpu, -milli)
                 if util and not held:
                     self._reindex_util(gpu)
             if step:
@@ -443,8 +365,8 @@ class ClusterState:
                     gpu.o[pid] = left
                 else:
                     del gpu.o[pid]
-                gpu.nopp -= 1
-                if cap or gpu.nopp < NOPP_LEVELS - 1:
+                gpu.opportunistic -= 1
+                if cap or gpu.opportunistic < NOPP_LEVELS - 1:
                     self._reindex_util(gpu)
         self.version += 1
         return a
@@ -494,9 +416,9 @@ class ClusterState:
         gpu = node.gpus[index]
         if not self._util_on:
             before = util_key(gpu, self.opp_cap)
-            gpu.util, gpu.mem_used = float(util), int(mem_used)
+            gpu.utilization, gpu.mem_used = float(util), int(mem_used)
             return node.up and util_key(gpu, self.opp_cap) != before
-        gpu.util, gpu.mem_used = float(util), int(mem_used)
+        gpu.utilization, gpu.mem_used = float(util), int(mem_used)
         return self._reindex_util(gpu)
 
     # ------------------------------------------------------------------ queries
@@ -576,7 +498,7 @@ class ClusterState:
             if key >= end:
                 return
             for gpu in buckets[key]:
-                if gpu.util < max_util:
+                if gpu.utilization < max_util:
                     yield gpu
 
     def up_nodes(self) -> Iterator[NodeState]:
@@ -586,73 +508,5 @@ class ClusterState:
 
     def check_invariants(self) -> None:
         """Recompute every counter and index from the slots; raise AssertionError on the first
-        mismatch. O(cluster): for tests."""
-        cpu: dict[str, int] = {}
-        hmem: dict[str, int] = {}
-        milli: dict[tuple[str, int], int] = {}
-        mem: dict[tuple[str, int], int] = {}
-        opp: dict[tuple[str, int], int] = {}
-        whole_g: dict[tuple[str, int], int] = {}
-        for pid, per in self.allocs.items():
-            assert per, f"{pid}: empty allocation record"
-            for rank, a in per.items():
-                assert a.pid == pid and a.rank == rank
-                node = self.nodes[a.node_id]
-                assert node.up, f"{pid}/{rank}: slot on down node {a.node_id}"
-                assert node.slots.get((pid, rank)) is a
-                assert len(set(a.gpus)) == len(a.gpus), f"{pid}/{rank}: a GPU twice"
-                cpu[a.node_id] = cpu.get(a.node_id, 0) + a.cpu
-                hmem[a.node_id] = hmem.get(a.node_id, 0) + a.host_mem
-                for i in a.gpus:
-                    assert 0 <= i < len(node.gpus), f"{pid}/{rank}: no GPU {i} on {a.node_id}"
-                    key = (a.node_id, i)
-                    mem[key] = mem.get(key, 0) + a.mem
-                    if a.guaranteed:
-                        milli[key] = milli.get(key, 0) + a.milli
-                        if a.milli == MILLI:
-                            whole_g[key] = whole_g.get(key, 0) + 1
-                    else:
-                        opp[key] = opp.get(key, 0) + 1
-        in_util: dict[str, dict[GpuState, int]] = {}  # per key: GPU -> utilization buckets holding it
-        for k, buckets in self._util.items():
-            seen = in_util[k] = {}
-            for bucket in buckets:
-                for gpu in bucket:
-                    seen[gpu] = seen.get(gpu, 0) + 1
-        for node in self.nodes.values():
-            nid, spec = node.node_id, node.spec
-            n_slots = sum(1 for (p, r) in node.slots if self.allocs.get(p, {}).get(r) is not None)
-            assert n_slots == len(node.slots), f"{nid}: stale slot records"
-            assert node.cpu == cpu.get(nid, 0), f"{nid}: cpu {node.cpu} != {cpu.get(nid, 0)}"
-            assert node.host_mem == hmem.get(nid, 0), f"{nid}: host mem mismatch"
-            assert not spec.cpu_milli or node.cpu <= spec.cpu_milli, f"{nid}: cpu over capacity"
-            assert not spec.mem_mib or node.host_mem <= spec.mem_mib, f"{nid}: host memory over capacity"
-            free = 0
-            for gpu in node.gpus:
-                key = (nid, gpu.index)
-                assert gpu.milli == milli.get(key, 0), f"{nid}/{gpu.index}: milli {gpu.milli} != {milli.get(key, 0)}"
-                assert 0 <= gpu.milli <= MILLI, f"{nid}/{gpu.index}: {gpu.milli} guaranteed milli > 1000"
-                assert whole_g.get(key, 0) <= 1, f"{nid}/{gpu.index}: two whole-GPU guaranteed workers"
-                assert gpu.milli == sum(gpu.g.values())
-                assert gpu.mem == mem.get(key, 0), f"{nid}/{gpu.index}: memory mismatch"
-                assert not gpu.mem_total or gpu.mem <= gpu.mem_total, f"{nid}/{gpu.index}: memory over capacity"
-                assert sum(gpu.o.values()) == opp.get(key, 0) == gpu.nopp, f"{nid}/{gpu.index}: opportunistic count"
-                free += gpu.milli == 0
-                if node.up:
-                    want_key = util_key(gpu, self.opp_cap) if self._util_on else -1
-                    assert gpu.ukey == want_key, f"{nid}/{gpu.index}: stale utilization index"
-                    for k in node.keys:
-                        assert gpu.ukey < 0 or gpu in self._util[k][gpu.ukey]
-                        assert in_util[k].get(gpu, 0) == (gpu.ukey >= 0), f"{nid}/{gpu.index}: utilization index"
-                        in_part = gpu in self._partial[k].get(MILLI - gpu.milli, {})
-                        assert in_part == (0 < gpu.milli < MILLI), f"{nid}/{gpu.index}: partial index"
-            assert node.free == free, f"{nid}: free {node.free} != {free}"
-            for k in node.keys:
-                for count, b in enumerate(self._by_free[k]):
-                    assert (nid in b) == (node.up and count == free), f"{nid}: free-count index"
-        for k, total in self._free_total.items():
-            want = sum(n.free for n in self.nodes.values() if n.up and k in n.keys)
-            assert total == want, f"model {k!r}: free total {total} != {want}"
-            assert self._partial_keys[k] == sorted(self._partial[k]), f"model {k!r}: partial keys"
-            assert self._util_keys[k] == [i for i, b in enumerate(self._util[k]) if b], f"model {k!r}: util keys"
-            assert all(self._partial[k].values())
+        mismatch. O(cluster): for tests (``cluster.state_check``)."""
+        check_invariants(self)

@@ -51,7 +51,7 @@ class Statement:
     def commit(self, job_id: str) -> Placement:
         """Keep the slots; the placement they form (ranks in order)."""
         allocs = self.allocs
-        if any(allocs[i].rank > allocs[i + 1].rank for i in range(len(allocs) - 1)):
+        if len(allocs) > 1 and any(allocs[i].rank > allocs[i + 1].rank for i in range(len(allocs) - 1)):
             allocs.sort(key=lambda a: a.rank)
         slots = tuple([WorkerSlot(a.rank, a.node_id, a.gpus) for a in allocs])
         self.allocs = []

@@ -27,6 +27,7 @@ NOT_VOCABULARY = {
     ("cluster/config.py", "opportunistic"),
     ("cluster/plugins/__init__.py", "opportunistic"),
     ("cluster/plugins/opportunistic.py", "opportunistic"),
+    ("cluster/slots.py", "opportunistic"),  # GpuState's attribute (colocate.base.pick.Room's name), in __slots__
 }
 
 

@@ -59,6 +59,18 @@ class BinPack(Plugin):
                 if node not in seen:
                     yield node
 
+    def order_ranked(self, req: Request) -> bool:
+        """Yes, but for a gang with a node that could take this worker (its nodes come first, in placement
+        order, and again further on, with the gang's bonus), and where a node could have over 100 GPUs
+        more than the request (it would score below a node short of it)."""
+        if req.gpus and req.whole:
+            need = req.gpus
+            for node in req.gang_nodes:
+                if node.free >= need:
+                    return False
+            return self.fw.state.max_gpus_per_node(req.model) - req.remaining * need <= 100
+        return True
+
     def score(self, req: Request, node: NodeState) -> float:
         if req.gpus == 0:
             return 100 - node.free

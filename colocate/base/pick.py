@@ -55,5 +55,7 @@ def pick(rooms: Iterable[Room], count: int, need: float, threshold: float,
     ok = [r for r in rooms if fits(r, need, threshold, max_per_gpu)]
     if len(ok) < count:
         return None
+    if count == 1:  # the first of the sorted order, without sorting
+        return (min(ok, key=preference).index,)
     ok.sort(key=preference)
     return tuple(sorted(r.index for r in ok[:count]))

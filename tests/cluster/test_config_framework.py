@@ -125,14 +125,20 @@ def test_cannot_fit_now_is_answered_without_scanning_nodes():
     assert calls == [] and core.blocked()["default"][1] == "fit: needs 1 free GPUs, 0 free"
 
 
-def test_feasible_nodes_bounds_filtering():
+@pytest.mark.parametrize(("ranked", "filtered"), [(False, 3), (True, 1)])
+def test_feasible_nodes_bounds_filtering(ranked, filtered):
+    """Filtering stops after ``feasible_nodes`` feasible nodes; where the node order is ranked by the class's
+    only scorer (binpack's, ``order_ranked``), at the first feasible node the pick accepts: the same node."""
     cfg = config(["fifo", "gang", "binpack"], scheduler={"feasible_nodes": 3})
     core = make_core(cfg, [(f"n{i}", 8) for i in range(100)])
+    if not ranked:
+        core.fw._ranked["guaranteed"] = lambda req: False
     seen = []
     fit = core.fw.pt["filter"]["guaranteed"][0]
     core.fw.pt["filter"]["guaranteed"] = [lambda req, node: (seen.append(node.node_id), fit(req, node))[1]]
     run(core, job("j", gpus=2))
-    assert len(seen) == 3
+    assert len(seen) == filtered
+    assert [s.node_id for s in core.running()["j"].slots] == ["n0"]
 
 
 def test_statement_commit_and_discard():

@@ -35,7 +35,7 @@ def naive_util(st_: ClusterState, model: str, max_util: float) -> list:
             for gpu in node.gpus:
                 key = util_key(gpu, st_.opp_cap)
                 top = min(100, max(0, int(max_util * 100 + 0.999999)))
-                if 0 <= key < (top * 2 + 2) * 4 and gpu.util < max_util:
+                if 0 <= key < (top * 2 + 2) * 4 and gpu.utilization < max_util:
                     out.append(gpu)
     return out
 

@@ -40,7 +40,7 @@ def test_the_node_and_the_scheduler_pick_the_same_gpu(gpus, need_gib):
     pick for a worker asking ``need`` is the scheduler's for a one-GPU opportunistic worker."""
     node = NodeState(NodeSpec("n", len(gpus), gpu_mem=4 * GiB), 1)
     for gpu, (util, free_gib, beside, opp) in zip(node.gpus, gpus, strict=True):
-        gpu.util, gpu.mem_used, gpu.nopp = util, (4 - free_gib) * GiB, opp
+        gpu.utilization, gpu.mem_used, gpu.opportunistic = util, (4 - free_gib) * GiB, opp
         gpu.g = {"guaranteed.1": 1000} if beside else {}
     rooms = [GpuRoom(i, util, free_gib * GiB, beside, opp) for i, (util, free_gib, beside, opp) in enumerate(gpus)]
     by_node = pick_gpu(rooms, need_gib * GiB)
