@@ -158,7 +158,7 @@ class HardwareFeatures(_Record):
     (``colocate.gpus.sim.declared``). 0 means unknown. ``mem_bandwidth`` is bytes/s, ``peak_flops`` FLOP/s
     (FP32); ``gpus`` the GPUs of the job (its world size, at least 1)."""
 
-    kind: str = _f(Str(choices=tuple(DeviceKind)))
+    kind: DeviceKind = _f(Choice(DeviceKind))
     name: str = _f(Str(MAX_ID_CHARS, printable=True))
     mem_total: int = _f(SIZE)
     sm_count: int = _f(COUNT)
