@@ -18,13 +18,13 @@ from __future__ import annotations
 import csv
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import NamedTuple
 
-from cluster.spec import JobSpec, NodeSpec, allowed_models, model_allows  # noqa: F401 (the readers' API: re-exported)
+from cluster.spec import JobSpec, NodeSpec, SpecError, allowed_models, model_allows  # noqa: F401 (the readers' API: re-exported)
 from colocate.base.units import parse_size
 
 MAX_PROBLEMS = 50  # problem lines kept per file; all bad rows are still counted
@@ -197,6 +197,36 @@ def split_gang(n: int, node_gpus: int) -> tuple[int, int]:
 def check_node_gpus(node_gpus: int) -> None:
     if not (isinstance(node_gpus, int) and node_gpus >= 1):
         raise ValueError(f"node_gpus must be an integer >= 1, got {node_gpus!r}")
+
+
+def read_job_table(path: str, fmt: str, what: str, required: tuple[str, ...], optional: tuple[str, ...],
+                   make: Callable[[dict[str, str], int], tuple[JobSpec, float | None]], limit: int | None,
+                   max_problems: int | None) -> TraceResult:
+    """A job table with a header: each data row's present columns (stripped) given to ``make(cells, line)``,
+    which returns (spec, duration) or raises ``BadRow``/``SpecError`` (the row is skipped and logged); a
+    repeated job id is skipped too. The jobs sorted and cut by ``finish``."""
+    log = RowLog(path, max_problems)
+    result = TraceResult(path, fmt)
+    jobs: list[TraceJob] = []
+    seen: set[str] = set()
+    with open_table(path, what) as (reader, names):
+        index, result.ignored_columns = columns(path, names, what, required, optional)
+        pick = [(c, index[c]) for c in required + optional if c in index]
+        for line, row in data_rows(reader, len(names), result, log):
+            try:
+                spec, duration = make({c: row[i].strip() for c, i in pick}, line)
+                if spec.job_id in seen:
+                    raise BadRow("duplicate job_id", spec.job_id)
+            except BadRow as e:
+                log.skip(line, e.reason, e.detail)
+                continue
+            except SpecError as e:
+                log.skip(line, "bad spec", str(e))
+                continue
+            seen.add(spec.job_id)
+            jobs.append(TraceJob(spec, duration, line))
+    result.skipped, result.problems = log.skipped, log.problems
+    return finish(result, jobs, limit)
 
 
 def finish(result: TraceResult, jobs: list[TraceJob], limit: int | None) -> TraceResult:

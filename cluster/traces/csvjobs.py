@@ -22,18 +22,13 @@ inconsistent workers, fractional share on several GPUs, gpu_milli without gpus, 
 
 from __future__ import annotations
 
-from cluster.spec import MILLI, JobSpec, SpecError
+from cluster.spec import MILLI, JobSpec
 from cluster.traces.common import (
     BadRow,
-    RowLog,
-    TraceJob,
     TraceResult,
     check_node_gpus,
-    columns,
-    data_rows,
-    finish,
     normalize_models,
-    open_table,
+    read_job_table,
     split_gang,
     to_float,
     to_int,
@@ -50,33 +45,8 @@ def read_csv_jobs(path, *, node_gpus: int = 8, allow_no_duration: bool = False, 
                   max_problems: int | None = None) -> TraceResult:
     """Read a generic job CSV; see the module docstring for columns and rules."""
     check_node_gpus(node_gpus)
-    path = str(path)
-    what = "a generic job CSV"
-    log = RowLog(path, max_problems)
-    result = TraceResult(path, "csv")
-    jobs: list[TraceJob] = []
-    seen: set[str] = set()
-    with open_table(path, what) as (reader, names):
-        index, result.ignored_columns = columns(path, names, what, REQUIRED, OPTIONAL)
-        width = len(names)
-        pick = [(c, index[c]) for c in OPTIONAL if c in index]
-        for line, row in data_rows(reader, width, result, log):
-            try:
-                cells = {c: row[i].strip() for c, i in pick}
-                cells.update((c, row[index[c]].strip()) for c in REQUIRED)
-                spec, duration = _job(cells, line, node_gpus, allow_no_duration)
-                if spec.job_id in seen:
-                    raise BadRow("duplicate job_id", spec.job_id)
-            except BadRow as e:
-                log.skip(line, e.reason, e.detail)
-                continue
-            except SpecError as e:
-                log.skip(line, "bad spec", str(e))
-                continue
-            seen.add(spec.job_id)
-            jobs.append(TraceJob(spec, duration, line))
-    result.skipped, result.problems = log.skipped, log.problems
-    return finish(result, jobs, limit)
+    return read_job_table(str(path), "csv", "a generic job CSV", REQUIRED, OPTIONAL,
+                          lambda c, line: _job(c, line, node_gpus, allow_no_duration), limit, max_problems)
 
 
 def _job(c: dict[str, str], line: int, node_gpus: int, allow_no_duration: bool) -> tuple[JobSpec, float | None]:

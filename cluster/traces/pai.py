@@ -20,17 +20,12 @@ from __future__ import annotations
 
 import math
 
-from cluster.spec import MILLI, JobSpec, SpecError
+from cluster.spec import MILLI, JobSpec
 from cluster.traces.common import (
     BadRow,
-    RowLog,
-    TraceJob,
     TraceResult,
     check_node_gpus,
-    columns,
-    data_rows,
-    finish,
-    open_table,
+    read_job_table,
     split_gang,
     to_float,
 )
@@ -42,32 +37,8 @@ OPTIONAL = ("job_id", "user")
 def read_pai_jobs(path, *, node_gpus: int = 8, limit: int | None = None, max_problems: int | None = None) -> TraceResult:
     """Read PAI 2020 job rows; see the module docstring for columns and rules."""
     check_node_gpus(node_gpus)
-    path = str(path)
-    what = "a PAI 2020 job table"
-    log = RowLog(path, max_problems)
-    result = TraceResult(path, "pai2020")
-    jobs: list[TraceJob] = []
-    seen: set[str] = set()
-    with open_table(path, what) as (reader, names):
-        index, result.ignored_columns = columns(path, names, what, REQUIRED, OPTIONAL)
-        width = len(names)
-        pick = [(c, index[c]) for c in REQUIRED + OPTIONAL if c in index]
-        for line, row in data_rows(reader, width, result, log):
-            try:
-                c = {name: row[i].strip() for name, i in pick}
-                spec, duration = _job(c, line, node_gpus)
-                if spec.job_id in seen:
-                    raise BadRow("duplicate job_id", spec.job_id)
-            except BadRow as e:
-                log.skip(line, e.reason, e.detail)
-                continue
-            except SpecError as e:
-                log.skip(line, "bad spec", str(e))
-                continue
-            seen.add(spec.job_id)
-            jobs.append(TraceJob(spec, duration, line))
-    result.skipped, result.problems = log.skipped, log.problems
-    return finish(result, jobs, limit)
+    return read_job_table(str(path), "pai2020", "a PAI 2020 job table", REQUIRED, OPTIONAL,
+                          lambda c, line: _job(c, line, node_gpus), limit, max_problems)
 
 
 def _job(c: dict[str, str], line: int, node_gpus: int) -> tuple[JobSpec, float]:
