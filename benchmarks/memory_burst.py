@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import invocation, machine_info, machine_lines, markdown_table, update_results
 
-from colocate.demo.node import JobSpec, run_scenario
+from colocate.demo.node import DemoJob, run_scenario
 
 MiB = 1 << 20
 
@@ -34,9 +34,9 @@ def one_run(workdir: str, burst_at: int, burst_mib: int, duration: float) -> dic
     cfg = os.path.join(workdir, "node.json")
     with open(cfg, "w") as f:
         json.dump({"policy": "adaptive", "opp_start_mem_fraction": 1.0}, f)
-    g = JobSpec("guaranteed-cnn", "guaranteed", "train_cnn.py",
+    g = DemoJob("guaranteed-cnn", "guaranteed", "train_cnn.py",
                 ("--host-ms", "14", "--mem-burst-at", str(burst_at), "--mem-burst-mib", str(burst_mib)), "2GiB")
-    o = JobSpec("opportunistic-lm", "opportunistic", "train_transformer.py", ("--host-ms", "0"))
+    o = DemoJob("opportunistic-lm", "opportunistic", "train_transformer.py", ("--host-ms", "0"))
     run = run_scenario("burst", "adaptive", [g, o], duration, workdir, sim_gpu_mem="4GiB",
                        node_args=("--config", cfg))
     rows = [json.loads(line) for line in open(run.record)]

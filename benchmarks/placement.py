@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cluster import events as ev
 from cluster.config import PRESETS, parse_config
 from cluster.core import SchedulerCore
-from cluster.plugins.fgd import Workload, fragmentation, type_of, typical
+from cluster.plugins.fgd import TypicalWorkload, fragmentation, type_of, typical
 from cluster.plugins.nodetable import NodeTable
 from cluster.spec import NodeSpec
 from cluster.traces import load_nodes, read_alibaba_pods
@@ -116,7 +116,7 @@ def allocated_milli(core: SchedulerCore) -> int:
     return sum(g.milli for n in core.state.nodes.values() for g in n.gpus)
 
 
-def frag_milli(core: SchedulerCore, wl: Workload) -> float:
+def frag_milli(core: SchedulerCore, wl: TypicalWorkload) -> float:
     table = NodeTable()
     table.sync(core.state)
     return float(fragmentation(table, wl).sum())
@@ -149,7 +149,7 @@ def run_c(job: tuple) -> dict:
     pods = [s for s, _ in load_pods(PODS, durations=False)]
     nodes = load_nodes(str(OPENB_NODES)).nodes
     cap = capacity_milli(nodes)
-    wl = Workload(typical(Counter(type_of(s) for s in pods), COVERAGE))
+    wl = TypicalWorkload(typical(Counter(type_of(s) for s in pods), COVERAGE))
     core = SchedulerCore(config(policy, pods), random.Random(seed))
     core.handle_batch([ev.NodeJoined(n, 1) for n in nodes], 0.0)
     arrived = alloc = 0

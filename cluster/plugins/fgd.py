@@ -90,7 +90,7 @@ def node_fragment(free: list[int], cpu_free: float, model: str, types: list[tupl
     return out
 
 
-class Workload:
+class TypicalWorkload:
     """Task types as arrays for the vectorized measure."""
 
     def __init__(self, types: list[tuple[TypeKey, float]]) -> None:
@@ -115,14 +115,14 @@ class Workload:
         return self._okm[1]
 
 
-def _measure(wl: Workload, okm, cnt, part, tot, cpu) -> np.ndarray:
+def _measure(wl: TypicalWorkload, okm, cnt, part, tot, cpu) -> np.ndarray:
     """sum_k p_k F(k) given per-type counts of GPUs with enough free milli, the free milli of the
     GPUs without, the node's total free milli and free CPU (shapes broadcast over a last K axis)."""
     sat = okm & (wl.gpus > 0) & (cnt >= wl.gpus) & (cpu[..., None] >= wl.cpu)
     return (np.where(sat, part, tot[..., None]) * wl.p).sum(axis=-1)
 
 
-def fragmentation(table: NodeTable, wl: Workload, rows: np.ndarray | None = None) -> np.ndarray:
+def fragmentation(table: NodeTable, wl: TypicalWorkload, rows: np.ndarray | None = None) -> np.ndarray:
     """F_n(M) for ``rows`` (default: every row), in milli-GPUs."""
     if rows is None:
         rows = np.arange(table.rows)
@@ -135,7 +135,7 @@ def fragmentation(table: NodeTable, wl: Workload, rows: np.ndarray | None = None
     return _measure(wl, wl.model_ok(table)[rows], cnt, part, free.sum(axis=1), table.cpu[rows])
 
 
-def deltas(table: NodeTable, wl: Workload, rows: np.ndarray, gpus: int, milli: int, cpu: int) -> tuple[np.ndarray, np.ndarray]:
+def deltas(table: NodeTable, wl: TypicalWorkload, rows: np.ndarray, gpus: int, milli: int, cpu: int) -> tuple[np.ndarray, np.ndarray]:
     """Increase of F_n(M) if one worker (``gpus`` x ``milli``, ``cpu``) is placed on each of
     ``rows`` (all of which fit it), and for a share the GPU index that gives it."""
     free = table.free[rows].astype(np.int64)
@@ -191,7 +191,7 @@ class FGD(TablePlugin):
         self._fixed = {parse_type(k): w for k, w in params["popularity"].items()}
         self._counts: Counter = Counter(self._fixed)
         self._dirty = True
-        self.workload = Workload([])
+        self.workload = TypicalWorkload([])
         self._choice: tuple | None = None  # (pid, rank, rows -> best GPU) of the last ranking
 
     def pre_enqueue(self, job: Job) -> Status:
@@ -200,9 +200,9 @@ class FGD(TablePlugin):
             self._dirty = True
         return SUCCESS
 
-    def current_workload(self) -> Workload:
+    def current_workload(self) -> TypicalWorkload:
         if self._dirty:
-            self.workload = Workload(typical(self._counts, self.p["coverage"]))
+            self.workload = TypicalWorkload(typical(self._counts, self.p["coverage"]))
             self._dirty = False
         return self.workload
 

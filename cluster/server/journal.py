@@ -29,7 +29,7 @@ in the file. ``writable()`` probes whether a transaction that grows the file wou
 
 Group commit: inside ``batch()`` (one ``BEGIN IMMEDIATE`` ... ``COMMIT``, so one fsync), each
 ``transaction()`` is a savepoint: an exception rolls back that savepoint only, but a write SQLite
-refuses rolls back the whole batch (``Batch.failed``) and every later ``transaction()`` of it raises
+refuses rolls back the whole batch (``WriteBatch.failed``) and every later ``transaction()`` of it raises
 ``JournalUnavailable``. Whoever opened the batch acknowledges nothing of it before it committed.
 
 Costs (a test counts SQLite's steps): every statement the server runs per request visits a bounded
@@ -171,7 +171,7 @@ def _private(path: str) -> None:
             pass
 
 
-class Batch:
+class WriteBatch:
     """One group commit (``Journal.batch()``): ``failed`` is the ``JournalUnavailable`` that rolled it back."""
 
     def __init__(self) -> None:
@@ -187,7 +187,7 @@ class Journal:
             raise JournalError(f"cannot create the state file {path}: folder {folder} does not exist")
         self._lock_fd: int | None = _lock(path)
         self._db: sqlite3.Connection | None = None
-        self._batch: Batch | None = None
+        self._batch: WriteBatch | None = None
         # the stopping table, cached until it changes
         self._stopping: list[tuple[str, str, tuple[str, ...], str]] | None = None
         self._reserved: int | None = None  # the job number new_job_id() reserved last
@@ -321,7 +321,7 @@ class Journal:
             raise JournalUnavailable(str(exc)) from exc
 
     @contextmanager
-    def _savepoint(self, b: Batch) -> Iterator[Journal]:
+    def _savepoint(self, b: WriteBatch) -> Iterator[Journal]:
         if b.failed is not None:
             raise JournalUnavailable(f"this batch was rolled back ({b.failed})")
         b.depth += 1
@@ -346,7 +346,7 @@ class Journal:
         finally:
             b.depth -= 1
 
-    def _fail_batch(self, b: Batch, exc: Exception) -> JournalUnavailable:
+    def _fail_batch(self, b: WriteBatch, exc: Exception) -> JournalUnavailable:
         """Roll back batch ``b`` (a write of it was refused); its ``failed``, set by the first refusal."""
         self._stopping = None
         self._forget_counter()
@@ -360,14 +360,14 @@ class Journal:
         return b.failed
 
     @contextmanager
-    def batch(self) -> Iterator[Batch]:
-        """One transaction (one fsync) for everything written inside it; yields a ``Batch``. On leaving it
+    def batch(self) -> Iterator[WriteBatch]:
+        """One transaction (one fsync) for everything written inside it; yields a ``WriteBatch``. On leaving it
         commits; if SQLite refused a write or the commit, the whole batch is rolled back and
-        ``Batch.failed`` says why (the block is not interrupted by that; an exception from the block
+        ``WriteBatch.failed`` says why (the block is not interrupted by that; an exception from the block
         itself rolls back and propagates). Not nested."""
         if self._batch is not None:
             raise RuntimeError("journal batches do not nest")
-        b = self._batch = Batch()
+        b = self._batch = WriteBatch()
         try:
             try:
                 self.db.execute("BEGIN IMMEDIATE")

@@ -63,7 +63,7 @@ def stream(duration: float) -> tuple[Submission, ...]:
 
 
 @dataclass
-class Sample:
+class ClusterSample:
     t: float  # seconds since the start
     nodes: tuple  # NodeView
     jobs: tuple  # JobView (active)
@@ -72,7 +72,7 @@ class Sample:
 @dataclass
 class ClusterRun:
     workdir: str
-    samples: list[Sample] = field(default_factory=list)
+    samples: list[ClusterSample] = field(default_factory=list)
     jobs: list = field(default_factory=list)  # final JobView of every job
     names: dict = field(default_factory=dict)  # job id -> demo name
     elapsed_s: float = 0.0
@@ -162,7 +162,7 @@ def run_cluster(workdir: str, duration: float = 20.0, sim_gpus: int = 2, progres
                 active, _ = client.jobs(active_only=True)
             except rpc.RpcError:
                 nodes, active = (), []
-            sample = Sample(now, tuple(nodes), tuple(active))
+            sample = ClusterSample(now, tuple(nodes), tuple(active))
             run.samples.append(sample)
             if progress:
                 progress(sample, run)

@@ -17,10 +17,10 @@ its report (``node_t``) inside it, with its busy time.
 from __future__ import annotations
 
 from colocate.base.vocab import JobClass, Phase
-from colocate.node.record import Batch
+from colocate.node.record import BatchRecord
 
 
-def window(batches: list[Batch], warmup_s: float) -> tuple[float, float]:
+def window(batches: list[BatchRecord], warmup_s: float) -> tuple[float, float]:
     g = [b.node_t for b in batches if b.klass == JobClass.GUARANTEED]
     src = g or [b.node_t for b in batches]
     if not src:
@@ -28,7 +28,7 @@ def window(batches: list[Batch], warmup_s: float) -> tuple[float, float]:
     return min(src) + warmup_s, max(src)
 
 
-def job_figures(batches: list[Batch], t0: float, t1: float) -> dict:
+def job_figures(batches: list[BatchRecord], t0: float, t1: float) -> dict:
     """Per job: batches, throughput (it/s) and busy seconds inside [t0, t1]."""
     span = max(1e-9, t1 - t0)
     out: dict[str, dict] = {}
@@ -44,7 +44,7 @@ def job_figures(batches: list[Batch], t0: float, t1: float) -> dict:
     return out
 
 
-def timeline(batches: list[Batch], t0: float, t1: float, bin_s: float = 0.5) -> dict:
+def timeline(batches: list[BatchRecord], t0: float, t1: float, bin_s: float = 0.5) -> dict:
     """Binned series for plots: utilization and per-job throughput."""
     n = max(1, int((t1 - t0) / bin_s))
     util = [0.0] * n
@@ -57,7 +57,7 @@ def timeline(batches: list[Batch], t0: float, t1: float, bin_s: float = 0.5) -> 
     return {"t": [i * bin_s for i in range(n)], "utilization": [min(1.0, u) for u in util], "throughput": tput}
 
 
-def phases(batches: list[Batch], limits: list[dict], job_id: str, ready_at: float | None, t0: float,
+def phases(batches: list[BatchRecord], limits: list[dict], job_id: str, ready_at: float | None, t0: float,
            t1: float) -> dict[str, float]:
     """Seconds of [t0, t1] the job spent in each ``Phase``. ``limits``: the record's ``welcome`` and
     ``limits`` rows (any jobs); ``ready_at``: when the job reached its first device work (its stats

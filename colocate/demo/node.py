@@ -31,7 +31,7 @@ SOLO_G = ("solo-guaranteed", "solo-guaranteed-after")  # first and last run of a
 
 
 @dataclass(frozen=True)
-class JobSpec:
+class DemoJob:
     job_id: str
     klass: JobClass
     script: str
@@ -50,20 +50,20 @@ class JobSpec:
 @dataclass(frozen=True)
 class Pair:
     name: str
-    guaranteed: JobSpec
-    opportunistic: JobSpec
+    guaranteed: DemoJob
+    opportunistic: DemoJob
 
 
 PAIRS = {
     "cnn+transformer": Pair("cnn+transformer",
-                            JobSpec("guaranteed-cnn", JobClass.GUARANTEED, "train_cnn.py", ("--host-ms", "14"), "4GiB"),
-                            JobSpec("opportunistic-lm", JobClass.OPPORTUNISTIC, "train_transformer.py", ("--host-ms", "0"))),
+                            DemoJob("guaranteed-cnn", JobClass.GUARANTEED, "train_cnn.py", ("--host-ms", "14"), "4GiB"),
+                            DemoJob("opportunistic-lm", JobClass.OPPORTUNISTIC, "train_transformer.py", ("--host-ms", "0"))),
     "recsys+cnn": Pair("recsys+cnn",
-                       JobSpec("guaranteed-recsys", JobClass.GUARANTEED, "train_recsys.py", ("--host-ms", "15"), "4GiB"),
-                       JobSpec("opportunistic-cnn", JobClass.OPPORTUNISTIC, "train_cnn.py", ("--host-ms", "0"))),
+                       DemoJob("guaranteed-recsys", JobClass.GUARANTEED, "train_recsys.py", ("--host-ms", "15"), "4GiB"),
+                       DemoJob("opportunistic-cnn", JobClass.OPPORTUNISTIC, "train_cnn.py", ("--host-ms", "0"))),
     "transformer+recsys": Pair("transformer+recsys",
-                               JobSpec("guaranteed-lm", JobClass.GUARANTEED, "train_transformer.py", ("--host-ms", "16"), "4GiB"),
-                               JobSpec("opportunistic-recsys", JobClass.OPPORTUNISTIC, "train_recsys.py", ("--host-ms", "0"))),
+                               DemoJob("guaranteed-lm", JobClass.GUARANTEED, "train_transformer.py", ("--host-ms", "16"), "4GiB"),
+                               DemoJob("opportunistic-recsys", JobClass.OPPORTUNISTIC, "train_recsys.py", ("--host-ms", "0"))),
 }
 
 
@@ -77,7 +77,7 @@ class Run:
     exit_codes: dict = field(default_factory=dict)
 
 
-def run_scenario(name: str, policy: str, jobs: list[JobSpec], duration: float, workdir: str,
+def run_scenario(name: str, policy: str, jobs: list[DemoJob], duration: float, workdir: str,
                  sim_gpu_mem: str = "16GiB", node_args: tuple[str, ...] = (), job_env: dict | None = None) -> Run:
     """Start a node with ``policy`` and ``jobs`` on GPU 0; wait for the jobs; stop the node.
     ``job_env``: variables added to the jobs' environment (e.g. ``COLOCATE_YIELD_VIA``)."""
@@ -232,7 +232,7 @@ def run_pair(pair: Pair, duration: float, modes=MODES, progress=None, workdir: s
     guaranteed job solo again; ``progress(name)`` is called before each run."""
     workdir = workdir or tempfile.mkdtemp(prefix="colocate-demo-")
     both = [pair.guaranteed, pair.opportunistic]
-    plan: list[tuple[str, str, list[JobSpec], dict | None]] = [  # (run, policy, jobs, job_env)
+    plan: list[tuple[str, str, list[DemoJob], dict | None]] = [  # (run, policy, jobs, job_env)
         (SOLO_G[0], "pack", [pair.guaranteed], None), ("solo-opportunistic", "pack", [pair.opportunistic], None)]
     plan += [(m, m, both, None) for m in modes]
     plan += [(name, policy, both, env) for name, policy, env in variants]

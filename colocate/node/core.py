@@ -1,8 +1,8 @@
 """The node coordinator's one pure core: ``NodeCore.handle(event, now) -> commands``, for jobs and placements.
 
 Events are decoded protocol messages from jobs (``Register``, ``BatchReport``, ``LimitsApplied``, ``Heartbeat``,
-``Goodbye``), operator messages (``CtlSet``, ``CtlList``), and ``colocate.node.events``: the job edge's ``Tick`` and
-``JobLost``, the placement edge's ``Start``, ``Launched``, ``Stop``, ``Promote``... (their rules:
+``Goodbye``), operator messages (``CtlSet``, ``CtlList``), and ``colocate.node.events``: the job edge's ``NodeTick`` and
+``JobLost``, the placement edge's ``Start``, ``Launched``, ``Stop``, ``Promoted``... (their rules:
 ``colocate.node.placements``, a base class of this one). The core's unit on the job side is one worker process on
 one GPU: a torchrun worker registers as ``JOB/RANK`` and ``RegisteredWorker.job`` names its job. Commands
 (``colocate.node.commands``) tell the edge what to do: ``Send(job_id, msg)`` to a job, ``Reply(msg)`` to the sender
@@ -42,13 +42,13 @@ from colocate.node import progress
 from colocate.node.claims import WHOLE, Claim, conflict
 from colocate.node.commands import Command, Note, Reply, Send
 from colocate.node.config import NodeConfig
-from colocate.node.events import JobLost, Tick
+from colocate.node.events import JobLost, NodeTick
 from colocate.node.pick import GpuRoom, pick_gpu
 from colocate.node.placements import PlacementRules
 from colocate.node.policies import POLICIES, Want
 from colocate.node.state import GuaranteedSide, LocalGpu, RegisteredWorker
 
-__all__ = ["NodeCore", "Send", "Reply", "Note", "Tick", "JobLost"]
+__all__ = ["NodeCore", "Send", "Reply", "Note", "NodeTick", "JobLost"]
 WORKER = "\x00worker:"  # a registered worker's claim owner: never a placement key
 
 PICK_WINDOW_S = 10.0  # a picked GPU is the least utilized over this window (AntMan's rule, as the scheduler's)
@@ -86,7 +86,7 @@ class NodeCore(PlacementRules):
             P.CtlSet: self._on_ctl_set,
             P.CtlList: self._on_ctl_list,
             JobLost: self._on_job_lost,
-            Tick: self._on_tick,
+            NodeTick: self._on_tick,
             **self._placement_handlers(),
         }
 
@@ -230,7 +230,7 @@ class NodeCore(PlacementRules):
     def _on_error(self, m: P.Error, now: float) -> list[Command]:
         return []  # a job reporting trouble; the edge logs it
 
-    def _on_tick(self, m: Tick, now: float) -> list[Command]:
+    def _on_tick(self, m: NodeTick, now: float) -> list[Command]:
         out: list[Command] = []
         limit = self.cfg.heartbeat_s * self.cfg.liveness
         for job in [j for j in self.jobs.values() if now - j.last_seen > limit]:

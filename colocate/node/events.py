@@ -17,7 +17,7 @@ from colocate.node.table import Worker
 
 # ---------------------------------------------------------------- jobs (the node server's edge)
 @dataclass(frozen=True)
-class Tick:
+class NodeTick:
     """Periodic: liveness checks and time-driven policy steps."""
 
 
@@ -65,7 +65,7 @@ class Stop:
 
 
 @dataclass(frozen=True)
-class Promote:
+class Promoted:
     """The scheduler promoted placement ``placement_id``: its job's workers on this node are guaranteed from now
     on (those registered and those that register later), where their GPU holds no other guaranteed worker."""
 
@@ -121,4 +121,4 @@ class Recovered:
     """The table was loaded by a new node process: its promotions hold again."""
 
 
-PLACEMENT_EVENTS = (Start, Launched, LaunchFailed, Stop, Promote, Settled, Exited, WallTick, Fence, Welcomed, Recovered)
+PLACEMENT_EVENTS = (Start, Launched, LaunchFailed, Stop, Promoted, Settled, Exited, WallTick, Fence, Welcomed, Recovered)

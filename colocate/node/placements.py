@@ -12,7 +12,7 @@ Every placement rule of the node, each in one place:
     still held by a placement this node is stopping: our own stale state, never the job's failure);
   * GPU exclusivity: guaranteed shares per GPU sum to at most 1 (``colocate.node.claims``), over the claims of
     placements and of registered workers alike (````placement_claims``, ``worker_claims````): a worker started by hand counts;
-  * promotion: the placement's ``promoted`` flag, and the job's promotion in the node core (on at ``Promote``
+  * promotion: the placement's ``promoted`` flag, and the job's promotion in the node core (on at ``Promoted``
     and ``Recovered``; off when a new placement of the job starts or the placement ends);
   * retirement: an ended placement stays in the table (and in the node's status) until the scheduler says it has
     journaled its end (``Settled``), or ``keep_ended_s`` after it ended when no scheduler says so; then only its id
@@ -71,7 +71,7 @@ class PlacementRules:
 
     def _placement_handlers(self) -> dict[type, Callable[..., Any]]:
         return {E.Start: self._start, E.Launched: self._launched, E.LaunchFailed: self._launch_failed,
-                E.Stop: self._stop, E.Promote: self._promote, E.Settled: self._settled, E.Exited: self._exited, E.WallTick: self._wall_tick,
+                E.Stop: self._stop, E.Promoted: self._promote, E.Settled: self._settled, E.Exited: self._exited, E.WallTick: self._wall_tick,
                 E.Fence: self._fence, E.Welcomed: self._welcomed, E.Recovered: self._recovered}
 
     # ------------------------------------------------------------------ what the core provides
@@ -231,7 +231,7 @@ class PlacementRules:
         moved = self.table.retire_ended([scoped(e.cluster_id, pid) for pid in e.placement_ids])
         return [Save()] if moved else []
 
-    def _promote(self, e: E.Promote, now: float) -> list[Command]:
+    def _promote(self, e: E.Promoted, now: float) -> list[Command]:
         p = self.table.placements.get(scoped(e.cluster_id, e.placement_id))
         if p is None or not p.running:
             return [Note("warning", f"promote: placement {e.placement_id} is not running here")]

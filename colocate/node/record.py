@@ -40,7 +40,7 @@ def row(kind: str, node_t: float, msg: P.Message, **extra) -> str:
 
 
 @dataclass(frozen=True)
-class Batch:
+class BatchRecord:
     """One ``report`` row: a mini-batch as the node received it."""
 
     job_id: str
@@ -56,7 +56,7 @@ class Batch:
 
 @dataclass
 class Record:
-    batches: list[Batch] = field(default_factory=list)
+    batches: list[BatchRecord] = field(default_factory=list)
     limits: list[dict] = field(default_factory=list)  # raw ``limits`` rows
     applied: list[dict] = field(default_factory=list)  # raw ``applied`` rows
     welcomes: list[dict] = field(default_factory=list)  # raw ``welcome`` rows
@@ -72,7 +72,7 @@ def read(path: str) -> Record:
                 continue  # a line cut by a crash
             kind = r.get("kind") if isinstance(r, dict) else None
             if kind == REPORT:
-                out.batches.append(Batch(r["job_id"], r.get("priority", "?"), r.get("gpu", 0), r["node_t"],
+                out.batches.append(BatchRecord(r["job_id"], r.get("priority", "?"), r.get("gpu", 0), r["node_t"],
                                          r["duration_s"], r["busy_s"], r["mem_reserved"], r["host_bytes"],
                                          r["limits_seq"]))
             elif kind == LIMITS:

@@ -50,7 +50,7 @@ from colocate.base.serving import LogLimit
 from colocate.node import record
 from colocate.node.commands import Command, Launch, Note, Reply, Report, Save, Send, Signal
 from colocate.node.core import NodeCore
-from colocate.node.events import JobLost, Tick
+from colocate.node.events import JobLost, NodeTick
 
 if TYPE_CHECKING:
     from colocate.node.agent import SchedulerAgent
@@ -296,7 +296,7 @@ class NodeServer:
         for job in list(self.core.jobs.values()):
             if not _pid_alive(job.pid):
                 self._run(JobLost(job.job_id, f"process {job.pid} is gone"), None, self.jobs_sock)
-        self._run(Tick(), None, self.jobs_sock)
+        self._run(NodeTick(), None, self.jobs_sock)
         if self.agent is not None:
             try:
                 self.agent.tick()

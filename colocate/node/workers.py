@@ -163,7 +163,7 @@ class WorkerManager:
 
     def promote(self, placement_id: str, cluster_id: str = "") -> str | None:
         """Mark the placement's job guaranteed; returns the job id (None: an unknown or ended placement)."""
-        self._do(E.Promote(placement_id, cluster_id))
+        self._do(E.Promoted(placement_id, cluster_id))
         p = self.table.placements.get(scoped(cluster_id, placement_id))
         return p.job_id if p is not None and p.promoted and p.running else None
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cluster import events as ev
-from cluster.plugins.fgd import Workload, deltas, fragmentation, node_fragment, typical
+from cluster.plugins.fgd import TypicalWorkload, deltas, fragmentation, node_fragment, typical
 from cluster.plugins.genetic import Search, evolve, mutation_rate
 from cluster.plugins.nodetable import NodeTable
 from cluster.points import REGISTRY, Plugin, register
@@ -177,7 +177,7 @@ def random_state(seed):
 @pytest.mark.parametrize("seed", range(4))
 def test_fgd_vectorized_measure_matches_the_definition(seed):
     st, types = random_state(seed)
-    wl = Workload(types)
+    wl = TypicalWorkload(types)
     table = NodeTable()
     table.sync(st)
     ref = [node_fragment([1000 - g.milli for g in n.gpus], n.cpu_free(), n.model, types) for n in st.nodes.values()]

@@ -78,7 +78,7 @@ def lim(t, share, state, kind="limits"):
                                                                   "gate": True}, "slo_state": state}
 
 
-B = record.Batch(OID, "opportunistic", 0, node_t=6.5, duration_s=0.5, busy_s=0.1, mem_reserved=0, host_bytes=0,
+B = record.BatchRecord(OID, "opportunistic", 0, node_t=6.5, duration_s=0.5, busy_s=0.1, mem_reserved=0, host_bytes=0,
                  limits_seq=1)
 
 

@@ -10,7 +10,7 @@ import pytest
 from colocate import protocol as P
 from colocate.gpus import GpuSpec
 from colocate.node.config import NodeConfig
-from colocate.node.core import JobLost, NodeCore, Reply, Send, Tick
+from colocate.node.core import JobLost, NodeCore, NodeTick, Reply, Send
 from colocate.node.policies import water_fill
 
 MiB = 1 << 20
@@ -352,7 +352,7 @@ def test_adaptive_guaranteed_idle_frees_compute():
     n = adaptive_pair(guaranteed_idle_s=1.0)
     finish_baseline(n)
     assert n.share("o") < 1
-    n.handle(Tick(), dt=1.5)  # no guaranteed batch for longer than guaranteed_idle_s
+    n.handle(NodeTick(), dt=1.5)  # no guaranteed batch for longer than guaranteed_idle_s
     assert n.share("o") == 1.0 and n.state("g") == "idle"
     n.report("g", dt=0.05)  # it is back: the opportunistic job is throttled again
     assert n.share("o") < 1
@@ -372,7 +372,7 @@ def test_the_jobs_request_is_a_ceiling_under_every_policy(policy, priority):
     n.register("j", priority=priority, mem_request=3 * GiB, sm_request=0.4)
     for _ in range(60):
         n.report("j")
-        n.handle(Tick(), dt=0.2)
+        n.handle(NodeTick(), dt=0.2)
         assert n.cap("j") <= 3 * GiB and n.share("j") <= 0.4, (n.cap("j"), n.share("j"))
     assert n.share("j") == pytest.approx(0.4)  # alone on the GPU: everything it asked for
 
@@ -486,16 +486,16 @@ def test_ctl_set_share_only_keeps_the_policy_cap():
 def test_tick_drops_silent_jobs_after_heartbeat_times_liveness():
     n = adaptive_pair(heartbeat_s=1.0, liveness=3)
     t0 = n.t
-    n.handle(Tick(), dt=2.9)
+    n.handle(NodeTick(), dt=2.9)
     assert set(n.core.jobs) == {"g", "o"}
     n.report("g", dt=0.0)  # g is alive; o stays silent
-    out = n.handle(Tick(), dt=0.2)  # 3.1 s after o last spoke
+    out = n.handle(NodeTick(), dt=0.2)  # 3.1 s after o last spoke
     assert set(n.core.jobs) == {"g"}
     assert n.core.left[-1][0] == "o" and "silent" in n.core.left[-1][1]
     assert (n.core.jobs_exited, n.core.jobs_lost) == (0, 1)
     assert n.t - t0 > 3.0
     assert not sends(out, "o")
-    n.handle(Tick(), dt=3.1)
+    n.handle(NodeTick(), dt=3.1)
     assert n.core.jobs == {}
 
 

@@ -101,14 +101,14 @@ def test_the_refusal_of_a_placement_on_a_hand_started_guaranteed_gpu_is_remember
 
 
 def test_a_promotion_changes_the_workers_limits_inside_the_core():
-    """``Promote`` of a placement makes its job's registered workers guaranteed and sends the changed limits, in
+    """``Promoted`` of a placement makes its job's registered workers guaranteed and sends the changed limits, in
     the one ``handle`` call: no edge relays it to another core."""
     c = node()  # exclusive: an opportunistic worker runs only while no guaranteed one is on its GPU
     opp = placement("3.1", "j", priority=O)
     for e in (E.Start(opp), launched(opp), register("j", priority=O, pid=11), register("o", priority=O, pid=12)):
         c.handle(e, 1.0)
     assert not c.jobs["j"].guaranteed and c.jobs["o"].limits.sm_share > 0
-    out = c.handle(E.Promote("3.1"), 2.0)
+    out = c.handle(E.Promoted("3.1"), 2.0)
     assert c.jobs["j"].guaranteed
     sent = {cmd.job_id: cmd.msg.limits for cmd in out if isinstance(cmd, Send) and isinstance(cmd.msg, P.SetLimits)}
     assert sent["o"].sm_share == 0.0  # the policy treats j as the GPU's guaranteed job at once

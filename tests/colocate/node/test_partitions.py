@@ -173,7 +173,7 @@ def test_a_promotion_never_breaks_the_partitions():
     c.core.handle(E.Start(msg), c.t)
     c.core.handle(E.Launched(msg, (Worker(0, 0, [0], 9, 1.0, "", ""),)), c.t)
     c.register("o", priority=O)
-    out = c.core.handle(E.Promote("p"), c.t)
+    out = c.core.handle(E.Promoted("p"), c.t)
     assert not c.core.jobs["o"].guaranteed
     assert any(isinstance(x, Note) and "stays opportunistic" in x.text for x in out)
 

@@ -105,7 +105,7 @@ CASES = {
         run(A) + [exited("c1/1.1", 0, 0), E.Start(start("1.1", "1", cluster="c2"))], [("launch", "c2/1.1")]),
     "stop: SIGTERM now": (run(A) + [stop("1.1", "1", 5.0, "c1")], [("signal", "c1/1.1", 0, "SIGTERM")]),
     "the end of a promoted placement": (
-        run(A) + [E.Promote("1.1", "c1"), exited("c1/1.1", 0, 0)], [("exited", "1.1", 0, 0, False)]),
+        run(A) + [E.Promoted("1.1", "c1"), exited("c1/1.1", 0, 0)], [("exited", "1.1", 0, 0, False)]),
     "an exit while the lease has lapsed is fenced": (
         run(A) + [E.Fence(True), exited("c1/1.1", 0, 143)],
         [("exited", "1.1", 0, 143, True)]),
@@ -173,7 +173,7 @@ def test_events_before_the_first_welcome_wait_for_it_and_only_the_welcoming_clus
 
 def test_a_promotion_lasts_while_its_placement_runs_and_holds_again_after_a_restart():
     c = core()
-    for e in run(A) + [E.Promote("1.1", "c1")] + run(start("2.1", "2", gpus=(1,))):
+    for e in run(A) + [E.Promoted("1.1", "c1")] + run(start("2.1", "2", gpus=(1,))):
         c.handle(e, 1000.0)
     assert c.promoted == {"1"}
     again = core()  # a new node process on the same table
@@ -184,7 +184,7 @@ def test_a_promotion_lasts_while_its_placement_runs_and_holds_again_after_a_rest
     assert c.promoted == {"1"}  # refused (GPU 1 is placement 2.1's): nothing changes
     c.handle(exited("c1/1.1", 0, 0), 1003.0)
     assert c.promoted == set()  # its placement ended
-    c.handle(E.Promote("1.1", "c1"), 1004.0)
+    c.handle(E.Promoted("1.1", "c1"), 1004.0)
     assert c.promoted == set()  # an ended placement is not promoted
 
 

@@ -1,5 +1,5 @@
 """The node core with multi-worker jobs: torchrun workers register as JOB/RANK on their own GPUs, and a
-promotion of the job's placement (``Promote``, the scheduler's PromotePlacement) makes its workers guaranteed."""
+promotion of the job's placement (``Promoted``, the scheduler's PromotePlacement) makes its workers guaranteed."""
 from __future__ import annotations
 
 from colocate import protocol as P
@@ -62,7 +62,7 @@ def test_promotion_makes_registered_and_later_workers_guaranteed():
     register(c, "o", 0, pid=40)
     register(c, "g", 1, "guaranteed", pid=50)
     assert c.jobs["o"].limits.sm_share > 0 and c.jobs["j/0"].limits.sm_share > 0  # two opportunistic jobs share it
-    out = c.handle(E.Promote("p1"), 2.0)
+    out = c.handle(E.Promoted("p1"), 2.0)
     assert c.jobs["j/0"].guaranteed and c.jobs["j/0"].klass == "guaranteed"
     sent = {cmd.job_id: cmd.msg.limits for cmd in out if isinstance(cmd, Send)}
     assert sent["o"].sm_share == 0.0  # the policy now treats j/0 as the GPU's guaranteed job
@@ -73,7 +73,7 @@ def test_promotion_makes_registered_and_later_workers_guaranteed():
     assert welcomed(out, "j/1") and not c.jobs["j/1"].guaranteed
     c2 = core()
     placed(c2, "j", "p1")
-    c2.handle(E.Promote("p1"), 1.0)
+    c2.handle(E.Promoted("p1"), 1.0)
     assert welcomed(register(c2, "j/1", 1, rank=1), "j/1").sm_share == 1.0 and c2.jobs["j/1"].guaranteed
 
 
@@ -82,7 +82,7 @@ def test_a_promotion_never_puts_two_guaranteed_jobs_on_one_gpu():
     register(c, "g", 0, "guaranteed", pid=1)
     placed(c, "j", "p1", gpus=(0,))
     register(c, "j/0", 0, rank=0, pid=2)
-    out = c.handle(E.Promote("p1"), 2.0)
+    out = c.handle(E.Promoted("p1"), 2.0)
     assert not any(isinstance(x, Send) for x in out)
     assert not c.jobs["j/0"].guaranteed
     assert "j/0 stays opportunistic: GPU 0 runs guaranteed job g" in [x.text for x in out if isinstance(x, Note)]
@@ -92,9 +92,9 @@ def test_a_promotion_never_puts_two_guaranteed_jobs_on_one_gpu():
 def test_promotion_is_forgotten_by_a_new_placement_of_the_job():
     c = core()
     placed(c, "j", "p1")
-    c.handle(E.Promote("p1"), 1.0)
+    c.handle(E.Promoted("p1"), 1.0)
     placed(c, "j", "p2", gpus=(1,))
     register(c, "j/0", 0, rank=0)
     assert not c.jobs["j/0"].guaranteed and "j" not in c.promoted
     placed(c, "nobody-here", "p3", gpus=(1,))
-    assert not any(isinstance(x, Send) for x in c.handle(E.Promote("p3"), 2.0)) and "nobody-here" in c.promoted
+    assert not any(isinstance(x, Send) for x in c.handle(E.Promoted("p3"), 2.0)) and "nobody-here" in c.promoted
