@@ -32,6 +32,8 @@ from colocate.base.vocab import TERMINAL, JobClass, JobState
 CSV_FIELDS = ("job_id", "class", "ran_as", "queue", "workers", "gpus", "gpu_milli", "submit_s", "start_s", "end_s",
               "queue_delay_s", "wait_s", "jct_s", "run_s", "duration_s", "slowdown", "starts", "requeues",
               "preemptions", "state", "lucid_config", "reason")
+FLOAT_FIELDS = frozenset(("submit_s", "start_s", "end_s", "queue_delay_s", "wait_s", "jct_s", "run_s", "duration_s",
+                          "slowdown"))  # seconds or ratios, float or None: the only cells ``write_jobs_csv`` formats
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -164,10 +166,15 @@ def write_jobs_csv(rows: list[dict], path: Path) -> None:
     """``rows`` (``job_rows``) as CSV, columns ``CSV_FIELDS``: None empty, floats with at most 3
     decimals (integral ones without), infinity ``inf``."""
     fmt = _fmt
+    floats = [i for i, k in enumerate(CSV_FIELDS) if k in FLOAT_FIELDS]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(CSV_FIELDS)
-        w.writerows([[fmt(r[k]) for k in CSV_FIELDS] for r in rows])
+        for r in rows:
+            cells = [r[k] for k in CSV_FIELDS]
+            for i in floats:
+                cells[i] = fmt(cells[i])
+            w.writerow(cells)
 
 
 def _fmt(v):

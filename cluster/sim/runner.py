@@ -25,7 +25,7 @@ from cluster.config import PolicyConfig
 from cluster.config_file import resolve
 from cluster.core import SchedulerCore
 from cluster.sim.colocation import ColocationModel, LucidTable, default_lucid_path
-from cluster.sim.engine import SimConfig, Simulation
+from cluster.sim.engine import SimConfig, Simulation, collector_paused
 from cluster.sim.metrics import job_rows, summarize, write_jobs_csv
 from cluster.sim.workload import Workload, load_workload
 from cluster.traces.topology import load_topology
@@ -97,15 +97,21 @@ def run_policy(workload: Workload, name: str, cfg: PolicyConfig, model: Colocati
             cache[JobClass.GUARANTEED] = workload.as_guaranteed()
         jobs = cache[JobClass.GUARANTEED]
     cb = (lambda done, total: progress(name, done, total)) if progress else None
-    sim = Simulation(core, jobs, workload.nodes, model, sim_config, cb, observer).run()
-    rows = job_rows(sim)
-    summary = summarize(sim, name, rows, dict(workload.trace.skipped), workload.load_wall_s)
+    with collector_paused():
+        sim = Simulation(core, jobs, workload.nodes, model, sim_config, cb, observer).run()
+        rows = job_rows(sim)
+        summary = summarize(sim, name, rows, dict(workload.trace.skipped), workload.load_wall_s)
     return sim, rows, summary
 
 
 def simulate(opts: SimOptions, progress=None) -> list[dict]:
     """Run every policy of ``opts``; write the outputs when ``opts.out`` is set. ``progress``:
-    ``progress(policy, finished_jobs, total_jobs)``."""
+    ``progress(policy, finished_jobs, total_jobs)``. The collector is paused throughout (``collector_paused``)."""
+    with collector_paused():
+        return _simulate(opts, progress)
+
+
+def _simulate(opts: SimOptions, progress=None) -> list[dict]:
     policies = resolve_policies(opts.policies, opts.config)
     table = load_table(opts.colocation_data)
     model = ColocationModel(table, opts.sharing)

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 
 from cluster.sim.colocation import LucidTable
+from cluster.sim.engine import collector_paused
 from cluster.spec import MILLI, JobSpec, NodeSpec
 from cluster.traces import TraceResult, load_nodes, load_trace, parse_shape
 from colocate.base.vocab import JobClass
@@ -91,6 +92,7 @@ def load_cluster(nodes: str | None = None, cluster: str | None = None) -> tuple[
     return res.nodes, str(nodes), dict(res.skipped)
 
 
+@collector_paused()
 def load_workload(trace: str, *, format: str | None = None, nodes: str | None = None, cluster: str | None = None,  # noqa: C901, PLR0912, PLR0913 (every trace format's options meet here, keyword-only)
                   seed: int = 0, limit: int | None = None, node_gpus: int | None = None,
                   opportunistic_fraction: float | None = None, estimates: str = "predicted",
@@ -98,7 +100,8 @@ def load_workload(trace: str, *, format: str | None = None, nodes: str | None = 
                   allow_no_duration: bool = False, table: LucidTable | None = None) -> Workload:
     """Read and prepare a workload; ``ValueError`` (one line) for bad options or files. Bad
     trace rows are counted in ``trace.skipped``, never raised. ``node_gpus``: GPUs per worker when a
-    trace job is split into a gang (Philly, csv); None: the GPUs of the cluster's largest node."""
+    trace job is split into a gang (Philly, csv); None: the GPUs of the cluster's largest node. The collector is
+    paused meanwhile (``cluster.sim.engine.collector_paused``)."""
     if estimates not in ESTIMATES:
         raise ValueError(f"--estimates must be one of {', '.join(ESTIMATES)}, got {estimates!r}")
     if queues not in QUEUES:
