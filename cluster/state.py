@@ -255,18 +255,35 @@ class ClusterState:
             del keys[bisect_left(keys, key)]
 
     def _reindex_util(self, gpu: GpuState) -> bool:
+        """Move ``gpu`` to the bucket ``util_key`` gives it now; False when it stays. The hot path of every
+        placement and release under a co-locating policy: ``util_key``, ``_util_del`` and ``_util_put`` are
+        inlined (``state_check`` holds every GPU's key to ``util_key``)."""
         node = gpu.node
         if not node.up or not self._util_on:
             return False
-        key = util_key(gpu, self.opp_cap)
+        cap, o = self.opp_cap, gpu.opportunistic
+        if cap and o >= cap:
+            key = -1
+        else:
+            b = int(gpu.utilization * 100)
+            b = 0 if b < 0 else (100 if b > 100 else b)
+            key = (b * 2 + (0 if gpu.g else 1)) * NOPP_LEVELS + (o if o < NOPP_LEVELS - 1 else NOPP_LEVELS - 1)
         old = gpu.ukey
         if key == old:
             return False
+        util, util_keys = self._util, self._util_keys
         for k in node.keys:
             if old >= 0:
-                self._util_del(k, old, gpu)
+                bucket = util[k][old]
+                del bucket[gpu]
+                if not bucket:
+                    keys = util_keys[k]
+                    del keys[bisect_left(keys, old)]
             if key >= 0:
-                self._util_put(k, key, gpu)
+                bucket = util[k][key]
+                if not bucket:
+                    insort(util_keys[k], key)
+                bucket[gpu] = None
         gpu.ukey = key
         return True
 
