@@ -17,7 +17,7 @@ from colocate.gpus.spec import GpuSpec
 RECENT = 64  # reports kept per job
 
 
-@dataclass
+@dataclass(slots=True)
 class RegisteredWorker:
     """One worker process registered with the node (``P.Register``): ``job_id`` is the worker's id (``JOB/RANK`` for
     a torchrun worker, the job's id for a one-process job), ``job`` its job's."""
@@ -92,7 +92,7 @@ class RegisteredWorker:
         return sum(r.busy_s for r in reps) / total if total > 0 else 0.0
 
 
-@dataclass
+@dataclass(slots=True)
 class LocalGpu:
     """One GPU of this node as its core holds it: its registered workers and their reported device time."""
 

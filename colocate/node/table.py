@@ -19,7 +19,7 @@ from colocate.base.vocab import JobClass
 KEEP_IDS = 10000  # finished / refused / stopped-before-start placement ids remembered
 
 
-@dataclass
+@dataclass(slots=True)
 class Worker:
     rank: int
     local_rank: int
@@ -39,7 +39,7 @@ class Worker:
         return self.exit_code is None
 
 
-@dataclass
+@dataclass(slots=True)
 class LocalPlacement:
     placement_id: str
     job_id: str
