@@ -74,6 +74,9 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+ONE_NODE = (1, 1, 1)  # the span of a placement on one node: nodes, switches, racks
+
+
 class Simulation:
     """One run of one policy over one workload (``run()`` once)."""
 
@@ -320,10 +323,16 @@ class Simulation:
             for g in s.gpus:
                 gpus.append(ng[g])
         job.gpus = gpus
-        job.span = span([nodes[n].spec for n in p.nodes()])
-        job.spread_f = self.cfg.spread.rate(*job.span)
-        if self.reports:
-            job.nodes = [nodes[n] for n in p.nodes()]
+        if len(p.slots) == 1:  # one worker, one node: no spread (most jobs)
+            job.span, job.spread_f = ONE_NODE, 1.0
+            if self.reports:
+                job.nodes = [nodes[p.slots[0].node_id]]
+        else:
+            ids = p.nodes()
+            job.span = span([nodes[n].spec for n in ids])
+            job.spread_f = self.cfg.spread.rate(*job.span)
+            if self.reports:
+                job.nodes = [nodes[n] for n in ids]
         job.milli = job.spec.gpu_milli if p.klass == JobClass.GUARANTEED else 0
         self.alloc_milli += job.milli * len(gpus)
         if job.starts > 1 and self.cfg.restart_overhead_s:
