@@ -56,6 +56,7 @@ from typing import Any, assert_never
 
 from cluster import events as ev
 from cluster.core import SchedulerCore
+from cluster.predict.fingerprint import command_fingerprints
 from cluster.server.batch import handle_batch
 from cluster.server.faults import MAX_DEFERRED, CoreBroken, Faults, NodeWrite, Replies, _Refused
 from cluster.server.identity import ANONYMOUS, Gate, peer_of
@@ -332,10 +333,11 @@ class SchedulerService(Faults):
             return [self._error(ident, P.FORBIDDEN, why)]
         req, user = m.request, self.gate.user(self.peer, m.request.user)
         job_id = self.journal.peek_job_id()  # what new_job_id() gives below: one spec, no copy
+        exact, family, _ = command_fingerprints(user, req.command, req.script_hash)
         try:
             spec = JobSpec(job_id, submit_time=now, workers=req.workers, gpus=req.gpus, gpu_mem=req.gpu_mem,
                            klass=req.priority, queue=req.queue or "default", user=user, name=req.name,
-                           estimate_s=req.estimate_s)
+                           estimate_s=req.estimate_s, fingerprint=exact, family=family)
         except SpecError as exc:
             return [self._error(ident, P.INVALID, str(exc).replace(f"{job_id}: ", ""))]
         if m.request_id:

@@ -27,7 +27,7 @@ from typing import TypeVar
 from colocate import protocol as P
 from colocate.base import endpoints
 from colocate.base import keys as K
-from colocate.base.commandline import python_script
+from colocate.base.commandline import entry_point, python_script
 from colocate.base.vocab import JobClass
 from colocate.clients import rpc
 
@@ -65,12 +65,32 @@ def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1
         user = getpass.getuser()
     except (KeyError, OSError):
         user = ""
-    req = P.JobRequest(command=tuple(command), cwd=cwd or os.getcwd(), env=tuple(env.items()), workers=workers,
+    cwd = cwd or os.getcwd()
+    req = P.JobRequest(command=tuple(command), cwd=cwd, env=tuple(env.items()), workers=workers,
                        gpus=gpus, gpu_mem=gpu_mem, priority=priority, queue=queue,
                        name=name or default_name(command)[:P.MAX_ID_CHARS], user=user[:128], estimate_s=estimate_s,
-                       iterations=iterations, epochs=epochs)
+                       iterations=iterations, epochs=epochs, script_hash=script_hash_of(command, cwd))
     check_size(req)
     return req
+
+
+def script_hash_of(command: Sequence[str], cwd: str) -> str:
+    """The SHA-256 (hex) of the script ``command`` runs (``python X.py``, or a program given as a path), read from
+    ``cwd`` for a relative path: the job's fingerprint is made of it (``JobRequest.script_hash``). "" when the
+    command runs no script file (``python -m``, ``-c``, a program on PATH) or the file cannot be read here."""
+    import hashlib
+
+    kind, target, _ = entry_point(command)
+    if kind != "script" or not target:
+        return ""
+    h = hashlib.sha256()
+    try:
+        with open(os.path.join(cwd, target), "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return ""
+    return h.hexdigest()
 
 
 def check_size(req: P.JobRequest) -> None:

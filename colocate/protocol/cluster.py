@@ -42,12 +42,14 @@ Rules:
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 from colocate.base.vocab import JobClass, JobState
 from colocate.protocol.codec import (
     COUNT,
     EXIT_CODE,
+    INVALID,
     JOB_CLASS,
     JOB_ID,
     NAME,
@@ -65,6 +67,7 @@ from colocate.protocol.codec import (
     Nested,
     Num,
     Opt,
+    ProtocolError,
     Str,
     _f,
     _Record,
@@ -78,6 +81,7 @@ MAX_NODE_GPUS = 64  # GPUs of one node
 MAX_WORKERS = 4096  # workers (ranks) of one job
 MAX_ENV_VALUE_CHARS = 65536  # one variable of a job's environment
 GPU_INDICES = ListOf(COUNT, MAX_NODE_GPUS)
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 class Refusal(StrEnum):
@@ -171,6 +175,15 @@ class JobRequest(_Record):
     estimate_s: float | None = _f(Opt(SECONDS), default=None)
     iterations: int | None = _f(Opt(Num(int, 1, 1 << 40)), default=None)  # --iterations: the total, as the user said
     epochs: int | None = _f(Opt(Num(int, 1, 1 << 20)), default=None)  # --epochs: x len(DataLoader) is the total
+    # the entry script's content hash (SHA-256, 64 lowercase hex digits) as the submitting client read it; "" when
+    # it could not (``cluster.predict.fingerprint``: the scheduler makes the job's fingerprints from it, the command
+    # and the user of the submitter's key). Only a key for the job's history: nothing trusts it
+    script_hash: str = _f(Str(64), default="", optional=True)
+
+    def _check(self) -> None:
+        if self.script_hash and not _HEX64.fullmatch(self.script_hash):
+            raise ProtocolError(INVALID, f"JobRequest.script_hash: expected 64 lowercase hex digits, got "
+                                         f"{self.script_hash[:70]!r}")
 
 
 @_record()

@@ -64,7 +64,8 @@ requests = st.builds(
     env=st.dictionaries(st.text(min_size=1, max_size=20), st.text(max_size=60), max_size=6),
     workers=st.integers(1, 4096), gpus=st.integers(0, 64), gpu_mem=sizes, priority=priorities, queue=names,
     name=names, user=names, estimate_s=st.none() | seconds, iterations=st.none() | st.integers(1, 1 << 40),
-    epochs=st.none() | st.integers(1, 1 << 20))
+    epochs=st.none() | st.integers(1, 1 << 20), script_hash=st.just("") | st.text("0123456789abcdef", min_size=64,
+                                                                                   max_size=64))
 # what a job teaches the cluster (torch_hooks.features, colocate.node.progress)
 kinds = st.text(printable, min_size=1, max_size=64)
 flops = st.floats(0.0, 1e30) | st.integers(0, 10**12)

@@ -56,3 +56,23 @@ def test_other_missing_fields_are_still_required_and_extra_ones_refused():
 def test_an_optional_field_needs_a_default():
     with pytest.raises(TypeError, match="needs a default"):
         P.codec._f(P.NAME, optional=True)
+
+
+def request(**kw):
+    return P.JobRequest(command=("python", "train.py"), cwd="/tmp", env=(), **kw)
+
+
+def test_a_script_hash_travels_and_is_left_off_when_unknown():
+    assert "script_hash" not in P.to_wire(P.Submit(request=request()))["request"]
+    digest = "ab" * 32
+    got = P.decode(P.encode(P.Submit(request=request(script_hash=digest))))
+    assert got.request.script_hash == digest
+
+
+@pytest.mark.parametrize("bad", ["x", "AB" * 32, "ab" * 31, "ab" * 33, 7])
+def test_a_bad_script_hash_is_invalid(bad):
+    wire = P.to_wire(P.Submit(request=request()))
+    wire["request"]["script_hash"] = bad
+    with pytest.raises(P.ProtocolError) as e:
+        P.decode(msgpack.packb(wire))
+    assert e.value.code == P.INVALID
