@@ -86,6 +86,7 @@ class SchedulerCore(NodeEvents):
             ev.JobSubmitted: self._submitted, ev.JobCancelled: self._cancelled, ev.NodeJoined: self._joined,
             ev.NodeLost: self._lost, ev.NodeReport: self._report, ev.RankStarted: self._started,
             ev.RankExited: self._exited, ev.PlacementRefused: self._refused, ev.Tick: self._tick,
+            ev.JobProgressed: self._progressed,
         }
 
     # ------------------------------------------------------------------ entry points

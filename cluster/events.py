@@ -9,7 +9,8 @@ Who produces which event:
   user/client   JobSubmitted, JobCancelled
   node edge     NodeJoined (register, with an epoch), NodeLost (missed heartbeats), NodeReport
                 (periodic: GPU utilization and memory, the node's workers), RankStarted,
-                RankExited, PlacementRefused (the protocol's WorkerStarted, WorkerExited, StartRefused)
+                RankExited, PlacementRefused (the protocol's WorkerStarted, WorkerExited, StartRefused),
+                JobProgressed (a running job's progress, from the summaries a NodeStatus carries)
   clock         Tick (time-driven steps: promotions, start deadlines, reconciliation)
 
 Decisions, in the order the edge must act on them:
@@ -121,6 +122,20 @@ class PlacementRefused:
     node_id: str
     reason: str
     stale: bool = False  # the node is busy with its own stale state: never counted as a failed start
+
+
+@dataclass(frozen=True, slots=True)
+class JobProgressed:
+    """A running job's progress, as its lowest rank's node summarised it: ``done`` of ``total`` iterations
+    (``total`` 0: unknown), the recent median and p90 seconds per iteration, reported ``age_s`` seconds before
+    ``now``. It moves the job's remaining-time prediction (``on_progress``); it never changes the job's state."""
+
+    job_id: str
+    done: int
+    total: int
+    step_p50_s: float
+    step_p90_s: float
+    age_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -593,3 +593,10 @@ class Framework:
     def promoted(self, job: Job, placement: Placement, now: float) -> None:
         for f in self.pt["on_promoted"]:
             f(job, placement, now)
+
+    def progressed(self, job: Job, progress: Any, now: float) -> bool:
+        """A running job's progress (``JobProgressed``) to every ``on_progress``: whether any estimate moved."""
+        moved = False
+        for f in self.pt["on_progress"]:
+            moved = bool(f(job, progress, now)) or moved
+        return moved

@@ -20,7 +20,7 @@ history."""
 
 from __future__ import annotations
 
-from cluster.events import FAILED, SUCCEEDED
+from cluster.events import FAILED, SUCCEEDED, JobProgressed
 from cluster.jobs import Job
 from cluster.params import Param
 from cluster.points import SUCCESS, Plugin, Status, register
@@ -83,6 +83,11 @@ class Predictor(Plugin):
         if end is not None:
             self._moved[job.job_id] = end
         return True
+
+    def on_progress(self, job: Job, progress: JobProgressed, now: float) -> bool:
+        """The core's ``JobProgressed``: ``progress()`` as of when the node reported it."""
+        return self.progress(job, progress.done, progress.total, progress.step_p50_s, now - progress.age_s,
+                             progress.step_p90_s)
 
     def take_moved(self) -> dict[str, float]:
         """Job id -> projected end moved by progress since the last call (then forgotten)."""

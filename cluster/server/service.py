@@ -32,7 +32,8 @@ Rules it keeps:
     ``cluster.server.identity``; a refused hello gets ``Error(forbidden)``, logged once;
   * logs are relayed from the nodes that hold them (``cluster.server.logs``): no path is opened;
   * the progress and features a node reports for a job (``NodeStatus.progress``) are kept in memory, the
-    latest per job (``cluster.server.views.Progress``), and shown on its ``JobView``; not journaled;
+    latest per job (``cluster.server.views.Progress``), and shown on its ``JobView``; a report that moved a
+    job's iterations reaches the core as ``JobProgressed`` (its run-time prediction), after the report;
   * a node silent for ``heartbeat_s * liveness`` is down: ``NodeLost`` to the core, whose placements there
     are lost only ``replace_after_s(lease_s)`` after the node was last heard (its workers' launchers have
     stopped them by then: fencing, ``docs/node-placements.md``), unless it comes back before;
@@ -256,8 +257,10 @@ class SchedulerService(Faults):
 
     def _apply(self, node_id: str, m: NodeWrite, now: float) -> Replies:
         event: ev.NodeReport | ev.RankStarted | ev.RankExited | ev.PlacementRefused
+        progressed: list = []
         if isinstance(m, P.NodeStatus):
-            self.progress.note(m.progress, self.core.job)
+            progressed = [ev.JobProgressed(p.job_id, p.iterations, p.total_iterations or 0, p.step_p50_s, p.step_p90_s,
+                                           p.since_report_s) for p in self.progress.note(m.progress, self.core.job)]
             event = ev.NodeReport(node_id, m.epoch, tuple(ev.GpuReport(g.index, g.utilization, g.mem_used)
                                                           for g in m.gpus),
                                   tuple(ev.WorkerReport(w.job_id, w.placement_id, w.rank, w.running, w.exit_code,
@@ -280,7 +283,7 @@ class SchedulerService(Faults):
             log.warning("node %s refused placement %s (%s): %s", node_id, m.placement_id, m.code, m.reason)
             event = ev.PlacementRefused(m.job_id, m.placement_id, node_id, m.reason, m.code == P.REFUSED_STALE)
         joined = self.joining.pop(node_id, None) if isinstance(m, P.NodeStatus) else None
-        out = self._decide([joined, event] if joined else [event], now)
+        out = self._decide(([joined] if joined else []) + [event] + progressed, now)
         return out + self._settled(node_id, m)
 
     def _settled(self, node_id: str, m: NodeWrite) -> Replies:

@@ -37,7 +37,9 @@ class Progress:
         self.keep = keep
         self.jobs: dict[str, P.JobProgress] = {}
 
-    def note(self, entries, known: Callable[[str], object]) -> None:
+    def note(self, entries, known: Callable[[str], object]) -> list[P.JobProgress]:
+        """Keep ``entries``; returns those kept that moved a job's iterations (what the core's predictor hears)."""
+        moved = []
         for p in entries:
             old = self.jobs.get(p.job_id)
             if old is None and known(p.job_id) is None:
@@ -46,10 +48,13 @@ class Progress:
                 continue
             if p.features is None and old is not None and old.features is not None:
                 p = dataclasses.replace(p, features=old.features)
+            if old is None or old.iterations != p.iterations or old.total_iterations != p.total_iterations:
+                moved.append(p)
             self.jobs.pop(p.job_id, None)  # most recent last
             self.jobs[p.job_id] = p
             if len(self.jobs) > self.keep:
                 del self.jobs[next(iter(self.jobs))]
+        return moved
 
     def of(self, job_id: str, features: bool) -> P.JobProgress | None:
         """Job ``job_id``'s latest progress (None if none), with its features only if ``features``."""
