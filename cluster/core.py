@@ -138,6 +138,11 @@ class SchedulerCore(NodeEvents):
             return f"no plugin places {job.spec.klass} jobs in this policy"
         return None
 
+    def learn(self, history: Iterable) -> None:
+        """What ended jobs taught (``cluster.predict.history.HistoryRecord``s, oldest first), to the plugins'
+        ``on_history`` (run-time prediction): on a fresh core, before ``restore``."""
+        self.fw.learned(list(history))
+
     def restore(self, records: Iterable[ev.JobRecord], now: float) -> list:
         """Rebuild from journaled job records, on a fresh core, before any event. Pending jobs are
         queued again in record order; the placements of placing/running jobs are re-reserved as
@@ -233,13 +238,14 @@ class SchedulerCore(NodeEvents):
 
     # ------------------------------------------------------------------ what recovery may do (recovery.Host)
 
-    def set_state(self, job: Job, state: JobState, reason: str, out: list, pid: str | None = None) -> None:
+    def set_state(self, job: Job, state: JobState, reason: str, out: list, pid: str | None = None,
+                  oom: bool = False) -> None:
         """Move ``job`` to ``state`` (a ``cluster.events`` status) for ``reason``; appends the ``JobChanged``
-        the edges journal to ``out``."""
+        the edges journal to ``out`` (``oom``: its run ended for want of GPU memory)."""
         job.state, job.reason = state, reason
         if state in TERMINAL:
             job.end_attempt()  # nothing reads a finished job's ranks: their records go
-        out.append(ev.JobChanged(job.job_id, state, reason, pid))
+        out.append(ev.JobChanged(job.job_id, state, reason, pid, oom))
 
     def new_job(self, spec: JobSpec) -> Job:
         """A job for ``spec``, known from now on, ordered after every job made before it; its id must be new."""
@@ -405,9 +411,10 @@ class SchedulerCore(NodeEvents):
             return
         job = self._current(e.job_id, e.placement_id)
         if job is not None:
-            self._rank_exited(job, e.rank, e.exit_code, now, out, e.fenced)
+            self._rank_exited(job, e.rank, e.exit_code, now, out, e.fenced, e.oom)
 
-    def _rank_exited(self, job: Job, rank: int, code: int, now: float, out: list, fenced: bool = False) -> None:
+    def _rank_exited(self, job: Job, rank: int, code: int, now: float, out: list, fenced: bool = False,
+                     oom: bool = False) -> None:
         if not 0 <= rank < job.spec.workers or rank in job.exited:
             return
         if fenced:  # stopped by its node's lapsed lease: the job lost that worker, through no fault of its own
@@ -421,7 +428,8 @@ class SchedulerCore(NodeEvents):
         if job.state == PLACING:
             self._start_failed(job, f"rank {rank} exited with code {code} before the gang started", now, out, (rank,))
         elif code != 0:
-            self.set_state(job, FAILED, f"rank {rank} exited with code {code}", out, pid)
+            why = f"rank {rank} ran out of GPU memory (exit code {code})" if oom else f"rank {rank} exited with code {code}"
+            self.set_state(job, FAILED, why, out, pid, oom)
             job.ended_at = now
             self._stop(job, "gang member failed", now, out, gone_ranks=(rank,))
             self.fw.ended(job, now)

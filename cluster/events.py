@@ -84,6 +84,7 @@ class WorkerReport:
     running: bool
     exit_code: int | None = None  # when not running
     fenced: bool = False  # ended by its node's lapsed lease: lost, not failed
+    oom: bool = False  # ended for want of GPU memory (as the worker said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,7 @@ class RankExited:
     rank: int
     exit_code: int  # 0 success; 128+N killed by signal N
     fenced: bool = False  # ended by its node's lapsed lease: lost, not failed
+    oom: bool = False  # ended for want of GPU memory (as the worker said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +171,7 @@ class JobChanged:
     state: JobState
     reason: str = ""
     placement_id: str | None = None
+    oom: bool = False  # the run ended because a worker ran out of GPU memory (what the journal's history records)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,8 @@ Tables:
   ``logs``    each worker of a job's latest placement: its node, log file, and when it started
   ``stopping``  placements being stopped (preempted, failed, lost elsewhere), until their workers
               are gone: after a restart they are stopped again instead of forgotten
+  ``history`` one record per job that ran and ended (what the cluster learned from it), written in the
+              transaction that journals the end (``cluster.server.history_table``)
 
 One writer (the scheduler process); ``sqlite3`` in WAL mode with ``synchronous=FULL``. A write
 that SQLite refuses (disk full, read-only file, I/O error: ``sqlite3.OperationalError``) raises
@@ -58,10 +60,12 @@ from contextlib import contextmanager
 from dataclasses import fields
 
 from cluster.events import JobRecord
+from cluster.server import history_table
+from cluster.server.history_table import HistoryTable
 from cluster.spec import JobSpec, Placement, WorkerSlot
 from colocate.base.vocab import TERMINAL, JobClass, JobState
 
-SCHEMA = 3  # 2: jobs.submitter and jobs.request_id (idempotent submits); 3: jobs_seq, jobs_active indexes
+SCHEMA = 4  # 2: jobs.submitter and jobs.request_id (idempotent submits); 3: jobs_seq, jobs_active indexes; 4: history
 MODE = 0o600  # the file, its -wal and -shm, and its lock: they hold jobs' commands and environments
 PROBE_BYTES = 64 << 10  # what writable() writes (and takes back) to see whether the file can grow
 
@@ -95,7 +99,8 @@ CREATE TABLE IF NOT EXISTS stopping (
 _INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS jobs_request ON jobs(submitter, request_id)",
             "CREATE UNIQUE INDEX IF NOT EXISTS jobs_seq ON jobs(seq)",
             "CREATE INDEX IF NOT EXISTS jobs_active ON jobs(state, seq)",
-            "DROP INDEX IF EXISTS jobs_state")  # schema <= 2's; jobs_active serves its queries
+            "DROP INDEX IF EXISTS jobs_state",  # schema <= 2's; jobs_active serves its queries
+            *history_table.INDEXES)
 ACTIVE = (JobState.PENDING, JobState.PLACING, JobState.RUNNING)
 
 
@@ -179,7 +184,7 @@ class Batch:
         self.depth = 0
 
 
-class Journal:
+class Journal(HistoryTable):
     def __init__(self, path: str):
         self.path = path
         folder = os.path.dirname(os.path.abspath(path))
@@ -212,7 +217,7 @@ class Journal:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
-            self.db.executescript(_DDL)
+            self.db.executescript(_DDL + history_table.DDL)
             _private(path)
             bad = self.db.execute("PRAGMA quick_check(1)").fetchone()[0]  # every page, once per start (~3 s at 1M jobs)
             if bad != "ok":
@@ -276,6 +281,10 @@ class Journal:
     def _set_meta(self, key: str, value: str) -> None:
         self.db.execute("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                         (key, value))
+
+    def _corrupt(self, what: str, exc: Exception) -> JournalError:
+        """The one-line error for a part of the file that does not decode."""
+        return JournalError(f"{self.path} is corrupt: {what} does not decode ({type(exc).__name__}: {str(exc)[:120]})")
 
     def cluster_id(self) -> str:
         """This state file's cluster id: minted (random, 16 hex digits) and committed when first asked for,

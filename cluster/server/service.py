@@ -34,6 +34,9 @@ Rules it keeps:
   * the progress and features a node reports for a job (``NodeStatus.progress``) are kept in memory, the
     latest per job (``cluster.server.views.Progress``), and shown on its ``JobView``; a report that moved a
     job's iterations reaches the core as ``JobProgressed`` (its run-time prediction), after the report;
+  * a run that ends (the job's end, or an out-of-memory restart) leaves one history record
+    (``cluster.server.learning``), journaled in the transaction that journals the end; every core built from the
+    journal (start, rebuild) learns the history first;
   * a node silent for ``heartbeat_s * liveness`` is down: ``NodeLost`` to the core, whose placements there
     are lost only ``replace_after_s(lease_s)`` after the node was last heard (its workers' launchers have
     stopped them by then: fencing, ``docs/node-placements.md``), unless it comes back before;
@@ -62,6 +65,7 @@ from cluster.server.batch import handle_batch
 from cluster.server.faults import MAX_DEFERRED, CoreBroken, Faults, NodeWrite, Replies, _Refused
 from cluster.server.identity import ANONYMOUS, Gate, peer_of
 from cluster.server.journal import Journal, JournalUnavailable
+from cluster.server.learning import Learning
 from cluster.server.logs import LogRelay
 from cluster.server.ports import PortPool
 from cluster.server.rendezvous import master_host, start_messages
@@ -115,6 +119,7 @@ class SchedulerService(Faults):
         self.gate, self.peer = Gate(), ANONYMOUS  # peer: the identity of the message being handled
         self.log_relay = LogRelay()
         self.progress = Progress()  # the latest progress (and features) nodes reported, per job
+        self.learning = Learning(journal)  # history records at each end; the run-time model of the views
         # inside on_batch: the jobs submitted, for one cycle at its end
         self._submitted: list[ev.JobSubmitted] | None = None
         node = self._node_message
@@ -264,7 +269,7 @@ class SchedulerService(Faults):
             event = ev.NodeReport(node_id, m.epoch, tuple(ev.GpuReport(g.index, g.utilization, g.mem_used)
                                                           for g in m.gpus),
                                   tuple(ev.WorkerReport(w.job_id, w.placement_id, w.rank, w.running, w.exit_code,
-                                                        w.fenced) for w in m.workers))
+                                                        w.fenced, w.oom) for w in m.workers))
         elif isinstance(m, P.WorkerStarted):
             with self.journal.transaction():
                 self.journal.add_log(m.job_id, m.rank, m.placement_id, node_id, m.log_path, now)
@@ -278,12 +283,14 @@ class SchedulerService(Faults):
                     row = self.journal.job(m.job_id)
                     if row is not None and (m.exit_code != 0 or row["exit_code"] is None):
                         self.journal.set_exit_code(m.job_id, m.exit_code)
-            event = ev.RankExited(m.job_id, m.placement_id, m.rank, m.exit_code, m.fenced)
+            event = ev.RankExited(m.job_id, m.placement_id, m.rank, m.exit_code, m.fenced, m.oom)
         else:
             log.warning("node %s refused placement %s (%s): %s", node_id, m.placement_id, m.code, m.reason)
             event = ev.PlacementRefused(m.job_id, m.placement_id, node_id, m.reason, m.code == P.REFUSED_STALE)
         joined = self.joining.pop(node_id, None) if isinstance(m, P.NodeStatus) else None
         out = self._decide(([joined] if joined else []) + [event] + progressed, now)
+        for e in progressed:
+            self.learning.progressed(e, now)
         return out + self._settled(node_id, m)
 
     def _settled(self, node_id: str, m: NodeWrite) -> Replies:
@@ -467,11 +474,16 @@ class SchedulerService(Faults):
                                                             master_host(d.placement, self.hosts)) for d in starts}
         try:
             drop, add = self._stopping_changes()
+            records: list = []
             if decisions or drop or add:
                 with self.journal.transaction():
                     for d in decisions:
                         if isinstance(d, ev.JobChanged):
+                            rec = self.learning.record(d, self.core, self.progress.of(d.job_id, True), now)
                             self.journal.set_state(d.job_id, d.state, d.reason, now)
+                            if rec is not None:  # what the run taught, with its end
+                                self.journal.add_history(rec, oom_restart=d.state == ev.PENDING)
+                                records.append(rec)
                         elif isinstance(d, ev.StartWorkers):
                             job = self.core.job(d.spec.job_id)
                             assert job is not None, d.spec.job_id  # the core has just placed it
@@ -505,10 +517,13 @@ class SchedulerService(Faults):
                     out += [(self.nodes[n], P.PromotePlacement(placement_id=d.placement_id, job_id=d.job_id))
                             for n in d.nodes if n in self.nodes]
                 case ev.JobChanged():
+                    self.learning.changed(d, self.core, now)
                     if d.state in TERMINAL and d.placement_id:
                         self._release(d.placement_id)
                 case _:
                     assert_never(d)
+        for rec in records:
+            self.learning.ended(rec)
         if any(isinstance(d, ev.JobChanged) and d.state == ev.PENDING for d in decisions):
             self._release_abandoned()
         return out

@@ -216,8 +216,11 @@ class NodeCore(PlacementRules):
         return [Reply(P.Heartbeat(job_id=m.job_id, sent_at=now))]
 
     def _on_goodbye(self, m: P.Goodbye, now: float) -> list[Command]:
-        if m.job_id not in self.jobs:
+        job = self.jobs.get(m.job_id)
+        if job is None:
             return []
+        if m.reason == P.GOODBYE_OOM:  # its placed worker's exit is reported as out of memory
+            self.note_oom(job.job, job.rank or 0)
         self.jobs_exited += 1
         return self._leave(m.job_id, f"exited ({m.reason})", now)
 

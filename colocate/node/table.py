@@ -32,6 +32,7 @@ class Worker:
     kill_at: float | None = None  # wall clock: SIGKILL the group then (a stop's grace period)
     killed: bool = False  # SIGKILL sent
     fenced: bool = False  # it ended (non-zero) while the node's lease had lapsed
+    oom: bool = False  # it ended (non-zero) after saying it ran out of GPU memory
     epoch: int = 0  # the node incarnation that started it (0: unknown, a table of an older node)
 
     @property

@@ -25,6 +25,9 @@ Rules:
   * Fencing: ``NodeWelcome.lease_s`` > 0 gives the node a lease, renewed by each echoed heartbeat from the
     time the node sent it; the launchers of placed workers stop them when it lapses. ``WorkerExited.fenced``
     and ``WorkerStatus.fenced`` mark a worker that ended that way (not the job's failure).
+  * ``WorkerExited.oom`` and ``WorkerStatus.oom`` (optional: an older peer leaves them off): the worker said, in
+    its last words to its node (``Goodbye.reason`` ``oom``), that it is ending for want of GPU memory (over its
+    cap with ``--on-cap error``, or CUDA's out-of-memory error); the scheduler learns the run's exit state from it.
   * ``StartPlacement`` is idempotent per ``(cluster_id, placement_id)``: a node that has seen the id starts nothing
     twice. ``StopPlacement`` and ``PromotePlacement`` are idempotent too.
   * ``PlacementsSettled`` follows the commit of a batch that ended placements of the node (or of a report
@@ -148,6 +151,7 @@ class WorkerStatus(_Record):
     running: bool = _f(Bool())
     exit_code: int | None = _f(Opt(EXIT_CODE), default=None)
     fenced: bool = _f(Bool(), default=False)  # it ended while the node's lease had lapsed: not the job's failure
+    oom: bool = _f(Bool(), default=False, optional=True)  # it ended because it ran out of GPU memory (its cap)
 
 
 @_record()
@@ -323,6 +327,8 @@ class WorkerExited(Message):
     rank: int = _f(COUNT)
     exit_code: int = _f(EXIT_CODE)  # 128+N when killed by signal N
     fenced: bool = _f(Bool(), default=False)  # it ended while the node's lease had lapsed: not the job's failure
+    # it ended because it ran out of GPU memory: its runtime said so in its Goodbye (``GOODBYE_OOM``) before it exited
+    oom: bool = _f(Bool(), default=False, optional=True)
 
 
 @_record("start_refused")

@@ -87,7 +87,7 @@ progresses = st.builds(
     mem_reserved_peak=sizes, mem_allocated_peak=sizes, busy_fraction=shares, total_iterations=st.none() | counts,
     since_report_s=seconds, features=st.none() | features)
 worker_statuses = st.builds(P.WorkerStatus, job_id=ids, placement_id=names, rank=counts, pid=pids,
-                            running=st.booleans(), exit_code=st.none() | exit_codes)
+                            running=st.booleans(), exit_code=st.none() | exit_codes, oom=st.booleans())
 job_views = st.builds(
     P.JobView, job_id=ids, name=names, user=names, queue=names, priority=priorities,
     state=st.sampled_from(["pending", "placing", "running", "succeeded", "failed", "cancelled"]), workers=counts,
@@ -109,7 +109,7 @@ CLUSTER_MESSAGES = {
     P.WorkerStarted: st.builds(P.WorkerStarted, node_id=node_ids, epoch=counts, job_id=ids, placement_id=names,
                                rank=counts, pid=pids, log_path=texts),
     P.WorkerExited: st.builds(P.WorkerExited, node_id=node_ids, epoch=counts, job_id=ids, placement_id=names,
-                              rank=counts, exit_code=exit_codes),
+                              rank=counts, exit_code=exit_codes, fenced=st.booleans(), oom=st.booleans()),
     P.StartRefused: st.builds(P.StartRefused, node_id=node_ids, epoch=counts, job_id=ids, placement_id=names,
                               reason=texts),
     P.NodeWelcome: st.builds(P.NodeWelcome, node_id=node_ids, scheduler_epoch=counts,

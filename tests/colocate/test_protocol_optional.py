@@ -76,3 +76,17 @@ def test_a_bad_script_hash_is_invalid(bad):
     with pytest.raises(P.ProtocolError) as e:
         P.decode(msgpack.packb(wire))
     assert e.value.code == P.INVALID
+
+
+def test_an_exit_out_of_memory_travels_and_a_plain_one_leaves_the_flag_off():
+    plain = P.WorkerExited(node_id="n1", epoch=1, job_id="7", placement_id="7.1", rank=0, exit_code=1)
+    assert "oom" not in P.to_wire(plain)  # a scheduler that predates it reads this exit
+    oom = P.WorkerExited(node_id="n1", epoch=1, job_id="7", placement_id="7.1", rank=0, exit_code=1, oom=True)
+    assert P.decode(P.encode(oom)).oom is True
+    status = P.WorkerStatus(job_id="7", placement_id="7.1", rank=0, pid=5, running=False, exit_code=1, oom=True)
+    assert P.decode(P.encode(P.NodeStatus(node_id="n1", epoch=1, gpus=(), workers=(status,)))).workers[0].oom
+    wire = P.to_wire(oom)
+    wire["oom"] = "yes"
+    with pytest.raises(P.ProtocolError) as e:
+        P.decode(msgpack.packb(wire))
+    assert e.value.code == P.INVALID
