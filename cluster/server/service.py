@@ -69,7 +69,7 @@ from cluster.server.learning import Learning
 from cluster.server.logs import LogRelay
 from cluster.server.ports import PortPool
 from cluster.server.rendezvous import master_host, start_messages
-from cluster.server.views import Progress, QueueView, job_view, node_views
+from cluster.server.views import Progress, QueueView, job_view, node_views, prediction_view
 from cluster.spec import JobSpec, NodeSpec, SpecError
 from colocate import protocol as P
 from colocate.base.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS, replace_after_s
@@ -394,9 +394,10 @@ class SchedulerService(Faults):
             rows, total = self.journal.jobs(m.active_only, m.offset, m.limit)
         queues = QueueView(self.core)
         one = m.job_id is not None  # features only for one job: a page of them could pass the message limit
-        return [(ident, P.JobsReply(jobs=tuple(job_view(r, self.core, queues, self.progress.of(r["job_id"], one))
-                                               for r in rows), total=total,
-                                    queued=tuple(queues.queued.items())))]
+        model = self.learning.model(self.core)
+        views = tuple(job_view(r, self.core, queues, self.progress.of(r["job_id"], one),
+                               prediction_view(self.core.job(r["job_id"]), model, now)) for r in rows)
+        return [(ident, P.JobsReply(jobs=views, total=total, queued=tuple(queues.queued.items())))]
 
     def _nodes(self, ident: bytes, m: P.NodesRequest, now: float) -> Replies:
         return [(ident, P.NodesReply(nodes=tuple(node_views(self.core, self.hosts)), scheduler_epoch=self.epoch))]

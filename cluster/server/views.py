@@ -1,5 +1,5 @@
 """What clients see of jobs and nodes: ``JobView`` from a journal row (plus the core's live reason
-for a pending job), ``NodeView`` from the core's node state."""
+for a pending job, the latest progress and the run-time prediction), ``NodeView`` from the core's node state."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ import json
 from collections.abc import Callable
 
 from cluster.core import SchedulerCore
+from cluster.jobs import Job
+from cluster.plugins.predictor import job_key
+from cluster.predict.predictor import RunTimePredictor
 from cluster.server.journal import placement_from_json
 from colocate import protocol as P
-from colocate.base.vocab import JobClass, JobState
+from colocate.base.vocab import TERMINAL, JobClass, JobState
 
 
 class QueueView:
@@ -64,7 +67,22 @@ class Progress:
         return dataclasses.replace(p, features=None)
 
 
-def job_view(row: dict, core: SchedulerCore, queues: QueueView, progress: P.JobProgress | None = None) -> P.JobView:
+def prediction_view(job: Job | None, model: RunTimePredictor, now: float) -> P.PredictionView | None:
+    """What ``model`` predicts of ``job`` at ``now``: its run time while it waits, what is left of it while it runs
+    (None: ended, unknown to the core, or nothing known)."""
+    if job is None or job.state in TERMINAL:
+        return None
+    key = job_key(job.spec)
+    running = job.state == JobState.RUNNING
+    pred = model.remaining(job.job_id, key, now) if running else model.predict(key, now)
+    if pred is None:
+        return None
+    return P.PredictionView(p50_s=max(0.0, pred.p50), p90_s=max(0.0, pred.p90), level=pred.level[:P.MAX_ID_CHARS],
+                            history=max(0, pred.n), remaining=running)
+
+
+def job_view(row: dict, core: SchedulerCore, queues: QueueView, progress: P.JobProgress | None = None,
+             prediction: P.PredictionView | None = None) -> P.JobView:
     spec = json.loads(row["spec"])
     placement = placement_from_json(row["placement"])
     reason = row["reason"] or ""
@@ -83,7 +101,7 @@ def job_view(row: dict, core: SchedulerCore, queues: QueueView, progress: P.JobP
         workers=spec["workers"], gpus=spec["gpus"], submitted_at=row["submitted_at"], started_at=row["started_at"],
         ended_at=row["ended_at"], reason=reason[:P.MAX_TEXT_CHARS], placement_id=placement.placement_id if placement else "",
         nodes=placement.nodes() if placement else (), attempts=row["attempt"], exit_code=row["exit_code"],
-        progress=progress)
+        progress=progress, prediction=prediction)
 
 
 def node_views(core: SchedulerCore, hosts: dict[str, str]) -> list[P.NodeView]:

@@ -219,6 +219,19 @@ class JobProgress(_Record):
 
 
 @_record()
+class PredictionView(_Record):
+    """What the scheduler predicts of a job: its run time (pending) or, ``remaining``, what is left of it (running),
+    p50 and p90 in seconds, and what is behind it: the history key ``level`` (``cluster.predict.history.LEVELS``,
+    ``progress``, or ``default``) and ``history`` (ended runs at that level; iterations done, for ``progress``)."""
+
+    p50_s: float = _f(SECONDS)
+    p90_s: float = _f(SECONDS)
+    level: str = _f(NAME)
+    history: int = _f(COUNT)
+    remaining: bool = _f(Bool(), default=False)
+
+
+@_record()
 class JobView(_Record):
     job_id: str = _f(JOB_ID)
     name: str = _f(NAME)
@@ -238,6 +251,8 @@ class JobView(_Record):
     exit_code: int | None = _f(Opt(EXIT_CODE))
     # the latest progress a node reported for the job's lowest rank; its features only when one job was asked for
     progress: JobProgress | None = _f(Opt(Nested(JobProgress)), default=None)
+    # its predicted run time (pending) or remaining time (running); None when nothing is known (or it ended)
+    prediction: PredictionView | None = _f(Opt(Nested(PredictionView)), default=None, optional=True)
 
 
 @_record()

@@ -93,7 +93,9 @@ job_views = st.builds(
     state=st.sampled_from(["pending", "placing", "running", "succeeded", "failed", "cancelled"]), workers=counts,
     gpus=counts, submitted_at=seconds, started_at=st.none() | seconds, ended_at=st.none() | seconds, reason=texts,
     placement_id=names, nodes=st.lists(names, max_size=4), attempts=counts, exit_code=st.none() | exit_codes,
-    progress=st.none() | progresses)
+    progress=st.none() | progresses,
+    prediction=st.none() | st.builds(P.PredictionView, p50_s=seconds, p90_s=seconds, level=names, history=counts,
+                                     remaining=st.booleans()))
 node_views = st.builds(P.NodeView, node_id=names, host=names, up=st.booleans(), gpu_model=names, gpus=counts,
                        gpus_allocated=counts, gpus_shared=counts, utilization=shares, workers=counts)
 

@@ -4,6 +4,8 @@ first is ``NodeHello.topology`` (and ``NodeView.switch``/``rack``)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgpack
 import pytest
 
@@ -87,6 +89,19 @@ def test_an_exit_out_of_memory_travels_and_a_plain_one_leaves_the_flag_off():
     assert P.decode(P.encode(P.NodeStatus(node_id="n1", epoch=1, gpus=(), workers=(status,)))).workers[0].oom
     wire = P.to_wire(oom)
     wire["oom"] = "yes"
+    with pytest.raises(P.ProtocolError) as e:
+        P.decode(msgpack.packb(wire))
+    assert e.value.code == P.INVALID
+
+
+def test_a_jobs_prediction_travels_and_a_view_without_one_leaves_it_off():
+    view = P.JobView("7", "t", "u", "q", "guaranteed", "pending", 1, 1, 1.0, None, None, "", "", (), 0, None)
+    assert "prediction" not in P.to_wire(P.JobsReply(jobs=(view,), total=1))["jobs"][0]
+    pred = P.PredictionView(p50_s=60.0, p90_s=90.0, level="family", history=4)
+    got = P.decode(P.encode(P.JobsReply(jobs=(dataclasses.replace(view, prediction=pred),), total=1)))
+    assert got.jobs[0].prediction == pred
+    wire = P.to_wire(P.JobsReply(jobs=(dataclasses.replace(view, prediction=pred),), total=1))
+    wire["jobs"][0]["prediction"]["p90_s"] = -1.0
     with pytest.raises(P.ProtocolError) as e:
         P.decode(msgpack.packb(wire))
     assert e.value.code == P.INVALID

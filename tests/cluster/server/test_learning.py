@@ -90,3 +90,39 @@ def test_a_restart_predicts_from_the_same_history(h):
     h.restart()
     assert h.svc.core.fw.plugin("predictor").quantiles(spec, h.now) == before
     assert len(h.svc.learning.learned) == 3
+
+
+def test_views_show_the_prediction_a_pending_job_waits_with_and_the_time_left_of_a_running_one(h):
+    n = FakeNode(h, "n1", gpus=1)
+    n.hello()
+    for wall in (100.0, 200.0, 300.0):
+        job_id, pid = run_job(h, n)
+        h.now += wall
+        n.exit(pid, 0)
+    running, _ = run_job(h, n)
+    (ack,) = replies(h.submit(gpus=1), P.Submitted)  # waits: the one GPU is taken
+    (reply,) = replies(h.send(CLIENT, P.JobsRequest(active_only=True)), P.JobsReply)
+    views = {v.job_id: v for v in reply.jobs}
+    pending, run = views[ack.job_id].prediction, views[running].prediction
+    assert (pending.level, pending.history, pending.remaining) == ("exact+gpus", 3, False)
+    assert 100.0 <= pending.p50_s <= pending.p90_s <= 300.0
+    assert run.remaining and run.p90_s >= run.p50_s  # from its run time so far and the history
+    n.status(progress=(progress(running, iterations=100, total_iterations=400, step_p50_s=0.5, step_p90_s=1.0),))
+    (one,) = replies(h.send(CLIENT, P.JobsRequest(job_id=running)), P.JobsReply)
+    got = one.jobs[0].prediction
+    assert (got.level, got.history, got.p50_s, got.p90_s) == ("progress", 100, 150.0, 300.0)
+
+
+def test_without_a_predictor_plugin_the_views_predict_from_the_services_own_model(tmp_path):
+    h = Harness(tmp_path / "s.db", policy="gang-binpack")
+    n = FakeNode(h, "n1", gpus=1)
+    n.hello()
+    job_id, pid = run_job(h, n)
+    h.now += 50.0
+    n.exit(pid, 0)
+    (ack,) = replies(h.submit(gpus=1), P.Submitted)
+    (reply,) = replies(h.send(CLIENT, P.JobsRequest(job_id=ack.job_id)), P.JobsReply)
+    assert reply.jobs[0].prediction.level == "exact+gpus" and reply.jobs[0].prediction.p50_s == 50.0
+    h.restart()
+    (reply,) = replies(h.send(CLIENT, P.JobsRequest(job_id=ack.job_id)), P.JobsReply)
+    assert reply.jobs[0].prediction.p50_s == 50.0  # learned again from the journal
