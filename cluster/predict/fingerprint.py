@@ -123,6 +123,24 @@ def script_identity(command: Sequence[str], script_hash: str = "") -> tuple[str,
     return f"{kind}:{target}", args, "program" if kind == "program" else kind
 
 
+def numbers(argv: Sequence[str]) -> tuple[float, ...]:
+    """The numbers the family fingerprint masks, in the order of the normalised arguments: what tells the runs of
+    one family apart (a sweep's batch sizes, widths, learning rates)."""
+    out: list[float] = []
+    for tok in normalise_args(argv):
+        for m in _NUM.finditer(_TS.sub("<ts>", tok.split("=", 1)[-1] if tok.startswith("--") else tok)):
+            try:
+                out.append(float(m.group()))
+            except ValueError:  # a number too large to be a float
+                out.append(float("inf"))
+    return tuple(out)
+
+
+def command_numbers(command: Sequence[str]) -> tuple[float, ...]:
+    """``numbers`` of the arguments after a command line's entry point."""
+    return numbers(entry_point(command)[2])
+
+
 def command_fingerprints(user: str, command: Sequence[str], script_hash: str = "") -> tuple[str, str, str]:
     """(exact, family, how) of ``user`` running ``command`` (module docstring; ``how`` as ``script_identity``)."""
     identity, args, how = script_identity(command, script_hash)

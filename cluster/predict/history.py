@@ -79,6 +79,7 @@ class HistoryRecord:
     recommended: bool = False  # its cap or share was its recommendation (``--gpu-mem auto``)
     features: dict | None = None  # its ``Features`` as their wire map (``colocate.protocol.record_map``)
     gpu_model: str = ""  # the GPU model(s) the job asked for (``JobSpec.gpu_model``; "" any): its key's type
+    numbers: tuple[float, ...] | None = None  # the numbers of its arguments its family masks (``fingerprint.numbers``)
 
     def __post_init__(self) -> None:
         if not self.job_id:
@@ -107,6 +108,12 @@ class HistoryRecord:
             raise ValueError(f"history record {self.job_id}: mem_cap must be bytes > 0, got {self.mem_cap!r}")
         if self.sm_share is not None and not (isinstance(self.sm_share, (int, float)) and 0.0 < self.sm_share <= 1.0):
             raise ValueError(f"history record {self.job_id}: sm_share must be in (0, 1], got {self.sm_share!r}")
+        if self.numbers is not None:
+            if not (isinstance(self.numbers, (list, tuple)) and all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in self.numbers)):
+                raise ValueError(f"history record {self.job_id}: numbers must be a list of finite numbers, "
+                                 f"got {self.numbers!r:.60}")
+            object.__setattr__(self, "numbers", tuple(float(x) for x in self.numbers))
         if self.features is not None and not isinstance(self.features, dict):
             raise ValueError(f"history record {self.job_id}: features must be an object, got {self.features!r:.40}")
 

@@ -73,3 +73,14 @@ def test_command_fingerprints_of_a_sweep_share_the_family_not_the_exact():
     assert other_script[0] != a[0] and other_script[1] != a[1]
     unhashed = command_fingerprints("ann", ["python", "train.py", "--bs", "32"], "")
     assert unhashed[2] == "path" and unhashed[0] != a[0]  # the path stands in for the content
+
+
+@pytest.mark.parametrize("command, want", [
+    (["python", "t.py", "--bs", "32", "--width=256", "--lr", "1e-3", "--seed", "3"], (32.0, 0.001, 256.0)),
+    (["python", "t.py", "--model", "resnet50", "--out", "/r/2026-11-25"], ()),  # names and dropped flags: none
+    (["python", "t.py", "cfg.yaml", "8"], (8.0,)),
+])
+def test_command_numbers_are_what_the_family_masks(command, want):
+    from cluster.predict.fingerprint import command_numbers
+
+    assert command_numbers(command) == want
