@@ -172,6 +172,7 @@ class JobChanged:
     reason: str = ""
     placement_id: str | None = None
     oom: bool = False  # the run ended because a worker ran out of GPU memory (what the journal's history records)
+    spec: JobSpec | None = None  # the job's spec changed to this (restarted at a larger memory cap): journal it
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,9 @@ Tables:
               ``cluster_id`` (minted once with the file)
   ``jobs``    one row per job: the spec and the request (JSON), state, reason, current placement
               (JSON; NULL while pending; a finished job keeps its last), attempt, failed starts, times
-              (scheduler wall clock), exit code, and the client's request id (unique per submitter;
-              NULL when the client gave none)
+              (scheduler wall clock), exit code, the client's request id (unique per submitter;
+              NULL when the client gave none), and what the job left to its recommendation got
+              (``advice``, JSON; NULL when it left nothing)
   ``logs``    each worker of a job's latest placement: its node, log file, and when it started
   ``stopping``  placements being stopped (preempted, failed, lost elsewhere), until their workers
               are gone: after a restart they are stopped again instead of forgotten
@@ -65,7 +66,8 @@ from cluster.server.history_table import HistoryTable
 from cluster.spec import JobSpec, Placement, WorkerSlot
 from colocate.base.vocab import TERMINAL, JobClass, JobState
 
-SCHEMA = 4  # 2: jobs.submitter and jobs.request_id (idempotent submits); 3: jobs_seq, jobs_active indexes; 4: history
+SCHEMA = 4  # 2: jobs.submitter and jobs.request_id (idempotent submits); 3: jobs_seq, jobs_active indexes;
+# 4: the history table, jobs.advice
 MODE = 0o600  # the file, its -wal and -shm, and its lock: they hold jobs' commands and environments
 PROBE_BYTES = 64 << 10  # what writable() writes (and takes back) to see whether the file can grow
 
@@ -86,7 +88,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     ended_at REAL,
     exit_code INTEGER,
     submitter TEXT NOT NULL DEFAULT '',
-    request_id TEXT
+    request_id TEXT,
+    advice TEXT
 );
 CREATE TABLE IF NOT EXISTS logs (
     job_id TEXT NOT NULL, rank INTEGER NOT NULL, placement_id TEXT NOT NULL, node_id TEXT NOT NULL,
@@ -249,12 +252,14 @@ class Journal(HistoryTable):
         self._db = conn
 
     def _migrate(self, version: int | None) -> None:
-        if version is not None and version < 2:
+        if version is not None and version < SCHEMA:
             cols = {r[1] for r in self.db.execute("PRAGMA table_info(jobs)")}
             if "submitter" not in cols:
                 self.db.execute("ALTER TABLE jobs ADD COLUMN submitter TEXT NOT NULL DEFAULT ''")
             if "request_id" not in cols:
                 self.db.execute("ALTER TABLE jobs ADD COLUMN request_id TEXT")
+            if "advice" not in cols:
+                self.db.execute("ALTER TABLE jobs ADD COLUMN advice TEXT")
         for ddl in _INDEXES:
             self.db.execute(ddl)
         if version != SCHEMA:
@@ -434,16 +439,22 @@ class Journal(HistoryTable):
     def _forget_counter(self) -> None:
         self._next_job, self._counted = None, False
 
-    def insert_job(self, spec: JobSpec, request_json: str, now: float, request_id: str = "") -> None:
+    def insert_job(self, spec: JobSpec, request_json: str, now: float, request_id: str = "",
+                   advice: str | None = None) -> None:
         """A new pending job; ``request_id`` (non-empty) must be new for ``spec.user``. Its ``seq`` is the number
         ``new_job_id()`` has just reserved for it in this transaction, else the counter's next one."""
         seq, self._reserved = self._reserved, None
         if seq is None or spec.job_id != str(seq):
             seq = int(self.new_job_id())
             self._reserved = None
-        self.db.execute("INSERT INTO jobs(job_id, seq, spec, request, state, submitted_at, submitter, request_id) "
-                        "VALUES(?, ?, ?, ?, ?, ?, ?, ?)", (spec.job_id, seq, spec_to_json(spec), request_json,
-                                                        JobState.PENDING, now, spec.user, request_id or None))
+        self.db.execute("INSERT INTO jobs(job_id, seq, spec, request, state, submitted_at, submitter, request_id, "
+                        "advice) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (spec.job_id, seq, spec_to_json(spec), request_json, JobState.PENDING, now, spec.user,
+                         request_id or None, advice))
+
+    def set_spec(self, spec: JobSpec) -> None:
+        """A job's spec changed (restarted at a larger memory cap)."""
+        self.db.execute("UPDATE jobs SET spec = ? WHERE job_id = ?", (spec_to_json(spec), spec.job_id))
 
     def set_state(self, job_id: str, state: str, reason: str, now: float) -> None:
         """A job's new state; one that ends it (``TERMINAL``) also clears its environment."""

@@ -7,7 +7,8 @@ journals the end, and the run-time model its views and recommendations read.
     state, or an out-of-memory restart: back to pending with ``oom``), None for a job that never ran. Its wall time
     runs from the start this scheduler saw (``started``; after a restart, the journal's first start) to ``now``;
     its GPU type is the model of its first node; iterations, step times, peak memory (the reporting rank's reserved
-    peak), busy fraction and features come from the progress its node last reported (None where none came);
+    peak), busy fraction and features come from the progress its node last reported (None where none came); the
+    cap and share it ran under, whether they were recommended, and its arguments' numbers from its journal row;
   * ``learned``: the records of this scheduler's life and those read from the journal at start (the most recent
     ``LOAD``), which every rebuilt core learns again (``SchedulerCore.learn``): a restart or a rebuild forgets
     nothing a prediction uses (each key keeps its most recent ``predictor`` window anyway);
@@ -17,11 +18,13 @@ journals the end, and the run-time model its views and recommendations read.
 from __future__ import annotations
 
 import json
+import math
 from collections import deque
 from typing import TYPE_CHECKING
 
 from cluster import events as ev
 from cluster.plugins.predictor import job_key
+from cluster.predict.fingerprint import command_numbers
 from cluster.predict.history import Exit, HistoryRecord
 from cluster.predict.predictor import RunTimePredictor
 from cluster.server.journal import placement_from_json
@@ -109,7 +112,9 @@ class Learning:
         placement = placement_from_json(row["placement"])
         node = core.state.nodes.get(placement.slots[0].node_id) if placement and placement.slots else None
         request = json.loads(row["request"])
-        recommended = request.get("recommended") or {}
+        advice = json.loads(row["advice"]) if row.get("advice") else {}
+        ran_spec = json.loads(row["spec"])  # the spec it ran with (an out-of-memory restart changes it after this)
+        nums = command_numbers(request.get("command") or ())
         p = progress
         return HistoryRecord(
             job_id=d.job_id, exact=spec.fingerprint, family=spec.family, user=spec.user, gpus=spec.total_gpus,
@@ -120,10 +125,10 @@ class Learning:
             step_p90_s=p.step_p90_s if p is not None and p.step_p90_s > 0 else None,
             peak_mem=p.mem_reserved_peak if p is not None else None,
             busy=p.busy_fraction if p is not None else None,
-            mem_cap=spec.gpu_mem or None, sm_share=_share(request.get("sm_share")),
-            recommended=bool(recommended),
+            mem_cap=int(ran_spec.get("gpu_mem") or 0) or None, sm_share=_share(request.get("sm_share")),
+            recommended=bool(advice.get("gpu_mem") or advice.get("sm_share")),
             features=P.record_map(p.features) if p is not None and p.features is not None else None,
-            gpu_model=spec.gpu_model)
+            gpu_model=spec.gpu_model, numbers=nums if all(math.isfinite(x) for x in nums) else None)
 
 
 def _share(v) -> float | None:

@@ -101,7 +101,15 @@ def job_view(row: dict, core: SchedulerCore, queues: QueueView, progress: P.JobP
         workers=spec["workers"], gpus=spec["gpus"], submitted_at=row["submitted_at"], started_at=row["started_at"],
         ended_at=row["ended_at"], reason=reason[:P.MAX_TEXT_CHARS], placement_id=placement.placement_id if placement else "",
         nodes=placement.nodes() if placement else (), attempts=row["attempt"], exit_code=row["exit_code"],
-        progress=progress, prediction=prediction)
+        progress=progress, prediction=prediction, **_advice(row.get("advice")))
+
+
+def _advice(text: str | None) -> dict:
+    """A job's ``advice`` and ``learning`` view fields from its journaled advice (``cluster.server.advice``)."""
+    if not text:
+        return {}
+    advice = json.loads(text)
+    return {"advice": str(advice.get("text", ""))[:P.MAX_TEXT_CHARS], "learning": bool(advice.get("learning"))}
 
 
 def node_views(core: SchedulerCore, hosts: dict[str, str]) -> list[P.NodeView]:
