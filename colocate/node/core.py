@@ -138,6 +138,7 @@ class NodeCore(PlacementRules):
                            limits=P.Limits(seq=0, mem_cap=m.mem_cap, sm_share=m.sm_share, gate=False),
                            job=m.job, rank=m.rank, partition=m.partition and klass == JobClass.GUARANTEED,
                            priority_yield=m.priority_yield)
+            job.start_mem, job.start_share = self.start_point(m.job)
             self.jobs[m.job_id] = job
             gpu.jobs.append(m.job_id)
         else:  # the same job registering again (its link reconnected)

@@ -83,6 +83,13 @@ class PlacementRules:
     def _guarantee(self, job: str, on: bool, now: float) -> list[Command]:
         raise NotImplementedError
 
+    def start_point(self, job: str) -> tuple[int, float]:
+        """(memory, share) the scheduler recommended as job ``job``'s starting point ((0, 0.0): none)."""
+        for p in self.table.placements.values():
+            if p.job_id == job and p.running:
+                return p.start_mem, p.start_share
+        return 0, 0.0
+
     def note_oom(self, job: str, rank: int) -> None:
         """Worker ``rank`` of ``job`` said it is ending for want of GPU memory: its exit is reported so."""
         self._oom[(job, rank)] = True
@@ -183,7 +190,8 @@ class PlacementRules:
         msg = e.msg
         key = scoped(msg.cluster_id, msg.placement_id)
         p = LocalPlacement(placement_id=msg.placement_id, job_id=msg.job_id, klass=msg.priority,
-                      workers=list(e.workers), cluster=msg.cluster_id)
+                           workers=list(e.workers), cluster=msg.cluster_id, start_mem=msg.start_mem,
+                           start_share=msg.start_share)
         self.table.placements[key] = p
         started = ", ".join(f"rank {w.rank} pid {w.pid} GPU {','.join(map(str, w.gpus))}" for w in p.workers)
         out: list[Command] = [Save(), Note("info", f"started placement {p.placement_id} of job {p.job_id}: {started}")]

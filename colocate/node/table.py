@@ -51,6 +51,8 @@ class LocalPlacement:
     stop_reason: str = ""
     ended_at: float | None = None  # wall clock when its last worker exited
     cluster: str = ""  # the cluster id of the scheduler that placed it ("" if it named none)
+    start_mem: int = 0  # an opportunistic job's recommended memory and share: its policy's starting point (0: none)
+    start_share: float = 0.0
 
     @property
     def running(self) -> bool:
