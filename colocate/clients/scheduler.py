@@ -1,4 +1,4 @@
-"""Talking to the scheduler from a program or a command: submit, status, queue, nodes, cancel, logs.
+"""Talking to the scheduler from a program or a command: submit, status, queue, nodes, cancel, logs, recommend.
 
 ``SchedulerClient(endpoint=None, keys_dir=None, timeout_s=5.0)``: ``endpoint`` defaults to
 ``COLOCATE_SCHEDULER`` (else ``tcp://127.0.0.1:5555``), ``keys_dir`` to ``COLOCATE_KEYS``, else the
@@ -46,7 +46,8 @@ def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1
                       priority: JobClass = JobClass.GUARANTEED, queue: str = "", name: str = "",
                       estimate_s: float | None = None, environ: Mapping[str, str] | None = None,
                       iterations: int | None = None, epochs: int | None = None,
-                      cwd: str | None = None) -> P.JobRequest:
+                      cwd: str | None = None, sm_share: float | None = None,
+                      auto: Sequence[str] = ()) -> P.JobRequest:
     """A ``JobRequest`` that runs ``command`` in this process's working directory with its environment,
     minus every ``COLOCATE_*`` variable (a shared filesystem is assumed, as with Slurm).
 
@@ -69,7 +70,8 @@ def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1
     req = P.JobRequest(command=tuple(command), cwd=cwd, env=tuple(env.items()), workers=workers,
                        gpus=gpus, gpu_mem=gpu_mem, priority=priority, queue=queue,
                        name=name or default_name(command)[:P.MAX_ID_CHARS], user=user[:128], estimate_s=estimate_s,
-                       iterations=iterations, epochs=epochs, script_hash=script_hash_of(command, cwd))
+                       iterations=iterations, epochs=epochs, script_hash=script_hash_of(command, cwd),
+                       sm_share=sm_share, auto=tuple(auto))
     check_size(req)
     return req
 
@@ -207,6 +209,14 @@ class SchedulerClient:
 
     def cancel(self, job_id: str) -> str:
         return self.call(P.Cancel(job_id=job_id), P.Ok).message
+
+    def recommend(self, job_id: str | None = None, command: Sequence[str] = (), cwd: str | None = None,
+                  workers: int = 1, gpus: int = 1) -> P.RecommendationView:
+        """What the scheduler recommends for job ``job_id``, or for ``command`` (its script read from ``cwd`` and
+        hashed, as a submit would: ``script_hash_of``)."""
+        digest = script_hash_of(command, cwd or os.getcwd()) if command else ""
+        msg = P.RecommendRequest(job_id=job_id, command=tuple(command), script_hash=digest, workers=workers, gpus=gpus)
+        return self.call(msg, P.RecommendReply).recommendation
 
     def logs(self, job_id: str, rank: int | None = None) -> list[P.LogRef]:
         """Each worker's log (its end), as the node holding it read it, or an error line per worker."""
