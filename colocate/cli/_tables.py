@@ -133,14 +133,16 @@ def render_cluster(endpoint: str, snap, error: str | None, now_wall: float, inte
 # ---- a job's predicted run time (queue, status) ----------------------------------------------------
 
 
-def prediction_cell(pred) -> str:
-    """A ``PredictionView`` in a table cell: ``p50..p90`` (``left`` for a running job) and ``[level n]``."""
+def prediction_cell(pred, learning: bool = False) -> str:
+    """A ``PredictionView`` in a table cell: ``p50..p90`` (``left`` for a running job) and ``[level n]``; a job
+    that runs as requested for want of history to recommend from is marked ``learning``."""
     from colocate.base.units import format_duration
 
+    mark = " learning" if learning else ""
     if pred is None:
-        return "-"
+        return "-" + mark
     left = " left" if pred.remaining else ""
-    return f"{format_duration(pred.p50_s)}..{format_duration(pred.p90_s)}{left} [{pred.level} {pred.history}]"
+    return f"{format_duration(pred.p50_s)}..{format_duration(pred.p90_s)}{left} [{pred.level} {pred.history}]{mark}"
 
 
 def prediction_line(pred) -> str:

@@ -13,7 +13,8 @@ def register(sub) -> None:
                        description="Jobs not finished yet: running ones with their nodes, pending ones with why "
                        "they wait (their queue position, or what blocks them); each with its predicted run time "
                        "(p50..p90; time left for a running one) and what is behind it (the history level and how "
-                       "many runs, or its progress). Exit code: 0; 1 no answer.")
+                       "many runs, or its progress); 'learning' marks a job that left a resource to its "
+                       "recommendation and runs as requested for want of history. Exit code: 0; 1 no answer.")
     add_scheduler_options(p)
     p.set_defaults(func=main)
 
@@ -30,7 +31,7 @@ def main(args) -> int:
     now = time.time()
     jobs = in_queue_order(jobs)
     rows = [(j.job_id, j.name, j.user, j.queue, j.priority, j.state, f"{j.workers}x{j.gpus}",
-             format_duration(now - (j.started_at or j.submitted_at)), prediction_cell(j.prediction),
+             format_duration(now - (j.started_at or j.submitted_at)), prediction_cell(j.prediction, j.learning),
              ",".join(j.nodes) if j.state != JobState.PENDING else f"({j.reason})") for j in jobs]
     print_table(("JOBID", "NAME", "USER", "QUEUE", "CLASS", "STATE", "GPUS", "TIME", "PREDICTED [LEVEL N]",
                  "NODES(REASON)"), rows, right=("GPUS", "TIME"))

@@ -81,6 +81,8 @@ def main(args) -> int:
                   ("ran", format_duration(ran)), ("placement", j.placement_id or "-"),
                   ("nodes", ",".join(j.nodes) or "-"), ("attempts", str(j.attempts)),
                   ("exit code", "-" if j.exit_code is None else str(j.exit_code)), ("reason", j.reason or "-")]
+        if j.advice:
+            fields.append(("recommended", j.advice))
         if j.prediction is not None:
             fields.append(("predicted", prediction_line(j.prediction)))
         if j.progress is not None:
@@ -92,7 +94,7 @@ def main(args) -> int:
     rows = [(j.job_id, j.name, j.user, j.queue, j.priority, j.state, str(j.workers), str(j.gpus),
              format_duration((j.started_at or now) - j.submitted_at),
              format_duration((j.ended_at or now) - j.started_at if j.started_at else None),
-             "-" if j.exit_code is None else str(j.exit_code), prediction_cell(j.prediction)) for j in jobs]
+             "-" if j.exit_code is None else str(j.exit_code), prediction_cell(j.prediction, j.learning)) for j in jobs]
     print_table(("JOBID", "NAME", "USER", "QUEUE", "CLASS", "STATE", "WORKERS", "GPUS", "WAITED", "RAN", "EXIT",
                  "PREDICTED [LEVEL N]"), rows, right=("WORKERS", "GPUS", "WAITED", "RAN", "EXIT"))
     return 0

@@ -22,3 +22,9 @@ def test_prediction_cell_and_line(pred, cell, line):
     assert prediction_cell(pred) == cell
     if line is not None:
         assert prediction_line(pred) == line
+
+
+def test_a_learning_job_is_marked():
+    assert prediction_cell(None, learning=True) == "- learning"
+    pred = P.PredictionView(p50_s=60.0, p90_s=60.0, level="user", history=2)
+    assert prediction_cell(pred, learning=True) == "1:00..1:00 [user 2] learning"
