@@ -2,14 +2,15 @@
 script and arguments with other numbers: a sweep). Pure: records in, figures out; every figure says the history
 level it came from and how many ended runs are behind it, and a figure that cannot be given says why (``why_not``).
 
-  * **memory cap** (bytes per GPU, rounded up to a MiB): the ``quantile`` (p95, nearest rank: the largest peak of
-    fewer than 20 runs) of the runs' peak reserved memory, times ``margin``. A run that ran out of memory counts
-    as needing at least its cap. Exact level: the peaks as they are. Family level: each run's peak is carried to
-    this job's numbers (its batch size, width, ...) by the family's elasticities, ``log peak = c + sum b_i log x_i``
-    fitted by least squares when the family has at least two runs more than varying numbers (each ``b_i`` clamped
-    to [0, 2]: memory never shrinks as a number grows and grows at most with its square, as a layer's weights
-    with its width); without a fit each run is a bound (exponent 2 up, 0 down) and the tightest bound is taken.
-    A number above every earlier run's is not extrapolated: no figure (the job is learning);
+  * **memory cap** (bytes per GPU, rounded up to a MiB), times ``margin``: exact level, the ``quantile`` (p95,
+    nearest rank: the largest peak of fewer than 20 runs) of the runs' peak reserved memory, a run that ran out of
+    memory counting as needing at least its cap. Family level: each earlier run bounds this job's need, on two
+    assumptions about a number of the arguments (a batch size, a width, ...): memory never shrinks as it grows, and
+    grows at most with its square (a layer's weights with its width); a run's peak, times ``(x / x_run)^2`` for
+    each number of this job above the run's, is a bound, and the tightest bound is taken. A number above every
+    earlier run's is not extrapolated: no figure (the job is learning). (A least-squares fit of the family's
+    elasticities was tried and dropped: carried downward it under-estimated a run's fixed memory, an
+    out-of-memory restart in 30 runs of ``benchmarks/recommend_memory.py``);
   * **compute share**: the smallest multiple of ``share_step`` whose predicted slowdown ``max(1, busy / share)``
     stays under ``slowdown``, from the ``busy_quantile`` of the runs' busy fractions (runs held at their share,
     busy above 0.9 of it, say nothing of their need and are left out);
@@ -94,41 +95,9 @@ def _need(r: HistoryRecord) -> float | None:
     return float(r.peak_mem) if r.peak_mem else None
 
 
-def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
-    """``a x = b`` by Gaussian elimination with partial pivoting; None when singular."""
-    n = len(b)
-    m = [row[:] + [b[i]] for i, row in enumerate(a)]
-    for c in range(n):
-        p = max(range(c, n), key=lambda r: abs(m[r][c]))
-        if abs(m[p][c]) < 1e-12:
-            return None
-        m[c], m[p] = m[p], m[c]
-        for r in range(n):
-            if r != c:
-                f = m[r][c] / m[c][c]
-                m[r] = [x - f * y for x, y in zip(m[r], m[c], strict=True)]
-    return [m[i][n] / m[i][i] for i in range(n)]
-
-
-def elasticities(runs: list[tuple[tuple[float, ...], float]], positions: list[int]) -> dict[int, float] | None:
-    """Least squares of ``log need = c + sum b_i log x_i`` over ``positions`` (each ``b_i`` clamped to [0, 2]); None
-    without at least two runs more than positions, or when the numbers do not tell the positions apart."""
-    if not positions or len(runs) < len(positions) + 2:
-        return None
-    rows = [[1.0] + [math.log(x[i]) for i in positions] for x, _ in runs]
-    ys = [math.log(need) for _, need in runs]
-    k = len(positions) + 1
-    ata = [[sum(r[i] * r[j] for r in rows) for j in range(k)] for i in range(k)]
-    aty = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(k)]
-    sol = _solve(ata, aty)
-    if sol is None:
-        return None
-    return {i: min(2.0, max(0.0, b)) for i, b in zip(positions, sol[1:], strict=True)}
-
-
-def _carried(runs: list[tuple[tuple[float, ...], float]], numbers: tuple[float, ...],
-             p: Params) -> tuple[float | None, str]:
-    """The family's needs carried to ``numbers`` (module docstring): (bytes before the margin, or None, and why)."""
+def _bounded(runs: list[tuple[tuple[float, ...], float]], numbers: tuple[float, ...]) -> tuple[float | None, str]:
+    """The family's runs as bounds on the need of a job of ``numbers`` (module docstring): (bytes before the margin,
+    or None, and why)."""
     varying = [i for i in range(len(numbers)) if len({x[i] for x, _ in runs} | {numbers[i]}) > 1]
     for i in varying:
         seen = [x[i] for x, _ in runs]
@@ -137,19 +106,14 @@ def _carried(runs: list[tuple[tuple[float, ...], float]], numbers: tuple[float, 
         if numbers[i] > max(seen):
             return None, (f"number {i + 1} of its arguments ({numbers[i]:g}) is above every earlier run's "
                           f"(at most {max(seen):g}): its memory is not known yet")
-    fitted = [i for i in varying if len({x[i] for x, _ in runs}) > 1]
-    b = elasticities(runs, fitted)
 
-    def carry(x: tuple[float, ...], need: float, up: float, down: float, known: dict[int, float]) -> float:
+    def bound(x: tuple[float, ...], need: float) -> float:
         for i in varying:
-            ratio = numbers[i] / x[i]
-            e = known.get(i, up if ratio > 1 else down)
-            need *= ratio ** e
-        return need
+            if numbers[i] > x[i]:
+                need *= (numbers[i] / x[i]) ** 2  # at most with the square (a layer's weights with its width)
+        return need  # never less for a smaller number
 
-    if b is not None:
-        return nearest_rank([carry(x, need, 2.0, 0.0, b) for x, need in runs], p.quantile), "fitted"
-    return min(carry(x, need, 2.0, 0.0, {}) for x, need in runs), "bounded"
+    return min(bound(x, need) for x, need in runs), ""
 
 
 def memory(exact: list[HistoryRecord], family: list[HistoryRecord], numbers: tuple[float, ...] | None,
@@ -164,11 +128,11 @@ def memory(exact: list[HistoryRecord], family: list[HistoryRecord], numbers: tup
         return figure(nearest_rank(needs, p.quantile), "exact", len(needs)), ""
     if numbers is None:
         return None, "its arguments' numbers are not known"
-    runs = [(r.numbers, n) for r in family if r.numbers is not None and len(r.numbers) == len(numbers)
-            and (n := _need(r))]
+    runs = [(r.numbers, float(r.peak_mem)) for r in family if r.numbers is not None and len(r.numbers) == len(numbers)
+            and r.peak_mem and r.exit != Exit.OOM]  # a run out of memory says only that it needed more: no bound
     if not runs:
         return None, "no earlier run of this job or its family reported its memory"
-    need, why = _carried(runs, numbers, p)
+    need, why = _bounded(runs, numbers)
     if need is None:
         return None, why
     return figure(need, "family", len(runs)), ""
