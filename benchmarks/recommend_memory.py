@@ -3,8 +3,8 @@
 Part 1, recommendations (``colocate run`` on the simulated device, one run at a time): 30 runs of
 ``examples/train_cnn.py``, ``train_transformer.py`` and ``train_recsys.py`` (10 each, in a seeded random order),
 each with a batch size and a width drawn from a small grid. Before each run, its memory cap is recommended by
-the scheduler's own code (``cluster.predict.recommend.memory``: the exact fingerprint's peaks, else the family's
-carried to this run's numbers; p95 x 1.2) from the records of the runs before it (their reserved peaks as the
+the scheduler's own code (``cluster.predict.recommend.memory``: the p95 of the exact fingerprint's peaks, else
+the tightest bound the family's runs give for this run's numbers; x 1.2) from the records of the runs before it (their reserved peaks as the
 runtime measured them), fingerprinted as ``colocate submit`` does (the family groups each example's sweep). A
 run with a recommendation runs capped there with ``--on-cap error`` (as the node runs a recommended cap): over
 it, it stops and is restarted at the whole GPU (an out-of-memory restart, counted). A run with no
@@ -278,9 +278,9 @@ def main(argv=None) -> int:
             f"- part 1: {s['runs']} runs of the three examples ({args.iters} iterations each, a batch size and a width "
             f"drawn from a 3x3 grid per example, seed {args.seed}) under `colocate run --device sim` (GPU "
             f"{WHOLE // GIB} GiB = a whole-GPU request), one at a time; each run's cap recommended by "
-            "`cluster.predict.recommend.memory` from the runs before it only (exact fingerprint, else the family "
-            "carried to its numbers; p95 x 1.2), run with `--on-cap error`; over it: restarted at the whole GPU; "
-            "no recommendation: the whole GPU (learning)", "",
+            "`cluster.predict.recommend.memory` from the runs before it only (exact fingerprint: p95 of its peaks; "
+            "else the tightest bound its family's runs give; x 1.2), run with `--on-cap error`; over it: restarted "
+            "at the whole GPU; no recommendation: the whole GPU (learning)", "",
             C.markdown_table(sum_heads, summary), "",
             "<details><summary>every run</summary>", "", C.markdown_table(heads, rows), "", "</details>", "",
             *([f"- part 2 (a live cluster: `colocate scheduler` (antman) and one `colocate node` with 2 simulated "

@@ -17,6 +17,7 @@ journals the end, and the run-time model its views and recommendations read.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import deque
@@ -57,7 +58,7 @@ class Learning:
         self.journal = journal
         self.own = RunTimePredictor()  # the views' model when the policy has no predictor plugin
         self.started: dict[str, float] = {}  # job id -> when its current run started (scheduler clock)
-        self.learned: deque[HistoryRecord] = deque(journal.history_tail(load), maxlen=load)
+        self.learned: deque[HistoryRecord] = deque((_lean(r) for r in journal.history_tail(load)), maxlen=load)
         for rec in self.learned:
             self.own.finished(rec)
 
@@ -92,7 +93,7 @@ class Learning:
 
     def ended(self, rec: HistoryRecord) -> None:
         """``rec`` is journaled: it is learned (by ``own`` now, by every core built from now on)."""
-        self.learned.append(rec)
+        self.learned.append(_lean(rec))
         self.own.finished(rec)
 
     def progressed(self, e: ev.JobProgressed, now: float) -> None:
@@ -101,9 +102,11 @@ class Learning:
     def record(self, d: ev.JobChanged, core: SchedulerCore, progress: P.JobProgress | None,
                now: float) -> HistoryRecord | None:
         """The record of the run ``d`` ends (module docstring), before ``d`` is journaled; None if it never ran."""
+        if not ends_a_run(d):
+            return None
         job = core.job(d.job_id)
         row = self.journal.job(d.job_id)
-        if job is None or row is None or not ends_a_run(d):
+        if job is None or row is None:
             return None
         start = self.started.get(d.job_id, row["started_at"])
         if start is None:
@@ -129,6 +132,11 @@ class Learning:
             recommended=bool(advice.get("gpu_mem") or advice.get("sm_share")),
             features=P.record_map(p.features) if p is not None and p.features is not None else None,
             gpu_model=spec.gpu_model, numbers=nums if all(math.isfinite(x) for x in nums) else None)
+
+
+def _lean(rec: HistoryRecord) -> HistoryRecord:
+    """``rec`` as kept in memory: without its features (the journal keeps them; predictions do not read them)."""
+    return rec if rec.features is None else dataclasses.replace(rec, features=None)
 
 
 def _share(v) -> float | None:
