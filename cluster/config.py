@@ -39,6 +39,14 @@ SCHEDULER_PARAMS = {
     "restore_grace_s": Param(120.0, "float", lambda v: v >= 0, "seconds >= 0"),
     "refuse_unplaceable": Param(True, "bool", doc="refuse at submit a request no known node could ever hold "
                                 "(false: accept it and set it aside until such a node joins)"),
+    # what a job leaves to its recommendation when its submit states neither (the site's default for
+    # ``colocate submit --gpu-mem auto --sm-share auto``)
+    "auto": Param((), "list[str]", lambda v: set(v) <= {"gpu_mem", "sm_share"},
+                  "resources a job that does not state them gets as recommended: gpu_mem, sm_share"),
+    "recommend_margin": Param(1.2, "float", lambda v: 1 <= v <= 10,
+                              "a recommended memory cap is the p95 of past peaks times this (1..10)"),
+    "recommend_slowdown": Param(1.1, "float", lambda v: 1 <= v <= 10,
+                                "a recommended compute share keeps max(1, busy / share) under this (1..10)"),
 }
 TOP_KEYS = ("plugins", "plugin", "scheduler")
 ALWAYS = ("fit",)

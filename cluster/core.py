@@ -13,6 +13,8 @@ Job states (``cluster.events``): pending -> placing -> running -> succeeded | fa
     ``start_timeout_s`` (Tick) fails the start: the placement is stopped everywhere and the job
     requeued; after ``max_start_failures`` failed starts it FAILS;
   * a rank exiting non-zero while RUNNING stops the rest: FAILED; every rank exiting 0: SUCCEEDED;
+  * a rank out of GPU memory (``oom``) under a recommended cap (``JobSpec.mem_fallback``), placing or running:
+    the rest are stopped and the job requeued with its fallback cap, uncounted (``_oom_restart``);
   * NodeLost: the node goes down, every placement touching it is stopped on its other nodes
     and requeued whole; NodeJoined with a new epoch of a known node: its next NodeReport decides,
     placements there it does not list are lost (requeued whole); a changed spec is a loss + join;
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
+from dataclasses import replace as dc_replace
 from typing import Any, assert_never
 
 from cluster import events as ev
@@ -81,11 +84,13 @@ class SchedulerCore(NodeEvents):
         # jobs waiting for the workers of their old placement to be gone (Recovery.wait)
         self.refusals: dict[str, int] = {}  # job id -> refused starts in a row (the backoff's exponent)
         self.stats = dict.fromkeys(("events", "decisions", "cycles", "placements", "preemptions", "promotions",
-                                    "start_failures", "requeues", "orphan_stops", "nodes_lost", "duplicates"), 0)
+                                    "start_failures", "requeues", "orphan_stops", "nodes_lost", "duplicates",
+                                    "oom_restarts"), 0)
         self._handlers: dict[type, Callable[..., Any]] = {
             ev.JobSubmitted: self._submitted, ev.JobCancelled: self._cancelled, ev.NodeJoined: self._joined,
             ev.NodeLost: self._lost, ev.NodeReport: self._report, ev.RankStarted: self._started,
             ev.RankExited: self._exited, ev.PlacementRefused: self._refused, ev.Tick: self._tick,
+            ev.JobProgressed: self._progressed,
         }
 
     # ------------------------------------------------------------------ entry points
@@ -136,6 +141,11 @@ class SchedulerCore(NodeEvents):
         if not self.fw.places(job.spec.klass):
             return f"no plugin places {job.spec.klass} jobs in this policy"
         return None
+
+    def learn(self, history: Iterable) -> None:
+        """What ended jobs taught (``cluster.predict.history.HistoryRecord``s, oldest first), to the plugins'
+        ``on_history`` (run-time prediction): on a fresh core, before ``restore``."""
+        self.fw.learned(list(history))
 
     def restore(self, records: Iterable[ev.JobRecord], now: float) -> list:
         """Rebuild from journaled job records, on a fresh core, before any event. Pending jobs are
@@ -232,13 +242,14 @@ class SchedulerCore(NodeEvents):
 
     # ------------------------------------------------------------------ what recovery may do (recovery.Host)
 
-    def set_state(self, job: Job, state: JobState, reason: str, out: list, pid: str | None = None) -> None:
+    def set_state(self, job: Job, state: JobState, reason: str, out: list, pid: str | None = None,
+                  oom: bool = False, spec: JobSpec | None = None) -> None:
         """Move ``job`` to ``state`` (a ``cluster.events`` status) for ``reason``; appends the ``JobChanged``
-        the edges journal to ``out``."""
+        the edges journal to ``out`` (``oom``: its run ended for want of GPU memory; ``spec``: its new spec)."""
         job.state, job.reason = state, reason
         if state in TERMINAL:
             job.end_attempt()  # nothing reads a finished job's ranks: their records go
-        out.append(ev.JobChanged(job.job_id, state, reason, pid))
+        out.append(ev.JobChanged(job.job_id, state, reason, pid, oom, spec))
 
     def new_job(self, spec: JobSpec) -> Job:
         """A job for ``spec``, known from now on, ordered after every job made before it; its id must be new."""
@@ -404,9 +415,10 @@ class SchedulerCore(NodeEvents):
             return
         job = self._current(e.job_id, e.placement_id)
         if job is not None:
-            self._rank_exited(job, e.rank, e.exit_code, now, out, e.fenced)
+            self._rank_exited(job, e.rank, e.exit_code, now, out, e.fenced, e.oom)
 
-    def _rank_exited(self, job: Job, rank: int, code: int, now: float, out: list, fenced: bool = False) -> None:
+    def _rank_exited(self, job: Job, rank: int, code: int, now: float, out: list, fenced: bool = False,
+                     oom: bool = False) -> None:
         if not 0 <= rank < job.spec.workers or rank in job.exited:
             return
         if fenced:  # stopped by its node's lapsed lease: the job lost that worker, through no fault of its own
@@ -414,13 +426,17 @@ class SchedulerCore(NodeEvents):
             self._stop(job, "node lease lapsed", now, out, gone_ranks=(rank,))
             self._requeue(job, now)
             return
+        if oom and code != 0 and job.spec.mem_fallback is not None:
+            self._oom_restart(job, rank, code, now, out)
+            return
         job.exited[rank] = code
         pid = job.placement_id
         assert pid is not None  # the exit of the job's current placement (_current)
         if job.state == PLACING:
             self._start_failed(job, f"rank {rank} exited with code {code} before the gang started", now, out, (rank,))
         elif code != 0:
-            self.set_state(job, FAILED, f"rank {rank} exited with code {code}", out, pid)
+            why = f"rank {rank} ran out of GPU memory (exit code {code})" if oom else f"rank {rank} exited with code {code}"
+            self.set_state(job, FAILED, why, out, pid, oom)
             job.ended_at = now
             self._stop(job, "gang member failed", now, out, gone_ranks=(rank,))
             self.fw.ended(job, now)
@@ -432,6 +448,19 @@ class SchedulerCore(NodeEvents):
         else:
             self.state.release(pid, rank)
             self._dirty = True
+
+    def _oom_restart(self, job: Job, rank: int, code: int, now: float, out: list) -> None:
+        """A rank ran out of memory under the cap the job was recommended: the job goes back to its place in its
+        queue with its fallback (``JobSpec.mem_fallback``); neither a failure nor a failed start."""
+        old = job.spec
+        fallback = old.mem_fallback or 0
+        job.respec(dc_replace(old, gpu_mem=fallback, mem_fallback=None))
+        self.stats["oom_restarts"] += 1
+        self.set_state(job, PENDING, f"rank {rank} ran out of GPU memory (exit code {code}) under its recommended cap "
+                       f"of {old.gpu_mem} bytes: restarted with {f'{fallback} bytes' if fallback else 'the whole GPU'}"
+                       " (not the job's failure)", out, oom=True, spec=job.spec)
+        self._stop(job, "out of memory under its recommended cap", now, out, gone_ranks=(rank,))
+        self._requeue(job, now)
 
     def _start_failed(self, job: Job, reason: str, now: float, out: list, gone_ranks=(), gone_node=None,
                       delay_s: float = 0.0) -> None:

@@ -1,5 +1,7 @@
-"""The scheduler core's node events: a node joining (``cluster.recovery`` reconciles it), lost, and its
-periodic report (GPU utilization, and the workers it holds: started, exited, stopping, or orphans to stop).
+"""The scheduler core's node events: a node joining (``cluster.recovery`` reconciles it), lost, its
+periodic report (GPU utilization, and the workers it holds: started, exited, stopping, or orphans to stop),
+and the progress of the running jobs it holds (``JobProgressed``: to the plugins' ``on_progress``; a cycle
+follows only when an estimate moved and a job is pending, so progress costs no cycle on a quiet cluster).
 
 ``NodeEvents`` is a part of ``cluster.core.SchedulerCore`` (its base class), kept apart by what it owns: it
 uses the core's job lifecycle (declared below for the type checker) and changes nothing the core does not.
@@ -29,6 +31,7 @@ class NodeEvents:
         holders: dict[str, Job]
         stopping: dict[str, Any]
         stats: dict[str, int]
+        jobs: dict[str, Job]
         _dirty: bool
 
         def set_state(self, job: Job, state: JobState, reason: str, out: list, pid: str | None = None) -> None: ...
@@ -39,7 +42,15 @@ class NodeEvents:
         def _released(self, job: Job, placement: Placement, now: float) -> None: ...
         def _release_slot(self, pid: str, rank: int | None, now: float, node_id: str | None = None) -> None: ...
         def _rank_started(self, job: Job, rank: int, now: float, out: list) -> None: ...
-        def _rank_exited(self, job: Job, rank: int, code: int, now: float, out: list, fenced: bool = False) -> None: ...
+        def _rank_exited(self, job: Job, rank: int, code: int, now: float, out: list, fenced: bool = False,
+                         oom: bool = False) -> None: ...
+
+    def _progressed(self, e: ev.JobProgressed, now: float, out: list) -> None:
+        job = self.jobs.get(e.job_id)
+        if job is None or job.state != RUNNING:
+            return
+        if self.fw.progressed(job, e, now) and self.fw.pending():
+            self._dirty = True
 
     def _joined(self, e: ev.NodeJoined, now: float, out: list) -> None:
         self.recovery.joined(e, now, out)
@@ -122,7 +133,7 @@ class NodeEvents:
                 if w.running:
                     self._rank_started(job, w.rank, now, out)
                 elif w.exit_code is not None:
-                    self._rank_exited(job, w.rank, w.exit_code, now, out, w.fenced)
+                    self._rank_exited(job, w.rank, w.exit_code, now, out, w.fenced, w.oom)
                 continue
             if w.running and job is None:
                 self.stats["orphan_stops"] += 1

@@ -9,7 +9,8 @@ Who produces which event:
   user/client   JobSubmitted, JobCancelled
   node edge     NodeJoined (register, with an epoch), NodeLost (missed heartbeats), NodeReport
                 (periodic: GPU utilization and memory, the node's workers), RankStarted,
-                RankExited, PlacementRefused (the protocol's WorkerStarted, WorkerExited, StartRefused)
+                RankExited, PlacementRefused (the protocol's WorkerStarted, WorkerExited, StartRefused),
+                JobProgressed (a running job's progress, from the summaries a NodeStatus carries)
   clock         Tick (time-driven steps: promotions, start deadlines, reconciliation)
 
 Decisions, in the order the edge must act on them:
@@ -83,6 +84,7 @@ class WorkerReport:
     running: bool
     exit_code: int | None = None  # when not running
     fenced: bool = False  # ended by its node's lapsed lease: lost, not failed
+    oom: bool = False  # ended for want of GPU memory (as the worker said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,7 @@ class RankExited:
     rank: int
     exit_code: int  # 0 success; 128+N killed by signal N
     fenced: bool = False  # ended by its node's lapsed lease: lost, not failed
+    oom: bool = False  # ended for want of GPU memory (as the worker said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +124,20 @@ class PlacementRefused:
     node_id: str
     reason: str
     stale: bool = False  # the node is busy with its own stale state: never counted as a failed start
+
+
+@dataclass(frozen=True, slots=True)
+class JobProgressed:
+    """A running job's progress, as its lowest rank's node summarised it: ``done`` of ``total`` iterations
+    (``total`` 0: unknown), the recent median and p90 seconds per iteration, reported ``age_s`` seconds before
+    ``now``. It moves the job's remaining-time prediction (``on_progress``); it never changes the job's state."""
+
+    job_id: str
+    done: int
+    total: int
+    step_p50_s: float
+    step_p90_s: float
+    age_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +171,8 @@ class JobChanged:
     state: JobState
     reason: str = ""
     placement_id: str | None = None
+    oom: bool = False  # the run ended because a worker ran out of GPU memory (what the journal's history records)
+    spec: JobSpec | None = None  # the job's spec changed to this (restarted at a larger memory cap): journal it
 
 
 @dataclass(frozen=True, slots=True)

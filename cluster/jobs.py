@@ -32,8 +32,8 @@ class Job:
         self.state: JobState = PENDING
         self.queue = ""  # set by the queue-sort plugin at submit
         self.key: tuple = ()  # sort key within the queue
-        self.rshape = (spec.workers, spec.gpus, spec.gpu_milli, spec.gpu_mem, spec.cpu_milli,
-                       spec.mem_mib, spec.gpu_model)
+        self.rshape: tuple = ()
+        self.respec(spec)
         self.attempt = 0  # placements made so far; the next id is f"{job_id}.{attempt + 1}"
         self.placement: Placement | None = None  # current placement (placing/running)
         self.started: set[int] = NO_RANKS  # type: ignore[assignment]  # ranks of the current placement started
@@ -44,6 +44,12 @@ class Job:
         self.running_since: float | None = None
         self.ended_at: float | None = None
         self.reason = ""
+
+    def respec(self, spec: JobSpec) -> None:
+        """The job asks for ``spec`` from now on (same id); only the core calls it, while the job is not queued."""
+        self.spec = spec
+        self.rshape = (spec.workers, spec.gpus, spec.gpu_milli, spec.gpu_mem, spec.cpu_milli, spec.mem_mib,
+                       spec.gpu_model)
 
     @property
     def placement_id(self) -> str | None:

@@ -45,6 +45,10 @@ Points (``req`` is the reused ``cluster.jobs.Request`` of the attempt):
                                        delaying the head's reservation
   cycle_end(now) -> iterable[action]   after every queue (promotion upgrades)
   on_placed/on_running/on_released/on_ended/on_promoted   lifecycle notices from the core
+  on_progress(job, progress, now) -> bool   a running job's progress (``cluster.events.JobProgressed``);
+                                       True when it moved an estimate a later cycle may act on
+  on_history(records)                  what ended jobs taught (``HistoryRecord``s, oldest first), once, on a
+                                       fresh core before its jobs are restored (a restart forgets nothing)
 Every status is one of ``Code``: SUCCESS, UNSCHEDULABLE (not now, for want of capacity), HELD
 (not now, by policy), UNPLACEABLE (no known node could ever hold it: the framework sets the job
 aside, out of its queue, until the known nodes change and one could), FAILS_JOB (never: the
@@ -173,7 +177,7 @@ Action = Preempt | Upgrade  # what a cycle asks the core to do beside placing (`
 POINTS = ("pre_enqueue", "queue_of", "sort_key", "queue_order", "cycle_start", "pre_filter", "cache_key",
           "node_order", "filter", "score", "pick_gpus", "reserve", "unreserve", "permit", "post_filter", "on_blocked",
           "backfill_admit", "cycle_end", "on_placed", "on_running", "on_released", "on_ended",
-          "on_promoted")
+          "on_promoted", "on_progress", "on_history")
 PER_CLASS = ("pre_filter", "node_order", "filter", "score", "pick_gpus", "reserve", "unreserve",
              "permit", "post_filter", "on_blocked", "backfill_admit")
 
@@ -284,6 +288,8 @@ class Plugin:
     def on_released(self, job: Job, placement: Placement, now: float) -> None: return None
     def on_ended(self, job: Job, now: float) -> None: return None
     def on_promoted(self, job: Job, placement: Placement, now: float) -> None: return None
+    def on_progress(self, job: Job, progress: Any, now: float) -> bool: return False
+    def on_history(self, records: list) -> None: return None
 
     # a hint, not a point: whether ``node_order(req)`` yields nodes in non-increasing order of this plugin's
     # ``score(req, node)``. Where this plugin is the class's only scorer and says yes, the framework skips the

@@ -46,6 +46,9 @@ class JobSpec:
     estimate_s: float | None = None  # the submitter's run-time estimate (backfill); None: unknown
     fingerprint: str = ""  # exact fingerprint (cluster.predict.fingerprint); "" unknown: user+name stands in
     family: str = ""  # family fingerprint (numeric hyperparameters masked); "" unknown
+    # gpu_mem is the job's recommendation, not its request: a run out of memory under it is restarted with this
+    # gpu_mem (0: the whole GPU), never charged to the job; None: gpu_mem is the job's own
+    mem_fallback: int | None = None
 
     def __post_init__(self) -> None:
         if not self.job_id:
@@ -67,6 +70,8 @@ class JobSpec:
         object.__setattr__(self, "klass", JobClass(self.klass))  # a string is made the member
         if not (isinstance(self.submit_time, (int, float)) and math.isfinite(self.submit_time)):
             raise SpecError(f"{self.job_id}: submit_time must be a finite number, got {self.submit_time!r}")
+        if self.mem_fallback is not None and not (isinstance(self.mem_fallback, int) and self.mem_fallback >= 0):
+            raise SpecError(f"{self.job_id}: mem_fallback must be bytes >= 0 or None, got {self.mem_fallback!r}")
         if self.estimate_s is not None and not (math.isfinite(self.estimate_s) and self.estimate_s > 0):
             raise SpecError(f"{self.job_id}: estimate must be a positive number of seconds, got {self.estimate_s!r}")
 

@@ -36,6 +36,7 @@ def parse_args(argv=None):
     p.add_argument("--mem-burst-mib", type=float, default=0.0, help="size of the extra buffer in MiB")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N)")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--width", type=int, default=16, help="channels of the first convolution (doubling after each)")
     p.add_argument("--checkpoint", default=None, metavar="PATH",
                    help="checkpoint file, relative to the working directory: resume from it if it exists; "
                         "on SIGTERM save to it and exit 143")
@@ -46,15 +47,15 @@ def parse_args(argv=None):
 
 
 class SmallCNN(nn.Module):
-    def __init__(self, num_classes=10):
+    def __init__(self, num_classes=10, width=16):
         super().__init__()
-        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
-        self.bn1 = nn.BatchNorm2d(16)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.bn2 = nn.BatchNorm2d(32)
-        self.conv3 = nn.Conv2d(32, 64, 3, padding=1)
-        self.bn3 = nn.BatchNorm2d(64)
-        self.fc1 = nn.Linear(64 * 4 * 4, 128)
+        self.conv1 = nn.Conv2d(3, width, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, 2 * width, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(2 * width)
+        self.conv3 = nn.Conv2d(2 * width, 4 * width, 3, padding=1)
+        self.bn3 = nn.BatchNorm2d(4 * width)
+        self.fc1 = nn.Linear(4 * width * 4 * 4, 128)
         self.fc2 = nn.Linear(128, num_classes)
 
     def forward(self, x):
@@ -102,7 +103,7 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
 
-    model = SmallCNN().to(device)
+    model = SmallCNN(width=args.width).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     start_iter = load_checkpoint(args.checkpoint, model, optimizer)
     if start_iter:

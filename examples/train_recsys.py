@@ -38,6 +38,7 @@ def parse_args(argv=None):
     p.add_argument("--mem-burst-mib", type=float, default=0.0, help="size of the extra buffer in MiB")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N)")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--width", type=int, default=EMB_DIM, help="embedding dimension")
     p.add_argument("--checkpoint", default=None, metavar="PATH",
                    help="checkpoint file, relative to the working directory: resume from it if it exists; "
                         "on SIGTERM save to it and exit 143")
@@ -61,13 +62,13 @@ def mlp(sizes):
 
 
 class DLRM(nn.Module):
-    def __init__(self):
+    def __init__(self, dim=EMB_DIM):
         super().__init__()
-        self.bottom = nn.Sequential(mlp([NUM_DENSE, 256, 128, EMB_DIM]), nn.ReLU())
-        self.tables = nn.ModuleList(nn.EmbeddingBag(n, EMB_DIM, mode="mean") for n in TABLE_SIZES)
+        self.bottom = nn.Sequential(mlp([NUM_DENSE, 256, 128, dim]), nn.ReLU())
+        self.tables = nn.ModuleList(nn.EmbeddingBag(n, dim, mode="mean") for n in TABLE_SIZES)
         f = len(TABLE_SIZES) + 1
         self.register_buffer("tri", torch.triu_indices(f, f, offset=1), persistent=False)
-        self.top = mlp([EMB_DIM + f * (f - 1) // 2, 512, 256, 1])
+        self.top = mlp([dim + f * (f - 1) // 2, 512, 256, 1])
 
     def forward(self, dense, sparse):
         # dense: (B, NUM_DENSE) float; sparse: (B, num_tables, BAG_SIZE) long
@@ -118,7 +119,7 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
 
-    model = DLRM().to(device)
+    model = DLRM(args.width).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     start_iter = load_checkpoint(args.checkpoint, model, optimizer)
     if start_iter:

@@ -38,6 +38,7 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--seq-len", type=int, default=32)
     p.add_argument("--vocab", type=int, default=1000)
+    p.add_argument("--width", type=int, default=128, help="model width (d_model; 4 heads, feed-forward 4x)")
     p.add_argument("--checkpoint", default=None, metavar="PATH",
                    help="checkpoint file, relative to the working directory: resume from it if it exists; "
                         "on SIGTERM save to it and exit 143")
@@ -104,7 +105,7 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
 
-    model = TinyLM(args.vocab, args.seq_len).to(device)
+    model = TinyLM(args.vocab, args.seq_len, d_model=args.width, ff=4 * args.width).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     start_iter = load_checkpoint(args.checkpoint, model, optimizer)
     if start_iter:

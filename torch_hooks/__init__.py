@@ -26,6 +26,7 @@ import threading
 from colocate.base.vocab import DeviceKind
 
 _rt = None
+_died_of_oom = False  # the process is ending on an uncaught out-of-memory error (its cap): said in its Goodbye
 _lock = threading.Lock()
 
 
@@ -139,7 +140,9 @@ def _at_exit(rt) -> None:
     rt.close()
     link = getattr(rt, "link", None)
     if link is not None:
-        link.stop()
+        from colocate.protocol import GOODBYE_OOM
+
+        link.stop(GOODBYE_OOM if _died_of_oom else "exit")  # the node tells the scheduler the run's exit state
     stats_dir = rt.env.stats_dir
     if stats_dir:
         from colocate.base.files import write_json_atomic
@@ -156,12 +159,15 @@ def _install_excepthook(device: str) -> None:
     previous = sys.excepthook
 
     def hook(exc_type, exc, tb):
+        global _died_of_oom
         text = str(exc)
         marker = text.find("colocate: device memory cap")
         if marker >= 0:
+            _died_of_oom = True
             print(text[marker:].splitlines()[0], file=sys.stderr)
             return
         if device == DeviceKind.CUDA and exc_type.__name__ == "OutOfMemoryError" and _rt is not None:
+            _died_of_oom = True
             from colocate.base.units import format_size
 
             cap = _rt.limits()["mem_cap"]

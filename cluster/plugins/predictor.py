@@ -20,7 +20,7 @@ history."""
 
 from __future__ import annotations
 
-from cluster.events import FAILED, SUCCEEDED
+from cluster.events import FAILED, SUCCEEDED, JobProgressed
 from cluster.jobs import Job
 from cluster.params import Param
 from cluster.points import SUCCESS, Plugin, Status, register
@@ -84,6 +84,16 @@ class Predictor(Plugin):
             self._moved[job.job_id] = end
         return True
 
+    def on_progress(self, job: Job, progress: JobProgressed, now: float) -> bool:
+        """The core's ``JobProgressed``: ``progress()`` as of when the node reported it."""
+        return self.progress(job, progress.done, progress.total, progress.step_p50_s, now - progress.age_s,
+                             progress.step_p90_s)
+
+    def on_history(self, records: list[HistoryRecord]) -> None:
+        """The journal's history (a restart): every ended job's run time, as if it had ended here."""
+        for rec in records:
+            self.model.finished(rec)
+
     def take_moved(self) -> dict[str, float]:
         """Job id -> projected end moved by progress since the last call (then forgotten)."""
         out, self._moved = self._moved, {}
@@ -107,8 +117,8 @@ class Predictor(Plugin):
         key = job_key(job.spec)
         state = Exit.SUCCEEDED if job.state == SUCCEEDED else Exit.FAILED if job.state == FAILED else Exit.KILLED
         submit = min(job.spec.submit_time, start)
-        self.model.finished(HistoryRecord(job.job_id, key.exact, key.family, key.user, key.gpus, key.gpu_type,
-                                          now - start, state, submit, now))
+        self.model.finished(HistoryRecord(job.job_id, key.exact, key.family, key.user, key.gpus, "",
+                                          now - start, state, submit, now, gpu_model=key.gpu_type))
         if state != Exit.SUCCEEDED or now <= start:
             return
         if pred is None:

@@ -14,13 +14,21 @@ For the family, every number (an integer, a decimal, ``1e-3``) in a value become
 sweep over learning rates or batch sizes is one family.
 
 Fingerprints are 16 hex digits of SHA-256 over the user, the script hash and the normalised
-arguments: equal inputs give equal fingerprints on every machine (no salt, no clock)."""
+arguments: equal inputs give equal fingerprints on every machine (no salt, no clock).
+
+``command_fingerprints(user, command, script_hash)`` fingerprints a whole command line: its entry point
+(``colocate.base.commandline.entry_point``) names what stands for the script (its content hash, computed by
+whoever can read the file; else ``module:NAME`` for ``python -m``, ``code:HASH`` for ``python -c``, ``path:X``
+for a script nobody hashed, ``program:NAME`` for a program on PATH) and the arguments after it. The scheduler
+calls it with the user of the submitter's key, so one user's jobs never fall under another's fingerprints."""
 
 from __future__ import annotations
 
 import hashlib
 import re
 from collections.abc import Sequence
+
+from colocate.base.commandline import entry_point
 
 SEED_WORDS = ("seed",)
 OUTPUT_FLAGS = frozenset((
@@ -96,3 +104,45 @@ def fingerprints(user: str, script_hash: str, argv: Sequence[str]) -> tuple[str,
 def script_hash(content: bytes) -> str:
     """The content hash of an entry script, as ``fingerprints`` expects it (the caller reads the file)."""
     return hashlib.sha256(content).hexdigest()
+
+
+def script_identity(command: Sequence[str], script_hash: str = "") -> tuple[str, tuple[str, ...], str]:
+    """``(identity, args, how)`` of a command line: what stands for its script in the fingerprint, the
+    arguments after the entry point, and how the identity was found (``content``, ``module``, ``code``,
+    ``path``: a script whose content was not hashed, ``program``). ``script_hash`` is the entry script's
+    content hash (``script_hash()``), "" when the caller could not read it."""
+    kind, target, args = entry_point(command)
+    if kind == "script" and script_hash:
+        return script_hash, args, "content"
+    if kind == "script":
+        return f"path:{target}", args, "path"
+    if kind == "code":
+        return "code:" + hashlib.sha256(target.encode()).hexdigest(), args, "code"
+    if kind == "module":
+        return f"module:{target}", args, "module"
+    return f"{kind}:{target}", args, "program" if kind == "program" else kind
+
+
+def numbers(argv: Sequence[str]) -> tuple[float, ...]:
+    """The numbers the family fingerprint masks, in the order of the normalised arguments: what tells the runs of
+    one family apart (a sweep's batch sizes, widths, learning rates)."""
+    out: list[float] = []
+    for tok in normalise_args(argv):
+        for m in _NUM.finditer(_TS.sub("<ts>", tok.split("=", 1)[-1] if tok.startswith("--") else tok)):
+            try:
+                out.append(float(m.group()))
+            except ValueError:  # a number too large to be a float
+                out.append(float("inf"))
+    return tuple(out)
+
+
+def command_numbers(command: Sequence[str]) -> tuple[float, ...]:
+    """``numbers`` of the arguments after a command line's entry point."""
+    return numbers(entry_point(command)[2])
+
+
+def command_fingerprints(user: str, command: Sequence[str], script_hash: str = "") -> tuple[str, str, str]:
+    """(exact, family, how) of ``user`` running ``command`` (module docstring; ``how`` as ``script_identity``)."""
+    identity, args, how = script_identity(command, script_hash)
+    exact, family = fingerprints(user, identity, args)
+    return exact, family, how

@@ -2,8 +2,9 @@
 
 ``HistoryRecord`` holds what the cluster learns from one job: its two fingerprints (see
 ``cluster.predict.fingerprint``), user, GPU count and type, what the job reported (iterations,
-step times, peak memory, busy fraction; None where it reported nothing), its wall time and its exit
-state, and its submit and end times (seconds on the scheduler's clock). ``to_dict``/``from_dict``
+step times, peak memory, busy fraction, its features; None where it reported nothing), the memory
+cap and compute share it ran under and whether they were its recommendation, its wall time and its
+exit state, and its submit and end times (seconds on the scheduler's clock). ``to_dict``/``from_dict``
 round-trip it through JSON (the journal); ``from_dict`` raises ``ValueError`` with one line for a
 malformed record.
 
@@ -63,7 +64,7 @@ class HistoryRecord:
     family: str
     user: str
     gpus: int
-    gpu_type: str
+    gpu_type: str  # the model of the GPUs it ran on ("" unknown)
     wall_s: float  # running time, start to end
     exit: Exit
     submit_s: float
@@ -73,6 +74,12 @@ class HistoryRecord:
     step_p90_s: float | None = None
     peak_mem: int | None = None  # bytes, the largest of its GPUs
     busy: float | None = None  # device busy fraction, 0..1
+    mem_cap: int | None = None  # bytes: the memory cap it ran under (None: the whole GPU)
+    sm_share: float | None = None  # the compute share it ran under (None: the whole GPU)
+    recommended: bool = False  # its cap or share was its recommendation (``--gpu-mem auto``)
+    features: dict | None = None  # its ``Features`` as their wire map (``colocate.protocol.record_map``)
+    gpu_model: str = ""  # the GPU model(s) the job asked for (``JobSpec.gpu_model``; "" any): its key's type
+    numbers: tuple[float, ...] | None = None  # the numbers of its arguments its family masks (``fingerprint.numbers``)
 
     def __post_init__(self) -> None:
         if not self.job_id:
@@ -97,10 +104,24 @@ class HistoryRecord:
             raise ValueError(f"history record {self.job_id}: peak_mem must be bytes >= 0, got {self.peak_mem!r}")
         if self.busy is not None and not (isinstance(self.busy, (int, float)) and 0.0 <= self.busy <= 1.0):
             raise ValueError(f"history record {self.job_id}: busy must be in [0, 1], got {self.busy!r}")
+        if self.mem_cap is not None and not (isinstance(self.mem_cap, int) and self.mem_cap > 0):
+            raise ValueError(f"history record {self.job_id}: mem_cap must be bytes > 0, got {self.mem_cap!r}")
+        if self.sm_share is not None and not (isinstance(self.sm_share, (int, float)) and 0.0 < self.sm_share <= 1.0):
+            raise ValueError(f"history record {self.job_id}: sm_share must be in (0, 1], got {self.sm_share!r}")
+        if self.numbers is not None:
+            if not (isinstance(self.numbers, (list, tuple)) and all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in self.numbers)):
+                raise ValueError(f"history record {self.job_id}: numbers must be a list of finite numbers, "
+                                 f"got {self.numbers!r:.60}")
+            object.__setattr__(self, "numbers", tuple(float(x) for x in self.numbers))
+        if self.features is not None and not isinstance(self.features, dict):
+            raise ValueError(f"history record {self.job_id}: features must be an object, got {self.features!r:.40}")
 
     @property
     def key(self) -> JobKey:
-        return JobKey(self.exact, self.family, self.user, self.gpus, self.gpu_type)
+        """The key the record is learned under: its GPU type is the one the job asked for (what a prediction for
+        the same job is asked with), not ``gpu_type``, the one it ran on."""
+        return JobKey(self.exact, self.family, self.user, self.gpus, self.gpu_model)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

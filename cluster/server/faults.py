@@ -21,6 +21,7 @@ from collections import Counter, deque
 from cluster import events as ev
 from cluster.core import SchedulerCore
 from cluster.server.journal import Journal, JournalUnavailable
+from cluster.server.learning import Learning
 from cluster.server.ports import PortPool
 from cluster.spec import NodeSpec
 from colocate import protocol as P
@@ -55,6 +56,7 @@ class Faults:
 
     core: SchedulerCore
     journal: Journal
+    learning: Learning
     nodes: dict[str, bytes]
     epochs: dict[str, int]
     specs: dict[str, NodeSpec]
@@ -100,7 +102,9 @@ class Faults:
         Returns its decisions (to commit); stops of the journal's stopping placements go to the
         outbox (connected nodes) or wait for the node's hello."""
         core = type(self.core)(self.core.config, self.core.rng)
+        self.learning.teach(core)  # what ended jobs taught, before the jobs that wait are queued again
         decisions = core.restore(self.journal.records(), now)
+        self.learning.restored(core, now)
         lost = {n: why for n, why in (lost or {}).items() if n not in self.nodes and n in self.specs}
         events: list = [ev.NodeJoined(self.specs[n], self.epochs[n]) for n in [*self.nodes, *lost] if n in self.specs]
         events += [ev.NodeLost(n, why, max(0.0, after - now)) for n, (why, after) in lost.items()]

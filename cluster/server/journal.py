@@ -16,11 +16,14 @@ Tables:
               ``cluster_id`` (minted once with the file)
   ``jobs``    one row per job: the spec and the request (JSON), state, reason, current placement
               (JSON; NULL while pending; a finished job keeps its last), attempt, failed starts, times
-              (scheduler wall clock), exit code, and the client's request id (unique per submitter;
-              NULL when the client gave none)
+              (scheduler wall clock), exit code, the client's request id (unique per submitter;
+              NULL when the client gave none), and what the job left to its recommendation got
+              (``advice``, JSON; NULL when it left nothing)
   ``logs``    each worker of a job's latest placement: its node, log file, and when it started
   ``stopping``  placements being stopped (preempted, failed, lost elsewhere), until their workers
               are gone: after a restart they are stopped again instead of forgotten
+  ``history`` one record per job that ran and ended (what the cluster learned from it), written in the
+              transaction that journals the end (``cluster.server.history_table``)
 
 One writer (the scheduler process); ``sqlite3`` in WAL mode with ``synchronous=FULL``. A write
 that SQLite refuses (disk full, read-only file, I/O error: ``sqlite3.OperationalError``) raises
@@ -58,10 +61,13 @@ from contextlib import contextmanager
 from dataclasses import fields
 
 from cluster.events import JobRecord
+from cluster.server import history_table
+from cluster.server.history_table import HistoryTable
 from cluster.spec import JobSpec, Placement, WorkerSlot
 from colocate.base.vocab import TERMINAL, JobClass, JobState
 
-SCHEMA = 3  # 2: jobs.submitter and jobs.request_id (idempotent submits); 3: jobs_seq, jobs_active indexes
+SCHEMA = 4  # 2: jobs.submitter and jobs.request_id (idempotent submits); 3: jobs_seq, jobs_active indexes;
+# 4: the history table, jobs.advice
 MODE = 0o600  # the file, its -wal and -shm, and its lock: they hold jobs' commands and environments
 PROBE_BYTES = 64 << 10  # what writable() writes (and takes back) to see whether the file can grow
 
@@ -82,7 +88,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     ended_at REAL,
     exit_code INTEGER,
     submitter TEXT NOT NULL DEFAULT '',
-    request_id TEXT
+    request_id TEXT,
+    advice TEXT
 );
 CREATE TABLE IF NOT EXISTS logs (
     job_id TEXT NOT NULL, rank INTEGER NOT NULL, placement_id TEXT NOT NULL, node_id TEXT NOT NULL,
@@ -95,7 +102,8 @@ CREATE TABLE IF NOT EXISTS stopping (
 _INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS jobs_request ON jobs(submitter, request_id)",
             "CREATE UNIQUE INDEX IF NOT EXISTS jobs_seq ON jobs(seq)",
             "CREATE INDEX IF NOT EXISTS jobs_active ON jobs(state, seq)",
-            "DROP INDEX IF EXISTS jobs_state")  # schema <= 2's; jobs_active serves its queries
+            "DROP INDEX IF EXISTS jobs_state",  # schema <= 2's; jobs_active serves its queries
+            *history_table.INDEXES)
 ACTIVE = (JobState.PENDING, JobState.PLACING, JobState.RUNNING)
 
 
@@ -179,7 +187,7 @@ class WriteBatch:
         self.depth = 0
 
 
-class Journal:
+class Journal(HistoryTable):
     def __init__(self, path: str):
         self.path = path
         folder = os.path.dirname(os.path.abspath(path))
@@ -212,7 +220,7 @@ class Journal:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
-            self.db.executescript(_DDL)
+            self.db.executescript(_DDL + history_table.DDL)
             _private(path)
             bad = self.db.execute("PRAGMA quick_check(1)").fetchone()[0]  # every page, once per start (~3 s at 1M jobs)
             if bad != "ok":
@@ -244,12 +252,14 @@ class Journal:
         self._db = conn
 
     def _migrate(self, version: int | None) -> None:
-        if version is not None and version < 2:
+        if version is not None and version < SCHEMA:
             cols = {r[1] for r in self.db.execute("PRAGMA table_info(jobs)")}
             if "submitter" not in cols:
                 self.db.execute("ALTER TABLE jobs ADD COLUMN submitter TEXT NOT NULL DEFAULT ''")
             if "request_id" not in cols:
                 self.db.execute("ALTER TABLE jobs ADD COLUMN request_id TEXT")
+            if "advice" not in cols:
+                self.db.execute("ALTER TABLE jobs ADD COLUMN advice TEXT")
         for ddl in _INDEXES:
             self.db.execute(ddl)
         if version != SCHEMA:
@@ -276,6 +286,10 @@ class Journal:
     def _set_meta(self, key: str, value: str) -> None:
         self.db.execute("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                         (key, value))
+
+    def _corrupt(self, what: str, exc: Exception) -> JournalError:
+        """The one-line error for a part of the file that does not decode."""
+        return JournalError(f"{self.path} is corrupt: {what} does not decode ({type(exc).__name__}: {str(exc)[:120]})")
 
     def cluster_id(self) -> str:
         """This state file's cluster id: minted (random, 16 hex digits) and committed when first asked for,
@@ -425,16 +439,22 @@ class Journal:
     def _forget_counter(self) -> None:
         self._next_job, self._counted = None, False
 
-    def insert_job(self, spec: JobSpec, request_json: str, now: float, request_id: str = "") -> None:
+    def insert_job(self, spec: JobSpec, request_json: str, now: float, request_id: str = "",
+                   advice: str | None = None) -> None:
         """A new pending job; ``request_id`` (non-empty) must be new for ``spec.user``. Its ``seq`` is the number
         ``new_job_id()`` has just reserved for it in this transaction, else the counter's next one."""
         seq, self._reserved = self._reserved, None
         if seq is None or spec.job_id != str(seq):
             seq = int(self.new_job_id())
             self._reserved = None
-        self.db.execute("INSERT INTO jobs(job_id, seq, spec, request, state, submitted_at, submitter, request_id) "
-                        "VALUES(?, ?, ?, ?, ?, ?, ?, ?)", (spec.job_id, seq, spec_to_json(spec), request_json,
-                                                        JobState.PENDING, now, spec.user, request_id or None))
+        self.db.execute("INSERT INTO jobs(job_id, seq, spec, request, state, submitted_at, submitter, request_id, "
+                        "advice) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (spec.job_id, seq, spec_to_json(spec), request_json, JobState.PENDING, now, spec.user,
+                         request_id or None, advice))
+
+    def set_spec(self, spec: JobSpec) -> None:
+        """A job's spec changed (restarted at a larger memory cap)."""
+        self.db.execute("UPDATE jobs SET spec = ? WHERE job_id = ?", (spec_to_json(spec), spec.job_id))
 
     def set_state(self, job_id: str, state: str, reason: str, now: float) -> None:
         """A job's new state; one that ends it (``TERMINAL``) also clears its environment."""

@@ -15,6 +15,7 @@
 | colocate_scheduler_decision_latency_quantile_seconds | quantile | p50, p99 over the last 5000 |
 | colocate_scheduler_journal_writable | | 1 while the journal takes writes; 0 while submits and cancels are refused |
 | colocate_scheduler_faults_total | cause | policy core rebuilt from the journal: core (an exception), journal (a write failed) |
+| colocate_scheduler_oom_restarts_total | | runs out of GPU memory under a recommended cap, restarted at their fallback (journaled) |
 """
 
 from __future__ import annotations
@@ -83,7 +84,10 @@ class SchedulerCollector:
             faults = CounterMetricFamily("colocate_scheduler_faults", "Core rebuilds by cause", labels=["cause"])
             for c in ("core", "journal"):
                 faults.add_metric([c], svc.faults.get(c, 0))
-        yield from [queue, jobs, gpus, count, up, decisions, pre, msgs, bad, summ, writable, faults]
+            ooms = CounterMetricFamily("colocate_scheduler_oom_restarts",
+                                       "Runs out of GPU memory under a recommended cap, restarted at their fallback")
+            ooms.add_metric([], svc.journal.oom_restarts())
+        yield from [queue, jobs, gpus, count, up, decisions, pre, msgs, bad, summ, writable, faults, ooms]
         if lat:
             quantiles = GaugeMetricFamily("colocate_scheduler_decision_latency_quantile_seconds",
                                           "Decision latency quantiles over the last 5000 decisions", labels=["quantile"])

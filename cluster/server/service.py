@@ -32,7 +32,14 @@ Rules it keeps:
     ``cluster.server.identity``; a refused hello gets ``Error(forbidden)``, logged once;
   * logs are relayed from the nodes that hold them (``cluster.server.logs``): no path is opened;
   * the progress and features a node reports for a job (``NodeStatus.progress``) are kept in memory, the
-    latest per job (``cluster.server.views.Progress``), and shown on its ``JobView``; not journaled;
+    latest per job (``cluster.server.views.Progress``), and shown on its ``JobView``; a report that moved a
+    job's iterations reaches the core as ``JobProgressed`` (its run-time prediction), after the report;
+  * a submit that leaves its memory or share to its recommendation (``JobRequest.auto``, or the site's
+    ``scheduler.auto``) gets it (``cluster.server.advice``), journaled with the job; ``RecommendRequest`` answers
+    what a job (or a command) would get;
+  * a run that ends (the job's end, or an out-of-memory restart) leaves one history record
+    (``cluster.server.learning``), journaled in the transaction that journals the end; every core built from the
+    journal (start, rebuild) learns the history first;
   * a node silent for ``heartbeat_s * liveness`` is down: ``NodeLost`` to the core, whose placements there
     are lost only ``replace_after_s(lease_s)`` after the node was last heard (its workers' launchers have
     stopped them by then: fencing, ``docs/node-placements.md``), unless it comes back before;
@@ -60,11 +67,13 @@ from cluster.server.batch import handle_batch
 from cluster.server.faults import MAX_DEFERRED, CoreBroken, Faults, NodeWrite, Replies, _Refused
 from cluster.server.identity import ANONYMOUS, Gate, peer_of
 from cluster.server.journal import Journal, JournalUnavailable
+from cluster.server.learning import Learning
 from cluster.server.logs import LogRelay
 from cluster.server.ports import PortPool
 from cluster.server.rendezvous import master_host, start_messages
-from cluster.server.views import Progress, QueueView, job_view, node_views
-from cluster.spec import JobSpec, NodeSpec, SpecError
+from cluster.server.requests import Requests
+from cluster.server.views import Progress
+from cluster.spec import NodeSpec
 from colocate import protocol as P
 from colocate.base.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS, replace_after_s
 from colocate.base.vocab import TERMINAL
@@ -78,7 +87,7 @@ LATENCY_WINDOW = 5000
 Handler = Callable[[bytes, Any, float], Replies]  # (ident, a message of the type it is registered for, now)
 
 
-class SchedulerService(Faults):
+class SchedulerService(Requests, Faults):
     def __init__(self, core: SchedulerCore, journal: Journal, epoch: int, heartbeat_s: float = NODE_HEARTBEAT_S,
                  liveness: int = NODE_LIVENESS, lease_s: float = NODE_LEASE_S,
                  topology: dict[str, tuple[str, str]] | None = None):
@@ -93,6 +102,7 @@ class SchedulerService(Faults):
         self.hosts: dict[str, str] = {}  # node id -> host (MASTER_ADDR)
         self.epochs: dict[str, int] = {}  # node id -> its current epoch
         self.specs: dict[str, NodeSpec] = {}  # node id -> what its hello said (a rebuilt core hears it again)
+        self.speeds: dict[str, float] = {}  # GPU model -> the relative speed nodes declared for it (recommendations)
         self.heard: dict[str, float] = {}  # node id -> last message (scheduler clock)
         self.ports = PortPool()
         self.portless: dict[str, ev.StartWorkers] = {}  # committed placements waiting for a rendezvous port
@@ -113,6 +123,7 @@ class SchedulerService(Faults):
         self.gate, self.peer = Gate(), ANONYMOUS  # peer: the identity of the message being handled
         self.log_relay = LogRelay()
         self.progress = Progress()  # the latest progress (and features) nodes reported, per job
+        self.learning = Learning(journal)  # history records at each end; the run-time model of the views
         # inside on_batch: the jobs submitted, for one cycle at its end
         self._submitted: list[ev.JobSubmitted] | None = None
         node = self._node_message
@@ -120,7 +131,7 @@ class SchedulerService(Faults):
             P.NodeHello: self._hello, P.NodeHeartbeat: self._heartbeat, P.NodeStatus: node,
             P.WorkerStarted: node, P.WorkerExited: node, P.StartRefused: node, P.Submit: self._submit,
             P.JobsRequest: self._jobs, P.NodesRequest: self._nodes, P.Cancel: self._cancel, P.LogsRequest: self._logs,
-            P.LogTail: self._log_tail,
+            P.LogTail: self._log_tail, P.RecommendRequest: self._recommend,
         }
 
     # ------------------------------------------------------------------ start-up
@@ -219,6 +230,7 @@ class SchedulerService(Faults):
         self.nodes[m.node_id], self.idents[ident] = ident, m.node_id
         self.hosts[m.node_id], self.epochs[m.node_id] = m.host or "127.0.0.1", m.epoch
         self.specs[m.node_id] = spec
+        self.speeds.update((g.model, g.speed) for g in m.gpus if g.speed > 0)
         self.heard[m.node_id] = now
         log.info("node %s (epoch %d, %s) joined: %d GPU(s) %s%s", m.node_id, m.epoch, m.host, spec.gpus, spec.gpu_model,
                  f" (switch {switch or '-'}, rack {rack or '-'})" if switch or rack else "")
@@ -255,12 +267,14 @@ class SchedulerService(Faults):
 
     def _apply(self, node_id: str, m: NodeWrite, now: float) -> Replies:
         event: ev.NodeReport | ev.RankStarted | ev.RankExited | ev.PlacementRefused
+        progressed: list = []
         if isinstance(m, P.NodeStatus):
-            self.progress.note(m.progress, self.core.job)
+            progressed = [ev.JobProgressed(p.job_id, p.iterations, p.total_iterations or 0, p.step_p50_s, p.step_p90_s,
+                                           p.since_report_s) for p in self.progress.note(m.progress, self.core.job)]
             event = ev.NodeReport(node_id, m.epoch, tuple(ev.GpuReport(g.index, g.utilization, g.mem_used)
                                                           for g in m.gpus),
                                   tuple(ev.WorkerReport(w.job_id, w.placement_id, w.rank, w.running, w.exit_code,
-                                                        w.fenced) for w in m.workers))
+                                                        w.fenced, w.oom) for w in m.workers))
         elif isinstance(m, P.WorkerStarted):
             with self.journal.transaction():
                 self.journal.add_log(m.job_id, m.rank, m.placement_id, node_id, m.log_path, now)
@@ -274,12 +288,14 @@ class SchedulerService(Faults):
                     row = self.journal.job(m.job_id)
                     if row is not None and (m.exit_code != 0 or row["exit_code"] is None):
                         self.journal.set_exit_code(m.job_id, m.exit_code)
-            event = ev.RankExited(m.job_id, m.placement_id, m.rank, m.exit_code, m.fenced)
+            event = ev.RankExited(m.job_id, m.placement_id, m.rank, m.exit_code, m.fenced, m.oom)
         else:
             log.warning("node %s refused placement %s (%s): %s", node_id, m.placement_id, m.code, m.reason)
             event = ev.PlacementRefused(m.job_id, m.placement_id, node_id, m.reason, m.code == P.REFUSED_STALE)
         joined = self.joining.pop(node_id, None) if isinstance(m, P.NodeStatus) else None
-        out = self._decide([joined, event] if joined else [event], now)
+        out = self._decide(([joined] if joined else []) + [event] + progressed, now)
+        for e in progressed:
+            self.learning.progressed(e, now)
         return out + self._settled(node_id, m)
 
     def _settled(self, node_id: str, m: NodeWrite) -> Replies:
@@ -326,111 +342,6 @@ class SchedulerService(Faults):
         self.heard.pop(node_id, None)
 
     # ------------------------------------------------------------------ clients
-    def _submit(self, ident: bytes, m: P.Submit, now: float) -> Replies:
-        why = self.gate.client(self.peer, "submit jobs")
-        if why:
-            return [self._error(ident, P.FORBIDDEN, why)]
-        req, user = m.request, self.gate.user(self.peer, m.request.user)
-        job_id = self.journal.peek_job_id()  # what new_job_id() gives below: one spec, no copy
-        try:
-            spec = JobSpec(job_id, submit_time=now, workers=req.workers, gpus=req.gpus, gpu_mem=req.gpu_mem,
-                           klass=req.priority, queue=req.queue or "default", user=user, name=req.name,
-                           estimate_s=req.estimate_s)
-        except SpecError as exc:
-            return [self._error(ident, P.INVALID, str(exc).replace(f"{job_id}: ", ""))]
-        if m.request_id:
-            known = self.journal.job_of_request(spec.user, m.request_id)
-            if known is not None:  # a retry of a submit that was committed: the same job
-                log.info("job %s: submit repeated (request %s)", known, m.request_id)
-                return [(ident, P.Submitted(job_id=known))]
-        self._check_writable("nothing was submitted")
-        why = self.core.validate(spec)  # duplicate id, unknown queue, a request no known node could take
-        if why:
-            return [self._error(ident, P.INVALID, why)]
-        wire = P.to_wire(m)["request"]
-        wire["user"] = user  # the user is the key's, whatever the request said
-        try:
-            with self.journal.transaction():
-                job_id = self.journal.new_job_id()
-                if job_id != spec.job_id:
-                    spec = dataclasses.replace(spec, job_id=job_id)
-                self.journal.insert_job(spec, json.dumps(wire), now, m.request_id)
-        except JournalUnavailable as exc:
-            self._journal_failed(exc, now)
-            raise self._unwritable("nothing was submitted") from None
-        log.info("job %s submitted: %d x %d GPU(s), %s, queue %s", job_id, spec.workers, spec.gpus, spec.klass,
-                 spec.queue)
-        ack: Replies = [(ident, P.Submitted(job_id=job_id))]
-        if self._submitted is not None:  # in a batch: the core hears it with the batch's other submits
-            self._submitted.append(ev.JobSubmitted(spec))
-            return ack
-        try:  # the job is journaled: acknowledged whatever happens to this cycle (a rebuilt core restores it)
-            return ack + self._decide([ev.JobSubmitted(spec)], now)
-        except JournalUnavailable as exc:
-            self._journal_failed(exc, now)
-        except _Refused:
-            pass
-        return ack
-
-    def _jobs(self, ident: bytes, m: P.JobsRequest, now: float) -> Replies:
-        if m.job_id is not None:
-            row = self.journal.job(m.job_id)
-            if row is None:
-                return [self._error(ident, P.NOT_FOUND, f"no job {m.job_id}")]
-            rows, total = [row], 1
-        else:
-            rows, total = self.journal.jobs(m.active_only, m.offset, m.limit)
-        queues = QueueView(self.core)
-        one = m.job_id is not None  # features only for one job: a page of them could pass the message limit
-        return [(ident, P.JobsReply(jobs=tuple(job_view(r, self.core, queues, self.progress.of(r["job_id"], one))
-                                               for r in rows), total=total,
-                                    queued=tuple(queues.queued.items())))]
-
-    def _nodes(self, ident: bytes, m: P.NodesRequest, now: float) -> Replies:
-        return [(ident, P.NodesReply(nodes=tuple(node_views(self.core, self.hosts)), scheduler_epoch=self.epoch))]
-
-    def _cancel(self, ident: bytes, m: P.Cancel, now: float) -> Replies:
-        job = self.core.job(m.job_id)
-        if job is None:  # a job that ended before a restart is only in the journal
-            row = self.journal.job(m.job_id)
-            if row is None:
-                return [self._error(ident, P.NOT_FOUND, f"no job {m.job_id}")]
-            why = self.gate.cancel(self.peer, m.job_id, row["submitter"])
-            return [self._error(ident, P.FORBIDDEN, why) if why else
-                    self._error(ident, P.INVALID, f"job {m.job_id} already {row['state']}")]
-        why = self.gate.cancel(self.peer, m.job_id, job.spec.user)
-        if why:
-            return [self._error(ident, P.FORBIDDEN, why)]
-        if job.state in TERMINAL:
-            return [self._error(ident, P.INVALID, f"job {m.job_id} already {job.state}")]
-        self._check_writable("nothing was cancelled")
-        try:
-            out = self._decide([ev.JobCancelled(m.job_id)], now)
-        except JournalUnavailable as exc:
-            self._journal_failed(exc, now)
-            raise self._unwritable("nothing was cancelled") from None
-        return [(ident, P.Ok(message=f"job {m.job_id} cancelled"))] + out
-
-    def _logs(self, ident: bytes, m: P.LogsRequest, now: float) -> Replies:
-        why = self.gate.client(self.peer, "read logs")
-        if why:
-            return [self._error(ident, P.FORBIDDEN, why)]
-        row = self.journal.job(m.job_id)
-        if row is None:
-            return [self._error(ident, P.NOT_FOUND, f"no job {m.job_id}")]
-        spec = json.loads(row["spec"])
-        why = self.gate.read_logs(self.peer, m.job_id, spec.get("user", ""))
-        if why:
-            return [self._error(ident, P.FORBIDDEN, why)]
-        workers = spec["workers"]
-        if m.rank is not None and m.rank >= workers:
-            return [self._error(ident, P.NOT_FOUND, f"job {m.job_id} has no worker {m.rank} (it has {workers}: "
-                                                    f"ranks 0 to {workers - 1})")]
-        held = [(r, n) for r, n, _ in self.journal.logs(m.job_id) if m.rank is None or r == m.rank]
-        if not held:
-            return [(ident, P.LogsReply(job_id=m.job_id, logs=()))]
-        return self.log_relay.ask(ident, m.job_id, held, self.nodes, now)
-
     def _log_tail(self, ident: bytes, m: P.LogTail, now: float) -> Replies:
         node_id, err = self._node_of(ident, m, now)
         if node_id is None:
@@ -462,11 +373,12 @@ class SchedulerService(Faults):
                                                             master_host(d.placement, self.hosts)) for d in starts}
         try:
             drop, add = self._stopping_changes()
+            records: list = []
             if decisions or drop or add:
                 with self.journal.transaction():
                     for d in decisions:
                         if isinstance(d, ev.JobChanged):
-                            self.journal.set_state(d.job_id, d.state, d.reason, now)
+                            records += self._journal_change(d, now)
                         elif isinstance(d, ev.StartWorkers):
                             job = self.core.job(d.spec.job_id)
                             assert job is not None, d.spec.job_id  # the core has just placed it
@@ -500,13 +412,27 @@ class SchedulerService(Faults):
                     out += [(self.nodes[n], P.PromotePlacement(placement_id=d.placement_id, job_id=d.job_id))
                             for n in d.nodes if n in self.nodes]
                 case ev.JobChanged():
+                    self.learning.changed(d, self.core, now)
                     if d.state in TERMINAL and d.placement_id:
                         self._release(d.placement_id)
                 case _:
                     assert_never(d)
+        for rec in records:
+            self.learning.ended(rec)
         if any(isinstance(d, ev.JobChanged) and d.state == ev.PENDING for d in decisions):
             self._release_abandoned()
         return out
+
+    def _journal_change(self, d: ev.JobChanged, now: float) -> list:
+        """Journal a job's change (inside the caller's transaction), with the history record of the run it ends."""
+        rec = self.learning.record(d, self.core, self.progress.of(d.job_id, True), now)
+        self.journal.set_state(d.job_id, d.state, d.reason, now)
+        if d.spec is not None:
+            self.journal.set_spec(d.spec)
+        if rec is None:
+            return []
+        self.journal.add_history(rec, oom_restart=d.state == ev.PENDING)  # what the run taught, with its end
+        return [rec]
 
     def _release_abandoned(self) -> None:
         """Give back the ports of placements a requeued job left without a stop (a refused start: no worker
@@ -551,13 +477,20 @@ class SchedulerService(Faults):
                 wire[key] = P.printable(wire[key])
         for key in ("iterations", "epochs"):  # a journal written before the total's hints
             wire.setdefault(key, None)
+        advice = json.loads(row["advice"]) if row.get("advice") else {}
+        if advice.get("gpu_mem") and d.spec.guaranteed:  # its recommended cap, or its fallback after running out
+            wire["gpu_mem"] = d.spec.gpu_mem
         submit = P.from_wire({"v": P.PROTOCOL_VERSION, "t": "submit", "request": wire, "request_id": ""})
         assert isinstance(submit, P.Submit)  # "t": "submit"
         msgs = start_messages(d.spec, d.placement, submit.request, self.hosts, port)
+        start_mem, start_share = int(advice.get("start_mem") or 0), float(advice.get("start_share") or 0.0)
+        recommended = d.spec.mem_fallback is not None and d.spec.gpu_mem > 0
         out: Replies = []
         for node_id, msg in msgs.items():
             if node_id in self.nodes:
-                out.append((self.nodes[node_id], dataclasses.replace(msg, cluster_id=self.cluster_id)))
+                out.append((self.nodes[node_id], dataclasses.replace(
+                    msg, cluster_id=self.cluster_id, start_mem=start_mem, start_share=start_share,
+                    cap_recommended=recommended)))
             else:  # the node went away between the cycle and now: its NodeLost will requeue the job
                 log.warning("placement %s: node %s is not connected", d.placement.placement_id, node_id)
         return out

@@ -1,5 +1,5 @@
 """What clients see of jobs and nodes: ``JobView`` from a journal row (plus the core's live reason
-for a pending job), ``NodeView`` from the core's node state."""
+for a pending job, the latest progress and the run-time prediction), ``NodeView`` from the core's node state."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ import json
 from collections.abc import Callable
 
 from cluster.core import SchedulerCore
+from cluster.jobs import Job
+from cluster.plugins.predictor import job_key
+from cluster.predict.predictor import RunTimePredictor
 from cluster.server.journal import placement_from_json
 from colocate import protocol as P
-from colocate.base.vocab import JobClass, JobState
+from colocate.base.vocab import TERMINAL, JobClass, JobState
 
 
 class QueueView:
@@ -37,7 +40,9 @@ class Progress:
         self.keep = keep
         self.jobs: dict[str, P.JobProgress] = {}
 
-    def note(self, entries, known: Callable[[str], object]) -> None:
+    def note(self, entries, known: Callable[[str], object]) -> list[P.JobProgress]:
+        """Keep ``entries``; returns those kept that moved a job's iterations (what the core's predictor hears)."""
+        moved = []
         for p in entries:
             old = self.jobs.get(p.job_id)
             if old is None and known(p.job_id) is None:
@@ -46,10 +51,13 @@ class Progress:
                 continue
             if p.features is None and old is not None and old.features is not None:
                 p = dataclasses.replace(p, features=old.features)
+            if old is None or old.iterations != p.iterations or old.total_iterations != p.total_iterations:
+                moved.append(p)
             self.jobs.pop(p.job_id, None)  # most recent last
             self.jobs[p.job_id] = p
             if len(self.jobs) > self.keep:
                 del self.jobs[next(iter(self.jobs))]
+        return moved
 
     def of(self, job_id: str, features: bool) -> P.JobProgress | None:
         """Job ``job_id``'s latest progress (None if none), with its features only if ``features``."""
@@ -59,7 +67,22 @@ class Progress:
         return dataclasses.replace(p, features=None)
 
 
-def job_view(row: dict, core: SchedulerCore, queues: QueueView, progress: P.JobProgress | None = None) -> P.JobView:
+def prediction_view(job: Job | None, model: RunTimePredictor, now: float) -> P.PredictionView | None:
+    """What ``model`` predicts of ``job`` at ``now``: its run time while it waits, what is left of it while it runs
+    (None: ended, unknown to the core, or nothing known)."""
+    if job is None or job.state in TERMINAL:
+        return None
+    key = job_key(job.spec)
+    running = job.state == JobState.RUNNING
+    pred = model.remaining(job.job_id, key, now) if running else model.predict(key, now)
+    if pred is None:
+        return None
+    return P.PredictionView(p50_s=max(0.0, pred.p50), p90_s=max(0.0, pred.p90), level=pred.level[:P.MAX_ID_CHARS],
+                            history=max(0, pred.n), remaining=running)
+
+
+def job_view(row: dict, core: SchedulerCore, queues: QueueView, progress: P.JobProgress | None = None,
+             prediction: P.PredictionView | None = None) -> P.JobView:
     spec = json.loads(row["spec"])
     placement = placement_from_json(row["placement"])
     reason = row["reason"] or ""
@@ -78,7 +101,15 @@ def job_view(row: dict, core: SchedulerCore, queues: QueueView, progress: P.JobP
         workers=spec["workers"], gpus=spec["gpus"], submitted_at=row["submitted_at"], started_at=row["started_at"],
         ended_at=row["ended_at"], reason=reason[:P.MAX_TEXT_CHARS], placement_id=placement.placement_id if placement else "",
         nodes=placement.nodes() if placement else (), attempts=row["attempt"], exit_code=row["exit_code"],
-        progress=progress)
+        progress=progress, prediction=prediction, **_advice(row.get("advice")))
+
+
+def _advice(text: str | None) -> dict:
+    """A job's ``advice`` and ``learning`` view fields from its journaled advice (``cluster.server.advice``)."""
+    if not text:
+        return {}
+    advice = json.loads(text)
+    return {"advice": str(advice.get("text", ""))[:P.MAX_TEXT_CHARS], "learning": bool(advice.get("learning"))}
 
 
 def node_views(core: SchedulerCore, hosts: dict[str, str]) -> list[P.NodeView]:

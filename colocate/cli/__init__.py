@@ -33,6 +33,7 @@ COMMANDS = {
     "nodes": "colocate.cli.nodes",
     "cancel": "colocate.cli.cancel",
     "logs": "colocate.cli.logs",
+    "recommend": "colocate.cli.recommend",
     "keys": "colocate.cli.keys",
     "ray": "colocate.cli.ray",
     "slurm": "colocate.cli.slurm",

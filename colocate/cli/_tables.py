@@ -128,3 +128,32 @@ def render_cluster(endpoint: str, snap, error: str | None, now_wall: float, inte
     parts.append(table(("JOB", "NAME", "CLASS", "STATE", "GPUS", "TIME", "NODES / WHY WAITING"), job_rows,
                          title="Jobs", right=("GPUS", "TIME")) if job_rows else Text("no jobs", style="dim"))
     return Group(*parts)
+
+
+# ---- a job's predicted run time (queue, status) ----------------------------------------------------
+
+
+def prediction_cell(pred, learning: bool = False) -> str:
+    """A ``PredictionView`` in a table cell: ``p50..p90`` (``left`` for a running job) and ``[level n]``; a job
+    that runs as requested for want of history to recommend from is marked ``learning``."""
+    from colocate.base.units import format_duration
+
+    mark = " learning" if learning else ""
+    if pred is None:
+        return "-" + mark
+    left = " left" if pred.remaining else ""
+    return f"{format_duration(pred.p50_s)}..{format_duration(pred.p90_s)}{left} [{pred.level} {pred.history}]{mark}"
+
+
+def prediction_line(pred) -> str:
+    """A ``PredictionView`` for ``colocate status JOB``: what it predicts and from what."""
+    from colocate.base.units import format_duration
+
+    what = "left" if pred.remaining else "run time"
+    if pred.level == "progress":
+        behind = f"from its progress ({pred.history} iterations done) and its recent time per iteration"
+    elif pred.level == "default":
+        behind = "the policy's default (no history)"
+    else:
+        behind = f"from {pred.history} ended run(s) at history level {pred.level}"
+    return f"p50 {format_duration(pred.p50_s)}, p90 {format_duration(pred.p90_s)} {what}, {behind}"

@@ -1,4 +1,5 @@
-"""``colocate status [JOB] [--json]``: one job in detail, or every job the scheduler knows (sacct-like)."""
+"""``colocate status [JOB] [--json]``: one job in detail, or every job the scheduler knows (sacct-like), with its
+predicted run time (pending) or time left (running), and the history behind the prediction."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def view_dict(v) -> dict:
     from colocate import protocol as P
 
     out = {k: (list(x) if isinstance(x, tuple) else x) for k, x in dataclasses.asdict(v).items()}
-    if getattr(v, "progress", None) is not None:
-        out["progress"] = P.record_map(v.progress)
+    for key in ("progress", "prediction"):
+        if getattr(v, key, None) is not None:
+            out[key] = P.record_map(getattr(v, key))
     return out
 
 
@@ -57,7 +59,7 @@ def progress_lines(p) -> list[tuple[str, str]]:
 
 def main(args) -> int:
     from colocate.base.units import format_duration
-    from colocate.cli._tables import print_table
+    from colocate.cli._tables import prediction_cell, prediction_line, print_table
     from colocate.clients import rpc
 
     try:
@@ -79,6 +81,10 @@ def main(args) -> int:
                   ("ran", format_duration(ran)), ("placement", j.placement_id or "-"),
                   ("nodes", ",".join(j.nodes) or "-"), ("attempts", str(j.attempts)),
                   ("exit code", "-" if j.exit_code is None else str(j.exit_code)), ("reason", j.reason or "-")]
+        if j.advice:
+            fields.append(("recommended", j.advice))
+        if j.prediction is not None:
+            fields.append(("predicted", prediction_line(j.prediction)))
         if j.progress is not None:
             fields += progress_lines(j.progress)
         width = max(len(k) for k, _ in fields)
@@ -88,7 +94,7 @@ def main(args) -> int:
     rows = [(j.job_id, j.name, j.user, j.queue, j.priority, j.state, str(j.workers), str(j.gpus),
              format_duration((j.started_at or now) - j.submitted_at),
              format_duration((j.ended_at or now) - j.started_at if j.started_at else None),
-             "-" if j.exit_code is None else str(j.exit_code)) for j in jobs]
-    print_table(("JOBID", "NAME", "USER", "QUEUE", "CLASS", "STATE", "WORKERS", "GPUS", "WAITED", "RAN", "EXIT"),
-                rows, right=("WORKERS", "GPUS", "WAITED", "RAN", "EXIT"))
+             "-" if j.exit_code is None else str(j.exit_code), prediction_cell(j.prediction, j.learning)) for j in jobs]
+    print_table(("JOBID", "NAME", "USER", "QUEUE", "CLASS", "STATE", "WORKERS", "GPUS", "WAITED", "RAN", "EXIT",
+                 "PREDICTED [LEVEL N]"), rows, right=("WORKERS", "GPUS", "WAITED", "RAN", "EXIT"))
     return 0

@@ -2,8 +2,8 @@
 one connection.
 
 The file (``--file FILE``, ``-`` for stdin) is JSON Lines: one job per line, a JSON object with
-``command`` (a non-empty list of strings) and any of ``gpus``, ``workers``, ``gpu_mem`` (bytes or a
-size such as ``"4GiB"``), ``priority``, ``queue``, ``name``, ``estimate`` (seconds or a duration such
+``command`` (a non-empty list of strings) and any of ``gpus``, ``workers``, ``gpu_mem`` (bytes, a
+size such as ``"4GiB"``, or ``"auto"``), ``sm_share`` (0.01..1 or ``"auto"``), ``priority``, ``queue``, ``name``, ``estimate`` (seconds or a duration such
 as ``"2h"``), ``iterations``, ``epochs``; what a line leaves out comes from the command line's options. Blank lines and lines
 starting with ``#`` are skipped. Every line is checked before anything is sent: any bad line is
 reported (``FILE:LINE: why``, one line each) and nothing is submitted (exit 2). Then the jobs are
@@ -20,8 +20,8 @@ from colocate.base.vocab import JOB_CLASSES, JobClass
 from colocate.cli._common import (
     DURATION,
     POSITIVE_INT,
-    SIZE,
     add_scheduler_options,
+    argtype,
     client_failure,
     fail,
     scheduler_client,
@@ -32,6 +32,7 @@ examples:
   colocate submit --gpus 1 --epochs 3 -- python train.py --epochs 3
   colocate submit --name ddp --gpus 1 --workers 4 --estimate 2h -- python train_ddp.py
   colocate submit --gpus 1 --gpu-mem 4GiB --priority opportunistic --queue research -- python sweep.py
+  colocate submit --gpus 1 --gpu-mem auto --sm-share auto -- python train.py --batch-size 64
   colocate submit --gpus 1 --file sweep.jsonl   # one job per line: {"command": ["python", "sweep.py", "--lr", "0.1"]}
 
 The job runs in this working directory with this environment (minus COLOCATE_* variables):
@@ -40,14 +41,50 @@ makes the request over 1 MiB, is refused before anything is sent (never silently
 Each worker is one process with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT, ...): submit the script itself, not torchrun. --gpus is per worker.
 --priority is guaranteed unless given.
+--gpu-mem auto / --sm-share auto: the job gets what the history of the same job (or of its family: the same
+script and arguments with other numbers) recommends (colocate recommend shows it); a job that runs out of
+memory under a recommended cap is restarted at the whole GPU, not counted as its failure; with no history it
+runs as requested and is marked "learning" (colocate status). A site may make auto the default for what a
+submit does not state (the policy's [scheduler] auto = ["gpu_mem", "sm_share"]).
 --file FILE submits one job per line of FILE (JSON Lines: "command" and any of "gpus", "workers",
-"gpu_mem", "priority", "queue", "name", "estimate", "iterations", "epochs"; the options above are the defaults) over one
+"gpu_mem", "sm_share", "priority", "queue", "name", "estimate", "iterations", "epochs"; the options above are the defaults) over one
 connection; every line is checked first, and a bad line submits nothing.
 Exit code: 0 submitted (the job id is printed); 2 a bad request (nothing was submitted);
 1 the scheduler did not answer.
 """
 
-FIELDS = ("command", "gpus", "workers", "gpu_mem", "priority", "queue", "name", "estimate", "iterations", "epochs")
+FIELDS = ("command", "gpus", "workers", "gpu_mem", "sm_share", "priority", "queue", "name", "estimate", "iterations",
+          "epochs")
+AUTO = "auto"
+
+
+def _size_or_auto(text) -> int | str:
+    from colocate.base.units import parse_size
+
+    return AUTO if text == AUTO else parse_size(text)
+
+
+def _share_or_auto(text) -> float | str:
+    if text == AUTO:
+        return AUTO
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"must be a share 0.01..1 or auto, got {str(text)[:40]!r}") from None
+    if not 0.01 <= value <= 1:
+        raise ValueError(f"must be a share 0.01..1 or auto, got {text}")
+    return value
+
+
+SIZE_OR_AUTO = argtype(_size_or_auto, "size")
+SHARE_OR_AUTO = argtype(_share_or_auto, "share")
+
+
+def resources(gpu_mem, sm_share) -> dict:
+    """``request_from_here``'s gpu_mem, sm_share and auto from what the user said (a value, ``auto`` or none)."""
+    auto = tuple(name for name, v in (("gpu_mem", gpu_mem), ("sm_share", sm_share)) if v == AUTO)
+    return {"gpu_mem": 0 if gpu_mem == AUTO else gpu_mem, "sm_share": None if sm_share == AUTO else sm_share,
+            "auto": auto}
 
 
 def register(sub) -> None:
@@ -58,8 +95,11 @@ def register(sub) -> None:
     p.add_argument("--gpus", type=POSITIVE_INT, default=None, metavar="G",
                    help="GPUs per worker (>= 1; required, unless each line of --file gives it)")
     p.add_argument("--workers", type=POSITIVE_INT, default=1, metavar="W", help="workers in the gang (default 1)")
-    p.add_argument("--gpu-mem", type=SIZE, default=0, metavar="SIZE",
-                   help="GPU memory per GPU, e.g. 8GiB (opportunistic: its ceiling; default: not stated)")
+    p.add_argument("--gpu-mem", type=SIZE_OR_AUTO, default=0, metavar="SIZE|auto",
+                   help="GPU memory per GPU, e.g. 8GiB (opportunistic: its ceiling; default: not stated); auto: "
+                        "its recommendation from the history of this job and its family (colocate recommend)")
+    p.add_argument("--sm-share", type=SHARE_OR_AUTO, default=None, metavar="F|auto",
+                   help="compute share of each GPU, 0.01..1 (default: the whole GPU); auto: its recommendation")
     p.add_argument("--priority", choices=JOB_CLASSES, default=JobClass.GUARANTEED,
                    help="guaranteed: reserved GPUs (the default); opportunistic: idle capacity, may be preempted")
     p.add_argument("--queue", default="", help="queue (default: the policy's choice)")
@@ -95,9 +135,10 @@ def main(args) -> int:
     except LaunchError as exc:
         return fail("submit", f"error: {str(exc).replace('colocate run', 'colocate submit')}", 2)
     try:
-        request = request_from_here(command, workers=args.workers, gpus=args.gpus, gpu_mem=args.gpu_mem,
-                                    priority=args.priority, queue=args.queue, name=args.name,
-                                    estimate_s=args.estimate, iterations=args.iterations, epochs=args.epochs)
+        request = request_from_here(command, workers=args.workers, gpus=args.gpus, priority=args.priority,
+                                    queue=args.queue, name=args.name, estimate_s=args.estimate,
+                                    iterations=args.iterations, epochs=args.epochs,
+                                    **resources(args.gpu_mem, args.sm_share))
     except ValueError as exc:
         return fail("submit", f"error: {exc}", 2)
     try:
@@ -112,7 +153,7 @@ def _entry(line: str, args, environ: dict):
     """The ``JobRequest`` of one line of a jobs file; ``ValueError`` (one line) if it is not one."""
     import json
 
-    from colocate.base.units import parse_duration, parse_size
+    from colocate.base.units import parse_duration
     from colocate.clients.scheduler import request_from_here
     from colocate.launcher import LaunchError, check_command
 
@@ -153,11 +194,16 @@ def _entry(line: str, args, environ: dict):
     priority = d.get("priority", args.priority)
     if priority not in JOB_CLASSES:
         raise ValueError(f"\"priority\" must be one of {', '.join(JOB_CLASSES)}, not {priority[:40]!r}")
-    gpu_mem = parse_size(d["gpu_mem"]) if "gpu_mem" in d else args.gpu_mem
+    gpu_mem = _size_or_auto(d["gpu_mem"]) if "gpu_mem" in d else args.gpu_mem
+    share = d.get("sm_share", args.sm_share)
+    if share is not None and share != AUTO and (isinstance(share, bool) or not isinstance(share, (int, float))):
+        raise ValueError(f"\"sm_share\" must be a share 0.01..1 or \"auto\", not {share!r:.40}")
+    share = _share_or_auto(str(share)) if share is not None else None
     estimate = parse_duration(d["estimate"]) if d.get("estimate") is not None else args.estimate
-    return request_from_here(command, workers=ints["workers"], gpus=ints["gpus"], gpu_mem=gpu_mem,
-                             priority=priority, queue=d.get("queue", args.queue), name=d.get("name", args.name),
-                             estimate_s=estimate, iterations=hints["iterations"], epochs=hints["epochs"], environ=environ)
+    return request_from_here(command, workers=ints["workers"], gpus=ints["gpus"], priority=priority,
+                             queue=d.get("queue", args.queue), name=d.get("name", args.name), estimate_s=estimate,
+                             iterations=hints["iterations"], epochs=hints["epochs"], environ=environ,
+                             **resources(gpu_mem, share))
 
 
 def _read_lines(path: str) -> list[str]:

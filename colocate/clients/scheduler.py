@@ -1,4 +1,4 @@
-"""Talking to the scheduler from a program or a command: submit, status, queue, nodes, cancel, logs.
+"""Talking to the scheduler from a program or a command: submit, status, queue, nodes, cancel, logs, recommend.
 
 ``SchedulerClient(endpoint=None, keys_dir=None, timeout_s=5.0)``: ``endpoint`` defaults to
 ``COLOCATE_SCHEDULER`` (else ``tcp://127.0.0.1:5555``), ``keys_dir`` to ``COLOCATE_KEYS``, else the
@@ -27,7 +27,7 @@ from typing import TypeVar
 from colocate import protocol as P
 from colocate.base import endpoints
 from colocate.base import keys as K
-from colocate.base.commandline import python_script
+from colocate.base.commandline import entry_point, python_script
 from colocate.base.vocab import JobClass
 from colocate.clients import rpc
 
@@ -46,7 +46,8 @@ def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1
                       priority: JobClass = JobClass.GUARANTEED, queue: str = "", name: str = "",
                       estimate_s: float | None = None, environ: Mapping[str, str] | None = None,
                       iterations: int | None = None, epochs: int | None = None,
-                      cwd: str | None = None) -> P.JobRequest:
+                      cwd: str | None = None, sm_share: float | None = None,
+                      auto: Sequence[str] = ()) -> P.JobRequest:
     """A ``JobRequest`` that runs ``command`` in this process's working directory with its environment,
     minus every ``COLOCATE_*`` variable (a shared filesystem is assumed, as with Slurm).
 
@@ -65,12 +66,33 @@ def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1
         user = getpass.getuser()
     except (KeyError, OSError):
         user = ""
-    req = P.JobRequest(command=tuple(command), cwd=cwd or os.getcwd(), env=tuple(env.items()), workers=workers,
+    cwd = cwd or os.getcwd()
+    req = P.JobRequest(command=tuple(command), cwd=cwd, env=tuple(env.items()), workers=workers,
                        gpus=gpus, gpu_mem=gpu_mem, priority=priority, queue=queue,
                        name=name or default_name(command)[:P.MAX_ID_CHARS], user=user[:128], estimate_s=estimate_s,
-                       iterations=iterations, epochs=epochs)
+                       iterations=iterations, epochs=epochs, script_hash=script_hash_of(command, cwd),
+                       sm_share=sm_share, auto=tuple(auto))
     check_size(req)
     return req
+
+
+def script_hash_of(command: Sequence[str], cwd: str) -> str:
+    """The SHA-256 (hex) of the script ``command`` runs (``python X.py``, or a program given as a path), read from
+    ``cwd`` for a relative path: the job's fingerprint is made of it (``JobRequest.script_hash``). "" when the
+    command runs no script file (``python -m``, ``-c``, a program on PATH) or the file cannot be read here."""
+    import hashlib
+
+    kind, target, _ = entry_point(command)
+    if kind != "script" or not target:
+        return ""
+    h = hashlib.sha256()
+    try:
+        with open(os.path.join(cwd, target), "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return ""
+    return h.hexdigest()
 
 
 def check_size(req: P.JobRequest) -> None:
@@ -187,6 +209,14 @@ class SchedulerClient:
 
     def cancel(self, job_id: str) -> str:
         return self.call(P.Cancel(job_id=job_id), P.Ok).message
+
+    def recommend(self, job_id: str | None = None, command: Sequence[str] = (), cwd: str | None = None,
+                  workers: int = 1, gpus: int = 1) -> P.RecommendationView:
+        """What the scheduler recommends for job ``job_id``, or for ``command`` (its script read from ``cwd`` and
+        hashed, as a submit would: ``script_hash_of``)."""
+        digest = script_hash_of(command, cwd or os.getcwd()) if command else ""
+        msg = P.RecommendRequest(job_id=job_id, command=tuple(command), script_hash=digest, workers=workers, gpus=gpus)
+        return self.call(msg, P.RecommendReply).recommendation
 
     def logs(self, job_id: str, rank: int | None = None) -> list[P.LogRef]:
         """Each worker's log (its end), as the node holding it read it, or an error line per worker."""

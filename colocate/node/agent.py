@@ -57,6 +57,7 @@ from colocate import protocol as P
 from colocate.base.endpoints import FENCE_GRACE_S
 from colocate.base.lease import lease_clock, read_lease, write_lease
 from colocate.base.serving import LogLimit
+from colocate.base.vocab import DeviceKind
 from colocate.node import logs as node_logs
 from colocate.node.workers import WorkerManager
 
@@ -164,8 +165,9 @@ class SchedulerAgent:
 
     def _hello(self) -> None:
         self.welcomed, self._hello_at = False, self.clock()
-        gpus = tuple(P.NodeGpu(index=g.index, model=(g.name or g.kind)[: P.MAX_ID_CHARS], mem_total=g.mem_total)
-                     for g in self.gpus)
+        gpus = tuple(P.NodeGpu(index=g.index, model=(g.name or g.kind)[: P.MAX_ID_CHARS], mem_total=g.mem_total,
+                               speed=g.speed if g.kind == DeviceKind.SIM else 0.0)
+                     for g in self.gpus)  # a simulated GPU declares its speed (the scheduler recommends types by it)
         self._asks.append(lease_clock())
         self._send(P.NodeHello(node_id=self.node_id, epoch=self.epoch, host=self.host, gpus=gpus,
                                cpu_milli=(os.cpu_count() or 1) * 1000, mem_mib=psutil.virtual_memory().total >> 20,

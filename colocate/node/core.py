@@ -138,6 +138,7 @@ class NodeCore(PlacementRules):
                            limits=P.Limits(seq=0, mem_cap=m.mem_cap, sm_share=m.sm_share, gate=False),
                            job=m.job, rank=m.rank, partition=m.partition and klass == JobClass.GUARANTEED,
                            priority_yield=m.priority_yield)
+            job.start_mem, job.start_share = self.start_point(m.job)
             self.jobs[m.job_id] = job
             gpu.jobs.append(m.job_id)
         else:  # the same job registering again (its link reconnected)
@@ -216,8 +217,11 @@ class NodeCore(PlacementRules):
         return [Reply(P.Heartbeat(job_id=m.job_id, sent_at=now))]
 
     def _on_goodbye(self, m: P.Goodbye, now: float) -> list[Command]:
-        if m.job_id not in self.jobs:
+        job = self.jobs.get(m.job_id)
+        if job is None:
             return []
+        if m.reason == P.GOODBYE_OOM:  # its placed worker's exit is reported as out of memory
+            self.note_oom(job.job, job.rank or 0)
         self.jobs_exited += 1
         return self._leave(m.job_id, f"exited ({m.reason})", now)
 

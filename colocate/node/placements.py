@@ -42,6 +42,7 @@ from colocate.node.table import LocalPlacement, PlacementTable, scoped
 STOPPED_BEFORE_START = "the placement was stopped before it started"
 OTHER_CLUSTER = "a placement of another cluster (the scheduler's state file changed)"
 KEEP_ENDED_S = 300.0  # ended placements stay in status() this long, then only their id is remembered
+MAX_OOM_NOTES = 1024  # workers that said they ran out of memory, awaiting their exit
 
 
 class PlacementRules:
@@ -60,6 +61,7 @@ class PlacementRules:
         # a node without a scheduler link until the edge calls ``take_placements``
         self.node_id, self.table, self.keep_ended_s, self.cluster = "local", PlacementTable(), KEEP_ENDED_S, ""
         self.fenced = False
+        self._oom: dict[tuple[str, int], bool] = {}  # (job, rank) -> said it is ending out of memory, until its exit
         self._held = []  # (cluster, message) produced before the first welcome
 
     def take_placements(self, node_id: str, table: PlacementTable, keep_ended_s: float = KEEP_ENDED_S,
@@ -81,11 +83,24 @@ class PlacementRules:
     def _guarantee(self, job: str, on: bool, now: float) -> list[Command]:
         raise NotImplementedError
 
+    def start_point(self, job: str) -> tuple[int, float]:
+        """(memory, share) the scheduler recommended as job ``job``'s starting point ((0, 0.0): none)."""
+        for p in self.table.placements.values():
+            if p.job_id == job and p.running:
+                return p.start_mem, p.start_share
+        return 0, 0.0
+
+    def note_oom(self, job: str, rank: int) -> None:
+        """Worker ``rank`` of ``job`` said it is ending for want of GPU memory: its exit is reported so."""
+        self._oom[(job, rank)] = True
+        while len(self._oom) > MAX_OOM_NOTES:  # a worker that said so and never exited here
+            del self._oom[next(iter(self._oom))]
+
     # ------------------------------------------------------------------ views
     def status(self) -> list[P.WorkerStatus]:
         """``WorkerStatus`` of every worker of this cluster's running and recently ended placements."""
         return [P.WorkerStatus(job_id=p.job_id, placement_id=p.placement_id, rank=w.rank, pid=w.pid,
-                               running=w.running, exit_code=w.exit_code, fenced=w.fenced)
+                               running=w.running, exit_code=w.exit_code, fenced=w.fenced, oom=w.oom)
                 for p in self.table.placements.values() if self._ours(p) for w in p.workers]
 
     def placement_claims(self, except_job: str | None = None) -> Iterator[Claim]:
@@ -175,7 +190,8 @@ class PlacementRules:
         msg = e.msg
         key = scoped(msg.cluster_id, msg.placement_id)
         p = LocalPlacement(placement_id=msg.placement_id, job_id=msg.job_id, klass=msg.priority,
-                      workers=list(e.workers), cluster=msg.cluster_id)
+                           workers=list(e.workers), cluster=msg.cluster_id, start_mem=msg.start_mem,
+                           start_share=msg.start_share)
         self.table.placements[key] = p
         started = ", ".join(f"rank {w.rank} pid {w.pid} GPU {','.join(map(str, w.gpus))}" for w in p.workers)
         out: list[Command] = [Save(), Note("info", f"started placement {p.placement_id} of job {p.job_id}: {started}")]
@@ -252,15 +268,17 @@ class PlacementRules:
             return []
         w.exit_code, w.kill_at = e.code, None
         w.fenced = self.fenced and e.code != 0
+        w.oom = self._oom.pop((p.job_id, w.rank), False) and e.code != 0
         out: list[Command] = [Save(), Note("info", f"{p.job_id} rank {w.rank} (pid {w.pid}) of placement "
                                                    f"{p.placement_id} exited with {e.code}"
-                                                   f"{' (fenced: the lease lapsed)' if w.fenced else ''}")]
+                                                   f"{' (fenced: the lease lapsed)' if w.fenced else ''}"
+                                                   f"{' (out of GPU memory)' if w.oom else ''}")]
         if not p.running:
             p.ended_at = e.wall
             out += self._guarantee(p.job_id, False, now)
         return out + self._report(p.cluster, P.WorkerExited(
             node_id=self.node_id, epoch=self.node_epoch, job_id=p.job_id, placement_id=p.placement_id, rank=w.rank,
-            exit_code=e.code, fenced=w.fenced))
+            exit_code=e.code, fenced=w.fenced, oom=w.oom))
 
     def _wall_tick(self, e: E.WallTick, now: float) -> list[Command]:
         out: list[Command] = []

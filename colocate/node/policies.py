@@ -131,6 +131,7 @@ class AdaptiveState:
     broken: float = 0.0  # the median of the window that broke the SLO (pause-or-full)
     after_break: int | None = None  # the resume that ended the last break's pause (None: no break yet)
     over: int = 0  # AIMD windows over the SLO in a row
+    seeded: bool = False  # the budget was set from the opportunistic jobs' recommended shares (at the first baseline)
 
 
 class Adaptive:
@@ -152,7 +153,8 @@ class Adaptive:
       margin becomes the baseline (the job's own work shrank; alone it is at least that fast, so no
       pause is needed to learn it).
     * **AIMD**, for the others (yielding without priority, or served from host memory over their
-      cap, whose bus traffic no priority orders): the budget starts at ``opp_start_share``; every
+      cap, whose bus traffic no priority orders): the budget starts, once the first baseline is measured, at the
+      jobs' recommended shares (the scheduler's ``StartPlacement.start_share``), else at ``opp_start_share``; every
       ``window_batches`` guaranteed batches, while the median stays within ``slo_grow_fraction`` of
       the margin it grows by ``opp_share_step``; in the rest it holds; beyond it for
       ``slo_patience_windows`` windows in a row, or beyond twice the margin at once, it is
@@ -164,7 +166,8 @@ class Adaptive:
     work confirms at once: it waits before its first device work); again every ``rebaseline_s``.
     Opportunistic jobs are told to yield (limits ``gate``; how: ``COLOCATE_YIELD_VIA``). Memory: the
     guaranteed job keeps its request; opportunistic caps share what it does not use (its recent
-    reserved peak plus a headroom), start small, double while they fill their cap, and shrink at once
+    reserved peak plus a headroom), start at their recommended memory (``StartPlacement.start_mem``) or small
+    (``opp_start_mem_fraction`` of what is free), double while they fill their cap, and shrink at once
     when it grows; a job whose live set exceeds its new cap is paused. Without a guaranteed job (or
     while it idles) opportunistic jobs get the whole GPU. Labels (``Want.slo_state``): the guaranteed
     job's ``baseline``/``ok``/``violated``/``idle``; an opportunistic job's ``Phase`` while held
@@ -238,6 +241,8 @@ class Adaptive:
                 return SloState.BASELINE, 0.0, st.why
             reps = list(g.recent)[-st.need:]
             st.profiling, st.baseline, st.baseline_at = False, statistics.median(r.duration_s for r in reps), now
+            if not st.seeded:  # the first budget, when the opportunistic jobs first run beside this guaranteed one
+                st.budget, st.seeded = _start_budget(opps, cfg), True
             st.next_iter, st.resumed, st.seen, st.ok = g.iterations + cfg.window_batches, g.iterations, g.iterations, True
             if st.why == Phase.PAUSED and st.baseline * (1.0 + cfg.slo_slowdown) < st.broken:
                 st.after_break = g.iterations  # alone it met the SLO: the opportunistic work broke it
@@ -305,18 +310,27 @@ class Adaptive:
         """Share the job would use: its busy fraction, or all it can get when it
         uses (nearly) all it is given."""
         if not j.recent:
-            return 1.0
+            return getattr(j, "start_share", 0.0) or 1.0  # its recommended share, until it reports
         busy = j.busy_fraction(8)
         return 1.0 if busy >= 0.8 * j.limits.sm_share else busy
 
     # -- memory --------------------------------------------------------------------
     @staticmethod
     def _opp_cap(j, fair: int, avail: int, cfg) -> int:
-        cap = j.limits.mem_cap if j.limits.seq > 0 else int(avail * cfg.opp_start_mem_fraction)
+        first = getattr(j, "start_mem", 0) or int(avail * cfg.opp_start_mem_fraction)  # its recommendation, if any
+        cap = j.limits.mem_cap if j.limits.seq > 0 else first
         last = j.last
         if last is not None and (last.mem_reserved >= 0.9 * cap or last.host_bytes > 0 or last.mem_floor > 0):
             cap = max(cap * 2, last.mem_reserved * 2, last.mem_floor + last.host_bytes)
         return max(0, min(cap, fair))
+
+
+def _start_budget(opps: Sequence[PlanJob], cfg: NodeConfig) -> float:
+    """AIMD's first budget: the opportunistic jobs' recommended shares where the scheduler gave them (each
+    ``RegisteredWorker.start_share``), else ``opp_start_share``; within [opp_min_share, 1]."""
+    given = [s for s in (getattr(j, "start_share", 0.0) for j in opps) if s > 0]
+    start = sum(given) if given else cfg.opp_start_share
+    return min(1.0, max(cfg.opp_min_share, start))
 
 
 def _pause_or_full(j) -> bool:

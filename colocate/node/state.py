@@ -52,6 +52,8 @@ class RegisteredWorker:
     mem_allocated_peak: int = 0
     features: P.Features | None = None  # from its FeaturesReport
     features_seq: int = 0  # bumps with every FeaturesReport (the scheduler agent resends what it has not sent)
+    start_mem: int = 0  # the scheduler's recommendation for an opportunistic worker: the policy starts it here
+    start_share: float = 0.0  # (0: the policy's own starting point)
 
     def __post_init__(self) -> None:
         self.job = self.job or self.job_id

@@ -32,6 +32,7 @@ class Worker:
     kill_at: float | None = None  # wall clock: SIGKILL the group then (a stop's grace period)
     killed: bool = False  # SIGKILL sent
     fenced: bool = False  # it ended (non-zero) while the node's lease had lapsed
+    oom: bool = False  # it ended (non-zero) after saying it ran out of GPU memory
     epoch: int = 0  # the node incarnation that started it (0: unknown, a table of an older node)
 
     @property
@@ -50,6 +51,8 @@ class LocalPlacement:
     stop_reason: str = ""
     ended_at: float | None = None  # wall clock when its last worker exited
     cluster: str = ""  # the cluster id of the scheduler that placed it ("" if it named none)
+    start_mem: int = 0  # an opportunistic job's recommended memory and share: its policy's starting point (0: none)
+    start_share: float = 0.0
 
     @property
     def running(self) -> bool:

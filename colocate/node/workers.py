@@ -309,6 +309,10 @@ class WorkerManager:
                     argv += ["--lease-file", self.cfg.lease_file]
                 if req.gpu_mem:
                     argv += ["--gpu-mem", str(req.gpu_mem)]
+                if req.sm_share is not None:
+                    argv += ["--sm-share", repr(req.sm_share)]
+                if msg.cap_recommended and req.gpu_mem:  # over a recommended cap: stop, to be restarted larger
+                    argv += ["--on-cap", "error"]
                 if self.cfg.device == DeviceKind.SIM:
                     argv += ["--sim-gpu-mem", str(self.cfg.gpus[w.gpus[0]])]
                 for opt, value in (("--iterations", req.iterations), ("--epochs", req.epochs)):

@@ -5,7 +5,8 @@
 
 * ``codec``: field rules, the ``Message`` base, version, ``ProtocolError``, ``Error`` and the codec;
 * ``job``: the job <-> node link and the node's operator endpoint (``colocate ctl``/``top``);
-* ``cluster``: the node <-> scheduler link and the client <-> scheduler requests.
+* ``cluster``: the node <-> scheduler link (and the rules of the client <-> scheduler requests);
+* ``client``: the client <-> scheduler requests and the views they carry.
 
 Error codes (``Error.code``, the one list: ``ERROR_CODES``):
   ``malformed``     not a msgpack/JSON map, too big, no type
@@ -27,6 +28,7 @@ Error codes (``Error.code``, the one list: ``ERROR_CODES``):
                     or its policy failed on the request and was rebuilt from the journal): try again later
 """
 
+from colocate.protocol.client import *  # noqa: F403
 from colocate.protocol.cluster import *  # noqa: F403
 from colocate.protocol.codec import *  # noqa: F403
 from colocate.protocol.codec import _SPECS  # noqa: F401  (tests walk every message's field rules)

@@ -8,8 +8,8 @@ Who sends what:
                       WorkerStarted, WorkerExited, StartRefused, LogTail
   scheduler -> node   NodeWelcome, NodeHeartbeat (the echo), StartPlacement, StopPlacement,
                       PromotePlacement, LogTailRequest, PlacementsSettled, Error
-  client -> scheduler Submit, JobsRequest, NodesRequest, Cancel, LogsRequest
-  scheduler -> client Submitted, JobsReply, NodesReply, Ok, LogsReply, Error
+  client -> scheduler Submit, JobsRequest, NodesRequest, Cancel, LogsRequest, RecommendRequest
+  scheduler -> client Submitted, JobsReply, NodesReply, Ok, LogsReply, RecommendReply, Error
 
 Rules:
   * ``NodeHello.epoch`` counts node incarnations (a restarted node has a new one); every later node
@@ -25,6 +25,9 @@ Rules:
   * Fencing: ``NodeWelcome.lease_s`` > 0 gives the node a lease, renewed by each echoed heartbeat from the
     time the node sent it; the launchers of placed workers stop them when it lapses. ``WorkerExited.fenced``
     and ``WorkerStatus.fenced`` mark a worker that ended that way (not the job's failure).
+  * ``WorkerExited.oom`` and ``WorkerStatus.oom`` (optional: an older peer leaves them off): the worker said, in
+    its last words to its node (``Goodbye.reason`` ``oom``), that it is ending for want of GPU memory (over its
+    cap with ``--on-cap error``, or CUDA's out-of-memory error); the scheduler learns the run's exit state from it.
   * ``StartPlacement`` is idempotent per ``(cluster_id, placement_id)``: a node that has seen the id starts nothing
     twice. ``StopPlacement`` and ``PromotePlacement`` are idempotent too.
   * ``PlacementsSettled`` follows the commit of a batch that ended placements of the node (or of a report
@@ -42,12 +45,14 @@ Rules:
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 from colocate.base.vocab import JobClass, JobState
 from colocate.protocol.codec import (
     COUNT,
     EXIT_CODE,
+    INVALID,
     JOB_CLASS,
     JOB_ID,
     NAME,
@@ -65,6 +70,7 @@ from colocate.protocol.codec import (
     Nested,
     Num,
     Opt,
+    ProtocolError,
     Str,
     _f,
     _Record,
@@ -78,6 +84,14 @@ MAX_NODE_GPUS = 64  # GPUs of one node
 MAX_WORKERS = 4096  # workers (ranks) of one job
 MAX_ENV_VALUE_CHARS = 65536  # one variable of a job's environment
 GPU_INDICES = ListOf(COUNT, MAX_NODE_GPUS)
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+AUTO = ("gpu_mem", "sm_share")  # what a job may leave to its recommendation (``JobRequest.auto``)
+FIGURES = ("gpu_mem", "sm_share", "gpus", "gpu_type", "run_time")  # what a recommendation gives
+
+
+def _check_hash(where: str, digest: str) -> None:
+    if digest and not _HEX64.fullmatch(digest):
+        raise ProtocolError(INVALID, f"{where}.script_hash: expected 64 lowercase hex digits, got {digest[:70]!r}")
 
 
 class Refusal(StrEnum):
@@ -126,6 +140,8 @@ class NodeGpu(_Record):
     index: int = _f(COUNT)
     model: str = _f(NAME)
     mem_total: int = _f(SIZE)
+    # the model's speed relative to the fastest type, where the node declares it (typed simulated GPUs); 0: not known
+    speed: float = _f(SHARE, default=0.0, optional=True)
 
 
 @_record()
@@ -144,6 +160,7 @@ class WorkerStatus(_Record):
     running: bool = _f(Bool())
     exit_code: int | None = _f(Opt(EXIT_CODE), default=None)
     fenced: bool = _f(Bool(), default=False)  # it ended while the node's lease had lapsed: not the job's failure
+    oom: bool = _f(Bool(), default=False, optional=True)  # it ended because it ran out of GPU memory (its cap)
 
 
 @_record()
@@ -171,6 +188,21 @@ class JobRequest(_Record):
     estimate_s: float | None = _f(Opt(SECONDS), default=None)
     iterations: int | None = _f(Opt(Num(int, 1, 1 << 40)), default=None)  # --iterations: the total, as the user said
     epochs: int | None = _f(Opt(Num(int, 1, 1 << 20)), default=None)  # --epochs: x len(DataLoader) is the total
+    # the entry script's content hash (SHA-256, 64 lowercase hex digits) as the submitting client read it; "" when
+    # it could not (``cluster.predict.fingerprint``: the scheduler makes the job's fingerprints from it, the command
+    # and the user of the submitter's key). Only a key for the job's history: nothing trusts it
+    script_hash: str = _f(Str(64), default="", optional=True)
+    # the compute share each worker may use (``colocate submit --sm-share``; None: the whole GPU), and the resources
+    # it leaves to its recommendation (``--gpu-mem auto``, ``--sm-share auto``: the scheduler's history decides)
+    sm_share: float | None = _f(Opt(Num(float, 0.01, 1.0)), default=None, optional=True)
+    auto: tuple = _f(ListOf(Str(choices=AUTO), len(AUTO)), default=(), optional=True)
+
+    def _check(self) -> None:
+        _check_hash("JobRequest", self.script_hash)
+        if len(set(self.auto)) != len(self.auto):
+            raise ProtocolError(INVALID, f"JobRequest.auto: a resource named twice in {list(self.auto)}")
+        if "gpu_mem" in self.auto and self.gpu_mem or "sm_share" in self.auto and self.sm_share is not None:
+            raise ProtocolError(INVALID, "JobRequest: a resource is either stated or auto, not both")
 
 
 @_record()
@@ -199,65 +231,6 @@ class JobProgress(_Record):
     total_iterations: int | None = _f(Opt(COUNT), default=None)
     since_report_s: float = _f(SECONDS, default=0.0)
     features: Features | None = _f(Opt(Nested(Features)), default=None)
-
-
-@_record()
-class JobView(_Record):
-    job_id: str = _f(JOB_ID)
-    name: str = _f(NAME)
-    user: str = _f(NAME)
-    queue: str = _f(NAME)
-    priority: JobClass = _f(JOB_CLASS)
-    state: JobState = _f(STATE)
-    workers: int = _f(COUNT)
-    gpus: int = _f(COUNT)
-    submitted_at: float = _f(SECONDS)
-    started_at: float | None = _f(Opt(SECONDS))
-    ended_at: float | None = _f(Opt(SECONDS))
-    reason: str = _f(TEXT)
-    placement_id: str = _f(NAME)  # "" when none
-    nodes: tuple = _f(ListOf(NAME))
-    attempts: int = _f(COUNT)
-    exit_code: int | None = _f(Opt(EXIT_CODE))
-    # the latest progress a node reported for the job's lowest rank; its features only when one job was asked for
-    progress: JobProgress | None = _f(Opt(Nested(JobProgress)), default=None)
-
-
-@_record()
-class GpuView(_Record):
-    index: int = _f(COUNT)
-    utilization: float = _f(SHARE)  # last 10 s, as the node reported it
-    guaranteed: tuple = _f(ListOf(JOB_ID, 64))  # job ids holding a guaranteed share of this GPU
-    opportunistic: tuple = _f(ListOf(JOB_ID, 64))  # job ids running opportunistically on it
-
-
-@_record()
-class NodeView(_Record):
-    node_id: str = _f(NAME)
-    host: str = _f(NAME)
-    up: bool = _f(Bool())
-    gpu_model: str = _f(NAME)
-    gpus: int = _f(COUNT)
-    gpus_allocated: int = _f(COUNT)  # GPUs holding a guaranteed worker
-    gpus_shared: int = _f(COUNT)  # GPUs holding an opportunistic worker
-    utilization: float = _f(SHARE)  # mean over the node's GPUs, last 10 s
-    workers: int = _f(COUNT)
-    gpu_views: tuple = _f(ListOf(Nested(GpuView), 64), default=())
-    switch: str = _f(NAME, default="", optional=True)  # network labels the scheduler places by ("": none)
-    rack: str = _f(NAME, default="", optional=True)
-
-
-@_record()
-class LogRef(_Record):
-    """One worker's log, as its node read it: the end of the file (``truncated`` when earlier output
-    was left out), or ``error`` (the node is down, did not answer, or has no such log)."""
-
-    rank: int = _f(COUNT)
-    node_id: str = _f(NAME)
-    path: str = _f(TEXT, default="")  # unused: the scheduler sends no paths (kept for the wire)
-    text: str = _f(LOG_TEXT, default="")
-    truncated: bool = _f(Bool(), default=False)
-    error: str = _f(TEXT, default="")
 
 
 # ---------------------------------------------------------------- node -> scheduler
@@ -310,6 +283,8 @@ class WorkerExited(Message):
     rank: int = _f(COUNT)
     exit_code: int = _f(EXIT_CODE)  # 128+N when killed by signal N
     fenced: bool = _f(Bool(), default=False)  # it ended while the node's lease had lapsed: not the job's failure
+    # it ended because it ran out of GPU memory: its runtime said so in its Goodbye (``GOODBYE_OOM``) before it exited
+    oom: bool = _f(Bool(), default=False, optional=True)
 
 
 @_record("start_refused")
@@ -360,6 +335,12 @@ class StartPlacement(Message):
     master_addr: str = _f(NAME)
     master_port: int = _f(PORT)
     cluster_id: str = _f(NAME, default="")  # the placement's identity on the node is (cluster_id, placement_id)
+    # an opportunistic job's recommended memory and share: the node's policy starts it there (0: its own defaults)
+    start_mem: int = _f(SIZE, default=0, optional=True)
+    start_share: float = _f(SHARE, default=0.0, optional=True)
+    # the request's gpu_mem is its recommendation: over it the job stops (``--on-cap error``) and the scheduler
+    # restarts it at the whole GPU, rather than letting it run on slowed by host memory
+    cap_recommended: bool = _f(Bool(), default=False, optional=True)
 
 
 @_record("stop_placement")
@@ -396,74 +377,7 @@ class PlacementsSettled(Message):
     placement_ids: tuple = _f(ListOf(NAME))
 
 
-# ---------------------------------------------------------------- client <-> scheduler
-
-
-@_record("submit")
-class Submit(Message):
-    """``request_id``: minted by the client once per submission and repeated by its retries; the
-    scheduler creates one job per (user, request id) and answers a repeat with that job's id. ""
-    (none): every Submit is a new job."""
-
-    request: JobRequest = _f(Nested(JobRequest))
-    request_id: str = _f(NAME, default="")
-
-
-@_record("submitted")
-class Submitted(Message):
-    job_id: str = _f(JOB_ID)
-
-
-@_record("jobs_request")
-class JobsRequest(Message):
-    job_id: str | None = _f(Opt(JOB_ID), default=None)  # one job, or all
-    active_only: bool = _f(Bool(), default=False)  # pending, placing and running only
-    offset: int = _f(COUNT, default=0)
-    limit: int = _f(Num(int, 1, MAX_PAGE), default=MAX_PAGE)
-
-
-@_record("jobs_reply")
-class JobsReply(Message):
-    jobs: tuple = _f(ListOf(Nested(JobView), MAX_PAGE))
-    total: int = _f(COUNT)  # jobs matching the request (all pages)
-    queued: tuple = _f(MapOf(NAME, COUNT), default=())  # queue -> pending jobs
-
-
-@_record("nodes_request")
-class NodesRequest(Message):
-    pass
-
-
-@_record("nodes_reply")
-class NodesReply(Message):
-    nodes: tuple = _f(ListOf(Nested(NodeView)))
-    scheduler_epoch: int = _f(COUNT)
-
-
-@_record("cancel")
-class Cancel(Message):
-    job_id: str = _f(JOB_ID)
-
-
-@_record("ok")
-class Ok(Message):
-    message: str = _f(TEXT)
-
-
-@_record("logs_request")
-class LogsRequest(Message):
-    job_id: str = _f(JOB_ID)
-    rank: int | None = _f(Opt(COUNT), default=None)
-
-
-@_record("logs_reply")
-class LogsReply(Message):
-    job_id: str = _f(JOB_ID)
-    logs: tuple = _f(ListOf(Nested(LogRef)))
-
 
 NODE_TO_SCHEDULER = (NodeHello, NodeHeartbeat, NodeStatus, WorkerStarted, WorkerExited, StartRefused, LogTail)
 SCHEDULER_TO_NODE = (NodeWelcome, NodeHeartbeat, StartPlacement, StopPlacement, PromotePlacement, LogTailRequest,
                      PlacementsSettled)
-CLIENT_TO_SCHEDULER = (Submit, JobsRequest, NodesRequest, Cancel, LogsRequest)
-SCHEDULER_TO_CLIENT = (Submitted, JobsReply, NodesReply, Ok, LogsReply)

@@ -260,6 +260,9 @@ class LimitsApplied(Message):
     applied_at: float = _f(SECONDS)
 
 
+GOODBYE_OOM = "oom"  # ``Goodbye.reason`` of a job ending for want of GPU memory (its node tells the scheduler)
+
+
 @_record("goodbye")
 class Goodbye(Message):
     job_id: str = _f(JOB_ID)

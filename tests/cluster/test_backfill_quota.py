@@ -210,3 +210,20 @@ def test_a_users_quota_failure_does_not_hold_back_another_users_job_of_the_same_
                  job("j2", gpus=1, user="u2", t=3, estimate_s=1.0), now=5.0)  # same shape, within u2's
     assert "j1" not in starts(out)
     assert "j2" in starts(out)
+
+
+def test_a_progress_event_moves_the_reservation_and_costs_a_cycle_only_when_a_job_waits():
+    """The same as above through the core's event (what the live scheduler sends from a node's status)."""
+    from cluster import events as ev
+
+    core = make_core(config(["fifo", "gang", "binpack", "backfill", "predictor"]), [("n0", 8)])
+    run(core, job("r", gpus=6))
+    cycles = core.stats["cycles"]
+    core.handle(ev.JobProgressed("r", 5, 100, 1.0, 1.0), 3.0)  # nothing waits: no cycle
+    assert core.stats["cycles"] == cycles
+    out = submit(core, job("head", gpus=8, t=1), job("later", t=2, estimate_s=150.0), now=5.0)
+    assert starts(out) == {} and core.fw.plugin("backfill").reservation("default")[:2] == ("head", 3.0 + 95 * 1.0)
+    out = core.handle(ev.JobProgressed("r", 10, 100, 2.0, 2.0, age_s=2.0), 12.0)  # reported at 10: 90 x 2 s left
+    assert core.fw.plugin("backfill").reservation("default")[:2] == ("head", 190.0)
+    assert "later" in starts(out)  # 12 + 150 <= 190: the cycle the progress caused backfilled it
+    core.handle(ev.JobProgressed("nobody", 1, 2, 1.0, 1.0), 13.0)  # unknown or not running: ignored

@@ -397,3 +397,35 @@ def test_a_preempted_job_restarts_only_once_its_old_worker_is_gone():
     out = confirm_stops(core, out, 2.0)
     assert sorted(starts(out)) == ["g", "o"] and starts(out)["o"].slots[0].node_id == "n0"
     core.state.check_invariants()
+
+
+def oom(core, job_id, now, rank=0):
+    p = core.job(job_id).placement
+    return core.handle(ev.RankExited(job_id, p.placement_id, rank, 1, oom=True), now)
+
+
+def test_out_of_memory_under_a_recommended_cap_restarts_at_the_fallback_uncounted():
+    core = make_core("gang-binpack", [("n0", 2, 16 << 30)])
+    run(core, job("r", gpu_mem=1 << 30, mem_fallback=0))
+    out = oom(core, "r", 5.0)
+    (changed,) = [d for d in out if isinstance(d, ev.JobChanged) and d.state == PENDING]
+    assert changed.oom and changed.spec.gpu_mem == 0 and changed.spec.mem_fallback is None
+    assert "recommended cap" in changed.reason and "not the job's failure" in changed.reason
+    j = core.job("r")
+    assert j.failed_starts == 0 and core.stats["oom_restarts"] == 1 and j.spec.gpu_mem == 0
+    again = starts(out)  # the same cycle placed it again (its GPU was released with the exit)
+    assert "r" in again and core.job("r").attempt == 2
+    start_all(core, out, 6.0)
+    out = oom(core, "r", 7.0)  # out of memory at the whole GPU: its own failure now
+    assert changes(out, "r") == [FAILED] and [d.oom for d in out if isinstance(d, ev.JobChanged)] == [True]
+
+
+@pytest.mark.parametrize("during", ["placing", "running"])
+def test_out_of_memory_under_its_own_cap_is_a_failure(during):
+    core = make_core("gang-binpack", [("n0", 2, 16 << 30)])
+    placed = submit(core, job("o", gpu_mem=1 << 30))
+    if during == "running":
+        start_all(core, placed, 1.0)
+    out = oom(core, "o", 2.0)
+    want = [FAILED] if during == "running" else [PENDING, PLACING]  # a start failure, requeued and placed again
+    assert changes(out, "o") == want and core.stats["oom_restarts"] == 0

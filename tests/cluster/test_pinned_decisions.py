@@ -38,13 +38,13 @@ SHAPES = [(1, 1, 40), (1, 2, 12), (2, 1, 6), (1, 4, 8), (2, 2, 4), (1, 8, 8), (2
 
 _ENUM = re.compile(r"<\w+\.\w+: ('[^']*')>")
 _CLASS = re.compile(r"\b(?:klass|priority)=")
-_ADDED = re.compile(r", (?:fingerprint|family)=''")
+_ADDED = re.compile(r", (?:fingerprint|family)=''|, oom=False|, mem_fallback=None|, spec=None")
 
 
 def canonical(decision) -> str:
     """A decision's repr with what a rename changes spelled one way: an enum member as its value, the job
-    class field as ``class=``, and the spec fields added since the digests were first pinned (``fingerprint``,
-    ``family``) left out at their defaults. What a policy decides is all that is left to differ."""
+    class field as ``class=``, and the fields added since the digests were first pinned (the spec's ``fingerprint``,
+    ``family``, ``mem_fallback``; ``JobChanged.oom``, ``spec``) left out at their defaults. What a policy decides is all that is left to differ."""
     return _ADDED.sub("", _CLASS.sub("class=", _ENUM.sub(r"\1", repr(decision))))
 
 

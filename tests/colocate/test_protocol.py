@@ -117,6 +117,22 @@ LEARNED = [
                                 "p-1", ("n1",), 1, None, progress=PROGRESS),), total=1),
 ]  # fmt: skip
 CLUSTER += LEARNED
+# what the cluster recommends (colocate recommend; submit --gpu-mem auto --sm-share auto)
+RECOMMENDED = [
+    P.RecommendRequest(command=("python", "train.py", "--bs", "64"), script_hash="ab" * 32, gpus=2),
+    P.RecommendRequest(job_id="ddp-1"),
+    P.RecommendReply(P.RecommendationView(
+        exact="0123456789abcdef", family="fedcba9876543210", identity="content",
+        gpu_mem=P.FigureView(600 << 20, "family", 4), sm_share=P.FigureView(0.4, "exact", 2),
+        gpu_type=P.FigureView(0.12, "family", 4, label="V100"),
+        run_time=P.PredictionView(p50_s=300.0, p90_s=420.0, level="exact+gpus", history=3),
+        why_not={"gpus": "no: runs at one GPU count only (1), a scaling fit needs two or more"})),
+    P.Submit(dataclasses.replace(REQUEST, gpu_mem=0, auto=("gpu_mem", "sm_share"))),
+    P.StartPlacement(placement_id="p-1", job_id="ddp-1", priority="opportunistic", request=REQUEST,
+                     workers=(P.WorkerLaunch(0, 0, (1,)),), world_size=1, group_rank=0, master_addr="10.0.0.5",
+                     master_port=29500, start_mem=600 << 20, start_share=0.4),
+]  # fmt: skip
+CLUSTER += RECOMMENDED
 
 
 @pytest.mark.parametrize("msg", CLUSTER, ids=lambda m: m.TYPE)

@@ -64,7 +64,12 @@ requests = st.builds(
     env=st.dictionaries(st.text(min_size=1, max_size=20), st.text(max_size=60), max_size=6),
     workers=st.integers(1, 4096), gpus=st.integers(0, 64), gpu_mem=sizes, priority=priorities, queue=names,
     name=names, user=names, estimate_s=st.none() | seconds, iterations=st.none() | st.integers(1, 1 << 40),
-    epochs=st.none() | st.integers(1, 1 << 20))
+    epochs=st.none() | st.integers(1, 1 << 20), script_hash=st.just("") | st.text("0123456789abcdef", min_size=64,
+                                                                                   max_size=64),
+    sm_share=st.none() | st.floats(0.01, 1.0))
+auto_requests = st.builds(  # what a submit leaves to its recommendation is not stated too
+    P.JobRequest, command=st.lists(st.text(max_size=40), min_size=1, max_size=6), cwd=texts, env=st.just({}),
+    auto=st.lists(st.sampled_from(P.AUTO), unique=True, max_size=2).map(tuple))
 # what a job teaches the cluster (torch_hooks.features, colocate.node.progress)
 kinds = st.text(printable, min_size=1, max_size=64)
 flops = st.floats(0.0, 1e30) | st.integers(0, 10**12)
@@ -86,19 +91,30 @@ progresses = st.builds(
     mem_reserved_peak=sizes, mem_allocated_peak=sizes, busy_fraction=shares, total_iterations=st.none() | counts,
     since_report_s=seconds, features=st.none() | features)
 worker_statuses = st.builds(P.WorkerStatus, job_id=ids, placement_id=names, rank=counts, pid=pids,
-                            running=st.booleans(), exit_code=st.none() | exit_codes)
+                            running=st.booleans(), exit_code=st.none() | exit_codes, oom=st.booleans())
 job_views = st.builds(
     P.JobView, job_id=ids, name=names, user=names, queue=names, priority=priorities,
     state=st.sampled_from(["pending", "placing", "running", "succeeded", "failed", "cancelled"]), workers=counts,
     gpus=counts, submitted_at=seconds, started_at=st.none() | seconds, ended_at=st.none() | seconds, reason=texts,
     placement_id=names, nodes=st.lists(names, max_size=4), attempts=counts, exit_code=st.none() | exit_codes,
-    progress=st.none() | progresses)
+    progress=st.none() | progresses,
+    prediction=st.none() | st.builds(P.PredictionView, p50_s=seconds, p90_s=seconds, level=names, history=counts,
+                                     remaining=st.booleans()), advice=texts, learning=st.booleans())
+hashes = st.just("") | st.text("0123456789abcdef", min_size=64, max_size=64)
+predictions = st.builds(P.PredictionView, p50_s=seconds, p90_s=seconds, level=names, history=counts,
+                        remaining=st.booleans())
+figures = st.none() | st.builds(P.FigureView, value=seconds, level=names, history=counts, label=names)
+recommendations = st.builds(
+    P.RecommendationView, exact=names, family=names, identity=names, gpu_mem=figures, sm_share=figures, gpus=figures,
+    gpu_type=figures, run_time=st.none() | predictions,
+    why_not=st.dictionaries(st.sampled_from(P.FIGURES), texts, max_size=5))
 node_views = st.builds(P.NodeView, node_id=names, host=names, up=st.booleans(), gpu_model=names, gpus=counts,
                        gpus_allocated=counts, gpus_shared=counts, utilization=shares, workers=counts)
 
 CLUSTER_MESSAGES = {
     P.NodeHello: st.builds(P.NodeHello, node_id=node_ids, epoch=counts, host=names,
-                           gpus=st.lists(st.builds(P.NodeGpu, index=counts, model=names, mem_total=sizes), max_size=8),
+                           gpus=st.lists(st.builds(P.NodeGpu, index=counts, model=names, mem_total=sizes,
+                                                   speed=shares), max_size=8),
                            cpu_milli=counts, mem_mib=counts),
     P.NodeHeartbeat: st.builds(P.NodeHeartbeat, node_id=node_ids, epoch=counts),
     P.NodeStatus: st.builds(P.NodeStatus, node_id=node_ids, epoch=counts,
@@ -108,7 +124,7 @@ CLUSTER_MESSAGES = {
     P.WorkerStarted: st.builds(P.WorkerStarted, node_id=node_ids, epoch=counts, job_id=ids, placement_id=names,
                                rank=counts, pid=pids, log_path=texts),
     P.WorkerExited: st.builds(P.WorkerExited, node_id=node_ids, epoch=counts, job_id=ids, placement_id=names,
-                              rank=counts, exit_code=exit_codes),
+                              rank=counts, exit_code=exit_codes, fenced=st.booleans(), oom=st.booleans()),
     P.StartRefused: st.builds(P.StartRefused, node_id=node_ids, epoch=counts, job_id=ids, placement_id=names,
                               reason=texts),
     P.NodeWelcome: st.builds(P.NodeWelcome, node_id=node_ids, scheduler_epoch=counts,
@@ -117,12 +133,13 @@ CLUSTER_MESSAGES = {
         P.StartPlacement, placement_id=names, job_id=ids, priority=priorities, request=requests,
         workers=st.lists(st.builds(P.WorkerLaunch, rank=counts, local_rank=counts,
                                    gpus=st.lists(counts, max_size=8)), max_size=8),
-        world_size=st.integers(1, 1 << 20), group_rank=counts, master_addr=names, master_port=st.integers(0, 65535)),
+        world_size=st.integers(1, 1 << 20), group_rank=counts, master_addr=names, master_port=st.integers(0, 65535),
+        start_mem=sizes, start_share=shares, cap_recommended=st.booleans()),
     P.StopPlacement: st.builds(P.StopPlacement, placement_id=names, job_id=ids, reason=texts,
                                grace_s=st.floats(0.0, 3600.0)),
     P.PromotePlacement: st.builds(P.PromotePlacement, placement_id=names, job_id=ids),
     P.PlacementsSettled: st.builds(P.PlacementsSettled, node_id=ids, placement_ids=st.lists(names, max_size=5).map(tuple)),
-    P.Submit: st.builds(P.Submit, request=requests),
+    P.Submit: st.builds(P.Submit, request=requests | auto_requests),
     P.Submitted: st.builds(P.Submitted, job_id=ids),
     P.JobsRequest: st.builds(P.JobsRequest, job_id=st.none() | ids, active_only=st.booleans(), offset=counts,
                              limit=st.integers(1, P.MAX_PAGE)),
@@ -136,6 +153,11 @@ CLUSTER_MESSAGES = {
     P.LogsReply: st.builds(P.LogsReply, job_id=ids,
                            logs=st.lists(st.builds(P.LogRef, rank=counts, node_id=names, path=texts,
                                                    text=texts, truncated=st.booleans(), error=texts), max_size=4)),
+    P.RecommendRequest: st.builds(P.RecommendRequest, job_id=ids, workers=st.integers(1, 4096),
+                                  gpus=st.integers(0, 64))
+    | st.builds(P.RecommendRequest, command=st.lists(st.text(max_size=40), min_size=1, max_size=6).map(tuple),
+                script_hash=hashes, workers=st.integers(1, 4096), gpus=st.integers(0, 64)),
+    P.RecommendReply: st.builds(P.RecommendReply, recommendation=recommendations),
     P.LogTailRequest: st.builds(P.LogTailRequest, request_id=names, job_id=ids, rank=counts,
                                 max_bytes=st.integers(1, P.LOG_TAIL_MAX_BYTES)),
     P.LogTail: st.builds(P.LogTail, node_id=node_ids, epoch=counts, request_id=names,

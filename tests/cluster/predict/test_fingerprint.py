@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.predict.fingerprint import fingerprints, normalise_args, script_hash
+from cluster.predict.fingerprint import command_fingerprints, fingerprints, normalise_args, script_hash
 
 H = script_hash(b"print('train')\n")
 
@@ -48,3 +48,39 @@ def test_fingerprints(a, b, same_exact, same_family):
     eb, fb = fingerprints(*b)
     assert (ea == eb, fa == fb) == (same_exact, same_family)
     assert len(ea) == 16 and all(c in "0123456789abcdef" for c in ea)
+
+
+@pytest.mark.parametrize("command, how", [
+    (["python", "train.py", "--lr", "0.1"], "content"),
+    (["python", "-m", "pkg.train", "--lr", "0.1"], "module"),
+    (["python", "-c", "print(1)"], "code"),
+    (["torchrun", "--nproc", "2", "train.py"], "program"),
+])
+def test_command_fingerprints_name_what_stands_for_the_script(command, how):
+    hashed = H if how == "content" else ""
+    exact, family, got = command_fingerprints("ann", command, hashed)
+    assert got == how and len(exact) == len(family) == 16
+    assert (exact, family) == command_fingerprints("ann", list(command), hashed)[:2]  # deterministic
+    assert command_fingerprints("bob", command, hashed)[0] != exact  # the user is part of it
+
+
+def test_command_fingerprints_of_a_sweep_share_the_family_not_the_exact():
+    a = command_fingerprints("ann", ["python", "train.py", "--bs", "32", "--seed", "1"], H)
+    b = command_fingerprints("ann", ["python", "train.py", "--seed", "2", "--bs", "64"], H)
+    c = command_fingerprints("ann", ["python", "train.py", "--bs", "32"], H)
+    assert a[1] == b[1] and a[0] != b[0] and a[0] == c[0]
+    other_script = command_fingerprints("ann", ["python", "train.py", "--bs", "32"], script_hash(b"other"))
+    assert other_script[0] != a[0] and other_script[1] != a[1]
+    unhashed = command_fingerprints("ann", ["python", "train.py", "--bs", "32"], "")
+    assert unhashed[2] == "path" and unhashed[0] != a[0]  # the path stands in for the content
+
+
+@pytest.mark.parametrize("command, want", [
+    (["python", "t.py", "--bs", "32", "--width=256", "--lr", "1e-3", "--seed", "3"], (32.0, 0.001, 256.0)),
+    (["python", "t.py", "--model", "resnet50", "--out", "/r/2026-11-25"], ()),  # names and dropped flags: none
+    (["python", "t.py", "cfg.yaml", "8"], (8.0,)),
+])
+def test_command_numbers_are_what_the_family_masks(command, want):
+    from cluster.predict.fingerprint import command_numbers
+
+    assert command_numbers(command) == want

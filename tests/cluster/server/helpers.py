@@ -104,10 +104,12 @@ class FakeNode:
                                                               placement_id=pid, rank=rank, exit_code=code))
         return out
 
-    def status(self) -> list:
+    def status(self, progress: tuple = ()) -> list:
+        """A full status; ``progress``: the ``JobProgress`` summaries it carries."""
         gpus = tuple(P.GpuStatus(index=i, utilization=0.0, mem_used=0) for i in range(self.ngpus))
         return self.h.send(self.ident, P.NodeStatus(node_id=self.node_id, epoch=self.epoch, gpus=gpus,
-                                                    workers=tuple(w for w in self.workers.values() if w.running)))
+                                                    workers=tuple(w for w in self.workers.values() if w.running),
+                                                    progress=progress))
 
     def heartbeat(self, dt: float = 0.0) -> list:
         return self.h.send(self.ident, P.NodeHeartbeat(node_id=self.node_id, epoch=self.epoch), dt)

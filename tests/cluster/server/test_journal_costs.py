@@ -1,5 +1,5 @@
-"""cluster/server/journal.py: per-request statements visit a bounded number of rows (SQLite's VM steps are
-counted over a small and a ten times bigger table), the files are private, environments are kept only while
+"""cluster/server/journal.py (and its history table): per-request statements visit a bounded number of rows
+(SQLite's VM steps are counted over a small and a ten times bigger table), the files are private, environments are kept only while
 a job needs them, and a corrupt file is refused in one line."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from cluster.predict.history import Exit, HistoryRecord
 from cluster.server.journal import Journal, JournalError
 from cluster.spec import JobSpec, Placement, WorkerSlot
 from tests.support import free_port
@@ -19,14 +20,22 @@ from tests.support import free_port
 REQUEST = json.dumps({"command": ["sleep", "1"], "cwd": "/tmp", "env": {"SECRET": "hunter2", "PATH": "/usr/bin"}})
 
 
+def record(job_id: str, i: int) -> HistoryRecord:
+    """A history record of job ``job_id``: ten fingerprints, families and users over the table."""
+    return HistoryRecord(job_id, exact=f"e{i % 10}", family=f"f{i % 10}", user=f"u{i % 10}", gpus=1, gpu_type="sim",
+                         wall_s=10.0, exit=Exit.SUCCEEDED, submit_s=1.0, end_s=2.0, peak_mem=1 << 20, busy=0.5)
+
+
 def fill(j: Journal, n: int, active_every: int = 100) -> None:
-    """``n`` jobs, all finished but one in ``active_every`` (pending), written in one transaction."""
+    """``n`` jobs, all finished (each with its history record) but one in ``active_every`` (pending), written in one
+    transaction."""
     with j.transaction():
         for i in range(n):
             job_id = j.new_job_id()
             j.insert_job(JobSpec(job_id, user="u"), REQUEST, 1.0, f"r{job_id}")
             if i % active_every:
                 j.set_state(job_id, "succeeded", "", 2.0)
+                j.add_history(record(job_id, i))
 
 
 def steps(j: Journal, fn) -> int:
@@ -76,6 +85,13 @@ def per_request(j: Journal) -> dict:
         "jobs, active": lambda: j.jobs(True, 0, 5),
         "stopping": write(lambda: (j.add_stopping("p9", mid, ("n0",), "x"), j.drop_stopping("p9"))),
         "stopping read": lambda: j.stopping(),
+        "add_history": write(lambda: j.add_history(record(mid, n), oom_restart=True)),
+        "history_of exact": lambda: j.history_of("exact", "e3", 50),
+        "history_of family": lambda: j.history_of("family", "f3", 50),
+        "history_of user": lambda: j.history_of("user", "u3", 50),
+        "history_of_job": lambda: j.history_of_job(mid),
+        "history_tail": lambda: j.history_tail(50),
+        "oom_restarts": lambda: j.oom_restarts(),
     }
 
 
@@ -234,4 +250,49 @@ def test_the_counter_in_a_batch_takes_back_a_rolled_back_savepoints_numbers_and_
     j.close()
     j = Journal(path)
     assert j.new_job_id() == "3"  # what the batch wrote to meta at its commit
+    j.close()
+
+
+def test_the_step_count_catches_an_unindexed_history_lookup(tmp_path):
+    j = Journal(str(tmp_path / "s.db"))
+    fill(j, 5_000)
+    scan = steps(j, lambda: j.db.execute("SELECT record FROM history WHERE gpu_type = 'x' LIMIT 50").fetchall())
+    lookup = steps(j, lambda: j.history_of("exact", "e3", 50))
+    assert scan > 10 * lookup  # an index on exact: the lookup visits its 50 rows only
+    j.close()
+
+
+def test_history_records_round_trip_newest_last_and_survive_a_reopen(tmp_path):
+    path = str(tmp_path / "s.db")
+    j = Journal(path)
+    fill(j, 30, active_every=1000)
+    got = j.history_of("family", "f3", 2)
+    assert [r.job_id for r in got] == ["14", "24"]  # the two most recent of f3 (jobs 4, 14, 24), oldest first
+    assert got[-1] == record("24", 23)
+    assert [r.job_id for r in j.history_tail(3)] == ["28", "29", "30"]
+    with j.transaction():
+        j.add_history(record("30", 99), oom_restart=True)
+    j.close()
+    j = Journal(path)
+    assert j.oom_restarts() == 1 and len(j.history_of_job("30")) == 2
+    with pytest.raises(ValueError, match="looked up by"):
+        j.history_of("gpu_type", "sim", 1)
+    j.close()
+
+
+def test_a_corrupt_history_record_is_refused_in_one_line(tmp_path):
+    import sqlite3
+
+    path = str(tmp_path / "s.db")
+    j = Journal(path)
+    fill(j, 5, active_every=1000)
+    j.close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE history SET record = '{\"job_id\": 7}' WHERE job_id = '3'")
+    db.commit()
+    db.close()
+    j = Journal(path)
+    with pytest.raises(JournalError, match="corrupt: the history record of job '3'") as e:
+        j.history_tail(10)
+    assert "\n" not in str(e.value)
     j.close()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from cluster.server.views import Progress
 from tests.colocate.test_protocol import FEATURES, PROGRESS
 
@@ -35,3 +37,23 @@ def test_unknown_jobs_are_dropped_and_the_oldest_forgotten():
     p.note([PROGRESS], known)
     p.note([dataclasses.replace(PROGRESS, job_id="other")], known)
     assert p.of("ddp-1", True) is None and p.of("other", True) is not None
+
+
+def test_a_status_that_moves_a_jobs_iterations_reaches_the_predictor_and_a_repeat_does_not(tmp_path):
+    from tests.cluster.server.helpers import FakeNode, Harness, one_running_job
+
+    h = Harness(tmp_path / "s.db", policy="backfill")
+    n = FakeNode(h, "n1")
+    ack, _ = one_running_job(h, n)
+    job = h.svc.core.job(ack.job_id)
+    pred = h.svc.core.fw.plugin("predictor")
+    assert pred.expected_end(job, "p90", h.now) is None  # no history, no progress: unknown
+    report = dataclasses.replace(PROGRESS, job_id=ack.job_id, iterations=100, total_iterations=1100, step_p50_s=0.5,
+                                 step_p90_s=1.0, since_report_s=0.0, features=None)
+    events = h.svc.core.stats["events"]
+    n.status(progress=(report,))
+    assert pred.expected_end(job, "p90", h.now) == pytest.approx(h.now + 1000 * 1.0)
+    assert pred.expected_end(job, "p50", h.now) == pytest.approx(h.now + 1000 * 0.5)
+    assert h.svc.core.stats["events"] == events + 2  # the report and the job's progress
+    n.status(progress=(report,))  # the same iterations again: the core hears the report only
+    assert h.svc.core.stats["events"] == events + 3

@@ -486,3 +486,19 @@ def test_a_name_journaled_with_control_characters_is_shown_and_started_printable
     n.hello()
     (start,) = n.inbox(P.StartPlacement)
     assert start.job_id == ack.job_id and start.request.name == "a?b?[2J"
+
+
+def test_a_submit_gets_its_fingerprints_from_the_script_hash_the_command_and_the_keys_user(h):
+    from cluster.predict.fingerprint import command_fingerprints
+
+    digest = "cd" * 32
+    req = P.JobRequest(command=("python", "train.py", "--bs", "8"), cwd="/tmp", env=(("PATH", "/bin"),),
+                       user="mallory", script_hash=digest)
+    FakeNode(h, "n1").hello()
+    h.send(CLIENT, P.Submit(request=req), peer="user-ann")
+    (job,) = h.svc.core.jobs.values()
+    assert job.spec.user == "ann"
+    exact, family, _ = command_fingerprints("ann", ["python", "train.py", "--bs", "8"], digest)
+    assert (job.spec.fingerprint, job.spec.family) == (exact, family)
+    h.restart()  # journaled with the spec
+    assert h.svc.core.job(job.job_id).spec.fingerprint == exact

@@ -2,7 +2,7 @@
 
 import pytest
 
-from colocate.base.commandline import python_script
+from colocate.base.commandline import entry_point, python_script
 
 
 @pytest.mark.parametrize(
@@ -25,3 +25,23 @@ from colocate.base.commandline import python_script
 )
 def test_python_script_detection(args, script):
     assert python_script(args) == script
+
+
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        (["python", "train.py", "--lr", "0.1"], ("script", "train.py", ("--lr", "0.1"))),
+        (["/usr/bin/python3.11", "-u", "-W", "ignore", "a/b.py"], ("script", "a/b.py", ())),
+        (["python", "-m", "pkg.train", "--bs", "8"], ("module", "pkg.train", ("--bs", "8"))),
+        (["python", "-mpkg", "x"], ("module", "pkg", ("x",))),
+        (["python", "-uc", "print(1)", "y"], ("code", "print(1)", ("y",))),
+        (["python", "-", "z"], ("stdin", "-", ("z",))),
+        (["python", "--", "t.py", "q"], ("script", "t.py", ("q",))),
+        (["python"], ("program", "python", ())),
+        (["./run.sh", "--x"], ("script", "./run.sh", ("--x",))),
+        (["torchrun", "--nproc", "2", "t.py"], ("program", "torchrun", ("--nproc", "2", "t.py"))),
+        ([], ("program", "", ())),
+    ],
+)
+def test_entry_point(command, expected):
+    assert entry_point(command) == expected

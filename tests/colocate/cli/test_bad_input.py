@@ -82,6 +82,12 @@ def client(*args):
     (["submit", "--gpus", "1", "--queue", LONG_ID, "--", "true"], "JobRequest.queue"),
     (["submit", "--gpus", "1", "--name", LONG_ID, "--", "true"], "JobRequest.name"),  # refused, never cut
     (["submit", "--gpus", "1", "--", "/nonexistent/program"], "command not found"),
+    (["submit", "--gpus", "1", "--gpu-mem", "autoo", "--", "true"], "--gpu-mem"),
+    (["submit", "--gpus", "1", "--sm-share", "0", "--", "true"], "--sm-share"),
+    (["recommend", ""], "an empty job id"),
+    (["recommend", LONG_ID], "at most 128 characters"),
+    (["recommend"], "give a job id, or the command"),
+    (["recommend", "--gpus", "0", "--", "true"], "--gpus"),
     (["status", "1", "--scheduler", "not-an-endpoint"], "expected tcp://HOST:PORT"),
     (["status", "1", "--scheduler", "tcp://127.0.0.1:0"], "must be 1..65535"),
     (["nodes", "--scheduler", ""], "an empty endpoint"),
@@ -96,7 +102,7 @@ def test_bad_client_input_is_one_line_and_exit_2(capsys, args, fragment):
 
 
 @pytest.mark.parametrize("args", [["status", "1"], ["cancel", "1"], ["logs", "1"], ["queue"], ["nodes"],
-                                  ["submit", "--gpus", "1", "--", "true"]], ids=lambda a: a[0])
+                                  ["submit", "--gpus", "1", "--", "true"], ["recommend", "1"]], ids=lambda a: a[0])
 def test_a_bad_colocate_scheduler_variable_is_one_line_and_exit_2(capsys, monkeypatch, args):
     monkeypatch.setenv("COLOCATE_SCHEDULER", "tcp://127.0.0.1:99999")
     rc, _, err = cli(capsys, *args)

@@ -22,7 +22,7 @@ def script(tmp_path):
 
 def args(**kw):
     base = dict(gpus=1, workers=1, gpu_mem=0, priority="guaranteed", queue="", name="", estimate=None,
-                iterations=None, epochs=None)
+                iterations=None, epochs=None, sm_share=None)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -49,3 +49,35 @@ def test_bad_options_are_refused_by_the_parser(option, value, capsys):
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert option in err[-1] and "Traceback" not in "\n".join(err)
+
+
+@pytest.mark.parametrize("options, gpu_mem, sm_share, auto", [
+    ([], 0, None, ()),
+    (["--gpu-mem", "auto"], 0, None, ("gpu_mem",)),
+    (["--gpu-mem", "2GiB", "--sm-share", "auto"], 2 << 30, None, ("sm_share",)),
+    (["--gpu-mem", "auto", "--sm-share", "auto"], 0, None, ("gpu_mem", "sm_share")),
+    (["--sm-share", "0.5"], 0, 0.5, ()),
+])
+def test_auto_resources_on_the_command_line(options, gpu_mem, sm_share, auto, script):
+    from colocate.cli.submit import resources
+
+    ns = build_parser().parse_args(["submit", "--gpus", "1", *options, "--", sys.executable, script])
+    assert resources(ns.gpu_mem, ns.sm_share) == {"gpu_mem": gpu_mem, "sm_share": sm_share, "auto": auto}
+
+
+@pytest.mark.parametrize("line, gpu_mem, sm_share, auto", [
+    ({"gpu_mem": "auto", "sm_share": "auto"}, 0, None, ("gpu_mem", "sm_share")),
+    ({"gpu_mem": "1GiB", "sm_share": 0.25}, 1 << 30, 0.25, ()),
+])
+def test_auto_resources_on_a_line(line, gpu_mem, sm_share, auto, script):
+    req = _entry(json.dumps({"command": [sys.executable, script], **line}), args(), {})
+    assert (req.gpu_mem, req.sm_share, req.auto) == (gpu_mem, sm_share, auto)
+    assert req.script_hash  # the script was read and hashed: its fingerprint's key
+
+
+@pytest.mark.parametrize("field, value", [("sm_share", 2.0), ("sm_share", "half"), ("sm_share", True),
+                                          ("gpu_mem", "lots")])
+def test_a_bad_resource_on_a_line_is_one_line(script, field, value):
+    with pytest.raises(ValueError) as info:
+        _entry(json.dumps({"command": [sys.executable, script], field: value}), args(), {})
+    assert "\n" not in str(info.value)

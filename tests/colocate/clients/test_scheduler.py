@@ -68,3 +68,15 @@ def test_a_request_too_large_for_the_wire_is_refused_in_one_line_before_sending(
     with pytest.raises(rpc.TooLarge) as info:
         SchedulerClient(f"tcp://127.0.0.1:{free_port()}", "", timeout_s=0.2).submit(request)
     assert info.value.code == P.INVALID and "\n" not in str(info.value) and "over 1048576" in str(info.value)
+
+
+def test_the_request_carries_the_hash_of_the_script_it_can_read(tmp_path):
+    import hashlib
+
+    (tmp_path / "train.py").write_bytes(b"print('train')\n")
+    want = hashlib.sha256(b"print('train')\n").hexdigest()
+    env = {"PATH": "/bin"}
+    assert request_from_here(["python", "train.py", "--lr", "1"], environ=env, cwd=str(tmp_path)).script_hash == want
+    assert request_from_here(["python", str(tmp_path / "train.py")], environ=env, cwd="/").script_hash == want
+    for unread in (["python", "missing.py"], ["python", "-m", "pkg"], ["sleep", "1"]):
+        assert request_from_here(unread, environ=env, cwd=str(tmp_path)).script_hash == ""

@@ -131,7 +131,7 @@ def rig():
 def test_hello_welcome_then_heartbeats_and_status(rig):
     ident, hello = rig.expect(P.NodeHello)
     assert (hello.node_id, hello.epoch, hello.host) == ("n1", 7, "10.0.0.7")
-    assert hello.gpus == (P.NodeGpu(0, "colocate-sim", GiB), P.NodeGpu(1, "colocate-sim", GiB))
+    assert hello.gpus == (P.NodeGpu(0, "colocate-sim", GiB, 1.0), P.NodeGpu(1, "colocate-sim", GiB, 1.0))  # sim: speed
     assert hello.cpu_milli >= 1000 and hello.mem_mib > 0
     rig.clock.t += 2.0  # within the default liveness (1 s x 3) before a welcome
     assert not [m for m in rig.quiet() if isinstance(m, (P.NodeHeartbeat, P.NodeStatus))]  # nothing before a welcome

@@ -573,3 +573,27 @@ def test_reregistering_with_another_token_is_rejected():
     assert errs and errs[0].code == "rejected" and "token" in errs[0].message
     assert not sends(out, "g", P.Welcome)
     assert sends(reg("secret-a"), "g", P.Welcome)  # the real job reconnecting is welcome again
+
+
+def test_an_opportunistic_job_starts_at_the_schedulers_recommendation():
+    """Its placement carries the recommended memory and share (StartPlacement.start_mem/start_share): the adaptive
+    policy starts its cap there and its AIMD budget at that share, instead of its fixed fractions."""
+    from colocate.node import events as E
+    from colocate.node.table import PlacementTable, Worker
+
+    n = Node("adaptive", **FAST)
+    n.core.take_placements("n1", PlacementTable(), cluster="c1")
+    req = P.JobRequest(command=("python", "x.py"), cwd="/", env=())
+    msg = P.StartPlacement(placement_id="o.1", job_id="o", priority="opportunistic", request=req,
+                           workers=(P.WorkerLaunch(0, 0, (0,)),), world_size=1, group_rank=0, master_addr="h",
+                           master_port=0, cluster_id="c1", start_mem=700 * MiB, start_share=0.3)
+    n.core.handle(E.Start(msg), n.t)
+    n.core.handle(E.Launched(msg, (Worker(0, 0, [0], 12, 1.0, "/l", "/e"),)), n.t)
+    n.register("g", mem_request=4 * GiB, pid=11)
+    n.register("o", priority="opportunistic", pid=12)
+    assert n.cap("o") == 700 * MiB  # not opp_start_mem_fraction of what is free
+    finish_baseline(n)
+    assert n.share("o") == pytest.approx(0.3)  # not opp_start_share (0.1)
+    plain = adaptive_pair()
+    finish_baseline(plain)
+    assert plain.share("o") == pytest.approx(0.1) and plain.cap("o") != 700 * MiB

@@ -203,3 +203,22 @@ CLAIMS = [  # (claims, gpus, owner, share, the conflicting claim's owner or None
 def test_guaranteed_shares_per_gpu_sum_to_at_most_one(claims, gpus, owner, share, want):
     held = conflict(claims, gpus, owner, share)
     assert (held.owner if held else None) == want
+
+
+@pytest.mark.parametrize("reason, code, oom", [
+    (P.GOODBYE_OOM, 1, True),  # said it ran out of memory, and failed: reported so
+    (P.GOODBYE_OOM, 0, False),  # said so but exited 0 (caught it): its own business
+    ("exit", 1, False),  # an ordinary failure
+])
+def test_a_worker_that_said_it_ran_out_of_memory_is_reported_so(reason, code, oom):
+    c = core()
+    for e in run(A):
+        c.handle(e, 1000.0)
+    c.handle(P.Register(job_id="1", pid=100, gpu=0, priority="guaranteed", mem_request=None, sm_share=1.0,
+                        mem_cap=1 << 30, epoch=1), 1000.0)
+    c.handle(P.Goodbye(job_id="1", exit_code=None, reason=reason), 1000.0)
+    out = c.handle(exited("c1/1.1", 0, code), 1000.0)
+    (msg,) = [cmd.msg for cmd in out if isinstance(cmd, Report) and isinstance(cmd.msg, P.WorkerExited)]
+    assert (msg.exit_code, msg.oom) == (code, oom)
+    assert [w.oom for w in c.status()] == [oom]
+    assert not c._oom  # nothing kept after the exit

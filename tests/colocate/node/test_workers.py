@@ -26,7 +26,8 @@ ENV_DUMP = """\
 import json, os, sys
 names = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
          "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "COLOCATE_GPUS", "COLOCATE_JOB_ID", "COLOCATE_PRIORITY",
-         "COLOCATE_DEVICE", "COLOCATE_NODE", "COLOCATE_GPU_MEM", "COLOCATE_SIM_GPU_MEM", "COLOCATE_LEAK", "FROM_REQUEST"]
+         "COLOCATE_DEVICE", "COLOCATE_NODE", "COLOCATE_GPU_MEM", "COLOCATE_SIM_GPU_MEM", "COLOCATE_LEAK", "FROM_REQUEST",
+         "COLOCATE_SM_SHARE", "COLOCATE_ON_CAP"]
 rank = os.environ["RANK"]
 with open(f"env-{rank}.json", "w") as f:
     json.dump({"cwd": os.getcwd(), **{n: os.environ.get(n) for n in names}}, f)
@@ -160,6 +161,21 @@ def test_workers_with_several_gpus_each_get_their_own_and_gpu_mem_is_passed(mgrs
     assert envs[5]["COLOCATE_GPUS"] == "2,3" and envs[4]["COLOCATE_GPUS"] == "0,1"
     assert envs[5]["GROUP_RANK"] == "1" and envs[5]["WORLD_SIZE"] == "8" and envs[5]["COLOCATE_GPU_MEM"] == str(3 * GiB)
     assert envs[5]["MASTER_PORT"] is None  # no port given: none set
+
+
+@pytest.mark.parametrize("recommended, on_cap", [(True, "error"), (False, "host")])
+def test_a_share_is_passed_and_a_recommended_cap_stops_the_job_over_it(mgrs, tmp_path, recommended, on_cap):
+    import dataclasses
+
+    wm = mgrs.new()
+    script = tiny_script(tmp_path, "dump.py", ENV_DUMP)
+    msg = placement(tmp_path, "p1", [PY, script, 0], workers=((0, 0, (0,)),))
+    msg = dataclasses.replace(msg, request=dataclasses.replace(msg.request, gpu_mem=GiB // 2, sm_share=0.4),
+                              cap_recommended=recommended)
+    assert len(wm.start(msg)) == 1
+    poll_until(wm, lambda ev: len(exits(ev)) == 1)
+    env = json.loads((tmp_path / "work" / "env-0.json").read_text())
+    assert (env["COLOCATE_GPU_MEM"], env["COLOCATE_SM_SHARE"], env["COLOCATE_ON_CAP"]) == (str(GiB // 2), "0.4", on_cap)
 
 
 def test_a_placement_id_never_starts_twice(mgrs, tmp_path):

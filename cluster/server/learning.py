@@ -1,0 +1,143 @@
+"""What the live scheduler learns from its jobs, at its edge: the history record of each run that ends (built from
+the core's job, its journal row and the latest progress its node reported), journaled in the transaction that
+journals the end, and the run-time model its views and recommendations read.
+
+``Learning`` (one per ``SchedulerService``):
+  * ``record(d, core, journal, progress, now)``: the ``HistoryRecord`` of the run a ``JobChanged`` ends (a terminal
+    state, or an out-of-memory restart: back to pending with ``oom``), None for a job that never ran. Its wall time
+    runs from the start this scheduler saw (``started``; after a restart, the journal's first start) to ``now``;
+    its GPU type is the model of its first node; iterations, step times, peak memory (the reporting rank's reserved
+    peak), busy fraction and features come from the progress its node last reported (None where none came); the
+    cap and share it ran under, whether they were recommended, and its arguments' numbers from its journal row;
+  * ``learned``: the records of this scheduler's life and those read from the journal at start (the most recent
+    ``LOAD``), which every rebuilt core learns again (``SchedulerCore.learn``): a restart or a rebuild forgets
+    nothing a prediction uses (each key keeps its most recent ``predictor`` window anyway);
+  * ``model(core)``: the run-time model the views read: the policy's ``predictor`` plugin's when it has one (what
+    backfill plans with), else ``own``, which ``started``/``ended``/``progressed`` feed the same way."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections import deque
+from typing import TYPE_CHECKING
+
+from cluster import events as ev
+from cluster.plugins.predictor import job_key
+from cluster.predict.fingerprint import command_numbers
+from cluster.predict.history import Exit, HistoryRecord
+from cluster.predict.predictor import RunTimePredictor
+from cluster.server.journal import placement_from_json
+from colocate import protocol as P
+from colocate.base.vocab import TERMINAL
+
+if TYPE_CHECKING:
+    from cluster.core import SchedulerCore
+    from cluster.server.journal import Journal
+
+LOAD = 50_000  # history records a scheduler reads from its journal at start (the most recent)
+
+
+def exit_of(d: ev.JobChanged) -> Exit:
+    """The exit state of the run a ``JobChanged`` ends."""
+    if d.oom:
+        return Exit.OOM
+    if d.state == ev.SUCCEEDED:
+        return Exit.SUCCEEDED
+    return Exit.FAILED if d.state == ev.FAILED else Exit.KILLED
+
+
+def ends_a_run(d: ev.JobChanged) -> bool:
+    """Whether ``d`` ends a run that the history records: the job's end, or its out-of-memory restart."""
+    return d.state in TERMINAL or (d.oom and d.state == ev.PENDING)
+
+
+class Learning:
+    def __init__(self, journal: Journal, load: int = LOAD):
+        self.journal = journal
+        self.own = RunTimePredictor()  # the views' model when the policy has no predictor plugin
+        self.started: dict[str, float] = {}  # job id -> when its current run started (scheduler clock)
+        self.learned: deque[HistoryRecord] = deque((_lean(r) for r in journal.history_tail(load)), maxlen=load)
+        for rec in self.learned:
+            self.own.finished(rec)
+
+    # ---- the core's model ---------------------------------------------------------------------------
+    def model(self, core: SchedulerCore) -> RunTimePredictor:
+        pred = core.fw.plugin("predictor")
+        return pred.model if pred is not None else self.own  # type: ignore[attr-defined]
+
+    def teach(self, core: SchedulerCore) -> None:
+        """A fresh core (start, rebuild) learns the history, before its jobs are restored."""
+        core.learn(self.learned)
+
+    def restored(self, core: SchedulerCore, now: float) -> None:
+        """After ``core.restore``: its running jobs run on (in ``own``, from when they first started)."""
+        for job in core.jobs.values():
+            if job.state == ev.RUNNING and job.job_id not in self.started:
+                row = self.journal.job(job.job_id)
+                self.started[job.job_id] = row["started_at"] if row and row["started_at"] else now
+                self.own.started(job.job_id, job_key(job.spec), self.started[job.job_id])
+
+    # ---- runs ---------------------------------------------------------------------------------------
+    def changed(self, d: ev.JobChanged, core: SchedulerCore, now: float) -> None:
+        """After ``d`` is committed: a run started or ended (``ended`` gets its record)."""
+        if d.state == ev.RUNNING and d.job_id not in self.started:
+            self.started[d.job_id] = now
+            job = core.job(d.job_id)
+            if job is not None:
+                self.own.started(d.job_id, job_key(job.spec), now)
+        elif d.state in TERMINAL or d.state == ev.PENDING:
+            self.started.pop(d.job_id, None)
+            self.own.forget(d.job_id)
+
+    def ended(self, rec: HistoryRecord) -> None:
+        """``rec`` is journaled: it is learned (by ``own`` now, by every core built from now on)."""
+        self.learned.append(_lean(rec))
+        self.own.finished(rec)
+
+    def progressed(self, e: ev.JobProgressed, now: float) -> None:
+        self.own.progress(e.job_id, e.done, e.total, e.step_p50_s, now - e.age_s, e.step_p90_s)
+
+    def record(self, d: ev.JobChanged, core: SchedulerCore, progress: P.JobProgress | None,
+               now: float) -> HistoryRecord | None:
+        """The record of the run ``d`` ends (module docstring), before ``d`` is journaled; None if it never ran."""
+        if not ends_a_run(d):
+            return None
+        job = core.job(d.job_id)
+        row = self.journal.job(d.job_id)
+        if job is None or row is None:
+            return None
+        start = self.started.get(d.job_id, row["started_at"])
+        if start is None:
+            return None
+        spec = job.spec
+        placement = placement_from_json(row["placement"])
+        node = core.state.nodes.get(placement.slots[0].node_id) if placement and placement.slots else None
+        request = json.loads(row["request"])
+        advice = json.loads(row["advice"]) if row.get("advice") else {}
+        ran_spec = json.loads(row["spec"])  # the spec it ran with (an out-of-memory restart changes it after this)
+        nums = command_numbers(request.get("command") or ())
+        p = progress
+        return HistoryRecord(
+            job_id=d.job_id, exact=spec.fingerprint, family=spec.family, user=spec.user, gpus=spec.total_gpus,
+            gpu_type=node.model if node is not None else "", wall_s=max(0.0, now - start), exit=exit_of(d),
+            submit_s=min(row["submitted_at"], now), end_s=now,
+            iterations=p.iterations if p is not None else None,
+            step_p50_s=p.step_p50_s if p is not None and p.step_p50_s > 0 else None,
+            step_p90_s=p.step_p90_s if p is not None and p.step_p90_s > 0 else None,
+            peak_mem=p.mem_reserved_peak if p is not None else None,
+            busy=p.busy_fraction if p is not None else None,
+            mem_cap=int(ran_spec.get("gpu_mem") or 0) or None, sm_share=_share(request.get("sm_share")),
+            recommended=bool(advice.get("gpu_mem") or advice.get("sm_share")),
+            features=P.record_map(p.features) if p is not None and p.features is not None else None,
+            gpu_model=spec.gpu_model, numbers=nums if all(math.isfinite(x) for x in nums) else None)
+
+
+def _lean(rec: HistoryRecord) -> HistoryRecord:
+    """``rec`` as kept in memory: without its features (the journal keeps them; predictions do not read them)."""
+    return rec if rec.features is None else dataclasses.replace(rec, features=None)
+
+
+def _share(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and 0 < v < 1 else None

@@ -1,0 +1,103 @@
+"""``colocate recommend -- CMD ...`` / ``colocate recommend JOB``: what the scheduler's history says a job should get
+(memory cap, compute share, GPU count, GPU type, run time), each figure with the history level and runs behind it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from colocate.cli._common import JOB_ID, POSITIVE_INT, add_scheduler_options, client_failure, fail, scheduler_client
+
+EPILOG = """\
+examples:
+  colocate recommend -- python train.py --batch-size 64 --width 512
+  colocate recommend 42                     # job 42, as it was submitted
+  colocate submit --gpus 1 --gpu-mem auto --sm-share auto -- python train.py --batch-size 64
+
+The command is fingerprinted as `colocate submit` would (the user of your key, the entry script's content
+hash, its arguments without seeds, output paths or timestamps): the same job again (exact level), or the
+same script and arguments with other numbers (family level: a sweep). `python -m pkg` and `python -c` are
+not hashed: their module name or code and the arguments stand for them.
+Exit code: 0 (figures it cannot give say why); 1 unknown job or no answer; 2 bad input.
+"""
+
+IDENTITY = {"content": "the entry script's content and its arguments",
+            "path": "the script's path and its arguments (the script could not be read here: not hashed)",
+            "module": "the module's name and its arguments (python -m: its code is not hashed)",
+            "code": "the -c code and its arguments",
+            "program": "the program's name and its arguments (not hashed)",
+            "stdin": "its arguments (a script on standard input)"}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("recommend", help="what a job should get, from the history of the same job and its family",
+                       description="Recommend a job's GPU memory cap, compute share, GPU count and GPU type, and "
+                       "predict its run time, from the history of the same job and of its family.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gpus", type=POSITIVE_INT, default=1, metavar="G", help="GPUs per worker (default 1)")
+    p.add_argument("--workers", type=POSITIVE_INT, default=1, metavar="W", help="workers in the gang (default 1)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_scheduler_options(p)
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="JOB | -- CMD ...",
+                   help="a job id, or the command a submit would run")
+    p.set_defaults(func=main)
+
+
+def lines(r) -> list[tuple[str, str]]:
+    """What ``colocate recommend`` prints of a ``RecommendationView``: one line per figure."""
+    from colocate.base.units import format_duration, format_size
+
+    why = dict(r.why_not)
+
+    def behind(f) -> str:
+        if f.level == "speed":
+            return "(by the types' declared speeds: no run measured)"
+        return f"({f.history} run(s), {f.level} level)"
+
+    out = [("fingerprint", f"exact {r.exact}, family {r.family}: {IDENTITY.get(r.identity, r.identity)}")]
+    out.append(("gpu memory", f"{format_size(int(r.gpu_mem.value))} per GPU {behind(r.gpu_mem)}" if r.gpu_mem
+                else f"none: {why.get('gpu_mem', '?')}"))
+    out.append(("compute share", f"{r.sm_share.value:.2f} {behind(r.sm_share)}" if r.sm_share
+                else f"none: {why.get('sm_share', '?')}"))
+    out.append(("gpu count", f"{int(r.gpus.value)} {behind(r.gpus)}" if r.gpus else why.get("gpus", "no")))
+    if r.gpu_type is not None:
+        t = r.gpu_type
+        per = f", predicted {t.value * 1e3:.1f} ms per iteration" if t.value and t.level != "speed" else ""
+        out.append(("gpu type", f"{t.label}{per} {behind(t)}"))
+    else:
+        out.append(("gpu type", f"none: {why.get('gpu_type', '?')}"))
+    rt = r.run_time
+    out.append(("run time", f"p50 {format_duration(rt.p50_s)}, p90 {format_duration(rt.p90_s)} ({rt.history} run(s), "
+                            f"{rt.level} level)" if rt else f"unknown: {why.get('run_time', '?')}"))
+    return out
+
+
+def main(args) -> int:
+    from colocate.clients import rpc
+    from colocate.protocol import record_map
+
+    command = list(args.command)
+    job_id = None
+    if command and command[0] == "--":
+        command = command[1:]
+    elif len(command) == 1:
+        try:
+            job_id = JOB_ID(command[0])
+        except argparse.ArgumentTypeError as exc:
+            return fail("recommend", f"error: {exc}", 2)
+        command = []
+    if not command and job_id is None:
+        return fail("recommend", "error: give a job id, or the command after -- (colocate recommend -- python "
+                    "train.py ...)", 2)
+    try:
+        rec = scheduler_client(args).recommend(job_id=job_id, command=command, workers=args.workers, gpus=args.gpus)
+    except rpc.RpcError as exc:
+        return client_failure("recommend", exc)
+    if args.json:
+        print(json.dumps(record_map(rec), indent=2))
+        return 0
+    rows = lines(rec)
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:>{width}}: {v}")
+    return 0
