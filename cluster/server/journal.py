@@ -51,6 +51,7 @@ decode) raises ``JournalError`` with one line naming the file; never another exc
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -201,6 +202,7 @@ class Journal(HistoryTable):
         self._reserved: int | None = None  # the job number new_job_id() reserved last
         self._next_job: int | None = None  # the counter, cached; written to meta once per commit when _counted
         self._counted = False
+        self._fresh: set[str] = set()  # jobs inserted in the open transaction whose rows are as inserted
         try:
             self._open()
         except BaseException:
@@ -321,6 +323,7 @@ class Journal(HistoryTable):
             return
         try:
             self.db.execute("BEGIN IMMEDIATE")
+            self._fresh.clear()
             try:
                 yield self
                 self._flush_counter()
@@ -387,6 +390,7 @@ class Journal(HistoryTable):
                 self.db.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 b.failed = JournalUnavailable(str(exc))
+            self._fresh.clear()
             try:
                 yield b
             except BaseException:
@@ -451,13 +455,55 @@ class Journal(HistoryTable):
                         "advice) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (spec.job_id, seq, spec_to_json(spec), request_json, JobState.PENDING, now, spec.user,
                          request_id or None, advice))
+        self._fresh.add(spec.job_id)
+
+    def submit_job(self, spec: JobSpec, request_json: str, now: float, request_id: str = "",
+                   advice: str | None = None) -> str | None:
+        """Journal a submitted job (``insert_job``) under the next job id, committed with the caller's batch, or
+        in a transaction of its own outside one; the job's id (``spec.job_id`` is replaced by it), or None when
+        ``spec.user`` has a job of ``request_id`` already (nothing written: ``job_of_request`` names it). One
+        statement, so no savepoint: a refused INSERT changes nothing, and the counter's number is given back.
+        ``JournalUnavailable`` as for any write."""
+        if self._batch is None:
+            try:
+                with self.transaction():
+                    job_id = self.new_job_id()
+                    self.insert_job(dataclasses.replace(spec, job_id=job_id) if spec.job_id != job_id else spec,
+                                    request_json, now, request_id, advice)
+                    return job_id
+            except sqlite3.IntegrityError:
+                if request_id and self.job_of_request(spec.user, request_id) is not None:
+                    return None
+                raise
+        b = self._batch
+        if b.failed is not None:
+            raise JournalUnavailable(f"this batch was rolled back ({b.failed})")
+        counter = (self._next_job, self._counted)
+        job_id = self.new_job_id()
+        try:
+            self.insert_job(dataclasses.replace(spec, job_id=job_id) if spec.job_id != job_id else spec,
+                            request_json, now, request_id, advice)
+        except sqlite3.IntegrityError:
+            self._next_job, self._counted = counter
+            self._reserved = None
+            if request_id and self.job_of_request(spec.user, request_id) is not None:
+                return None
+            raise
+        except sqlite3.OperationalError as exc:
+            raise self._fail_batch(b, exc) from exc
+        return job_id
 
     def set_spec(self, spec: JobSpec) -> None:
         """A job's spec changed (restarted at a larger memory cap)."""
         self.db.execute("UPDATE jobs SET spec = ? WHERE job_id = ?", (spec_to_json(spec), spec.job_id))
 
     def set_state(self, job_id: str, state: str, reason: str, now: float) -> None:
-        """A job's new state; one that ends it (``TERMINAL``) also clears its environment."""
+        """A job's new state; one that ends it (``TERMINAL``) also clears its environment. Pending with no reason
+        for a job inserted in this transaction and not changed since writes nothing: its row says so already."""
+        if job_id in self._fresh:
+            if state == JobState.PENDING and not reason:
+                return
+            self._fresh.discard(job_id)
         sets = ["state = ?", "reason = ?"]
         args: list = [state, reason]
         if state == JobState.RUNNING:

@@ -75,15 +75,10 @@ class Requests:
                            mem_fallback=res.mem_fallback if res else None)
         except SpecError as exc:
             return [self._error(ident, P.INVALID, str(exc).replace(f"{job_id}: ", ""))]
-        if m.request_id:
-            known = self.journal.job_of_request(spec.user, m.request_id)
-            if known is not None:  # a retry of a submit that was committed: the same job
-                log.info("job %s: submit repeated (request %s)", known, m.request_id)
-                return [(ident, P.Submitted(job_id=known))]
         self._check_writable("nothing was submitted")
         why = self.core.validate(spec)  # duplicate id, unknown queue, a request no known node could take
         if why:
-            return [self._error(ident, P.INVALID, why)]
+            return self._repeated(ident, spec.user, m.request_id) or [self._error(ident, P.INVALID, why)]
         wire = P.to_wire(m)["request"]
         wire["user"] = user  # the user is the key's, whatever the request said
         if res is not None:  # what it runs with; what it left to its recommendation is in jobs.advice
@@ -92,15 +87,16 @@ class Requests:
             if res.sm_share is not None:
                 wire["sm_share"] = res.sm_share
         try:
-            with self.journal.transaction():
-                job_id = self.journal.new_job_id()
-                if job_id != spec.job_id:
-                    spec = dataclasses.replace(spec, job_id=job_id)
-                self.journal.insert_job(spec, json.dumps(wire), now, m.request_id,
-                                        json.dumps(res.advice) if res is not None else None)
+            new_id = self.journal.submit_job(spec, json.dumps(wire), now, m.request_id,
+                                             json.dumps(res.advice) if res is not None else None)
         except JournalUnavailable as exc:
             self._journal_failed(exc, now)
             raise self._unwritable("nothing was submitted") from None
+        if new_id is None:  # the request id is taken: a retry of a submit that was committed
+            return self._repeated(ident, spec.user, m.request_id) or [self._error(ident, P.INVALID, "request id taken")]
+        job_id = new_id
+        if job_id != spec.job_id:
+            spec = dataclasses.replace(spec, job_id=job_id)
         log.info("job %s submitted: %d x %d GPU(s), %s, queue %s%s", job_id, spec.workers, spec.gpus, spec.klass,
                  spec.queue, f"; {res.advice['text']}" if res is not None else "")
         ack: Replies = [(ident, P.Submitted(job_id=job_id))]
@@ -114,6 +110,16 @@ class Requests:
         except _Refused:
             pass
         return ack
+
+    def _repeated(self, ident: bytes, user: str, request_id: str) -> Replies | None:
+        """The answer to a retry of ``user``'s committed submit of ``request_id``: the same job (None: not a retry).
+        Looked up only where the submit cannot go on (the request id's unique index refused it, or it is no longer
+        valid), so a new submit costs no read."""
+        known = self.journal.job_of_request(user, request_id) if request_id else None
+        if known is None:
+            return None
+        log.info("job %s: submit repeated (request %s)", known, request_id)
+        return [(ident, P.Submitted(job_id=known))]
 
     def _jobs(self, ident: bytes, m: P.JobsRequest, now: float) -> Replies:
         if m.job_id is not None:

@@ -249,6 +249,26 @@ def test_a_repeated_submit_with_the_same_request_id_makes_one_job(h):
     assert after.job_id == first.job_id and h.journal.jobs(False, 0, 100)[1] == 3
 
 
+def test_a_submit_repeated_inside_one_batch_makes_one_job_and_costs_one_statement(tmp_path):
+    h = Harness(tmp_path / "sched.db", batched=True)
+    req = P.JobRequest(command=("python", "train.py"), cwd="/tmp", env={}, workers=1, gpus=1, user="alice")
+    statements: list[str] = []
+    h.journal.db.set_trace_callback(statements.append)
+    out = h.svc.on_batch([(CLIENT, P.Submit(request=req, request_id="r-1"), None),
+                          (b"client-2", P.Submit(request=req, request_id="r-1"), None),
+                          (b"client-3", P.Submit(request=req, request_id="r-2"), None)], h.now)
+    h.journal.db.set_trace_callback(None)
+    ids = [m.job_id for _, m in out if isinstance(m, P.Submitted)]
+    assert len(ids) == 3 and ids[0] == ids[1] != ids[2]
+    assert h.journal.jobs(False, 0, 100)[1] == 2
+    assert all(job_row(h, i)["state"] == "pending" for i in set(ids))
+    # a new submit is one INSERT (no savepoint, no read, no rewrite of the pending row it was inserted with);
+    # the repeat is an INSERT the request id's unique index refuses, then the read that names its job
+    writes = [s.split()[0] for s in statements if not s.startswith(("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE"))]
+    assert writes.count("INSERT") == 3 + 1 and writes.count("SELECT") <= 3, statements  # + the counter's meta row
+    assert not any(s.startswith("UPDATE jobs SET state = 'pending'") for s in statements), statements
+
+
 def test_no_free_rendezvous_port_is_not_an_error_after_the_commit_the_start_waits_for_one(h):
     from cluster.server.ports import PortPool
 
