@@ -74,10 +74,11 @@ class Predictor(Plugin):
         return now + (rem.p90 if q == "p90" else rem.p50)
 
     def progress(self, job: Job, done: int, total: int, step_p50_s: float, now: float,
-                 step_p90_s: float | None = None) -> bool:
-        """A running job's progress report (iterations done of total, recent seconds per iteration); its
-        new projected end (p90) is queued for ``take_moved``. False when the report was unusable."""
-        if not self.model.progress(job.job_id, done, total, step_p50_s, now, step_p90_s):
+                 step_p90_s: float | None = None, step_mean_s: float | None = None) -> bool:
+        """A running job's progress report (iterations done of total, recent seconds per iteration: median,
+        p90, mean); its new projected end (p90) is queued for ``take_moved``. False when the report was
+        unusable."""
+        if not self.model.progress(job.job_id, done, total, step_p50_s, now, step_p90_s, step_mean_s):
             return False
         end = self.expected_end(job, "p90", now)
         if end is not None:
