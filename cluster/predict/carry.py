@@ -3,12 +3,19 @@
 **Model.** A training step is host time (data loading, Python and the framework's own work, waiting on
 input) plus device time (the kernels). Only the device time depends on the GPU::
 
-    t_B = t_A x ((1 - b) + b x r)
+    t_B = t_A x ((1 - d) + d x r)
 
-``t_A``: seconds per iteration measured on A; ``b``: the job's busy fraction on A (device time over wall time,
-as its node reports it: ``JobProgress.busy_fraction``); ``r``: device time on B over device time on A
-(``device_ratio``). ``b`` = 1 scales the whole step (a job that never leaves the GPU); ``b`` = 0 carries it
-unchanged (a job bound by its input pipeline gains nothing from a faster GPU).
+``t_A``: seconds per iteration measured on A; ``d``: the device's share of the step on A; ``r``: device time
+on B over device time on A (``device_ratio``). ``d`` = 1 scales the whole step (a job that never leaves the
+GPU); ``d`` = 0 carries it unchanged (a job bound by its input pipeline gains nothing from a faster GPU).
+
+**The device share** (``device_share``) of a job's progress summary is the wall-clock share of its steps
+from their first device work to their end: 1 - (host part) / (step), both means over the node's window
+(``JobProgress.step_host_s``, ``step_mean_s``). The host part, from a step's start to its first device
+work, is the time spent waiting for input and on host work. The busy fraction (device busy time over wall
+time) is the fallback for a summary without a host part: it leaves out the time device work waited for its
+device (time-slicing with another tenant; on a simulated GPU, its CPU core taken by other processes: its
+busy time is CPU time), and that waiting grows with the device work, not with the host's.
 
 **The device ratio** comes from the two GPUs' hardware features (``HardwareFeatures`` fields: A's as the job
 reported them, B's from the node's declared spec or NVML):
@@ -35,16 +42,25 @@ from cluster.predict.crosshw import Gpu, Layer, Model
 from colocate.base.vocab import DeviceKind
 
 
-def step_time(step_a_s: float, busy_a: float, ratio: float) -> float:
-    """The model: ``step_a_s`` x ((1 - ``busy_a``) + ``busy_a`` x ``ratio``). Raises ValueError on a step time
-    that is not > 0, a busy fraction outside [0, 1] or a ratio that is not > 0."""
+def step_time(step_a_s: float, device_a: float, ratio: float) -> float:
+    """The model: ``step_a_s`` x ((1 - ``device_a``) + ``device_a`` x ``ratio``). Raises ValueError on a step
+    time that is not > 0, a device share outside [0, 1] or a ratio that is not > 0."""
     if not (math.isfinite(step_a_s) and step_a_s > 0):
         raise ValueError(f"step time {step_a_s!r}: expected seconds > 0")
-    if not (math.isfinite(busy_a) and 0.0 <= busy_a <= 1.0):
-        raise ValueError(f"busy fraction {busy_a!r}: expected a number in [0, 1]")
+    if not (math.isfinite(device_a) and 0.0 <= device_a <= 1.0):
+        raise ValueError(f"device share {device_a!r}: expected a number in [0, 1]")
     if not (math.isfinite(ratio) and ratio > 0):
         raise ValueError(f"device ratio {ratio!r}: expected a number > 0")
-    return step_a_s * ((1.0 - busy_a) + busy_a * ratio)
+    return step_a_s * ((1.0 - device_a) + device_a * ratio)
+
+
+def device_share(progress: Any) -> float:
+    """The device's share of the steps of a ``JobProgress``-like summary (module docstring): 1 - host / step
+    where it has both, else its busy fraction; in [0, 1]."""
+    step, host = getattr(progress, "step_mean_s", 0.0), getattr(progress, "step_host_s", 0.0)
+    if step > 0 and host > 0:
+        return min(1.0, max(0.0, 1.0 - host / step))
+    return min(1.0, max(0.0, progress.busy_fraction))
 
 
 def gpu_of(hw: Any) -> Gpu | None:
@@ -107,12 +123,12 @@ def device_ratio(a: Any, b: Any, layers: Sequence[tuple[Layer, int]] = (), model
     return on_b / on_a
 
 
-def carry(step_a_s: float, busy_a: float, a: Any, b: Any, layers: Sequence[tuple[Layer, int]] = (),
+def carry(step_a_s: float, device_a: float, a: Any, b: Any, layers: Sequence[tuple[Layer, int]] = (),
           model: Model | None = None) -> float | None:
-    """Seconds per iteration on ``b`` of a job measured at ``step_a_s`` with busy fraction ``busy_a`` on ``a``
+    """Seconds per iteration on ``b`` of a job measured at ``step_a_s`` with device share ``device_a`` on ``a``
     (``step_time`` with ``device_ratio``); None when the ratio is unknown."""
     ratio = device_ratio(a, b, layers, model)
-    return None if ratio is None else step_time(step_a_s, busy_a, ratio)
+    return None if ratio is None else step_time(step_a_s, device_a, ratio)
 
 
 def _square(n: int) -> int:

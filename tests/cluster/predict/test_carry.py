@@ -33,8 +33,8 @@ def test_the_host_part_is_kept_and_the_device_part_scaled(step, busy, ratio, wan
 
 
 @pytest.mark.parametrize("args, match", [
-    ((0.0, 0.5, 1.0), "step time"), ((math.nan, 0.5, 1.0), "step time"), ((0.1, 1.5, 1.0), "busy fraction"),
-    ((0.1, -0.1, 1.0), "busy fraction"), ((0.1, 0.5, 0.0), "device ratio"), ((0.1, 0.5, math.inf), "device ratio"),
+    ((0.0, 0.5, 1.0), "step time"), ((math.nan, 0.5, 1.0), "step time"), ((0.1, 1.5, 1.0), "device share"),
+    ((0.1, -0.1, 1.0), "device share"), ((0.1, 0.5, 0.0), "device ratio"), ((0.1, 0.5, math.inf), "device ratio"),
 ])
 def test_bad_inputs_are_refused_in_one_line(args, match):
     with pytest.raises(ValueError, match=match):
@@ -54,6 +54,22 @@ def test_bad_inputs_are_refused_in_one_line(args, match):
 def test_simulated_types_carry_by_their_speeds(a, b, want):
     got = carry.device_ratio(a, b)
     assert got == (pytest.approx(want) if want is not None else None)
+
+
+def progress(mean=0.04, host=0.016, busy=0.3):
+    return P.JobProgress("j", rank=0, iterations=100, step_p50_s=mean, step_p90_s=mean, window=64,
+                         mem_reserved_peak=0, mem_allocated_peak=0, busy_fraction=busy, step_mean_s=mean,
+                         step_host_s=host)
+
+
+@pytest.mark.parametrize("p, want", [
+    (progress(0.04, 0.016, 0.3), 0.6),  # 16 of 40 ms before the first device work: the device phase is 60%
+    (progress(0.04, 0.0, 0.3), 0.3),  # no host part reported (an older node): the busy fraction
+    (progress(0.0, 0.0, 0.45), 0.45),
+    (progress(0.04, 0.05, 0.3), 0.0),  # a host part over the mean step (different windows): none left
+])
+def test_the_device_share_of_a_summary(p, want):
+    assert carry.device_share(p) == pytest.approx(want)
 
 
 def test_a_jobs_step_carried_between_simulated_types():

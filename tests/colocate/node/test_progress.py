@@ -82,6 +82,18 @@ def test_the_window_leaves_out_the_first_mini_batch(reports, window, p50, mean):
     assert (p.window, p.step_p50_s, p.step_mean_s) == (window, pytest.approx(p50), pytest.approx(mean))
 
 
+def test_the_host_part_is_the_mean_time_before_the_first_device_work():
+    c = core()
+    register(c)
+    for seq, (d, start) in enumerate([(0.5, 0.4), (0.10, 0.02), (0.12, 0.04), (0.11, 0.5)]):  # the last: a late start
+        c.handle(P.BatchReport(job_id="job-1", seq=seq, t_end=seq * 1.0, duration_s=d, busy_s=d / 2,
+                               device_start_s=start, mem_allocated_peak=0, mem_reserved=0, mem_floor=0, host_bytes=0,
+                               host_bytes_touched=0, limits_seq=1), 0.0)
+    (p,) = c.progress(1.0, {})
+    assert p.step_host_s == pytest.approx((0.02 + 0.04 + 0.11) / 3)  # the first left out, each capped at its step
+    assert p.step_mean_s == pytest.approx((0.10 + 0.12 + 0.11) / 3)
+
+
 def test_iterations_are_the_jobs_count_even_when_reports_were_lost():
     c = core()
     register(c)
