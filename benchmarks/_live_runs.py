@@ -132,18 +132,21 @@ class Cluster:
                 raise SystemExit(f"job {run.job_id} ({' '.join(command)}) did not end in {timeout_s:.0f} s")
             time.sleep(poll_s)
 
-    def durations(self, job_id: str) -> list[float]:
-        """``duration_s`` of each mini-batch the node received from ``job_id``'s first worker, in the job's order
-        (its ``--record``; empty without one)."""
+    def reports(self, job_id: str) -> list[dict]:
+        """The ``report`` rows (``BatchReport`` fields) the node recorded for ``job_id``'s first worker, in the
+        job's order (its ``--record``; empty without one)."""
         if self.record is None:
             return []
         from colocate.node import record as R
 
         with open(self.record) as f:
             rows = [json.loads(line) for line in f if '"report"' in line]
-        mine = sorted((r["seq"], r["duration_s"]) for r in rows
-                      if r.get("kind") == R.REPORT and r["job_id"] in (job_id, job_id + "/0"))
-        return [d for _, d in mine]
+        return sorted((r for r in rows if r.get("kind") == R.REPORT and r["job_id"] in (job_id, job_id + "/0")),
+                      key=lambda r: r["seq"])
+
+    def durations(self, job_id: str) -> list[float]:
+        """``duration_s`` of each mini-batch of ``job_id``'s first worker, in order (``reports``)."""
+        return [r["duration_s"] for r in self.reports(job_id)]
 
     def last_report_wall(self, job_id: str) -> float | None:
         """Local wall time of the last mini-batch report the node received from ``job_id``'s workers (from its

@@ -9,14 +9,18 @@ node's last summary (mean step time over its window of recent mini-batches, its 
 device work, busy fraction = device time over wall time) and the job's hardware features (the simulated type and its speed, as the node told the job).
 
 For each ordered pair (A, B) the prediction is ``cluster.predict.carry.carry``: the device part of A's step
-(step x ``carry.device_share``: the share after the first device work) scaled by speed_A / speed_B, the host
-part kept, with B's hardware features from its declared
-spec (``colocate.gpus.sim.declared`` of ``--sim-gpus 1:B``). It is compared with the time per iteration
-measured on B: the mean over B's run of every mini-batch but the first (the node's ``--record``). Also
-printed: the error with the busy fraction as the device share (a simulated GPU's busy time is CPU time: it
-leaves out the time its work waited for its core), and with the whole step scaled (no host/device split).
+(step x ``carry.device_share``: the share after the first device work) scaled by speed_A / speed_B, the
+host part kept, with B's hardware features from its declared spec (``colocate.gpus.sim.declared`` of
+``--sim-gpus 1:B``). It is compared with the time per iteration measured on B: the mean over B's run of
+every mini-batch but the first (the node's ``--record``). Also printed: the device's own time per
+iteration (a simulated GPU's: the job's CPU time on its core, the ``busy_s`` of its reports) carried by
+the same ratio against B's, which shows how well the speed model holds where the time the job waited for
+its core is left out; the error with the busy fraction as the device share (a simulated GPU's busy time
+is CPU time: it leaves out that waiting); and the error with the whole step scaled (no host/device split).
+With ``--repeats N`` the types run in rounds of alternating order and each figure is the median over the
+N runs.
 
-    python benchmarks/crosshw_sim.py                  # 9 runs, about 3-4 min on 2 shared cores
+    python benchmarks/crosshw_sim.py --repeats 3      # 27 runs, about 10 min on 2 shared cores
     python benchmarks/crosshw_sim.py --types V100 K80 --no-write
 """
 
@@ -82,10 +86,12 @@ def main(argv=None) -> int:
                     if run.state != "succeeded" or last is None or run.features is None:
                         raise SystemExit(f"{name} on {gpu_type}: {run.state}, exit {run.exit_code}: nothing learnt "
                                          f"(logs in {cluster.tmp})")
-                    steps = cluster.durations(run.job_id)[1:]
+                    reports = cluster.reports(run.job_id)[1:]
+                    steps = [r["duration_s"] for r in reports]
                     got = {"step": last.step_mean_s or last.step_p50_s, "busy": last.busy_fraction,
                            "device": carry.device_share(last), "hw": run.features.hardware,
-                           "measured": statistics.mean(steps), "n": len(steps), "load": loads[-1]}
+                           "measured": statistics.mean(steps), "n": len(steps), "load": loads[-1],
+                           "cpu": statistics.mean(r["busy_s"] for r in reports)}
                     seen.setdefault((name, gpu_type), []).append(got)
                     console.print(f"{name} on {gpu_type}: summary step {got['step'] * 1e3:.1f} ms, busy "
                                   f"{got['busy']:.2f}, device share {got['device']:.2f}, measured "
@@ -95,7 +101,7 @@ def main(argv=None) -> int:
     learnt = {k: {f: (statistics.median(g[f] for g in v) if f not in ("hw", "n") else v[-1][f]) for f in v[0]}
               for k, v in seen.items()}
 
-    rows, errors, whole_errors, busy_errors = [], [], [], []
+    rows, errors, whole_errors, busy_errors, cpu_errors = [], [], [], [], []
     for name in args.examples:
         for a in args.types:
             for b in args.types:
@@ -111,14 +117,18 @@ def main(argv=None) -> int:
                 whole = la["step"] * ratio  # the whole step scaled (no host/device split)
                 m = lb["measured"]
                 err, werr, berr = abs(pred - m) / m, abs(whole - m) / m, abs(by_busy - m) / m
+                cerr = abs(la["cpu"] * ratio - lb["cpu"]) / lb["cpu"]  # the device's own (CPU) time, carried
+                cpu_errors.append(cerr)
                 errors.append(err)
                 whole_errors.append(werr)
                 busy_errors.append(berr)
                 rows.append([f"train_{name}", f"{a} -> {b}", f"{la['step'] * 1e3:.1f}", f"{la['device']:.2f}",
                              f"{ratio:.3f}", f"{pred * 1e3:.1f}", f"{m * 1e3:.1f}", f"{err:.1%}",
-                             f"{la['busy']:.2f}", f"{berr:.1%}", f"{werr:.1%}"])
+                             f"{la['busy']:.2f}", f"{berr:.1%}", f"{werr:.1%}",
+                             f"{la['cpu'] * ratio * 1e3:.1f} / {lb['cpu'] * 1e3:.1f}", f"{cerr:.1%}"])
     headers = ["example", "A -> B", "step on A ms", "device share on A", "device ratio", "predicted on B ms",
-               "measured on B ms", "error", "busy on A", "error (busy as the share)", "error (whole step scaled)"]
+               "measured on B ms", "error", "busy on A", "error (busy as the share)", "error (whole step scaled)",
+               "device CPU ms on B: carried / measured", "error (device CPU)"]
     runs_headers = ["example", "type", "speed (features)", "summary step ms", "device share", "busy", "measured ms",
                     "mini-batches", "load"]
     runs = [[f"train_{n}", t, f"{v['hw'].sim_speed:g}", f"{v['step'] * 1e3:.1f}", f"{v['device']:.2f}",
@@ -127,7 +137,9 @@ def main(argv=None) -> int:
     within = sum(e <= 0.10 for e in errors)
     verdict = (f"{within} of {len(errors)} pairs within 10%; median error {statistics.median(errors):.1%}, "
                f"max {max(errors):.1%} (with the busy fraction as the device share: median "
-               f"{statistics.median(busy_errors):.1%}; whole step scaled: median {statistics.median(whole_errors):.1%})")
+               f"{statistics.median(busy_errors):.1%}; whole step scaled: median {statistics.median(whole_errors):.1%}; "
+               f"the device's CPU time alone, carried: median {statistics.median(cpu_errors):.1%}, "
+               f"max {max(cpu_errors):.1%})")
     console.print(C.rich_table("runs", runs_headers, runs, left=("example", "type")))
     console.print(C.rich_table("time per iteration on B, carried from A", headers, rows, left=("example", "A -> B")))
     console.print(verdict)
