@@ -5,8 +5,9 @@ remaining time from progress reports. ``backfill`` plans on it.
 
 Wraps ``cluster.predict.RunTimePredictor`` (see it for the estimator): before start, p50 and p90
 from the first key level with history, from the exact fingerprint with the same GPUs down to the
-user, then the GPU count, then all jobs; after start, the remaining time from progress reports, or
-from the run-time distribution conditioned on the time already run. A job's key: its
+user, then the GPU count, then all jobs; after start, the remaining time from progress reports (the
+iterations left times the recent mean step, plus the end offset learnt from finished jobs), or from
+the run-time distribution conditioned on the time already run. A job's key: its
 ``fingerprint`` (else ``user/name`` when it has a name), ``family``, ``user``, total GPUs and GPU
 model. It learns each ended job's running time (start to end, scheduler clock) and the running
 jobs (censored), so in a replay its predictions use only what had happened by then.
