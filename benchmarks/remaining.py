@@ -21,7 +21,7 @@ the end as journaled); "step drift" is the mean step of the iterations after the
 window's mean at it (what no projection from the first 10% can know: on a shared machine, mostly other
 users' processes taking the simulated GPU's core).
 
-    python benchmarks/remaining.py                 # 15 runs, about 6-8 min on 2 shared cores
+    python benchmarks/remaining.py                 # 15 runs, about 6 min on 2 shared cores
     python benchmarks/remaining.py --examples cnn --runs 2 --no-write
 """
 
