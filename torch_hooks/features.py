@@ -281,4 +281,5 @@ def hardware_features(env, device) -> dict:
         return {"kind": DeviceKind.CUDA, "sm_count": sm, "gpus": gpus, **hw}
     from colocate.gpus.sim import core_of, declared
 
-    return {"kind": DeviceKind.SIM, "gpus": gpus, **declared(env.sim_gpu_mem, core_of(env))}
+    return {"kind": DeviceKind.SIM, "gpus": gpus,
+            **declared(env.sim_gpu_mem, core_of(env), getattr(device, "type_name", ""), getattr(device, "speed", 1.0))}

@@ -44,6 +44,7 @@ import zmq
 from colocate import protocol as P
 from colocate.base.env import JobEnv
 from colocate.base.vocab import DeviceKind, JobClass, YieldMode
+from colocate.gpus.sim import SIM_NAME
 from torch_hooks.gate import GateFollower, GatePublisher, gate_path
 
 log = logging.getLogger("colocate.link")
@@ -272,8 +273,19 @@ class NodeLink:
         self._ack(sock, rec.limits_seq, rec.t_end)
 
     def _send_features(self, sock, features) -> None:
+        if features.hardware.kind == DeviceKind.SIM:  # the type the node said last (its Welcome may come late)
+            features = self._with_sim_type(features)
         self.features_sent += 1  # before the send: whoever receives it sees the count
         self._send(sock, P.FeaturesReport(job_id=self.worker_id, features=features))
+
+    def _with_sim_type(self, features):
+        """``features`` with the simulated GPU's type and speed as the device has them now."""
+        dev = self.rt.device
+        name, speed = getattr(dev, "type_name", "") or SIM_NAME, float(getattr(dev, "speed", 1.0))
+        hw = features.hardware
+        if (hw.name, hw.sim_speed) == (name, speed):
+            return features
+        return dataclasses.replace(features, hardware=dataclasses.replace(hw, name=name, sim_speed=speed))
 
     def _ack(self, sock, seq: int, applied_at: float) -> None:
         """Tell the node that limits ``seq`` are in force (once per seq)."""
@@ -297,7 +309,7 @@ class NodeLink:
             self.heartbeat_s, self.liveness = msg.heartbeat_s, msg.liveness
             set_speed = getattr(self.rt.device, "set_speed", None)  # a simulated GPU's type
             if set_speed is not None:
-                set_speed(msg.sim_speed)
+                set_speed(msg.sim_speed, msg.sim_type)
             self.welcomes += 1
             self._apply(msg.limits)
             self.registered.set()

@@ -5,8 +5,9 @@ remaining time from progress reports. ``backfill`` plans on it.
 
 Wraps ``cluster.predict.RunTimePredictor`` (see it for the estimator): before start, p50 and p90
 from the first key level with history, from the exact fingerprint with the same GPUs down to the
-user, then the GPU count, then all jobs; after start, the remaining time from progress reports, or
-from the run-time distribution conditioned on the time already run. A job's key: its
+user, then the GPU count, then all jobs; after start, the remaining time from progress reports (the
+iterations left times the recent mean step, plus the end offset learnt from finished jobs), or from
+the run-time distribution conditioned on the time already run. A job's key: its
 ``fingerprint`` (else ``user/name`` when it has a name), ``family``, ``user``, total GPUs and GPU
 model. It learns each ended job's running time (start to end, scheduler clock) and the running
 jobs (censored), so in a replay its predictions use only what had happened by then.
@@ -74,10 +75,11 @@ class Predictor(Plugin):
         return now + (rem.p90 if q == "p90" else rem.p50)
 
     def progress(self, job: Job, done: int, total: int, step_p50_s: float, now: float,
-                 step_p90_s: float | None = None) -> bool:
-        """A running job's progress report (iterations done of total, recent seconds per iteration); its
-        new projected end (p90) is queued for ``take_moved``. False when the report was unusable."""
-        if not self.model.progress(job.job_id, done, total, step_p50_s, now, step_p90_s):
+                 step_p90_s: float | None = None, step_mean_s: float | None = None) -> bool:
+        """A running job's progress report (iterations done of total, recent seconds per iteration: median,
+        p90, mean); its new projected end (p90) is queued for ``take_moved``. False when the report was
+        unusable."""
+        if not self.model.progress(job.job_id, done, total, step_p50_s, now, step_p90_s, step_mean_s):
             return False
         end = self.expected_end(job, "p90", now)
         if end is not None:

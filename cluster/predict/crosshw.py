@@ -23,6 +23,8 @@ other than FP32 was measured: a mixed-precision job's carry assumes both GPUs ga
 supplies only the ratio, the measurement its level, so a bias of the model common to both GPUs
 cancels. The whole measured step is scaled by that ratio: time spent off the GPU (data loading, host
 work) and in layers other than dense and convolutional ones is assumed to scale alike.
+``cluster.predict.carry`` splits the step by the job's busy fraction instead: its device part scaled
+by this ratio, its host part kept.
 
 Pure: no clock, randomness, environment or files other than the package's data (read through
 ``importlib.resources``); the same inputs give the same outputs. Times are in seconds.
@@ -271,8 +273,8 @@ def predict_step_time(layers: Sequence[Layer], gpu: Gpu, model: Model | None = N
 
 def carry(step_time_on_a: float, layers: Sequence[Layer], gpu_a: Gpu, gpu_b: Gpu, model: Model | None = None) -> float:
     """The time per iteration on ``gpu_b`` of a job measured at ``step_time_on_a`` seconds per
-    iteration on ``gpu_a``: the measurement times the ratio of the model's predictions. Same GPU
-    features: the measurement unchanged."""
+    iteration on ``gpu_a``: the measurement times the ratio of the model's predictions (the whole step;
+    ``cluster.predict.carry.carry`` keeps the host part). Same GPU features: the measurement unchanged."""
     if not (math.isfinite(step_time_on_a) and step_time_on_a > 0):
         raise ValueError(f"step time {step_time_on_a!r}: expected seconds > 0")
     if (gpu_a.peak_gflops, gpu_a.bandwidth_gbs) == (gpu_b.peak_gflops, gpu_b.bandwidth_gbs):

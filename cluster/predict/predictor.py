@@ -13,8 +13,16 @@ A quantile beyond every finished observation (too many long runners) is taken as
 observation. None when no level has a finished job.
 
 After start (``remaining``): with a progress report, (total - done) x the reported time per
-iteration (p90: x the reported p90 step time, else the p50 one); without one, the p50/p90 of the
-run time conditioned on the time already run, minus that time.
+iteration (the recent mean where the report has one, else the median: (total - done) steps take
+their count times the mean; p90: x the reported p90 step time, else the same), less the time since
+the report, plus the level's end offset; without one, the p50/p90 of the run time conditioned on
+the time already run, minus that time.
+
+End offset: what the projection from a job's last progress report missed of its actual end (its
+exit: the interpreter's and the framework's teardown, a final checkpoint or evaluation; seconds,
+signed). A succeeded job whose last report had at least ``TAIL_FROM`` of its iterations done teaches
+it, at every level of its key; the offset of a prediction is the median of the last ``window`` at
+the first level with one (0 where none has). The projected run time of a running job counts it too.
 
 Pure and deterministic: every time is an argument (seconds, the caller's clock); the learner
 sees only what it is told (``finished`` for the ended jobs, ``started``/``progress`` for running
@@ -29,6 +37,8 @@ from typing import NamedTuple
 from cluster.predict.estimate import km_quantiles
 from cluster.predict.history import Exit, HistoryRecord, JobKey, levels
 
+TAIL_FROM = 0.9  # a finished job teaches its end offset only if its last report had this share of its iterations
+
 
 class Prediction(NamedTuple):
     p50: float  # seconds
@@ -38,18 +48,18 @@ class Prediction(NamedTuple):
 
 
 class _Running:
-    __slots__ = ("keys", "start", "done", "total", "step_p50", "step_p90", "at")
+    __slots__ = ("keys", "start", "done", "total", "step", "step_p90", "at")
 
     def __init__(self, keys: list[tuple], start: float) -> None:
         self.keys, self.start = keys, start
         self.done = self.total = 0
-        self.step_p50 = self.step_p90 = self.at = 0.0
+        self.step = self.step_p90 = self.at = 0.0  # seconds per iteration the projection uses (mean, else p50)
 
-    def projected(self) -> float | None:
-        """Projected total run time from the last progress report, None without one."""
-        if not self.total or not self.step_p50:
+    def end(self) -> float | None:
+        """Projected end (the caller's clock) from the last progress report, no offset; None without one."""
+        if not self.total or not self.step:
             return None
-        return (self.at - self.start) + max(0, self.total - self.done) * self.step_p50
+        return self.at + max(0, self.total - self.done) * self.step
 
 
 class RunTimePredictor:
@@ -58,6 +68,7 @@ class RunTimePredictor:
             raise ValueError("window must be >= 1, decay in (0, 1], trust >= 1")
         self.window, self.decay, self.trust, self.running = window, decay, trust, running
         self._fin: dict[tuple, deque[float]] = {}
+        self._tail: dict[tuple, deque[float]] = {}  # end offsets (module docstring) by lookup key
         self._run: dict[tuple, dict[str, _Running]] = {}
         self._jobs: dict[str, _Running] = {}
         self._cache: dict[JobKey, Prediction | None] = {}  # predictions at _cache_now, since the last change
@@ -65,16 +76,19 @@ class RunTimePredictor:
 
     # learning
     def finished(self, record: HistoryRecord) -> None:
-        """A job ended: it stops counting as running; a succeeded one's wall time becomes history."""
+        """A job ended: it stops counting as running; a succeeded one's wall time becomes history, and the
+        offset of its end from the projection of its last progress report, where that report was late enough
+        (``TAIL_FROM``), its level's end offset."""
+        r = self._jobs.get(record.job_id)
+        projected = r.end() if r is not None and r.done >= TAIL_FROM * r.total else None
         self.forget(record.job_id)
         self._cache.clear()
         if record.exit != Exit.SUCCEEDED or record.wall_s <= 0:
             return
         for _, lk in levels(record.key):
-            d = self._fin.get(lk)
-            if d is None:
-                d = self._fin[lk] = deque(maxlen=self.window)
-            d.append(record.wall_s)
+            _push(self._fin, lk, record.wall_s, self.window)
+            if projected is not None:
+                _push(self._tail, lk, record.end_s - projected, self.window)
 
     def started(self, job_id: str, key: JobKey, now: float) -> None:
         """A job started running at ``now`` (idempotent: a second call keeps the first start)."""
@@ -87,15 +101,17 @@ class RunTimePredictor:
             self._run.setdefault(lk, {})[job_id] = r
 
     def progress(self, job_id: str, done: int, total: int, step_p50_s: float, now: float,
-                 step_p90_s: float | None = None) -> bool:
-        """A running job's progress: ``done`` of ``total`` iterations, recent seconds per iteration.
+                 step_p90_s: float | None = None, step_mean_s: float | None = None) -> bool:
+        """A running job's progress at ``now`` (when the report was made): ``done`` of ``total`` iterations,
+        recent seconds per iteration (median, p90, mean; the mean is what the projection uses where given).
         False (ignored) for a job not running or a report without a usable total or step time."""
         r = self._jobs.get(job_id)
-        if r is None or total <= 0 or done < 0 or not (step_p50_s > 0 and math.isfinite(step_p50_s)):
+        if r is None or total <= 0 or done < 0 or not _seconds(step_p50_s):
             return False
         self._cache.clear()
-        r.done, r.total, r.step_p50, r.at = done, total, step_p50_s, now
-        r.step_p90 = step_p90_s if step_p90_s and step_p90_s >= step_p50_s and math.isfinite(step_p90_s) else step_p50_s
+        step = step_mean_s if step_mean_s is not None and _seconds(step_mean_s) else step_p50_s
+        r.done, r.total, r.step, r.at = done, total, step, now
+        r.step_p90 = max(step, step_p90_s) if step_p90_s is not None and _seconds(step_p90_s) else step
         return True
 
     def forget(self, job_id: str) -> None:
@@ -120,9 +136,9 @@ class RunTimePredictor:
             w *= self.decay
         running = self._run.get(lk) if self.running else None
         for r in list(running.values())[-self.window:] if running else ():
-            proj = r.projected()
-            if proj is not None:
-                obs.append((proj, 1.0, True))
+            end = r.end()
+            if end is not None:
+                obs.append((end + self._offset(r.keys) - r.start, 1.0, True))
             elif now > r.start:
                 obs.append((now - r.start, 1.0, False))
         return obs
@@ -172,10 +188,12 @@ class RunTimePredictor:
         r = self._jobs.get(job_id)
         if r is None:
             return None
-        if r.total and r.step_p50:
+        if r.total and r.step:
             left = max(0, r.total - r.done)
             since = max(0.0, now - r.at)
-            return Prediction(max(0.0, left * r.step_p50 - since), max(0.0, left * r.step_p90 - since), "progress", r.done)
+            off = self._offset(r.keys)
+            return Prediction(max(0.0, left * r.step - since + off), max(0.0, left * r.step_p90 - since + off),
+                              "progress", r.done)
         ran = max(0.0, now - r.start)
         for name, lk in levels(key):
             if lk not in self._fin:
@@ -184,3 +202,33 @@ class RunTimePredictor:
             if est is not None:
                 return Prediction(est[0] - ran, est[1] - ran, name, len(self._fin[lk]))
         return None
+
+    def end_offset(self, key: JobKey) -> float:
+        """Seconds a job with ``key`` is expected to run past the projection of its last progress report
+        (the end offset of the module docstring; 0.0 where nothing was learnt)."""
+        return self._offset([lk for _, lk in levels(key)])
+
+    def _offset(self, lookup_keys: list[tuple]) -> float:
+        """The end offset (module docstring) at the first of ``lookup_keys`` with one; 0.0 where none has."""
+        for lk in lookup_keys:
+            d = self._tail.get(lk)
+            if d:
+                return _median(d)
+        return 0.0
+
+
+def _push(table: dict[tuple, deque[float]], lk: tuple, value: float, window: int) -> None:
+    d = table.get(lk)
+    if d is None:
+        d = table[lk] = deque(maxlen=window)
+    d.append(value)
+
+
+def _median(values) -> float:
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
+def _seconds(v: float) -> bool:
+    return v > 0 and math.isfinite(v)

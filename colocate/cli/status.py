@@ -40,7 +40,8 @@ def progress_lines(p) -> list[tuple[str, str]]:
     total = p.total_iterations
     done = f"{p.iterations}" + (f" of {total} ({min(1.0, p.iterations / total):.0%})" if total else " (total unknown)")
     lines = [("iterations", done),
-             ("step time", f"p50 {p.step_p50_s * 1e3:.1f} ms, p90 {p.step_p90_s * 1e3:.1f} ms (last {p.window})"),
+             ("step time", f"p50 {p.step_p50_s * 1e3:.1f} ms, p90 {p.step_p90_s * 1e3:.1f} ms"
+                           + (f", mean {p.step_mean_s * 1e3:.1f} ms" if p.step_mean_s else "") + f" (last {p.window})"),
              ("peak memory", f"{format_size(p.mem_reserved_peak)} reserved, {format_size(p.mem_allocated_peak)} "
                              "allocated"),
              ("busy", f"{p.busy_fraction:.0%} of wall time (rank {p.rank}, reported {p.since_report_s:.0f} s ago)")]
@@ -53,7 +54,9 @@ def progress_lines(p) -> list[tuple[str, str]]:
                                f"{'+'.join(m.optimizers) or 'no optimizer'}, {m.param_dtype}{amp}"))
         lines.append(("layers", ", ".join(f"{k} x{n}" for k, n in sorted(m.layer_counts, key=lambda kv: -kv[1]))[:200]
                       or "-"))
-        lines.append(("gpu", f"{hw.name or hw.kind} ({format_size(hw.mem_total)}, {hw.sm_count or '?'} SMs) x {hw.gpus}"))
+        speed = f", simulated, speed {hw.sim_speed:g}" if hw.sim_speed else ""
+        lines.append(("gpu", f"{hw.name or hw.kind} ({format_size(hw.mem_total)}, {hw.sm_count or '?'} SMs{speed}) "
+                             f"x {hw.gpus}"))
     return lines
 
 

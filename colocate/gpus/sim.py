@@ -11,9 +11,7 @@ from __future__ import annotations
 import os
 
 from colocate.base.vocab import DeviceKind
-from colocate.gpus.spec import GpuSpec
-
-SIM_NAME = "colocate-sim"  # the name of every simulated GPU (its declared spec: ``declared``)
+from colocate.gpus.spec import SIM_NAME, GpuSpec
 
 
 def default_core(index: int, ncores: int | None = None) -> int:
@@ -93,15 +91,16 @@ def keep_off_cores(cores: set[int]) -> None:
         pass
 
 
-def declared(mem_total: int, core: int = 0) -> dict:
+def declared(mem_total: int, core: int = 0, type_name: str = "", speed: float = 1.0) -> dict:
     """The declared spec of a simulated GPU, as ``HardwareFeatures`` fields: one CPU core of this host is its
     compute (``sm_count`` 1, ``sm_clock_mhz`` that core's maximum clock where sysfs says, else 0) and
     ``mem_total`` its byte budget; a simulated GPU has no memory clock, bandwidth or peak rate of its own
-    (0: unknown). Reads one small file; never raises."""
+    (0: unknown). Its type (``--sim-gpus 1:K80``: ``type_name``, "" untyped) is its ``name``, and its
+    relative ``speed`` its ``sim_speed``. Reads one small file; never raises."""
     try:
         with open(f"/sys/devices/system/cpu/cpu{int(core)}/cpufreq/cpuinfo_max_freq") as f:
             mhz = int(f.read().strip()) // 1000  # kHz
     except (OSError, ValueError):  # no cpufreq in this container or VM
         mhz = 0
-    return {"name": SIM_NAME, "mem_total": int(mem_total), "sm_count": 1, "sm_clock_mhz": mhz, "mem_clock_mhz": 0,
-            "mem_bandwidth": 0.0, "peak_flops": 0.0}
+    return {"name": type_name or SIM_NAME, "mem_total": int(mem_total), "sm_count": 1, "sm_clock_mhz": mhz,
+            "mem_clock_mhz": 0, "mem_bandwidth": 0.0, "peak_flops": 0.0, "sim_speed": float(speed)}

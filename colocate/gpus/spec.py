@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from colocate.base.vocab import DeviceKind
 
+SIM_NAME = "colocate-sim"  # the name of an untyped simulated GPU (a typed one is named by its type)
+
 
 @dataclass(frozen=True)
 class GpuSpec:

@@ -36,8 +36,8 @@ from itertools import chain
 from typing import Any
 
 from colocate import protocol as P
-from colocate.base.vocab import JobClass, SloState
-from colocate.gpus.spec import GpuSpec
+from colocate.base.vocab import DeviceKind, JobClass, SloState
+from colocate.gpus.spec import SIM_NAME, GpuSpec
 from colocate.node import progress
 from colocate.node.claims import WHOLE, Claim, conflict
 from colocate.node.commands import Command, Note, Reply, Send
@@ -150,7 +150,8 @@ class NodeCore(PlacementRules):
         job.sent_at[job.limits.seq] = now
         welcome = P.Welcome(job_id=job.job_id, node_epoch=self.node_epoch, limits=job.limits,
                             heartbeat_s=self.cfg.heartbeat_s, liveness=self.cfg.liveness, gpu=job.gpu,
-                            mem_total=gpu.spec.mem_total, sim_core=gpu.spec.core, sim_speed=gpu.spec.speed)
+                            mem_total=gpu.spec.mem_total, sim_core=gpu.spec.core, sim_speed=gpu.spec.speed,
+                            sim_type=_sim_type(gpu.spec))
         return [Send(job.job_id, welcome)] + out
 
     def _on_batch_report(self, m: P.BatchReport, now: float) -> list[Command]:
@@ -414,3 +415,8 @@ class NodeCore(PlacementRules):
 
 def _unknown(job_id: str) -> P.Error:
     return P.Error(code=P.UNKNOWN_JOB, message=f"job {job_id} is not registered with this node", job_id=job_id)
+
+
+def _sim_type(spec: GpuSpec) -> str:
+    """The type a simulated GPU was declared with (``--sim-gpus 1:K80``), "" for an untyped or a CUDA one."""
+    return spec.name if spec.kind == DeviceKind.SIM and spec.name != SIM_NAME else ""

@@ -4,6 +4,11 @@
 Per report the core does O(1) work (``note``: counters and peaks); the quantiles are computed only when a
 status is built (``summarise``, about once a second, over the worker's last ``RECENT`` reports), so
 summarising adds nothing per mini-batch. Units: seconds and bytes.
+
+``step_host_s`` is the host part of a step (from its start to its first device work: ``device_start_s``).
+The step-time window leaves out the job's first mini-batch (``seq`` 0) once a later one is there: it carries
+the job's start-up on the device (first allocations, the feature read, lazy initialisation), 2-3x a step in
+the examples, and would inflate the mean the remaining time is projected with.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ def quantile(sorted_values: list[float], q: float) -> float:
 
 def summarise(worker, now: float, with_features: bool = False) -> P.JobProgress:
     """``worker``'s progress at node time ``now``; its features only ``with_features`` (and once known)."""
-    steps = sorted(r.duration_s for r in worker.recent)
+    window = [r for r in worker.recent if r.seq > 0] or list(worker.recent)
+    steps = sorted(r.duration_s for r in window)
+    host = sum(min(r.device_start_s, r.duration_s) for r in window) / len(window) if window else 0.0
     busy = worker.busy_total_s / worker.wall_total_s if worker.wall_total_s > 0 else 0.0
     features = worker.features if with_features else None
     total = worker.features.total_iterations if worker.features is not None else None
@@ -40,5 +47,6 @@ def summarise(worker, now: float, with_features: bool = False) -> P.JobProgress:
     return P.JobProgress(
         job_id=worker.job, rank=worker.rank or 0, iterations=worker.iterations_done,
         step_p50_s=quantile(steps, 0.5), step_p90_s=quantile(steps, 0.9), window=len(steps),
+        step_mean_s=sum(steps) / len(steps) if steps else 0.0, step_host_s=host,
         mem_reserved_peak=worker.mem_reserved_peak, mem_allocated_peak=worker.mem_allocated_peak,
         busy_fraction=min(1.0, max(0.0, busy)), total_iterations=total, since_report_s=since, features=features)

@@ -210,10 +210,13 @@ class JobProgress(_Record):
     """One worker's progress as its node summarises the ``BatchReport``s it received (``colocate.node.progress``).
 
     ``job_id`` is the job's id (not ``JOB/RANK``), ``rank`` the worker's (0 for a one-process job).
-    ``iterations``: mini-batches done, as the job counts them. ``step_p50_s``/``step_p90_s``: median and 90th
-    percentile of the time per iteration (boundary to boundary, throttle idle included) over the last
-    ``window`` iterations. Peaks are over the worker's life at the node (reserved: before any release at a
-    boundary). ``busy_fraction``: device busy time over wall time, summed over every report.
+    ``iterations``: mini-batches done, as the job counts them. ``step_p50_s``/``step_p90_s``/``step_mean_s``:
+    median, 90th percentile and mean of the time per iteration (boundary to boundary, throttle idle included)
+    over the last ``window`` iterations, the job's first left out once there is another (its start-up); the
+    mean is the recent wall time per iteration (0 from a node that predates it). ``step_host_s``: the mean, over
+    the same window, of the time from a mini-batch's start to its first device work (the host part of the step:
+    waiting for input, host work; 0 from a node that predates it). Peaks are over the worker's life at the node
+    (reserved: before any release at a boundary). ``busy_fraction``: device busy time over wall time, summed over every report.
     ``total_iterations``: what the job knows of its total (``Features.total_iterations``). ``since_report_s``:
     seconds, on the node's clock, since the last report. ``features``: the job's ``Features``, carried by the
     first ``NodeStatus`` after the node learned them and after each ``NodeWelcome``, otherwise None (the
@@ -231,6 +234,8 @@ class JobProgress(_Record):
     total_iterations: int | None = _f(Opt(COUNT), default=None)
     since_report_s: float = _f(SECONDS, default=0.0)
     features: Features | None = _f(Opt(Nested(Features)), default=None)
+    step_mean_s: float = _f(SECONDS, default=0.0, optional=True)
+    step_host_s: float = _f(SECONDS, default=0.0, optional=True)
 
 
 # ---------------------------------------------------------------- node -> scheduler

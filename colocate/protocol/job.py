@@ -156,7 +156,9 @@ class ModelFeatures(_Record):
 class HardwareFeatures(_Record):
     """The job's GPU: from NVML and CUDA's device properties on CUDA, from the declared spec of a simulated GPU
     (``colocate.gpus.sim.declared``). 0 means unknown. ``mem_bandwidth`` is bytes/s, ``peak_flops`` FLOP/s
-    (FP32); ``gpus`` the GPUs of the job (its world size, at least 1)."""
+    (FP32); ``gpus`` the GPUs of the job (its world size, at least 1). ``sim_speed``: a simulated GPU's speed
+    relative to the fastest type (its device work takes 1/speed as long; ``name`` is then its type); 0 on CUDA
+    and from a job that predates it."""
 
     kind: DeviceKind = _f(Choice(DeviceKind))
     name: str = _f(Str(MAX_ID_CHARS, printable=True))
@@ -167,6 +169,7 @@ class HardwareFeatures(_Record):
     mem_bandwidth: float = _f(FLOPS)
     peak_flops: float = _f(FLOPS)
     gpus: int = _f(Num(int, 1, 1 << 20))
+    sim_speed: float = _f(Num(float, 0.0, 1.0), default=0.0, optional=True)
 
 
 @_record()
@@ -289,6 +292,7 @@ class Welcome(Message):
     sim_core: int | None = _f(Opt(COUNT), default=None)  # a simulated GPU's CPU core (None: not simulated)
     # a simulated GPU's speed relative to the fastest type: its device work takes 1/speed as long
     sim_speed: float = _f(Num(float, 0.001, 1.0), default=1.0, optional=True)
+    sim_type: str = _f(Str(32, printable=True), default="", optional=True)  # that GPU's type ("": untyped)
 
 
 @_record("set_limits")

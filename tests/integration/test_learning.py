@@ -46,10 +46,10 @@ def test_features_and_progress_reach_the_scheduler(procs, tmp_path):
     kinds = dict(m.layer_counts)
     assert kinds.get("Conv2d", 0) >= 2 and kinds.get("Linear", 0) >= 1, kinds
     assert m.batch_size == 16 and m.optimizers and m.params > 0 and m.flops_per_iteration > 0
-    assert (f.hardware.kind, f.hardware.name, f.hardware.gpus) == ("sim", "colocate-sim", 1)
+    assert (f.hardware.kind, f.hardware.name, f.hardware.gpus, f.hardware.sim_speed) == ("sim", "colocate-sim", 1, 1.0)
     assert f.iterations_hint == ITERS and p.total_iterations == ITERS
     assert 20 <= p.iterations <= ITERS and p.window > 0
-    assert 0 < p.step_p50_s <= p.step_p90_s
+    assert 0 < p.step_p50_s <= p.step_p90_s and p.step_mean_s > 0
     assert p.mem_allocated_peak > 0 and p.mem_reserved_peak >= p.mem_allocated_peak
     assert 0 < p.busy_fraction <= 1
     (paged,) = [j for j in c.client.jobs()[0] if j.job_id == job_id]  # a page of jobs carries no features

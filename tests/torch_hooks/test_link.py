@@ -323,3 +323,30 @@ def test_features_go_to_the_node_once_read_and_again_after_each_welcome(wired):
     node.send(ident, welcome(6, 1, 0.5))
     _, again = node.recv(skip=(P.Heartbeat, P.LimitsApplied))
     assert again == msg and link.features_sent == 2
+
+
+@pytest.mark.parametrize("sim_type, speed, name", [("K80", 0.25, "K80"), ("", 1.0, "colocate-sim")])
+def test_a_simulated_gpus_features_carry_the_type_and_speed_the_node_said(wired, sim_type, speed, name):
+    """Features read before the Welcome (or kept across a node's restart) go out with the GPU's type and speed
+    as the node's last Welcome said them."""
+    import dataclasses
+
+    from tests.colocate.test_protocol import FEATURES
+
+    link, rt, node, clock = wired
+    dev = rt.device
+
+    def set_speed(s, type_name=""):
+        dev.speed, dev.type_name = s, type_name
+
+    dev.set_speed = set_speed
+    ident, reg = node.recv()
+    node.send(ident, dataclasses.replace(welcome(5, 1, 0.5), sim_speed=speed, sim_type=sim_type))
+    assert link.registered.wait(5), "the Welcome was not taken"
+    hw = dataclasses.replace(FEATURES.hardware, kind="sim", name="colocate-sim", sim_speed=0.5)  # stale
+    rt.features = dataclasses.replace(FEATURES, hardware=hw)
+    for fn in rt._features_hooks:
+        fn(rt.features)
+    _, msg = node.recv(skip=(P.Heartbeat, P.LimitsApplied))
+    assert (msg.features.hardware.name, msg.features.hardware.sim_speed) == (name, speed)
+    assert msg.features.model == FEATURES.model

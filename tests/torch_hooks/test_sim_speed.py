@@ -77,3 +77,43 @@ def test_the_node_core_welcomes_a_job_with_its_gpus_speed():
         welcome = [c.msg for c in core.handle(reg, 1.0) if isinstance(c, Send) and isinstance(c.msg, P.Welcome)]
         got[gpu] = welcome[0].sim_speed
     assert got == {0: 1.0, 1: 0.25}
+
+
+@pytest.mark.parametrize("gpus, want", [
+    ("1:V100,1:K80", [("V100", 1.0), ("K80", 0.25)]),
+    ("2", [("", 1.0), ("", 1.0)]),  # untyped: no type to say
+])
+def test_the_welcome_says_the_gpus_type(gpus, want):
+    from colocate.node.commands import Send
+    from colocate.node.config import NodeConfig
+    from colocate.node.core import NodeCore
+
+    core = NodeCore(sim.node_gpus(sim.parse_sim_gpus(gpus), 16 << 30), NodeConfig(policy="exclusive"), node_epoch=1)
+    got = []
+    for gpu in (0, 1):
+        reg = P.Register(job_id=f"j{gpu}", pid=500 + gpu, gpu=gpu, priority="guaranteed", mem_request=None,
+                         sm_share=1.0, mem_cap=16 << 30, epoch=1, token="t", sm_request=1.0)
+        (w,) = [c.msg for c in core.handle(reg, 1.0) if isinstance(c, Send) and isinstance(c.msg, P.Welcome)]
+        got.append((w.sim_type, w.sim_speed))
+    assert got == want
+    limits = P.Limits(seq=1, mem_cap=1 << 30, sm_share=1.0, gate=False)
+    assert P.decode(P.encode(P.Welcome(job_id="j", node_epoch=1, limits=limits))).sim_type == ""  # an older node
+
+
+@pytest.mark.parametrize("speed, type_name, want", [(0.25, "K80", ("K80", 0.25)), (1.0, "", ("colocate-sim", 1.0))])
+def test_a_simulated_gpus_hardware_features_are_its_declared_type(speed, type_name, want):
+    from torch_hooks.features import hardware_features
+
+    dev = SimJobDevice(JobEnv(sim_gpu_mem=1 << 30))
+    dev.set_speed(speed, type_name)
+    hw = P.HardwareFeatures(**hardware_features(JobEnv(device="sim", sim_gpu_mem=1 << 30), dev))
+    assert (hw.name, hw.sim_speed, hw.kind, hw.mem_total) == (*want, "sim", 1 << 30)
+    assert P.decode(P.encode(P.FeaturesReport(job_id="j", features=_features(hw)))).features.hardware == hw
+
+
+def _features(hw):
+    model = P.ModelFeatures(params=1, trainable_params=1, layers=(), layer_counts={}, forward_flops=0.0,
+                            flops_per_iteration=0.0, batch_size=None, optimizers=(), param_dtype="float32",
+                            autocast_dtype="")
+    return P.Features(model=model, hardware=hw, loader_batches=None, iterations_hint=None, epochs_hint=None,
+                      total_iterations=None, read_s=0.0)

@@ -39,6 +39,7 @@ class SimJobDevice:
         self._lock = threading.Lock()  # orders joining the core with priority changes
         self.joined = False  # the process runs on the GPU's core (from its first device work)
         self.speed = 1.0  # the GPU type's relative speed (the node's Welcome): device work takes 1/speed as long
+        self.type_name = ""  # the GPU's type (the node's Welcome; "": untyped)
         self._phase_busy: float | None = None  # busy_time() at the current mini-batch's device work start
         self._low = False  # low device priority asked for
         # control threads (the node link), host work: native id -> [CPU clock id, last seconds read], or None
@@ -113,9 +114,11 @@ class SimJobDevice:
             busy -= clock[1]
         return busy
 
-    def set_speed(self, speed: float) -> None:
-        """The GPU type's relative speed, in (0, 1] (1: the fastest type; values outside are clamped)."""
+    def set_speed(self, speed: float, type_name: str = "") -> None:
+        """The GPU type's relative speed, in (0, 1] (1: the fastest type; values outside are clamped), and its
+        name ("": untyped)."""
         self.speed = min(1.0, max(1e-3, float(speed)))
+        self.type_name = str(type_name)
 
     def phase_start(self) -> None:
         """Device work of a mini-batch begins: the first one moves the process onto the GPU's core."""

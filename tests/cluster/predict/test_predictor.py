@@ -105,3 +105,66 @@ def test_running_jobs_can_be_left_out(running, p50):
     for i in range(4):
         p.started(f"r{i}", ANN, 0.0)
     assert p.predict(ANN, 500.0).p50 == p50
+
+
+@pytest.mark.parametrize("steps, expected", [
+    ((2.0, None, None), (180.0, 180.0)),
+    ((2.0, 3.0, 2.5), (225.0, 270.0)),  # the mean projects the p50: 90 steps take 90 x their mean
+    ((2.0, 2.2, 2.5), (225.0, 225.0)),  # the p90 is never below the p50 projection
+    ((2.0, 3.0, 0.0), (180.0, 270.0)),  # no mean (an older node): the median
+    ((2.0, 3.0, float("nan")), (180.0, 270.0)),
+])
+def test_remaining_projects_with_the_mean_step_where_reported(steps, expected):
+    p = RunTimePredictor()
+    p.started("j", ANN, 100.0)
+    s50, s90, mean = steps
+    assert p.progress("j", 10, 100, s50, 110.0, s90, mean)
+    r = p.remaining("j", ANN, 110.0)
+    assert (r.p50, r.p90) == pytest.approx(expected)
+
+
+def finish_with_progress(p, job_id, key, start, done_, total, step, at, end):
+    p.started(job_id, key, start)
+    assert p.progress(job_id, done_, total, step, at)
+    p.finished(HistoryRecord(job_id, key.exact, key.family, key.user, key.gpus, key.gpu_type, end - start,
+                             Exit.SUCCEEDED, start, end))
+
+
+@pytest.mark.parametrize("history, key, offset", [
+    ([], ANN, 0.0),  # nothing learnt: no offset
+    # last report at t=100 with 95 of 100 done at 1 s/step: projected end 105; it ended at 108: 3 s later
+    ([(ANN, 95, 100.0, 108.0)], ANN, 3.0),
+    ([(ANN, 95, 100.0, 108.0), (ANN, 100, 100.0, 101.0), (ANN, 100, 100.0, 104.0)], ANN, 3.0),  # the median
+    ([(ANN, 50, 100.0, 158.0)], ANN, 0.0),  # its last report was too early (50%): teaches nothing
+    ([(ANN, 95, 100.0, 108.0)], JobKey("e9", "f1", "ann", 1), 3.0),  # learnt at the family level too
+    ([(ANN, 95, 100.0, 108.0)], JobKey("e9", "f9", "bob", 1), 3.0),  # and at the broadest ("all")
+    ([(ANN, 95, 100.0, 108.0), (JobKey("e9", "f9", "bob", 1), 95, 100.0, 120.0)], ANN, 3.0),  # the first level's
+    ([(ANN, 100, 100.0, 99.0)], ANN, -1.0),  # an end before the projection: signed
+])
+def test_the_end_offset_is_learnt_from_finished_jobs(history, key, offset):
+    p = RunTimePredictor()
+    for i, (k, done_, at, end) in enumerate(history):
+        finish_with_progress(p, f"h{i}", k, 0.0, done_, 100, 1.0, at, end)
+    p.started("j", key, 200.0)
+    assert p.progress("j", 10, 100, 1.0, 210.0)
+    r = p.remaining("j", key, 210.0)
+    assert (r.p50, r.p90) == pytest.approx((90.0 + offset, 90.0 + offset))
+
+
+def test_a_failed_job_teaches_no_end_offset():
+    p = RunTimePredictor()
+    p.started("h", ANN, 0.0)
+    assert p.progress("h", 95, 100, 1.0, 100.0)
+    p.finished(HistoryRecord("h", ANN.exact, ANN.family, ANN.user, ANN.gpus, ANN.gpu_type, 130.0, Exit.FAILED, 0.0,
+                             130.0))
+    p.started("j", ANN, 200.0)
+    assert p.progress("j", 10, 100, 1.0, 210.0)
+    assert p.remaining("j", ANN, 210.0).p50 == pytest.approx(90.0)
+
+
+def test_a_running_jobs_projection_counts_the_end_offset():
+    p = RunTimePredictor(trust=1)
+    finish_with_progress(p, "h", ANN, 0.0, 100, 100, 1.0, at=100.0, end=110.0)  # 10 s after its projection
+    p.started("r", ANN, 200.0)
+    assert p.progress("r", 10, 1000, 1.0, 210.0)  # projects 210 + 990 = 1200, + 10: ran 1010 s
+    assert p.predict(ANN, 210.0).p90 == pytest.approx(1010.0)

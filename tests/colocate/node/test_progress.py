@@ -56,14 +56,42 @@ def test_summary_of_the_reports_a_node_received():
     report(c, 10, 0.25, busy=0.25, reserved=1 * MiB, reserved_peak=3 * MiB, allocated=MiB, now=10.0)
     told: dict[str, int] = {}
     (p,) = c.progress(12.5, told)
-    every = sorted(durations + [0.25])
-    assert (p.job_id, p.rank, p.iterations, p.window) == ("job-1", 0, 11, 11)
-    assert p.step_p50_s == pytest.approx(quantile(every, 0.5)) and p.step_p50_s == pytest.approx(0.5)
+    every = sorted(durations[1:] + [0.25])  # the first mini-batch (seq 0: start-up) is left out of the window
+    assert (p.job_id, p.rank, p.iterations, p.window) == ("job-1", 0, 11, 10)
+    assert p.step_p50_s == pytest.approx(quantile(every, 0.5)) and p.step_p50_s == pytest.approx(0.55)
     assert p.step_p90_s == pytest.approx(quantile(every, 0.9))
+    assert p.step_mean_s == pytest.approx(sum(every) / len(every))
     assert p.mem_reserved_peak == 11 * MiB and p.mem_allocated_peak == 9 * MiB  # peaks, not the last report
     assert p.busy_fraction == pytest.approx((sum(durations) / 2 + 0.25) / (sum(durations) + 0.25))
     assert p.since_report_s == pytest.approx(2.5)
     assert p.total_iterations is None and p.features is None
+
+
+@pytest.mark.parametrize("reports, window, p50, mean", [
+    ([(0, 3.0)], 1, 3.0, 3.0),  # only the first mini-batch: it is all there is
+    ([(0, 3.0), (1, 1.0)], 1, 1.0, 1.0),  # a later one is there: the start-up is left out
+    ([(0, 3.0), (1, 1.0), (2, 2.0), (3, 1.5)], 3, 1.5, 1.5),
+    ([(5, 1.0), (6, 3.0)], 2, 2.0, 2.0),  # reports of a job the node met late (no seq 0): every one counts
+])
+def test_the_window_leaves_out_the_first_mini_batch(reports, window, p50, mean):
+    c = core()
+    register(c)
+    for seq, d in reports:
+        report(c, seq, d, busy=d / 2)
+    (p,) = c.progress(1.0, {})
+    assert (p.window, p.step_p50_s, p.step_mean_s) == (window, pytest.approx(p50), pytest.approx(mean))
+
+
+def test_the_host_part_is_the_mean_time_before_the_first_device_work():
+    c = core()
+    register(c)
+    for seq, (d, start) in enumerate([(0.5, 0.4), (0.10, 0.02), (0.12, 0.04), (0.11, 0.5)]):  # the last: a late start
+        c.handle(P.BatchReport(job_id="job-1", seq=seq, t_end=seq * 1.0, duration_s=d, busy_s=d / 2,
+                               device_start_s=start, mem_allocated_peak=0, mem_reserved=0, mem_floor=0, host_bytes=0,
+                               host_bytes_touched=0, limits_seq=1), 0.0)
+    (p,) = c.progress(1.0, {})
+    assert p.step_host_s == pytest.approx((0.02 + 0.04 + 0.11) / 3)  # the first left out, each capped at its step
+    assert p.step_mean_s == pytest.approx((0.10 + 0.12 + 0.11) / 3)
 
 
 def test_iterations_are_the_jobs_count_even_when_reports_were_lost():
