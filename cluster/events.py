@@ -129,7 +129,7 @@ class PlacementRefused:
 @dataclass(frozen=True, slots=True)
 class JobProgressed:
     """A running job's progress, as its lowest rank's node summarised it: ``done`` of ``total`` iterations
-    (``total`` 0: unknown), the recent median and p90 seconds per iteration, reported ``age_s`` seconds before
+    (``total`` 0: unknown), the recent median, p90 (and mean) seconds per iteration, reported ``age_s`` seconds before
     ``now``. It moves the job's remaining-time prediction (``on_progress``); it never changes the job's state."""
 
     job_id: str
@@ -138,6 +138,7 @@ class JobProgressed:
     step_p50_s: float
     step_p90_s: float
     age_s: float = 0.0
+    step_mean_s: float | None = None  # the window's mean (what a projection of the remaining steps uses); None: not reported
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,7 +89,7 @@ class Predictor(Plugin):
     def on_progress(self, job: Job, progress: JobProgressed, now: float) -> bool:
         """The core's ``JobProgressed``: ``progress()`` as of when the node reported it."""
         return self.progress(job, progress.done, progress.total, progress.step_p50_s, now - progress.age_s,
-                             progress.step_p90_s)
+                             progress.step_p90_s, progress.step_mean_s)
 
     def on_history(self, records: list[HistoryRecord]) -> None:
         """The journal's history (a restart): every ended job's run time, as if it had ended here."""

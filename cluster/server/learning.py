@@ -97,7 +97,7 @@ class Learning:
         self.own.finished(rec)
 
     def progressed(self, e: ev.JobProgressed, now: float) -> None:
-        self.own.progress(e.job_id, e.done, e.total, e.step_p50_s, now - e.age_s, e.step_p90_s)
+        self.own.progress(e.job_id, e.done, e.total, e.step_p50_s, now - e.age_s, e.step_p90_s, e.step_mean_s)
 
     def record(self, d: ev.JobChanged, core: SchedulerCore, progress: P.JobProgress | None,
                now: float) -> HistoryRecord | None:

@@ -270,7 +270,8 @@ class SchedulerService(Requests, Faults):
         progressed: list = []
         if isinstance(m, P.NodeStatus):
             progressed = [ev.JobProgressed(p.job_id, p.iterations, p.total_iterations or 0, p.step_p50_s, p.step_p90_s,
-                                           p.since_report_s) for p in self.progress.note(m.progress, self.core.job)]
+                                           p.since_report_s, p.step_mean_s)
+                          for p in self.progress.note(m.progress, self.core.job)]
             event = ev.NodeReport(node_id, m.epoch, tuple(ev.GpuReport(g.index, g.utilization, g.mem_used)
                                                           for g in m.gpus),
                                   tuple(ev.WorkerReport(w.job_id, w.placement_id, w.rank, w.running, w.exit_code,

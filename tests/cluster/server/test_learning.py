@@ -111,6 +111,11 @@ def test_views_show_the_prediction_a_pending_job_waits_with_and_the_time_left_of
     (one,) = replies(h.send(CLIENT, P.JobsRequest(job_id=running)), P.JobsReply)
     got = one.jobs[0].prediction
     assert (got.level, got.history, got.p50_s, got.p90_s) == ("progress", 100, 150.0, 300.0)
+    n.status(progress=(progress(running, iterations=200, total_iterations=400, step_p50_s=0.5, step_p90_s=1.0,
+                                step_mean_s=0.6),))  # the window's mean is what the projection uses
+    (one,) = replies(h.send(CLIENT, P.JobsRequest(job_id=running)), P.JobsReply)
+    got = one.jobs[0].prediction
+    assert (got.level, got.history, got.p50_s) == ("progress", 200, 120.0)
 
 
 def test_without_a_predictor_plugin_the_views_predict_from_the_services_own_model(tmp_path):
