@@ -89,8 +89,11 @@ class Users:
     def __init__(self):
         self.names: list[str] = []
 
+    made = 0  # accounts this process has made: a part of each name, so no two tests of one worker share one
+
     def add(self, role: str) -> str:
-        name = f"cl{os.getpid() % 100000}{role}"[:31]
+        Users.made += 1
+        name = f"cl{os.getpid() % 100000}x{Users.made}{role}"[:31]
         subprocess.run(["useradd", "--no-create-home", "--user-group", "--shell", "/bin/sh", "--home-dir",
                         f"/nonexistent/{name}", name], check=True, capture_output=True, text=True, timeout=60)
         self.names.append(name)
@@ -109,13 +112,16 @@ class Users:
 
         for name in self.names:
             uid = self.uid(name)
-            for proc in psutil.process_iter(["uids"]):  # the account is this test's: so is every process of it
-                if proc.info["uids"] and proc.info["uids"].real == uid:
-                    try:
-                        proc.kill()
-                    except psutil.Error:
-                        pass
-            subprocess.run(["userdel", name], capture_output=True, timeout=60)
+            procs = [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid]
+            for proc in procs:  # the account is this test's: so is every process of it
+                try:
+                    proc.kill()
+                except psutil.Error:
+                    pass
+            psutil.wait_procs(procs, timeout=30)  # userdel refuses an account a live process still runs as
+            res = subprocess.run(["userdel", name], capture_output=True, text=True, timeout=60)
+            if res.returncode != 0 and name in {p.pw_name for p in pwd.getpwall()}:
+                raise RuntimeError(f"userdel {name}: {res.stderr.strip() or res.returncode}")
         self.names.clear()
 
 
