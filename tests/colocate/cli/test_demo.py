@@ -127,3 +127,19 @@ def test_the_cluster_demos_user_runs_its_jobs_as_whoever_runs_the_demo(tmp_path)
     me = pwd.getpwuid(os.geteuid()).pw_name
     acct = Accounts(make_keys(str(tmp_path)), uid=0).for_user("demo")  # as a root node would resolve it
     assert acct is not None and acct.name == me
+
+
+@pytest.mark.parametrize("states, timed_out, starved, failed", [
+    ({"g": "succeeded", "o": "succeeded"}, False, [], []),
+    ({"g": "succeeded", "o": "running"}, True, ["o"], []),  # idle time ran out: starved, by design
+    ({"g": "succeeded", "o": "pending"}, True, ["o"], []),
+    ({"g": "running", "o": "running"}, True, ["o"], ["g"]),  # a guaranteed job late is a failure
+    ({"g": "succeeded", "o": "failed"}, True, [], ["o"]),  # an opportunistic job that failed is one
+    ({"g": "failed", "o": "succeeded"}, False, [], ["g"]),
+])
+def test_the_cluster_part_tells_starved_opportunistic_jobs_from_failed_ones(states, timed_out, starved, failed):
+    from colocate.cli.demo import starved_and_failed
+
+    klass = {"g": "guaranteed", "o": "opportunistic"}
+    rows = [{"name": n, "class": klass[n], "state": s} for n, s in states.items()]
+    assert starved_and_failed(rows, timed_out) == (starved, failed)
