@@ -126,6 +126,9 @@ def test_fractional_guaranteed_actors_are_partitions_held_to_their_fraction(clus
     256 MiB though it holds more; an opportunistic task on the same node gets a GPU the node picked."""
     Actor = ray.remote(Worker)
     halves = [Actor.options(**options(0.5, resources={"node_a": 1})).remote() for _ in range(2)]
+    # Ray gives a fraction the GPU it fits best: the halves must hold their GPUs before the quarter asks, or the
+    # quarter may take GPU 0 first and push one half to GPU 1.
+    ray.get([half.__ray_ready__.remote() for half in halves], timeout=CALL_S)
     quarter = Actor.options(num_gpus=0.25, resources={"node_a": 1},
                             runtime_env={"colocate": {"gpu_mem": "256MiB"}}).remote()
     runs = [a.run.remote(1.5) for a in halves] + [quarter.run.remote(0.5, hold_mib=300)]
@@ -136,7 +139,7 @@ def test_fractional_guaranteed_actors_are_partitions_held_to_their_fraction(clus
 
     opp = opportunistic.remote()
     first, second, third = ray.get(runs, timeout=CALL_S)
-    assert first["gpu_ids"] == second["gpu_ids"]  # Ray packed both halves on one GPU
+    assert first["gpu_ids"] == second["gpu_ids"]  # Ray packed both halves on one GPU (best fit)
     for half in (first, second):
         assert half["env"]["COLOCATE_PARTITION"] == "1", half["env"]
         assert half["limits"]["mem_cap"] == SIM_MEM // 2 and half["limits"]["sm_share"] == 0.5
