@@ -1,20 +1,35 @@
 """``RunTimePredictor``: a job's run time before it starts (p50, p90) and its remaining time after.
 
-Before start (``predict``): the first level of ``history.levels(key)`` with at least one finished
-job gives the estimate. Its observations are the last ``window`` finished run times at that level
-(the k-th most recent weighted ``decay ** k``) and the last ``window`` jobs of that level started
-and still running (no more, so that a backlog of long runners does not swamp the finished; none
-with ``running=False``): one with a
-progress report contributes its projected run time as if finished, one without contributes the
-time it has run so far, censored (``estimate.km_quantiles``). The p50 and p90 are the Kaplan-Meier
-quantiles. Where the level has fewer than ``trust`` finished jobs, each quantile is shrunk toward
-the next broader level's with more finished jobs, in log space: ``log q = (n log q_level + (trust - n) log q_broader) / trust``.
-A quantile beyond every finished observation (too many long runners) is taken as the largest
-observation. None when no level has a finished job.
+History per key level (``history.levels``): the last ``window`` jobs *started* at that level, in
+start order, finished or still running, and the last ``window`` that *succeeded* there, each job
+counted once. The starts are the Kaplan-Meier cohort: the jobs still running there are censored at
+the time they have run, so that a history taken early (when only the short jobs have finished) is
+not biased short; the successes keep an estimate when every recent start is still running (a burst
+of submissions), and under a backlog, where the last jobs to finish are a fair sample of run times
+(as many end per hour as start). (Counting the running jobs without their cohort, e.g. the last
+jobs still running, is what to avoid: under a backlog those are the long ones.) A job the
+predictor only hears of at its end (e.g. from the journal) is placed by its start, ``end_s -
+wall_s``. A finished job is an event at its run time, a running one with a progress report an event
+at its projected run time, and one without a report is censored at the time it has run (the k-th
+most recent start weighted ``decay ** k``; with ``running=False`` running jobs are left out).
+
+Before start (``predict``): the first level with an event gives the p50 and p90, Kaplan-Meier
+quantiles with a heavy tail past the data (``estimate.km_quantiles(tail=True)``: where the running
+jobs keep the estimate above 1 - q, a Pareto tail of index 1 past the largest observation). Where
+that level has fewer than ``trust`` events, each quantile is shrunk toward the next broader level
+with more events, in log space: ``log q = (n log q_level + (trust - n) log q_broader) / trust``;
+the exact fingerprint's levels (``EXACT``) are never shrunk: one success of the same command is
+the best evidence there is (in the Alibaba PAI 2020 trace a group's run times are close, Weng et
+al., NSDI'22), while a user's jobs vary widely. A more specific level with only running jobs is a
+floor: its own tail quantiles (the longest time run so far x 2 for the p50, x 10 for the p90)
+bound the estimate from below (a new job of a key whose last jobs have all run for hours is not
+predicted to take minutes because the user's other jobs did). None when no level has an event.
 
 After start (``remaining``): with a progress report, (total - done) x the reported time per
 iteration (p90: x the reported p90 step time, else the p50 one); without one, the p50/p90 of the
-run time conditioned on the time already run, minus that time.
+run time conditioned on the time already run (first level with an event, tail included: a job past
+everything seen is expected to run as long again at its p50, nine times as long at its p90), minus
+that time.
 
 Pure and deterministic: every time is an argument (seconds, the caller's clock); the learner
 sees only what it is told (``finished`` for the ended jobs, ``started``/``progress`` for running
@@ -23,27 +38,37 @@ ones), so a replay that tells it events in time order predicts causally."""
 from __future__ import annotations
 
 import math
+from bisect import insort
 from collections import deque
 from typing import NamedTuple
 
 from cluster.predict.estimate import km_quantiles
 from cluster.predict.history import Exit, HistoryRecord, JobKey, levels
 
+QS = (0.5, 0.9)
+EXACT = ("exact+gpus", "exact")  # one success of the same command is trusted: never shrunk
+
 
 class Prediction(NamedTuple):
     p50: float  # seconds
     p90: float
     level: str  # the level of history.LEVELS it came from ("progress" after a progress report)
-    n: int  # finished jobs at that level behind it (iterations done, after a progress report)
+    n: int  # events (finished jobs) in that level's cohort behind it (iterations done, after a progress report)
 
 
-class _Running:
-    __slots__ = ("keys", "start", "done", "total", "step_p50", "step_p90", "at")
+class _Entry:
+    """One job of the cohorts: started at ``start``; ``wall`` once it succeeded; progress while it runs."""
 
-    def __init__(self, keys: list[tuple], start: float) -> None:
-        self.keys, self.start = keys, start
+    __slots__ = ("job_id", "start", "wall", "keys", "done", "total", "step_p50", "step_p90", "at")
+
+    def __init__(self, job_id: str, start: float, keys: list[tuple]) -> None:
+        self.job_id, self.start, self.keys = job_id, start, keys
+        self.wall: float | None = None
         self.done = self.total = 0
         self.step_p50 = self.step_p90 = self.at = 0.0
+
+    def __lt__(self, other: _Entry) -> bool:  # cohort order: by start, then id
+        return (self.start, self.job_id) < (other.start, other.job_id)
 
     def projected(self) -> float | None:
         """Projected total run time from the last progress report, None without one."""
@@ -57,34 +82,41 @@ class RunTimePredictor:
         if window < 1 or not (0.0 < decay <= 1.0) or trust < 1:
             raise ValueError("window must be >= 1, decay in (0, 1], trust >= 1")
         self.window, self.decay, self.trust, self.running = window, decay, trust, running
-        self._fin: dict[tuple, deque[float]] = {}
-        self._run: dict[tuple, dict[str, _Running]] = {}
-        self._jobs: dict[str, _Running] = {}
+        self._started: dict[tuple, list[_Entry]] = {}  # level key -> its last `window` starts, in start order
+        self._done: dict[tuple, deque[_Entry]] = {}  # level key -> its last `window` successes, in end order
+        self._jobs: dict[str, _Entry] = {}  # running jobs
         self._cache: dict[JobKey, Prediction | None] = {}  # predictions at _cache_now, since the last change
         self._cache_now = math.nan
 
     # learning
     def finished(self, record: HistoryRecord) -> None:
         """A job ended: it stops counting as running; a succeeded one's wall time becomes history."""
-        self.forget(record.job_id)
         self._cache.clear()
-        if record.exit != Exit.SUCCEEDED or record.wall_s <= 0:
+        ok = record.exit == Exit.SUCCEEDED and record.wall_s > 0
+        e = self._jobs.pop(record.job_id, None)
+        if e is None:
+            if not ok:
+                return
+            e = _Entry(record.job_id, record.end_s - record.wall_s, [lk for _, lk in levels(record.key)])
+            self._start(e)
+        elif not ok:
+            self._drop(e)
             return
-        for _, lk in levels(record.key):
-            d = self._fin.get(lk)
+        e.wall = record.wall_s
+        for lk in e.keys:
+            d = self._done.get(lk)
             if d is None:
-                d = self._fin[lk] = deque(maxlen=self.window)
-            d.append(record.wall_s)
+                d = self._done[lk] = deque(maxlen=self.window)
+            d.append(e)
 
     def started(self, job_id: str, key: JobKey, now: float) -> None:
         """A job started running at ``now`` (idempotent: a second call keeps the first start)."""
         if job_id in self._jobs:
             return
         self._cache.clear()
-        r = _Running([lk for _, lk in levels(key)], now)
-        self._jobs[job_id] = r
-        for lk in r.keys:
-            self._run.setdefault(lk, {})[job_id] = r
+        e = _Entry(job_id, now, [lk for _, lk in levels(key)])
+        self._jobs[job_id] = e
+        self._start(e)
 
     def progress(self, job_id: str, done: int, total: int, step_p50_s: float, now: float,
                  step_p90_s: float | None = None) -> bool:
@@ -100,42 +132,72 @@ class RunTimePredictor:
 
     def forget(self, job_id: str) -> None:
         """The job no longer runs and teaches nothing (e.g. ended before it started); idempotent."""
-        r = self._jobs.pop(job_id, None)
-        if r is not None:
+        e = self._jobs.pop(job_id, None)
+        if e is not None:
             self._cache.clear()
-            for lk in r.keys:
-                run = self._run.get(lk)
-                if run is not None:
-                    run.pop(job_id, None)
-                    if not run:
-                        del self._run[lk]
+            self._drop(e)
+
+    def _start(self, e: _Entry) -> None:
+        for lk in e.keys:
+            c = self._started.get(lk)
+            if c is None:
+                c = self._started[lk] = []
+            if not c or not (e < c[-1]):
+                c.append(e)
+            else:
+                insort(c, e)
+            if len(c) > self.window:
+                del c[0]
+
+    def _drop(self, e: _Entry) -> None:
+        for lk in e.keys:
+            c = self._started.get(lk)
+            if c is not None and e in c:
+                c.remove(e)
+                if not c:
+                    del self._started[lk]
 
     # prediction
     def _obs(self, lk: tuple, now: float) -> list[tuple[float, float, bool]]:
-        fin = self._fin[lk]
+        """The level's observations: its last starts and its last successes, each job once, the
+        most recent start first (weights decay ** k)."""
+        done = self._done.get(lk, ())
+        cohort = self._started.get(lk, ())
+        if done and cohort:
+            seen = set(map(id, cohort))
+            entries = sorted([*cohort, *(e for e in done if id(e) not in seen)], reverse=True)
+        else:
+            entries = sorted(done or cohort, reverse=True)
         w = 1.0
         obs: list[tuple[float, float, bool]] = []
-        for v in reversed(fin):
-            obs.append((v, w, True))
+        for e in entries:
+            if e.wall is not None:
+                obs.append((e.wall, w, True))
+            elif self.running:
+                proj = e.projected()
+                if proj is not None:
+                    obs.append((proj, w, True))
+                elif now > e.start:
+                    obs.append((now - e.start, w, False))
+                else:
+                    continue
+            else:
+                continue
             w *= self.decay
-        running = self._run.get(lk) if self.running else None
-        for r in list(running.values())[-self.window:] if running else ():
-            proj = r.projected()
-            if proj is not None:
-                obs.append((proj, 1.0, True))
-            elif now > r.start:
-                obs.append((now - r.start, 1.0, False))
         return obs
 
+    def _events(self, lk: tuple) -> int:
+        """Successes behind the level (a running job's progress projection counts as one)."""
+        n = len(self._done.get(lk, ()))
+        if self.running:
+            n += sum(1 for e in self._started.get(lk, ()) if e.wall is None and e.projected() is not None)
+        return n
+
     def _level(self, lk: tuple, now: float, after: float = 0.0) -> tuple[float, float] | None:
-        obs = self._obs(lk, now)
-        q50, q90 = km_quantiles(obs, (0.5, 0.9), after)
-        top = max((t for t, _, _ in obs), default=0.0)
-        if top <= after:
+        q50, q90 = km_quantiles(self._obs(lk, now), QS, after, tail=True)
+        if q50 is None or q90 is None:
             return None
-        p50 = q50 if q50 is not None else top
-        p90 = q90 if q90 is not None else top
-        return p50, max(p50, p90)
+        return q50, max(q50, q90)
 
     def predict(self, key: JobKey, now: float) -> Prediction | None:
         """p50/p90 run time of a job with ``key`` submitted (or waiting) at ``now``; module docstring.
@@ -149,23 +211,28 @@ class RunTimePredictor:
         return pred
 
     def _predict(self, key: JobKey, now: float) -> Prediction | None:
-        found = [(name, lk) for name, lk in levels(key) if lk in self._fin]
+        lvls = [(name, lk) for name, lk in levels(key) if lk in self._started or lk in self._done]
+        found = [(i, name, lk, n) for i, (name, lk) in enumerate(lvls) if (n := self._events(lk))]
         if not found:
             return None
-        name, lk = found[0]
+        i, name, lk, n = found[0]
         est = self._level(lk, now)
         if est is None:
             return None
-        n = len(self._fin[lk])
         p50, p90 = est
-        wider = next((b for _, b in found[1:] if len(self._fin[b]) > n), None)
-        if n < self.trust and wider is not None:
+        wider = next((b for _, _, b, m in found[1:] if m > n), None)
+        if n < self.trust and wider is not None and name not in EXACT:
             broad = self._level(wider, now)
             if broad is not None:
                 a = n / self.trust
                 p50 = math.exp(a * math.log(p50) + (1 - a) * math.log(broad[0]))
-                p90 = max(p50, math.exp(a * math.log(p90) + (1 - a) * math.log(broad[1])))
-        return Prediction(p50, p90, name, n)
+                p90 = math.exp(a * math.log(p90) + (1 - a) * math.log(broad[1]))
+        if self.running:
+            for _, flk in lvls[:i]:  # more specific levels with only running jobs: a floor
+                floor = self._level(flk, now)
+                if floor is not None:
+                    p50, p90 = max(p50, floor[0]), max(p90, floor[1])
+        return Prediction(p50, max(p50, p90), name, n)
 
     def remaining(self, job_id: str, key: JobKey, now: float) -> Prediction | None:
         """p50/p90 seconds left of a running job at ``now``; None when not running or nothing is known."""
@@ -178,9 +245,10 @@ class RunTimePredictor:
             return Prediction(max(0.0, left * r.step_p50 - since), max(0.0, left * r.step_p90 - since), "progress", r.done)
         ran = max(0.0, now - r.start)
         for name, lk in levels(key):
-            if lk not in self._fin:
+            n = self._events(lk)
+            if not n:
                 continue
             est = self._level(lk, now, after=ran)
             if est is not None:
-                return Prediction(est[0] - ran, est[1] - ran, name, len(self._fin[lk]))
+                return Prediction(est[0] - ran, est[1] - ran, name, n)
         return None
