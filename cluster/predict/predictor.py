@@ -44,9 +44,16 @@ from typing import NamedTuple
 
 from cluster.predict.estimate import km_quantiles
 from cluster.predict.history import Exit, HistoryRecord, JobKey, levels
+from cluster.predict.neighbors import Neighbors
 
 QS = (0.5, 0.9)
-EXACT = ("exact+gpus", "exact")  # one success of the same command is trusted: never shrunk
+EXACT = ("exact+gpus", "exact", "near")  # never shrunk: one success of the same command or its sweep is trusted
+BROAD = ("user+gpus", "user", "gpus", "all")
+NEAR = "near"  # the level of the jobs submitted nearest in time by the same user at the same GPU count
+
+
+def near_key(key: JobKey) -> tuple:
+    return (key.user, key.gpus)
 
 
 class Prediction(NamedTuple):
@@ -78,14 +85,16 @@ class _Entry:
 
 
 class RunTimePredictor:
-    def __init__(self, window: int = 50, decay: float = 1.0, trust: int = 3, running: bool = True) -> None:
-        if window < 1 or not (0.0 < decay <= 1.0) or trust < 1:
-            raise ValueError("window must be >= 1, decay in (0, 1], trust >= 1")
+    def __init__(self, window: int = 50, decay: float = 1.0, trust: int = 3, running: bool = True,
+                 near: int = 5, near_s: float = 3600.0) -> None:
+        if window < 1 or not (0.0 < decay <= 1.0) or trust < 1 or near < 0 or near_s < 0:
+            raise ValueError("window must be >= 1, decay in (0, 1], trust >= 1, near >= 0, near_s >= 0")
         self.window, self.decay, self.trust, self.running = window, decay, trust, running
+        self._near = Neighbors(near, near_s, keep=20 * window)
         self._started: dict[tuple, list[_Entry]] = {}  # level key -> its last `window` starts, in start order
         self._done: dict[tuple, deque[_Entry]] = {}  # level key -> its last `window` successes, in end order
         self._jobs: dict[str, _Entry] = {}  # running jobs
-        self._cache: dict[JobKey, Prediction | None] = {}  # predictions at _cache_now, since the last change
+        self._cache: dict[tuple, Prediction | None] = {}  # predictions at _cache_now, since the last change
         self._cache_now = math.nan
 
     # learning
@@ -99,6 +108,7 @@ class RunTimePredictor:
                 return
             e = _Entry(record.job_id, record.end_s - record.wall_s, [lk for _, lk in levels(record.key)])
             self._start(e)
+            self._near.add(e.job_id, near_key(record.key), min(record.submit_s, e.start), e)
         elif not ok:
             self._drop(e)
             return
@@ -109,14 +119,16 @@ class RunTimePredictor:
                 d = self._done[lk] = deque(maxlen=self.window)
             d.append(e)
 
-    def started(self, job_id: str, key: JobKey, now: float) -> None:
-        """A job started running at ``now`` (idempotent: a second call keeps the first start)."""
+    def started(self, job_id: str, key: JobKey, now: float, submit: float | None = None) -> None:
+        """A job submitted at ``submit`` (default ``now``) started running at ``now`` (idempotent: a
+        second call keeps the first start)."""
         if job_id in self._jobs:
             return
         self._cache.clear()
         e = _Entry(job_id, now, [lk for _, lk in levels(key)])
         self._jobs[job_id] = e
         self._start(e)
+        self._near.add(job_id, near_key(key), now if submit is None else min(submit, now), e)
 
     def progress(self, job_id: str, done: int, total: int, step_p50_s: float, now: float,
                  step_p90_s: float | None = None) -> bool:
@@ -150,6 +162,7 @@ class RunTimePredictor:
                 del c[0]
 
     def _drop(self, e: _Entry) -> None:
+        self._near.remove(e.job_id)
         for lk in e.keys:
             c = self._started.get(lk)
             if c is not None and e in c:
@@ -158,16 +171,17 @@ class RunTimePredictor:
                     del self._started[lk]
 
     # prediction
-    def _obs(self, lk: tuple, now: float) -> list[tuple[float, float, bool]]:
-        """The level's observations: its last starts and its last successes, each job once, the
-        most recent start first (weights decay ** k)."""
+    def _entries(self, lk: tuple) -> list[_Entry]:
+        """A level's jobs: its last starts and its last successes, each once, the most recent start first."""
         done = self._done.get(lk, ())
         cohort = self._started.get(lk, ())
         if done and cohort:
             seen = set(map(id, cohort))
-            entries = sorted([*cohort, *(e for e in done if id(e) not in seen)], reverse=True)
-        else:
-            entries = sorted(done or cohort, reverse=True)
+            return sorted([*cohort, *(e for e in done if id(e) not in seen)], reverse=True)
+        return sorted(done or cohort, reverse=True)
+
+    def _obs(self, entries: list[_Entry], now: float) -> list[tuple[float, float, bool]]:
+        """Observations of ``entries`` (the k-th weighted ``decay ** k``): module docstring."""
         w = 1.0
         obs: list[tuple[float, float, bool]] = []
         for e in entries:
@@ -186,41 +200,53 @@ class RunTimePredictor:
             w *= self.decay
         return obs
 
-    def _events(self, lk: tuple) -> int:
-        """Successes behind the level (a running job's progress projection counts as one)."""
-        n = len(self._done.get(lk, ()))
-        if self.running:
-            n += sum(1 for e in self._started.get(lk, ()) if e.wall is None and e.projected() is not None)
-        return n
+    def _events(self, entries: list[_Entry]) -> int:
+        """Successes among ``entries`` (a running job's progress projection counts as one)."""
+        return sum(1 for e in entries if e.wall is not None or (self.running and e.projected() is not None))
 
-    def _level(self, lk: tuple, now: float, after: float = 0.0) -> tuple[float, float] | None:
-        q50, q90 = km_quantiles(self._obs(lk, now), QS, after, tail=True)
+    def _level(self, entries: list[_Entry], now: float, after: float = 0.0) -> tuple[float, float] | None:
+        q50, q90 = km_quantiles(self._obs(entries, now), QS, after, tail=True)
         if q50 is None or q90 is None:
             return None
         return q50, max(q50, q90)
 
-    def predict(self, key: JobKey, now: float) -> Prediction | None:
-        """p50/p90 run time of a job with ``key`` submitted (or waiting) at ``now``; module docstring.
-        Cached until the next change or another ``now`` (a scheduling cycle asks for many jobs at once)."""
+    def _levels(self, key: JobKey, submit: float | None, exclude: str = "") -> list[tuple[str, list[_Entry]]]:
+        """(level name, its jobs) from the most specific level to the broadest, the levels with no job
+        left out; the jobs submitted nearest to ``submit`` (``NEAR``) come after the family."""
+        out = []
+        near = self._near.nearest(near_key(key), submit, exclude) if submit is not None else []
+        for name, lk in levels(key):
+            if near and name in BROAD:
+                out.append((NEAR, near))
+                near = []
+            if lk in self._started or lk in self._done:
+                out.append((name, self._entries(lk)))
+        return out
+
+    def predict(self, key: JobKey, now: float, submit: float | None = None) -> Prediction | None:
+        """p50/p90 run time of a job with ``key`` submitted at ``submit`` (None: no ``NEAR`` level),
+        waiting at ``now``; module docstring. Cached until the next change or another ``now`` (a
+        scheduling cycle asks for many jobs at once)."""
         if now != self._cache_now:
             self._cache.clear()
             self._cache_now = now
-        if key in self._cache:
-            return self._cache[key]
-        pred = self._cache[key] = self._predict(key, now)
+        ck = (key, submit)
+        if ck in self._cache:
+            return self._cache[ck]
+        pred = self._cache[ck] = self._predict(key, now, submit)
         return pred
 
-    def _predict(self, key: JobKey, now: float) -> Prediction | None:
-        lvls = [(name, lk) for name, lk in levels(key) if lk in self._started or lk in self._done]
-        found = [(i, name, lk, n) for i, (name, lk) in enumerate(lvls) if (n := self._events(lk))]
+    def _predict(self, key: JobKey, now: float, submit: float | None) -> Prediction | None:
+        lvls = self._levels(key, submit)
+        found = [(i, name, es, n) for i, (name, es) in enumerate(lvls) if (n := self._events(es))]
         if not found:
             return None
-        i, name, lk, n = found[0]
-        est = self._level(lk, now)
+        i, name, entries, n = found[0]
+        est = self._level(entries, now)
         if est is None:
             return None
         p50, p90 = est
-        wider = next((b for _, _, b, m in found[1:] if m > n), None)
+        wider = next((es for _, _, es, m in found[1:] if m > n), None)
         if n < self.trust and wider is not None and name not in EXACT:
             broad = self._level(wider, now)
             if broad is not None:
@@ -228,8 +254,8 @@ class RunTimePredictor:
                 p50 = math.exp(a * math.log(p50) + (1 - a) * math.log(broad[0]))
                 p90 = math.exp(a * math.log(p90) + (1 - a) * math.log(broad[1]))
         if self.running:
-            for _, flk in lvls[:i]:  # more specific levels with only running jobs: a floor
-                floor = self._level(flk, now)
+            for _, fes in lvls[:i]:  # more specific levels with only running jobs: a floor
+                floor = self._level(fes, now)
                 if floor is not None:
                     p50, p90 = max(p50, floor[0]), max(p90, floor[1])
         return Prediction(p50, max(p50, p90), name, n)
@@ -244,11 +270,11 @@ class RunTimePredictor:
             since = max(0.0, now - r.at)
             return Prediction(max(0.0, left * r.step_p50 - since), max(0.0, left * r.step_p90 - since), "progress", r.done)
         ran = max(0.0, now - r.start)
-        for name, lk in levels(key):
-            n = self._events(lk)
+        for name, entries in self._levels(key, None):
+            n = self._events(entries)
             if not n:
                 continue
-            est = self._level(lk, now, after=ran)
+            est = self._level(entries, now, after=ran)
             if est is not None:
                 return Prediction(est[0] - ran, est[1] - ran, name, n)
         return None

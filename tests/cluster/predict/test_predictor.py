@@ -145,7 +145,23 @@ def test_remaining_without_progress_is_conditioned_on_time_run(ran, p50, p90):
     assert p.remaining("other", ANN, 150.0) is None
 
 
-@pytest.mark.parametrize("kw", [{"window": 0}, {"decay": 0.0}, {"decay": 1.5}, {"trust": 0}])
+@pytest.mark.parametrize("submit, p50, level", [
+    (61_000.0, 50.0, "near"),  # of bob's 1-GPU jobs submitted within the hour the two nearest ran 50, 70 s
+    (70_000.0, 4000.0, "user+gpus"),  # none within the hour: all of bob's 1-GPU runs
+    (None, 4000.0, "user+gpus"),  # no submit time given: no near level
+])
+def test_the_jobs_submitted_nearest_come_before_the_user(submit, p50, level):
+    p = RunTimePredictor(trust=1, near=2)
+    bob = JobKey("e5", "f5", "bob", 1)
+    for job_id, t, wall in [("o1", 1000.0, 4000.0), ("o2", 2000.0, 8000.0), ("o3", 3000.0, 4000.0),
+                            ("n1", 60_950.0, 50.0), ("n2", 61_100.0, 70.0), ("n3", 61_500.0, 5000.0)]:
+        p.started(job_id, JobKey(job_id, job_id, "bob", 1), t, submit=t)
+        done(p, job_id, JobKey(job_id, job_id, "bob", 1), wall, end=t + wall)
+    got = p.predict(bob, 100_000.0, submit)
+    assert (got.p50, got.level) == (p50, level)
+
+
+@pytest.mark.parametrize("kw", [{"window": 0}, {"near": -1}, {"decay": 0.0}, {"decay": 1.5}, {"trust": 0}])
 def test_bad_parameters(kw):
     with pytest.raises(ValueError):
         RunTimePredictor(**kw)
