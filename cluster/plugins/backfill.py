@@ -7,8 +7,13 @@ only the extra GPUs the head will not need at the shadow time (which it then con
 Estimate: the job's ``estimate_s``, else the ``predictor`` plugin's run time at quantile ``quantile``
 (p90 by default: a backfilled job must end by the shadow time at its p90, and a running job is
 expected to end at its p90), else unknown: a job with an unknown estimate is not backfilled, a
-running one with none counts as never ending (then no shadow time exists and the queue just
-waits). A placement past its expected end is expected to end now. When the predictor's progress
+running one with none counts as never ending (then no shadow time may exist and the queue waits).
+A running placement that outlives its expected end (``overdue = "conditional"``, the default), or
+had none, gets a new one when a head is blocked: the predictor's ``expected_end``, from the run-time
+distribution conditioned on the time it has run (run times are heavy-tailed: a job past its p90 is
+likely to run long yet, so taking it to end now would reserve the head on GPUs that stay busy and
+let long jobs into the ones it needs); ``overdue = "now"``: it is expected to end now (the rule
+before issue 25). A placement with an ``estimate_s`` keeps it. When the predictor's progress
 reports move a running job's projected end, its expected end moves at the next cycle (the shadow
 times are recomputed every cycle). Capacity is counted in guaranteed milli of the head's GPU model (topology is not
 modelled); reservations hold per queue and per cycle (jobs of other queues are not checked).
@@ -41,12 +46,13 @@ class Backfill(Plugin):
     PARAMS = {
         "depth": Param(100, "int", lambda v: v >= 1, "an integer >= 1"),
         "quantile": Param("p90", "str", lambda v: v in ("p50", "p90"), "p50 or p90"),
+        "overdue": Param("conditional", "str", lambda v: v in ("conditional", "now"), "conditional or now"),
     }
 
     def __init__(self, params) -> None:
         super().__init__(params)
         self._ends: list[tuple[float, str]] = []  # (expected end, placement id), sorted
-        self._info: dict[str, tuple[float, int, str]] = {}  # pid -> (end, milli, model)
+        self._info: dict[str, tuple[float, int, str, str]] = {}  # pid -> (end, milli, model, job id)
         self._res: dict[str, _Reservation] = {}
         self._admitted: tuple[Job, int] | None = None
         self._unknown = unschedulable(self.name, "no run-time estimate (cannot backfill)")
@@ -79,7 +85,7 @@ class Backfill(Plugin):
         est = self.estimate(job.spec, start)
         end = start + est if est is not None else math.inf
         node = self.fw.state.nodes.get(placement.slots[0].node_id) if placement.slots else None
-        self._info[pid] = (end, job.spec.total_milli, node.model if node else "")
+        self._info[pid] = (end, job.spec.total_milli, node.model if node else "", job.job_id)
         insort(self._ends, (end, pid))
 
     def on_released(self, job: Job, placement: Placement, now: float) -> None:
@@ -90,9 +96,9 @@ class Backfill(Plugin):
             del self._ends[i]
 
     def _move(self, pid: str, end: float) -> None:
-        old, milli, model = self._info[pid]
+        old, milli, model, job_id = self._info[pid]
         del self._ends[bisect_left(self._ends, (old, pid))]
-        self._info[pid] = (end, milli, model)
+        self._info[pid] = (end, milli, model, job_id)
         insort(self._ends, (end, pid))
 
     def cycle_start(self, now: float) -> None:
@@ -110,7 +116,33 @@ class Backfill(Plugin):
                 if pid is not None and pid in self._info:
                     self._move(pid, end)
 
+    def _reestimate(self, now: float) -> None:
+        """Running placements past their expected end, or with none (no history at their start), get a
+        new one from the predictor's run-time distribution conditioned on the time they have run."""
+        pred = self.fw.plugin("predictor")
+        if pred is None or not self._ends:
+            return
+        due = []
+        for end, pid in self._ends:
+            if end > now:
+                break
+            due.append(pid)
+        for end, pid in reversed(self._ends):
+            if end != math.inf:
+                break
+            due.append(pid)
+        jobs = self.fw.jobs
+        for pid in due:
+            job = jobs.get(self._info[pid][3])
+            if job is None or job.spec.estimate_s is not None:
+                continue
+            end = pred.expected_end(job, self.p["quantile"], now)  # type: ignore[attr-defined]
+            if end is not None and end > now:
+                self._move(pid, end)
+
     def on_blocked(self, req: Request, status: Status) -> int:
+        if self.p["overdue"] == "conditional":
+            self._reestimate(req.now)
         need = req.spec.total_milli
         model = req.model
         have = self.fw.state.free_gpus(model) * MILLI
@@ -118,7 +150,7 @@ class Backfill(Plugin):
         for end, pid in self._ends:
             if end == math.inf:
                 break
-            _, milli, pmodel = self._info[pid]
+            _, milli, pmodel, _ = self._info[pid]
             if model and pmodel != model:
                 continue
             have += milli

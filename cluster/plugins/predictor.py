@@ -5,9 +5,10 @@ remaining time from progress reports. ``backfill`` plans on it.
 
 Wraps ``cluster.predict.RunTimePredictor`` (see it for the estimator): before start, p50 and p90
 from the first key level with history, from the exact fingerprint with the same GPUs down to the
-user, then the GPU count, then all jobs; after start, the remaining time from progress reports (the
-iterations left times the recent mean step, plus the end offset learnt from finished jobs), or from
-the run-time distribution conditioned on the time already run. A job's key: its
+family, then the ``near`` jobs of the same user and GPU count submitted nearest to it (0: none),
+then user + GPUs, the user, the GPU count, all jobs; after start, the remaining time from progress
+reports (the iterations left times the recent mean step, plus the end offset learnt from finished
+jobs), or from the run-time distribution conditioned on the time already run. A job's key: its
 ``fingerprint`` (else ``user/name`` when it has a name), ``family``, ``user``, total GPUs and GPU
 model. It learns each ended job's running time (start to end, scheduler clock) and the running
 jobs (censored), so in a replay its predictions use only what had happened by then.
@@ -43,13 +44,14 @@ class Predictor(Plugin):
         "decay": Param(1.0, "float", lambda v: 0 < v <= 1, "a number in (0, 1]"),
         "trust": Param(3, "int", lambda v: v >= 1, "an integer >= 1"),
         "censor_running": Param(True, "bool"),  # the running jobs count (censored) in the estimate
+        "near": Param(5, "int", lambda v: v >= 0, "an integer >= 0 (0: off)"),  # jobs submitted nearest: a level
         "default_s": Param(0.0, "float", lambda v: v >= 0, "seconds >= 0 (0: unknown)"),
     }
 
     def __init__(self, params) -> None:
         super().__init__(params)
         self.model = RunTimePredictor(self.p["history"], self.p["decay"], self.p["trust"],
-                                      self.p["censor_running"])
+                                      self.p["censor_running"], self.p["near"])
         self._at_submit: dict[str, Prediction | None] = {}
         self._moved: dict[str, float] = {}  # job id -> new projected end (seconds, scheduler clock)
         self.errors: list[tuple[float, float, float, str]] = []  # (p50, p90, actual, level) per finished job
@@ -57,7 +59,7 @@ class Predictor(Plugin):
 
     def quantiles(self, spec: JobSpec, now: float) -> Prediction | None:
         """p50/p90 run time of a job not yet started (seconds), the level and history count behind it."""
-        pred = self.model.predict(job_key(spec), now)
+        pred = self.model.predict(job_key(spec), now, spec.submit_time)
         if pred is None and self.p["default_s"]:
             return Prediction(self.p["default_s"], self.p["default_s"], "default", 0)
         return pred
@@ -107,7 +109,7 @@ class Predictor(Plugin):
 
     def on_running(self, job: Job, now: float) -> None:
         start = job.running_since if job.running_since is not None else now
-        self.model.started(job.job_id, job_key(job.spec), start)
+        self.model.started(job.job_id, job_key(job.spec), start, job.spec.submit_time)
 
     def on_ended(self, job: Job, now: float) -> None:
         pred = self._at_submit.pop(job.job_id, None)

@@ -70,7 +70,8 @@ def test_backfill_no_shadow_when_running_jobs_have_no_estimate():
     ([], ("cat", "x", 4), None, None),  # no history: unknown
 ])
 def test_predictor_hierarchy(history, spec, expected, level):
-    core = make_core(config(["fifo", "gang", "binpack", "predictor"], predictor={"trust": 1}), [("n0", 8)])
+    """The key levels (the jobs submitted nearest, ``near``, left out: see tests/cluster/predict)."""
+    core = make_core(config(["fifo", "gang", "binpack", "predictor"], predictor={"trust": 1, "near": 0}), [("n0", 8)])
     t = 0.0
     for i, (user, name, gpus, run_s) in enumerate(history):
         run(core, job(f"h{i}", gpus=gpus, user=user, name=name), now=t)
@@ -123,6 +124,25 @@ def test_backfill_plans_on_the_predicted_quantile(quantile, starts_now):
     out = submit(core, job("head", gpus=8, t=1000), job("later", user="ann", name="x", t=1000), now=1000.0)
     assert ("later" in starts(out)) is starts_now
     assert core.fw.plugin("backfill").reservation("default")[:2] == ("head", 1200.0)
+
+
+@pytest.mark.parametrize("overdue, shadow, starts_now", [
+    ("conditional", 6000.0, True),  # r ran 600 s, past all of x's history: p90 = 10 x 600 (the tail)
+    ("now", 600.0, False),  # r is taken to end now: nothing ends by then, and the head needs every GPU
+])
+def test_an_overdue_running_job_is_reestimated_from_the_time_it_has_run(overdue, shadow, starts_now):
+    """x ran 10 to 500 s (p90 500); r (6 GPUs, an x, no estimate) started at 0 and is still running at 600."""
+    cfg = config(["fifo", "gang", "binpack", "backfill", "predictor"], predictor={"trust": 1, "near": 0},
+                 backfill={"overdue": overdue})
+    core = make_core(cfg, [("n0", 8), ("n1", 2)])
+    for i, d in enumerate((10.0, 20.0, 30.0, 400.0, 500.0)):
+        run(core, job(f"h{i}", gpus=2, user="ann", name="x", t=-1000.0), now=-1000.0 + 1000 * i / 5)
+        finish(core, f"h{i}", now=-1000.0 + 1000 * i / 5 + d)
+    run(core, job("r", gpus=6, user="ann", name="x"), now=0.0)
+    run(core, job("s", gpus=2, estimate_s=10_000.0), now=0.0)  # n1 busy: only n0's 2 GPUs are free
+    out = submit(core, job("head", gpus=8, t=600), job("later", gpus=2, t=600, estimate_s=1000.0), now=600.0)
+    assert ("later" in starts(out)) is starts_now
+    assert core.fw.plugin("backfill").reservation("default")[:2] == ("head", pytest.approx(shadow))
 
 
 def test_progress_moves_the_reservation():

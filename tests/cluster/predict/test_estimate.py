@@ -30,6 +30,17 @@ def test_km_quantiles(obs, qs, after, expected):
     assert km_quantiles(obs, qs, after) == expected
 
 
+@pytest.mark.parametrize("obs, qs, after, expected", [
+    (fin(10, 20, 30, 40), (0.5, 0.9), 0.0, [20, 40]),  # reached within the data: no tail
+    (fin(10, 20) + run(100, 100, 100), (0.5, 0.9), 0.0, [100 * 0.6 / 0.5, 100 * 0.6 / 0.1]),  # S(100) = 3/5
+    (run(50), (0.5, 0.9), 0.0, [100, 500]),  # only a running job: 2x and 10x its time so far
+    (fin(10, 20), (0.5, 0.9), 30.0, [60, 300]),  # outlived everything seen: as long again, 9x again
+    ([], (0.5,), 0.0, [None]),  # nothing at all
+])
+def test_km_quantiles_with_a_pareto_tail(obs, qs, after, expected):
+    assert km_quantiles(obs, qs, after, tail=True) == pytest.approx(expected)
+
+
 def test_censoring_raises_the_median_over_finished_only():
     """Jobs still running longer than every finished one move the median up (the history-at-submit bias)."""
     finished = fin(10, 20, 30, 200, 300)
