@@ -3,20 +3,28 @@
 Part 1, prediction. Each trace is replayed causally with no queueing (a job starts at its submit and
 ends at submit + duration): at each submit the predictor is asked first, then told the job started;
 at each end it learns the run time. So a prediction sees only the jobs that finished before that
-submit, and the time run so far by those still running. Predictors: ``history-mean`` (the former
-plugin: mean of the last 20 run times by user+name, then user, then GPU count, then all) and
-``km`` (``cluster.predict.RunTimePredictor`` with the plugin's defaults: window 50, no recency
-decay, trust 3; chosen before measuring, the sensitivity rows show other settings). Figures on the
-p50: median absolute percentage error, share within 2x, share under-predicted; the share of run
-times above the p90; coverage (jobs with a prediction; a job without one counts as a miss, ratio
-inf). "with history" = jobs whose exact fingerprint (PAI's group) had a finished job before.
+submit, and the time run so far by those still running. Predictors: ``history-mean`` (the plugin
+before issue 25: mean of the last 20 run times by user+name, then user, then GPU count, then all)
+and ``km`` (``cluster.predict.RunTimePredictor`` with the plugin's defaults: window 50, no recency
+decay, trust 3; the sensitivity rows show other settings). Figures on the p50: median absolute
+percentage error, share within 2x, share under-predicted; the share of run times above the p90;
+coverage (jobs with a prediction; a job without one counts as a miss, ratio inf). "with history" =
+jobs whose exact fingerprint (PAI's group) had a finished job before. Two reference rows on the PAI
+sample are not predictors: ``hindsight`` picks, per job and after the fact, the best of the causal
+candidates a level-based predictor could give (per key level: the median, the last, the median of
+the last 3 and the longest of its finished jobs, 2x and 10x the longest time run by its running
+jobs): what any rule choosing among them could at best reach; ``group_dur`` is the trace's own
+column, computed over the whole trace, future included (a leaky ceiling, never an input).
 
-Part 2, backfill. ``colocate simulate``'s runner on each trace: ``gang-binpack`` (FIFO, the
-baseline), ``backfill`` on the predictor (p90 reservations) and ``backfill`` with the true run
-times (``--estimates oracle``); the figure is backfill's mean-JCT gain over FIFO as a share of the
-oracle's gain.
+Part 2, backfill. ``colocate simulate``'s runner on each trace and cluster shape: ``gang-binpack``
+(FIFO, the baseline), ``backfill`` on the predictor (the preset's defaults, and the variants
+listed) and ``backfill`` with the true run times (``--estimates oracle``); the figure is
+backfill's mean-JCT gain over FIFO as a share of the oracle's gain. A weeks-long replay under
+overload (Philly) is chaotic: a small change of one decision moves the mean JCT by several percent,
+so each setting runs on three cluster sizes around the one the target names.
 
-    python benchmarks/prediction.py                     # PAI sample + Philly (64x8): ~15-30 min on 2 cores
+    python benchmarks/prediction.py                     # PAI sample + Philly: ~1.5 h on 2 cores
+    python benchmarks/prediction.py --philly-sizes 64x8 # only the target size on Philly
     python benchmarks/prediction.py --no-philly-sim     # skip the Philly simulations (the slow part)
     python benchmarks/prediction.py --no-write          # print only
 """
@@ -24,6 +32,7 @@ oracle's gain.
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import os
 import statistics
@@ -37,10 +46,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _common as C
 
+from cluster.config import parse_config, preset
 from cluster.plugins.predictor import job_key
-from cluster.predict.history import Exit, HistoryRecord, JobKey
+from cluster.predict.history import Exit, HistoryRecord, JobKey, levels
 from cluster.predict.predictor import RunTimePredictor
-from cluster.sim.runner import SimOptions, simulate
+from cluster.sim.colocation import ColocationModel, LucidTable
+from cluster.sim.runner import run_policy
+from cluster.sim.workload import load_workload
 from cluster.traces import load_trace
 
 SHARED = C.ROOT.parent / "shared" / "traces"
@@ -48,6 +60,14 @@ if not SHARED.exists():
     SHARED = Path("/work/shared/traces")
 PAI = SHARED / "alibaba-pai-v2020" / "pai_job_sample_day0.csv"
 PHILLY = SHARED / "philly-pollux" / "philly.csv"
+BACKFILL = ["fifo", "gang", "binpack", "backfill", "predictor"]
+# (label, [plugin.X] tables on top of the backfill preset); the first is the preset itself
+VARIANTS = [
+    ("default", {}),
+    ("overdue = now (before issue 25's fix)", {"backfill": {"overdue": "now"}}),
+    ("quantile = p50", {"backfill": {"quantile": "p50"}}),
+    ("running jobs left out", {"predictor": {"censor_running": False}}),
+]
 
 
 class HistoryMean:
@@ -86,16 +106,53 @@ class KM:
         self.p = RunTimePredictor(**kw)
 
     def predict(self, spec, now):
-        got = self.p.predict(job_key(spec), now)
+        got = self.p.predict(job_key(spec), now, spec.submit_time)
         return None if got is None else (got.p50, got.p90, got.level)
 
     def started(self, spec, now):
-        self.p.started(spec.job_id, job_key(spec), now)
+        self.p.started(spec.job_id, job_key(spec), now, spec.submit_time)
 
     def finished(self, spec, wall):
         k: JobKey = job_key(spec)
         self.p.finished(HistoryRecord(spec.job_id, k.exact, k.family, k.user, k.gpus, k.gpu_type, wall,
                                       Exit.SUCCEEDED, spec.submit_time, spec.submit_time + wall))
+
+
+class Hindsight:
+    """Not a predictor: per job, the causal candidate nearest the actual run time (module docstring)."""
+
+    def __init__(self) -> None:
+        self.fin: dict[tuple, list[float]] = {}
+        self.run: dict[tuple, dict[str, float]] = {}
+        self.actual: dict[str, float] = {}
+
+    def candidates(self, spec, now) -> list[float]:
+        out: list[float] = []
+        for _, lk in levels(job_key(spec)):
+            f = self.fin.get(lk)
+            if f:
+                out += [statistics.median(f), f[-1], statistics.median(f[-3:]), max(f)]
+            r = [now - s for s in self.run.get(lk, {}).values() if now > s]
+            if r:
+                out += [2 * max(r), 10 * max(r)]
+        return out
+
+    def predict(self, spec, now):
+        a = self.actual[spec.job_id]
+        c = [x for x in self.candidates(spec, now) if x > 0]
+        if not c or a <= 0:
+            return None
+        best = min(c, key=lambda x: abs(math.log(x / a)))
+        return best, best, "hindsight"
+
+    def started(self, spec, now):
+        for _, lk in levels(job_key(spec)):
+            self.run.setdefault(lk, {})[spec.job_id] = now
+
+    def finished(self, spec, wall):
+        for _, lk in levels(job_key(spec)):
+            self.run.get(lk, {}).pop(spec.job_id, None)
+            self.fin.setdefault(lk, []).append(wall)
 
 
 def replay(jobs, predictor) -> list[tuple]:
@@ -139,32 +196,48 @@ def pct(v):
     return "-" if v is None else f"{v:.0%}"
 
 
-def accuracy_rows(name: str, jobs, sensitivity: bool = True) -> list[list[str]]:
+def accuracy_rows(name: str, jobs, sensitivity: bool = True, hindsight: bool = False,
+                  leaky: list | None = None) -> list[list[str]]:
     rows = []
-    variants = [("history-mean (former)", lambda: HistoryMean()), ("km (default)", lambda: KM()),
-                ("km, no running jobs", None)]
+    variants = [("history-mean (former)", HistoryMean), ("km (default)", KM),
+                ("km, running jobs left out", lambda: KM(running=False)), ("km, no near level", lambda: KM(near=0))]
     if sensitivity:
         variants += [("km, trust 1", lambda: KM(trust=1)), ("km, decay 0.9", lambda: KM(decay=0.9)),
-                     ("km, window 20", lambda: KM(window=20))]
+                     ("km, window 20", lambda: KM(window=20)), ("km, window 100", lambda: KM(window=100))]
+    if hindsight:
+        def best():
+            h = Hindsight()
+            h.actual = {s.job_id: d for s, d in jobs}
+            return h
+        variants.append(("hindsight (a bound, not a predictor)", best))
     for label, make in variants:
-        if make is None:
-            res = replay_without_running(jobs)
-        else:
-            res = replay(jobs, make())
+        res = replay(jobs, make())
         for subset, sel in (("all", res), ("with history", [r for r in res if r[2]])):
-            f = figures(sel)
-            if not f["jobs"]:
-                continue
-            rows.append([name, label, subset, str(f["jobs"]), pct(f["covered"]), pct(f["mdape"]),
-                         pct(f["within_2x"]), pct(f["under"]), pct(f["above_p90"])])
+            rows += _row(name, label, subset, sel)
+    if leaky is not None:
+        had = history_flags(jobs)
+        res = [(None if g is None else (g, g, "leaky"), d, had[s.job_id]) for (s, d), g in zip(jobs, leaky)]
+        for subset, sel in (("all", res), ("with history", [r for r in res if r[2]])):
+            rows += _row(name, "group_dur column (leaky ceiling)", subset, sel)
     return rows
 
 
-def replay_without_running(jobs):
-    class NoRun(KM):
-        def started(self, spec, now):
-            pass
-    return replay(jobs, NoRun())
+def history_flags(jobs) -> dict[str, bool]:
+    """Job id -> whether its exact fingerprint had a finished job before its submit."""
+    ends = sorted((s.submit_time + d, job_key(s).exact) for s, d in jobs)
+    out = {}
+    for s, _ in jobs:
+        exact = job_key(s).exact
+        out[s.job_id] = bool(exact) and any(e <= s.submit_time and x == exact for e, x in ends)
+    return out
+
+
+def _row(name, label, subset, sel) -> list[list[str]]:
+    f = figures(sel)
+    if not f["jobs"]:
+        return []
+    return [[name, label, subset, str(f["jobs"]), pct(f["covered"]), pct(f["mdape"]), pct(f["within_2x"]),
+             pct(f["under"]), pct(f["above_p90"])]]
 
 
 def load(path: Path, fmt: str | None = None):
@@ -172,23 +245,54 @@ def load(path: Path, fmt: str | None = None):
     return [(j.spec, j.duration_s) for j in res.jobs if j.duration_s is not None]
 
 
-def backfill_rows(name: str, trace: Path, cluster: str) -> list[list[str]]:
-    pred = simulate(SimOptions(str(trace), ["gang-binpack", "backfill"], cluster=cluster, plots=False))
-    orac = simulate(SimOptions(str(trace), ["backfill"], cluster=cluster, estimates="oracle", plots=False))
-    fifo, bf, ob = pred[0]["mean_jct_s"], pred[1]["mean_jct_s"], orac[0]["mean_jct_s"]
-    share = (fifo - bf) / (fifo - ob) if fifo != ob else math.nan
-    acc = pred[1].get("predictor") or {}
-    load = os.getloadavg()[0]
-    return [[name, cluster, f"{fifo / 3600:.2f} h", f"{bf / 3600:.2f} h", f"{ob / 3600:.2f} h", f"{share:.1%}",
-             pct(acc.get("median_abs_pct_error")), pct(acc.get("within_2x")), f"{load:.2f}"]]
+def leaky_group_dur(path: Path, jobs) -> list[float | None]:
+    """The file's ``group_dur`` per job of ``jobs`` (by job id), for the leaky-ceiling row only."""
+    with open(path, newline="") as f:
+        col = {r["job_id"]: r.get("group_dur") for r in csv.DictReader(f)}
+    out: list[float | None] = []
+    for s, _ in jobs:
+        try:
+            out.append(float(col.get(s.job_id) or "nan"))
+        except ValueError:
+            out.append(None)
+    return [v if v is not None and math.isfinite(v) and v > 0 else None for v in out]
+
+
+def mean_jct(trace: Path, cluster: str, tables: dict | None, estimates: str = "predicted",
+             plugins: list[str] | None = None) -> tuple[float, dict]:
+    """Mean JCT (s) and the predictor's accuracy of one simulated run."""
+    if plugins is None:
+        raw = {"plugins": BACKFILL, "plugin": tables or {}}
+        cfg = parse_config(raw, "backfill")
+    else:
+        cfg = parse_config({"plugins": plugins}, "gang-binpack")
+    wl = load_workload(str(trace), cluster=cluster, estimates=estimates)
+    _, _, summary = run_policy(wl, cfg.name, cfg, ColocationModel(LucidTable.empty(), "adaptive"))
+    return summary["mean_jct_s"], summary.get("predictor") or {}
+
+
+def backfill_rows(name: str, trace: Path, sizes: list[str], variants, con) -> list[list[str]]:
+    rows: list[list[str]] = []
+    for cluster in sizes:
+        fifo, _ = mean_jct(trace, cluster, None, plugins=list(preset("gang-binpack").plugins))
+        orac, _ = mean_jct(trace, cluster, {}, "oracle")
+        for label, tables in variants:
+            bf, acc = mean_jct(trace, cluster, tables)
+            share = (fifo - bf) / (fifo - orac) if fifo != orac else math.nan
+            rows.append([name, cluster, label, f"{fifo / 3600:.2f} h", f"{bf / 3600:.2f} h", f"{orac / 3600:.2f} h",
+                         f"{share:.1%}", pct(acc.get("median_abs_pct_error")), pct(acc.get("within_2x")),
+                         f"{os.getloadavg()[0]:.2f}"])
+            print(" | ".join(rows[-1]), flush=True)
+    return rows
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pai", default=str(PAI))
     ap.add_argument("--philly", default=str(PHILLY))
-    ap.add_argument("--pai-cluster", default="4x8", help="cluster shape for the PAI backfill runs (default 4x8)")
-    ap.add_argument("--philly-cluster", default="64x8", help="cluster shape for the Philly backfill runs (default 64x8)")
+    ap.add_argument("--pai-sizes", default="3x8,4x8,5x8,6x8", help="cluster shapes for the PAI backfill runs")
+    ap.add_argument("--philly-sizes", default="56x8,64x8,72x8", help="cluster shapes for the Philly backfill runs")
+    ap.add_argument("--variants", default="all", help="'all' or 'default': which backfill settings to run")
     ap.add_argument("--no-philly-sim", action="store_true", help="skip the Philly simulations")
     ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
     args = ap.parse_args()
@@ -200,22 +304,25 @@ def main() -> int:
     t0 = time.perf_counter()
     con = C.console()
     pai, philly = load(Path(args.pai), "pai2020"), load(Path(args.philly), "philly")
-    acc = accuracy_rows("PAI sample", pai) + accuracy_rows("Philly", philly, sensitivity=False)
+    acc = (accuracy_rows("PAI sample", pai, hindsight=True, leaky=leaky_group_dur(Path(args.pai), pai))
+           + accuracy_rows("Philly", philly, sensitivity=False))
     acc_load = os.getloadavg()[0]
     acc_headers = ["trace", "predictor", "subset", "n", "covered", "median APE", "within 2x", "under-predicted",
                    "above p90"]
     con.print(C.rich_table(f"causal prediction (load {acc_load:.2f})", acc_headers, acc,
                            left=("trace", "predictor", "subset")))
-    bf_headers = ["trace", "cluster", "FIFO mean JCT", "backfill (predicted)", "backfill (oracle)",
-                  "share of oracle's gain", "predictor median APE (sim)", "within 2x (sim)", "load"]
+    variants = VARIANTS if args.variants == "all" else VARIANTS[:1]
+    bf_headers = ["trace", "cluster", "backfill setting", "FIFO mean JCT", "backfill (predicted)",
+                  "backfill (oracle)", "share of oracle's gain", "predictor median APE (sim)", "within 2x (sim)",
+                  "load"]
     bf: list[list[str]] = []
-    runs = [("PAI sample", Path(args.pai), args.pai_cluster)]
+    runs = [("PAI sample", Path(args.pai), args.pai_sizes.split(","))]
     if not args.no_philly_sim:
-        runs.append(("Philly", Path(args.philly), args.philly_cluster))
-    for name, trace, cluster in [(None, None, None), *runs]:
+        runs.append(("Philly", Path(args.philly), args.philly_sizes.split(",")))
+    for name, trace, sizes in [(None, None, None), *runs]:
         if name is not None:
-            bf += backfill_rows(name, trace, cluster)
-            con.print(C.rich_table("backfill on the predictions", bf_headers, bf, left=("trace",)))
+            bf += backfill_rows(name, trace, sizes, variants, con)
+            con.print(C.rich_table("backfill on the predictions", bf_headers, bf, left=("trace", "backfill setting")))
         wall = time.perf_counter() - t0
         body = "\n".join([
             "## Run-time prediction from history (issue 25)", "",
@@ -224,7 +331,8 @@ def main() -> int:
             "Causal replay, no queueing (a job's prediction sees only jobs finished before its submit, and the",
             "time run so far by the jobs still running); figures on the p50 at submit:", "",
             C.markdown_table(acc_headers, acc), "",
-            "Backfill (FIFO = gang-binpack; backfill reserves on the predictor's p90; oracle = true run times):", "",
+            "Backfill (FIFO = gang-binpack; backfill reserves on the predictor; oracle = true run times; the",
+            "predictor's figures here are at each job's submit in the simulated run, with queueing):", "",
             C.markdown_table(bf_headers, bf) if bf else "(not run yet)",
         ])
         if not args.no_write:
