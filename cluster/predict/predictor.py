@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 from bisect import insort
 from collections import deque
+from operator import attrgetter
 from typing import NamedTuple
 
 from cluster.predict.estimate import km_quantiles
@@ -64,6 +65,9 @@ TAIL_FROM = 0.9  # a finished job teaches its end offset only if its last report
 
 def near_key(key: JobKey) -> tuple:
     return (key.user, key.gpus)
+
+
+_ORDER = attrgetter("start", "job_id")  # the cohort order of _Entry.__lt__, as a key
 
 
 class Prediction(NamedTuple):
@@ -105,6 +109,7 @@ class RunTimePredictor:
         self._done: dict[tuple, deque[_Entry]] = {}  # level key -> its last `window` successes, in end order
         self._jobs: dict[str, _Entry] = {}  # running jobs
         self._tail: dict[tuple, deque[float]] = {}  # end offsets (module docstring) by level key
+        self._ent: dict[tuple, list[_Entry]] = {}  # level key -> _entries(lk), until the level's jobs change
         self._cache: dict[tuple, Prediction | None] = {}  # predictions at _cache_now, since the last change
         self._cache_now = math.nan
 
@@ -132,6 +137,7 @@ class RunTimePredictor:
             if d is None:
                 d = self._done[lk] = deque(maxlen=self.window)
             d.append(e)
+            self._ent.pop(lk, None)
             if projected is not None:
                 _push(self._tail, lk, record.end_s - projected, self.window)
 
@@ -169,6 +175,7 @@ class RunTimePredictor:
 
     def _start(self, e: _Entry) -> None:
         for lk in e.keys:
+            self._ent.pop(lk, None)
             c = self._started.get(lk)
             if c is None:
                 c = self._started[lk] = []
@@ -182,6 +189,7 @@ class RunTimePredictor:
     def _drop(self, e: _Entry) -> None:
         self._near.remove(e.job_id)
         for lk in e.keys:
+            self._ent.pop(lk, None)
             c = self._started.get(lk)
             if c is not None and e in c:
                 c.remove(e)
@@ -190,13 +198,20 @@ class RunTimePredictor:
 
     # prediction
     def _entries(self, lk: tuple) -> list[_Entry]:
-        """A level's jobs: its last starts and its last successes, each once, the most recent start first."""
+        """A level's jobs: its last starts and its last successes, each once, the most recent start first.
+        Kept until a job joins or leaves the level (a progress report or an end changes an entry, not the list)."""
+        got = self._ent.get(lk)
+        if got is not None:
+            return got
         done = self._done.get(lk, ())
         cohort = self._started.get(lk, ())
         if done and cohort:
             seen = set(map(id, cohort))
-            return sorted([*cohort, *(e for e in done if id(e) not in seen)], reverse=True)
-        return sorted(done or cohort, reverse=True)
+            got = sorted([*cohort, *(e for e in done if id(e) not in seen)], key=_ORDER, reverse=True)
+        else:
+            got = sorted(done or cohort, key=_ORDER, reverse=True)
+        self._ent[lk] = got
+        return got
 
     def _obs(self, entries: list[_Entry], now: float) -> list[tuple[float, float, bool]]:
         """Observations of ``entries`` (the k-th weighted ``decay ** k``): module docstring."""
