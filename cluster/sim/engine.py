@@ -28,7 +28,11 @@ Events in:
   * ``NodeReport`` (utilization of each GPU over the last ``report_s`` seconds, the node's live
     workers) only when some plugin places opportunistic work (the only reader of utilization), or
     ``reports="always"``: at the report grid point after a GPU's modelled utilization changed,
-    and again until the window has settled.
+    and again until the window has settled;
+  * ``JobProgressed`` (iterations done of the total, seconds per iteration at the job's current rate) for a running
+    job whose total is known (``SimConfig.known_total``), ``progress_s`` after its workers start and each time its
+    run time doubles, only when some plugin reads progress (``on_progress``, e.g. the ``predictor``); a job of
+    duration D has round(D / ``step_s``) iterations of ``step_s`` solo seconds each.
 When the GPUs a job shares change, the rates of every job there change: its completion event is
 re-timed (events carry a version; a stale completion is ignored).
 
@@ -41,6 +45,7 @@ from __future__ import annotations
 import gc
 import math
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from heapq import heappop, heappush
@@ -53,7 +58,7 @@ from cluster.sim.records import SimConfig, SimGpu, SimJob, SimNode
 from cluster.spec import MILLI, NodeSpec
 from colocate.base.vocab import TERMINAL, JobClass
 
-K_STARTED, K_DONE, K_STOPPED, K_TICK, K_REPORT = range(5)
+K_STARTED, K_DONE, K_STOPPED, K_TICK, K_REPORT, K_PROGRESS = range(6)
 _JobChanged, _StartWorkers, _StopWorkers, _Promote = ev.JobChanged, ev.StartWorkers, ev.StopWorkers, ev.Promote
 _RankStarted, _RankExited, _JobSubmitted = ev.RankStarted, ev.RankExited, ev.JobSubmitted
 _TERMINAL = TERMINAL
@@ -104,6 +109,9 @@ class Simulation:
         late = cfg.start_delay_s > 0 and 0 < core.sched["start_timeout_s"] <= cfg.start_delay_s
         period = 30.0 if cfg.tick_s is None else cfg.tick_s
         self.tick_s = period if (timed or late) else 0.0
+        reads = cfg.progress_s > 0 and cfg.known_total > 0 and any(p.implements("on_progress") for p in fw.plugins)
+        self.progress_s = cfg.progress_s if reads else 0.0
+        self._known = int(cfg.known_total * 2**32)  # a job's total is known when crc32(its id) < this
         # metrics
         self.t = 0.0
         self.pending = 0
@@ -122,6 +130,7 @@ class Simulation:
         self.batches = 0
         self.ticks_sent = 0
         self.reports_sent = 0
+        self.progress_sent = 0
         self.makespan = 0.0
         self.wall_s = 0.0
         self._last_cycle_t = -math.inf
@@ -190,8 +199,10 @@ class Simulation:
                 elif kind == K_TICK:
                     self._next_sub = i
                     self._tick(t, events, i < ns)
-                else:
+                elif kind == K_REPORT:
                     self._report(a, t, events)
+                else:
+                    self._progress(a, b, t, events)
             while i < ns and subs[i].submit == t:
                 events.append(_JobSubmitted(subs[i].spec))
                 i += 1
@@ -352,6 +363,9 @@ class Simulation:
             for n in job.nodes:
                 n.live[job] = None
         self._attach(job, t)
+        if self.progress_s and job.duration is not None and zlib.crc32(job.job_id.encode()) < self._known:
+            job.reported = 0
+            self._push(t + self.progress_s, K_PROGRESS, job, (job.pid, t))
 
     def _done(self, job: SimJob, t: float, events: list) -> None:
         pid = job.pid
@@ -521,6 +535,22 @@ class Simulation:
             self._push(node.report_at, K_REPORT, node)
         else:
             node.report_at = None
+
+    def _progress(self, job: SimJob, run: tuple, t: float, events: list) -> None:
+        """A progress report of ``job``'s run ``run`` = (placement id, start time); none once that run has ended."""
+        if not job.live or (job.pid, job.running_at) != run:
+            return
+        step_s, duration = self.cfg.step_s, job.duration
+        assert duration is not None, "only a job with a duration reports progress"
+        if job.rate > 0:
+            left = job.work - job.rate * (t - job.t_rate)
+            total = max(1, round(duration / step_s))
+            done = min(total, max(0, int((duration - left) / step_s)))
+            step = step_s / job.rate
+            events.append(ev.JobProgressed(job.job_id, done, total, step, step, 0.0, step))
+            self.progress_sent += 1
+        job.reported += 1
+        self._push(job.running_at + self.progress_s * 2.0 ** job.reported, K_PROGRESS, job, run)
 
     def _tick(self, t: float, events: list, more_submits: bool) -> None:
         if t - self._last_cycle_t >= self.tick_s:

@@ -148,6 +148,7 @@ def summarize(sim, policy: str, rows: list[dict] | None = None, skipped: dict | 
         "load_wall_s": None if load_wall_s is None else round(load_wall_s, 3),
         "jobs_per_s": round(len(rows) / sim.wall_s) if sim.wall_s > 0 else None,
         "batches": sim.batches, "ticks": sim.ticks_sent, "node_reports": sim.reports_sent,
+        "progress_reports": sim.progress_sent,
         "core": {k: v for k, v in sim.core.stats.items() if v},
         "gang_spread": gang_spread(sim),
     })

@@ -29,6 +29,13 @@ class SimConfig:
     record: bool = False  # keep (time, events, decisions) of every batch in ``log``
     samples: int = 2000  # time-series points over the submission span (plots)
     spread: SpreadModel = NONE  # how much slower a gang runs across nodes, switches, racks (cluster.sim.network)
+    # Progress reports (``JobProgressed``), sent only when some plugin reads them (``on_progress``): a running job
+    # reports ``progress_s`` seconds after its workers start, then each time its run time doubles (a node reports
+    # every period; the doubling keeps a weeks-long replay's events to a few per job). 0: none.
+    progress_s: float = 600.0
+    step_s: float = 1.0  # solo seconds per iteration: a job of duration D has round(D / step_s) iterations
+    known_total: float = 0.5  # share of jobs whose total iteration count the runtime knows (a hint, or a DataLoader's
+    # length x epochs); traces do not say which, so each job is in it or not by a hash of its id. Others report 0.
 
     def __post_init__(self) -> None:
         for name in ("start_delay_s", "stop_delay_s", "restart_overhead_s", "idle_horizon_s"):
@@ -38,6 +45,12 @@ class SimConfig:
             raise ValueError("tick_s must be >= 0")
         if not self.report_s > 0:
             raise ValueError("report_s must be > 0")
+        if not (self.progress_s >= 0 and math.isfinite(self.progress_s)):
+            raise ValueError("progress_s must be a finite number >= 0")
+        if not (self.step_s > 0 and math.isfinite(self.step_s)):
+            raise ValueError("step_s must be a finite number > 0")
+        if not 0 <= self.known_total <= 1:
+            raise ValueError("known_total must be between 0 and 1")
         if self.reports not in REPORT_MODES:
             raise ValueError(f"reports must be one of {', '.join(REPORT_MODES)}")
 
@@ -89,7 +102,7 @@ class SimJob:
     __slots__ = ("spec", "job_id", "duration", "work", "busy", "cfg", "klass", "label", "submit", "placement",
                  "pid", "gpus", "nodes", "held", "live", "milli", "rate", "t_rate", "version", "due", "state",
                  "first_start", "running_at", "end", "pending_since", "wait", "requeues", "preemptions", "starts",
-                 "run_s", "queue", "reason", "spread_f", "span")
+                 "run_s", "queue", "reason", "spread_f", "span", "reported")
 
     def __init__(self, spec, duration: float | None, cfg: int, busy: float, label: str) -> None:
         self.spec, self.job_id, self.duration = spec, spec.job_id, duration
@@ -122,3 +135,4 @@ class SimJob:
         self.reason = ""  # why it ended, when it ended other than by succeeding (the core's reason)
         self.spread_f = 1.0  # the spread model's rate multiplier for the current placement
         self.span = (0, 0, 0)  # nodes, switches, racks of the latest placement
+        self.reported = 0  # progress reports sent since the workers last started

@@ -125,6 +125,13 @@ def register(sub) -> None:
                    help="tick period when a policy is time-driven, e.g. promotion (default 30; 0: never)")
     p.add_argument("--reports", choices=("auto", "always", "never"), default="auto",
                    help="node utilization reports: auto = when a policy places opportunistic work (default)")
+    p.add_argument("--progress-every", type=SECONDS, default=600.0, metavar="S",
+                   help="a running job reports its iterations S seconds after it starts, then each time its run "
+                        "time doubles; read by the predictor (backfill's remaining time). Default 600; 0: never")
+    p.add_argument("--known-total", type=FRACTION, default=0.5, metavar="F",
+                   help="share of jobs whose total iteration count is known (a --iterations hint, or a "
+                        "DataLoader's length x epochs); traces do not say, so jobs are picked by a hash of their "
+                        "id; only they report progress (default 0.5)")
     p.add_argument("--topology", default=None, metavar="SxN|FILE.csv",
                    help="switches and racks of the nodes: SxN = S switches of N consecutive nodes (SxN/R: R switches "
                         "per rack), or a CSV node_id,switch[,rack]; read by the topology plugin and --spread")
@@ -149,7 +156,8 @@ def main(args) -> int:
             allow_no_duration=args.allow_no_duration, sharing=args.sharing, colocation_data=args.colocation_data,
             sim=SimConfig(start_delay_s=args.start_delay, stop_delay_s=args.stop_delay,
                           restart_overhead_s=args.restart_overhead, tick_s=args.tick, reports=args.reports,
-                          spread=parse_spread(args.spread)),
+                          spread=parse_spread(args.spread), progress_s=args.progress_every,
+                          known_total=args.known_total),
             plots=not args.no_plots, topology=args.topology)
         if args.quiet or not sys.stderr.isatty():
             summaries = simulate(opts)
