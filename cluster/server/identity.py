@@ -96,6 +96,15 @@ class Gate:
             return why
         return f"job {job_id} is {owner or 'nobody'}'s: only {owner or 'its user'} or an operator may read its logs"
 
+    def recommend_for(self, peer: Peer, job_id: str, owner: str) -> str | None:
+        """May ``peer`` ask for the recommendation of job ``job_id`` of user ``owner``? Its user and operators only:
+        the answer is built from that user's command line and run history."""
+        why = self.client(peer, "ask for recommendations")
+        if why or peer.role in (None, K.OPERATOR) or peer.name == owner:
+            return why
+        return (f"job {job_id} is {owner or 'nobody'}'s: only {owner or 'its user'} or an operator may ask for "
+                f"its recommendation")
+
     def refused(self, ident: bytes, why: str) -> None:
         """Log a refusal once per connection and reason."""
         key = (ident, why)

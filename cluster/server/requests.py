@@ -147,6 +147,9 @@ class Requests:
             if row is None:
                 return [self._error(ident, P.NOT_FOUND, f"no job {m.job_id}")]
             spec, request = json.loads(row["spec"]), json.loads(row["request"])
+            why = self.gate.recommend_for(self.peer, m.job_id, spec.get("user", ""))
+            if why:
+                return [self._error(ident, P.FORBIDDEN, why)]
             user, command, digest = spec.get("user", ""), request["command"], request.get("script_hash", "")
             workers, gpus, model = spec["workers"], spec["gpus"], spec.get("gpu_model", "")
         advised = advise(self._sources(), user, command, digest, workers, gpus, model, now)

@@ -11,14 +11,14 @@ from colocate.cli._common import JOB_ID, POSITIVE_INT, add_scheduler_options, cl
 EPILOG = """\
 examples:
   colocate recommend -- python train.py --batch-size 64 --width 512
-  colocate recommend 42                     # job 42, as it was submitted
+  colocate recommend 42                     # job 42, as it was submitted (your job, or any as an operator)
   colocate submit --gpus 1 --gpu-mem auto --sm-share auto -- python train.py --batch-size 64
 
 The command is fingerprinted as `colocate submit` would (the user of your key, the entry script's content
 hash, its arguments without seeds, output paths or timestamps): the same job again (exact level), or the
 same script and arguments with other numbers (family level: a sweep). `python -m pkg` and `python -c` are
 not hashed: their module name or code and the arguments stand for them.
-Exit code: 0 (figures it cannot give say why); 1 unknown job or no answer; 2 bad input.
+Exit code: 0 (figures it cannot give say why); 1 unknown job, another user's job, or no answer; 2 bad input.
 """
 
 IDENTITY = {"content": "the entry script's content and its arguments",

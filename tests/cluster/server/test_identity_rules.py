@@ -89,6 +89,19 @@ def test_logs_are_read_by_the_jobs_user_and_operators_only(h):
         assert [type(m) for m in asks] == [P.LogTailRequest], peer
 
 
+def test_a_jobs_recommendation_is_asked_by_its_user_and_operators_only(h):
+    """It is built from the job's command line and its user's history: bob's key gets none of alice's job."""
+    alice, bob, ops = b"alice", b"bob", b"ops"
+    (a,) = replies(submit(h, "user-alice", alice), P.Submitted, alice)
+    (err,) = replies(h.send(bob, P.RecommendRequest(job_id=a.job_id), peer="user-bob"), P.Error, bob)
+    assert err.code == P.FORBIDDEN
+    assert err.message == f"job {a.job_id} is alice's: only alice or an operator may ask for its recommendation"
+    for ident, peer in ((alice, "user-alice"), (ops, "operator-ops")):
+        assert replies(h.send(ident, P.RecommendRequest(job_id=a.job_id), peer=peer), P.RecommendReply, ident), peer
+    (err,) = replies(h.send(b"n1", P.RecommendRequest(job_id=a.job_id), peer="node-n1"), P.Error, b"n1")
+    assert err.code == P.FORBIDDEN and "the key of node n1 cannot" in err.message
+
+
 def test_without_keys_the_stated_user_is_recorded_and_anyone_cancels(h):
     (a,) = replies(submit(h, None, user="carol"), P.Submitted)
     (jobs,) = replies(h.send(CLIENT, P.JobsRequest()), P.JobsReply)
