@@ -111,6 +111,9 @@ class RunTimePredictor:
         self._tail: dict[tuple, deque[float]] = {}  # end offsets (module docstring) by level key
         self._ent: dict[tuple, list[_Entry]] = {}  # level key -> _entries(lk), until the level's jobs change
         self._cache: dict[tuple, Prediction | None] = {}  # predictions at _cache_now, since the last change
+        # a cohort's [successes, p50/p90 or None, its entries] at _cache_now, by its level key (the near level's: by
+        # its entries' identities): one cohort serves many of the jobs a cycle asks for; cleared with _cache
+        self._cohort: dict[tuple, list] = {}  # [successes, (p50, p90) | None | _UNSET]
         self._cache_now = math.nan
 
     # learning
@@ -118,7 +121,7 @@ class RunTimePredictor:
         """A job ended: it stops counting as running; a succeeded one's wall time becomes history, and the
         offset of its end from the projection of its last progress report, where that report was late enough
         (``TAIL_FROM``), its level's end offset."""
-        self._cache.clear()
+        self._clear()
         ok = record.exit == Exit.SUCCEEDED and record.wall_s > 0
         e = self._jobs.pop(record.job_id, None)
         projected = e.end() if e is not None and e.done >= TAIL_FROM * e.total else None
@@ -146,7 +149,7 @@ class RunTimePredictor:
         second call keeps the first start)."""
         if job_id in self._jobs:
             return
-        self._cache.clear()
+        self._clear()
         e = _Entry(job_id, now, [lk for _, lk in levels(key)])
         self._jobs[job_id] = e
         self._start(e)
@@ -160,7 +163,7 @@ class RunTimePredictor:
         r = self._jobs.get(job_id)
         if r is None or total <= 0 or done < 0 or not _seconds(step_p50_s):
             return False
-        self._cache.clear()
+        self._clear()
         step = step_mean_s if step_mean_s is not None and _seconds(step_mean_s) else step_p50_s
         r.done, r.total, r.step, r.at = done, total, step, now
         r.step_p90 = max(step, step_p90_s) if step_p90_s is not None and _seconds(step_p90_s) else step
@@ -170,8 +173,12 @@ class RunTimePredictor:
         """The job no longer runs and teaches nothing (e.g. ended before it started); idempotent."""
         e = self._jobs.pop(job_id, None)
         if e is not None:
-            self._cache.clear()
+            self._clear()
             self._drop(e)
+
+    def _clear(self) -> None:
+        self._cache.clear()
+        self._cohort.clear()
 
     def _start(self, e: _Entry) -> None:
         for lk in e.keys:
@@ -243,17 +250,19 @@ class RunTimePredictor:
             return None
         return q50, max(q50, q90)
 
-    def _levels(self, key: JobKey, submit: float | None, exclude: str = "") -> list[tuple[str, list[_Entry]]]:
-        """(level name, its jobs) from the most specific level to the broadest, the levels with no job
-        left out; the jobs submitted nearest to ``submit`` (``NEAR``) come after the family."""
+    def _levels(self, key: JobKey, submit: float | None,
+                exclude: str = "") -> list[tuple[str, list[_Entry], tuple]]:
+        """(level name, its jobs, a key that names that cohort until the next change) from the most specific level
+        to the broadest, the levels with no job left out; the jobs submitted nearest to ``submit`` (``NEAR``) come
+        after the family."""
         out = []
         near = self._near.nearest(near_key(key), submit, exclude) if submit is not None else []
         for name, lk in levels(key):
             if near and name in BROAD:
-                out.append((NEAR, near))
+                out.append((NEAR, near, (NEAR, *map(id, near))))
                 near = []
             if lk in self._started or lk in self._done:
-                out.append((name, self._entries(lk)))
+                out.append((name, self._entries(lk), lk))
         return out
 
     def predict(self, key: JobKey, now: float, submit: float | None = None) -> Prediction | None:
@@ -261,7 +270,7 @@ class RunTimePredictor:
         waiting at ``now``; module docstring. Cached until the next change or another ``now`` (a
         scheduling cycle asks for many jobs at once)."""
         if now != self._cache_now:
-            self._cache.clear()
+            self._clear()
             self._cache_now = now
         ck = (key, submit)
         if ck in self._cache:
@@ -270,28 +279,42 @@ class RunTimePredictor:
         return pred
 
     def _predict(self, key: JobKey, now: float, submit: float | None) -> Prediction | None:
+        """``predict`` uncached; only at ``now == self._cache_now`` (the cohort cache's time)."""
         lvls = self._levels(key, submit)
-        found = [(i, name, es, n) for i, (name, es) in enumerate(lvls) if (n := self._events(es))]
+        cohort = self._cohort
+        found = []
+        for i, (name, es, ck) in enumerate(lvls):
+            got = cohort.get(ck)
+            if got is None:
+                got = cohort[ck] = [self._events(es), _UNSET, es]
+            if got[0]:
+                found.append((i, name, got))
         if not found:
             return None
-        i, name, entries, n = found[0]
-        est = self._level(entries, now)
+        i, name, first = found[0]
+        n, est = first[0], self._level_of(first, now)
         if est is None:
             return None
         p50, p90 = est
-        wider = next((es for _, _, es, m in found[1:] if m > n), None)
+        wider = next((w for _, _, w in found[1:] if w[0] > n), None)
         if n < self.trust and wider is not None and name not in EXACT:
-            broad = self._level(wider, now)
+            broad = self._level_of(wider, now)
             if broad is not None:
                 a = n / self.trust
                 p50 = math.exp(a * math.log(p50) + (1 - a) * math.log(broad[0]))
                 p90 = math.exp(a * math.log(p90) + (1 - a) * math.log(broad[1]))
         if self.running:
-            for _, fes in lvls[:i]:  # more specific levels with only running jobs: a floor
-                floor = self._level(fes, now)
+            for _, _, fck in lvls[:i]:  # more specific levels with only running jobs: a floor
+                floor = self._level_of(cohort[fck], now)
                 if floor is not None:
                     p50, p90 = max(p50, floor[0]), max(p90, floor[1])
         return Prediction(p50, max(p50, p90), name, n)
+
+    def _level_of(self, got: list, now: float) -> tuple[float, float] | None:
+        """A cached cohort's ``_level`` at ``now``, computed once."""
+        if got[1] is _UNSET:
+            got[1] = self._level(got[2], now)
+        return got[1]
 
     def remaining(self, job_id: str, key: JobKey, now: float) -> Prediction | None:
         """p50/p90 seconds left of a running job at ``now``; None when not running or nothing is known."""
@@ -305,7 +328,7 @@ class RunTimePredictor:
             return Prediction(max(0.0, left * r.step - since + off), max(0.0, left * r.step_p90 - since + off),
                               "progress", r.done)
         ran = max(0.0, now - r.start)
-        for name, entries in self._levels(key, None):
+        for name, entries, _ in self._levels(key, None):
             n = self._events(entries)
             if not n:
                 continue
@@ -326,6 +349,9 @@ class RunTimePredictor:
             if d:
                 return _median(d)
         return 0.0
+
+
+_UNSET = object()
 
 
 def _push(table: dict[tuple, deque[float]], lk: tuple, value: float, window: int) -> None:
