@@ -18,7 +18,8 @@ column, computed over the whole trace, future included (a leaky ceiling, never a
 
 Part 2, backfill. ``colocate simulate``'s runner on each trace and cluster shape: ``gang-binpack``
 (FIFO, the baseline), ``backfill`` on the predictor (the preset's defaults, and the variants
-listed) and ``backfill`` with the true run times (``--estimates oracle``); the figure is
+listed; progress reports at the simulator's defaults unless a variant says otherwise) and ``backfill`` with the
+true run times (``--estimates oracle``, no progress reports: they would only add cycles); the figure is
 backfill's mean-JCT gain over FIFO as a share of the oracle's gain. A weeks-long replay under
 overload (Philly) is chaotic: a small change of one decision moves the mean JCT by several percent,
 so each setting runs on three cluster sizes around the one the target names.
@@ -27,6 +28,7 @@ so each setting runs on three cluster sizes around the one the target names.
     python benchmarks/prediction.py --philly-sizes 64x8 # only the target size on Philly
     python benchmarks/prediction.py --no-philly-sim     # skip the Philly simulations (the slow part)
     python benchmarks/prediction.py --no-write          # print only
+    python benchmarks/prediction.py --no-pai-sim --philly-sizes 64x8 --variants progress --section prediction-philly
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from cluster.plugins.predictor import job_key
 from cluster.predict.history import Exit, HistoryRecord, JobKey, levels
 from cluster.predict.predictor import RunTimePredictor
 from cluster.sim.colocation import ColocationModel, LucidTable
+from cluster.sim.records import SimConfig
 from cluster.sim.runner import run_policy
 from cluster.sim.workload import load_workload
 from cluster.traces import load_trace
@@ -64,6 +67,8 @@ BACKFILL = ["fifo", "gang", "binpack", "backfill", "predictor"]
 # (label, [plugin.X] tables on top of the backfill preset); the first is the preset itself
 VARIANTS = [
     ("default", {}),
+    ("no progress reports (--known-total 0)", {"sim": {"known_total": 0.0}}),
+    ("every job's total known (--known-total 1)", {"sim": {"known_total": 1.0}}),
     ("overdue = now (before issue 25's fix)", {"backfill": {"overdue": "now"}}),
     ("quantile = p50", {"backfill": {"quantile": "p50"}}),
     ("running jobs left out", {"predictor": {"censor_running": False}}),
@@ -260,14 +265,17 @@ def leaky_group_dur(path: Path, jobs) -> list[float | None]:
 
 def mean_jct(trace: Path, cluster: str, tables: dict | None, estimates: str = "predicted",
              plugins: list[str] | None = None) -> tuple[float, dict]:
-    """Mean JCT (s) and the predictor's accuracy of one simulated run."""
+    """Mean JCT (s) and the predictor's accuracy of one simulated run. ``tables``: [plugin.X] tables, and
+    ``sim``: ``SimConfig`` fields (the simulator's defaults otherwise: progress reports on)."""
+    tables = dict(tables or {})
+    sim = SimConfig(**tables.pop("sim", {}))
     if plugins is None:
-        raw = {"plugins": BACKFILL, "plugin": tables or {}}
+        raw = {"plugins": BACKFILL, "plugin": tables}
         cfg = parse_config(raw, "backfill")
     else:
         cfg = parse_config({"plugins": plugins}, "gang-binpack")
     wl = load_workload(str(trace), cluster=cluster, estimates=estimates)
-    _, _, summary = run_policy(wl, cfg.name, cfg, ColocationModel(LucidTable.empty(), "adaptive"))
+    _, _, summary = run_policy(wl, cfg.name, cfg, ColocationModel(LucidTable.empty(), "adaptive"), sim)
     return summary["mean_jct_s"], summary.get("predictor") or {}
 
 
@@ -275,7 +283,7 @@ def backfill_rows(name: str, trace: Path, sizes: list[str], variants, con) -> li
     rows: list[list[str]] = []
     for cluster in sizes:
         fifo, _ = mean_jct(trace, cluster, None, plugins=list(preset("gang-binpack").plugins))
-        orac, _ = mean_jct(trace, cluster, {}, "oracle")
+        orac, _ = mean_jct(trace, cluster, {"sim": {"progress_s": 0.0}}, "oracle")  # true times: no report adds to them
         for label, tables in variants:
             bf, acc = mean_jct(trace, cluster, tables)
             share = (fifo - bf) / (fifo - orac) if fifo != orac else math.nan
@@ -292,8 +300,12 @@ def main() -> int:
     ap.add_argument("--philly", default=str(PHILLY))
     ap.add_argument("--pai-sizes", default="3x8,4x8,5x8,6x8", help="cluster shapes for the PAI backfill runs")
     ap.add_argument("--philly-sizes", default="56x8,64x8,72x8", help="cluster shapes for the Philly backfill runs")
-    ap.add_argument("--variants", default="all", help="'all' or 'default': which backfill settings to run")
+    ap.add_argument("--variants", default="all", choices=("all", "default", "progress"),
+                    help="which backfill settings to run: all, the default only, or the default and the two "
+                         "--known-total settings (progress)")
     ap.add_argument("--no-philly-sim", action="store_true", help="skip the Philly simulations")
+    ap.add_argument("--no-pai-sim", action="store_true", help="skip the PAI sample's simulations")
+    ap.add_argument("--section", default="prediction", help="the RESULTS.md section to write (default prediction)")
     ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
     args = ap.parse_args()
     for p in (args.pai, args.philly):
@@ -311,12 +323,12 @@ def main() -> int:
                    "above p90"]
     con.print(C.rich_table(f"causal prediction (load {acc_load:.2f})", acc_headers, acc,
                            left=("trace", "predictor", "subset")))
-    variants = VARIANTS if args.variants == "all" else VARIANTS[:1]
+    variants = {"all": VARIANTS, "default": VARIANTS[:1], "progress": VARIANTS[:3]}[args.variants]
     bf_headers = ["trace", "cluster", "backfill setting", "FIFO mean JCT", "backfill (predicted)",
                   "backfill (oracle)", "share of oracle's gain", "predictor median APE (sim)", "within 2x (sim)",
                   "load"]
     bf: list[list[str]] = []
-    runs = [("PAI sample", Path(args.pai), args.pai_sizes.split(","))]
+    runs = [] if args.no_pai_sim else [("PAI sample", Path(args.pai), args.pai_sizes.split(","))]
     if not args.no_philly_sim:
         runs.append(("Philly", Path(args.philly), args.philly_sizes.split(",")))
     for name, trace, sizes in [(None, None, None), *runs]:
@@ -336,7 +348,7 @@ def main() -> int:
             C.markdown_table(bf_headers, bf) if bf else "(not run yet)",
         ])
         if not args.no_write:
-            C.update_results("prediction", body)
+            C.update_results(args.section, body)
             print(f"recorded in {C.RESULTS}", flush=True)
     return 0
 
