@@ -147,10 +147,11 @@ class Str(_Spec):
             raise _bad(name, "one of " + "|".join(self.choices), v)
         if not self.min_len <= len(v) <= self.max_len:
             raise _bad(name, f"a string of {self.min_len}..{self.max_len} characters", v)
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError:
-            raise _bad(name, "valid unicode text", v) from None
+        if not v.isascii():
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise _bad(name, "valid unicode text", v) from None
         if self.printable and _CONTROL.search(v):
             raise _bad(name, "text without control characters (newlines, escapes)", v)
         return v
@@ -221,7 +222,13 @@ class ListOf(_Spec):
         if not isinstance(v, (list, tuple)) or not self.min_len <= len(v) <= self.max_len:
             raise _bad(name, f"a list of {self.min_len} to {self.max_len} items" if self.min_len
                        else f"a list of at most {self.max_len} items", v)
-        return tuple(self.item.check(x, f"{name}[{i}]") for i, x in enumerate(v))
+        check = self.item.check
+        try:
+            return tuple(check(x, name) for x in v)
+        except ProtocolError:  # again, to name the item in the error (a name built per item only for this)
+            for i, x in enumerate(v):
+                check(x, f"{name}[{i}]")
+            raise
 
     def load(self, v: Any, name: str) -> Any:
         if type(v) is not list:
@@ -247,10 +254,16 @@ class MapOf(_Spec):
             raise _bad(name, f"a map of at most {self.max_len} entries", v)
         pairs: list[tuple[Any, Any]] = []
         kv: Any
+        kcheck, vcheck, kname = self.key.check, self.value.check, f"{name} key"
         for kv in items:
             if not (isinstance(kv, (tuple, list)) and len(kv) == 2):
                 raise _bad(name, "(key, value) pairs", kv)
-            pairs.append((self.key.check(kv[0], f"{name} key"), self.value.check(kv[1], f"{name}[{kv[0]!r:.40}]")))
+            try:
+                value = vcheck(kv[1], name)
+            except ProtocolError:  # again, to name the entry in the error (a name built per entry only for this)
+                vcheck(kv[1], f"{name}[{kv[0]!r:.40}]")
+                raise
+            pairs.append((kcheck(kv[0], kname), value))
         if len(pairs) > self.max_len:
             raise _bad(name, f"a map of at most {self.max_len} entries", f"{len(pairs)} entries")
         keys = [k for k, _ in pairs]
@@ -292,6 +305,7 @@ NAME = Str(MAX_ID_CHARS, printable=True)  # node ids, placement ids, queue, user
 # ---------------------------------------------------------------- message classes
 
 _SPECS: dict[type, tuple[tuple[str, _Spec], ...]] = {}
+_LABELLED: dict[type, tuple[tuple[str, _Spec, str], ...]] = {}  # the same, with each field's name in errors
 _OPTIONAL: dict[type, dict[str, Any]] = {}  # record -> its optional wire fields and their defaults
 MESSAGE_TYPES: dict[str, type] = {}
 
@@ -302,9 +316,8 @@ class _Record:
     __slots__ = ()
 
     def __post_init__(self) -> None:
-        cls = type(self)
-        for name, spec in _SPECS[cls]:
-            object.__setattr__(self, name, spec.check(getattr(self, name), f"{cls.__name__}.{name}"))
+        for name, spec, label in _LABELLED[type(self)]:
+            object.__setattr__(self, name, spec.check(getattr(self, name), label))
         self._check()
 
     def _check(self) -> None:
@@ -328,6 +341,7 @@ def _record(type_name: str = "") -> Callable[[type[_R]], type[_R]]:
     def wrap(cls: type[_R]) -> type[_R]:
         cls = dataclass(frozen=True, slots=True)(cls)
         _SPECS[cls] = tuple((f.name, f.metadata["spec"]) for f in fields(cls))  # type: ignore[arg-type]
+        _LABELLED[cls] = tuple((n, spec, f"{cls.__name__}.{n}") for n, spec in _SPECS[cls])
         _OPTIONAL[cls] = {f.name: f.default for f in fields(cls) if f.metadata.get("optional")}  # type: ignore[arg-type]
         assert not {n for n, _ in _SPECS[cls]} & set(_RESERVED_KEYS), cls
         if type_name:

@@ -334,6 +334,20 @@ def test_field_error_names_the_field():
     assert "Limits.sm_share" in str(info.value)
 
 
+@pytest.mark.parametrize("kw, named", [
+    ({"command": ("python", "x" * 5000)}, "JobRequest.command[1]: expected a string of 0..4096 characters"),
+    ({"command": ("python", "\udcff")}, "JobRequest.command[1]: expected valid unicode text"),
+    ({"env": {"A": "ok", "B": 3}}, "JobRequest.env['B']: expected a string, got 3"),
+    ({"env": {"A": "é\udcff"}}, "JobRequest.env['A']: expected valid unicode text"),
+])
+def test_an_item_error_names_the_item(kw, named):
+    """Lists and maps name the bad item (its index, its key), though valid items are checked without building
+    their names."""
+    with pytest.raises(ProtocolError) as info:
+        P.JobRequest(**{"command": ("python",), "cwd": "/", "env": {}, **kw})
+    assert str(info.value).startswith(named)
+
+
 @pytest.mark.parametrize("data", [None, 5, "text", [b"\x80"]], ids=repr)
 def test_decode_rejects_non_bytes(data):
     with pytest.raises(ProtocolError) as info:
