@@ -188,14 +188,20 @@ class WorkerManager:
     def poll(self, wall: float | None = None) -> list:
         """Reap exits and send the kill signals due at ``wall`` (default: now on the wall clock)."""
         wall = self.wall() if wall is None else wall
-        out = []
+        out: list = []
+        save = False  # one save for every exit of this poll, before any of their messages is sent
         for key, p in list(self.table.placements.items()):
             for w in p.workers:
                 if w.running:
                     code = self._reap(key, w)
                     if code is not None:
-                        out += self._do(E.Exited(key, w.rank, code, wall=wall))
-        return out + self._do(E.WallTick(wall))
+                        sub, s = self._handle(E.Exited(key, w.rank, code, wall=wall))
+                        out += sub
+                        save |= s
+        sub, s = self._handle(E.WallTick(wall))
+        if save or s:
+            self.table.save()
+        return out + sub
 
     def status(self) -> list:
         return self.core.status()
@@ -224,16 +230,24 @@ class WorkerManager:
 
     # ------------------------------------------------------------------ carrying out the core's commands
     def _do(self, event: object) -> list:
-        """Hand ``event`` to the core and carry out its commands; the messages for the scheduler."""
+        """Hand ``event`` to the core and carry out its commands; the messages for the scheduler, which the
+        caller sends only after this returns: the table is saved (once, whatever the event led to: a start and
+        the launch it caused) before any of them can reach the scheduler."""
+        out, save = self._handle(event)
+        if save:
+            self.table.save()
+        return out
+
+    def _handle(self, event: object) -> tuple[list, bool]:
+        """``event`` to the core and its commands carried out (a launch's outcome handled in turn): the messages
+        for the scheduler, and whether the table must be saved before they are sent."""
         with self.lock:
             cmds = self.core.handle(event, self.clock())
         out: list = []
         save = False
         for c in cmds:
             save |= self._carry_out(c, out)
-        if save:
-            self.table.save()
-        return out
+        return out, save
 
     def _carry_out(self, c: Command, out: list) -> bool:
         """Carry out one command; messages for the scheduler go to ``out``. True: the table must be saved."""
@@ -247,7 +261,9 @@ class WorkerManager:
             case Note():
                 log.log(logging.WARNING if c.level == "warning" else logging.INFO, "%s", c.text)
             case Launch():
-                out += self._do(self._launch(c.msg, c.key))
+                sub, save = self._handle(self._launch(c.msg, c.key))
+                out += sub
+                return save
             case Send():
                 if self.jobs is not None:
                     self.jobs.send_to_job(c)

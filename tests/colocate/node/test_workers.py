@@ -192,6 +192,28 @@ def test_a_placement_id_never_starts_twice(mgrs, tmp_path):
     assert sorted((tmp_path / "work" / "starts.txt").read_text().split()) == ["0", "1"]  # each worker ran once
 
 
+def test_a_start_and_a_polls_exits_are_each_one_save_made_before_their_messages(mgrs, tmp_path):
+    """A start (the placement, then its launch) is saved once, and the exits one poll reaps once: each message the
+    call returns was saved before it, since the caller sends them only after the call."""
+    wm = mgrs.new()
+    saves: list[list] = []
+    real = wm.table.save
+
+    def counted():
+        saves.append([(p.placement_id, [w.running for w in p.workers]) for p in wm.table.placements.values()])
+        real()
+
+    wm.table.save = counted  # type: ignore[method-assign]
+    started = wm.start(placement(tmp_path, "p1", [PY, "-c", "pass"]))
+    assert [e.rank for e in started] == [0, 1]
+    assert saves == [[("p1", [True, True])]]
+    wait_for(lambda: not any(alive(w.pid) for w in wm.placements()[0].workers), 60, what="both workers to end")
+    saves.clear()
+    events = wm.poll()
+    assert exits(events) == {0: 0, 1: 0}
+    assert saves == [[("p1", [False, False])]]
+
+
 # ---------------------------------------------------------------- refusals
 
 
