@@ -264,7 +264,7 @@ def leaky_group_dur(path: Path, jobs) -> list[float | None]:
 
 
 def mean_jct(trace: Path, cluster: str, tables: dict | None, estimates: str = "predicted",
-             plugins: list[str] | None = None) -> tuple[float, dict]:
+             plugins: list[str] | None = None, progress=None) -> tuple[float, dict]:
     """Mean JCT (s) and the predictor's accuracy of one simulated run. ``tables``: [plugin.X] tables, and
     ``sim``: ``SimConfig`` fields (the simulator's defaults otherwise: progress reports on)."""
     tables = dict(tables or {})
@@ -275,22 +275,39 @@ def mean_jct(trace: Path, cluster: str, tables: dict | None, estimates: str = "p
     else:
         cfg = parse_config({"plugins": plugins}, "gang-binpack")
     wl = load_workload(str(trace), cluster=cluster, estimates=estimates)
-    _, _, summary = run_policy(wl, cfg.name, cfg, ColocationModel(LucidTable.empty(), "adaptive"), sim)
+    _, _, summary = run_policy(wl, cfg.name, cfg, ColocationModel(LucidTable.empty(), "adaptive"), sim,
+                               progress=progress)
     return summary["mean_jct_s"], summary.get("predictor") or {}
 
 
 def backfill_rows(name: str, trace: Path, sizes: list[str], variants, con) -> list[list[str]]:
+    """One row per cluster size and backfill setting; a progress bar per simulation on the console (a replay of
+    Philly's 82,247 jobs with backfill takes minutes)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     rows: list[list[str]] = []
-    for cluster in sizes:
-        fifo, _ = mean_jct(trace, cluster, None, plugins=list(preset("gang-binpack").plugins))
-        orac, _ = mean_jct(trace, cluster, {"sim": {"progress_s": 0.0}}, "oracle")  # true times: no report adds to them
-        for label, tables in variants:
-            bf, acc = mean_jct(trace, cluster, tables)
-            share = (fifo - bf) / (fifo - orac) if fifo != orac else math.nan
-            rows.append([name, cluster, label, f"{fifo / 3600:.2f} h", f"{bf / 3600:.2f} h", f"{orac / 3600:.2f} h",
-                         f"{share:.1%}", pct(acc.get("median_abs_pct_error")), pct(acc.get("within_2x")),
-                         f"{os.getloadavg()[0]:.2f}"])
-            print(" | ".join(rows[-1]), flush=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs ended"),
+                  TimeElapsedColumn(), console=con, transient=True) as bar:
+
+        def run(what: str, *args, **kw):
+            task = bar.add_task(f"{name} {cluster}: {what}", total=None)
+            try:
+                return mean_jct(*args, **kw, progress=lambda _, done, total: bar.update(task, completed=done,
+                                                                                       total=total))
+            finally:
+                bar.remove_task(task)
+
+        for cluster in sizes:
+            fifo, _ = run("FIFO", trace, cluster, None, plugins=list(preset("gang-binpack").plugins))
+            # the true run times: no progress report adds to what they know
+            orac, _ = run("backfill (oracle)", trace, cluster, {"sim": {"progress_s": 0.0}}, "oracle")
+            for label, tables in variants:
+                bf, acc = run(f"backfill ({label})", trace, cluster, tables)
+                share = (fifo - bf) / (fifo - orac) if fifo != orac else math.nan
+                rows.append([name, cluster, label, f"{fifo / 3600:.2f} h", f"{bf / 3600:.2f} h",
+                             f"{orac / 3600:.2f} h", f"{share:.1%}", pct(acc.get("median_abs_pct_error")),
+                             pct(acc.get("within_2x")), f"{os.getloadavg()[0]:.2f}"])
+                bar.console.print(" | ".join(rows[-1]))
     return rows
 
 
