@@ -113,7 +113,7 @@ class RunTimePredictor:
         self._cache: dict[tuple, Prediction | None] = {}  # predictions at _cache_now, since the last change
         # a cohort's [successes, p50/p90 or None, its entries] at _cache_now, by its level key (the near level's: by
         # its entries' identities): one cohort serves many of the jobs a cycle asks for; cleared with _cache
-        self._cohort: dict[tuple, list] = {}  # [successes, (p50, p90) | None | _UNSET]
+        self._cohort: dict[tuple, list] = {}  # [successes, (p50, p90) | None | _UNSET (not computed yet), entries]
         self._cache_now = math.nan
 
     # learning
