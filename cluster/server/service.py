@@ -72,7 +72,7 @@ from cluster.server.logs import LogRelay
 from cluster.server.ports import PortPool
 from cluster.server.rendezvous import master_host, start_messages
 from cluster.server.requests import Requests
-from cluster.server.views import Progress
+from cluster.server.views import Progress, held_by
 from cluster.spec import NodeSpec
 from colocate import protocol as P
 from colocate.base.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS, replace_after_s
@@ -269,9 +269,10 @@ class SchedulerService(Requests, Faults):
         event: ev.NodeReport | ev.RankStarted | ev.RankExited | ev.PlacementRefused
         progressed: list = []
         if isinstance(m, P.NodeStatus):
+            mine = tuple(p for p in m.progress if held_by(self.core.job(p.job_id), node_id))
             progressed = [ev.JobProgressed(p.job_id, p.iterations, p.total_iterations or 0, p.step_p50_s, p.step_p90_s,
                                            p.since_report_s, p.step_mean_s)
-                          for p in self.progress.note(m.progress, self.core.job)]
+                          for p in self.progress.note(mine, self.core.job)]
             event = ev.NodeReport(node_id, m.epoch, tuple(ev.GpuReport(g.index, g.utilization, g.mem_used)
                                                           for g in m.gpus),
                                   tuple(ev.WorkerReport(w.job_id, w.placement_id, w.rank, w.running, w.exit_code,

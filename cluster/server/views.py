@@ -30,6 +30,13 @@ class QueueView:
         self.blocked = {job_id: why for job_id, why in core.blocked().values()}
 
 
+def held_by(job: Job | None, node_id: str) -> bool:
+    """Whether ``job`` has a rank of its current placement on node ``node_id``: a node speaks only for those jobs'
+    progress (another job's, from a stale node or a forged report, would move its prediction and backfill's plan)."""
+    placement = job.placement if job is not None else None
+    return placement is not None and any(slot.node_id == node_id for slot in placement.slots)
+
+
 class Progress:
     """The latest ``JobProgress`` nodes reported per job (in memory; the most recent ``keep`` jobs).
 

@@ -57,3 +57,24 @@ def test_a_status_that_moves_a_jobs_iterations_reaches_the_predictor_and_a_repea
     assert h.svc.core.stats["events"] == events + 2  # the report and the job's progress
     n.status(progress=(report,))  # the same iterations again: the core hears the report only
     assert h.svc.core.stats["events"] == events + 3
+
+
+def test_a_node_speaks_only_for_the_jobs_it_holds(tmp_path):
+    """A node's status carrying the progress of a job placed on another node (a stale node, a forged report) moves
+    nothing: neither the job's progress view nor its prediction."""
+    from tests.cluster.server.helpers import FakeNode, Harness, one_running_job
+
+    h = Harness(tmp_path / "s.db", policy="backfill")
+    n1, n2 = FakeNode(h, "n1"), FakeNode(h, "n2")
+    ack, _ = one_running_job(h, n1)
+    n2.hello()
+    job = h.svc.core.job(ack.job_id)
+    pred = h.svc.core.fw.plugin("predictor")
+    forged = dataclasses.replace(PROGRESS, job_id=ack.job_id, iterations=100, total_iterations=1100,
+                                 step_p50_s=0.5, step_p90_s=1.0, since_report_s=0.0, features=None)
+    n2.status(progress=(forged,))
+    assert h.svc.progress.of(ack.job_id, True) is None
+    assert pred.expected_end(job, "p90", h.now) is None
+    n1.status(progress=(forged,))  # the node the job runs on
+    assert h.svc.progress.of(ack.job_id, True) is not None
+    assert pred.expected_end(job, "p90", h.now) == pytest.approx(h.now + 1000 * 1.0)
