@@ -83,27 +83,24 @@ class Gate:
 
     def cancel(self, peer: Peer, job_id: str, owner: str) -> str | None:
         """May ``peer`` cancel job ``job_id`` of user ``owner``?"""
-        why = self.client(peer, "cancel jobs")
-        if why or peer.role in (None, K.OPERATOR) or peer.name == owner:
-            return why
-        return f"job {job_id} is {owner or 'nobody'}'s: only {owner or 'its user'} or an operator may cancel it"
+        return self._owners(peer, job_id, owner, "cancel jobs", "cancel it")
 
     def read_logs(self, peer: Peer, job_id: str, owner: str) -> str | None:
         """May ``peer`` read the logs of job ``job_id`` of user ``owner``? Its user and operators only (a
         job's output may hold its secrets)."""
-        why = self.client(peer, "read logs")
-        if why or peer.role in (None, K.OPERATOR) or peer.name == owner:
-            return why
-        return f"job {job_id} is {owner or 'nobody'}'s: only {owner or 'its user'} or an operator may read its logs"
+        return self._owners(peer, job_id, owner, "read logs", "read its logs")
 
     def recommend_for(self, peer: Peer, job_id: str, owner: str) -> str | None:
         """May ``peer`` ask for the recommendation of job ``job_id`` of user ``owner``? Its user and operators only:
         the answer is built from that user's command line and run history."""
-        why = self.client(peer, "ask for recommendations")
+        return self._owners(peer, job_id, owner, "ask for recommendations", "ask for its recommendation")
+
+    def _owners(self, peer: Peer, job_id: str, owner: str, action: str, act: str) -> str | None:
+        """A client key (``action`` names what others may not do) of the job's user or an operator, or no keys."""
+        why = self.client(peer, action)
         if why or peer.role in (None, K.OPERATOR) or peer.name == owner:
             return why
-        return (f"job {job_id} is {owner or 'nobody'}'s: only {owner or 'its user'} or an operator may ask for "
-                f"its recommendation")
+        return f"job {job_id} is {owner or 'nobody'}'s: only {owner or 'its user'} or an operator may {act}"
 
     def refused(self, ident: bytes, why: str) -> None:
         """Log a refusal once per connection and reason."""
