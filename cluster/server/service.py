@@ -269,10 +269,9 @@ class SchedulerService(Requests, Faults):
         event: ev.NodeReport | ev.RankStarted | ev.RankExited | ev.PlacementRefused
         progressed: list = []
         if isinstance(m, P.NodeStatus):
-            mine = tuple(p for p in m.progress if held_by(self.core.job(p.job_id), node_id))
             progressed = [ev.JobProgressed(p.job_id, p.iterations, p.total_iterations or 0, p.step_p50_s, p.step_p90_s,
                                            p.since_report_s, p.step_mean_s)
-                          for p in self.progress.note(mine, self.core.job)]
+                          for p in self.progress.note(m.progress, lambda job_id: held_by(self.core.job(job_id), node_id))]
             event = ev.NodeReport(node_id, m.epoch, tuple(ev.GpuReport(g.index, g.utilization, g.mem_used)
                                                           for g in m.gpus),
                                   tuple(ev.WorkerReport(w.job_id, w.placement_id, w.rank, w.running, w.exit_code,

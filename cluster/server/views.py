@@ -40,20 +40,22 @@ def held_by(job: Job | None, node_id: str) -> bool:
 class Progress:
     """The latest ``JobProgress`` nodes reported per job (in memory; the most recent ``keep`` jobs).
 
-    A job's lowest rank speaks for it; a report without features keeps the features last reported. Reports for
-    jobs the scheduler does not know (a worker started by hand beside the node) are dropped."""
+    A job's lowest rank speaks for it; a report without features keeps the features last reported. Reports the
+    caller says the sender may not make (``speaks``: a job the scheduler does not know, such as a worker started by
+    hand beside the node, or one not placed on the reporting node) are dropped."""
 
     def __init__(self, keep: int = 100_000):
         self.keep = keep
         self.jobs: dict[str, P.JobProgress] = {}
 
-    def note(self, entries, known: Callable[[str], object]) -> list[P.JobProgress]:
-        """Keep ``entries``; returns those kept that moved a job's iterations (what the core's predictor hears)."""
+    def note(self, entries, speaks: Callable[[str], bool]) -> list[P.JobProgress]:
+        """Keep the ``entries`` whose job the sender ``speaks`` for; returns those kept that moved a job's iterations
+        (what the core's predictor hears)."""
         moved = []
         for p in entries:
-            old = self.jobs.get(p.job_id)
-            if old is None and known(p.job_id) is None:
+            if not speaks(p.job_id):
                 continue
+            old = self.jobs.get(p.job_id)
             if old is not None and old.rank < p.rank:
                 continue
             if p.features is None and old is not None and old.features is not None:
