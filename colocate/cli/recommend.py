@@ -40,7 +40,7 @@ def register(sub) -> None:
     add_scheduler_options(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="JOB | -- CMD ...",
                    help="a job id, or the command a submit would run")
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, parser=p)
 
 
 def lines(r) -> list[tuple[str, str]]:
@@ -78,6 +78,12 @@ def main(args) -> int:
 
     command = list(args.command)
     job_id = None
+    if len(command) > 1 and command[0] != "--":  # `recommend JOB --scheduler ...`: the job's options came after it
+        args = args.parser.parse_args(command[1:], namespace=args)
+        if args.command:
+            return fail("recommend", "error: after a job id, only options (a command goes after --: colocate "
+                        "recommend -- python train.py ...)", 2)
+        command = command[:1]
     if command and command[0] == "--":
         command = command[1:]
     elif len(command) == 1:

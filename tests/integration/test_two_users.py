@@ -151,6 +151,13 @@ def test_two_users_jobs_run_as_their_owners_and_cannot_reach_each_other(tmp_path
         assert res_bob.returncode == 1 and len(res_bob.stderr.strip().splitlines()) == 1, res_bob.stderr
         assert f"only {alice} or an operator may read its logs" in res_bob.stderr and "TRIAL" not in res_bob.stdout
         assert "TRIAL" in _cli("logs", alice_job, "--scheduler", endpoint, "--keys", mine["ops"]).stdout
+        # the recommendation of alice's job is built from her command line and history: hers and operators' only
+        res_bob = _cli("recommend", alice_job, "--scheduler", endpoint, "--keys", mine[bob])
+        assert res_bob.returncode == 1 and len(res_bob.stderr.strip().splitlines()) == 1, res_bob.stderr
+        assert f"only {alice} or an operator may ask for its recommendation" in res_bob.stderr
+        for who in (alice, "ops"):
+            res = _cli("recommend", alice_job, "--scheduler", endpoint, "--keys", mine[who], "--json")
+            assert res.returncode == 0, (who, res.stderr)
 
         # alice's job ran as alice: her uid, groups and home, not root's, and no key folder variable
         acct = __import__("pwd").getpwnam(alice)

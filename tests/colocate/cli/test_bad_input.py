@@ -88,6 +88,7 @@ def client(*args):
     (["recommend", LONG_ID], "at most 128 characters"),
     (["recommend"], "give a job id, or the command"),
     (["recommend", "--gpus", "0", "--", "true"], "--gpus"),
+    (["recommend", "1", "python", "train.py"], "after a job id, only options"),
     (["status", "1", "--scheduler", "not-an-endpoint"], "expected tcp://HOST:PORT"),
     (["status", "1", "--scheduler", "tcp://127.0.0.1:0"], "must be 1..65535"),
     (["nodes", "--scheduler", ""], "an empty endpoint"),
