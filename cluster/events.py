@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cluster.frozen import quick_init
 from cluster.spec import JobSpec, NodeSpec, Placement
 from colocate.base.vocab import JobState
 
@@ -39,16 +40,19 @@ STATES = (PENDING, PLACING, RUNNING, SUCCEEDED, FAILED, CANCELLED)
 # ---------------------------------------------------------------- events
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class JobSubmitted:
     spec: JobSpec
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class JobCancelled:
     job_id: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class NodeJoined:
     """A node registered. A known node with a new ``epoch`` restarted: the core reconciles it
@@ -58,6 +62,7 @@ class NodeJoined:
     epoch: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class NodeLost:
     """A node fell silent. Its placements are lost at once (``hold_s`` 0), or only after ``hold_s`` seconds
@@ -69,6 +74,7 @@ class NodeLost:
     hold_s: float = 0.0
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class GpuReport:
     index: int
@@ -76,6 +82,7 @@ class GpuReport:
     mem_used: int  # bytes
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class WorkerReport:
     job_id: str
@@ -87,6 +94,7 @@ class WorkerReport:
     oom: bool = False  # ended for want of GPU memory (as the worker said)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class NodeReport:
     """Periodic state of one node: its GPUs and every worker it holds (the basis for re-adopting
@@ -98,6 +106,7 @@ class NodeReport:
     workers: tuple[WorkerReport, ...] = ()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RankStarted:
     job_id: str
@@ -105,6 +114,7 @@ class RankStarted:
     rank: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RankExited:
     job_id: str
@@ -115,6 +125,7 @@ class RankExited:
     oom: bool = False  # ended for want of GPU memory (as the worker said)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class PlacementRefused:
     """A node could not start a worker of a placement (bad command, no such GPU...)."""
@@ -126,6 +137,7 @@ class PlacementRefused:
     stale: bool = False  # the node is busy with its own stale state: never counted as a failed start
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class JobProgressed:
     """A running job's progress, as its lowest rank's node summarised it: ``done`` of ``total`` iterations
@@ -141,6 +153,7 @@ class JobProgressed:
     step_mean_s: float | None = None  # the window's mean (what a projection of the remaining steps uses); None: not reported
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Tick:
     """Periodic; time-driven policy steps run here."""
@@ -149,6 +162,7 @@ class Tick:
 # ---------------------------------------------------------------- journal
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     """A job as the live server journals it (one row per job, rewritten on every JobChanged and
@@ -166,6 +180,7 @@ class JobRecord:
 # ---------------------------------------------------------------- decisions
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class JobChanged:
     job_id: str
@@ -176,12 +191,14 @@ class JobChanged:
     spec: JobSpec | None = None  # the job's spec changed to this (restarted at a larger memory cap): journal it
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class StartWorkers:
     spec: JobSpec
     placement: Placement
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class StopWorkers:
     job_id: str
@@ -190,6 +207,7 @@ class StopWorkers:
     reason: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Promote:
     job_id: str

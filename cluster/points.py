@@ -72,6 +72,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from cluster.frozen import quick_init
 from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.spec import JobSpec, Placement
@@ -96,6 +97,7 @@ class Code(enum.IntEnum):
 MAX_NODE_SCORE = 100  # every score plugin's scores are normalized to 0..MAX_NODE_SCORE before weighting
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Status:
     code: Code
@@ -155,6 +157,7 @@ class PostFilterResult:
     retry_as: str | None = None  # try the job again at once in this class
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Preempt:
     """Action: stop placement ``pid`` and requeue its job (``by`` is the job it makes room for)."""
@@ -164,6 +167,7 @@ class Preempt:
     by: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Upgrade:
     """Action: run opportunistic placement ``pid`` on as guaranteed (AntMan promotion)."""

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from cluster.frozen import quick_init
 from colocate.base.vocab import JOB_CLASSES, JobClass
 
 MILLI = 1000  # milli-GPUs in one GPU
@@ -28,6 +29,7 @@ class SpecError(ValueError):
     """A job or node description that can never be valid; ``str()`` is one line for the user."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     job_id: str
@@ -65,9 +67,10 @@ class JobSpec:
             v = getattr(self, name)
             if not (isinstance(v, int) and v >= 0):
                 raise SpecError(f"{self.job_id}: {name} must be an integer >= 0, got {v!r}")
-        if self.klass not in JOB_CLASSES:
-            raise SpecError(f"{self.job_id}: priority must be one of {', '.join(JOB_CLASSES)}, got {self.klass!r}")
-        object.__setattr__(self, "klass", JobClass(self.klass))  # a string is made the member
+        if self.klass.__class__ is not JobClass:  # a string is made the member
+            if self.klass not in JOB_CLASSES:
+                raise SpecError(f"{self.job_id}: priority must be one of {', '.join(JOB_CLASSES)}, got {self.klass!r}")
+            object.__setattr__(self, "klass", JobClass(self.klass))
         if not (isinstance(self.submit_time, (int, float)) and math.isfinite(self.submit_time)):
             raise SpecError(f"{self.job_id}: submit_time must be a finite number, got {self.submit_time!r}")
         if self.mem_fallback is not None and not (isinstance(self.mem_fallback, int) and self.mem_fallback >= 0):
@@ -90,6 +93,7 @@ class JobSpec:
         return self.workers * self.gpus * self.gpu_milli
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class NodeSpec:
     node_id: str
@@ -112,6 +116,7 @@ class NodeSpec:
                 raise SpecError(f"node {self.node_id}: {name} must be an integer >= 0, got {v!r}")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class WorkerSlot:
     """Where one worker of a placement runs: a node and its GPU indices on that node."""
@@ -121,6 +126,7 @@ class WorkerSlot:
     gpus: tuple[int, ...]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Placement:
     """One start of a job: every worker's slot. ``placement_id`` is unique per start (a

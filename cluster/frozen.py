@@ -1,0 +1,66 @@
+"""Frozen records that are quick to make.
+
+``@quick_init`` above ``@dataclass(frozen=True, slots=True)`` replaces the class's generated ``__init__`` with one
+of the same signature (the same parameters, order and defaults; ``default_factory`` fields made fresh per
+instance) that stores each field through its slot's descriptor and then calls ``__post_init__`` when the class
+has one. Everything else (immutability, ``__eq__``, ``__hash__``, ``__repr__``, ``dataclasses.replace``,
+pickling) is the dataclass's own.
+
+Why: a frozen dataclass's ``__init__`` stores each field with ``object.__setattr__`` looked up per field, about
+twice the cost of the descriptor call. The scheduler makes one ``JobSpec`` (18 fields) per job and several event
+and decision records per job event; the Philly replay makes millions of them.
+
+Supported: fields with ``init=True`` and no ``kw_only``; anything else is a ``TypeError`` at class creation,
+never a silent difference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TypeVar
+
+T = TypeVar("T", bound=type)
+
+_MISSING = object()  # a default_factory field's parameter default: "not given, make one"
+
+
+def quick_init(cls: T) -> T:
+    """Give the frozen slotted dataclass ``cls`` the quick ``__init__`` (module docstring); returns ``cls``."""
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is None or not params.frozen or "__slots__" not in cls.__dict__:
+        raise TypeError(f"quick_init: {cls.__qualname__} must be a @dataclass(frozen=True, slots=True) class")
+    if not params.init or "__init__" not in cls.__dict__:
+        raise TypeError(f"quick_init: {cls.__qualname__} has no dataclass __init__ to replace")
+    fields = list(cls.__dataclass_fields__.values())
+    if any(f._field_type is dataclasses._FIELD_INITVAR for f in fields):  # type: ignore[attr-defined]
+        raise TypeError(f"quick_init: {cls.__qualname__} has an InitVar")
+    fields = dataclasses.fields(cls)
+    ns: dict = {"_MISSING": _MISSING}
+    args: list[str] = []
+    body: list[str] = []
+    for f in fields:
+        if not f.init or f.kw_only:
+            raise TypeError(f"quick_init: {cls.__qualname__}.{f.name}: init=False and kw_only fields are not supported")
+        name = f.name
+        ns[f"_set_{name}"] = cls.__dict__[name].__set__
+        if f.default is not dataclasses.MISSING:
+            ns[f"_d_{name}"] = f.default
+            args.append(f"{name}=_d_{name}")
+            body.append(f"_set_{name}(self, {name})")
+        elif f.default_factory is not dataclasses.MISSING:
+            ns[f"_f_{name}"] = f.default_factory
+            args.append(f"{name}=_MISSING")
+            body.append(f"_set_{name}(self, _f_{name}() if {name} is _MISSING else {name})")
+        else:
+            args.append(name)
+            body.append(f"_set_{name}(self, {name})")
+    if hasattr(cls, "__post_init__"):
+        body.append("self.__post_init__()")
+    src = f"def __init__(self, {', '.join(args)}):\n    " + "\n    ".join(body or ["pass"]) + "\n"
+    exec(src, ns)
+    init = ns["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    init.__annotations__ = dict(cls.__init__.__annotations__)
+    cls.__init__ = init
+    return cls
