@@ -34,10 +34,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Mapping
 
-import numpy as np
-
 from cluster.jobs import Job, Request
 from cluster.params import Param
+from cluster.plugins._numpy import np
 from cluster.plugins.nodetable import NodeTable, TablePlugin, pick_first
 from cluster.points import SUCCESS, Status, register
 from cluster.spec import MILLI, JobSpec, model_allows

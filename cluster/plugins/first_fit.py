@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import numpy as np
-
 from cluster.jobs import Request
+from cluster.plugins._numpy import np
 from cluster.plugins.nodetable import TablePlugin, pick_first
 from cluster.points import register
 from cluster.state import NodeState

@@ -38,10 +38,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-import numpy as np
-
 from cluster.jobs import Job, Request
 from cluster.params import Param
+from cluster.plugins._numpy import np
 from cluster.plugins.nodetable import TablePlugin, pick_first
 from cluster.points import register
 from cluster.spec import MILLI, JobSpec

@@ -24,9 +24,8 @@ version moved.
 
 from __future__ import annotations
 
-import numpy as np
-
 from cluster.jobs import Request
+from cluster.plugins._numpy import np
 from cluster.points import SUCCESS, Plugin, Status
 from cluster.spec import MILLI, allowed_models
 from cluster.state import ClusterState, NodeState

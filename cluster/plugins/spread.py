@@ -40,6 +40,11 @@ class Spread(Plugin):
                     seen.add(node)
                     yield node
 
+    def order_ranked(self, req: Request) -> bool:
+        """Yes for whole GPUs (or none): the candidates come by free GPUs, most first, which is the score (ties
+        keep their order in both). A fractional share's nodes are ranked."""
+        return req.whole or req.gpus == 0
+
     def score(self, req: Request, node: NodeState) -> float:
         if req.whole or req.gpus == 0:
             return node.free

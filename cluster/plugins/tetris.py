@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import numpy as np
-
 from cluster.fitting import pick_guaranteed
 from cluster.jobs import Request
+from cluster.plugins._numpy import np
 from cluster.plugins.nodetable import TablePlugin
 from cluster.points import register
 from cluster.state import NodeState

@@ -19,7 +19,6 @@ import io
 import re
 
 from cluster.spec import NodeSpec
-from colocate.protocol import parse_topology
 
 Topology = dict[str, tuple[str, str]]  # node id -> (switch, rack)
 _SHAPE = re.compile(r"\s*(\d+)\s*[xX]\s*(\d+)\s*(?:/\s*(\d+)\s*)?")
@@ -28,6 +27,8 @@ MAX_ROWS = 1_000_000
 
 def parse_topology_csv(text: str, name: str = "<topology>") -> Topology:
     """The node -> (switch, rack) table of a topology CSV's text."""
+    from colocate.protocol import parse_topology  # the wire's label rules; imported here: a replay without a
+    # topology file never loads the protocol (its codec and messages are a tenth of the simulator's start-up)
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     if not lines:
         raise ValueError(f"{name}: empty topology file (expected a header node_id,switch[,rack])")

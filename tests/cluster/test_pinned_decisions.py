@@ -176,11 +176,12 @@ def ranked_vs_ranking(policy: str, seed: int, ranked: bool) -> list:
     return out
 
 
-@pytest.mark.parametrize("policy", ["gang-binpack", "antman"])
+@pytest.mark.parametrize("policy", ["gang-binpack", "antman", "fifo"])
 @pytest.mark.parametrize("seed", range(6))
 def test_a_ranked_order_decides_as_ranking_does(policy, seed):
-    """The shortcut for a node order ranked by the only scorer (binpack's ``order_ranked``) takes the node that
+    """The shortcut for a node order ranked by the only scorer (binpack's and spread's ``order_ranked``;
+    ``fifo`` places with spread) takes the node that
     ranking the feasible nodes would take: the same decisions as the general path, on fragmented clusters."""
     fast = ranked_vs_ranking(policy, seed, ranked=True)
-    assert sum(isinstance(d, ev.StartWorkers) for d in fast) > 50
+    assert sum(isinstance(d, ev.StartWorkers) for d in fast) > 40
     assert fast == ranked_vs_ranking(policy, seed, ranked=False)

@@ -174,3 +174,35 @@ def test_node_gpus_follow_the_cluster_and_dropped_jobs_are_counted_and_explained
     assert f"fifo: 3 of 6 jobs dropped, never started: 3 x {reason}" in " ".join(out.split())
     rows = (tmp_path / "b" / "jobs-fifo.csv").read_text().splitlines()
     assert rows[0].endswith(",reason") and sum(reason in r for r in rows) == 3
+
+
+def test_the_command_freezes_what_the_run_made_and_restores_the_collector(tmp_path, capsys):
+    """The replay's records are frozen when the command returns (no collection traverses them before the process
+    exits), and the collector is left as it was found: on here, off when the caller had it off."""
+    import gc
+
+    before = gc.get_freeze_count()
+    try:
+        assert sim(tmp_path, "--policy", "fifo", "--no-plots") == 0
+        assert gc.isenabled() and gc.get_freeze_count() > before + 1000
+        gc.disable()
+        assert sim(tmp_path, "--policy", "fifo", "--no-plots") == 0
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()
+    capsys.readouterr()
+
+
+def test_a_replay_starts_without_numpy_or_the_protocol():
+    """The simulator's start-up imports neither numpy (only the seeds' table plugins use it, at first use) nor the
+    wire protocol (only a topology file's labels need its rules): a fresh interpreter says which it loaded."""
+    import subprocess
+    import sys
+
+    code = ("import sys, colocate.cli.simulate, cluster.sim, cluster.sim.runner, cluster.plugins\n"
+            "print(sorted(m for m in ('numpy', 'zmq', 'msgpack', 'colocate.protocol') if m in sys.modules))\n"
+            "from cluster.plugins._numpy import np\n"
+            "print(np.zeros(2).tolist(), 'numpy' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.splitlines() == ["[]", "[0.0, 0.0] True"]
