@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cluster.frozen import quick_init
 from cluster.spec import JobSpec, NodeSpec, Placement
+from colocate.base.frozen import quick_init
 from colocate.base.vocab import JobState
 
 # job states (one small state machine; the terminal ones, colocate.base.vocab.TERMINAL, never change again)

@@ -72,12 +72,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from cluster.frozen import quick_init
 from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.spec import JobSpec, Placement
 from cluster.state import ClusterState, NodeState
 from cluster.statement import Statement
+from colocate.base.frozen import quick_init
 from colocate.base.vocab import JobClass
 
 CLASSES = frozenset((JobClass.GUARANTEED, JobClass.OPPORTUNISTIC))

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from cluster.frozen import quick_init
+from colocate.base.frozen import quick_init
 from colocate.base.vocab import JOB_CLASSES, JobClass
 
 MILLI = 1000  # milli-GPUs in one GPU

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 import msgpack
 
+from colocate.base.frozen import quick_init
 from colocate.base.vocab import JobClass
 
 PROTOCOL_VERSION = 3  # 3: Register.rank and world_size (torchrun workers)
@@ -140,19 +141,23 @@ class Str(_Spec):
     printable: bool = False  # no control characters: ids and names are printed on other users' terminals
 
     def check(self, v: Any, name: str) -> str:
-        if not isinstance(v, str):
-            raise _bad(name, "a string", v)
-        v = str.__str__(v)  # a vocabulary member (colocate.base.vocab) travels as its plain wire string
+        if v.__class__ is not str:
+            if not isinstance(v, str):
+                raise _bad(name, "a string", v)
+            v = str.__str__(v)  # a vocabulary member (colocate.base.vocab) travels as its plain wire string
         if self.choices and v not in self.choices:
             raise _bad(name, "one of " + "|".join(self.choices), v)
         if not self.min_len <= len(v) <= self.max_len:
             raise _bad(name, f"a string of {self.min_len}..{self.max_len} characters", v)
-        if not v.isascii():
+        if v.isascii():
+            control = self.printable and not v.isprintable()  # in ASCII, exactly what _CONTROL finds: C0 and DEL
+        else:
             try:
                 v.encode("utf-8")
             except UnicodeEncodeError:
                 raise _bad(name, "valid unicode text", v) from None
-        if self.printable and _CONTROL.search(v):
+            control = self.printable and _CONTROL.search(v) is not None
+        if control:
             raise _bad(name, "text without control characters (newlines, escapes)", v)
         return v
 
@@ -302,23 +307,31 @@ SHARE = Num(float, 0.0, 1.0)
 JOB_CLASS = Choice(JobClass)
 NAME = Str(MAX_ID_CHARS, printable=True)  # node ids, placement ids, queue, user and job names (may be empty where optional)
 
+def _loader(spec: _Spec) -> Callable[[Any, str], Any] | None:
+    """``spec.load``, or None where it returns its value as it is (most rules: the record's check does the work)."""
+    if type(spec).load is _Spec.load:
+        return None
+    if isinstance(spec, Opt) and _loader(spec.inner) is None:
+        return None
+    return spec.load
+
+
 # ---------------------------------------------------------------- message classes
 
 _SPECS: dict[type, tuple[tuple[str, _Spec], ...]] = {}
 _LABELLED: dict[type, tuple[tuple[str, _Spec, str], ...]] = {}  # the same, with each field's name in errors
+_LOADS: dict[type, tuple[tuple[str, Callable[[Any, str], Any] | None, str], ...]] = {}  # name, wire loader, label
+_NAMES: dict[type, frozenset[str]] = {}  # record -> its wire field names
+_WIRE_DEFAULTS: dict[type, dict[str, Any]] = {}  # record -> its optional fields' defaults in wire form (made at first use)
 _OPTIONAL: dict[type, dict[str, Any]] = {}  # record -> its optional wire fields and their defaults
 MESSAGE_TYPES: dict[str, type] = {}
 
 
 class _Record:
-    """Base of every message and nested record: validates and normalizes its fields on construction."""
+    """Base of every message and nested record: validates and normalizes its fields on construction (each field
+    through its rule's ``check`` as it is stored, in field order, then ``_check``; ``colocate.base.frozen``)."""
 
     __slots__ = ()
-
-    def __post_init__(self) -> None:
-        for name, spec, label in _LABELLED[type(self)]:
-            object.__setattr__(self, name, spec.check(getattr(self, name), label))
-        self._check()
 
     def _check(self) -> None:
         """Cross-field rules; overridden where a message has any."""
@@ -342,6 +355,9 @@ def _record(type_name: str = "") -> Callable[[type[_R]], type[_R]]:
         cls = dataclass(frozen=True, slots=True)(cls)
         _SPECS[cls] = tuple((f.name, f.metadata["spec"]) for f in fields(cls))  # type: ignore[arg-type]
         _LABELLED[cls] = tuple((n, spec, f"{cls.__name__}.{n}") for n, spec in _SPECS[cls])
+        _NAMES[cls] = frozenset(n for n, _ in _SPECS[cls])
+        _LOADS[cls] = tuple((n, _loader(spec), label) for n, spec, label in _LABELLED[cls])
+        quick_init(cls, checks={n: (spec.check, label) for n, spec, label in _LABELLED[cls]}, then="_check")
         _OPTIONAL[cls] = {f.name: f.default for f in fields(cls) if f.metadata.get("optional")}  # type: ignore[arg-type]
         assert not {n for n, _ in _SPECS[cls]} & set(_RESERVED_KEYS), cls
         if type_name:
@@ -377,20 +393,27 @@ def _from_map(cls: type, m: dict) -> Any:
     opt = _OPTIONAL[cls]
     if opt and any(n not in m for n in opt):
         m = {**_dumped_defaults(cls), **m}
-    names = {name for name, _ in specs}
-    missing = [n for n, _ in specs if n not in m]
-    extra = [k for k in m if k not in names]
-    if missing or extra:
+    if m.keys() != _NAMES[cls]:
+        names = _NAMES[cls]
+        missing = [n for n, _ in specs if n not in m]
+        extra = [k for k in m if k not in names]
         what = (f"missing fields {missing}" if missing else "") + (" " if missing and extra else "")
         what += f"unexpected fields {extra!r:.200}" if extra else ""
         raise ProtocolError(INVALID, f"{cls.__name__}: {what}")
-    return cls(**{name: spec.load(m[name], f"{cls.__name__}.{name}") for name, spec in specs})
+    kw = {}
+    for name, load, label in _LOADS[cls]:
+        kw[name] = m[name] if load is None else load(m[name], label)
+    return cls(**kw)
 
 
 def _dumped_defaults(cls: type) -> dict[str, Any]:
-    """The wire form of ``cls``'s optional fields' defaults (what a peer that predates them leaves off)."""
-    specs = dict(_SPECS[cls])
-    return {n: specs[n].dump(d) for n, d in _OPTIONAL[cls].items()}
+    """The wire form of ``cls``'s optional fields' defaults (what a peer that predates them leaves off); made once
+    per class (the loaders never change what they are given)."""
+    got = _WIRE_DEFAULTS.get(cls)
+    if got is None:
+        specs = dict(_SPECS[cls])
+        got = _WIRE_DEFAULTS[cls] = {n: specs[n].dump(d) for n, d in _OPTIONAL[cls].items()}
+    return got
 
 
 def record_map(rec: _Record) -> dict:

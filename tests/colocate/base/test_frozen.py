@@ -1,4 +1,4 @@
-"""``cluster.frozen.quick_init``: the same records as the dataclass's own ``__init__`` makes, refused where it
+"""``colocate.base.frozen.quick_init``: the same records as the dataclass's own ``__init__`` makes, refused where it
 could differ."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cluster import events as ev
-from cluster import frozen, points, spec
-from cluster.frozen import quick_init
+from cluster import points, spec
+from colocate import protocol as P
+from colocate.base import frozen
+from colocate.base.frozen import quick_init
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -46,9 +48,9 @@ QUICK = [c for m in (spec, ev, points) for c in vars(m).values()
          and c.__dataclass_params__.frozen and "__slots__" in c.__dict__]
 
 
-def test_every_frozen_record_of_the_core_is_quick():
-    assert len(QUICK) >= 20
-    for cls in QUICK:
+def test_every_frozen_record_of_the_core_and_the_protocol_is_quick():
+    assert len(QUICK) >= 20 and len(P._SPECS) >= 40
+    for cls in [*QUICK, *P._SPECS]:
         assert cls.__init__.__globals__.get("_MISSING") is frozen._MISSING, cls
 
 
@@ -119,3 +121,42 @@ def test_refused_where_it_could_differ():
     for cls in (NoSlots, NotFrozen, KwOnly, NoInit, WithInitVar, int):
         with pytest.raises(TypeError, match="quick_init"):
             quick_init(cls)
+
+
+def test_checks_store_what_the_check_returns_in_field_order_then_the_named_method():
+    seen = []
+
+    def upper(v, label):
+        seen.append(label)
+        if not isinstance(v, str):
+            raise ValueError(f"{label}: not a string")
+        return v.upper()
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Rec:
+        a: str
+        b: str = "x"
+        n: int = 0
+
+        def __post_init__(self) -> None:
+            raise AssertionError("then= replaces __post_init__")
+
+        def after(self) -> None:
+            seen.append(("after", self.a, self.b))
+
+    quick_init(Rec, checks={"a": (upper, "Rec.a"), "b": (upper, "Rec.b")}, then="after")
+    r = Rec("p", n=3)
+    assert (r.a, r.b, r.n) == ("P", "X", 3) and seen == ["Rec.a", "Rec.b", ("after", "P", "X")]
+    with pytest.raises(ValueError, match="Rec.a: not a string"):
+        Rec(1, 2)  # the first field's rule speaks first, as the dataclass's post-init loop did
+    with pytest.raises(TypeError, match="no fields"):
+        quick_init(Rec, checks={"z": (upper, "Rec.z")})
+
+
+def test_a_protocol_record_is_checked_and_normalized_as_it_is_made():
+    err = P.Error(code="invalid", message="m", job_id=None)
+    assert err.code is P.ErrorCode.INVALID  # the wire string made the member by its rule
+    with pytest.raises(P.ProtocolError, match="Error.message"):
+        P.Error(code="invalid", message=3, job_id=None)
+    with pytest.raises(P.ProtocolError, match="Error.code"):
+        P.Error(code="nope", message=3, job_id=None)  # fields in order: the first bad one is named
