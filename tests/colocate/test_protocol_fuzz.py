@@ -341,3 +341,16 @@ def test_a_nested_feature_or_progress_field_replaced_by_anything(msg, data):
         P.decode(_pack(wire))
     except ProtocolError as exc:
         assert exc.code in P.DECODE_ERRORS and "\n" not in str(exc)
+
+
+@given(text=st.text(alphabet=st.characters(max_codepoint=0x17F), max_size=40))
+def test_a_printable_string_rule_refuses_exactly_what_has_a_control_character(text):
+    """The ASCII fast path (``str.isprintable``) and the general one (the C0/DEL/C1 pattern) agree."""
+    from colocate.protocol.codec import _CONTROL, Str
+
+    rule = Str(printable=True)
+    if _CONTROL.search(text):
+        with pytest.raises(P.ProtocolError, match="control characters"):
+            rule.check(text, "f")
+    else:
+        assert rule.check(text, "f") == text
