@@ -54,7 +54,7 @@ def quick_init(cls: T, *, checks: Mapping[str, tuple[Callable[[Any, str], Any], 
         if not f.init or f.kw_only:
             raise TypeError(f"quick_init: {cls.__qualname__}.{f.name}: init=False and kw_only fields are not supported")
         name = f.name
-        ns[f"_set_{name}"] = cls.__dict__[name].__set__
+        ns[f"_set_{name}"] = next(k.__dict__[name] for k in cls.__mro__ if name in k.__dict__).__set__  # its slot
         value = name
         if f.default is not dataclasses.MISSING:
             ns[f"_d_{name}"] = f.default

@@ -307,6 +307,7 @@ SHARE = Num(float, 0.0, 1.0)
 JOB_CLASS = Choice(JobClass)
 NAME = Str(MAX_ID_CHARS, printable=True)  # node ids, placement ids, queue, user and job names (may be empty where optional)
 
+
 def _loader(spec: _Spec) -> Callable[[Any, str], Any] | None:
     """``spec.load``, or None where it returns its value as it is (most rules: the record's check does the work)."""
     if type(spec).load is _Spec.load:

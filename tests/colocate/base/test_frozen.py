@@ -160,3 +160,18 @@ def test_a_protocol_record_is_checked_and_normalized_as_it_is_made():
         P.Error(code="invalid", message=3, job_id=None)
     with pytest.raises(P.ProtocolError, match="Error.code"):
         P.Error(code="nope", message=3, job_id=None)  # fields in order: the first bad one is named
+
+
+def test_a_subclass_stores_its_parents_fields_through_their_slots():
+    @quick_init
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Base:
+        a: int
+
+    @quick_init
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Child(Base):
+        b: str = "y"
+
+    c = Child(1)
+    assert (c.a, c.b) == (1, "y") and c == Child(1, "y") and c != Child(2)
