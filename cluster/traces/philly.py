@@ -10,8 +10,9 @@ Mapping onto ``JobSpec`` (see docs/traces.md):
   * ``num_gpus`` n is a gang split by ``split_gang(n, node_gpus)``: one worker of n GPUs when
     n <= node_gpus, n / node_gpus workers of node_gpus GPUs when that divides, else n workers of
     one GPU. Whole GPUs only (``gpu_milli`` 1000).
-  * ``queue``: the virtual cluster (empty -> ``"default"``); ``user``, ``name``: empty (the trace
-    has neither); ``job_id``: ``philly-LINE``; memory, CPU, model: not stated (0 / "").
+  * ``queue``: the virtual cluster (empty -> ``"default"``); ``user``: the virtual cluster too (a team's
+    share: the trace's only tenant, which quotas and run-time prediction key on; empty when the cell is);
+    ``name``: empty (the trace has none); ``job_id``: ``philly-LINE``; memory, CPU, model: not stated (0 / "").
   * ``priority``: guaranteed, or opportunistic for a seeded share ``opportunistic_fraction``: one
     ``rng.random()`` per good row in file order, opportunistic when below the fraction (so a
     larger fraction with the same seed marks a superset of jobs, and ``limit`` changes nothing).
@@ -72,7 +73,7 @@ def read_philly(path, *, node_gpus: int = 8, opportunistic_fraction: float = 0.0
     path = str(path)
     log = RowLog(path, max_problems)
     result = TraceResult(path, "philly")
-    good: list[tuple[int, float, float, int, str]] = []  # line, absolute time, duration, gpus, queue
+    good: list[tuple[int, float, float, int, str, str]] = []  # line, absolute time, duration, gpus, queue, team
     with open_table(path, "a Philly trace") as (reader, names):
         index, result.ignored_columns = columns(path, names, "a Philly trace", REQUIRED, OPTIONAL)
         width = len(names)
@@ -90,17 +91,17 @@ def read_philly(path, *, node_gpus: int = 8, opportunistic_fraction: float = 0.0
             except BadRow as e:
                 log.skip(line, e.reason, e.detail)
                 continue
-            vc = queue or (row[i_q].strip() if i_q is not None else "")
-            good.append((line, t, dur, n, vc or "default"))
+            team = row[i_q].strip() if i_q is not None else ""
+            good.append((line, t, dur, n, queue or team or "default", team))
     t0 = min((g[1] for g in good), default=0.0)
     jobs: list[TraceJob] = []
-    for line, t, dur, n, vc in good:
+    for line, t, dur, n, vc, team in good:
         workers, gpus = split_gang(n, node_gpus)
         priority = JobClass.OPPORTUNISTIC if rng is not None and fraction > 0 and rng.random() < fraction \
             else JobClass.GUARANTEED
         try:
             spec = JobSpec(job_id=f"philly-{line}", submit_time=t - t0, workers=workers, gpus=gpus,
-                           klass=priority, queue=vc)
+                           klass=priority, queue=vc, user=team)
         except SpecError as e:
             log.skip(line, "bad spec", str(e))
             continue

@@ -40,11 +40,14 @@ def test_times_queue_ids_and_order(tmp_path):
     got = [(j.line, j.spec.submit_time, j.duration_s, j.spec.queue, j.spec.job_id) for j in r.jobs]
     assert got == [(3, 0.0, 20.0, "a", "philly-3"), (2, 3600.0, 30.0, "b", "philly-2"),
                    (4, 3600.0, 40.0, "default", "philly-4"), (5, 86430.0, 50.0, "a", "philly-5")]
+    assert [j.spec.user for j in r.jobs] == ["a", "b", "", "a"]  # the virtual cluster is the tenant
     for j in r.jobs:
         s = j.spec
-        assert (s.user, s.name, s.klass, s.gpu_mem, s.mem_mib, s.gpu_model, s.estimate_s) == \
-            ("", "", "guaranteed", 0, 0, "", None)
+        assert (s.name, s.klass, s.gpu_mem, s.mem_mib, s.gpu_model, s.estimate_s) == \
+            ("", "guaranteed", 0, 0, "", None)
     assert r.rows == 4 and not r.skipped and r.beyond_limit == 0
+    one = read_philly(p, queue="default")  # every job in one queue: the tenant stays
+    assert [j.spec.queue for j in one.jobs] == ["default"] * 4 and [j.spec.user for j in one.jobs] == ["a", "b", "", "a"]
 
 
 BAD = [
