@@ -131,7 +131,7 @@ def main() -> int:
         "`run_policy` (setup, the run, per-job rows and summary, and the garbage collection the run defers: the "
         "collector is paused during the loop); wall above cpu would mean the shared machine made the run wait",
         "- antman ticks (promotion is time-driven) and reads node reports even without opportunistic jobs; quota's "
-        "preset gives each user 8 GPUs and Philly has no users: one tenant, at most 8 GPUs, a queue of months",
+        "preset gives each user 8 GPUs, and a Philly job's user is its virtual cluster (the trace's only tenant)",
         f"- {verdict}" if verdict else "",
         (f"- `colocate simulate --trace ... --cluster {args.cluster} --policy fifo --out DIR --no-plots` end to end "
          f"(fresh process: imports, loading, run, per-job CSV, summary): {', '.join(f'{w:.2f} s (load {la})' for w, la in cli)}"
