@@ -40,8 +40,8 @@ def quick_init(cls: T, *, checks: Mapping[str, tuple[Callable[[Any, str], Any], 
         raise TypeError(f"quick_init: {cls.__qualname__} must be a @dataclass(frozen=True, slots=True) class")
     if not params.init or "__init__" not in cls.__dict__:
         raise TypeError(f"quick_init: {cls.__qualname__} has no dataclass __init__ to replace")
-    fields = list(cls.__dataclass_fields__.values())
-    if any(f._field_type is dataclasses._FIELD_INITVAR for f in fields):  # type: ignore[attr-defined]
+    declared = getattr(cls, "__dataclass_fields__").values()  # noqa: B009 (T is any class: mypy knows no dataclass)
+    if any(f._field_type is dataclasses._FIELD_INITVAR for f in declared):  # type: ignore[attr-defined]
         raise TypeError(f"quick_init: {cls.__qualname__} has an InitVar")
     fields = dataclasses.fields(cls)
     checks = dict(checks or {})
@@ -76,6 +76,6 @@ def quick_init(cls: T, *, checks: Mapping[str, tuple[Callable[[Any, str], Any], 
     init = ns["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
-    init.__annotations__ = dict(cls.__init__.__annotations__)
-    cls.__init__ = init
+    init.__annotations__ = dict(cls.__dict__["__init__"].__annotations__)
+    setattr(cls, "__init__", init)  # noqa: B010 (the class's own __init__ is what is replaced)
     return cls
