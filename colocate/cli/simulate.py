@@ -28,8 +28,8 @@ examples:
 
 policies: a preset name (fifo, gang-binpack, multi-queue, backfill, antman, quota, ...) or a
 TOML policy file; a policy that places no opportunistic jobs runs every job as guaranteed.
-Philly has no classes, users or run-time estimates: --opportunistic-fraction labels a seeded
-share of jobs opportunistic; --estimates says what backfill knows of run times.
+Philly has no classes or run-time estimates (a job's user is its virtual cluster): --opportunistic-fraction
+labels a seeded share of jobs opportunistic; --estimates says what backfill knows of run times.
 """
 
 
