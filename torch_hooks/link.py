@@ -302,9 +302,12 @@ class NodeLink:
         if isinstance(msg, P.Welcome):
             if self.node_epoch is not None and msg.node_epoch < self.node_epoch:
                 return  # a stale incarnation
-            if msg.node_epoch != self.node_epoch:
-                self.rt.rebase_seq()
-                self._last_acked = 0
+            # Every Welcome starts a registration, and its limits are what is in force from now on: a restarted
+            # node numbers them from scratch, and so does a node that dropped this worker's record (silent, lost)
+            # and made a new one. Held to the old numbers, the job would ignore them as stale and keep its last
+            # limits (a paused job, promoted meanwhile, stayed at share 0 for good).
+            self.rt.rebase_seq()
+            self._last_acked = 0
             self.node_epoch = msg.node_epoch
             self.heartbeat_s, self.liveness = msg.heartbeat_s, msg.liveness
             set_speed = getattr(self.rt.device, "set_speed", None)  # a simulated GPU's type

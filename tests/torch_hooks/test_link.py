@@ -262,6 +262,21 @@ def test_a_welcome_from_an_older_node_incarnation_is_ignored(wired):
     assert (reg.sm_share, link.node_epoch, rt.limits()["seq"]) == (0.25, 6, 1)
 
 
+def test_a_welcome_of_the_same_node_numbering_afresh_is_in_force(wired):
+    """The node dropped this worker's record (it was silent) and made a new one when it registered again: the
+    same epoch, limits numbered from 1 again. They apply, and so do the next ones (a paused job that was
+    promoted meanwhile gets its share back)."""
+    link, rt, node, clock = wired
+    ident, _ = registered(wired, node_epoch=5, seq=1, share=0.5)
+    node.send(ident, set_limits(7, 0.125))  # throttled, at seq 7
+    reg = limits_in_force(link, node, ident)
+    assert (reg.sm_share, rt.limits()["seq"]) == (0.125, 7)
+    node.send(ident, welcome(5, 1, 1.0))  # a new record: seq 1, the whole GPU
+    node.send(ident, set_limits(2, 0.75))  # and its next limits
+    reg = limits_in_force(link, node, ident)
+    assert (reg.sm_share, rt.limits()["seq"]) == (0.75, 2)
+
+
 def test_set_limits_with_a_stale_seq_or_for_another_job_are_not_applied(wired):
     link, rt, node, clock = wired
     ident, _ = registered(wired, seq=1, share=0.5)
