@@ -159,7 +159,8 @@ class Runtime:
         self._paused_apply_hooks.append(fn)
 
     def rebase_seq(self) -> None:
-        """Accept any seq again (a new coordinator incarnation numbers from scratch)."""
+        """Accept any seq again: every Welcome starts a registration whose limits the node numbers afresh (a new
+        node incarnation, or a new record for a worker the node had dropped)."""
         with self._cond:
             self._limits_seq = 0
 

@@ -18,29 +18,27 @@ from colocate.base import frozen
 from colocate.base.frozen import quick_init
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Plain:
-    a: int
-    b: str = "x"
-    c: tuple = ()
-    d: list = dataclasses.field(default_factory=list)
+def _record(name: str) -> type:
+    """The same frozen, slotted dataclass each call (a fresh class, named ``name`` so that pickle finds it here):
+    the reference and the one made quick."""
 
-    def __post_init__(self) -> None:
-        if self.a < 0:
-            raise ValueError("a must be >= 0")
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Rec:
+        a: int
+        b: str = "x"
+        c: tuple = ()
+        d: list = dataclasses.field(default_factory=list)
+
+        def __post_init__(self) -> None:
+            if self.a < 0:
+                raise ValueError("a must be >= 0")
+
+    Rec.__name__ = Rec.__qualname__ = name
+    return Rec
 
 
-@quick_init
-@dataclasses.dataclass(frozen=True, slots=True)
-class Quick:
-    a: int
-    b: str = "x"
-    c: tuple = ()
-    d: list = dataclasses.field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.a < 0:
-            raise ValueError("a must be >= 0")
+Plain = _record("Plain")
+Quick = quick_init(_record("Quick"))
 
 
 QUICK = [c for m in (spec, ev, points) for c in vars(m).values()
