@@ -241,6 +241,8 @@ class NodeCore(PlacementRules):
         for job in [j for j in self.jobs.values() if now - j.last_seen > limit]:
             self.jobs_lost += 1
             out += self._leave(job.job_id, f"silent for {now - job.last_seen:.1f}s", now)
+        for w in [j for j in self.jobs.values() if j.job in self.promoted and not j.guaranteed]:
+            out += self._claim_promoted(w, now, retry=True)
         for gpu in self.gpus.values():
             out += self._replan(gpu, now)
         return out
@@ -254,14 +256,20 @@ class NodeCore(PlacementRules):
         self.promoted.add(job)
         out: list[Command] = []
         for w in [j for j in self.jobs.values() if j.job == job and not j.guaranteed]:
-            gpu = self.gpus[w.gpu]
-            holder = self._guaranteed_holder(gpu, w.job_id, w.job)
-            if holder is not None:
-                out.append(Note("warning", f"{w.job_id} stays opportunistic: GPU {w.gpu} runs guaranteed job {holder}"))
-                continue
-            w.klass = JobClass.GUARANTEED
-            out += self._replan(gpu, now)
+            out += self._claim_promoted(w, now, retry=False)
         return out
+
+    def _claim_promoted(self, w: RegisteredWorker, now: float, retry: bool) -> list[Command]:
+        """Worker ``w`` of a promoted job becomes guaranteed if its GPU holds no other guaranteed claim now. Else it
+        stays opportunistic, said once (not on a ``retry``); each tick retries until the other claim is gone."""
+        gpu = self.gpus[w.gpu]
+        holder = self._guaranteed_holder(gpu, w.job_id, w.job)
+        if holder is not None:
+            return [] if retry else [Note("warning", f"{w.job_id} stays opportunistic until guaranteed job {holder} "
+                                                     f"leaves GPU {w.gpu}")]
+        w.klass = JobClass.GUARANTEED
+        said = [Note("info", f"{w.job_id} of promoted job {w.job} is guaranteed now")] if retry else []
+        return said + self._replan(gpu, now)
 
     def _on_ctl_set(self, m: P.CtlSet, now: float) -> list[Command]:
         job = self.jobs.get(m.job_id)

@@ -293,6 +293,9 @@ class NodeServer:
                 assert_never(cmd)
 
     def _tick(self) -> None:
+        """Liveness and replanning. What the jobs sent while the loop was busy elsewhere (a placement's start, the
+        scheduler's link) is taken in first, so a job whose messages wait unread is never counted silent."""
+        self._drain(self.jobs_sock)
         for job in list(self.core.jobs.values()):
             if not _pid_alive(job.pid):
                 self._run(JobLost(job.job_id, f"process {job.pid} is gone"), None, self.jobs_sock)

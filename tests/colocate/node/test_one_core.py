@@ -113,3 +113,25 @@ def test_a_promotion_changes_the_workers_limits_inside_the_core():
     sent = {cmd.job_id: cmd.msg.limits for cmd in out if isinstance(cmd, Send) and isinstance(cmd.msg, P.SetLimits)}
     assert sent["o"].sm_share == 0.0  # the policy treats j as the GPU's guaranteed job at once
     assert outcome(c.handle(E.Start(placement("4.1", "k", gpu=0)), 2.0)).startswith("refused: GPU 0 already runs")
+
+
+def test_a_promoted_worker_held_back_by_another_guaranteed_one_is_guaranteed_once_that_one_leaves():
+    """Promoted while a hand-started guaranteed worker holds its GPU, a placed worker stays opportunistic (said
+    once); the first tick after that worker left makes it guaranteed: the GPU is then its to hold."""
+    from colocate.node.commands import Note
+
+    c = node()
+    opp = placement("3.1", "j", priority=O)
+    for e in (register("hand", pid=10), E.Start(opp), launched(opp), register("j", priority=O, pid=11)):
+        c.handle(e, 1.0)
+    out = c.handle(E.Promoted("3.1"), 2.0)
+    assert not c.jobs["j"].guaranteed
+    assert "j stays opportunistic until guaranteed job hand leaves GPU 0" in [x.text for x in out if isinstance(x, Note)]
+    out = c.handle(E.NodeTick(), 2.5)
+    assert not c.jobs["j"].guaranteed and not any(isinstance(x, Note) for x in out)  # said once, not every tick
+    c.handle(P.Goodbye(job_id="hand", exit_code=0, reason="done"), 3.0)
+    out = c.handle(E.NodeTick(), 3.1)
+    assert c.jobs["j"].guaranteed
+    assert "j of promoted job j is guaranteed now" in [x.text for x in out if isinstance(x, Note)]
+    assert c.jobs["j"].limits.sm_share == 1.0
+    assert outcome(c.handle(E.Start(placement("4.1", "k", gpu=0)), 3.2)).startswith("refused: GPU 0 already runs")

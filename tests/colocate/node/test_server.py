@@ -276,3 +276,31 @@ def test_a_frame_over_the_limit_is_refused_by_the_socket_unread(node, ctl):
     assert isinstance(got[0], dict) and got[0]["event"] == zmq.EVENT_DISCONNECTED, got
     conn.sock.disable_monitor()
     assert isinstance(node.connect(ctl=ctl).ask(P.CtlList() if ctl else register()), (P.CtlJobs, P.Welcome))
+
+
+def test_a_tick_after_a_stalled_loop_reads_the_jobs_waiting_messages_before_it_counts_silence(ipc_dir):
+    """The loop was busy elsewhere for longer than a job's liveness (a placement's start, the scheduler's link)
+    while the job's heartbeat waited on the socket: the tick takes it in first and the job stays."""
+    from tests.support import Conn, FakeClock
+
+    clock = FakeClock()
+    core = NodeCore([GpuSpec(index=0, kind="sim", mem_total=16 * GiB)], NodeConfig(), node_epoch=1)
+    server = NodeServer(core, f"ipc://{ipc_dir}/node.sock", clock=clock)  # not serving: the test turns its loop
+    ctx = zmq.Context()
+    conn = Conn(ctx, server.endpoint)
+    try:
+        conn.send(register("stalled"))
+        assert server.jobs_sock.poll(5000, zmq.POLLIN), "the register never arrived"
+        server._drain(server.jobs_sock)
+        assert isinstance(conn.next(), P.Welcome)
+        cfg = NodeConfig()
+        clock.advance(cfg.heartbeat_s * cfg.liveness * 2)  # the stall
+        conn.send(P.Heartbeat(job_id="stalled", sent_at=1.0))
+        assert server.jobs_sock.poll(5000, zmq.POLLIN), "the heartbeat never arrived"
+        server._tick()
+        assert sorted(core.jobs) == ["stalled"] and core.jobs_lost == 0
+        assert isinstance(conn.next(), P.Heartbeat)
+    finally:
+        conn.sock.close(linger=0)
+        ctx.term()
+        server.close()

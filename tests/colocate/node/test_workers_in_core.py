@@ -85,7 +85,7 @@ def test_a_promotion_never_puts_two_guaranteed_jobs_on_one_gpu():
     out = c.handle(E.Promoted("p1"), 2.0)
     assert not any(isinstance(x, Send) for x in out)
     assert not c.jobs["j/0"].guaranteed
-    assert "j/0 stays opportunistic: GPU 0 runs guaranteed job g" in [x.text for x in out if isinstance(x, Note)]
+    assert "j/0 stays opportunistic until guaranteed job g leaves GPU 0" in [x.text for x in out if isinstance(x, Note)]
     assert errors(c.handle(P.Goodbye(job_id="g", exit_code=0, reason="done"), 3.0)) == []
 
 
