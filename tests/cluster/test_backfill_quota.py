@@ -101,10 +101,9 @@ def test_predictor_records_its_error_at_submit_and_learns_only_successes():
     assert pred.predict(job("d", user="u", name="n", t=1000.0)) == pytest.approx(10.0)  # median of 10, 20
 
 
-def predicted_core(quantile):
+def predicted_core(backfill):
     """One 8-GPU node; ann's job x ran 10, 20, 30, 400, 500 s (p50 30, p90 500); r (6 GPUs) runs to 1200."""
-    cfg = config(["fifo", "gang", "binpack", "backfill", "predictor"], predictor={"trust": 1},
-                 backfill={"quantile": quantile})
+    cfg = config(["fifo", "gang", "binpack", "backfill", "predictor"], predictor={"trust": 1}, backfill=backfill)
     core = make_core(cfg, [("n0", 8)])
     run(core, job("r", gpus=6, estimate_s=1200.0))
     t = 0.0
@@ -115,10 +114,16 @@ def predicted_core(quantile):
     return core
 
 
-@pytest.mark.parametrize("quantile, starts_now", [("p90", False), ("p50", True)])
-def test_backfill_plans_on_the_predicted_quantile(quantile, starts_now):
+@pytest.mark.parametrize("backfill, starts_now", [
+    ({"admit": "p90"}, False),
+    ({"admit": "p50"}, True),
+    ({}, True),  # the default admits on the p50
+    ({"quantile": "p90", "admit": "p90"}, False),
+    ({"quantile": "p50"}, True),
+])
+def test_backfill_admits_on_the_predicted_quantile(backfill, starts_now):
     """At 1000 the head waits for 1200: x's p50 (30 s) would end in time, its p90 (500 s) would not."""
-    core = predicted_core(quantile)
+    core = predicted_core(backfill)
     q = core.fw.plugin("predictor").quantiles(job("x", user="ann", name="x"), 1000.0)
     assert (q.p50, q.p90, q.level) == (30.0, 500.0, "exact+gpus")
     out = submit(core, job("head", gpus=8, t=1000), job("later", user="ann", name="x", t=1000), now=1000.0)
