@@ -4,17 +4,19 @@
 later reads are plain attribute lookups. Importing ``cluster.plugins`` registers every plugin, and a policy
 that uses no table plugin (every preset but the seeds') then starts without numpy's import (about 80 ms of a
 replay's start-up on the reference machine). Only attribute access is supported (``np.zeros``, ``np.int64``);
-annotations stay strings (``from __future__ import annotations`` in every user).
+annotations stay strings (``from __future__ import annotations`` in every user). Type checkers see numpy
+itself, so ``np.ndarray`` in an annotation is numpy's.
 """
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
+
+__all__ = ["np"]
 
 
 class _Numpy:
-    __slots__ = ("__dict__",)
-
     def __getattr__(self, name: str):
         module = importlib.import_module("numpy")
         self.__dict__.update(vars(module))
@@ -24,4 +26,7 @@ class _Numpy:
         return "<numpy, imported at first use>"
 
 
-np = _Numpy()
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = _Numpy()

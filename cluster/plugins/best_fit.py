@@ -15,16 +15,11 @@ Cost per worker: O(nodes) vectorized.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from cluster.fitting import pick_guaranteed
 from cluster.jobs import Request
 from cluster.params import Param
-
-if TYPE_CHECKING:
-    import numpy as np
-else:
-    from cluster.plugins._numpy import np  # imported at first use
+from cluster.plugins._numpy import np  # imported at first use
 from cluster.plugins.nodetable import TablePlugin
 from cluster.points import register
 from cluster.state import NodeState

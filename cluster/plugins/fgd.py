@@ -33,15 +33,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
 
 from cluster.jobs import Job, Request
 from cluster.params import Param
-
-if TYPE_CHECKING:
-    import numpy as np
-else:
-    from cluster.plugins._numpy import np  # imported at first use
+from cluster.plugins._numpy import np  # imported at first use
 from cluster.plugins.nodetable import NodeTable, TablePlugin, pick_first
 from cluster.points import SUCCESS, Status, register
 from cluster.spec import MILLI, JobSpec, model_allows

@@ -37,15 +37,10 @@ O(pending jobs) to update the planning copy.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
 
 from cluster.jobs import Job, Request
 from cluster.params import Param
-
-if TYPE_CHECKING:
-    import numpy as np
-else:
-    from cluster.plugins._numpy import np  # imported at first use
+from cluster.plugins._numpy import np  # imported at first use
 from cluster.plugins.nodetable import TablePlugin, pick_first
 from cluster.points import register
 from cluster.spec import MILLI, JobSpec

@@ -24,14 +24,8 @@ version moved.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from cluster.jobs import Request
-
-if TYPE_CHECKING:
-    import numpy as np
-else:
-    from cluster.plugins._numpy import np  # imported at first use
+from cluster.plugins._numpy import np  # imported at first use
 from cluster.points import SUCCESS, Plugin, Status
 from cluster.spec import MILLI, allowed_models
 from cluster.state import ClusterState, NodeState

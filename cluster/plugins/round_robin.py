@@ -8,14 +8,9 @@ Cost per worker: one vectorized fit test over every node, O(nodes)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from cluster.jobs import Request
-
-if TYPE_CHECKING:
-    import numpy as np
-else:
-    from cluster.plugins._numpy import np  # imported at first use
+from cluster.plugins._numpy import np  # imported at first use
 from cluster.plugins.nodetable import TablePlugin, pick_first
 from cluster.points import Status, register
 from cluster.state import NodeState

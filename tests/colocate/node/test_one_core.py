@@ -14,7 +14,7 @@ import pytest
 from colocate import protocol as P
 from colocate.gpus import GpuSpec
 from colocate.node import events as E
-from colocate.node.commands import Launch, Reply, Report, Send
+from colocate.node.commands import Launch, Note, Reply, Report, Send
 from colocate.node.config import NodeConfig
 from colocate.node.core import NodeCore
 from colocate.node.table import PlacementTable, Worker
@@ -118,8 +118,6 @@ def test_a_promotion_changes_the_workers_limits_inside_the_core():
 def test_a_promoted_worker_held_back_by_another_guaranteed_one_is_guaranteed_once_that_one_leaves():
     """Promoted while a hand-started guaranteed worker holds its GPU, a placed worker stays opportunistic (said
     once); the first tick after that worker left makes it guaranteed: the GPU is then its to hold."""
-    from colocate.node.commands import Note
-
     c = node()
     opp = placement("3.1", "j", priority=O)
     for e in (register("hand", pid=10), E.Start(opp), launched(opp), register("j", priority=O, pid=11)):
