@@ -5,6 +5,11 @@ and the integration test of the group commit. A client process (``python _submit
 keeps one connection (``SchedulerClient``), submits one job after another from ``--start`` until
 ``--until`` (wall clock) or until ``--stop-file`` exists, with request ids ``TAG-N``, and appends one
 line per submit to ``--out``: ``request_id job_id seconds`` (``job_id`` ``-`` when no answer came).
+
+Two ways to load: closed (the default: the next submit goes as soon as the last is answered, so the
+latency is whatever the saturated server gives) and paced (``--interval S``: the Nth submit is due at
+``start + offset + N*S``; the latency is counted from when it was due, not from when it went, so a server
+that falls behind is charged for the wait it causes: no "coordinated omission").
 """
 
 from __future__ import annotations
@@ -75,7 +80,10 @@ def stop(proc: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 60) -> Non
 
 
 def start_clients(n: int, endpoint: str, keys: Path | None, out: Path, start: float, until: float | None = None,
-                  stop_file: Path | None = None, timeout_s: float = 5.0) -> list[subprocess.Popen]:
+                  stop_file: Path | None = None, timeout_s: float = 5.0,
+                  rate: float = 0.0) -> list[subprocess.Popen]:
+    """``n`` client processes. ``rate`` > 0: paced, ``rate`` submits/s offered in all, each client due every
+    ``n / rate`` s and the clients evenly staggered; 0: closed loop, each as fast as it is answered."""
     procs = []
     for i in range(n):
         argv = [sys.executable, __file__, "worker", "--endpoint", endpoint, "--keys", str(keys) if keys else "",
@@ -85,6 +93,9 @@ def start_clients(n: int, endpoint: str, keys: Path | None, out: Path, start: fl
             argv += ["--until", repr(until)]
         if stop_file is not None:
             argv += ["--stop-file", str(stop_file)]
+        if rate > 0:
+            interval = n / rate
+            argv += ["--interval", repr(interval), "--offset", repr(interval * i / n)]
         procs.append(subprocess.Popen(argv, env=child_env(), start_new_session=True))
     return procs
 
@@ -108,6 +119,8 @@ def worker(argv=None) -> int:
     p.add_argument("--until", type=float, default=None)
     p.add_argument("--stop-file", default=None)
     p.add_argument("--timeout", type=float, default=5.0)
+    p.add_argument("--interval", type=float, default=0.0, help="paced: seconds between due times (0: closed loop)")
+    p.add_argument("--offset", type=float, default=0.0, help="paced: this client's first due time after --start")
     a = p.parse_args(argv)
     sys.path.insert(0, str(REPO))
     from colocate.clients import rpc
@@ -129,7 +142,15 @@ def worker(argv=None) -> int:
             if a.stop_file and os.path.exists(a.stop_file):
                 break
             rid = f"{a.tag}-{n}"
-            t0 = time.perf_counter()
+            if a.interval > 0:  # paced: wait for this submit's due time; late ones go at once, and count it
+                due = a.start + a.offset + n * a.interval
+                if due >= (a.until if a.until is not None else float("inf")):
+                    break
+                while (ahead := due - time.time()) > 0:
+                    time.sleep(ahead)
+                t0 = time.perf_counter() - (time.time() - due)
+            else:
+                t0 = time.perf_counter()
             try:
                 job = client.submit(req, rid)
             except rpc.RpcError:

@@ -4,13 +4,20 @@ For each journal size (0, 100k, 1M jobs already journaled) and each number of cl
 a real ``colocate scheduler`` (gang-binpack, no nodes: the jobs queue) is started on a copy of the journal,
 the clients (``_submit_load.py``: each one connection, the default CURVE keys) submit one job after another
 for ``--seconds``, and the table gives acknowledged submits per second and each submit's round trip
-(p50, p99: the client's call, request to acknowledgement, retries included). The big journals are built
-by writing finished jobs directly with the journal's own API (``Journal.new_job_id``, ``insert_job``,
-``set_state``) in one transaction, kept in ``--cache`` for the next runs (the schema is in the name), and
-each run starts the real server on a copy.
+(p50, p99: request to acknowledgement, retries included), once per rate in ``--rates``:
+- 0, *closed* (the default): each client submits again as soon as it is answered. That is the most the
+  server takes; its latency is a saturated server's, which by Little's law is clients / rate.
+- N > 0, *paced*: N submits/s offered in all, each client's submits due on a fixed, staggered schedule,
+  the latency counted from the due time, so a server that falls behind pays for the queue it causes
+  (no "coordinated omission"): the latency a cluster's users see at that rate.
+
+The big journals are built by writing finished jobs directly with the journal's own API
+(``Journal.new_job_id``, ``insert_job``, ``set_state``) in one transaction, kept in ``--cache`` for the
+next runs (the schema is in the name), and each run starts the real server on a copy.
 
     python benchmarks/scheduler_submit.py                      # 0/100k/1M x 1/4/16 clients, 5 s each
     python benchmarks/scheduler_submit.py --sizes 0 --clients 4 --repeats 3 --no-write
+    python benchmarks/scheduler_submit.py --sizes 0 --rates 0,1000,2000        # and paced at 1,000 and 2,000/s
 """
 
 from __future__ import annotations
@@ -50,7 +57,8 @@ def build_journal(path: Path, jobs: int) -> float:
     return time.monotonic() - t0
 
 
-def one_run(tmp: Path, template: Path | None, clients: int, seconds: float, keys: Path | None) -> dict:
+def one_run(tmp: Path, template: Path | None, clients: int, seconds: float, keys: Path | None,
+            rate: float = 0.0) -> dict:
     run = Path(tempfile.mkdtemp(prefix="run-", dir=tmp))
     state = run / "s.db"
     if template is not None:
@@ -60,7 +68,7 @@ def one_run(tmp: Path, template: Path | None, clients: int, seconds: float, keys
     try:
         ready_s = L.wait_ready(endpoint, keys, sched)
         start = time.time() + 2.0 + 0.1 * clients  # every client connected and waiting by then
-        procs = L.start_clients(clients, endpoint, keys, run, start, until=start + seconds)
+        procs = L.start_clients(clients, endpoint, keys, run, start, until=start + seconds, rate=rate)
         for p in procs:
             p.wait(seconds + 120)
     finally:
@@ -79,6 +87,9 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", default="0,100000,1000000", help="jobs already journaled (default 0,100000,1000000)")
     p.add_argument("--clients", default="1,4,16", help="client processes (default 1,4,16)")
     p.add_argument("--seconds", type=float, default=5.0, help="submitting time per run (default 5)")
+    p.add_argument("--rates", default="0",
+                   help="offered submits/s per cell, comma-separated; 0 = closed loop, each client as fast as it is "
+                        "answered (default 0); e.g. 0,2000 adds a paced run at 2,000/s to every cell")
     p.add_argument("--repeats", type=int, default=1, help="runs per cell; the table shows their medians (default 1)")
     p.add_argument("--insecure", action="store_true", help="no CURVE keys (the default runs with them)")
     p.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "colocate-bench-journals"),
@@ -87,6 +98,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     counts = [int(c) for c in args.clients.split(",")]
+    try:
+        rates = [float(r) for r in args.rates.split(",")]
+    except ValueError:
+        p.error(f"--rates: expected numbers separated by commas, got {args.rates!r}")
+    if any(r < 0 for r in rates) or not all(x > 0 for x in counts) or any(x < 0 for x in sizes):
+        p.error("--rates, --clients and --sizes take numbers >= 0 (clients >= 1)")
 
     console = C.console()
     tmp = Path(tempfile.mkdtemp(prefix="colocate-bench-submit-"))
@@ -111,19 +128,21 @@ def main(argv=None) -> int:
                     part.rename(template)
                     note = f"{size:,} finished jobs written with the journal's API in one transaction ({built:.0f} s)"
                 console.print(f"journal of {size:,} jobs: {note}, {template.stat().st_size / 1e6:.0f} MB")
-            for clients in counts:
-                runs = [one_run(tmp, template, clients, args.seconds, keys) for _ in range(args.repeats)]
+            for clients, rate in ((c, r) for c in counts for r in rates):
+                runs = [one_run(tmp, template, clients, args.seconds, keys, rate) for _ in range(args.repeats)]
                 load = os.getloadavg()[0]
                 med = {k: statistics.median(r[k] for r in runs) for k in ("rate", "p50", "p99", "ready_s")}
                 lost = sum(r["lost"] for r in runs)
-                row = [f"{size:,}", str(clients), f"{med['rate']:,.0f}", f"{med['p50']:.2f}", f"{med['p99']:.2f}",
-                       str(lost), f"{med['ready_s']:.1f}", f"{load:.1f}"]
+                row = [f"{size:,}", str(clients), f"{rate:,.0f}/s" if rate else "closed", f"{med['rate']:,.0f}",
+                       f"{med['p50']:.2f}", f"{med['p99']:.2f}", str(lost), f"{med['ready_s']:.1f}", f"{load:.1f}",
+                       ", ".join(f"{r['rate']:,.0f}/{r['p99']:.1f}" for r in runs)]
                 rows.append(row)
                 md.append(row + [note])
                 console.print(" | ".join(row))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    heads = ["journaled jobs", "clients", "submits/s", "p50 ms", "p99 ms", "no answer", "start s", "load 1m"]
+    heads = ["journaled jobs", "clients", "offered", "submits/s", "p50 ms", "p99 ms", "no answer", "start s",
+             "load 1m", "each run: submits/s / p99 ms"]
     console.print(C.rich_table(f"live submits, {'no keys' if args.insecure else 'CURVE'}, median of {args.repeats} "
                                f"run(s) of {args.seconds:g} s", heads, rows))
     if not args.no_write:
@@ -132,8 +151,12 @@ def main(argv=None) -> int:
             *C.machine_lines(C.machine_info()), f"- command: `{C.invocation()}`",
             f"- a real `colocate scheduler` (gang-binpack, no nodes: jobs queue) with "
             f"{'no keys' if args.insecure else 'the default CURVE keys'}; each client process keeps one connection "
-            f"and submits one job after another for {args.seconds:g} s; medians of {args.repeats} run(s)",
-            "- latency: the client's `submit` call (request to acknowledgement, after the group commit's fsync); "
+            f"and submits for {args.seconds:g} s; medians of {args.repeats} run(s)",
+            "- offered: *closed* = each client submits again as soon as it is answered (the server saturated: its "
+            "most submits/s; latency = clients / rate by Little's law); *N/s* = paced: N submits/s offered in all, "
+            "each client's submits due on a fixed, staggered schedule, latency counted from the due time (a late "
+            "answer delays the next submits, and they are charged for it)",
+            "- latency: request to acknowledgement (after the group commit's fsync); "
             "start s: scheduler start to first answer (restore); load: 1-minute load average after the cell", "",
             C.markdown_table(heads + ["journal"], md),
         ])
