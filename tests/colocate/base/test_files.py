@@ -1,0 +1,94 @@
+"""``colocate.base.files``: atomic replacement, by exchange where the system has it, else by rename."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import pytest
+
+from colocate.base import files as F
+
+
+def test_a_new_file_and_a_replaced_one_hold_the_new_content_and_no_temporary_is_left(tmp_path):
+    path = tmp_path / "t.json"
+    F.write_json_atomic(str(path), {"n": 1}, compact=True)  # no file there yet: a plain rename
+    F.write_json_atomic(str(path), {"n": 2}, mode=0o640, compact=True)  # one there: exchanged where possible
+    assert json.loads(path.read_text()) == {"n": 2}
+    assert os.stat(path).st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+
+
+def test_replacing_an_existing_file_on_linux_does_not_rename_over_it(tmp_path, monkeypatch):
+    if not F._exchange():
+        pytest.skip("no renameat2 on this system: os.replace is used")
+    path = tmp_path / "t.json"
+    F.write_json_atomic(str(path), {"n": 1})
+    before = os.stat(path).st_ino
+
+    def refuse(src, dst):
+        raise AssertionError(f"os.replace({src}, {dst}) over an existing file")
+
+    monkeypatch.setattr(F.os, "replace", refuse)
+    F.write_json_atomic(str(path), {"n": 2})
+    assert json.loads(path.read_text()) == {"n": 2} and os.stat(path).st_ino != before
+
+
+def test_without_an_exchange_it_falls_back_to_rename(tmp_path, monkeypatch):
+    monkeypatch.setattr(F, "_exchange_fn", False)
+    path = tmp_path / "t.json"
+    for n in range(3):
+        F.write_json_atomic(str(path), {"n": n})
+    assert json.loads(path.read_text()) == {"n": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+
+
+def test_an_unsupported_exchange_is_given_up_once_and_the_file_is_still_replaced(tmp_path, monkeypatch):
+    import ctypes
+    import errno
+
+    calls = []
+
+    def unsupported(*args):
+        calls.append(args)
+        ctypes.set_errno(errno.EINVAL)
+        return -1
+
+    monkeypatch.setattr(F, "_exchange_fn", unsupported)
+    path = tmp_path / "t.json"
+    F.write_json_atomic(str(path), {"n": 1})
+    F.write_json_atomic(str(path), {"n": 2})
+    assert json.loads(path.read_text()) == {"n": 2}
+    assert len(calls) == 1 and F._exchange_fn is False
+
+
+def test_a_reader_never_sees_a_partial_or_missing_file(tmp_path):
+    path = tmp_path / "t.json"
+    F.write_json_atomic(str(path), {"n": -1, "pad": "x" * 5000}, compact=True)
+    stop, seen, bad = threading.Event(), [], []
+
+    def read():
+        while not stop.is_set():
+            try:
+                seen.append(json.loads(path.read_text())["n"])
+            except (OSError, ValueError) as exc:
+                bad.append(repr(exc))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for n in range(300):
+            F.write_json_atomic(str(path), {"n": n, "pad": "x" * 5000}, compact=True)
+    finally:
+        stop.set()
+        reader.join(10)
+    assert bad == [] and seen and seen == sorted(seen)
+
+
+def test_a_directory_in_the_files_place_is_refused_as_by_rename_and_left_where_it_is(tmp_path):
+    path = tmp_path / "t.json"
+    path.mkdir()
+    with pytest.raises(OSError):
+        F.write_json_atomic(str(path), {"n": 1})
+    assert path.is_dir()
