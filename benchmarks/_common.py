@@ -228,3 +228,52 @@ def run_measured(cmd: list[str], *, cwd, env=None, timeout: float):
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return proc, wall, cpu
+
+
+class DiskProbe:
+    """What the disk does to an fsync while a benchmark runs: a thread appends ``chunk`` bytes to a file in
+    ``folder`` (put it on the journal's filesystem) and fsyncs it every ``every_s`` seconds, timing each fsync.
+    A daemon's commit waits the same way, so a latency tail that matches the probe's is the disk's (on a shared
+    machine, other tenants' writes), not the code's. The probe's own load: ``chunk / every_s`` bytes/s.
+
+        with DiskProbe(tmp) as probe:
+            ...                       # the measured run
+        probe.summary()               # {"n", "p50_ms", "p99_ms", "max_ms", "over_100ms"}
+    """
+
+    def __init__(self, folder, every_s: float = 0.05, chunk: int = 16384) -> None:
+        import threading
+
+        self.path = Path(folder) / "disk-probe.bin"
+        self.every_s, self.chunk = every_s, chunk
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="disk-probe", daemon=True)
+
+    def __enter__(self) -> DiskProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.path.unlink(missing_ok=True)
+
+    def _run(self) -> None:
+        block = os.urandom(self.chunk)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            while not self._stop.wait(self.every_s):
+                os.write(fd, block)
+                t0 = time.perf_counter()
+                os.fsync(fd)
+                self.samples.append(time.perf_counter() - t0)
+        finally:
+            os.close(fd)
+
+    def summary(self) -> dict:
+        s = sorted(self.samples)
+        if not s:
+            return {"n": 0, "p50_ms": math.nan, "p99_ms": math.nan, "max_ms": math.nan, "over_100ms": 0}
+        return {"n": len(s), "p50_ms": s[len(s) // 2] * 1000, "p99_ms": s[min(len(s) - 1, int(0.99 * len(s)))] * 1000,
+                "max_ms": s[-1] * 1000, "over_100ms": sum(x > 0.1 for x in s)}
