@@ -21,8 +21,15 @@ def test_a_new_file_and_a_replaced_one_hold_the_new_content_and_no_temporary_is_
 
 
 def test_replacing_an_existing_file_on_linux_does_not_rename_over_it(tmp_path, monkeypatch):
-    if not F._exchange():
-        pytest.skip("no renameat2 on this system: os.replace is used")
+    fn = F._exchange()
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_text("a")
+    b.write_text("b")
+    if not fn or fn(F._AT_FDCWD, bytes(a), F._AT_FDCWD, bytes(b), F._RENAME_EXCHANGE) != 0:
+        pytest.skip("no renameat2 exchange on this system or filesystem: os.replace is used")
+    assert (a.read_text(), b.read_text()) == ("b", "a")
+    a.unlink()
+    b.unlink()
     path = tmp_path / "t.json"
     F.write_json_atomic(str(path), {"n": 1})
     before = os.stat(path).st_ino
