@@ -230,6 +230,14 @@ def run_measured(cmd: list[str], *, cwd, env=None, timeout: float):
     return proc, wall, cpu
 
 
+def rank(sorted_values, q: float) -> float:
+    """The ``q`` quantile (0-1) of already sorted values by the index ``int(q * n)``, clamped to the last;
+    nan for none."""
+    if not sorted_values:
+        return math.nan
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
 class DiskProbe:
     """What the disk does to an fsync while a benchmark runs: a thread appends ``chunk`` bytes to a file in
     ``folder`` (put it on the journal's filesystem) and fsyncs it every ``every_s`` seconds, timing each fsync.
@@ -275,5 +283,5 @@ class DiskProbe:
         s = sorted(self.samples)
         if not s:
             return {"n": 0, "p50_ms": math.nan, "p99_ms": math.nan, "max_ms": math.nan, "over_100ms": 0}
-        return {"n": len(s), "p50_ms": s[len(s) // 2] * 1000, "p99_ms": s[min(len(s) - 1, int(0.99 * len(s)))] * 1000,
-                "max_ms": s[-1] * 1000, "over_100ms": sum(x > 0.1 for x in s)}
+        return {"n": len(s), "p50_ms": rank(s, 0.5) * 1000, "p99_ms": rank(s, 0.99) * 1000, "max_ms": s[-1] * 1000,
+                "over_100ms": sum(x > 0.1 for x in s)}

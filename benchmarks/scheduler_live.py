@@ -91,7 +91,7 @@ def main(argv=None) -> int:
         for a, b in ((sent, received), (received, rows)):
             leg = [(b[j] - a[j]) * 1000 for j in order]
             legs.append(f"{statistics.median(leg[:100]):.1f} -> {statistics.median(leg[-100:]):.1f}")
-        runs.append([str(len(lat)), f"{statistics.median(lat):.1f}", f"{lat[min(len(lat) - 1, int(0.99 * len(lat)))]:.1f}",
+        runs.append([str(len(lat)), f"{statistics.median(lat):.1f}", f"{C.rank(lat, 0.99):.1f}",
                      f"{lat[-1]:.1f}", f"{head:.1f}", f"{last:.1f}", f"{last / head:.2f}", *legs,
                      f"{disk['p99_ms']:.1f} / {disk['max_ms']:.0f} ({disk['over_100ms']})",
                      f"{os.getloadavg()[0]:.1f}"])

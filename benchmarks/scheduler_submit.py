@@ -78,7 +78,7 @@ def one_run(tmp: Path, template: Path | None, clients: int, seconds: float, keys
     lat = sorted(s * 1000 for s in acked)
     shutil.rmtree(run, ignore_errors=True)
     return {"rate": len(acked) / seconds, "p50": statistics.median(lat) if lat else float("nan"),
-            "p99": lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else float("nan"),
+            "p99": C.rank(lat, 0.99),
             "lost": len(rows) - len(acked), "ready_s": ready_s}
 
 
