@@ -11,19 +11,7 @@ journal holds every submitted job with its last committed state and placement, a
 lost, and a placement is never started twice (its id is journaled with it, and nodes start a
 placement id once).
 
-Tables:
-  ``meta``    key -> value: ``schema``, ``next_job`` (job numbers), ``epoch`` (scheduler incarnations),
-              ``cluster_id`` (minted once with the file)
-  ``jobs``    one row per job: the spec and the request (JSON), state, reason, current placement
-              (JSON; NULL while pending; a finished job keeps its last), attempt, failed starts, times
-              (scheduler wall clock), exit code, the client's request id (unique per submitter;
-              NULL when the client gave none), and what the job left to its recommendation got
-              (``advice``, JSON; NULL when it left nothing)
-  ``logs``    each worker of a job's latest placement: its node, log file, and when it started
-  ``stopping``  placements being stopped (preempted, failed, lost elsewhere), until their workers
-              are gone: after a restart they are stopped again instead of forgotten
-  ``history`` one record per job that ran and ended (what the cluster learned from it), written in the
-              transaction that journals the end (``cluster.server.history_table``)
+The schema, the lock, the file's mode and the JSON columns are ``cluster.server.journal_file``'s.
 
 One writer (the scheduler process); ``sqlite3`` in WAL mode with ``synchronous=FULL``. A write
 that SQLite refuses (disk full, read-only file, I/O error: ``sqlite3.OperationalError``) raises
@@ -52,132 +40,35 @@ decode) raises ``JournalError`` with one line naming the file; never another exc
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import os
-import socket
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import fields
 
 from cluster.events import JobRecord
-from cluster.server import history_table
 from cluster.server.history_table import HistoryTable
-from cluster.spec import JobSpec, Placement, WorkerSlot
-from colocate.base.vocab import TERMINAL, JobClass, JobState
+from cluster.server.journal_file import (
+    ACTIVE,
+    DDL,
+    INDEXES,
+    MODE,
+    PROBE_BYTES,
+    SCHEMA,
+    JournalError,
+    JournalLocked,
+    JournalUnavailable,
+    lock_file,
+    make_private,
+    placement_from_json,
+    placement_to_json,
+    spec_from_json,
+    spec_to_json,
+)
+from cluster.spec import JobSpec, Placement
+from colocate.base.vocab import TERMINAL, JobState
 
-SCHEMA = 4  # 2: jobs.submitter and jobs.request_id (idempotent submits); 3: jobs_seq, jobs_active indexes;
-# 4: the history table, jobs.advice
-MODE = 0o600  # the file, its -wal and -shm, and its lock: they hold jobs' commands and environments
-PROBE_BYTES = 64 << 10  # what writable() writes (and takes back) to see whether the file can grow
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS jobs (
-    job_id TEXT PRIMARY KEY,
-    seq INTEGER NOT NULL,
-    spec TEXT NOT NULL,
-    request TEXT NOT NULL,
-    state TEXT NOT NULL,
-    reason TEXT NOT NULL DEFAULT '',
-    placement TEXT,
-    attempt INTEGER NOT NULL DEFAULT 0,
-    failed_starts INTEGER NOT NULL DEFAULT 0,
-    submitted_at REAL NOT NULL,
-    started_at REAL,
-    ended_at REAL,
-    exit_code INTEGER,
-    submitter TEXT NOT NULL DEFAULT '',
-    request_id TEXT,
-    advice TEXT
-);
-CREATE TABLE IF NOT EXISTS logs (
-    job_id TEXT NOT NULL, rank INTEGER NOT NULL, placement_id TEXT NOT NULL, node_id TEXT NOT NULL,
-    path TEXT NOT NULL, started_at REAL, PRIMARY KEY (job_id, rank)
-);
-CREATE TABLE IF NOT EXISTS stopping (
-    placement_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, nodes TEXT NOT NULL, reason TEXT NOT NULL
-);
-"""
-_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS jobs_request ON jobs(submitter, request_id)",
-            "CREATE UNIQUE INDEX IF NOT EXISTS jobs_seq ON jobs(seq)",
-            "CREATE INDEX IF NOT EXISTS jobs_active ON jobs(state, seq)",
-            "DROP INDEX IF EXISTS jobs_state",  # schema <= 2's; jobs_active serves its queries
-            *history_table.INDEXES)
-ACTIVE = (JobState.PENDING, JobState.PLACING, JobState.RUNNING)
-
-
-class JournalError(Exception):
-    """The state file cannot be used (not a journal, a newer schema, unwritable, locked)."""
-
-
-class JournalLocked(JournalError):
-    """Another process holds the state file's lock."""
-
-
-class JournalUnavailable(JournalError):
-    """A write was refused (disk full, read-only, I/O error); nothing of the transaction was kept."""
-
-
-def _lock(path: str) -> int:
-    """The descriptor of ``PATH.lock``, exclusively locked by this process, holding ``pid host``."""
-    lock_path = os.path.realpath(path) + ".lock"  # one lock per file, whatever path names it
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, MODE)
-    except OSError as exc:
-        raise JournalError(f"cannot open the lock file {lock_path}: {exc.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").split()
-        os.close(fd)
-        who = f"pid {holder[0]} on {holder[1]}" if len(holder) >= 2 else "another process"
-        raise JournalLocked(f"{path} is in use by another scheduler ({who}; lock {lock_path})") from None
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
-    except OSError:  # an immutable or full lock file still locks; only the holder's name is missing
-        pass
-    return fd
-
-
-_SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
-_SPEC_KEYS = {"klass": "priority"}  # a field's key in the journal where the two differ (the wire's name)
-_SPEC_FIELD_OF = {key: name for name, key in _SPEC_KEYS.items()}
-
-
-def spec_to_json(spec: JobSpec) -> str:
-    """``spec`` as JSON (every field a scalar: no ``asdict`` deep copy)."""
-    return json.dumps({_SPEC_KEYS.get(k, k): getattr(spec, k) for k in _SPEC_FIELDS}, sort_keys=True)
-
-
-def spec_from_json(text: str) -> JobSpec:
-    return JobSpec(**{_SPEC_FIELD_OF.get(k, k): v for k, v in json.loads(text).items()})
-
-
-def placement_to_json(p: Placement | None) -> str | None:
-    if p is None:
-        return None
-    return json.dumps({"placement_id": p.placement_id, "job_id": p.job_id, "priority": p.klass,
-                       "slots": [[s.rank, s.node_id, list(s.gpus)] for s in p.slots]}, sort_keys=True)
-
-
-def placement_from_json(text: str | None) -> Placement | None:
-    if not text:
-        return None
-    d = json.loads(text)
-    return Placement(d["placement_id"], d["job_id"],
-                     tuple(WorkerSlot(r, n, tuple(g)) for r, n, g in d["slots"]), JobClass(d["priority"]))
-
-
-def _private(path: str) -> None:
-    """Mode 0600 on ``path`` and on its -wal and -shm where they exist."""
-    for f in (path, path + "-wal", path + "-shm"):
-        try:
-            os.chmod(f, MODE)
-        except OSError:  # absent; or immutable, refused at the first write
-            pass
+__all__ = ["ACTIVE", "MODE", "SCHEMA", "Journal", "JournalError", "JournalLocked", "JournalUnavailable", "WriteBatch"]
 
 
 class WriteBatch:
@@ -194,7 +85,7 @@ class Journal(HistoryTable):
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
             raise JournalError(f"cannot create the state file {path}: folder {folder} does not exist")
-        self._lock_fd: int | None = _lock(path)
+        self._lock_fd: int | None = lock_file(path)
         self._db: sqlite3.Connection | None = None
         self._batch: WriteBatch | None = None
         # the stopping table, cached until it changes
@@ -218,12 +109,12 @@ class Journal(HistoryTable):
                 pass
             except OSError as exc:
                 raise JournalError(f"cannot create the state file {path}: {exc.strerror}") from None
-            _private(path)
+            make_private(path)
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
-            self.db.executescript(_DDL + history_table.DDL)
-            _private(path)
+            self.db.executescript(DDL)
+            make_private(path)
             bad = self.db.execute("PRAGMA quick_check(1)").fetchone()[0]  # every page, once per start (~3 s at 1M jobs)
             if bad != "ok":
                 why = " ".join(str(bad).replace("*** in database main ***", "").split())[:120]
@@ -262,7 +153,7 @@ class Journal(HistoryTable):
                 self.db.execute("ALTER TABLE jobs ADD COLUMN request_id TEXT")
             if "advice" not in cols:
                 self.db.execute("ALTER TABLE jobs ADD COLUMN advice TEXT")
-        for ddl in _INDEXES:
+        for ddl in INDEXES:
             self.db.execute(ddl)
         if version != SCHEMA:
             if version is not None:  # job numbers and seq were kept in step; the counter covers both

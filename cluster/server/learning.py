@@ -28,7 +28,7 @@ from cluster.plugins.predictor import job_key
 from cluster.predict.fingerprint import command_numbers
 from cluster.predict.history import Exit, HistoryRecord
 from cluster.predict.predictor import RunTimePredictor
-from cluster.server.journal import placement_from_json
+from cluster.server.journal_file import placement_from_json
 from colocate import protocol as P
 from colocate.base.vocab import TERMINAL
 

@@ -11,7 +11,7 @@ from cluster.core import SchedulerCore
 from cluster.jobs import Job
 from cluster.plugins.predictor import job_key
 from cluster.predict.predictor import RunTimePredictor
-from cluster.server.journal import placement_from_json
+from cluster.server.journal_file import placement_from_json
 from colocate import protocol as P
 from colocate.base.vocab import TERMINAL, JobClass, JobState
 

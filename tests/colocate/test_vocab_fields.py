@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from cluster.server.journal import placement_from_json, placement_to_json, spec_from_json, spec_to_json
+from cluster.server.journal_file import placement_from_json, placement_to_json, spec_from_json, spec_to_json
 from cluster.spec import JobSpec, Placement, SpecError, WorkerSlot
 from colocate.base.env import JobEnv
 from colocate.base.vocab import DeviceKind, JobClass, NodePolicy, OnCap, YieldMode

@@ -1,4 +1,4 @@
-"""cluster/server/journal.py: the state file's lock, its schema migration, and refused writes."""
+"""cluster/server/journal.py and journal_file.py: the state file's lock, its schema migration, and refused writes."""
 
 from __future__ import annotations
 
