@@ -18,7 +18,6 @@ blocked queue stops (or examines at most the budget ``on_blocked`` returned).
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_left, insort
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,24 +28,22 @@ from cluster.capacity import never_fits
 from cluster.jobs import Job, Request
 from cluster.points import (
     CLASSES,
-    MAX_NODE_SCORE,
     PER_CLASS,
     POINTS,
     SUCCESS,
     Action,
     Code,
     Plugin,
-    PluginError,
     Preempt,
     Status,
     _raiser,
     check_plugins,
     error,
     fails_job,
-    unschedulable,
 )
+from cluster.selection import Selector
 from cluster.spec import Placement
-from cluster.state import ClusterState, NodeState
+from cluster.state import ClusterState
 from cluster.statement import Statement
 from colocate.base.vocab import JobState
 
@@ -64,15 +61,6 @@ class Cycle:
 
 
 _key = attrgetter("key")
-
-
-def _scores(score, req: Request, nodes: list[NodeState]) -> tuple[list[float], float, float]:
-    """One score plugin's raw scores of ``nodes``, their least and greatest; a PluginError unless finite."""
-    raw = [score(req, node) for node in nodes]
-    lo, hi = min(raw), max(raw)
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        raise PluginError(score.__self__.name, f"score {hi if math.isfinite(lo) else lo!r} is not a finite number")
-    return raw, lo, hi
 
 
 class Framework:
@@ -124,21 +112,22 @@ class Framework:
                 self.pt[point] = {k: [getattr(p, point) for p in impl if k in p.serves] for k in CLASSES}
             else:
                 self.pt[point] = [getattr(p, point) for p in impl]
-        self._scorers: dict[str, list[tuple[Callable, float]]] = {
+        scorers: dict[str, list[tuple[Callable, float]]] = {
             k: [(score, score.__self__.p.get("weight", 1)) for score in self.pt["score"][k]]
             for k in CLASSES}  # (bound score method, its plugin's weight)
         self._order = {k: (v[0] if v else None) for k, v in self.pt["node_order"].items()}
-        # per class, the order plugin's ``order_ranked`` when that plugin is the class's only scorer: where it says
-        # yes, ranking the feasible nodes would keep their order, so the first feasible node the pick takes wins
-        self._ranked: dict[str, Callable | None] = dict.fromkeys(self._order)
-        for k, o in self._order.items():
-            owner: Plugin | None = getattr(o, "__self__", None)
-            scorers = self._scorers[k]
-            if owner is None or len(scorers) != 1 or getattr(scorers[0][0], "__self__", None) is not owner:
+        # a class with a node order has its one GPU pick (checked when the config loads), and its selector
+        self._selectors: dict[str, Selector] = {}
+        for k, order in self._order.items():
+            if order is None or not self.pt["pick_gpus"][k]:
                 continue
-            self._ranked[k] = owner.order_ranked  # type: ignore[union-attr]  # owner is not None here
-        # a class with a node order has its one GPU pick (checked when the config loads)
-        self._pick: dict[str, Callable] = {k: v[0] for k, v in self.pt["pick_gpus"].items() if v}
+            # the order plugin's ``order_ranked`` when that plugin is the class's only scorer: where it says yes,
+            # ranking the feasible nodes would keep their order, so the first feasible node the pick takes wins
+            owner: Plugin | None = getattr(order, "__self__", None)
+            only = len(scorers[k]) == 1 and getattr(scorers[k][0][0], "__self__", None) is owner
+            ranked = owner.order_ranked if owner is not None and only else None
+            self._selectors[k] = Selector(self.pt["filter"][k], scorers[k], self.pt["pick_gpus"][k][0],
+                                          self.feasible_nodes, self.max_examined, ranked)
         self._queue_order = self.pt["queue_order"][0] if self.pt["queue_order"] else None
         self._cache_keys = self.pt["cache_key"]
 
@@ -401,11 +390,12 @@ class Framework:
         if order is None:
             return fails_job("framework", f"no plugin places {klass} jobs"), None, True
         stmt = self._stmt.begin(req.pid, klass)
+        select = self._selectors[klass].select
         now = req.now
         for rank in range(req.workers):
             req.rank = rank
             req.remaining = req.workers - rank
-            got = self._select(req, order)
+            got = select(req, order)
             if got.__class__ is Status:
                 stmt.discard()
                 return got, None, True
@@ -430,94 +420,6 @@ class Framework:
         finally:
             stmt.discard()
         return st
-
-    def _select(self, req: Request, order) -> tuple[NodeState, tuple[int, ...]] | Status:
-        """Choose a node and GPUs for worker ``req.rank``: candidates from ``order`` filtered
-        until ``feasible_nodes`` pass, best score first; ties keep the candidate order."""
-        klass = req.klass
-        filters = self.pt["filter"][klass]
-        scorers = self._scorers[klass]
-        pick = self._pick[klass]
-        want = self.feasible_nodes if scorers else 1
-        limit = self.max_examined
-        feasible: list[NodeState] = []
-        last: Status | None = None
-        n = 0
-        ranked = self._ranked[klass]
-        if ranked is not None and ranked(req):
-            # the same choice as below without ranking: the pick tries the feasible nodes in candidate order
-            for node in order(req):
-                n += 1
-                for f in filters:
-                    st = f(req, node)
-                    if st is not SUCCESS and st.code != Code.SUCCESS:
-                        last = st
-                        break
-                else:
-                    gpus = pick(req, node)
-                    if gpus is not None:
-                        return node, gpus
-                    want -= 1
-                    if not want:
-                        break
-                if limit and n >= limit:
-                    break
-            return self._no_node(req, n, last)
-        for node in order(req):
-            n += 1
-            for f in filters:
-                st = f(req, node)
-                if st is not SUCCESS and st.code != Code.SUCCESS:
-                    last = st
-                    break
-            else:
-                feasible.append(node)
-                if len(feasible) >= want:
-                    break
-            if limit and n >= limit:
-                break
-        if len(feasible) > 1 and scorers:
-            feasible = self._rank(req, feasible, scorers)
-        for node in feasible:
-            gpus = pick(req, node)
-            if gpus is not None:
-                return node, gpus
-        return self._no_node(req, n, last)
-
-    @staticmethod
-    def _no_node(req: Request, n: int, last: Status | None) -> Status:
-        why = f" (last: {last})" if last is not None else ""
-        shape = f"{req.gpus} GPU" + ("s" if req.gpus != 1 else "") + (f" x {req.milli} milli" if req.milli < 1000 else "")
-        return unschedulable("framework", f"worker {req.rank} ({shape}): no feasible node among {n} examined{why}")
-
-    @staticmethod
-    def _rank(req: Request, feasible: list[NodeState], scorers: list) -> list[NodeState]:
-        """``feasible`` best first by the weighted sum of the scorers' normalized scores: each
-        plugin's raw scores over these nodes are mapped onto 0..MAX_NODE_SCORE (its lowest to 0,
-        its highest to MAX_NODE_SCORE, all equal to MAX_NODE_SCORE), as Kubernetes' NormalizeScore
-        does, then weighted. Ties keep the candidate order. A score that is not a finite number is
-        the plugin's error."""
-        if len(scorers) == 1:  # one plugin: normalizing keeps its order, so sort by its raw scores
-            f, w = scorers[0]
-            raw, lo, hi = _scores(f, req, feasible)
-            if not w or lo == hi:
-                return feasible
-            order = sorted(range(len(feasible)), key=raw.__getitem__, reverse=True)  # stable: ties keep order
-            return [feasible[i] for i in order]
-        total = [0.0] * len(feasible)
-        for f, w in scorers:
-            raw, lo, hi = _scores(f, req, feasible)
-            if not w:
-                continue
-            if hi == lo:
-                for i in range(len(total)):
-                    total[i] += w * MAX_NODE_SCORE
-            else:
-                k = w * MAX_NODE_SCORE / (hi - lo)
-                for i, r in enumerate(raw):
-                    total[i] += (r - lo) * k
-        order = sorted(range(len(feasible)), key=total.__getitem__, reverse=True)  # stable: ties keep order
-        return [feasible[i] for i in order]
 
     def _post_filter(self, req: Request, st: Status, actions: list[Action]) -> Placement | None:
         job = req.job

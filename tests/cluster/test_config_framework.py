@@ -131,11 +131,12 @@ def test_feasible_nodes_bounds_filtering(ranked, filtered):
     only scorer (binpack's, ``order_ranked``), at the first feasible node the pick accepts: the same node."""
     cfg = config(["fifo", "gang", "binpack"], scheduler={"feasible_nodes": 3})
     core = make_core(cfg, [(f"n{i}", 8) for i in range(100)])
+    select = core.fw._selectors["guaranteed"]
     if not ranked:
-        core.fw._ranked["guaranteed"] = lambda req: False
+        select.ranked = lambda req: False
     seen = []
-    fit = core.fw.pt["filter"]["guaranteed"][0]
-    core.fw.pt["filter"]["guaranteed"] = [lambda req, node: (seen.append(node.node_id), fit(req, node))[1]]
+    fit = select.filters[0]
+    select.filters = [lambda req, node: (seen.append(node.node_id), fit(req, node))[1]]
     run(core, job("j", gpus=2))
     assert len(seen) == filtered
     assert [s.node_id for s in core.running()["j"].slots] == ["n0"]

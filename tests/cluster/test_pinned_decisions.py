@@ -150,7 +150,8 @@ def ranked_vs_ranking(policy: str, seed: int, ranked: bool) -> list:
     rng = random.Random(seed)
     core = SchedulerCore(preset(policy), random.Random(0))
     if not ranked:
-        core.fw._ranked = dict.fromkeys(core.fw._ranked)
+        for select in core.fw._selectors.values():
+            select.ranked = None
     out = core.handle_batch([ev.NodeJoined(NodeSpec(f"n{i:02d}", rng.choice((2, 3, 4, 6, 8)), cpu_milli=16000,
                                                     mem_mib=65536), 1) for i in range(24)], 0.0)
     specs = []
