@@ -69,12 +69,43 @@ def write_json_atomic(path: str, obj, mode: int | None = None, compact: bool = F
     permission bits whatever the process umask (None: as the umask makes them). ``compact``: one line, no
     spaces (for a file rewritten often); else indented, keys sorted (for a file people read)."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        if mode is not None:
-            os.fchmod(f.fileno(), mode)
-        if compact:
-            f.write(json.dumps(obj, separators=(",", ":")))
-        else:
-            json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
-    replace_file(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
+            if compact:
+                f.write(json.dumps(obj, separators=(",", ":")))
+            else:
+                json.dump(obj, f, indent=2, sort_keys=True)
+            f.write("\n")
+        replace_file(tmp, path)
+    except BaseException:  # a full disk, an object that is not JSON: no temporary left behind
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def remove_temporaries(path: str) -> list[str]:
+    """Remove what ``write_json_atomic(path)`` left when its process died before replacing (``PATH.tmp.PID``;
+    after an exchange, the old content). Only names of that form go, and never a directory; a link is removed,
+    not followed. For a caller that keeps every other writer of ``path`` away (a node's folder lock): a live
+    writer's temporary would go too. Returns the paths removed; a folder that cannot be read removes nothing."""
+    folder, base = os.path.split(path)
+    prefix = base + ".tmp."
+    removed: list[str] = []
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return removed
+    for name in names:
+        if name.startswith(prefix) and name[len(prefix):].isdigit():
+            p = os.path.join(folder, name)
+            try:
+                if not stat.S_ISDIR(os.lstat(p).st_mode):
+                    os.unlink(p)
+                    removed.append(p)
+            except OSError:
+                pass
+    return removed

@@ -29,7 +29,7 @@ import os
 import time
 from dataclasses import MISSING, asdict, fields
 
-from colocate.base.files import write_json_atomic
+from colocate.base.files import remove_temporaries, write_json_atomic
 from colocate.base.vocab import JobClass
 from colocate.node.table import KEEP_IDS, LocalPlacement, PlacementTable, Worker, scoped
 
@@ -156,7 +156,8 @@ class WorkerTable(PlacementTable):
 
     # ------------------------------------------------------------------ folder
     def lock(self) -> None:
-        """Take the folder for this node; ``StateDirError`` when another live node holds it."""
+        """Take the folder for this node, and remove the temporaries of its table and lease that a node killed while
+        saving left (``PATH.tmp.PID``); ``StateDirError`` when another live node holds it."""
         try:
             os.makedirs(self.state_dir, exist_ok=True)
             fd = os.open(os.path.join(self.state_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
@@ -169,6 +170,10 @@ class WorkerTable(PlacementTable):
             raise StateDirError(f"state folder {self.state_dir} is in use by another running node "
                                 "(give each node its own --state-dir)") from None
         self._lock_fd = fd
+        # no other node writes here now: a temporary of the table or the lease is a dead node's, never read
+        for name in ("workers.json", "lease"):
+            for p in remove_temporaries(os.path.join(self.state_dir, name)):
+                log.info("removed %s, left by a node that stopped while saving", p)
 
     def unlock(self) -> None:
         if self._lock_fd is not None:

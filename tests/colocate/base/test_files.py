@@ -99,3 +99,31 @@ def test_a_directory_in_the_files_place_is_refused_as_by_rename_and_left_where_i
     with pytest.raises(OSError):
         F.write_json_atomic(str(path), {"n": 1})
     assert path.is_dir()
+
+
+def test_a_write_that_fails_leaves_no_temporary_and_keeps_the_old_file(tmp_path):
+    path = tmp_path / "t.json"
+    F.write_json_atomic(str(path), {"n": 1})
+    with pytest.raises(TypeError):
+        F.write_json_atomic(str(path), {"n": object()})  # not JSON: fails half way through the file
+    assert json.loads(path.read_text()) == {"n": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+
+
+def test_remove_temporaries_takes_only_the_files_a_dead_writer_left(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text("{}")
+    (tmp_path / "t.json.tmp.123").write_text("old table")
+    (tmp_path / "t.json.tmp.9").write_text("{")
+    outside = tmp_path / "outside"
+    outside.write_text("keep")
+    (tmp_path / "t.json.tmp.77").symlink_to(outside)  # the link goes, its target stays
+    (tmp_path / "t.json.tmp.5").mkdir()  # a directory: never
+    for keep in ("t.json.tmp.x1", "t.json.tmp.", "u.json.tmp.1", "t.json.tmp"):
+        (tmp_path / keep).write_text("keep")
+    removed = F.remove_temporaries(str(path))
+    assert sorted(os.path.basename(p) for p in removed) == ["t.json.tmp.123", "t.json.tmp.77", "t.json.tmp.9"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["t.json", "outside", "t.json.tmp.5", "t.json.tmp.x1", "t.json.tmp.", "u.json.tmp.1", "t.json.tmp"])
+    assert outside.read_text() == "keep"
+    assert F.remove_temporaries(str(tmp_path / "missing" / "t.json")) == []

@@ -114,3 +114,20 @@ def test_load_never_raises_and_says_one_line(tmp_path_factory, raw):
         assert table.placements == {}
     else:
         assert records == []
+
+
+def test_taking_the_folder_removes_what_a_node_killed_while_saving_left(tmp_path):
+    (tmp_path / "workers.json.tmp.4242").write_text('{"format": 2, "placements": {}}')  # the old table, exchanged
+    (tmp_path / "lease.tmp.4242").write_text("{")  # killed mid-write
+    (tmp_path / "notes.tmp.1").write_text("not ours")
+    table = WorkerTable(str(tmp_path))
+    table.lock()
+    try:
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["lock", "notes.tmp.1"]
+        other = WorkerTable(str(tmp_path))  # a second node is refused before it touches anything
+        (tmp_path / "workers.json.tmp.77").write_text("{}")  # as a live node's save would have it
+        with pytest.raises(Exception, match="in use by another running node"):
+            other.lock()
+        assert (tmp_path / "workers.json.tmp.77").exists()
+    finally:
+        table.unlock()
