@@ -1,0 +1,152 @@
+"""Backfill's share of the oracle's gain on statistically equal copies of a trace (issue 25).
+
+``prediction.py`` compares three replays of one trace: FIFO (gang-binpack), backfill on the predictor, and
+backfill on the true run times (the oracle). Under overload a weeks-long replay is chaotic: one different
+decision early changes every later one. This benchmark measures how much: each *copy* of the trace has every
+job's run time multiplied by ``exp(N(0, sigma))`` (sigma 1% by default; copy 0 is the trace itself), and all
+three replays run on each copy, so the predictor learns the copy's run times and the oracle knows them. The
+share is ``(FIFO - predicted) / (FIFO - oracle)`` per copy; the last rows give, per cluster, the median of the
+copies' shares and the share of the copies' mean JCTs. The settings are ``prediction.py``'s ``default``
+variant: the backfill preset with progress reports at the simulator's defaults; the oracle without them.
+
+    python benchmarks/backfill_jitter.py                          # Philly at 64x8, copies 0-3: ~25 min on 2 cores
+    python benchmarks/backfill_jitter.py --sizes 56x8,64x8 --copies 2 --no-write
+    python benchmarks/backfill_jitter.py --trace pai --sizes 4x8 --copies 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import random
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import _common as C
+
+TRACES = {"philly": "PHILLY", "pai": "PAI"}
+KINDS = ("FIFO", "predicted", "oracle")
+
+
+def jitter(wl, copy: int, sigma: float):
+    """``wl`` with every run time (and an oracle's estimate) times ``exp(N(0, sigma))``, drawn per job in order
+    from ``Random(f"jitter:{copy}")``; copy 0 is ``wl`` unchanged."""
+    if copy == 0:
+        return wl
+    rng = random.Random(f"jitter:{copy}")
+    jobs = []
+    for j in wl.jobs:
+        f = math.exp(rng.gauss(0.0, sigma))
+        if j.duration is None:
+            jobs.append(j)
+            continue
+        dur = j.duration * f
+        spec = j.spec
+        if spec.estimate_s is not None:  # the oracle's: the new true run time, as load_workload sets it
+            spec = dataclasses.replace(spec, estimate_s=max(dur, 1.0))
+        jobs.append(dataclasses.replace(j, duration=dur, spec=spec))
+    return dataclasses.replace(wl, jobs=jobs)
+
+
+def replay(trace: str, cluster: str, copy: int, sigma: float, kind: str) -> tuple[str, int, str, float, float]:
+    """(cluster, copy, kind, mean JCT in s, wall s) of one replay; runs in a worker process."""
+    import prediction as B
+
+    from cluster.config import parse_config, preset
+    from cluster.sim.colocation import ColocationModel, LucidTable
+    from cluster.sim.records import SimConfig
+    from cluster.sim.runner import run_policy
+    from cluster.sim.workload import load_workload
+
+    t0 = time.perf_counter()
+    if kind == "FIFO":
+        cfg, sim = parse_config({"plugins": list(preset("gang-binpack").plugins)}, "gang-binpack"), SimConfig()
+    else:
+        cfg = parse_config({"plugins": B.BACKFILL, "plugin": {}}, "backfill")
+        sim = SimConfig(progress_s=0.0) if kind == "oracle" else SimConfig()
+    path = getattr(B, TRACES[trace])
+    wl = load_workload(str(path), cluster=cluster, estimates="oracle" if kind == "oracle" else "predicted")
+    _, _, summary = run_policy(jitter(wl, copy, sigma), cfg.name, cfg,
+                               ColocationModel(LucidTable.empty(), "adaptive"), sim)
+    return cluster, copy, kind, summary["mean_jct_s"], time.perf_counter() - t0
+
+
+def share(fifo: float, pred: float, orac: float) -> float:
+    return (fifo - pred) / (fifo - orac) if fifo != orac else math.nan
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", default="philly", choices=sorted(TRACES), help="which trace (default philly)")
+    ap.add_argument("--sizes", default="64x8", help="cluster shapes, comma-separated (default 64x8)")
+    ap.add_argument("--copies", type=int, default=3, help="jittered copies besides the trace itself (default 3)")
+    ap.add_argument("--sigma", type=float, default=0.01, help="log-normal sigma of the run-time factor (default 0.01)")
+    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="replays at once (default 2)")
+    ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
+    args = ap.parse_args()
+    if args.copies < 0 or not 0 <= args.sigma <= 1 or args.workers < 1:
+        print("backfill_jitter: --copies and --sigma must be >= 0 (sigma <= 1), --workers >= 1", file=sys.stderr)
+        return 2
+    sizes = [s for s in args.sizes.split(",") if s]
+    import prediction as B
+
+    if not getattr(B, TRACES[args.trace]).is_file():
+        print(f"backfill_jitter: {getattr(B, TRACES[args.trace])}: no such file", file=sys.stderr)
+        return 2
+    info = C.machine_info()
+    con = C.console()
+    t0 = time.perf_counter()
+    tasks = [(args.trace, size, copy, args.sigma, kind) for size in sizes for copy in range(args.copies + 1)
+             for kind in ("predicted", "oracle", "FIFO")]  # the slow ones first
+    jct: dict[tuple[str, int, str], float] = {}
+    with ProcessPoolExecutor(args.workers) as pool:
+        futures = [pool.submit(replay, *t) for t in tasks]
+        for i, fut in enumerate(futures, 1):
+            size, copy, kind, value, wall = fut.result()
+            jct[(size, copy, kind)] = value
+            con.print(f"[{i}/{len(tasks)}] {size} copy {copy} {kind}: mean JCT {value / 3600:.2f} h "
+                      f"({wall:.0f} s; {time.perf_counter() - t0:.0f} s so far)")
+    headers = ["cluster", "copy", "FIFO mean JCT", "backfill (predicted)", "backfill (oracle)",
+               "share of oracle's gain"]
+    rows: list[list[str]] = []
+    for size in sizes:
+        shares, means = [], {k: [] for k in KINDS}
+        for copy in range(args.copies + 1):
+            f, p, o = (jct[(size, copy, k)] for k in KINDS)
+            shares.append(share(f, p, o))
+            for k, v in zip(KINDS, (f, p, o)):
+                means[k].append(v)
+            rows.append([size, str(copy) if copy else "0 (the trace)", f"{f / 3600:.2f} h", f"{p / 3600:.2f} h",
+                         f"{o / 3600:.2f} h", f"{shares[-1]:.1%}"])
+        m = {k: statistics.fmean(v) for k, v in means.items()}
+        rows.append([size, f"median of {len(shares)}", "", "", "", f"{statistics.median(shares):.1%}"])
+        rows.append([size, f"mean JCTs of {len(shares)}", f"{m['FIFO'] / 3600:.2f} h", f"{m['predicted'] / 3600:.2f} h",
+                     f"{m['oracle'] / 3600:.2f} h", f"{share(m['FIFO'], m['predicted'], m['oracle']):.1%}"])
+    title = f"{args.trace}: backfill on copies with run times x exp(N(0, {args.sigma:g}))"
+    con.print(C.rich_table(title, headers, rows, left=("cluster", "copy")))
+    body = "\n".join([
+        "## Backfill's share of the oracle's gain on jittered copies of a trace (issue 25)", "",
+        f"`{C.invocation()}`", "", *C.machine_lines(info),
+        f"- wall {time.perf_counter() - t0:.0f} s, {args.workers} replays at once; load average (1 min) at the end "
+        f"{os.getloadavg()[0]:.2f}", "",
+        f"Each copy multiplies every job's run time by exp(N(0, {args.sigma:g})) (copy 0: the trace itself); FIFO =",
+        "gang-binpack, predicted = the backfill preset on the predictor, oracle = backfill on the copy's true run",
+        "times. Replays are deterministic: a copy gives the same figures every time.", "",
+        C.markdown_table(headers, rows),
+    ])
+    if not args.no_write:
+        C.update_results(f"backfill-jitter-{args.trace}", body)
+        print(f"recorded in {C.RESULTS}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
