@@ -25,14 +25,16 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _common as C
+import prediction as B
 
-TRACES = {"philly": "PHILLY", "pai": "PAI"}
+TRACES = {"philly": B.PHILLY, "pai": B.PAI}
 KINDS = ("FIFO", "predicted", "oracle")
 
 
@@ -57,30 +59,18 @@ def jitter(wl, copy: int, sigma: float):
 
 
 def replay(trace: str, cluster: str, copy: int, sigma: float, kind: str) -> tuple[str, int, str, float, float]:
-    """(cluster, copy, kind, mean JCT in s, wall s) of one replay; runs in a worker process."""
-    import prediction as B
-
-    from cluster.config import parse_config, preset
-    from cluster.sim.colocation import ColocationModel, LucidTable
-    from cluster.sim.records import SimConfig
-    from cluster.sim.runner import run_policy
-    from cluster.sim.workload import load_workload
-
+    """(cluster, copy, kind, mean JCT in s, wall s) of one replay, with ``prediction.py``'s settings for the
+    kind; runs in a worker process."""
     t0 = time.perf_counter()
+    prepare = partial(jitter, copy=copy, sigma=sigma)
     if kind == "FIFO":
-        cfg, sim = parse_config({"plugins": list(preset("gang-binpack").plugins)}, "gang-binpack"), SimConfig()
+        jct, _ = B.mean_jct(TRACES[trace], cluster, None, plugins=list(B.preset("gang-binpack").plugins),
+                            prepare=prepare)
+    elif kind == "oracle":  # the true run times: no progress report adds to what they know
+        jct, _ = B.mean_jct(TRACES[trace], cluster, {"sim": {"progress_s": 0.0}}, "oracle", prepare=prepare)
     else:
-        cfg = parse_config({"plugins": B.BACKFILL, "plugin": {}}, "backfill")
-        sim = SimConfig(progress_s=0.0) if kind == "oracle" else SimConfig()
-    path = getattr(B, TRACES[trace])
-    wl = load_workload(str(path), cluster=cluster, estimates="oracle" if kind == "oracle" else "predicted")
-    _, _, summary = run_policy(jitter(wl, copy, sigma), cfg.name, cfg,
-                               ColocationModel(LucidTable.empty(), "adaptive"), sim)
-    return cluster, copy, kind, summary["mean_jct_s"], time.perf_counter() - t0
-
-
-def share(fifo: float, pred: float, orac: float) -> float:
-    return (fifo - pred) / (fifo - orac) if fifo != orac else math.nan
+        jct, _ = B.mean_jct(TRACES[trace], cluster, {}, prepare=prepare)
+    return cluster, copy, kind, jct, time.perf_counter() - t0
 
 
 def main() -> int:
@@ -96,10 +86,8 @@ def main() -> int:
         print("backfill_jitter: --copies and --sigma must be >= 0 (sigma <= 1), --workers >= 1", file=sys.stderr)
         return 2
     sizes = [s for s in args.sizes.split(",") if s]
-    import prediction as B
-
-    if not getattr(B, TRACES[args.trace]).is_file():
-        print(f"backfill_jitter: {getattr(B, TRACES[args.trace])}: no such file", file=sys.stderr)
+    if not TRACES[args.trace].is_file():
+        print(f"backfill_jitter: {TRACES[args.trace]}: no such file", file=sys.stderr)
         return 2
     info = C.machine_info()
     con = C.console()
@@ -121,7 +109,7 @@ def main() -> int:
         shares, means = [], {k: [] for k in KINDS}
         for copy in range(args.copies + 1):
             f, p, o = (jct[(size, copy, k)] for k in KINDS)
-            shares.append(share(f, p, o))
+            shares.append(B.share_of_gain(f, p, o))
             for k, v in zip(KINDS, (f, p, o)):
                 means[k].append(v)
             rows.append([size, str(copy) if copy else "0 (the trace)", f"{f / 3600:.2f} h", f"{p / 3600:.2f} h",
@@ -129,7 +117,7 @@ def main() -> int:
         m = {k: statistics.fmean(v) for k, v in means.items()}
         rows.append([size, f"median of {len(shares)}", "", "", "", f"{statistics.median(shares):.1%}"])
         rows.append([size, f"mean JCTs of {len(shares)}", f"{m['FIFO'] / 3600:.2f} h", f"{m['predicted'] / 3600:.2f} h",
-                     f"{m['oracle'] / 3600:.2f} h", f"{share(m['FIFO'], m['predicted'], m['oracle']):.1%}"])
+                     f"{m['oracle'] / 3600:.2f} h", f"{B.share_of_gain(m['FIFO'], m['predicted'], m['oracle']):.1%}"])
     title = f"{args.trace}: backfill on copies with run times x exp(N(0, {args.sigma:g}))"
     con.print(C.rich_table(title, headers, rows, left=("cluster", "copy")))
     body = "\n".join([

@@ -264,9 +264,10 @@ def leaky_group_dur(path: Path, jobs) -> list[float | None]:
 
 
 def mean_jct(trace: Path, cluster: str, tables: dict | None, estimates: str = "predicted",
-             plugins: list[str] | None = None, progress=None) -> tuple[float, dict]:
+             plugins: list[str] | None = None, progress=None, prepare=None) -> tuple[float, dict]:
     """Mean JCT (s) and the predictor's accuracy of one simulated run. ``tables``: [plugin.X] tables, and
-    ``sim``: ``SimConfig`` fields (the simulator's defaults otherwise: progress reports on)."""
+    ``sim``: ``SimConfig`` fields (the simulator's defaults otherwise: progress reports on). ``prepare``: a
+    function of the loaded workload that returns the one to run (None: as loaded)."""
     tables = dict(tables or {})
     sim = SimConfig(**tables.pop("sim", {}))
     if plugins is None:
@@ -275,9 +276,16 @@ def mean_jct(trace: Path, cluster: str, tables: dict | None, estimates: str = "p
     else:
         cfg = parse_config({"plugins": plugins}, "gang-binpack")
     wl = load_workload(str(trace), cluster=cluster, estimates=estimates)
+    if prepare is not None:
+        wl = prepare(wl)
     _, _, summary = run_policy(wl, cfg.name, cfg, ColocationModel(LucidTable.empty(), "adaptive"), sim,
                                progress=progress)
     return summary["mean_jct_s"], summary.get("predictor") or {}
+
+
+def share_of_gain(fifo: float, backfill: float, oracle: float) -> float:
+    """Backfill's mean-JCT gain over FIFO as a share of the oracle's (nan when the oracle gains nothing)."""
+    return (fifo - backfill) / (fifo - oracle) if fifo != oracle else math.nan
 
 
 def backfill_rows(name: str, trace: Path, sizes: list[str], variants, con) -> list[list[str]]:
@@ -303,7 +311,7 @@ def backfill_rows(name: str, trace: Path, sizes: list[str], variants, con) -> li
             orac, _ = run("backfill (oracle)", trace, cluster, {"sim": {"progress_s": 0.0}}, "oracle")
             for label, tables in variants:
                 bf, acc = run(f"backfill ({label})", trace, cluster, tables)
-                share = (fifo - bf) / (fifo - orac) if fifo != orac else math.nan
+                share = share_of_gain(fifo, bf, orac)
                 rows.append([name, cluster, label, f"{fifo / 3600:.2f} h", f"{bf / 3600:.2f} h",
                              f"{orac / 3600:.2f} h", f"{share:.1%}", pct(acc.get("median_abs_pct_error")),
                              pct(acc.get("within_2x")), f"{os.getloadavg()[0]:.2f}"])

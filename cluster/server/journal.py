@@ -68,7 +68,7 @@ from cluster.server.journal_file import (
 from cluster.spec import JobSpec, Placement
 from colocate.base.vocab import TERMINAL, JobState
 
-__all__ = ["ACTIVE", "MODE", "SCHEMA", "Journal", "JournalError", "JournalLocked", "JournalUnavailable", "WriteBatch"]
+__all__ = ["SCHEMA", "Journal", "JournalError", "JournalLocked", "JournalUnavailable", "WriteBatch"]
 
 
 class WriteBatch:

@@ -11,6 +11,7 @@ import sys
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2  # renameat2(2): swap the two names atomically; both must exist
 _exchange_fn: object = None  # renameat2 once looked up; False: not on this system
+_TMP = ".tmp."  # write_json_atomic's temporary of PATH is PATH + _TMP + its writer's pid
 
 
 def replace_file(src: str, dst: str) -> None:
@@ -68,7 +69,7 @@ def write_json_atomic(path: str, obj, mode: int | None = None, compact: bool = F
     """Write ``obj`` as JSON so readers never see a partial file (``replace_file``). ``mode``: the file's
     permission bits whatever the process umask (None: as the umask makes them). ``compact``: one line, no
     spaces (for a file rewritten often); else indented, keys sorted (for a file people read)."""
-    tmp = f"{path}.tmp.{os.getpid()}"
+    tmp = f"{path}{_TMP}{os.getpid()}"
     try:
         with open(tmp, "w") as f:
             if mode is not None:
@@ -93,7 +94,7 @@ def remove_temporaries(path: str) -> list[str]:
     not followed. For a caller that keeps every other writer of ``path`` away (a node's folder lock): a live
     writer's temporary would go too. Returns the paths removed; a folder that cannot be read removes nothing."""
     folder, base = os.path.split(path)
-    prefix = base + ".tmp."
+    prefix = base + _TMP
     removed: list[str] = []
     try:
         names = os.listdir(folder or ".")

@@ -149,6 +149,7 @@ class WorkerTable(PlacementTable):
         self.state_dir = state_dir
         self.path = os.path.join(state_dir, "workers.json")
         self.done_path = os.path.join(state_dir, "done.log")
+        self.lease_path = os.path.join(state_dir, "lease")  # the node's lease (``colocate.base.lease``), beside it
         self._done_lines = 0  # lines in done.log (rewritten at 2 * KEEP_IDS)
         self._done_new: list[tuple[str, str]] = []  # retired since the last save: appended to done.log first
         self.lost = False  # load(): the last incarnation's table is gone or unreadable
@@ -171,8 +172,8 @@ class WorkerTable(PlacementTable):
                                 "(give each node its own --state-dir)") from None
         self._lock_fd = fd
         # no other node writes here now: a temporary of the table or the lease is a dead node's, never read
-        for name in ("workers.json", "lease"):
-            for p in remove_temporaries(os.path.join(self.state_dir, name)):
+        for path in (self.path, self.lease_path):
+            for p in remove_temporaries(path):
                 log.info("removed %s, left by a node that stopped while saving", p)
 
     def unlock(self) -> None:
@@ -193,7 +194,7 @@ class WorkerTable(PlacementTable):
         self.lost = False
         self._load_done()
         if not os.path.exists(self.path):
-            self.lost = os.path.exists(os.path.join(self.state_dir, "lease"))
+            self.lost = os.path.exists(self.lease_path)
             if self.lost:
                 log.error("worker table %s is missing, but a node ran on this folder (its lease is there): the "
                           "workers it held are fenced", self.path)
