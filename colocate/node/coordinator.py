@@ -97,6 +97,7 @@ def _agent(opts: NodeOptions, core, server, gpus):
     from colocate.node.accounts import Accounts
     from colocate.node.agent import SchedulerAgent
     from colocate.node.gpustatus import NvmlSampler
+    from colocate.node.worker_table import lease_path
     from colocate.node.workers import StateDirError, WorkerConfig, WorkerManager
 
     assert opts.scheduler is not None
@@ -108,7 +109,7 @@ def _agent(opts: NodeOptions, core, server, gpus):
         workers = WorkerManager(WorkerConfig(node_id=node_id, epoch=core.node_epoch, job_endpoint=opts.endpoint,
                                              device=kind, gpus={g.index: g.mem_total for g in gpus},
                                              log_dir=log_dir, state_dir=state_dir, cluster_id=None,
-                                             lease_file=os.path.join(state_dir, "lease")),
+                                             lease_file=lease_path(state_dir)),
                                 clock=server.clock, core=core, lock=server.lock)
         workers.jobs = server  # the limits a promotion changes go to the jobs' sockets
     except StateDirError as exc:

@@ -140,6 +140,11 @@ def decode(data) -> tuple[dict, dict, dict, dict]:
     return placements, done, refused, stopped
 
 
+def lease_path(state_dir: str) -> str:
+    """The node's lease file (``colocate.base.lease``): beside its table, in its state folder."""
+    return os.path.join(state_dir, "lease")
+
+
 class WorkerTable(PlacementTable):
     """A ``PlacementTable`` with its file and folder: the edge loads it, calls ``save()`` after each change the
     node's core makes, and holds the folder's lock while the node uses it."""
@@ -149,7 +154,7 @@ class WorkerTable(PlacementTable):
         self.state_dir = state_dir
         self.path = os.path.join(state_dir, "workers.json")
         self.done_path = os.path.join(state_dir, "done.log")
-        self.lease_path = os.path.join(state_dir, "lease")  # the node's lease (``colocate.base.lease``), beside it
+        self.lease_path = lease_path(state_dir)
         self._done_lines = 0  # lines in done.log (rewritten at 2 * KEEP_IDS)
         self._done_new: list[tuple[str, str]] = []  # retired since the last save: appended to done.log first
         self.lost = False  # load(): the last incarnation's table is gone or unreadable
