@@ -66,21 +66,25 @@ def _exchange():
 
 
 def write_json_atomic(path: str, obj, mode: int | None = None, compact: bool = False) -> None:
-    """Write ``obj`` as JSON so readers never see a partial file (``replace_file``). ``mode``: the file's
+    """Write ``obj`` as JSON so readers never see a partial file (``write_text_atomic``). ``mode``: the file's
     permission bits whatever the process umask (None: as the umask makes them). ``compact``: one line, no
     spaces (for a file rewritten often); else indented, keys sorted (for a file people read)."""
+    text = json.dumps(obj, separators=(",", ":")) if compact else json.dumps(obj, indent=2, sort_keys=True)
+    write_text_atomic(path, text + "\n", mode)
+
+
+def write_text_atomic(path: str, text: str, mode: int | None = None) -> None:
+    """Write ``text`` to ``path`` through a temporary beside it (``PATH.tmp.PID``, removed if the write fails)
+    and ``replace_file``, so readers never see a partial file; ``mode`` as ``write_json_atomic``'s. A process
+    killed before the replace leaves its temporary: ``remove_temporaries`` is for whoever owns the folder next."""
     tmp = f"{path}{_TMP}{os.getpid()}"
     try:
         with open(tmp, "w") as f:
             if mode is not None:
                 os.fchmod(f.fileno(), mode)
-            if compact:
-                f.write(json.dumps(obj, separators=(",", ":")))
-            else:
-                json.dump(obj, f, indent=2, sort_keys=True)
-            f.write("\n")
+            f.write(text)
         replace_file(tmp, path)
-    except BaseException:  # a full disk, an object that is not JSON: no temporary left behind
+    except BaseException:  # a full disk: no temporary left behind
         try:
             os.unlink(tmp)
         except OSError:
@@ -89,7 +93,7 @@ def write_json_atomic(path: str, obj, mode: int | None = None, compact: bool = F
 
 
 def remove_temporaries(path: str) -> list[str]:
-    """Remove what ``write_json_atomic(path)`` left when its process died before replacing (``PATH.tmp.PID``;
+    """Remove what ``write_text_atomic(path)`` (or ``write_json_atomic``) left when its process died before replacing (``PATH.tmp.PID``;
     after an exchange, the old content). Only names of that form go, and never a directory; a link is removed,
     not followed. For a caller that keeps every other writer of ``path`` away (a node's folder lock): a live
     writer's temporary would go too. Returns the paths removed; a folder that cannot be read removes nothing."""

@@ -29,7 +29,7 @@ import os
 import time
 from dataclasses import MISSING, asdict, fields
 
-from colocate.base.files import remove_temporaries, write_json_atomic
+from colocate.base.files import remove_temporaries, write_json_atomic, write_text_atomic
 from colocate.base.vocab import JobClass
 from colocate.node.table import KEEP_IDS, LocalPlacement, PlacementTable, Worker, scoped
 
@@ -176,8 +176,9 @@ class WorkerTable(PlacementTable):
             raise StateDirError(f"state folder {self.state_dir} is in use by another running node "
                                 "(give each node its own --state-dir)") from None
         self._lock_fd = fd
-        # no other node writes here now: a temporary of the table or the lease is a dead node's, never read
-        for path in (self.path, self.lease_path):
+        # no other node writes here now: a temporary of the table, its done.log or the lease is a dead node's,
+        # never read
+        for path in (self.path, self.done_path, self.lease_path):
             for p in remove_temporaries(path):
                 log.info("removed %s, left by a node that stopped while saving", p)
 
@@ -253,10 +254,7 @@ class WorkerTable(PlacementTable):
         it would hold twice that). Raises OSError (the ids then wait for the next save)."""
         new = self._done_new
         if self._done_lines + len(new) > 2 * KEEP_IDS:
-            tmp = f"{self.done_path}.tmp.{os.getpid()}"
-            with open(tmp, "w") as f:
-                f.write("".join(f"{k} {j}\n" for k, j in self.done.items()))
-            os.replace(tmp, self.done_path)
+            write_text_atomic(self.done_path, "".join(f"{k} {j}\n" for k, j in self.done.items()))
             self._done_lines = len(self.done)
         else:
             with open(self.done_path, "a") as f:

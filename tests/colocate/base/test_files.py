@@ -105,7 +105,11 @@ def test_a_write_that_fails_leaves_no_temporary_and_keeps_the_old_file(tmp_path)
     path = tmp_path / "t.json"
     F.write_json_atomic(str(path), {"n": 1})
     with pytest.raises(TypeError):
-        F.write_json_atomic(str(path), {"n": object()})  # not JSON: fails half way through the file
+        F.write_json_atomic(str(path), {"n": object()})  # not JSON
+    assert json.loads(path.read_text()) == {"n": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+    with pytest.raises(UnicodeEncodeError):
+        F.write_text_atomic(str(path), "a\udc80")  # fails in the temporary's write, after it was created
     assert json.loads(path.read_text()) == {"n": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
 

@@ -119,6 +119,7 @@ def test_load_never_raises_and_says_one_line(tmp_path_factory, raw):
 def test_taking_the_folder_removes_what_a_node_killed_while_saving_left(tmp_path):
     (tmp_path / "workers.json.tmp.4242").write_text('{"format": 2, "placements": {}}')  # the old table, exchanged
     (tmp_path / "lease.tmp.4242").write_text("{")  # killed mid-write
+    (tmp_path / "done.log.tmp.4242").write_text("p1 j1\n")  # killed while rewriting done.log
     (tmp_path / "notes.tmp.1").write_text("not ours")
     table = WorkerTable(str(tmp_path))
     table.lock()
