@@ -34,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _common as C
 import prediction as B
 
+from cluster.sim.workload import oracle_estimate
+
 TRACES = {"philly": B.PHILLY, "pai": B.PAI}
 KINDS = ("FIFO", "predicted", "oracle")
 
@@ -52,8 +54,8 @@ def jitter(wl, copy: int, sigma: float):
             continue
         dur = j.duration * f
         spec = j.spec
-        if spec.estimate_s is not None:  # the oracle's: the new true run time, as load_workload sets it
-            spec = dataclasses.replace(spec, estimate_s=max(dur, 1.0))
+        if spec.estimate_s is not None:  # the oracle's: the new true run time
+            spec = dataclasses.replace(spec, estimate_s=oracle_estimate(dur))
         jobs.append(dataclasses.replace(j, duration=dur, spec=spec))
     return dataclasses.replace(wl, jobs=jobs)
 

@@ -93,6 +93,12 @@ def load_cluster(nodes: str | None = None, cluster: str | None = None) -> tuple[
 
 
 @collector_paused()
+
+def oracle_estimate(duration_s: float) -> float:
+    """The run-time estimate (s) an ``oracle`` workload gives a job that runs ``duration_s``: its true run
+    time, at least 1 s."""
+    return max(duration_s, 1.0)
+
 def load_workload(trace: str, *, format: str | None = None, nodes: str | None = None, cluster: str | None = None,  # noqa: C901, PLR0912, PLR0913 (every trace format's options meet here, keyword-only)
                   seed: int = 0, limit: int | None = None, node_gpus: int | None = None,
                   opportunistic_fraction: float | None = None, estimates: str = "predicted",
@@ -148,7 +154,7 @@ def load_workload(trace: str, *, format: str | None = None, nodes: str | None = 
         if draw is not None and draw.random() < share:
             changes["klass"] = JobClass.OPPORTUNISTIC
         if estimates == "oracle":
-            est = None if dur is None else max(dur, 1.0)
+            est = None if dur is None else oracle_estimate(dur)
         elif estimates == "user":
             est = spec.estimate_s
             if est is None and dur is not None:
