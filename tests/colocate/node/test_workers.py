@@ -347,6 +347,20 @@ def test_a_restarted_manager_readopts_live_workers_and_reports_the_dead(mgrs, tm
     assert exits(events) == {0: 143}  # not its child: the code comes from the launcher's exit file
 
 
+def test_a_started_worker_is_recorded_with_its_process_start_time(mgrs, tmp_path):
+    """The table's ``create_time`` is computed at the fork (the child's /proc stat is not read on the start
+    path), and matches what psutil reads of the process to within a clock tick."""
+    a = mgrs.new()
+    waiter = tiny_script(tmp_path, "wait.py", WAITER)
+    (ev,) = a.start(placement(tmp_path, "p1", [PY, waiter, "term"], workers=((0, 0, (0,)),)))
+    ready(tmp_path, 0)
+    worker = json.loads((tmp_path / "state" / "workers.json").read_text())["placements"][0]["workers"][0]
+    assert worker["pid"] == ev.pid
+    assert abs(psutil.Process(ev.pid).create_time() - worker["create_time"]) <= 1.0 / os.sysconf("SC_CLK_TCK") + 1e-6
+    a.stop("p1", 0.0)
+    poll_until(a, lambda evs: 0 in exits(evs), timeout=30)
+
+
 def test_a_reused_pid_is_never_adopted_or_signalled(mgrs, tmp_path):
     a = mgrs.new()
     waiter = tiny_script(tmp_path, "wait.py", WAITER)
