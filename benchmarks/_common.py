@@ -18,6 +18,7 @@ import platform
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -246,7 +247,7 @@ class DiskProbe:
 
         with DiskProbe(tmp) as probe:
             ...                       # the measured run
-        probe.summary()               # {"n", "p50_ms", "p99_ms", "max_ms", "over_100ms"}
+        probe.summary()               # {"n", "p50_ms", "p99_ms", "max_ms", "over_100ms", "tenths_ms"}
     """
 
     def __init__(self, folder, every_s: float = 0.05, chunk: int = 16384) -> None:
@@ -284,4 +285,11 @@ class DiskProbe:
         if not s:
             return {"n": 0, "p50_ms": math.nan, "p99_ms": math.nan, "max_ms": math.nan, "over_100ms": 0}
         return {"n": len(s), "p50_ms": rank(s, 0.5) * 1000, "p99_ms": rank(s, 0.99) * 1000, "max_ms": s[-1] * 1000,
-                "over_100ms": sum(x > 0.1 for x in s)}
+                "over_100ms": sum(x > 0.1 for x in s),
+                "tenths_ms": [statistics.median(t) * 1000 for t in tenths_of(self.samples)]}
+
+
+def tenths_of(values: list) -> list[list]:
+    """``values`` cut in ten consecutive parts of (nearly) equal length, the empty ones left out."""
+    n = len(values)
+    return [part for i in range(10) if (part := values[i * n // 10:(i + 1) * n // 10])]

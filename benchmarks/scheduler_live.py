@@ -11,12 +11,13 @@ the scheduling cycle, ``StartPlacement`` to the node, the node starting the laun
 
 The table gives p50/p99/max over all jobs and the median of the first 100 and of the last 100 jobs
 (the goal: flat within 20%, so nothing grows with the jobs the node and the scheduler have seen), and the
-same medians of its two legs, then the median of each tenth of the jobs in submission order (growth climbs
-through the tenths; a machine that runs slower for a minute moves a few of them either way): the submit leg (client -> the scheduler's receipt, journaled as the job's
-``submitted_at``) and the start leg (from there: journal commit, cycle, the node, WorkerStarted back).
-A probe thread times an fsync on the journal's disk every 50 ms during the run (``_common.DiskProbe``):
-the scheduler commits before it places and the node saves its table before it reports, so a latency tail
-the probe shows too is the disk's.
+same medians of its two legs: the submit leg (client -> the scheduler's receipt, journaled as the job's
+``submitted_at``) and the start leg (from there: journal commit, cycle, the node, WorkerStarted back). Then
+the median of each tenth of the jobs in submission order: growth climbs through the tenths, while a machine
+that runs slower for a minute moves a few of them either way.
+A probe thread times an fsync on the journal's disk every 50 ms during the run (``_common.DiskProbe``), and
+its median in each tenth of the run is given beside the jobs': the scheduler commits before it places, so a
+tail or a slow tenth that the probe shows too is the disk's.
 
     python benchmarks/scheduler_live.py                 # 1000 jobs, one every 0.2 s (about 4 min)
     python benchmarks/scheduler_live.py --jobs 200 --repeats 3 --no-write
@@ -43,12 +44,6 @@ import _common as C
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 SECTION = "scheduler_live"
-
-
-def tenths_of(values: list) -> list[list]:
-    """``values`` cut in ten consecutive parts of (nearly) equal length, the empty ones left out."""
-    n = len(values)
-    return [part for i in range(10) if (part := values[i * n // 10:(i + 1) * n // 10])]
 
 
 def free_port() -> int:
@@ -98,15 +93,16 @@ def main(argv=None) -> int:
         for a, b in ((sent, received), (received, rows)):
             leg = [(b[j] - a[j]) * 1000 for j in order]
             legs.append(f"{statistics.median(leg[:100]):.1f} -> {statistics.median(leg[-100:]):.1f}")
-        tenths = " ".join(f"{statistics.median(t):.1f}" for t in tenths_of(lat_in_order))
+        tenths = " ".join(f"{statistics.median(t):.1f}" for t in C.tenths_of(lat_in_order))
+        disk_tenths = " ".join(f"{x:.1f}" for x in disk["tenths_ms"])
         runs.append([str(len(lat)), f"{statistics.median(lat):.1f}", f"{C.rank(lat, 0.99):.1f}",
                      f"{lat[-1]:.1f}", f"{head:.1f}", f"{last:.1f}", f"{last / head:.2f}", *legs,
-                     tenths, f"{disk['p99_ms']:.1f} / {disk['max_ms']:.0f} ({disk['over_100ms']})",
+                     tenths, disk_tenths, f"{disk['p99_ms']:.1f} / {disk['max_ms']:.0f} ({disk['over_100ms']})",
                      f"{os.getloadavg()[0]:.1f}"])
         console.print(" | ".join(runs[-1]))
     heads = ["jobs", "p50 ms", "p99 ms", "max ms", "first 100 median", "last 100 median", "last/first",
              "submit leg: first -> last 100 median", "start leg: first -> last 100 median",
-             "median of each tenth, ms", "disk fsync p99 / max ms (over 100 ms)", "load 1m"]
+             "median of each tenth, ms", "disk fsync median of each tenth, ms", "disk fsync p99 / max ms (over 100 ms)", "load 1m"]
     console.print(C.rich_table(f"submit -> worker started over loopback, {args.repeats} run(s); goals: p99 <= 100 ms, "
                                "last/first within 0.8-1.2", heads, runs))
     if not args.no_write:
@@ -121,7 +117,8 @@ def main(argv=None) -> int:
             "clock just before Submit (one machine: one wall clock); first/last 100: medians of the first and the "
             "last 100 jobs submitted, and of each tenth of the jobs in submission order; load: 1-minute load average after the run",
             "- disk fsync: a probe thread of the benchmark appends 16 KB to a file beside the journal and fsyncs it "
-            "every 50 ms during the run (`_common.DiskProbe`): the scheduler's commit and the node's start wait on "
+            "every 50 ms during the run (`_common.DiskProbe`), with its median in each tenth of the run beside the "
+            "jobs' (a tenth slower in both is the disk's); the scheduler's commit and the node's start wait on "
             "the same disk, so a tail in both is the disk's (the machine's disk is shared with other sessions)", "",
             C.markdown_table(heads, runs),
         ])
