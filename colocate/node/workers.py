@@ -337,12 +337,10 @@ class WorkerManager:
                 argv += ["--", *req.command]
                 env = {**_worker_env(msg, w), **fencing.marker_env(self.cfg.state_dir, key, self.cfg.epoch),
                        **(acct.env() if acct is not None else {})}
-                forked = _boot_ticks()
-                proc = self._spawn(argv, env, req.cwd, log_path, msg, acct)
+                proc, created = self._spawn(argv, env, req.cwd, log_path, msg, acct)
                 self._procs[(key, w.rank)] = proc
                 workers.append(Worker(rank=w.rank, local_rank=w.local_rank, gpus=list(w.gpus), pid=proc.pid,
-                                      create_time=_create_time(proc.pid, forked), log_path=log_path,
-                                      exit_file=exit_file,
+                                      create_time=created, log_path=log_path, exit_file=exit_file,
                                       epoch=self.cfg.epoch))
         except OSError as exc:
             for w in workers:  # all or nothing: a half-started gang would only hang
@@ -351,15 +349,18 @@ class WorkerManager:
             return E.LaunchFailed(msg, f"cannot start the launcher: {exc.strerror or exc}")
         return E.Launched(msg, tuple(workers))
 
-    def _spawn(self, argv, env, cwd, log_path, msg, acct=None) -> subprocess.Popen:
+    def _spawn(self, argv, env, cwd, log_path, msg, acct=None) -> tuple[subprocess.Popen, float]:
+        """The launcher's process and its ``create_time`` (``_create_time``)."""
         with A.open_log(log_path, acct) as out:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             out.write(f"=== {stamp} node {self.cfg.node_id}: placement {msg.placement_id} of job {msg.job_id}: "
                       f"{' '.join(argv)}\n".encode(errors="replace"))
             out.flush()
-            return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+            before = _boot_ticks()
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
                                     **A.spawn_kwargs(acct))
+            return proc, _create_time(proc.pid, before, _boot_ticks())
 
     # ------------------------------------------------------------------ watching
     def _reap(self, key: str, w: Worker) -> int | None:
@@ -442,15 +443,16 @@ def _boot_ticks() -> int | None:
     return None if boottime is None else int(time.clock_gettime(boottime) * CLOCK_TICKS)
 
 
-def _create_time(pid: int, forked: int | None = None) -> float:
-    """``psutil.Process(pid).create_time()`` (seconds since the epoch; 0.0 if it is gone). With ``forked``, the
-    boot ticks read just before the process was forked: the same figure computed as psutil computes it (ticks /
-    CLOCK_TICKS + boot time), at most a tick early, well within ``_same_process``'s tolerance. It does not
-    read the new process's ``/proc/PID/stat``, which waits until the child's exec is done (2-5 ms measured on
-    the start path)."""
+def _create_time(pid: int, before: int | None = None, after: int | None = None) -> float:
+    """``psutil.Process(pid).create_time()`` (seconds since the epoch; 0.0 if it is gone). Given the boot ticks
+    read just ``before`` the process was forked and just ``after`` (its start lies between), at most one tick
+    apart: the same figure computed as psutil computes it (ticks / CLOCK_TICKS + boot time), at most a tick
+    early, well within ``_same_process``'s tolerance, without reading the new process's ``/proc/PID/stat``,
+    which waits until the child's exec is done (2-5 ms measured on the start path). Further apart (a slow
+    fork): read, as without them."""
     try:
-        if forked is not None:
-            return forked / CLOCK_TICKS + psutil.boot_time()
+        if before is not None and after is not None and after - before <= 1:
+            return before / CLOCK_TICKS + psutil.boot_time()
         return psutil.Process(pid).create_time()
     except (psutil.Error, OSError):
         return 0.0

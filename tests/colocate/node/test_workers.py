@@ -19,7 +19,7 @@ import pytest
 
 from colocate import protocol as P
 from colocate.node.worker_table import StateDirError
-from colocate.node.workers import WorkerConfig, WorkerManager, port_in_use
+from colocate.node.workers import WorkerConfig, WorkerManager, _create_time, port_in_use
 from tests.support import PY, GiB, alive, child_env, free_port, tiny_script, wait_for
 
 ENV_DUMP = """\
@@ -359,6 +359,19 @@ def test_a_started_worker_is_recorded_with_its_process_start_time(mgrs, tmp_path
     assert abs(psutil.Process(ev.pid).create_time() - worker["create_time"]) <= 1.0 / os.sysconf("SC_CLK_TCK") + 1e-6
     a.stop("p1", 0.0)
     poll_until(a, lambda evs: 0 in exits(evs), timeout=30)
+
+
+def test_a_slow_fork_has_its_start_time_read():
+    """Boot ticks more than one apart around the fork: the start is not known to a tick, so it is read."""
+    proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        real = psutil.Process(proc.pid).create_time()
+        bogus = 1_000_000  # a tick count far from the process's real start
+        assert _create_time(proc.pid, bogus, bogus + 50) == real
+        assert _create_time(proc.pid, bogus, bogus + 1) != real  # close enough: computed, not read
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_a_reused_pid_is_never_adopted_or_signalled(mgrs, tmp_path):
