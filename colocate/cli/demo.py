@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -47,9 +48,20 @@ def register(sub) -> None:
     p.set_defaults(func=main)
 
 
+def _unwind_on_sigterm() -> None:
+    """SIGTERM (``timeout``, a batch system's kill) unwinds the demo as Ctrl-C does, through the ``finally``
+    blocks that stop the daemons and jobs it started, and exits 143 (128 + SIGTERM)."""
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main(args) -> int:
     from colocate.base.files import write_json_atomic
     from colocate.demo import node as demo
+
+    _unwind_on_sigterm()
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     bad = [m for m in modes if m not in demo.MODES]

@@ -143,3 +143,47 @@ def test_the_cluster_part_tells_starved_opportunistic_jobs_from_failed_ones(stat
     klass = {"g": "guaranteed", "o": "opportunistic"}
     rows = [{"name": n, "class": klass[n], "state": s} for n, s in states.items()]
     assert starved_and_failed(rows, timed_out) == (starved, failed)
+
+
+@pytest.mark.slow
+def test_a_demo_stopped_with_sigterm_stops_everything_it_started(tmp_path):
+    """``timeout`` or a batch system stops the demo with SIGTERM: it exits 143 and leaves no process behind."""
+    import signal
+
+    import psutil
+
+    from tests.support import wait_for
+
+    demo_proc = subprocess.Popen([sys.executable, "-m", "colocate", "demo", "node", "--duration", "30",
+                                  "--modes", "exclusive", "--out", str(tmp_path / "out")], cwd=tmp_path,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    me = psutil.Process(demo_proc.pid)
+    seen: dict[int, psutil.Process] = {}
+
+    def command(p: psutil.Process) -> str:
+        try:
+            return " ".join(p.cmdline())
+        except psutil.Error:
+            return ""
+
+    def job_running():  # a node and a job's training script (under its launcher): the first, solo run
+        for child in me.children(recursive=True):
+            seen.setdefault(child.pid, child)
+        cmds = [command(c) for c in seen.values()]
+        return any("train_" in c and " run " not in c for c in cmds) and any(" node " in c for c in cmds)
+
+    try:
+        wait_for(job_running, 90, what="the demo's node and a training job")
+        demo_proc.send_signal(signal.SIGTERM)
+        assert demo_proc.wait(60) == 143
+        gone, alive = psutil.wait_procs(list(seen.values()), timeout=30)
+        assert alive == [], [p.pid for p in alive]
+    finally:
+        if demo_proc.poll() is None:
+            demo_proc.kill()
+            demo_proc.wait()
+        for p in seen.values():
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
