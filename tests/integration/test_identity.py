@@ -83,6 +83,12 @@ class RawNode:
         return [m for m in list(self.received) if isinstance(m, kind)]
 
     def _run(self) -> None:
+        try:
+            self._pump()
+        except zmq.ContextTerminated:  # close() gave up waiting and ended the context under it: done
+            pass
+
+    def _pump(self) -> None:
         while not self._stop.is_set():
             if self._hello.is_set():
                 self._hello.clear()
@@ -105,7 +111,7 @@ class RawNode:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(5)
+        self._thread.join(30)
         self.sock.close(linger=0)
         self.ctx.term()
 
