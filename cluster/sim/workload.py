@@ -92,13 +92,13 @@ def load_cluster(nodes: str | None = None, cluster: str | None = None) -> tuple[
     return res.nodes, str(nodes), dict(res.skipped)
 
 
-@collector_paused()
-
 def oracle_estimate(duration_s: float) -> float:
     """The run-time estimate (s) an ``oracle`` workload gives a job that runs ``duration_s``: its true run
     time, at least 1 s."""
     return max(duration_s, 1.0)
 
+
+@collector_paused()
 def load_workload(trace: str, *, format: str | None = None, nodes: str | None = None, cluster: str | None = None,  # noqa: C901, PLR0912, PLR0913 (every trace format's options meet here, keyword-only)
                   seed: int = 0, limit: int | None = None, node_gpus: int | None = None,
                   opportunistic_fraction: float | None = None, estimates: str = "predicted",
