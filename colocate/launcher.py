@@ -18,7 +18,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -109,7 +108,7 @@ def job_environment(spec: RunSpec, base: dict, stats_dir: str) -> dict:
     job = JobEnv(
         enabled=True,
         job_id=spec.job_id or f"job-{os.getpid()}",
-        token=secrets.token_hex(16),
+        token=os.urandom(16).hex(),  # secrets.token_hex, without importing hashlib at every start
         device=spec.device,
         gpu=gpus[0],
         gpus=gpus,
@@ -307,20 +306,32 @@ STATS_PREFIX = "colocate-stats-"  # + the launcher's pid + "-" + random: the fol
 def remove_stale_stats_dirs(tmp: str | None = None) -> list[str]:
     """Remove this user's stats folders (``STATS_PREFIX``PID-...) whose launcher is gone (killed before it could
     remove its own); returns those removed. Called by every launcher before it makes its own."""
-    import psutil
-
     tmp = tmp or tempfile.gettempdir()
     removed = []
     for path in glob.glob(os.path.join(glob.escape(tmp), f"{STATS_PREFIX}*-*")):
         pid = os.path.basename(path)[len(STATS_PREFIX):].split("-", 1)[0]
         try:
-            if not pid.isdigit() or os.lstat(path).st_uid != os.getuid() or psutil.pid_exists(int(pid)):
+            if not pid.isdigit() or os.lstat(path).st_uid != os.getuid() or _pid_exists(int(pid)):
                 continue
         except OSError:
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
+
+
+def _pid_exists(pid: int) -> bool:
+    """Whether a process ``pid`` exists (another user's counts), as ``psutil.pid_exists`` says on POSIX; without
+    importing psutil, which every launcher would pay for at its start."""
+    if pid <= 0:
+        return pid == 0
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def restore_autogroup(before: int | None) -> None:

@@ -40,7 +40,10 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or with ``only`` (a name in ``COMMANDS``) just that command's parser under
+    ``colocate``: ``main`` imports only the module of the command it runs, so a launcher the node starts per
+    job does not pay for every command's imports."""
     parser = argparse.ArgumentParser(
         prog="colocate",
         description="Co-locate deep-learning jobs on shared GPUs: memory caps and compute shares "
@@ -48,13 +51,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"colocate {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in COMMANDS.values():
-        importlib.import_module(module).register(sub)
+    for name, module in COMMANDS.items():
+        if only is None or name == only:
+            importlib.import_module(module).register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    # the command is the first word (the top level has only --help and --version); anything else gets the
+    # whole parser, whose help and errors list every command
+    parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "passthrough", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")

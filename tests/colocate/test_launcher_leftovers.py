@@ -103,6 +103,19 @@ def test_a_killed_standalone_launcher_takes_its_command_and_its_stats_folder_goe
             os.kill(child, signal.SIGKILL)
 
 
+def test_only_the_stats_folders_of_launchers_that_are_gone_are_removed(tmp_path):
+    from colocate.launcher import STATS_PREFIX, remove_stale_stats_dirs
+
+    gone = subprocess.Popen([PY, "-c", "pass"])
+    gone.wait(timeout=60)
+    folders = {name: tmp_path / f"{STATS_PREFIX}{name}" for name in
+               (f"{gone.pid}-a", f"{os.getpid()}-b", "1-c", "x-d")}  # gone, this process, init, not a pid
+    for folder in folders.values():
+        folder.mkdir()
+    assert remove_stale_stats_dirs(str(tmp_path)) == [str(folders[f"{gone.pid}-a"])]
+    assert [name for name, folder in folders.items() if folder.exists()] == [f"{os.getpid()}-b", "1-c", "x-d"]
+
+
 # ---------------------------------------------------------------- item 8: the autogroup of a killed job
 
 KILLED_LOW = """\

@@ -108,6 +108,26 @@ def test_colocate_side_never_imports_torch(run_py):
     assert proc.stdout.strip() == "False"
 
 
+def test_a_launcher_imports_only_its_own_command(run_py):
+    """The node starts one launcher per job: ``colocate run`` loads the run command's module, not every command's
+    (the demo, the simulator, Slurm...), and not psutil."""
+    code = ("import sys; from colocate.cli import main; "
+            "rc = main(['run', '--device', 'sim', '--', sys.executable, '-c', 'pass']); "
+            "print(rc, sorted(m for m in sys.modules if m.startswith('colocate.cli.') or m == 'psutil'))")
+    proc = run_py(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "0 ['colocate.cli._common', 'colocate.cli.run']"
+
+
+def test_help_and_errors_of_the_whole_command_line_still_list_every_command(colocate):
+    from colocate.cli import COMMANDS
+
+    for argv in (["--help"], ["no-such-command"]):
+        proc = colocate(argv, timeout=60)
+        text = proc.stdout + proc.stderr
+        assert all(name in text for name in COMMANDS), (argv, text)
+
+
 def test_job_that_never_imports_torch_pays_nothing(colocate, tmp_path):
     code = "import sys; print('torch' in sys.modules, 'torch_hooks' in sys.modules)"
     proc = colocate(["run", "--device", "sim", "--", sys.executable, "-c", code], cwd=tmp_path, timeout=60)
