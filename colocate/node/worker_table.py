@@ -27,7 +27,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import MISSING, asdict, fields
+from dataclasses import MISSING, fields
 
 from colocate.base.files import remove_temporaries, write_json_atomic, write_text_atomic
 from colocate.base.vocab import JobClass
@@ -82,11 +82,17 @@ def _typed(obj, types: dict, defaults: dict, where: str) -> dict:
     return out
 
 
+_PLACEMENT_FIELDS = tuple(f.name for f in fields(LocalPlacement))
+_WORKER_FIELDS = tuple(f.name for f in fields(Worker))
+
+
 def _placement_map(p: LocalPlacement) -> dict:
-    """``p`` as the table file writes it (the job class under its file key, "priority")."""
-    out = asdict(p)
+    """``p`` as the table file writes it (the job class under its file key, "priority"): what ``asdict`` gives,
+    field by field, without its deep copies (the node saves its table on every event). The lists in it are
+    ``p``'s own: serialise it before ``p`` changes."""
+    out = {name: getattr(p, name) for name in _PLACEMENT_FIELDS}
     out["priority"] = out.pop("klass")
-    out["workers"] = [asdict(w) for w in p.workers]
+    out["workers"] = [{name: getattr(w, name) for name in _WORKER_FIELDS} for w in p.workers]
     return out
 
 

@@ -61,6 +61,25 @@ def test_a_good_table_round_trips():
     assert done == {"c/0.1": "0"} and refused == {"c/0.2": ["0", "why"]} and stopped == {"c/0.3": "0"}
 
 
+def test_a_saved_table_reads_back_field_for_field(tmp_path):
+    """``save`` writes every field of every placement and worker (no field of the records left out, none set to its
+    default on the way), and ``load`` reads them back equal."""
+    from colocate.base.vocab import JobClass
+    from colocate.node.table import LocalPlacement, Worker
+
+    workers = [Worker(rank=r, local_rank=r, gpus=[r, 3], pid=4000 + r, create_time=1.7e9 + r, log_path=f"/l{r}",
+                      exit_file=f"/e{r}", exit_code=r or None, kill_at=5.5, killed=True, fenced=True, oom=True,
+                      epoch=9) for r in range(2)]
+    placement = LocalPlacement("1.1", "1", JobClass.OPPORTUNISTIC, workers, promoted=True, stopping=True,
+                               stop_reason="why", ended_at=8.25, cluster="c", start_mem=1 << 30, start_share=0.4)
+    saved = WorkerTable(str(tmp_path))
+    saved.placements = {"c/1.1": placement}
+    saved.save()
+    read = WorkerTable(str(tmp_path))
+    read.load()
+    assert read.placements == {"c/1.1": placement}
+
+
 @pytest.mark.parametrize("bad, words", [
     ({**TABLE, "placements": [["1.1", "1", "guaranteed"]]}, "placements[0]: expected a map, got list"),
     ({**TABLE, "placements": {}}, "placements: expected a list"),
