@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import importlib.util
 import os
+import resource
 import signal
 import socket
 import sqlite3
@@ -68,6 +70,26 @@ def wait(pred, timeout: float, what: str):
     raise SystemExit(f"timed out waiting for {what}")
 
 
+def launcher_start(times: int = 5) -> str:
+    """The CPU seconds (user + system, median of ``times``) of one launcher as the node starts one per job,
+    ``colocate run --device sim -- true``, in this benchmark's environment; and whether its modules start from
+    cached bytecode. On a 2-core machine this cost, one launcher every ``--every`` s, shares the cores with the
+    scheduler and the node."""
+    cpu = []
+    for _ in range(times):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-m", "colocate", "run", "--device", "sim", "--", "true"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    import colocate.launcher
+
+    cached = os.path.exists(importlib.util.cache_from_source(colocate.launcher.__file__))
+    how = ("from cached bytecode" if cached else "compiling colocate's modules at each start (this checkout has no "
+           "bytecode cache" + (": PYTHONDONTWRITEBYTECODE is set" if sys.dont_write_bytecode else "") + ")")
+    return f"{statistics.median(cpu):.3f} s of CPU per launcher start (median of {times}), {how}"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--jobs", type=int, default=1000, help="jobs to submit per run (default 1000)")
@@ -80,6 +102,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     console = C.console()
+    launcher = launcher_start()
+    console.print(f"launcher: {launcher}")
     runs = []
     for _ in range(args.repeats):
         sent, rows, received, disk = one_run(args, console)
@@ -113,6 +137,7 @@ def main(argv=None) -> int:
             f"simulated GPUs; {args.jobs} single-GPU jobs per run submitted one every {args.every:g} s through the "
             "client API (one kept connection); each worker is `sleep 0.2` under the launcher, so no script start-up "
             "is counted",
+            f"- the launcher the node starts for each job: {launcher} (`scheduler_live.launcher_start`)",
             "- latency: the scheduler's receipt of the node's WorkerStarted (journaled start time) - the client's "
             "clock just before Submit (one machine: one wall clock); first/last 100: medians of the first and the "
             "last 100 jobs submitted, and of each tenth of the jobs in submission order; load: 1-minute load average after the run",
