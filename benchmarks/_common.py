@@ -289,6 +289,67 @@ class DiskProbe:
                 "tenths_ms": [statistics.median(t) * 1000 for t in tenths_of(self.samples)]}
 
 
+class CpuProbe:
+    """How fast this machine runs a fixed piece of Python while a benchmark runs: a child process (its own GIL)
+    times a loop of ``n`` additions every ``every_s`` seconds. On a shared VM the host's other tenants slow every
+    process without any steal time showing; the loop slows with them, so a slower tenth of a run that the probe
+    shows too is the machine's. Our own processes share the cores with it as well: read it beside a steady load.
+    Its own load: about one loop per ``every_s`` (~1 ms per 50 ms here, 2% of a core).
+
+        with CpuProbe(tmp) as probe:
+            ...                       # the measured run
+        probe.summary()               # {"n", "p50_ms", "tenths_ms", "steal_pct"}
+
+    ``steal_pct``: the share of the machine's CPU time that the hypervisor took while the probe ran (``/proc/stat``),
+    NaN where the kernel does not say."""
+
+    LOOP = ("import sys, time\nn, every = int(sys.argv[1]), float(sys.argv[2])\nwhile True:\n"
+            "    t = time.perf_counter()\n    s = 0\n    for i in range(n):\n        s += i\n"
+            "    print(f'{time.perf_counter() - t:.6f}', flush=True)\n    time.sleep(every)\n")
+
+    def __init__(self, folder, every_s: float = 0.05, n: int = 20000) -> None:
+        self.path = Path(folder) / "cpu-probe.txt"
+        self.every_s, self.n = every_s, n
+        self.samples: list[float] = []
+        self._proc: subprocess.Popen | None = None
+        self._ticks: list[list[int]] = []
+
+    @staticmethod
+    def _cpu_ticks() -> list[int]:
+        """The machine's ``cpu`` line of ``/proc/stat``: user nice system idle iowait irq softirq steal ([] elsewhere)."""
+        try:
+            with open("/proc/stat") as f:
+                return [int(x) for x in f.readline().split()[1:9]]
+        except (OSError, ValueError):
+            return []
+
+    def __enter__(self) -> CpuProbe:
+        self._ticks = [self._cpu_ticks()]
+        with open(self.path, "w") as out:
+            self._proc = subprocess.Popen([sys.executable, "-c", self.LOOP, str(self.n), str(self.every_s)],
+                                          stdout=out, stderr=subprocess.DEVNULL, start_new_session=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._ticks.append(self._cpu_ticks())
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(30)
+        with open(self.path) as f:
+            self.samples = [float(line) for line in f if line.endswith("\n")]  # the last line may be cut
+        self.path.unlink(missing_ok=True)
+
+    def summary(self) -> dict:
+        steal = math.nan
+        if len(self._ticks) == 2 and all(len(t) == 8 for t in self._ticks):
+            d = [b - a for a, b in zip(*self._ticks)]
+            steal = 100 * d[7] / sum(d) if sum(d) else math.nan
+        if not self.samples:
+            return {"n": 0, "p50_ms": math.nan, "tenths_ms": [], "steal_pct": steal}
+        return {"n": len(self.samples), "p50_ms": statistics.median(self.samples) * 1000,
+                "tenths_ms": [statistics.median(t) * 1000 for t in tenths_of(self.samples)], "steal_pct": steal}
+
+
 def tenths_of(values: list) -> list[list]:
     """``values`` cut in ten consecutive parts of (nearly) equal length, the empty ones left out."""
     n = len(values)

@@ -17,7 +17,8 @@ the median of each tenth of the jobs in submission order: growth climbs through 
 that runs slower for a minute moves a few of them either way.
 A probe thread times an fsync on the journal's disk every 50 ms during the run (``_common.DiskProbe``), and
 its median in each tenth of the run is given beside the jobs': the scheduler commits before it places, so a
-tail or a slow tenth that the probe shows too is the disk's.
+tail or a slow tenth that the probe shows too is the disk's. A child process times a fixed Python loop every
+50 ms (``_common.CpuProbe``), given the same way: a tenth slower in the jobs and in the loop is the machine's.
 
     python benchmarks/scheduler_live.py                 # 1000 jobs, one every 0.2 s (about 4 min)
     python benchmarks/scheduler_live.py --jobs 200 --repeats 3 --no-write
@@ -106,7 +107,7 @@ def main(argv=None) -> int:
     console.print(f"launcher: {launcher}")
     runs = []
     for _ in range(args.repeats):
-        sent, rows, received, disk = one_run(args, console)
+        sent, rows, received, disk, cpu = one_run(args, console)
         order = sorted(sent, key=sent.get)
         lat_in_order = [(rows[j] - sent[j]) * 1000 for j in order]
         lat = sorted(lat_in_order)
@@ -119,14 +120,15 @@ def main(argv=None) -> int:
             legs.append(f"{statistics.median(leg[:100]):.1f} -> {statistics.median(leg[-100:]):.1f}")
         tenths = " ".join(f"{statistics.median(t):.1f}" for t in C.tenths_of(lat_in_order))
         disk_tenths = " ".join(f"{x:.1f}" for x in disk["tenths_ms"])
+        cpu_tenths = " ".join(f"{x:.2f}" for x in cpu["tenths_ms"]) + f" (steal {cpu['steal_pct']:.1f}%)"
         runs.append([str(len(lat)), f"{statistics.median(lat):.1f}", f"{C.rank(lat, 0.99):.1f}",
                      f"{lat[-1]:.1f}", f"{head:.1f}", f"{last:.1f}", f"{last / head:.2f}", *legs,
-                     tenths, disk_tenths, f"{disk['p99_ms']:.1f} / {disk['max_ms']:.0f} ({disk['over_100ms']})",
+                     tenths, cpu_tenths, disk_tenths, f"{disk['p99_ms']:.1f} / {disk['max_ms']:.0f} ({disk['over_100ms']})",
                      f"{os.getloadavg()[0]:.1f}"])
         console.print(" | ".join(runs[-1]))
     heads = ["jobs", "p50 ms", "p99 ms", "max ms", "first 100 median", "last 100 median", "last/first",
              "submit leg: first -> last 100 median", "start leg: first -> last 100 median",
-             "median of each tenth, ms", "disk fsync median of each tenth, ms", "disk fsync p99 / max ms (over 100 ms)", "load 1m"]
+             "median of each tenth, ms", "CPU probe median of each tenth, ms (steal over the run)", "disk fsync median of each tenth, ms", "disk fsync p99 / max ms (over 100 ms)", "load 1m"]
     console.print(C.rich_table(f"submit -> worker started over loopback, {args.repeats} run(s); goals: p99 <= 100 ms, "
                                "last/first within 0.8-1.2", heads, runs))
     if not args.no_write:
@@ -144,7 +146,12 @@ def main(argv=None) -> int:
             "- disk fsync: a probe thread of the benchmark appends 16 KB to a file beside the journal and fsyncs it "
             "every 50 ms during the run (`_common.DiskProbe`), with its median in each tenth of the run beside the "
             "jobs' (a tenth slower in both is the disk's); the scheduler's commit and the node's start wait on "
-            "the same disk, so a tail in both is the disk's (the machine's disk is shared with other sessions)", "",
+            "the same disk, so a tail in both is the disk's (the machine's disk is shared with other sessions)",
+            "- CPU probe: a child process times a loop of 20,000 Python additions every 50 ms during the run "
+            "(`_common.CpuProbe`), its median in each tenth beside the jobs': the VM's host slows every process "
+            "without steal time showing, and the loop slows with it (our daemons and launchers share the cores "
+            "with it too, at a steady rate); steal: the share of the machine's CPU time the hypervisor took during the "
+            "run (`/proc/stat`)", "",
             C.markdown_table(heads, runs),
         ])
         console.print(f"wrote section '{SECTION}' of {C.update_results(SECTION, body)}")
@@ -154,8 +161,9 @@ def main(argv=None) -> int:
 
 
 def one_run(args, console):
-    """One scheduler and node; ``(sent, rows, received, disk)``: job id -> client send time, -> WorkerStarted
-    receipt, -> the scheduler's receipt of the submit (its journaled ``submitted_at``); the disk probe's summary."""
+    """One scheduler and node; ``(sent, rows, received, disk, cpu)``: job id -> client send time, -> WorkerStarted
+    receipt, -> the scheduler's receipt of the submit (its journaled ``submitted_at``); the disk and CPU probes'
+    summaries."""
     from colocate.base import keys as K
     from colocate.clients import rpc
     from colocate.clients.scheduler import SchedulerClient, request_from_here
@@ -186,7 +194,7 @@ def one_run(args, console):
     sent: dict[str, float] = {}
     try:
         wait(joined, 60, "the node to join")
-        with C.DiskProbe(tmp) as probe, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        with C.DiskProbe(tmp) as probe, C.CpuProbe(tmp) as cpu, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                                  TimeElapsedColumn(), console=console) as progress:
             task = progress.add_task("submitting", total=args.jobs)
             for _ in range(args.jobs):
@@ -212,7 +220,7 @@ def one_run(args, console):
         for proc in (node, sched):
             proc.wait(30)
     client.close()
-    return sent, rows, received, probe.summary()
+    return sent, rows, received, probe.summary(), cpu.summary()
 
 
 if __name__ == "__main__":
