@@ -292,7 +292,7 @@ class DiskProbe:
 class CpuProbe:
     """How fast this machine runs a fixed piece of Python while a benchmark runs: a child process (its own GIL)
     times a loop of ``n`` additions every ``every_s`` seconds. On a shared VM the host's other tenants slow every
-    process without any steal time showing; the loop slows with them, so a slower tenth of a run that the probe
+    process, and steal time shows only part of it; the loop slows with them, so a slower tenth of a run that the probe
     shows too is the machine's. Our own processes share the cores with it as well: read it beside a steady load.
     Its own load: about one loop per ``every_s`` (~1 ms per 50 ms here, 2% of a core).
 

@@ -148,8 +148,8 @@ def main(argv=None) -> int:
             "jobs' (a tenth slower in both is the disk's); the scheduler's commit and the node's start wait on "
             "the same disk, so a tail in both is the disk's (the machine's disk is shared with other sessions)",
             "- CPU probe: a child process times a loop of 20,000 Python additions every 50 ms during the run "
-            "(`_common.CpuProbe`), its median in each tenth beside the jobs': the VM's host slows every process "
-            "without steal time showing, and the loop slows with it (our daemons and launchers share the cores "
+            "(`_common.CpuProbe`), its median in each tenth beside the jobs': a busy VM host slows every process "
+            "(steal time shows only part of it), and the loop slows with it (our daemons and launchers share the cores "
             "with it too, at a steady rate); steal: the share of the machine's CPU time the hypervisor took during the "
             "run (`/proc/stat`)", "",
             C.markdown_table(heads, runs),
