@@ -327,7 +327,7 @@ def _pid_exists(pid: int) -> bool:
         return pid == 0
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # OverflowError: beyond any pid (a folder named by hand)
         return False
     except PermissionError:
         return True

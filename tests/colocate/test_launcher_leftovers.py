@@ -108,11 +108,13 @@ def test_only_the_stats_folders_of_launchers_that_are_gone_are_removed(tmp_path)
 
     gone = subprocess.Popen([PY, "-c", "pass"])
     gone.wait(timeout=60)
+    huge = "9" * 20  # beyond any pid the kernel gives (and beyond a C long): no launcher's
     folders = {name: tmp_path / f"{STATS_PREFIX}{name}" for name in
-               (f"{gone.pid}-a", f"{os.getpid()}-b", "1-c", "x-d")}  # gone, this process, init, not a pid
+               (f"{gone.pid}-a", f"{os.getpid()}-b", "1-c", "x-d", f"{huge}-e")}  # gone, this process, init, not a pid
     for folder in folders.values():
         folder.mkdir()
-    assert remove_stale_stats_dirs(str(tmp_path)) == [str(folders[f"{gone.pid}-a"])]
+    assert sorted(remove_stale_stats_dirs(str(tmp_path))) == sorted([str(folders[f"{gone.pid}-a"]),
+                                                                     str(folders[f"{huge}-e"])])
     assert [name for name, folder in folders.items() if folder.exists()] == [f"{os.getpid()}-b", "1-c", "x-d"]
 
 
