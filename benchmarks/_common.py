@@ -286,7 +286,7 @@ class DiskProbe:
             return {"n": 0, "p50_ms": math.nan, "p99_ms": math.nan, "max_ms": math.nan, "over_100ms": 0}
         return {"n": len(s), "p50_ms": rank(s, 0.5) * 1000, "p99_ms": rank(s, 0.99) * 1000, "max_ms": s[-1] * 1000,
                 "over_100ms": sum(x > 0.1 for x in s),
-                "tenths_ms": [statistics.median(t) * 1000 for t in tenths_of(self.samples)]}
+                "tenths_ms": [x * 1000 for x in tenth_medians(self.samples)]}
 
 
 class CpuProbe:
@@ -347,10 +347,15 @@ class CpuProbe:
         if not self.samples:
             return {"n": 0, "p50_ms": math.nan, "tenths_ms": [], "steal_pct": steal}
         return {"n": len(self.samples), "p50_ms": statistics.median(self.samples) * 1000,
-                "tenths_ms": [statistics.median(t) * 1000 for t in tenths_of(self.samples)], "steal_pct": steal}
+                "tenths_ms": [x * 1000 for x in tenth_medians(self.samples)], "steal_pct": steal}
 
 
 def tenths_of(values: list) -> list[list]:
     """``values`` cut in ten consecutive parts of (nearly) equal length, the empty ones left out."""
     n = len(values)
     return [part for i in range(10) if (part := values[i * n // 10:(i + 1) * n // 10])]
+
+
+def tenth_medians(values: list) -> list[float]:
+    """The median of each of ``tenths_of(values)``: whether a run drifted, and when."""
+    return [statistics.median(part) for part in tenths_of(values)]

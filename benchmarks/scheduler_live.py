@@ -118,7 +118,7 @@ def main(argv=None) -> int:
         for a, b in ((sent, received), (received, rows)):
             leg = [(b[j] - a[j]) * 1000 for j in order]
             legs.append(f"{statistics.median(leg[:100]):.1f} -> {statistics.median(leg[-100:]):.1f}")
-        tenths = " ".join(f"{statistics.median(t):.1f}" for t in C.tenths_of(lat_in_order))
+        tenths = " ".join(f"{x:.1f}" for x in C.tenth_medians(lat_in_order))
         disk_tenths = " ".join(f"{x:.1f}" for x in disk["tenths_ms"])
         cpu_tenths = " ".join(f"{x:.2f}" for x in cpu["tenths_ms"]) + f" (steal {cpu['steal_pct']:.1f}%)"
         runs.append([str(len(lat)), f"{statistics.median(lat):.1f}", f"{C.rank(lat, 0.99):.1f}",
