@@ -72,6 +72,7 @@ VARIANTS = [
     ("overdue = now (before issue 25's fix)", {"backfill": {"overdue": "now"}}),
     ("quantile = p50", {"backfill": {"quantile": "p50"}}),
     ("running jobs left out", {"predictor": {"censor_running": False}}),
+    ("order = queue (classic EASY; its oracle too)", {"backfill": {"order": "queue"}}),
 ]
 
 
@@ -307,9 +308,18 @@ def backfill_rows(name: str, trace: Path, sizes: list[str], variants, con) -> li
 
         for cluster in sizes:
             fifo, _ = run("FIFO", trace, cluster, None, plugins=list(preset("gang-binpack").plugins))
-            # the true run times: no progress report adds to what they know
-            orac, _ = run("backfill (oracle)", trace, cluster, {"sim": {"progress_s": 0.0}}, "oracle")
+            oracles: dict[str | None, float] = {}
             for label, tables in variants:
+                # the oracle: the same backfill order on the true run times (no progress report adds to what
+                # they know); the other settings only matter for estimates it does not use
+                order = tables.get("backfill", {}).get("order")
+                if order not in oracles:
+                    t: dict = {"sim": {"progress_s": 0.0}}
+                    if order is not None:
+                        t["backfill"] = {"order": order}
+                    oracles[order], _ = run(f"backfill (oracle{'' if order is None else ', order = ' + order})",
+                                            trace, cluster, t, "oracle")
+                orac = oracles[order]
                 bf, acc = run(f"backfill ({label})", trace, cluster, tables)
                 share = share_of_gain(fifo, bf, orac)
                 rows.append([name, cluster, label, f"{fifo / 3600:.2f} h", f"{bf / 3600:.2f} h",
@@ -325,9 +335,9 @@ def main() -> int:
     ap.add_argument("--philly", default=str(PHILLY))
     ap.add_argument("--pai-sizes", default="3x8,4x8,5x8,6x8", help="cluster shapes for the PAI backfill runs")
     ap.add_argument("--philly-sizes", default="56x8,64x8,72x8", help="cluster shapes for the Philly backfill runs")
-    ap.add_argument("--variants", default="all", choices=("all", "default", "progress"),
-                    help="which backfill settings to run: all, the default only, or the default and the two "
-                         "--known-total settings (progress)")
+    ap.add_argument("--variants", default="all", choices=("all", "default", "progress", "order"),
+                    help="which backfill settings to run: all, the default only, the default and the two "
+                         "--known-total settings (progress), or the default and queue-order backfill (order)")
     ap.add_argument("--no-philly-sim", action="store_true", help="skip the Philly simulations")
     ap.add_argument("--no-pai-sim", action="store_true", help="skip the PAI sample's simulations")
     ap.add_argument("--section", default="prediction", help="the RESULTS.md section to write (default prediction)")
@@ -348,7 +358,8 @@ def main() -> int:
                    "above p90"]
     con.print(C.rich_table(f"causal prediction (load {acc_load:.2f})", acc_headers, acc,
                            left=("trace", "predictor", "subset")))
-    variants = {"all": VARIANTS, "default": VARIANTS[:1], "progress": VARIANTS[:3]}[args.variants]
+    variants = {"all": VARIANTS, "default": VARIANTS[:1], "progress": VARIANTS[:3],
+                "order": [VARIANTS[0], VARIANTS[-1]]}[args.variants]
     bf_headers = ["trace", "cluster", "backfill setting", "FIFO mean JCT", "backfill (predicted)",
                   "backfill (oracle)", "share of oracle's gain", "predictor median APE (sim)", "within 2x (sim)",
                   "load"]

@@ -19,8 +19,9 @@ blocked queue stops (or examines at most the budget ``on_blocked`` returned).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from operator import attrgetter
 from typing import Any
 
@@ -265,8 +266,8 @@ class Framework:
         budget = -1  # -1: no blocked head yet; else jobs left to examine
         req = self._req
         admit = self.pt["backfill_admit"]
-        order = lst if self._queue_order is None else self._queue_order(qname, lst)
-        for job in order:
+        order = iter(lst if self._queue_order is None else self._queue_order(qname, lst))
+        while (job := next(order, None)) is not None:  # a loop over ``order``, which a blocked head may reorder
             if budget >= 0:
                 if budget == 0:
                     break
@@ -320,11 +321,21 @@ class Framework:
                     removed.append(job)
                     continue
                 req.setup(job, klass, now)
-                budget = max((f(req, st) for f in self.pt["on_blocked"][klass]), default=0)
+                budget, order = self._behind_head(req, st, order)
                 if budget <= 0:
                     break
         if removed:
             self._remove(qname, lst, removed)
+
+    def _behind_head(self, req: Request, st: Status, order: Iterator[Job]) -> tuple[int, Iterator[Job]]:
+        """For a blocked head (``req``, its status ``st``): how many later jobs may still be examined (the
+        on_blocked plugins' largest budget), and the rest of ``order`` to examine them from: the next
+        ``budget`` jobs in the first backfill_order plugin's order, else ``order`` itself."""
+        budget = max((f(req, st) for f in self.pt["on_blocked"][req.klass]), default=0)
+        reorder = self.pt["backfill_order"][req.klass]
+        if budget > 0 and reorder:
+            order = iter(reorder[0](req, list(islice(order, budget))))
+        return budget, order
 
     def _remove(self, qname: str, lst: list[Job], removed: list[Job]) -> None:
         """Take the jobs a walk placed, failed or set aside out of queue ``qname`` (its list ``lst``)."""

@@ -41,6 +41,12 @@ Points (``req`` is the reused ``cluster.jobs.Request`` of the attempt):
                                        to stop (preemption, quota reclaim) or a retry class
   on_blocked(req, status) -> int       a queue's head is blocked: how many later jobs of the
                                        queue may still be examined (0: the queue waits)
+  backfill_order(req, jobs) -> list   the jobs behind a blocked head that may still be examined
+                                       (``jobs``: the next ``on_blocked`` budget of them, in queue
+                                       order), in the order to examine them; the first plugin of
+                                       the head's class implementing it, else queue order. It must
+                                       return a permutation of ``jobs`` (e.g. shortest predicted
+                                       first, EASY++'s SJBF)
   backfill_admit(req) -> Status        for a job behind a blocked head: may it start without
                                        delaying the head's reservation
   cycle_end(now) -> iterable[action]   after every queue (promotion upgrades)
@@ -59,7 +65,7 @@ over this cycle without blocking its queue, and the status says which plugin and
 Exceptions: a plugin that raises in an attempt's points (pre_filter through permit) becomes an
 ERROR status; the open statement is discarded and the reserve plugins' unreserve run, so the
 state is exactly as before the attempt. An exception anywhere else in a cycle (cycle_start,
-queue_order, post_filter, on_blocked, backfill_admit, cycle_end; a BaseException anywhere)
+queue_order, post_filter, on_blocked, backfill_order, backfill_admit, cycle_end; a BaseException anywhere)
 propagates to the caller with no statement open; the caller must then rebuild the core from its
 journal (its plugins' memory may be half-updated).
 """
@@ -180,10 +186,10 @@ Action = Preempt | Upgrade  # what a cycle asks the core to do beside placing (`
 
 POINTS = ("pre_enqueue", "queue_of", "sort_key", "queue_order", "cycle_start", "pre_filter", "cache_key",
           "node_order", "filter", "score", "pick_gpus", "reserve", "unreserve", "permit", "post_filter", "on_blocked",
-          "backfill_admit", "cycle_end", "on_placed", "on_running", "on_released", "on_ended",
+          "backfill_order", "backfill_admit", "cycle_end", "on_placed", "on_running", "on_released", "on_ended",
           "on_promoted", "on_progress", "on_history")
 PER_CLASS = ("pre_filter", "node_order", "filter", "score", "pick_gpus", "reserve", "unreserve",
-             "permit", "post_filter", "on_blocked", "backfill_admit")
+             "permit", "post_filter", "on_blocked", "backfill_order", "backfill_admit")
 
 REGISTRY: dict[str, type[Plugin]] = {}
 
@@ -285,6 +291,7 @@ class Plugin:
     def permit(self, req: Request, stmt: Statement) -> Status: return SUCCESS
     def post_filter(self, req: Request, status: Status) -> PostFilterResult | None: return None
     def on_blocked(self, req: Request, status: Status) -> int: return 0
+    def backfill_order(self, req: Request, jobs: list[Job]) -> list[Job]: return jobs
     def backfill_admit(self, req: Request) -> Status: return SUCCESS
     def cycle_end(self, now: float) -> Iterable[Preempt | Upgrade]: return ()
     def on_placed(self, job: Job, placement: Placement, now: float) -> None: return None

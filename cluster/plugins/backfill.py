@@ -21,7 +21,12 @@ before issue 25). A placement with an ``estimate_s`` keeps it. When the predicto
 reports move a running job's projected end, its expected end moves at the next cycle (the shadow
 times are recomputed every cycle). Capacity is counted in guaranteed milli of the head's GPU model (topology is not
 modelled); reservations hold per queue and per cycle (jobs of other queues are not checked).
-At most ``depth`` jobs behind a blocked head are examined per cycle."""
+At most ``depth`` jobs behind a blocked head are examined per cycle, in the order ``order`` gives:
+``shortest`` (the default), by the run time they are admitted on, shortest first, ties and unknown
+estimates (never admitted) in queue order: EASY++'s shortest-job-backfilled-first (SJBF, Tsafrir, Etsion &
+Feitelson 2007), so the holes before a reservation go to the short jobs first; ``queue``: queue order
+(classic EASY). The head's reservation is the same either way; only which of the jobs behind it pass first
+changes."""
 
 from __future__ import annotations
 
@@ -34,6 +39,8 @@ from cluster.points import SUCCESS, Plugin, Status, register, unschedulable
 from cluster.spec import MILLI, JobSpec, Placement
 from cluster.statement import Statement
 from colocate.base.vocab import JobClass
+
+_UNKNOWN = math.inf  # SJBF's key for a job without an estimate: after every job with one
 
 
 class _Reservation:
@@ -52,6 +59,7 @@ class Backfill(Plugin):
         "quantile": Param("p90", "str", lambda v: v in ("p50", "p90"), "p50 or p90"),
         "overdue": Param("conditional", "str", lambda v: v in ("conditional", "now"), "conditional or now"),
         "admit": Param("p50", "str", lambda v: v in ("p50", "p90"), "p50 or p90"),
+        "order": Param("shortest", "str", lambda v: v in ("shortest", "queue"), "shortest or queue"),
     }
 
     def __init__(self, params) -> None:
@@ -60,6 +68,7 @@ class Backfill(Plugin):
         self._info: dict[str, tuple[float, int, str, str]] = {}  # pid -> (end, milli, model, job id)
         self._res: dict[str, _Reservation] = {}
         self._admitted: tuple[Job, int] | None = None
+        self._admit_est: dict[str, float | None] = {}  # job id -> admission estimate, from backfill_order this cycle
         self._unknown = unschedulable(self.name, "no run-time estimate (cannot backfill)")
 
     def estimate(self, spec: JobSpec, now: float | None = None, quantile: str | None = None) -> float | None:
@@ -110,6 +119,7 @@ class Backfill(Plugin):
     def cycle_start(self, now: float) -> None:
         self._res.clear()
         self._admitted = None
+        self._admit_est.clear()
         pred = self.fw.plugin("predictor")
         moved = pred.take_moved() if pred is not None else None  # type: ignore[attr-defined]
         if moved:
@@ -168,11 +178,22 @@ class Backfill(Plugin):
         self._res[req.queue] = _Reservation(req.job.job_id, shadow, have - need, model)
         return self.p["depth"]
 
+    def backfill_order(self, req: Request, jobs: list[Job]) -> list[Job]:
+        if self.p["order"] == "queue" or req.queue not in self._res:
+            return jobs
+        est = self._admit_est
+        est.clear()
+        admit, now = self.p["admit"], req.now
+        for j in jobs:
+            est[j.job_id] = self.estimate(j.spec, now, admit)
+        return sorted(jobs, key=lambda j: _UNKNOWN if (e := est[j.job_id]) is None else e)  # stable: ties keep queue order
+
     def backfill_admit(self, req: Request) -> Status:
         res = self._res.get(req.queue)
         if res is None or (res.model and req.model and res.model != req.model):
             return SUCCESS
-        est = self.estimate(req.spec, req.now, self.p["admit"])
+        job_id = req.job.job_id
+        est = self._admit_est[job_id] if job_id in self._admit_est else self.estimate(req.spec, req.now, self.p["admit"])
         if est is None:
             return self._unknown
         if req.now + est <= res.shadow:

@@ -42,6 +42,33 @@ def test_backfill_extra_capacity_is_consumed():
     assert sorted(starts(out)) == ["l1"]
 
 
+@pytest.mark.parametrize("order, a, b, started", [
+    ("shortest", 80.0, 20.0, ["b"]),  # SJBF: the shorter job behind the head takes the hole first
+    ("queue", 80.0, 20.0, ["a"]),  # classic EASY: queue order
+    ("shortest", 20.0, 20.0, ["a"]),  # a tie keeps queue order
+    ("shortest", None, 20.0, ["b"]),  # unknown (never admitted) goes last; b takes the hole
+    ("shortest", 20.0, None, ["a"]),
+])
+def test_backfill_order(order, a, b, started):
+    """Two free GPUs before the head's reserved start at 100; a and b (2 GPUs each) would each end in time."""
+    core = make_core(config(["fifo", "gang", "binpack", "backfill", "predictor"], backfill={"order": order}),
+                     [("n0", 8)])
+    run(core, job("r", gpus=6, estimate_s=100.0))
+    out = submit(core, job("head", gpus=8, t=1, estimate_s=100.0), job("a", gpus=2, t=2, estimate_s=a),
+                 job("b", gpus=2, t=3, estimate_s=b), now=10.0)
+    assert sorted(starts(out)) == started
+    assert core.fw.plugin("backfill").reservation("default") == ("head", 100.0, 0)
+
+
+def test_backfill_order_examines_only_the_budget_behind_the_head():
+    """depth 1: only the first job behind the head is examined, however short the next one is."""
+    core = make_core(config(["fifo", "gang", "binpack", "backfill", "predictor"], backfill={"depth": 1}), [("n0", 8)])
+    run(core, job("r", gpus=6, estimate_s=100.0))
+    out = submit(core, job("head", gpus=8, t=1, estimate_s=100.0), job("a", gpus=2, t=2, estimate_s=500.0),
+                 job("b", gpus=2, t=3, estimate_s=20.0), now=10.0)
+    assert starts(out) == {}
+
+
 def test_backfill_uses_the_predictor_when_no_estimate():
     core = backfill_core()
     # teach the predictor: same user and name ran 20 s
