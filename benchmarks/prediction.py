@@ -265,14 +265,16 @@ def leaky_group_dur(path: Path, jobs) -> list[float | None]:
 
 
 def mean_jct(trace: Path, cluster: str, tables: dict | None, estimates: str = "predicted",
-             plugins: list[str] | None = None, progress=None, prepare=None) -> tuple[float, dict]:
+             plugins: list[str] | None = None, progress=None, prepare=None,
+             backfill: str = "backfill") -> tuple[float, dict]:
     """Mean JCT (s) and the predictor's accuracy of one simulated run. ``tables``: [plugin.X] tables, and
     ``sim``: ``SimConfig`` fields (the simulator's defaults otherwise: progress reports on). ``prepare``: a
-    function of the loaded workload that returns the one to run (None: as loaded)."""
+    function of the loaded workload that returns the one to run (None: as loaded). ``backfill``: the plugin
+    that takes backfill's place in the preset (without ``plugins``)."""
     tables = dict(tables or {})
     sim = SimConfig(**tables.pop("sim", {}))
     if plugins is None:
-        raw = {"plugins": BACKFILL, "plugin": tables}
+        raw = {"plugins": [backfill if p == "backfill" else p for p in BACKFILL], "plugin": tables}
         cfg = parse_config(raw, "backfill")
     else:
         cfg = parse_config({"plugins": plugins}, "gang-binpack")

@@ -44,3 +44,31 @@ def test_the_cpu_probe_times_its_loop_in_each_tenth_and_stops_its_process(tmp_pa
     assert summary["steal_pct"] >= 0 or summary["steal_pct"] != summary["steal_pct"]  # a share, or NaN off Linux
     wait_for(lambda: not alive(pid), 30, what="the probe's process to be gone")
     assert not probe.path.exists()
+
+
+@pytest.mark.parametrize("truth, true_r, true_a, true_b, started", [
+    ("none", 25.0, 1.0, 500.0, ["b"]),  # the default: shortest by estimate (b: 20 s) first
+    ("order", 25.0, 1.0, 500.0, ["a"]),  # the order by true run time: a first, admitted on its estimate (50 s)
+    ("admit", 25.0, 500.0, 1.0, ["b"]),  # order by estimate; b's true 1 s ends before the shadow time
+    ("admit", 25.0, 1.0, 500.0, ["a"]),  # b truly runs 500 s: it would delay the head; a passes instead
+    ("shadow", 25.0, 1.0, 500.0, []),  # r truly ends at 25: b (20 s from 10) would delay the head
+    ("shadow", 100.0, 1.0, 500.0, ["b"]),
+])
+def test_backfill_hindsight_answers_one_use_with_the_true_run_time(truth, true_r, true_a, true_b, started):
+    """benchmarks/backfill_hindsight.py's plugin: two free GPUs before the head's reserved start (100 s by the
+    running job's estimate)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import backfill_hindsight as H
+    finally:
+        sys.path.remove(str(BENCH))
+    from tests.cluster.helpers import config, job, make_core, run, starts, submit
+
+    core = make_core(config(["fifo", "gang", "binpack", "backfill_hindsight", "predictor"],
+                            backfill_hindsight={"truth": truth}), [("n0", 8)])
+    H.TRUE.clear()
+    H.TRUE.update(r=true_r, head=100.0, a=true_a, b=true_b)
+    run(core, job("r", gpus=6, estimate_s=100.0))
+    out = submit(core, job("head", gpus=8, t=1, estimate_s=100.0), job("a", gpus=2, t=2, estimate_s=50.0),
+                 job("b", gpus=2, t=3, estimate_s=20.0), now=10.0)
+    assert sorted(starts(out)) == started
