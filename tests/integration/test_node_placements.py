@@ -99,6 +99,17 @@ def test_a_placement_starts_reports_is_promoted_and_ends(sim_ext, procs, ipc_dir
     assert len(sched.of(P.WorkerStarted)) == 2
 
 
+def exited_or_explain(sched, node, log0, pid: str, timeout: float) -> dict:
+    """Rank -> WorkerExited of placement ``pid`` within ``timeout`` s; on a timeout (seen on loaded machines) the
+    assertion carries the node's log tail, rank 0's log tail and what the node sent."""
+    try:
+        return events(sched, P.WorkerExited, pid, timeout=timeout)
+    except AssertionError as exc:
+        tail = "\n".join(node.log().splitlines()[-40:])
+        raise AssertionError(f"{exc}\nnode log:\n{tail}\nrank 0 log:\n{log0.read_text()[-3000:]}\n"
+                             f"what the node sent: {[type(m).__name__ for m in sched.of(P.Message)][-30:]}") from None
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_a_restarted_node_readopts_its_workers_and_a_stop_checkpoints_them(sim_ext, procs, ipc_dir, sched):
@@ -120,7 +131,7 @@ def test_a_restarted_node_readopts_its_workers_and_a_stop_checkpoints_them(sim_e
     wait_for(lambda: both_listed(node), 30, what="the workers to register with the new node")
     sched.send(ident, start)  # the scheduler repeats the start: the node starts nothing twice
     sched.send(ident, P.StopPlacement(placement_id="p1", job_id="ddp", reason="preempted", grace_s=60.0))
-    exits = {r: m.exit_code for r, m in events(sched, P.WorkerExited, "p1", timeout=300).items()}
+    exits = {r: m.exit_code for r, m in exited_or_explain(sched, node, log0, "p1", 300).items()}
     assert exits == {0: 143, 1: 143}  # exited on SIGTERM after saving; codes from the launchers' exit files
     assert len(sched.of(P.WorkerStarted)) == n_started
     saved = re.search(r"SIGTERM: checkpoint saved at iteration (\d+)", log0.read_text())
@@ -128,12 +139,7 @@ def test_a_restarted_node_readopts_its_workers_and_a_stop_checkpoints_them(sim_e
 
     k = int(saved.group(1))
     sched.send(ident, ddp_placement(ipc_dir, "p2", "--iters", k + 30, "--log-every", 0, "--checkpoint", "ddp.pt"))
-    try:
-        exits = events(sched, P.WorkerExited, "p2", timeout=180)
-    except AssertionError as exc:  # it has timed out on loaded machines: keep what the node and p2's ranks said
-        tail = "\n".join(node.log().splitlines()[-40:])
-        raise AssertionError(f"{exc}\nnode log:\n{tail}\nrank 0 log:\n{log0.read_text()[-3000:]}\n"
-                             f"what the node sent: {[type(m).__name__ for m in sched.of(P.Message)][-30:]}") from None
+    exits = exited_or_explain(sched, node, log0, "p2", 180)
     assert [exits[r].exit_code for r in (0, 1)] == [0, 0]
     text = log0.read_text()
     assert f"resumed from iteration {k}" in text and f"done: {k + 30} iterations" in text  # no finished work lost
