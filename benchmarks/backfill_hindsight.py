@@ -24,7 +24,6 @@ import os
 import sys
 import time
 from bisect import insort
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -127,14 +126,7 @@ def main() -> int:
     con = C.console()
     t0 = time.perf_counter()
     tasks = [(args.trace, size, kind) for size in sizes for kind in kinds]
-    jct: dict[tuple[str, str], float] = {}
-    with ProcessPoolExecutor(args.workers) as pool:
-        futures = [pool.submit(replay, *t) for t in tasks]
-        for i, fut in enumerate(futures, 1):
-            size, kind, value, wall = fut.result()
-            jct[(size, kind)] = value
-            con.print(f"[{i}/{len(tasks)}] {size} {kind}: mean JCT {value / 3600:.2f} h ({wall:.0f} s; "
-                      f"{time.perf_counter() - t0:.0f} s so far)")
+    jct = J.run_replays(replay, tasks, args.workers, con, t0)
     headers = ["cluster", "replay", "mean JCT", "share of oracle's gain"]
     rows = []
     for size in sizes:
@@ -149,8 +141,7 @@ def main() -> int:
         "## Where backfill on predictions loses against the oracle: hindsight for one use of the estimate "
         "(issue 25)", "",
         f"`{C.invocation()}`", "", *C.machine_lines(info),
-        f"- wall {time.perf_counter() - t0:.0f} s, {args.workers} replays at once; load average (1 min) at the end "
-        f"{os.getloadavg()[0]:.2f}", "",
+        J.wall_line(t0, args.workers), "",
         "Each middle row is the default backfill (shortest predicted first, admission at p50, running jobs' ends",
         "at p90 moved by progress reports) with one use of the run-time estimate answered by the job's true run",
         "time; share = (FIFO - row) / (FIFO - oracle). Replays are deterministic, but one changed decision moves",

@@ -75,6 +75,26 @@ def replay(trace: str, cluster: str, copy: int, sigma: float, kind: str) -> tupl
     return cluster, copy, kind, jct, time.perf_counter() - t0
 
 
+def run_replays(fn, tasks: list[tuple], workers: int, con, t0: float) -> dict[tuple, float]:
+    """``fn(*task)`` for every task, ``workers`` at once in worker processes; ``fn`` returns ``(*key, mean JCT in
+    s, wall s)``. Key -> mean JCT, with a line on ``con`` as each replay ends (in task order)."""
+    out: dict[tuple, float] = {}
+    with ProcessPoolExecutor(workers) as pool:
+        futures = [pool.submit(fn, *t) for t in tasks]
+        for i, fut in enumerate(futures, 1):
+            *key, value, wall = fut.result()
+            out[tuple(key)] = value
+            con.print(f"[{i}/{len(tasks)}] {' '.join(map(str, key))}: mean JCT {value / 3600:.2f} h "
+                      f"({wall:.0f} s; {time.perf_counter() - t0:.0f} s so far)")
+    return out
+
+
+def wall_line(t0: float, workers: int) -> str:
+    """The RESULTS line of a pool of replays begun at ``t0``: wall time, replays at once, load at the end."""
+    return (f"- wall {time.perf_counter() - t0:.0f} s, {workers} replays at once; load average (1 min) at the end "
+            f"{os.getloadavg()[0]:.2f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", default="philly", choices=sorted(TRACES), help="which trace (default philly)")
@@ -96,14 +116,7 @@ def main() -> int:
     t0 = time.perf_counter()
     tasks = [(args.trace, size, copy, args.sigma, kind) for size in sizes for copy in range(args.copies + 1)
              for kind in ("predicted", "oracle", "FIFO")]  # the slow ones first
-    jct: dict[tuple[str, int, str], float] = {}
-    with ProcessPoolExecutor(args.workers) as pool:
-        futures = [pool.submit(replay, *t) for t in tasks]
-        for i, fut in enumerate(futures, 1):
-            size, copy, kind, value, wall = fut.result()
-            jct[(size, copy, kind)] = value
-            con.print(f"[{i}/{len(tasks)}] {size} copy {copy} {kind}: mean JCT {value / 3600:.2f} h "
-                      f"({wall:.0f} s; {time.perf_counter() - t0:.0f} s so far)")
+    jct = run_replays(replay, tasks, args.workers, con, t0)
     headers = ["cluster", "copy", "FIFO mean JCT", "backfill (predicted)", "backfill (oracle)",
                "share of oracle's gain"]
     rows: list[list[str]] = []
@@ -125,8 +138,7 @@ def main() -> int:
     body = "\n".join([
         "## Backfill's share of the oracle's gain on jittered copies of a trace (issue 25)", "",
         f"`{C.invocation()}`", "", *C.machine_lines(info),
-        f"- wall {time.perf_counter() - t0:.0f} s, {args.workers} replays at once; load average (1 min) at the end "
-        f"{os.getloadavg()[0]:.2f}", "",
+        wall_line(t0, args.workers), "",
         f"Each copy multiplies every job's run time by exp(N(0, {args.sigma:g})) (copy 0: the trace itself); FIFO =",
         "gang-binpack, predicted = the backfill preset on the predictor, oracle = backfill on the copy's true run",
         "times. Replays are deterministic: a copy gives the same figures every time.", "",
