@@ -35,6 +35,7 @@ import _common as C
 import prediction as B
 
 from cluster.sim.workload import oracle_estimate
+from colocate.launcher import _die_with_parent
 
 TRACES = {"philly": B.PHILLY, "pai": B.PAI}
 KINDS = ("FIFO", "predicted", "oracle")
@@ -77,9 +78,10 @@ def replay(trace: str, cluster: str, copy: int, sigma: float, kind: str) -> tupl
 
 def run_replays(fn, tasks: list[tuple], workers: int, con, t0: float) -> dict[tuple, float]:
     """``fn(*task)`` for every task, ``workers`` at once in worker processes; ``fn`` returns ``(*key, mean JCT in
-    s, wall s)``. Key -> mean JCT, with a line on ``con`` as each replay ends (in task order)."""
+    s, wall s)``. Key -> mean JCT, with a line on ``con`` as each replay ends (in task order). The workers die
+    with this process (a kill -9 of it leaves no replay running)."""
     out: dict[tuple, float] = {}
-    with ProcessPoolExecutor(workers) as pool:
+    with ProcessPoolExecutor(workers, initializer=_die_with_parent(os.getpid())) as pool:
         futures = [pool.submit(fn, *t) for t in tasks]
         for i, fut in enumerate(futures, 1):
             *key, value, wall = fut.result()
