@@ -122,6 +122,9 @@ def main() -> int:
         print(f"backfill_hindsight: {J.TRACES[args.trace]}: no such file", file=sys.stderr)
         return 2
     sizes = [s for s in args.sizes.split(",") if s]
+    if (why := J.bad_sizes(sizes)) is not None:
+        print(f"backfill_hindsight: --sizes: {why}", file=sys.stderr)
+        return 2
     info = C.machine_info()
     con = C.console()
     t0 = time.perf_counter()

@@ -35,6 +35,7 @@ import _common as C
 import prediction as B
 
 from cluster.sim.workload import oracle_estimate
+from cluster.traces.nodes import parse_shape
 from colocate.launcher import _die_with_parent
 
 TRACES = {"philly": B.PHILLY, "pai": B.PAI}
@@ -91,6 +92,18 @@ def run_replays(fn, tasks: list[tuple], workers: int, con, t0: float) -> dict[tu
     return out
 
 
+def bad_sizes(sizes: list[str]) -> str | None:
+    """Why ``sizes`` (cluster shapes) cannot be replayed, in one line; None when each parses."""
+    if not sizes:
+        return "no cluster shape given"
+    for size in sizes:
+        try:
+            parse_shape(size)
+        except ValueError as exc:
+            return str(exc)
+    return None
+
+
 def wall_line(t0: float, workers: int) -> str:
     """The RESULTS line of a pool of replays begun at ``t0``: wall time, replays at once, load at the end."""
     return (f"- wall {time.perf_counter() - t0:.0f} s, {workers} replays at once; load average (1 min) at the end "
@@ -110,6 +123,9 @@ def main() -> int:
         print("backfill_jitter: --copies and --sigma must be >= 0 (sigma <= 1), --workers >= 1", file=sys.stderr)
         return 2
     sizes = [s for s in args.sizes.split(",") if s]
+    if (why := bad_sizes(sizes)) is not None:
+        print(f"backfill_jitter: --sizes: {why}", file=sys.stderr)
+        return 2
     if not TRACES[args.trace].is_file():
         print(f"backfill_jitter: {TRACES[args.trace]}: no such file", file=sys.stderr)
         return 2
