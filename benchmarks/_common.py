@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import math
 import os
 import platform
@@ -21,6 +22,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -174,18 +176,31 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
-    """Write ``body`` as section ``name`` of RESULTS.md, replacing an earlier one."""
+    """Write ``body`` as section ``name`` of RESULTS.md, replacing an earlier one.
+
+    Safe against benchmarks finishing at once (each its own process): the read, replace and write hold an
+    exclusive lock (``flock`` on ``RESULTS.md.lock`` beside it), and the new text goes to a temporary file of this
+    writer's own that replaces the file in one rename, so a reader sees the old text or the new, and no section
+    another writer put there in the meantime is lost."""
     start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
     section = f"{start}\n{body.strip()}\n{end}"
-    text = path.read_text() if path.exists() else RESULTS_HEADER
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _m: section, text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text if text.endswith("\n") else text + "\n")
-    os.replace(tmp, path)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        text = path.read_text() if path.exists() else RESULTS_HEADER
+        if pattern.search(text):
+            text = pattern.sub(lambda _m: section, text, count=1)
+        else:
+            text = text.rstrip("\n") + "\n\n" + section + "\n"
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text if text.endswith("\n") else text + "\n")
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
     return path
 
 

@@ -60,6 +60,21 @@ def pytest_collection_modifyitems(config, items):
 _GROUP = pytest.StashKey[str]()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that started processes through the ``procs`` fixture carries the tail of each one's log
+    in its report (a daemon's view of a timeout on a loaded machine), taken before teardown removes them."""
+    outcome = yield
+    rep = outcome.get_result()
+    procs = getattr(item, "funcargs", {}).get("procs")
+    if rep.failed and rep.when == "call" and isinstance(procs, S.Procs):
+        for name, tail in procs.log_tails(LOG_TAIL_LINES):
+            rep.sections.append((f"log of {name} (last {LOG_TAIL_LINES} lines)", tail))
+
+
+LOG_TAIL_LINES = 60
+
+
 def pytest_configure(config):
     """The processes the suite starts (daemons, launchers, jobs: hundreds) import this checkout's packages.
     Where the environment says PYTHONDONTWRITEBYTECODE, each would compile them again at its start; they share

@@ -147,6 +147,14 @@ class Procs:
         self.all.append(proc)
         return proc
 
+    def log_tails(self, lines: int = 60) -> list[tuple[str, str]]:
+        """(log file name, its last ``lines`` lines) of each process started, in start order."""
+        out = []
+        for proc in self.all:
+            text = read_log(proc)
+            out.append((Path(proc.log_path).name, "\n".join(text.splitlines()[-lines:])))
+        return out
+
     def cleanup(self) -> None:
         for proc in self.all:
             if proc.poll() is None:

@@ -72,3 +72,28 @@ def test_backfill_hindsight_answers_one_use_with_the_true_run_time(truth, true_r
     out = submit(core, job("head", gpus=8, t=1, estimate_s=100.0), job("a", gpus=2, t=2, estimate_s=50.0),
                  job("b", gpus=2, t=3, estimate_s=20.0), now=10.0)
     assert sorted(starts(out)) == started
+
+
+_WRITER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import _common as C
+from pathlib import Path
+for i in range(int(sys.argv[4])):
+    C.update_results(f"{sys.argv[3]}-{i}", f"body {sys.argv[3]} {i}", Path(sys.argv[2]))
+"""
+
+
+def test_benchmarks_writing_results_at_once_lose_no_section(tmp_path):
+    """``_common.update_results`` from several processes at once: every section each one wrote is in the file
+    at the end, once, and no temporary file is left."""
+    results, writers, each = tmp_path / "RESULTS.md", 6, 25
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(BENCH), str(results), f"w{w}", str(each)],
+                              env=child_env()) for w in range(writers)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    text = results.read_text()
+    missing = [f"w{w}-{i}" for w in range(writers) for i in range(each)
+               if text.count(f"<!-- bench:w{w}-{i} -->\nbody w{w} {i}\n<!-- /bench:w{w}-{i} -->") != 1]
+    assert not missing, f"{len(missing)} of {writers * each} sections lost: {missing[:5]}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["RESULTS.md", "RESULTS.md.lock"]
