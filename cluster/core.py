@@ -38,6 +38,7 @@ from typing import Any, assert_never
 from cluster import events as ev
 from cluster.config import PolicyConfig
 from cluster.core_nodes import NodeEvents
+from cluster.core_views import CoreViews
 from cluster.events import CANCELLED, FAILED, PENDING, PLACING, RUNNING, SUCCEEDED
 from cluster.framework import Framework
 from cluster.jobs import Job
@@ -61,9 +62,9 @@ class _Stop:
         self.job, self.placement, self.reason = job, placement, reason
 
 
-class SchedulerCore(NodeEvents):
+class SchedulerCore(NodeEvents, CoreViews):
     """One per scheduler (live server or simulation). Not thread-safe: one caller at a time. Its node events
-    (joined, lost, report) are ``cluster.core_nodes``'."""
+    (joined, lost, report) are ``cluster.core_nodes``', its read-only views ``cluster.core_views``'."""
 
     def __init__(self, config: PolicyConfig, rng: random.Random) -> None:
         self.config = config
@@ -154,57 +155,6 @@ class SchedulerCore(NodeEvents):
         lost, requeued); a node that has not registered within ``restore_grace_s`` (Tick) counts
         as lost. Returns JobChanged decisions for records the current config rejects."""
         return self.recovery.restore(records, now)
-
-    # ------------------------------------------------------------------ views (read-only)
-
-    def queues(self) -> dict[str, list[str]]:
-        """Pending job ids per queue, in scheduling order."""
-        return {q: [j.job_id for j in lst] for q, lst in sorted(self.fw.queues.items())}
-
-    def job(self, job_id: str) -> Job | None:
-        """The job's record (read-only by contract), or None."""
-        return self.jobs.get(job_id)
-
-    def running(self) -> dict[str, Placement]:
-        """Placing and running jobs and their current placements."""
-        return {j.job_id: j.placement for j in self.holders.values()
-                if j.state in (PLACING, RUNNING) and j.placement is not None and j.placement_id in self.holders}
-
-    def blocked(self) -> dict[str, tuple[str, str]]:
-        """Per queue, the head that blocked it in the last cycle and why."""
-        return {q: (jid, str(st)) for q, (jid, st) in self.fw.blocked.items()}
-
-    def set_aside(self) -> dict[str, str]:
-        """Pending jobs out of their queues because no known node could hold them: job id -> why."""
-        return {jid: st.reason for jid, (_, st) in self.fw.aside.items()}
-
-    def nodes(self) -> list[dict]:
-        """Per node: up, epoch, free whole GPUs, CPU/memory allocated, and per GPU the
-        guaranteed milli, memory allocated, placements there and the last report."""
-        out = []
-        for n in self.state.nodes.values():
-            out.append({
-                "node_id": n.node_id, "up": n.up, "epoch": n.epoch, "gpu_model": n.model, "free_gpus": n.free,
-                "cpu_milli": n.cpu, "mem_mib": n.host_mem, "workers": len(n.slots),
-                "switch": n.spec.switch, "rack": n.spec.rack,
-                "gpus": [{"index": g.index, "milli": g.milli, "mem": g.mem, JobClass.GUARANTEED: sorted(g.g),
-                          JobClass.OPPORTUNISTIC: sorted(g.o), "utilization": g.utilization, "mem_used": g.mem_used}
-                         for g in n.gpus],
-            })
-        return out
-
-    def counters(self) -> dict[str, int]:
-        c = dict(self.stats)
-        c.update(cycles=self.fw.cycles, attempts=self.fw.attempts, pending=self.fw.pending(),
-                 running=sum(1 for j in self.holders.values() if j.state == RUNNING and j.placement_id in self.holders),
-                 stopping=len(self.stopping))
-        return c
-
-    def records(self) -> list[ev.JobRecord]:
-        """Every job as a JobRecord, in arrival order (what a journal holds)."""
-        jobs = sorted(self.jobs.values(), key=lambda j: j.seq)
-        return [ev.JobRecord(j.spec, j.state, j.placement if j.state in (PLACING, RUNNING) else None,
-                             j.attempt, j.failed_starts) for j in jobs]
 
     # ------------------------------------------------------------------ cycle
 
