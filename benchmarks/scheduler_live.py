@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     console.print(f"launcher: {launcher}")
     runs = []
     for _ in range(args.repeats):
-        sent, rows, received, disk, cpu = one_run(args, console)
+        sent, rows, received, disk, cpu, own = one_run(args, console)
         order = sorted(sent, key=sent.get)
         lat_in_order = [(rows[j] - sent[j]) * 1000 for j in order]
         lat = sorted(lat_in_order)
@@ -121,14 +121,16 @@ def main(argv=None) -> int:
         tenths = " ".join(f"{x:.1f}" for x in C.tenth_medians(lat_in_order))
         disk_tenths = " ".join(f"{x:.1f}" for x in disk["tenths_ms"])
         cpu_tenths = " ".join(f"{x:.2f}" for x in cpu["tenths_ms"]) + f" (steal {cpu['steal_pct']:.1f}%)"
+        own_tenths = " / ".join(" ".join(f"{x:.0f}" for x in own[name]) for name in ("scheduler", "node", "launchers"))
         runs.append([str(len(lat)), f"{statistics.median(lat):.1f}", f"{C.rank(lat, 0.99):.1f}",
                      f"{lat[-1]:.1f}", f"{head:.1f}", f"{last:.1f}", f"{last / head:.2f}", *legs,
-                     tenths, cpu_tenths, disk_tenths, f"{disk['p99_ms']:.1f} / {disk['max_ms']:.0f} ({disk['over_100ms']})",
+                     tenths, cpu_tenths, own_tenths, disk_tenths, f"{disk['p99_ms']:.1f} / {disk['max_ms']:.0f} ({disk['over_100ms']})",
                      f"{os.getloadavg()[0]:.1f}"])
         console.print(" | ".join(runs[-1]))
     heads = ["jobs", "p50 ms", "p99 ms", "max ms", "first 100 median", "last 100 median", "last/first",
              "submit leg: first -> last 100 median", "start leg: first -> last 100 median",
-             "median of each tenth, ms", "CPU probe median of each tenth, ms (steal over the run)", "disk fsync median of each tenth, ms", "disk fsync p99 / max ms (over 100 ms)", "load 1m"]
+             "median of each tenth, ms", "CPU probe median of each tenth, ms (steal over the run)",
+             "CPU ms per job in each tenth: scheduler / node / its launchers", "disk fsync median of each tenth, ms", "disk fsync p99 / max ms (over 100 ms)", "load 1m"]
     console.print(C.rich_table(f"submit -> worker started over loopback, {args.repeats} run(s); goals: p99 <= 100 ms, "
                                "last/first within 0.8-1.2", heads, runs))
     if not args.no_write:
@@ -151,7 +153,11 @@ def main(argv=None) -> int:
             "(`_common.CpuProbe`), its median in each tenth beside the jobs': a busy VM host slows every process "
             "(steal time shows only part of it), and the loop slows with it (our daemons and launchers share the cores "
             "with it too, at a steady rate); steal: the share of the machine's CPU time the hypervisor took during the "
-            "run (`/proc/stat`)", "",
+            "run (`/proc/stat`)",
+            "- CPU ms per job: what the scheduler, the node and the node's launchers (children it reaped) used in each "
+            "tenth of the submissions, over the jobs submitted in it (`_common.ProcessCpu`, `/proc/PID/stat`): steady "
+            "tenths while the jobs' and the probe's move together say the slower tenths were the machine's, not more "
+            "work of ours", "",
             C.markdown_table(heads, runs),
         ])
         console.print(f"wrote section '{SECTION}' of {C.update_results(SECTION, body)}")
@@ -161,9 +167,10 @@ def main(argv=None) -> int:
 
 
 def one_run(args, console):
-    """One scheduler and node; ``(sent, rows, received, disk, cpu)``: job id -> client send time, -> WorkerStarted
-    receipt, -> the scheduler's receipt of the submit (its journaled ``submitted_at``); the disk and CPU probes'
-    summaries."""
+    """One scheduler and node; ``(sent, rows, received, disk, cpu, own)``: job id -> client send time, ->
+    WorkerStarted receipt, -> the scheduler's receipt of the submit (its journaled ``submitted_at``); the disk and
+    CPU probes' summaries; the CPU ms per job of the scheduler, the node and the node's reaped launchers in each
+    tenth of the submissions."""
     from colocate.base import keys as K
     from colocate.clients import rpc
     from colocate.clients.scheduler import SchedulerClient, request_from_here
@@ -197,12 +204,17 @@ def one_run(args, console):
         with C.DiskProbe(tmp) as probe, C.CpuProbe(tmp) as cpu, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                                  TimeElapsedColumn(), console=console) as progress:
             task = progress.add_task("submitting", total=args.jobs)
-            for _ in range(args.jobs):
+            tenth = max(1, args.jobs // 10)
+            own = C.ProcessCpu({"scheduler": sched.pid, "node": node.pid})
+            own.mark()
+            for i in range(args.jobs):
                 req = request_from_here(["sleep", "0.2"], gpus=1, priority="guaranteed", name="bench", cwd=str(tmp))
                 t0 = time.time()
                 sent[client.submit(req)] = t0
                 progress.advance(task)
                 time.sleep(max(0.0, args.every - (time.time() - t0)))
+                if (i + 1) % tenth == 0:
+                    own.mark()
         db = sqlite3.connect(f"file:{tmp / 's.db'}?mode=ro", uri=True)
 
         def started():
@@ -220,7 +232,9 @@ def one_run(args, console):
         for proc in (node, sched):
             proc.wait(30)
     client.close()
-    return sent, rows, received, probe.summary(), cpu.summary()
+    own_ms = {"scheduler": own.per_step_ms("scheduler", tenth), "node": own.per_step_ms("node", tenth),
+              "launchers": own.per_step_ms("node", tenth, children=True)}
+    return sent, rows, received, probe.summary(), cpu.summary(), own_ms
 
 
 if __name__ == "__main__":
