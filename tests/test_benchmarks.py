@@ -97,3 +97,29 @@ def test_benchmarks_writing_results_at_once_lose_no_section(tmp_path):
                if text.count(f"<!-- bench:w{w}-{i} -->\nbody w{w} {i}\n<!-- /bench:w{w}-{i} -->") != 1]
     assert not missing, f"{len(missing)} of {writers * each} sections lost: {missing[:5]}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["RESULTS.md", "RESULTS.md.lock"]
+
+
+def test_process_cpu_counts_what_a_process_and_its_reaped_children_used_between_marks(monkeypatch):
+    """``_common.ProcessCpu``: a process that spins between two marks shows that CPU time, its reaped child's
+    shows under ``children``; a pid that is gone reads NaN."""
+    import math
+
+    from tests.support import wait_for
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    import _common as C
+
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys\n" + spin.format(s=0.3)
+                               + f"subprocess.run([sys.executable, '-c', {spin.format(s=0.3)!r}])\n"
+                               + "sys.stdin.read()\n"], stdin=subprocess.PIPE, env=child_env())
+    try:
+        cpu = C.ProcessCpu({"p": parent.pid})
+        cpu.mark()
+        wait_for(lambda: C.ProcessCpu.read(parent.pid)[1] >= 0.25, 60, what="the child to be reaped")
+        cpu.mark()
+        own, children = cpu.per_step_ms("p", 1)[0], cpu.per_step_ms("p", 1, children=True)[0]
+        assert 0 < own <= 1000 and 250 <= children <= 1000
+    finally:
+        parent.communicate(b"", timeout=30)
+    assert all(math.isnan(x) for x in C.ProcessCpu.read(parent.pid))
