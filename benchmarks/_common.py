@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import math
 import os
@@ -175,6 +176,17 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+SECTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+
+
+def section_name(value: str) -> str:
+    """``argparse`` type of a benchmark's ``--section``: a RESULTS.md section name (letters, digits, ``_``, ``.``,
+    ``-``; it goes into the section's ``<!-- bench:NAME -->`` markers)."""
+    if not SECTION_NAME.match(value):
+        raise argparse.ArgumentTypeError(f"{value!r}: a section name is letters, digits, '_', '.' and '-'")
+    return value
+
+
 def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
     """Write ``body`` as section ``name`` of RESULTS.md, replacing an earlier one.
 
@@ -182,6 +194,8 @@ def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
     exclusive lock (``flock`` on ``RESULTS.md.lock`` beside it), and the new text goes to a temporary file of this
     writer's own that replaces the file in one rename, so a reader sees the old text or the new, and no section
     another writer put there in the meantime is lost."""
+    if not SECTION_NAME.match(name):
+        raise ValueError(f"update_results: {name!r} is not a section name (letters, digits, '_', '.', '-')")
     start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
     section = f"{start}\n{body.strip()}\n{end}"
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)

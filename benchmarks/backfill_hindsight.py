@@ -110,6 +110,8 @@ def main() -> int:
     ap.add_argument("--kinds", default=",".join(KINDS), help=f"replays to run, comma-separated (default all: "
                     f"{', '.join(KINDS)}); shares need FIFO and oracle")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="replays at once (default 2)")
+    ap.add_argument("--section", type=C.section_name, help="the RESULTS.md section to write (default "
+                    "backfill-hindsight-TRACE)")
     ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
     args = ap.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
@@ -153,7 +155,7 @@ def main() -> int:
         C.markdown_table(headers, rows),
     ])
     if not args.no_write:
-        C.update_results(f"backfill-hindsight-{args.trace}", body)
+        C.update_results(args.section or f"backfill-hindsight-{args.trace}", body)
         print(f"recorded in {C.RESULTS}", flush=True)
     return 0
 

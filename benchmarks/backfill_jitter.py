@@ -117,6 +117,8 @@ def main() -> int:
     ap.add_argument("--copies", type=int, default=3, help="jittered copies besides the trace itself (default 3)")
     ap.add_argument("--sigma", type=float, default=0.01, help="log-normal sigma of the run-time factor (default 0.01)")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="replays at once (default 2)")
+    ap.add_argument("--section", type=C.section_name, help="the RESULTS.md section to write (default "
+                    "backfill-jitter-TRACE)")
     ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
     args = ap.parse_args()
     if args.copies < 0 or not 0 <= args.sigma <= 1 or args.workers < 1:
@@ -163,7 +165,7 @@ def main() -> int:
         C.markdown_table(headers, rows),
     ])
     if not args.no_write:
-        C.update_results(f"backfill-jitter-{args.trace}", body)
+        C.update_results(args.section or f"backfill-jitter-{args.trace}", body)
         print(f"recorded in {C.RESULTS}", flush=True)
     return 0
 

@@ -342,7 +342,7 @@ def main() -> int:
                          "--known-total settings (progress), or the default and queue-order backfill (order)")
     ap.add_argument("--no-philly-sim", action="store_true", help="skip the Philly simulations")
     ap.add_argument("--no-pai-sim", action="store_true", help="skip the PAI sample's simulations")
-    ap.add_argument("--section", default="prediction", help="the RESULTS.md section to write (default prediction)")
+    ap.add_argument("--section", default="prediction", type=C.section_name, help="the RESULTS.md section to write (default prediction)")
     ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
     args = ap.parse_args()
     for p in (args.pai, args.philly):

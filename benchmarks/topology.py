@@ -76,7 +76,7 @@ def main() -> int:
     ap.add_argument("--spread", default="published", help="published | none | node=F,switch=F[,rack=F]")
     ap.add_argument("--waits", default="0,600", help="topology plugin wait_s values, comma-separated")
     ap.add_argument("--limit", type=int, default=None, help="first N jobs only")
-    ap.add_argument("--section", default="topology", help="the RESULTS.md section to write (default topology)")
+    ap.add_argument("--section", default="topology", type=C.section_name, help="the RESULTS.md section to write (default topology)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     if not Path(args.trace).exists():

@@ -123,3 +123,27 @@ def test_process_cpu_counts_what_a_process_and_its_reaped_children_used_between_
     finally:
         parent.communicate(b"", timeout=30)
     assert all(math.isnan(x) for x in C.ProcessCpu.read(parent.pid))
+
+
+SECTIONED = ["backfill_hindsight", "backfill_jitter", "prediction", "topology"]
+
+
+@pytest.mark.parametrize("script", SECTIONED)
+def test_a_bad_section_name_is_refused_in_one_line_before_any_work(script):
+    res = subprocess.run([sys.executable, str(BENCH / f"{script}.py"), "--section", "x -->"], env=child_env(),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1].endswith("'x -->': a section name is letters, digits, '_', '.' and '-'")
+
+
+def test_update_results_writes_a_named_section_and_refuses_a_name_that_would_break_its_markers(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import _common as C
+
+    path = tmp_path / "RESULTS.md"
+    C.update_results("prediction-order", "one", path)
+    C.update_results("prediction-order", "two", path)
+    assert path.read_text().count("<!-- bench:prediction-order -->\ntwo\n<!-- /bench:prediction-order -->") == 1
+    with pytest.raises(ValueError, match="not a section name"):
+        C.update_results("a -->", "three", path)
+    assert "three" not in path.read_text()
