@@ -1,6 +1,6 @@
-"""The engine's timing contract on hand-computed scenarios: solo runs, start delays, co-location
-re-timing (stale completions ignored), preemption that keeps finished work, restart overhead,
-promotion, and jobs that never finish."""
+"""The engine's timing contract on hand-computed scenarios: solo runs, start delays, preemption that keeps
+finished work, restart overhead, promotion, and jobs that never finish (co-location re-timing:
+``test_sharing.py``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import math
 import pytest
 
 from cluster import events as ev
-from cluster.sim import ADAPTIVE_FILL, ADAPTIVE_KEEP, ColocationModel, LucidTable, SimConfig
-from tests.cluster.sim.helpers import GIB, SOLO, config, job, lucid_csv, node_specs, run
+from cluster.sim import SimConfig
+from tests.cluster.sim.helpers import GIB, config, job, node_specs, run
 
 
 def by_id(rows):
@@ -28,39 +28,6 @@ def test_a_lone_job_ends_after_its_duration_and_the_start_delay(delay, end):
     assert started == [5.0 + delay]
     # 8 GPUs of 8 allocated for 100 + delay seconds of a run that ends at `end`
     assert math.isclose(s["gpu_allocation_rate"], (100.0 + delay) / end)
-
-
-def test_colocation_retimes_both_jobs_and_ignores_stale_completions():
-    """G (busy 0.5, 1000 s) from t=0; O (busy 0.5, 100 s) joins its GPU at t=10 (the first report
-    shows 0.5 < 0.8): G runs at keep, O fills ``fill`` of G's idle time; when O ends, G is back to 1."""
-    jobs = [job("g", 0.0, 1000.0, busy=0.5), job("o", 10.0, 100.0, busy=0.5, klass="opportunistic")]
-    sim, rows, _ = run("antman", jobs, node_specs("1x1"))
-    r = by_id(rows)
-    o_rate = min(1.0, ADAPTIVE_FILL * (1 - 0.5 * ADAPTIVE_KEEP) / 0.5)
-    o_end = 10.0 + 100.0 / o_rate
-    g_end = o_end + (990.0 - ADAPTIVE_KEEP * (o_end - 10.0))
-    assert r["o"]["start_s"] == 10.0 and math.isclose(r["o"]["end_s"], o_end)
-    assert math.isclose(r["g"]["end_s"], g_end), "G ended at a stale completion time"
-    exits = [(t, e.job_id) for t, evs, _ in sim.log for e in evs if isinstance(e, ev.RankExited)]
-    assert [j for _, j in exits] == ["o", "g"] and len(exits) == 2
-    # utilization: 0.5 alone, G 0.5*keep + O's share while shared
-    shared = 0.5 * ADAPTIVE_KEEP + 0.5 * o_rate
-    want = (0.5 * 10.0 + shared * (o_end - 10.0) + 0.5 * (g_end - o_end)) / g_end
-    assert math.isclose(sim.acc_busy / g_end, want)
-
-
-def test_pack_uses_the_measured_pair_speeds(tmp_path):
-    """Unmanaged sharing: each job at its Lucid speed beside the other. Only the row (A 1.0, C 0.7)
-    measured this pair: O (config A) keeps 1.0, G (config C) drops to 0.7 while they share."""
-    table = LucidTable.load(lucid_csv(tmp_path / "lucid.csv"))
-    a, c = table.configs.index(("A", "DA", "32", "0")), table.configs.index(("C", "DC", "32", "0"))
-    jobs = [job("g", 0.0, 1000.0, busy=SOLO["C"], cfg=c), job("o", 10.0, 90.0, busy=SOLO["A"], cfg=a,
-                                                            klass="opportunistic")]
-    sim, rows, _ = run("antman", jobs, node_specs("1x1"), model=ColocationModel(table, "pack"))
-    r = by_id(rows)
-    assert math.isclose(r["o"]["end_s"], 100.0)
-    assert math.isclose(r["g"]["end_s"], 100.0 + 990.0 - 0.7 * 90.0)
-    assert math.isclose(sim.acc_busy, 0.6 * 10 + (0.6 * 0.7 + 0.2) * 90 + 0.6 * (r["g"]["end_s"] - 100.0))
 
 
 @pytest.mark.parametrize("overhead", [0.0, 5.0])
