@@ -26,6 +26,7 @@ from operator import attrgetter
 from typing import Any
 
 from cluster.capacity import never_fits
+from cluster.framework_lifecycle import Lifecycle
 from cluster.jobs import Job, Request
 from cluster.points import (
     CLASSES,
@@ -64,10 +65,10 @@ class Cycle:
 _key = attrgetter("key")
 
 
-class Framework:
+class Framework(Lifecycle):
     """Runs the cycle over the plugins. Owned by ``SchedulerCore``, which keeps ``jobs``,
     ``holders`` (placement id -> job, for every placement still holding resources) and feeds
-    the lifecycle notices; plugins read those and ``state``."""
+    the lifecycle notices (``cluster.framework_lifecycle``, a base class); plugins read those and ``state``."""
 
     def __init__(self, plugins: list[Plugin], sched: dict[str, Any], state: ClusterState, rng) -> None:
         self.state = state
@@ -471,50 +472,3 @@ class Framework:
                 self.reserved_nodes[n] = left
             else:
                 del self.reserved_nodes[n]
-
-    # ------------------------------------------------------------------ lifecycle (core only)
-
-    def placed(self, job: Job, placement: Placement, now: float) -> None:
-        self.nominated.pop(job.job_id, None)
-        self._unreserve(job.job_id)
-        for f in self.pt["on_placed"]:
-            f(job, placement, now)
-
-    def running(self, job: Job, now: float) -> None:
-        for f in self.pt["on_running"]:
-            f(job, now)
-
-    def released(self, job: Job, placement: Placement, now: float) -> None:
-        """Every slot of ``placement`` is free again."""
-        by = self.victim_of.pop(placement.placement_id, None)
-        if by is not None:
-            vs = self.nominated.get(by)
-            if vs is not None:
-                vs.discard(placement.placement_id)
-                if not vs:
-                    del self.nominated[by]
-                    self._claims.append(by)
-        for f in self.pt["on_released"]:
-            f(job, placement, now)
-
-    def ended(self, job: Job, now: float) -> None:
-        self.nominated.pop(job.job_id, None)
-        self._unreserve(job.job_id)
-        for f in self.pt["on_ended"]:
-            f(job, now)
-
-    def promoted(self, job: Job, placement: Placement, now: float) -> None:
-        for f in self.pt["on_promoted"]:
-            f(job, placement, now)
-
-    def learned(self, history: list) -> None:
-        """Ended jobs' history records (oldest first) to every ``on_history`` (before any job is restored)."""
-        for f in self.pt["on_history"]:
-            f(history)
-
-    def progressed(self, job: Job, progress: Any, now: float) -> bool:
-        """A running job's progress (``JobProgressed``) to every ``on_progress``: whether any estimate moved."""
-        moved = False
-        for f in self.pt["on_progress"]:
-            moved = bool(f(job, progress, now)) or moved
-        return moved
