@@ -1,8 +1,9 @@
-"""The state's indexes (kept by ``cluster.state``, read through ``cluster.state_queries``) against a naive scan, under random allocations, releases, reports, node losses and
-returns (hypothesis): the utilization index (only its non-empty buckets are visited) yields exactly the GPUs
-a scan of every up GPU finds, least utilized first, and the same whether it was kept from the start or
-dropped and rebuilt; the free-count index yields the nodes a scan finds, in count order, a node that
-changed last within its count; ``check_invariants`` holds after every step."""
+"""The state's indexes (kept by ``cluster.state``, read through ``cluster.state_queries``) against a naive
+scan, under random allocations, releases, reports, node losses and returns (hypothesis): the utilization index
+(only its non-empty buckets are visited) yields exactly the GPUs a scan of every up GPU finds, least utilized
+first, and the same whether it was kept from the start or dropped and rebuilt; the free-count index yields the
+nodes a scan finds, in count order, a node that changed last within its count; ``check_invariants`` holds after
+every step."""
 
 from __future__ import annotations
 
