@@ -111,7 +111,7 @@ def exited_or_explain(sched, node, log0, pid: str, timeout: float) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(720)  # above the sum of its bounded waits (700 s), so a timeout is one of them, with the logs
 def test_a_restarted_node_readopts_its_workers_and_a_stop_checkpoints_them(sim_ext, procs, ipc_dir, sched):
     node = scheduled_node(procs, ipc_dir, sched).start()
     ident, first = join(sched)
