@@ -23,7 +23,6 @@ import math
 import os
 import sys
 import time
-from bisect import insort
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,17 +58,10 @@ class Hindsight(Backfill):
                 self._admit_est[j.job_id] = TRUE.get(j.job_id, math.inf)
         return out
 
-    def _track(self, job, placement, start: float) -> None:
+    def _planned_run_s(self, job, start: float) -> float | None:
         if self.p["truth"] != "shadow":
-            return super()._track(job, placement, start)
-        pid = placement.placement_id
-        if pid in self._info:
-            return None
-        end = start + TRUE.get(job.job_id, math.inf)
-        node = self.fw.state.nodes.get(placement.slots[0].node_id) if placement.slots else None
-        self._info[pid] = (end, job.spec.total_milli, node.model if node else "", job.job_id)
-        insort(self._ends, (end, pid))
-        return None
+            return super()._planned_run_s(job, start)
+        return TRUE.get(job.job_id, math.inf)
 
     def _move(self, pid: str, end: float) -> None:  # progress and re-estimates would move the true ends
         if self.p["truth"] != "shadow":

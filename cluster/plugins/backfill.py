@@ -97,11 +97,16 @@ class Backfill(Plugin):
         pid = placement.placement_id
         if pid in self._info:
             return
-        est = self.estimate(job.spec, start)
+        est = self._planned_run_s(job, start)
         end = start + est if est is not None else math.inf
         node = self.fw.state.nodes.get(placement.slots[0].node_id) if placement.slots else None
         self._info[pid] = (end, job.spec.total_milli, node.model if node else "", job.job_id)
         insort(self._ends, (end, pid))
+
+    def _planned_run_s(self, job: Job, start: float) -> float | None:
+        """Run time (s) a placement of ``job`` started at ``start`` is expected to end after (None: never, as far as
+        backfill knows): its ``estimate`` at ``quantile``."""
+        return self.estimate(job.spec, start)
 
     def on_released(self, job: Job, placement: Placement, now: float) -> None:
         pid = placement.placement_id
