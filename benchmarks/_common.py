@@ -386,32 +386,30 @@ def tenths_of(values: list) -> list[list]:
 
 
 class ProcessCpu:
-    """The CPU our own processes use between marks the caller sets, from ``/proc/PID/stat``: per process, its own
-    (user + system) and that of the children it has reaped (a node's launchers). Beside a probe that shows the
+    """The CPU our own processes use between marks the caller sets (``psutil``'s ``cpu_times``): per process, its
+    own (user + system) and that of the children it has reaped (a node's launchers). Beside a probe that shows the
     machine slower in a tenth of a run, a steady CPU per job of our daemons says the slowness was not theirs.
 
         cpu = ProcessCpu({"node": node.pid})
         cpu.mark()  # ... a tenth of the work ... cpu.mark() ...
         cpu.per_step_ms("node", 100)  # CPU ms per unit of work (100 per step) between consecutive marks
 
-    A process that is gone (or a system without ``/proc``) reads as NaN."""
-
-    TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+    A process that is gone reads as NaN."""
 
     def __init__(self, pids: dict[str, int]) -> None:
         self.pids = pids
         self.marks: list[dict[str, tuple[float, float]]] = []
 
-    @classmethod
-    def read(cls, pid: int) -> tuple[float, float]:
+    @staticmethod
+    def read(pid: int) -> tuple[float, float]:
         """(own CPU s, reaped children's CPU s) of ``pid``; NaNs if it cannot be read."""
+        import psutil
+
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            utime, stime, cutime, cstime = (int(x) for x in fields[11:15])  # fields 14-17 of proc(5)
-        except (OSError, ValueError, IndexError):
+            t = psutil.Process(pid).cpu_times()
+        except psutil.Error:
             return math.nan, math.nan
-        return (utime + stime) * cls.TICK_S, (cutime + cstime) * cls.TICK_S
+        return t.user + t.system, t.children_user + t.children_system
 
     def mark(self) -> None:
         self.marks.append({name: self.read(pid) for name, pid in self.pids.items()})

@@ -155,7 +155,7 @@ def main(argv=None) -> int:
             "with it too, at a steady rate); steal: the share of the machine's CPU time the hypervisor took during the "
             "run (`/proc/stat`)",
             "- CPU ms per job: what the scheduler, the node and the node's launchers (children it reaped) used in each "
-            "tenth of the submissions, over the jobs submitted in it (`_common.ProcessCpu`, `/proc/PID/stat`): steady "
+            "tenth of the submissions, over the jobs submitted in it (`_common.ProcessCpu`, psutil): steady "
             "tenths while the jobs' and the probe's move together say the slower tenths were the machine's, not more "
             "work of ours", "",
             C.markdown_table(heads, runs),
