@@ -84,6 +84,15 @@ KINDS = {  # kind -> (row label, what it runs)
 }
 
 
+ABOUT = [  # the RESULTS section's explanation
+    "Each middle row is the default backfill (shortest predicted first, admission at p50, running jobs' ends",
+    "at p90 moved by progress reports) with one use of the run-time estimate answered by the job's true run",
+    "time; share = (FIFO - row) / (FIFO - oracle). Replays are deterministic, but one changed decision moves",
+    "every later one: a single replay's difference of a few percent is within that chaos",
+    "(`backfill_jitter.py`).",
+]
+
+
 def replay(trace: str, cluster: str, kind: str) -> tuple[str, str, float, float]:
     """(cluster, kind, mean JCT in s, wall s) of one replay; runs in a worker process."""
     t0 = time.perf_counter()
@@ -134,21 +143,8 @@ def main() -> int:
             rows.append([size, KINDS[kind][0], f"{v / 3600:.2f} h", share])
     con.print(C.rich_table(f"{args.trace}: backfill with hindsight for one use of the estimate", headers, rows,
                            left=("cluster", "replay")))
-    body = "\n".join([
-        "## Where backfill on predictions loses against the oracle: hindsight for one use of the estimate "
-        "(issue 25)", "",
-        f"`{C.invocation()}`", "", *C.machine_lines(info),
-        J.wall_line(t0, args.workers), "",
-        "Each middle row is the default backfill (shortest predicted first, admission at p50, running jobs' ends",
-        "at p90 moved by progress reports) with one use of the run-time estimate answered by the job's true run",
-        "time; share = (FIFO - row) / (FIFO - oracle). Replays are deterministic, but one changed decision moves",
-        "every later one: a single replay's difference of a few percent is within that chaos",
-        "(`backfill_jitter.py`).", "",
-        C.markdown_table(headers, rows),
-    ])
-    if not args.no_write:
-        C.update_results(args.section or f"backfill-hindsight-{args.trace}", body)
-        print(f"recorded in {C.RESULTS}", flush=True)
+    J.record(args, f"backfill-hindsight-{args.trace}", "Where backfill on predictions loses against the oracle: "
+             "hindsight for one use of the estimate (issue 25)", info, t0, ABOUT, headers, rows)
     return 0
 
 

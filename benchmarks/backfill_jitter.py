@@ -110,6 +110,18 @@ def wall_line(t0: float, workers: int) -> str:
             f"{os.getloadavg()[0]:.2f}")
 
 
+def record(args, default_section: str, title: str, info: dict, t0: float, prose: list[str], headers: list[str],
+           rows: list[list[str]]) -> None:
+    """Unless ``--no-write``: RESULTS.md section ``--section`` (default ``default_section``) of a pool of replays
+    begun at ``t0``: ``title``, the command, the machine, the wall line, the ``prose`` lines and the table."""
+    if args.no_write:
+        return
+    body = "\n".join([f"## {title}", "", f"`{C.invocation()}`", "", *C.machine_lines(info),
+                      wall_line(t0, args.workers), "", *prose, "", C.markdown_table(headers, rows)])
+    C.update_results(args.section or default_section, body)
+    print(f"recorded in {C.RESULTS}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", default="philly", choices=sorted(TRACES), help="which trace (default philly)")
@@ -155,18 +167,11 @@ def main() -> int:
                      f"{m['oracle'] / 3600:.2f} h", f"{B.share_of_gain(m['FIFO'], m['predicted'], m['oracle']):.1%}"])
     title = f"{args.trace}: backfill on copies with run times x exp(N(0, {args.sigma:g}))"
     con.print(C.rich_table(title, headers, rows, left=("cluster", "copy")))
-    body = "\n".join([
-        "## Backfill's share of the oracle's gain on jittered copies of a trace (issue 25)", "",
-        f"`{C.invocation()}`", "", *C.machine_lines(info),
-        wall_line(t0, args.workers), "",
-        f"Each copy multiplies every job's run time by exp(N(0, {args.sigma:g})) (copy 0: the trace itself); FIFO =",
-        "gang-binpack, predicted = the backfill preset on the predictor, oracle = backfill on the copy's true run",
-        "times. Replays are deterministic: a copy gives the same figures every time.", "",
-        C.markdown_table(headers, rows),
-    ])
-    if not args.no_write:
-        C.update_results(args.section or f"backfill-jitter-{args.trace}", body)
-        print(f"recorded in {C.RESULTS}", flush=True)
+    about = [f"Each copy multiplies every job's run time by exp(N(0, {args.sigma:g})) (copy 0: the trace itself); FIFO =",
+             "gang-binpack, predicted = the backfill preset on the predictor, oracle = backfill on the copy's true run",
+             "times. Replays are deterministic: a copy gives the same figures every time."]
+    record(args, f"backfill-jitter-{args.trace}", "Backfill's share of the oracle's gain on jittered copies of a trace "
+           "(issue 25)", info, t0, about, headers, rows)
     return 0
 
 
