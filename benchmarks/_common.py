@@ -200,7 +200,11 @@ def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
     section = f"{start}\n{body.strip()}\n{end}"
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     with open(path.with_name(path.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another benchmark is writing, or is stopped (SIGSTOP) while it writes: wait
+            print(f"waiting for {lock.name}: another benchmark is writing {path.name}", file=sys.stderr, flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
         text = path.read_text() if path.exists() else RESULTS_HEADER
         if pattern.search(text):
             text = pattern.sub(lambda _m: section, text, count=1)
