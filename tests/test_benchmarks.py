@@ -147,3 +147,20 @@ def test_update_results_writes_a_named_section_and_refuses_a_name_that_would_bre
     with pytest.raises(ValueError, match="not a section name"):
         C.update_results("a -->", "three", path)
     assert "three" not in path.read_text()
+
+
+def test_a_results_write_waits_for_the_lock_and_says_so(tmp_path):
+    """A writer that finds the lock held (another benchmark writing, or one stopped while it writes) says so on
+    stderr, waits, and writes once the lock is free."""
+    import fcntl
+
+    results = tmp_path / "RESULTS.md"
+    with open(tmp_path / "RESULTS.md.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(BENCH), str(results), "w", "1"], env=child_env(),
+                                  stderr=subprocess.PIPE, text=True)
+        line = writer.stderr.readline()  # the handshake: it found the lock held
+        assert line.startswith("waiting for ") and "another benchmark is writing RESULTS.md" in line
+        assert writer.poll() is None and not results.exists()
+    assert writer.wait(timeout=60) == 0  # the lock released with the file's close
+    assert "<!-- bench:w-0 -->\nbody w 0\n<!-- /bench:w-0 -->" in results.read_text()
