@@ -153,13 +153,15 @@ def test_a_results_write_waits_for_the_lock_and_says_so(tmp_path):
     """A writer that finds the lock held (another benchmark writing, or one stopped while it writes) says so on
     stderr, waits, and writes once the lock is free."""
     import fcntl
+    import select
 
     results = tmp_path / "RESULTS.md"
     with open(tmp_path / "RESULTS.md.lock", "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(BENCH), str(results), "w", "1"], env=child_env(),
                                   stderr=subprocess.PIPE, text=True)
-        line = writer.stderr.readline()  # the handshake: it found the lock held
+        ready, _, _ = select.select([writer.stderr], [], [], 60)  # the handshake, bounded: it found the lock held
+        line = writer.stderr.readline() if ready else ""
         assert line.startswith("waiting for ") and "another benchmark is writing RESULTS.md" in line
         assert writer.poll() is None and not results.exists()
     assert writer.wait(timeout=60) == 0  # the lock released with the file's close
