@@ -206,7 +206,12 @@ def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
             print(f"waiting for {lock.name}: another benchmark is writing {path.name}", file=sys.stderr, flush=True)
             fcntl.flock(lock, fcntl.LOCK_EX)
         text = path.read_text() if path.exists() else RESULTS_HEADER
-        if pattern.search(text):
+        starts, ends = text.count(start), text.count(end)
+        if (starts, ends) not in ((0, 0), (1, 1)) or (starts and text.index(start) > text.index(end)):
+            # a hand-edited or damaged file: a replacement from a lone marker would take other sections with it
+            raise ValueError(f"{path}: section {name!r} has {starts} start and {ends} end markers; mend the file "
+                             f"to one of each, in order, or none")
+        if starts:
             text = pattern.sub(lambda _m: section, text, count=1)
         else:
             text = text.rstrip("\n") + "\n\n" + section + "\n"

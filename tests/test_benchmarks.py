@@ -166,3 +166,24 @@ def test_a_results_write_waits_for_the_lock_and_says_so(tmp_path):
         assert writer.poll() is None and not results.exists()
     assert writer.wait(timeout=60) == 0  # the lock released with the file's close
     assert "<!-- bench:w-0 -->\nbody w 0\n<!-- /bench:w-0 -->" in results.read_text()
+
+
+@pytest.mark.parametrize("damage", ["end", "start", "both twice", "swapped"])
+def test_a_section_with_damaged_markers_is_refused_and_no_other_section_is_touched(tmp_path, monkeypatch, damage):
+    """A lone, doubled or swapped marker of the section being written: a replacement from it would take the
+    sections after it along, so the write is refused (ValueError naming the section) and the file is left as is."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import _common as C
+
+    path = tmp_path / "RESULTS.md"
+    for name in ("a", "b"):
+        C.update_results(name, f"{name} body", path)
+    start, end = "<!-- bench:a -->", "<!-- /bench:a -->"
+    text = path.read_text()
+    text = {"end": text.replace(end, ""), "start": text.replace(start, ""),
+            "both twice": text + f"\n{start}\nx\n{end}\n",
+            "swapped": text.replace(start, "@@").replace(end, start).replace("@@", end)}[damage]
+    path.write_text(text)
+    with pytest.raises(ValueError, match="section 'a' has"):
+        C.update_results("a", "new a", path)
+    assert path.read_text() == text and "b body" in text
