@@ -10,7 +10,8 @@ first boundary and again after every later ``Welcome``, acknowledges applied lim
 to the runtime. Reliability follows the zguide's Paranoid Pirate: the job sends
 a ``Heartbeat`` every ``heartbeat_s`` and the node echoes it; after ``liveness``
 silent intervals the link drops the socket, reconnects with exponential backoff
-and registers again (``epoch`` + 1). Both numbers are the node's: its ``Welcome``
+and registers again (``epoch`` + 1); so does a node's ``UNKNOWN_JOB`` (it forgot the job), once per heartbeat
+period while a Register is unanswered. Both numbers are the node's: its ``Welcome``
 carries them (``DEFAULT_HEARTBEAT_S`` and ``DEFAULT_LIVENESS`` hold until then). While
 the node is away the job keeps running at its last limits. Messages from a node
 incarnation older than the one that welcomed the job are ignored. Limits are acknowledged
@@ -135,6 +136,7 @@ class NodeLink:
         self._push.connect(self._inbox_addr)
         self._push_lock = threading.Lock()
         self.epoch = 0
+        self._registered_at = float("-inf")  # when the last Register went out (the link's clock)
         self.node_epoch: int | None = None
         self.heartbeat_s = DEFAULT_HEARTBEAT_S  # the node's, from its Welcome
         self.liveness = DEFAULT_LIVENESS
@@ -196,6 +198,7 @@ class NodeLink:
 
     def _register(self, sock) -> None:
         self.epoch += 1
+        self._registered_at = self._clock()
         limits = self.rt.limits()
         self._send(sock, _register_msg(self.env, self.epoch, limits["mem_cap"], limits["sm_share"]))
 
@@ -328,11 +331,19 @@ class NodeLink:
                 if not self.rejected:
                     log.warning("node rejected this job (%s); running on at the current limits", msg.message)
                 self.rejected = True
-            elif msg.code == P.UNKNOWN_JOB and not self.rejected:
+            elif msg.code == P.UNKNOWN_JOB and not self.rejected and self._register_again():
                 self.registered.clear()
                 self._register(sock)
             else:
                 log.warning("node error (%s): %s", msg.code, msg.message)
+
+    def _register_again(self) -> bool:
+        """Whether a node's ``UNKNOWN_JOB`` calls for a new Register: yes while registered (the node forgot the
+        job), and while a Register is pending only once it is a heartbeat period old (it may be lost). A restarted
+        node answers each message the job sent before its Register reached it (up to the socket's queue: reports
+        and heartbeats queued while the node was down) with ``UNKNOWN_JOB``; one Register per answer made a storm
+        of registrations that kept the node's loop from its scheduler link for seconds."""
+        return self.registered.is_set() or self._clock() - self._registered_at >= self.heartbeat_s
 
     def _ack_before_device_work(self, sock, limits) -> None:
         """A pause (share 0) reaching a job before its first device work is in force at once: the job

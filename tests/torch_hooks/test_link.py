@@ -288,6 +288,32 @@ def test_set_limits_with_a_stale_seq_or_for_another_job_are_not_applied(wired):
     assert reg.sm_share == 0.75 and rt.limits() == {"mem_cap": GiB, "sm_share": 0.75, "seq": 3}
 
 
+def test_a_burst_of_unknown_job_answers_makes_one_register_and_an_unanswered_one_is_sent_again(wired, caplog):
+    """A restarted node answers each message the job queued while it was down with UNKNOWN_JOB: the link
+    registers again once, not once per answer; a Register unanswered for a heartbeat period is sent again.
+    ``link.epoch`` counts the Registers sent; a logged probe error after the answers is the handshake."""
+    link, rt, node, clock = wired
+    ident, _ = registered(wired, heartbeat_s=0.05)
+    unknown = P.Error(code=P.UNKNOWN_JOB, message="who?", job_id="j")
+
+    def answer(n: int, probe: str) -> int:
+        for _ in range(n):
+            node.send(ident, unknown)
+        node.send(ident, P.Error(code=P.INVALID, message=probe, job_id="j"))
+        wait_for(lambda: f"node error (invalid): {probe}" in caplog.text, 5, what="the link to handle the answers")
+        return link.epoch
+
+    with caplog.at_level(logging.WARNING, logger="colocate.link"):
+        assert answer(20, "burst") == 2 and not link.registered.is_set()
+        assert answer(5, "pending") == 2  # the Register is younger than a heartbeat period
+        clock.advance(0.06)
+        assert answer(1, "unanswered") == 3  # a heartbeat period old: it may be lost, so it is sent again
+        node.send(ident, welcome(6, 1, 0.5))
+        wait_for(lambda: link.registered.is_set() and link.node_epoch == 6, 5, what="the Welcome")
+        assert answer(1, "registered") == 4  # the node forgot a registered job: at once
+    assert [m.epoch for _, m in node.seen if isinstance(m, P.Register)] == [1]  # the test read no other
+
+
 def test_a_rejected_job_stops_registering(wired, caplog):
     link, rt, node, clock = wired
     ident, reg = node.recv()
