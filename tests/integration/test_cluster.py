@@ -227,7 +227,7 @@ def test_fifty_mixed_jobs_finish_through_a_scheduler_kill9(procs, tmp_path, sim_
 @pytest.mark.timeout(300)
 def test_a_killed_node_is_down_within_3s_and_its_gang_finishes_elsewhere(procs, tmp_path):
     c = Cluster(procs, tmp_path, nodes=3, gpus=2)
-    gang = c.light(20.0, workers=4, name="gang")  # two nodes of two GPUs each
+    gang = c.light(8.0, workers=4, name="gang")  # two nodes of two GPUs each; killed within a second of running
     wait_for(lambda: c.jobs()[gang].state == "running", 60, what="the gang to run")
     first = set(c.jobs()[gang].nodes)
     assert len(first) == 2
