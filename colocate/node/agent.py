@@ -277,8 +277,11 @@ class SchedulerAgent:
             self._send(node_logs.answer(msg, self.node_id, self.epoch, self.log_dir))
         elif isinstance(msg, P.Error):
             if msg.code == P.UNKNOWN_NODE:
-                log.warning("the scheduler does not know this node (%s): hello again", msg.message)
-                self._hello()
+                # a restarted scheduler answers each message this node sent before its hello reached it: one hello
+                # again, and another only once a pending one is a heartbeat period old (it may be lost)
+                if self.welcomed or self.clock() - self._hello_at >= self.heartbeat_s:
+                    log.warning("the scheduler does not know this node (%s): hello again", msg.message)
+                    self._hello()
             elif not self.welcomed and msg.code == P.FORBIDDEN:  # a refused hello: logged once, said again later
                 if msg.message != self._refusal:
                     log.warning("the scheduler refused this node: %s (hello again every %.1f s)", msg.message,

@@ -185,6 +185,20 @@ def test_unknown_node_error_means_hello_again_and_a_full_status(rig):
     assert status.workers and status.gpus == tuple(GPU_STATUS)
 
 
+def test_a_burst_of_unknown_node_answers_makes_one_hello_and_an_unanswered_one_is_said_again(rig):
+    """A restarted scheduler answers each message the node sent before its hello reached it with UNKNOWN_NODE:
+    the node says hello again once, not once per answer, and again only once a heartbeat period (1 s) passed."""
+    ident = rig.joined(heartbeat_s=1.0)
+    unknown = P.Error(code=P.UNKNOWN_NODE, message="node n1 is not registered: say hello", job_id=None)
+    for _ in range(5):
+        rig.sched.send(ident, unknown)
+    rig.expect(P.NodeHello)
+    assert [m for m in rig.quiet(0.5) if isinstance(m, P.NodeHello)] == []  # the other 4 answers: no hello
+    rig.clock.t += 1.0
+    rig.sched.send(ident, unknown)
+    rig.expect(P.NodeHello)  # unanswered for a heartbeat period: said again
+
+
 def test_start_stop_and_promote_reach_the_worker_manager(rig):
     ident = rig.joined()
     start = P.StartPlacement(placement_id="p1", job_id="job-a", priority="opportunistic", request=REQUEST,
