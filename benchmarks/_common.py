@@ -187,13 +187,20 @@ def section_name(value: str) -> str:
     return value
 
 
+class DamagedResults(SystemExit):
+    """RESULTS.md has the markers of the section being written damaged (lone, doubled or out of order): nothing
+    is written there, the run's section is kept in ``RESULTS.md.NAME.rejected`` beside it, and the benchmark ends
+    with one line naming both (exit status 1), not a traceback."""
+
+
 def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
     """Write ``body`` as section ``name`` of RESULTS.md, replacing an earlier one.
 
     Safe against benchmarks finishing at once (each its own process): the read, replace and write hold an
     exclusive lock (``flock`` on ``RESULTS.md.lock`` beside it), and the new text goes to a temporary file of this
     writer's own that replaces the file in one rename, so a reader sees the old text or the new, and no section
-    another writer put there in the meantime is lost."""
+    another writer put there in the meantime is lost. Raises ``DamagedResults`` where the file's markers of
+    ``name`` are damaged, ``ValueError`` for a name that is not a section name."""
     if not SECTION_NAME.match(name):
         raise ValueError(f"update_results: {name!r} is not a section name (letters, digits, '_', '.', '-')")
     start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
@@ -209,8 +216,10 @@ def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
         starts, ends = text.count(start), text.count(end)
         if (starts, ends) not in ((0, 0), (1, 1)) or (starts and text.index(start) > text.index(end)):
             # a hand-edited or damaged file: a replacement from a lone marker would take other sections with it
-            raise ValueError(f"{path}: section {name!r} has {starts} start and {ends} end markers; mend the file "
-                             f"to one of each, in order, or none")
+            kept = path.with_name(f"{path.name}.{name}.rejected")
+            kept.write_text(section + "\n")
+            raise DamagedResults(f"error: {path}: section {name!r} has {starts} start and {ends} end markers; mend "
+                                 f"the file to one of each, in order, or none. This run's section is in {kept}")
         if starts:
             text = pattern.sub(lambda _m: section, text, count=1)
         else:

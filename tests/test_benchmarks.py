@@ -171,7 +171,8 @@ def test_a_results_write_waits_for_the_lock_and_says_so(tmp_path):
 @pytest.mark.parametrize("damage", ["end", "start", "both twice", "swapped"])
 def test_a_section_with_damaged_markers_is_refused_and_no_other_section_is_touched(tmp_path, monkeypatch, damage):
     """A lone, doubled or swapped marker of the section being written: a replacement from it would take the
-    sections after it along, so the write is refused (ValueError naming the section) and the file is left as is."""
+    sections after it along, so the write is refused (``DamagedResults``, a one-line exit naming the section) and
+    the file is left as is; the section that was to be written is kept beside it."""
     monkeypatch.syspath_prepend(str(BENCH))
     import _common as C
 
@@ -184,6 +185,20 @@ def test_a_section_with_damaged_markers_is_refused_and_no_other_section_is_touch
             "both twice": text + f"\n{start}\nx\n{end}\n",
             "swapped": text.replace(start, "@@").replace(end, start).replace("@@", end)}[damage]
     path.write_text(text)
-    with pytest.raises(ValueError, match="section 'a' has"):
+    with pytest.raises(C.DamagedResults, match="section 'a' has") as exc:
         C.update_results("a", "new a", path)
     assert path.read_text() == text and "b body" in text
+    kept = tmp_path / "RESULTS.md.a.rejected"
+    assert kept.read_text() == "<!-- bench:a -->\nnew a\n<!-- /bench:a -->\n" and str(kept) in str(exc.value)
+
+
+def test_a_benchmark_that_meets_a_damaged_section_ends_in_one_line(tmp_path):
+    results = tmp_path / "RESULTS.md"
+    results.write_text("<!-- bench:w-0 -->\nold\n")  # a lone start marker
+    res = subprocess.run([sys.executable, "-c", _WRITER, str(BENCH), str(results), "w", "1"], env=child_env(),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"error: {results}: section 'w-0' has 1 start and 0 end markers; mend the file to one of each, in order, or "
+        f"none. This run's section is in {results}.w-0.rejected"]
+    assert results.read_text() == "<!-- bench:w-0 -->\nold\n"
