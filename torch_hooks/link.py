@@ -331,9 +331,10 @@ class NodeLink:
                 if not self.rejected:
                     log.warning("node rejected this job (%s); running on at the current limits", msg.message)
                 self.rejected = True
-            elif msg.code == P.UNKNOWN_JOB and not self.rejected and self._register_again():
-                self.registered.clear()
-                self._register(sock)
+            elif msg.code == P.UNKNOWN_JOB:
+                if not self.rejected and self._register_again():
+                    self.registered.clear()
+                    self._register(sock)
             else:
                 log.warning("node error (%s): %s", msg.code, msg.message)
 
@@ -341,8 +342,8 @@ class NodeLink:
         """Whether a node's ``UNKNOWN_JOB`` calls for a new Register: yes while registered (the node forgot the
         job), and while a Register is pending only once it is a heartbeat period old (it may be lost). A restarted
         node answers each message the job sent before its Register reached it (up to the socket's queue: reports
-        and heartbeats queued while the node was down) with ``UNKNOWN_JOB``; one Register per answer made a storm
-        of registrations that kept the node's loop from its scheduler link for seconds."""
+        and heartbeats queued while the node was down) with ``UNKNOWN_JOB``: those answers are one Register in
+        all, at most one per heartbeat period, not one each (a storm that would hold the node's loop)."""
         return self.registered.is_set() or self._clock() - self._registered_at >= self.heartbeat_s
 
     def _ack_before_device_work(self, sock, limits) -> None:
