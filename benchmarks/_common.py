@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 EXAMPLES_DIR = ROOT / "examples"
@@ -205,7 +207,6 @@ def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
         raise ValueError(f"update_results: {name!r} is not a section name (letters, digits, '_', '.', '-')")
     start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
     section = f"{start}\n{body.strip()}\n{end}"
-    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -220,8 +221,8 @@ def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
             kept.write_text(section + "\n")
             raise DamagedResults(f"error: {path}: section {name!r} has {starts} start and {ends} end markers; mend "
                                  f"the file to one of each, in order, or none. This run's section is in {kept}")
-        if starts:
-            text = pattern.sub(lambda _m: section, text, count=1)
+        if starts:  # one of each, in order: the section replaces the span from its start to its end marker
+            text = text[:text.index(start)] + section + text[text.index(end) + len(end):]
         else:
             text = text.rstrip("\n") + "\n\n" + section + "\n"
         fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
@@ -421,8 +422,6 @@ class ProcessCpu:
     @staticmethod
     def read(pid: int) -> tuple[float, float]:
         """(own CPU s, reaped children's CPU s) of ``pid``; NaNs if it cannot be read."""
-        import psutil
-
         try:
             t = psutil.Process(pid).cpu_times()
         except psutil.Error:
