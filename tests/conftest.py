@@ -20,8 +20,10 @@ from tests import support as S
 # ---------------------------------------------------------------- running the suite on several workers (xdist)
 #
 # `addopts` runs the suite on pytest-xdist workers (`--dist loadgroup`): most of its time is spent waiting on
-# daemons' timers (heartbeats, leases, fault windows) rather than computing. Every test is in one group (one
-# worker runs a group's tests in order), its module's, so that module-scoped fixtures are set up once, except:
+# daemons' timers (heartbeats, leases, fault windows) rather than computing, so it runs more workers than the
+# reference machine has cores (three on two): one test's waits overlap the others' work. Every test is in one
+# group (one worker runs a group's tests in order), its module's, so that module-scoped fixtures are set up once,
+# except:
 # - SIM_CORE: tests whose point is how the simulated GPU's core is shared (a job's busy fraction under a share,
 #   a low-priority job getting the core): they pin their jobs to the same core, so they run one after another.
 # - SPREAD: modules of independent, long tests (each its own cluster, node or job), spread over the workers.
