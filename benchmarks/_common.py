@@ -192,7 +192,8 @@ def section_name(value: str) -> str:
 class DamagedResults(SystemExit):
     """RESULTS.md has the markers of the section being written damaged (lone, doubled or out of order): nothing
     is written there, the run's section is kept in ``RESULTS.md.NAME.rejected`` beside it, and the benchmark ends
-    with one line naming both (exit status 1), not a traceback."""
+    with one line naming both (exit status 1), not a traceback. Where that file cannot be written, the line says
+    why and the section follows it on standard error, so the run's results are never lost."""
 
 
 def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
@@ -218,9 +219,13 @@ def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
         if (starts, ends) not in ((0, 0), (1, 1)) or (starts and text.index(start) > text.index(end)):
             # a hand-edited or damaged file: a replacement from a lone marker would take other sections with it
             kept = path.with_name(f"{path.name}.{name}.rejected")
-            kept.write_text(section + "\n")
+            try:
+                kept.write_text(section + "\n")
+                where = f"This run's section is in {kept}"
+            except OSError as e:  # nowhere to keep it (a directory by that name, a read-only folder): print it
+                where = f"This run's section could not be kept in {kept} ({e.strerror or e}); it follows.\n{section}"
             raise DamagedResults(f"error: {path}: section {name!r} has {starts} start and {ends} end markers; mend "
-                                 f"the file to one of each, in order, or none. This run's section is in {kept}")
+                                 f"the file to one of each, in order, or none. {where}")
         if starts:  # one of each, in order: the section replaces the span from its start to its end marker
             text = text[:text.index(start)] + section + text[text.index(end) + len(end):]
         else:

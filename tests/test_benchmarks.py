@@ -202,3 +202,19 @@ def test_a_benchmark_that_meets_a_damaged_section_ends_in_one_line(tmp_path):
         f"error: {results}: section 'w-0' has 1 start and 0 end markers; mend the file to one of each, in order, or "
         f"none. This run's section is in {results}.w-0.rejected"]
     assert results.read_text() == "<!-- bench:w-0 -->\nold\n"
+
+
+def test_a_damaged_section_whose_rejected_file_cannot_be_written_prints_the_section(tmp_path):
+    """Nowhere to keep the section (a directory where ``RESULTS.md.NAME.rejected`` would go): the run still ends
+    with exit status 1 and no traceback, and its section follows the error line on standard error."""
+    results = tmp_path / "RESULTS.md"
+    results.write_text("<!-- bench:w-0 -->\nold\n")  # a lone start marker
+    (tmp_path / "RESULTS.md.w-0.rejected").mkdir()
+    res = subprocess.run([sys.executable, "-c", _WRITER, str(BENCH), str(results), "w", "1"], env=child_env(),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert lines[0].startswith(f"error: {results}: section 'w-0' has 1 start and 0 end markers") and (
+        f"could not be kept in {results}.w-0.rejected (Is a directory); it follows." in lines[0]), lines
+    assert lines[1:] == ["<!-- bench:w-0 -->", "body w 0", "<!-- /bench:w-0 -->"], lines
+    assert results.read_text() == "<!-- bench:w-0 -->\nold\n"
