@@ -12,7 +12,7 @@ from colocate import launcher as L  # colocate never imports torch: cheap in-pro
 from colocate.base.env import JobEnv
 from colocate.base.stats import NUMERIC as SUMMARY_KEYS
 from colocate.gpus import nvml as N
-from tests.support import TICKER, wait_for
+from tests.support import TICKER, half_share_run, wait_for
 
 MiB = 1 << 20
 
@@ -238,19 +238,16 @@ def test_on_cap_error_stops_with_one_line(colocate, tmp_path, big_job_script):
 @pytest.mark.slow
 def test_sm_share_half_holds_busy_fraction(colocate, tmp_path):
     script = write(tmp_path / "busy.py", BUSY)
-    proc, s = run_job(colocate, tmp_path, ["--sm-share", "0.5"], [sys.executable, script])
-    assert proc.returncode == 0, proc.stderr
+
+    def once():
+        proc, s = run_job(colocate, tmp_path, ["--sm-share", "0.5"], [sys.executable, script])
+        assert proc.returncode == 0, proc.stderr
+        return proc, s
+
+    # never above its share, and held there when the job can use more (on a core of its own: half_share_run)
+    proc, s, info = half_share_run(once)
     n = int(proc.stdout.split()[-1])
     assert s["iterations"] == n >= 10
-    info = {k: s[k] for k in ("busy_fraction", "wall_s", "device_busy_s", "throttle_idle_s", "iterations")}
-    # the throttle never lets the job above its share ...
-    assert s["busy_fraction"] <= 0.55, info
-    # ... and holds it there when the job can use more. The simulated GPU is a real CPU core:
-    # if other processes on this machine took more than half of it, the job could not reach
-    # its share at all (and the throttle rightly idled ~0): that says nothing about colocate.
-    got = s["device_busy_s"] / max(1e-9, s["wall_s"] - s["throttle_idle_s"] - s["paused_s"])
-    if s["busy_fraction"] < 0.45 and got < 0.8:  # alone, a job is on its core ~0.98 of its unthrottled time
-        pytest.skip(f"the simulated GPU's core was contended by other processes (job got {got:.2f} of it): {info}")
     assert s["throttle_idle_s"] > 0, info
     assert abs(s["busy_fraction"] - 0.5) <= 0.05, info
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import half_share_run
+
 pytestmark = pytest.mark.slow  # each test runs a torch job under the launcher
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,18 +68,17 @@ print("done", N)
 
 
 def test_hand_update_loop_finds_backward_boundaries_and_holds_the_share(tmp_path):
-    proc, s = run_job(tmp_path, HAND_UPDATE, "--sm-share", "0.5", env={"COLOCATE_BOUNDARY_WARN_S": "2"})
-    n = int(proc.stdout.split()[-1])
-    # one boundary per training batch, found at the next batch's first forward: the last batch has no
-    # next forward, and the evaluation forwards under no_grad add none
-    assert s["iterations"] == n - 1, s
-    assert s["boundaries"] == {"backward": n - 1}, s
-    assert WARNING not in proc.stderr, proc.stderr
-    info = {k: s[k] for k in ("busy_fraction", "wall_s", "device_busy_s", "throttle_idle_s", "iterations")}
-    assert s["busy_fraction"] <= 0.55, info
-    got = s["device_busy_s"] / max(1e-9, s["wall_s"] - s["throttle_idle_s"] - s["paused_s"])
-    if s["busy_fraction"] < 0.45 and got < 0.8:  # alone, a job is on its core ~0.98 of its unthrottled time
-        pytest.skip(f"the simulated GPU's core was contended by other processes (job got {got:.2f} of it): {info}")
+    def once():
+        proc, s = run_job(tmp_path, HAND_UPDATE, "--sm-share", "0.5", env={"COLOCATE_BOUNDARY_WARN_S": "2"})
+        n = int(proc.stdout.split()[-1])
+        # one boundary per training batch, found at the next batch's first forward: the last batch has no
+        # next forward, and the evaluation forwards under no_grad add none
+        assert s["iterations"] == n - 1, s
+        assert s["boundaries"] == {"backward": n - 1}, s
+        assert WARNING not in proc.stderr, proc.stderr
+        return proc, s
+
+    proc, s, info = half_share_run(once)  # on a core of its own: a contended run is done again
     assert s["throttle_idle_s"] > 0, info
     assert abs(s["busy_fraction"] - 0.5) <= 0.05, info
 
