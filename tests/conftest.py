@@ -46,6 +46,7 @@ def _length(item) -> float:
     return 60.0 if item.get_closest_marker("slow") is not None else 0.0
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids ("@group")
 def pytest_collection_modifyitems(config, items):
     groups: dict[str, float] = {}
     for item in items:
