@@ -216,7 +216,8 @@ def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
             fcntl.flock(lock, fcntl.LOCK_EX)
         text = path.read_text() if path.exists() else RESULTS_HEADER
         starts, ends = text.count(start), text.count(end)
-        if (starts, ends) not in ((0, 0), (1, 1)) or (starts and text.index(start) > text.index(end)):
+        at, till = text.find(start), text.find(end)
+        if (starts, ends) not in ((0, 0), (1, 1)) or at > till:
             # a hand-edited or damaged file: a replacement from a lone marker would take other sections with it
             kept = path.with_name(f"{path.name}.{name}.rejected")
             try:
@@ -227,7 +228,7 @@ def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
             raise DamagedResults(f"error: {path}: section {name!r} has {starts} start and {ends} end markers; mend "
                                  f"the file to one of each, in order, or none. {where}")
         if starts:  # one of each, in order: the section replaces the span from its start to its end marker
-            text = text[:text.index(start)] + section + text[text.index(end) + len(end):]
+            text = text[:at] + section + text[till + len(end):]
         else:
             text = text.rstrip("\n") + "\n\n" + section + "\n"
         fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
