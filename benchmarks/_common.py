@@ -196,6 +196,12 @@ class DamagedResults(SystemExit):
     why and the section follows it on standard error, so the run's results are never lost."""
 
 
+class ResultsNotWritten(SystemExit):
+    """RESULTS.md (or its lock beside it) could not be written: a read-only folder or file, a directory by that
+    name, a full disk. The benchmark ends with one line saying why (exit status 1), not a traceback, and the
+    section it would have written follows that line on standard error."""
+
+
 def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
     """Write ``body`` as section ``name`` of RESULTS.md, replacing an earlier one.
 
@@ -203,11 +209,22 @@ def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
     exclusive lock (``flock`` on ``RESULTS.md.lock`` beside it), and the new text goes to a temporary file of this
     writer's own that replaces the file in one rename, so a reader sees the old text or the new, and no section
     another writer put there in the meantime is lost. Raises ``DamagedResults`` where the file's markers of
-    ``name`` are damaged, ``ValueError`` for a name that is not a section name."""
+    ``name`` are damaged, ``ResultsNotWritten`` where the file cannot be written, ``ValueError`` for a name that
+    is not a section name."""
     if not SECTION_NAME.match(name):
         raise ValueError(f"update_results: {name!r} is not a section name (letters, digits, '_', '.', '-')")
     start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
     section = f"{start}\n{body.strip()}\n{end}"
+    try:
+        _write_section(path, name, start, end, section)
+    except OSError as e:
+        raise ResultsNotWritten(f"error: cannot write section {name!r} of {path} ({e.strerror or e}); it follows."
+                                f"\n{section}") from None
+    return path
+
+
+def _write_section(path: Path, name: str, start: str, end: str, section: str) -> None:
+    """``update_results``'s locked read, splice and replace of ``path``."""
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -240,7 +257,6 @@ def update_results(name: str, body: str, path: Path = RESULTS) -> Path:
         except BaseException:
             os.unlink(tmp)
             raise
-    return path
 
 
 def median_ci(values, level: float = 0.95) -> tuple[float, float, float]:

@@ -218,3 +218,18 @@ def test_a_damaged_section_whose_rejected_file_cannot_be_written_prints_the_sect
         f"could not be kept in {results}.w-0.rejected (Is a directory); it follows." in lines[0]), lines
     assert lines[1:] == ["<!-- bench:w-0 -->", "body w 0", "<!-- /bench:w-0 -->"], lines
     assert results.read_text() == "<!-- bench:w-0 -->\nold\n"
+
+
+def test_a_results_file_that_cannot_be_written_ends_in_one_line_and_prints_the_section(tmp_path):
+    """RESULTS.md's lock cannot be opened (a directory by that name; a read-only folder fails the same way for a
+    user other than root): exit status 1, one line saying why, the section after it on stderr, no traceback."""
+    results = tmp_path / "RESULTS.md"
+    results.write_text("<!-- bench:w-0 -->\nold\n<!-- /bench:w-0 -->\n")
+    (tmp_path / "RESULTS.md.lock").mkdir()
+    res = subprocess.run([sys.executable, "-c", _WRITER, str(BENCH), str(results), "w", "1"], env=child_env(),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"error: cannot write section 'w-0' of {results} (Is a directory); it follows.",
+        "<!-- bench:w-0 -->", "body w 0", "<!-- /bench:w-0 -->"], res.stderr
+    assert results.read_text() == "<!-- bench:w-0 -->\nold\n<!-- /bench:w-0 -->\n"
