@@ -2,7 +2,10 @@
 
 One process per state file: ``Journal(path)`` first takes an exclusive ``flock`` on ``PATH.lock``
 (beside it; it holds the holder's pid and host) and keeps it until ``close()`` or the process ends;
-a second opener gets ``JournalLocked`` naming the holder, before the journal is touched.
+a second opener gets ``JournalLocked`` naming the holder, before the journal is touched. Each commit
+first checks that ``PATH.lock`` is still the file locked (``journal_file.lock_lost``); if it was removed or
+replaced, the transaction is rolled back and ``JournalLockLost`` raised: a scheduler never commits (so never
+acts) beside a second one, whose first transaction waits for the holder's (SQLite's write lock).
 
 Contract (the live server's write-ahead rule): a change is committed here *before* it is
 acknowledged to a client or acted on (a message sent to a node). So after a crash (kill -9) the
@@ -11,7 +14,8 @@ journal holds every submitted job with its last committed state and placement, a
 lost, and a placement is never started twice (its id is journaled with it, and nodes start a
 placement id once).
 
-The schema, the lock, the file's mode and the JSON columns are ``cluster.server.journal_file``'s.
+The schema, the lock, the file's mode and the JSON columns are ``cluster.server.journal_file``'s; the reads of
+jobs, logs and stops ``cluster.server.journal_reads``'s, and the history table ``cluster.server.history_table``'s.
 
 One writer (the scheduler process); ``sqlite3`` in WAL mode with ``synchronous=FULL``. A write
 that SQLite refuses (disk full, read-only file, I/O error: ``sqlite3.OperationalError``) raises
@@ -46,10 +50,8 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from cluster.events import JobRecord
 from cluster.server.history_table import HistoryTable
 from cluster.server.journal_file import (
-    ACTIVE,
     DDL,
     INDEXES,
     MODE,
@@ -57,18 +59,19 @@ from cluster.server.journal_file import (
     SCHEMA,
     JournalError,
     JournalLocked,
+    JournalLockLost,
     JournalUnavailable,
     lock_file,
+    lock_lost,
     make_private,
-    placement_from_json,
     placement_to_json,
-    spec_from_json,
     spec_to_json,
 )
+from cluster.server.journal_reads import JobReads
 from cluster.spec import JobSpec, Placement
 from colocate.base.vocab import TERMINAL, JobState
 
-__all__ = ["SCHEMA", "Journal", "JournalError", "JournalLocked", "JournalUnavailable", "WriteBatch"]
+__all__ = ["SCHEMA", "Journal", "JournalError", "JournalLockLost", "JournalLocked", "JournalUnavailable", "WriteBatch"]
 
 
 class WriteBatch:
@@ -79,13 +82,14 @@ class WriteBatch:
         self.depth = 0
 
 
-class Journal(HistoryTable):
+class Journal(JobReads, HistoryTable):
     def __init__(self, path: str):
         self.path = path
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
             raise JournalError(f"cannot create the state file {path}: folder {folder} does not exist")
-        self._lock_fd: int | None = lock_file(path)
+        fd, self._lock_path = lock_file(path)
+        self._lock_fd: int | None = fd
         self._db: sqlite3.Connection | None = None
         self._batch: WriteBatch | None = None
         # the stopping table, cached until it changes
@@ -218,7 +222,7 @@ class Journal(HistoryTable):
             try:
                 yield self
                 self._flush_counter()
-                self.db.execute("COMMIT")
+                self._commit()
             except BaseException:
                 self._stopping = None
                 self._forget_counter()
@@ -293,11 +297,28 @@ class Journal(HistoryTable):
             if b.failed is None:
                 try:
                     self._flush_counter()
-                    self.db.execute("COMMIT")
+                    self._commit()
                 except sqlite3.OperationalError as exc:
                     self._fail_batch(b, exc)
+                except JournalLockLost as exc:
+                    self._fail_batch(b, exc)
+                    raise
         finally:
             self._batch = None
+
+    def _commit(self) -> None:
+        """COMMIT the open transaction if ``PATH.lock`` still guards the file (``check_lock``; on
+        ``JournalLockLost`` the transaction is left open for the caller to roll back)."""
+        self.check_lock()
+        self.db.execute("COMMIT")
+
+    def check_lock(self) -> None:
+        """``JournalLockLost`` if ``PATH.lock`` was removed or replaced since this journal locked it (module
+        docstring): the server checks at every commit and every tick. One ``stat``."""
+        if self._lock_fd is not None:
+            why = lock_lost(self._lock_path, self._lock_fd)
+            if why is not None:
+                raise JournalLockLost(f"{self.path}: {why}; another scheduler may be using the file now")
 
     def writable(self) -> bool:
         """Whether a transaction that grows the file commits now (it writes ``PROBE_BYTES`` and takes
@@ -430,65 +451,6 @@ class Journal(HistoryTable):
     def drop_stopping(self, placement_id: str) -> None:
         self._stopping = None
         self.db.execute("DELETE FROM stopping WHERE placement_id = ?", (placement_id,))
-
-    # ---- reads -----------------------------------------------------------------------------------
-    def records(self) -> list[JobRecord]:
-        """Every job that has not ended (pending, placing, running), in submission order, as the core's restore
-        takes them: a restart reads the active jobs (an index range), not the whole history. ``JournalError``
-        (one line) for a row that does not decode or a file SQLite finds corrupt."""
-        out = []
-        job_id = None
-        try:
-            marks = ", ".join("?" * len(ACTIVE))
-            rows = self.db.execute("SELECT job_id, spec, state, placement, attempt, failed_starts FROM jobs "
-                                   f"WHERE state IN ({marks}) ORDER BY seq", ACTIVE)
-            for row in rows:
-                job_id, s, st, p, a, f = row
-                out.append(JobRecord(spec_from_json(s), JobState(st), placement_from_json(p), int(a), int(f)))
-        except sqlite3.DatabaseError as exc:
-            raise JournalError(f"{self.path} is corrupt: {exc}") from None
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-            raise JournalError(f"{self.path} is corrupt: job {str(job_id)[:40]!r} does not decode "
-                               f"({type(exc).__name__}: {str(exc)[:120]})") from None
-        return out
-
-    def job(self, job_id: str) -> dict | None:
-        cur = self.db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,))
-        row = cur.fetchone()
-        return dict(zip([c[0] for c in cur.description], row)) if row else None
-
-    def job_of_request(self, user: str, request_id: str) -> str | None:
-        """The id of the job ``user`` submitted with ``request_id``, or None."""
-        row = self.db.execute("SELECT job_id FROM jobs WHERE submitter = ? AND request_id = ?",
-                              (user, request_id)).fetchone()
-        return row[0] if row else None
-
-    def jobs(self, active_only: bool, offset: int, limit: int) -> tuple[list[dict], int]:
-        """A page of jobs in submission order, after the first ``offset``, and how many match.
-
-        All jobs: ``seq`` is dense (1..N), so the page is the keyset ``seq > offset`` and the total is the
-        largest ``seq``: both index look-ups. Active jobs (pending, placing, running): an index range that
-        never visits a finished job."""
-        if active_only:
-            marks = ", ".join("?" * len(ACTIVE))
-            total = self.db.execute(f"SELECT COUNT(*) FROM jobs WHERE state IN ({marks})", ACTIVE).fetchone()[0]
-            cur = self.db.execute(f"SELECT * FROM jobs WHERE state IN ({marks}) ORDER BY seq LIMIT ? OFFSET ?",
-                                  (*ACTIVE, limit, offset))
-        else:
-            total = self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
-            cur = self.db.execute("SELECT * FROM jobs WHERE seq > ? ORDER BY seq LIMIT ?", (offset, limit))
-        cols = [c[0] for c in cur.description]
-        return [dict(zip(cols, r)) for r in cur.fetchall()], total
-
-    def logs(self, job_id: str) -> list[tuple[int, str, str]]:
-        return list(self.db.execute("SELECT rank, node_id, path FROM logs WHERE job_id = ? ORDER BY rank", (job_id,)))
-
-    def stopping(self) -> list[tuple[str, str, tuple[str, ...], str]]:
-        """Placements being stopped (cached: read again only after a change or a rollback)."""
-        if self._stopping is None:
-            self._stopping = [(p, j, tuple(json.loads(n)), r) for p, j, n, r in
-                              self.db.execute("SELECT placement_id, job_id, nodes, reason FROM stopping")]
-        return list(self._stopping)
 
     def close(self) -> None:
         """Close the file and give up its lock (idempotent)."""

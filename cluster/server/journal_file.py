@@ -17,7 +17,10 @@ Tables:
               transaction that journals the end (``cluster.server.history_table``)
 
 ``lock_file(path)`` takes an exclusive ``flock`` on ``PATH.lock`` (beside the file, holding the holder's pid and
-host) and returns its descriptor; a second taker gets ``JournalLocked`` naming the holder. ``make_private(path)``
+host) and returns its descriptor and path; a second taker gets ``JournalLocked`` naming the holder. The lock guards
+the file only while ``PATH.lock`` is still the file it locked: one deleted by hand (taken for a stale lock) or
+replaced lets a second scheduler lock a new one. ``lock_lost(lock_path, fd)`` (one ``stat``) says so, and the
+journal checks it before every commit (``JournalLockLost``: the holder commits nothing more and stops). ``make_private(path)``
 sets mode 0600 (``MODE``) on the file and its ``-wal`` and ``-shm``: they hold jobs' commands and environments.
 """
 
@@ -83,30 +86,57 @@ class JournalLocked(JournalError):
     """Another process holds the state file's lock."""
 
 
+class JournalLockLost(JournalError):
+    """This process's lock file was removed or replaced: another scheduler may hold the state file now, so this one
+    must commit nothing more (the transaction was rolled back) and stop."""
+
+
 class JournalUnavailable(JournalError):
     """A write was refused (disk full, read-only, I/O error); nothing of the transaction was kept."""
 
 
-def lock_file(path: str) -> int:
-    """The descriptor of ``PATH.lock``, exclusively locked by this process, holding ``pid host``."""
+def lock_file(path: str) -> tuple[int, str]:
+    """The descriptor and path of ``PATH.lock``, exclusively locked by this process, holding ``pid host`` (taken
+    again if the file was removed or replaced between its open and its lock)."""
     lock_path = os.path.realpath(path) + ".lock"  # one lock per file, whatever path names it
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, MODE)
-    except OSError as exc:
-        raise JournalError(f"cannot open the lock file {lock_path}: {exc.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").split()
+    for _ in range(5):
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, MODE)
+        except OSError as exc:
+            raise JournalError(f"cannot open the lock file {lock_path}: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").split()
+            os.close(fd)
+            who = f"pid {holder[0]} on {holder[1]}" if len(holder) >= 2 else "another process"
+            raise JournalLocked(f"{path} is in use by another scheduler ({who}; lock {lock_path})") from None
+        if lock_lost(lock_path, fd) is None:
+            break
         os.close(fd)
-        who = f"pid {holder[0]} on {holder[1]}" if len(holder) >= 2 else "another process"
-        raise JournalLocked(f"{path} is in use by another scheduler ({who}; lock {lock_path})") from None
+    else:
+        raise JournalError(f"cannot lock {path}: its lock file {lock_path} keeps being removed or replaced")
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
     except OSError:  # an immutable or full lock file still locks; only the holder's name is missing
         pass
-    return fd
+    return fd, lock_path
+
+
+def lock_lost(lock_path: str, fd: int) -> str | None:
+    """Why the lock held on ``fd`` (``lock_file``) no longer guards its state file: ``lock_path`` removed, or now
+    another file than the one locked; None while it still guards it."""
+    try:
+        st = os.stat(lock_path)
+    except FileNotFoundError:
+        return f"its lock file {lock_path} was removed"
+    except OSError as exc:
+        return f"its lock file {lock_path} cannot be read ({exc.strerror})"
+    own = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != (own.st_dev, own.st_ino):
+        return f"its lock file {lock_path} was replaced by another file"
+    return None
 
 
 _SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))

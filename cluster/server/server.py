@@ -12,7 +12,8 @@ user id, the name of its key: ``node-gpu7``, ``user-alice``, ``operator-bob``). 
 logged by ``HandshakeWatch``.
 
 The service never raises but for ``CoreBroken`` (its core failed and cannot be rebuilt from the
-journal): the loop then stops and ``exit_code`` is 1, for a supervisor to start it again.
+journal) and ``JournalLockLost`` (the state file's lock file was removed or replaced, so another scheduler may
+hold the file: ``cluster.server.journal``): the loop then stops and ``exit_code`` is 1.
 
 The loop: poll the socket until the next tick (``TICK_S``), handle the waiting frames (at most
 ``MAX_DRAIN``) in batches of ``cluster.server.batch.MAX_BATCH``, each one journal transaction whose
@@ -33,6 +34,7 @@ import zmq
 from cluster.server.batch import MAX_BATCH
 from cluster.server.faults import Replies
 from cluster.server.handshakes import HandshakeWatch
+from cluster.server.journal import JournalLockLost
 from cluster.server.service import CoreBroken, SchedulerService
 from colocate import protocol as P
 from colocate.base import keys as K
@@ -90,6 +92,9 @@ class SchedulerServer:
             self._loop(poller, next_tick)
         except CoreBroken as exc:
             log.critical("%s: stopping (exit 1) for a supervisor to start it again", exc)
+            self.exit_code = 1
+        except JournalLockLost as exc:
+            log.critical("%s: stopping (exit 1), with nothing more committed or sent", exc)
             self.exit_code = 1
         finally:
             self.close()

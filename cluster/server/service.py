@@ -4,7 +4,8 @@
 whole interface; the ZeroMQ edge (``cluster.server.server``) decodes frames, calls them, and sends
 what they return. ``now`` is the scheduler's wall clock (seconds since the epoch): the same clock
 for the core, the journal and the views, so times survive a restart. Neither raises, except
-``CoreBroken`` (the process must exit non-zero: a supervisor restarts it on the same journal).
+``CoreBroken`` (the process must exit non-zero: a supervisor restarts it on the same journal) and
+``JournalLockLost`` (another scheduler may hold the journal now: exit, committing nothing more).
 
 Rules it keeps:
   * write-ahead: the core's decisions are committed to the journal (states, placements, stopping
@@ -66,7 +67,7 @@ from cluster.core import SchedulerCore
 from cluster.server.batch import handle_batch
 from cluster.server.faults import MAX_DEFERRED, CoreBroken, Faults, NodeWrite, Replies, _Refused
 from cluster.server.identity import ANONYMOUS, Gate, peer_of
-from cluster.server.journal import Journal, JournalUnavailable
+from cluster.server.journal import Journal, JournalLockLost, JournalUnavailable
 from cluster.server.learning import Learning
 from cluster.server.logs import LogRelay
 from cluster.server.ports import PortPool
@@ -155,7 +156,7 @@ class SchedulerService(Requests, Faults):
             out = handler(ident, msg, now)
         except _Refused as r:
             out = [self._error(ident, r.code, str(r))]
-        except CoreBroken:
+        except (CoreBroken, JournalLockLost):  # fatal: the server stops
             raise
         except JournalUnavailable as exc:  # a write no handler expected to fail
             self._journal_failed(exc, now)
@@ -174,6 +175,7 @@ class SchedulerService(Requests, Faults):
         return handle_batch(self, items, now)
 
     def tick(self, now: float) -> Replies:
+        self.journal.check_lock()  # JournalLockLost: stop now, not at the next commit
         events: list = []
         limit = self.heartbeat_s * self.liveness
         for node_id, t in list(self.heard.items()):
@@ -191,7 +193,7 @@ class SchedulerService(Requests, Faults):
             out = []
         except _Refused:
             out = []
-        except CoreBroken:
+        except (CoreBroken, JournalLockLost):  # fatal: the server stops
             raise
         except Exception as exc:
             self._failed(exc, "tick", now)

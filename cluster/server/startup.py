@@ -5,7 +5,8 @@
 such as an endpoint in use, a state file another scheduler holds (its lock names the holder's
 pid and host), or one that cannot be read or written) before serving, in one line; once serving,
 SIGTERM/SIGINT stop it cleanly (exit 0), and a policy core that failed and cannot be rebuilt from
-the journal stops it with exit 1. A full disk or a read-only journal while serving does not stop
+the journal, or a lock file removed or replaced under it (``cluster.server.journal``), stops it with exit 1.
+A full disk or a read-only journal while serving does not stop
 it (see ``cluster.server.service``). After kill -9, starting it again on the same state file
 restores every job and re-adopts running workers from the nodes' reports.
 """
@@ -47,7 +48,7 @@ def build(opts: SchedulerOptions, clock: Callable[[], float] = time.time) -> Sch
 
     from cluster.config_file import resolve
     from cluster.core import SchedulerCore
-    from cluster.server.journal import Journal, JournalError, JournalUnavailable
+    from cluster.server.journal import Journal, JournalError, JournalLockLost, JournalUnavailable
     from cluster.server.server import SchedulerServer
     from cluster.server.service import SchedulerService
     from cluster.traces.topology import read_topology
@@ -70,6 +71,9 @@ def build(opts: SchedulerOptions, clock: Callable[[], float] = time.time) -> Sch
         with journal.transaction():
             epoch = journal.next_epoch()
             journal.cluster_id()  # minted with a new file, in the same transaction
+    except JournalLockLost as exc:
+        journal.close()
+        raise StartError(f"cannot start: {exc}", 1) from None
     except JournalUnavailable as exc:
         journal.close()
         raise StartError(f"cannot start: cannot write the state file {opts.state}: {exc}", 1) from None

@@ -18,7 +18,8 @@ examples:
 or a TOML file (see docs/scheduler.md). Nodes join with `colocate node --scheduler ENDPOINT`;
 users submit with `colocate submit`. Every job state change is committed to the state file
 before it is acted on: after a crash, start it again on the same file. One scheduler per state
-file: a second one exits at once, naming the holder of PATH.db.lock. When the state file cannot
+file: a second one exits at once, naming the holder of PATH.db.lock (never delete that file while
+its holder runs: the holder would stop at its next commit, exit 1). When the state file cannot
 be written (disk full, read-only), it refuses submits and cancels with one line, keeps its nodes,
 and resumes by itself once it can write again.
 
@@ -27,7 +28,7 @@ without --keys the user's own folder ~/.config/colocate/keys ($XDG_CONFIG_HOME) 
 first start; local nodes and clients find it there. --insecure runs without keys (no identities:
 any local process may register as a node and cancel any job), on loopback only.
 Exit code: 0 after a clean stop (SIGTERM/SIGINT), 1 if it cannot start (or its policy failed
-and could not be rebuilt from the state file), 2 on bad options.
+and could not be rebuilt from the state file, or its lock file was removed or replaced), 2 on bad options.
 """
 
 

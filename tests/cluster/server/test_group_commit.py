@@ -76,6 +76,24 @@ def test_a_batch_whose_commit_fails_acknowledges_nothing_and_a_retry_makes_each_
     assert h.journal.jobs(False, 0, 100)[1] == 30
 
 
+def test_a_batch_whose_lock_file_was_removed_raises_and_commits_nothing(h, tmp_path):
+    from cluster.server.journal import JournalLockLost
+
+    n = FakeNode(h, "n1", gpus=2)
+    n.hello()
+    sent, commits = len(h.sent), h.journal.db.commits
+    (tmp_path / "sched.db.lock").unlink()  # taken for a stale lock
+    with pytest.raises(JournalLockLost, match="was removed"):
+        h.svc.on_batch(submits(5), h.now)  # the server stops on it, sending nothing of the batch
+    assert h.journal.db.commits == commits and len(h.sent) == sent
+    with pytest.raises(JournalLockLost):
+        h.svc.tick(h.now + 0.1)  # and on the tick, whatever comes first
+    h.journal.close()
+    again = Harness(tmp_path / "sched.db").journal
+    assert again.jobs(False, 0, 100)[1] == 0
+    again.close()
+
+
 def test_node_messages_of_a_rolled_back_batch_are_kept_and_replayed(h):
     n = FakeNode(h, "n1", gpus=2)
     a, placement = one_running_job(h, n)

@@ -8,7 +8,8 @@ import sqlite3
 
 import pytest
 
-from cluster.server.journal import Journal, JournalError, JournalLocked, JournalUnavailable
+from cluster.server import journal_file
+from cluster.server.journal import Journal, JournalError, JournalLocked, JournalLockLost, JournalUnavailable
 from cluster.spec import JobSpec
 
 
@@ -20,6 +21,61 @@ def test_one_journal_per_file_whatever_path_names_it(tmp_path):
             Journal(str(path))
     first.close()
     Journal(str(tmp_path / "alias.db")).close()  # the lock goes with its holder
+
+
+def _replace(lock):
+    lock.unlink()
+    lock.write_text("someone else's\n")
+
+
+@pytest.mark.parametrize("change, why", [(lambda lock: lock.unlink(), "was removed"), (_replace, "was replaced")])
+def test_a_lock_file_removed_or_replaced_stops_every_commit(tmp_path, change, why):
+    first = Journal(str(tmp_path / "s.db"))
+    with first.transaction():
+        first.insert_job(JobSpec("1"), "{}", 1.0)
+    change(tmp_path / "s.db.lock")  # taken for a stale lock: a second scheduler may lock a new file now
+    with pytest.raises(JournalLockLost, match=why), first.transaction():
+        first.insert_job(JobSpec("2"), "{}", 2.0)
+    with pytest.raises(JournalLockLost, match=why), first.batch():
+        with first.transaction():
+            first.insert_job(JobSpec("3"), "{}", 3.0)
+    with pytest.raises(JournalLockLost):
+        first.writable()
+    if why == "was removed":
+        second = Journal(str(tmp_path / "s.db"))  # the lock is free to take: what the first committed is there
+        assert [r.spec.job_id for r in second.records()] == ["1"]
+        with second.transaction():
+            second.insert_job(JobSpec("4"), "{}", 4.0)
+        second.close()
+    first.close()
+    assert [r.spec.job_id for r in _records(tmp_path / "s.db")] == ["1"] + (["4"] if why == "was removed" else [])
+
+
+def _records(path):
+    j = Journal(str(path))
+    try:
+        return j.records()
+    finally:
+        j.close()
+
+
+def test_a_lock_file_removed_between_its_open_and_its_lock_is_taken_again(tmp_path, monkeypatch):
+    real, calls = journal_file.fcntl.flock, []
+
+    def flock(fd, op):  # another process removes the file just before this one locks it
+        if not calls:
+            os.unlink(tmp_path / "s.db.lock")
+        calls.append(fd)
+        return real(fd, op)
+    monkeypatch.setattr(journal_file.fcntl, "flock", flock)
+    j = Journal(str(tmp_path / "s.db"))
+    assert len(calls) == 2  # the first lock was on a file no longer there
+    monkeypatch.undo()
+    with pytest.raises(JournalLocked):
+        Journal(str(tmp_path / "s.db"))  # the lock that guards the file now
+    with j.transaction():
+        j.insert_job(JobSpec("1"), "{}", 1.0)
+    j.close()
 
 
 def test_a_schema_1_file_gets_request_ids(tmp_path):

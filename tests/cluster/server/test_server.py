@@ -272,6 +272,18 @@ def test_a_second_scheduler_on_the_same_state_file_exits_naming_the_holder(procs
     assert isinstance(third.wait_ready(), P.NodesReply)
 
 
+def test_a_scheduler_whose_lock_file_is_removed_stops_and_a_second_takes_the_file(procs, tmp_path, sched):
+    (tmp_path / "sched.db.lock").unlink()  # taken for a stale lock
+    assert sched.proc.wait(timeout=30) == 1, read_log(sched.proc)  # at its next tick, before any commit
+    log = read_log(sched.proc)
+    assert "sched.db.lock was removed" in log and "stopping (exit 1)" in log and "Traceback" not in log, log
+    second = SchedulerProc(procs, tmp_path, "--insecure", metrics=False)
+    second.wait_ready()
+    req = P.JobRequest(command=("python", "-c", "pass"), cwd="/tmp", env={}, gpus=1, priority="guaranteed")
+    ok = rpc.request(second.endpoint, P.Submit(request=req), 5)
+    assert isinstance(ok, P.Submitted) and ok.job_id == "1", ok
+
+
 def test_an_immutable_state_file_is_refused_in_one_line(tmp_path):
     from cluster.server.journal import Journal
 
