@@ -29,6 +29,23 @@ class CoreViews:
         stopping: dict[str, Any]
         stats: dict[str, int]
         jobs: dict[str, Job]
+        placing: dict[str, Job]
+        retry: dict[str, tuple[float, Job]]
+        sched: dict[str, Any]
+        recovery: Any
+
+    def timers_due(self, now: float) -> bool:
+        """Whether a ``Tick`` at ``now`` would act on one of the core's timers: a placement past its start deadline
+        (``start_timeout_s``), a lost node's hold or the restore's grace ended, a requeue's backoff over. A caller
+        that sends ticks only now and then (the simulator) sends one when this is true."""
+        timeout = self.sched["start_timeout_s"]
+        if timeout > 0 and self.placing:
+            first = next(iter(self.placing.values()))  # placed in order: the oldest first (``_tick``)
+            if first.placed_at is not None and now - first.placed_at >= timeout:
+                return True
+        if any(now >= at for at, _ in self.retry.values()):
+            return True
+        return self.recovery.due(now)
 
     def queues(self) -> dict[str, list[str]]:
         """Pending job ids per queue, in scheduling order."""

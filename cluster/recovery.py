@@ -248,6 +248,12 @@ class Recovery:
         for pid in dict.fromkeys(gone):
             core.placement_lost(pid, f"workers lost on node {nid} (restarted)", now, out, node_id=nid)
 
+    def due(self, now: float) -> bool:
+        """Whether ``tick`` at ``now`` would act: the restore's grace or a node's hold has ended."""
+        if self.deadline is not None and now >= self.deadline:
+            return True
+        return any(now >= d for d, _ in self.deadlines.values())
+
     def tick(self, now: float, out: list) -> None:
         if self.deadline is not None and now >= self.deadline:
             self.deadline = None

@@ -19,6 +19,7 @@ K_STARTED, K_DONE, K_STOPPED, K_TICK, K_REPORT, K_PROGRESS = range(6)  # the hea
 
 class ClockedEvents:
     if TYPE_CHECKING:  # the simulation's, which this part uses
+        core: Any  # cluster.core.SchedulerCore
         cfg: SimConfig
         jobs: list[SimJob]
         tick_s: float
@@ -70,7 +71,7 @@ class ClockedEvents:
         self._push(job.running_at + self.progress_s * 2.0 ** job.reported, K_PROGRESS, job, run)
 
     def _tick(self, t: float, events: list, more_submits: bool) -> None:
-        if t - self._last_cycle_t >= self.tick_s:
+        if t - self._last_cycle_t >= self.tick_s or self.core.timers_due(t):
             events.append(ev.Tick())
             self.ticks_sent += 1
         busy = self.pending > 0 or self.running > 0 or self._live_events > 0

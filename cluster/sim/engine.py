@@ -23,8 +23,10 @@ Events in:
   * ``Promote`` -> the placement's class becomes guaranteed (its GPU shares are re-rated);
   * ``Tick`` every ``tick_s`` only when some configured plugin is time-driven (implements
     ``cycle_end``, e.g. promotion) or workers may start later than the start deadline; a tick is
-    skipped when a cycle ran within the last period (it would decide nothing new), and ticking
-    stops ``idle_horizon_s`` after the last real event when nothing else is scheduled;
+    skipped when a cycle ran within the last period and none of the core's timers is due
+    (``SchedulerCore.timers_due``: it would decide nothing new), and ticking stops
+    ``idle_horizon_s`` after the last real event when nothing else is scheduled (a start event
+    of a placement stopped before it came is no work ahead);
   * ``NodeReport`` (utilization of each GPU over the last ``report_s`` seconds, the node's live
     workers) only when some plugin places opportunistic work (the only reader of utilization), or
     ``reports="always"``: at the report grid point after a GPU's modelled utilization changed,
@@ -189,7 +191,9 @@ class Simulation(ClockedEvents, GpuSharing):
                         self._done(a, t, events)
                         real = True
                 elif kind == K_STARTED:
-                    self._live_events -= 1
+                    if a.starting == b:  # else discounted when superseded or stopped before it came
+                        a.starting = None
+                        self._live_events -= 1
                     if a.pid == b and not a.live and a.held:
                         self._started(a, t, events)
                         real = True
@@ -350,6 +354,9 @@ class Simulation(ClockedEvents, GpuSharing):
         if job.starts > 1 and self.cfg.restart_overhead_s:
             job.work += self.cfg.restart_overhead_s
         job.queue = self.core.job(job.job_id).queue
+        if job.starting is not None:  # an earlier placement's start, still pending: no longer work ahead
+            self._live_events -= 1
+        job.starting = job.pid
         self._push(t + self.cfg.start_delay_s, K_STARTED, job, job.pid)
 
     def _started(self, job: SimJob, t: float, events: list) -> None:
@@ -406,6 +413,9 @@ class Simulation(ClockedEvents, GpuSharing):
             return
         self._halt(job, t)
         job.held = tuple(r for r in held if r not in ranks)
+        if not job.held and job.starting == job.pid:  # stopped before its start came: that start is no work ahead
+            job.starting = None
+            self._live_events -= 1
         self._push(t + self.cfg.stop_delay_s, K_STOPPED, job, (job.pid, ranks, job.milli * job.spec.gpus))
 
     def _stopped(self, job: SimJob, info, t: float, events: list) -> None:

@@ -102,7 +102,7 @@ class SimJob:
     __slots__ = ("spec", "job_id", "duration", "work", "busy", "cfg", "klass", "label", "submit", "placement",
                  "pid", "gpus", "nodes", "held", "live", "milli", "rate", "t_rate", "version", "due", "state",
                  "first_start", "running_at", "end", "pending_since", "wait", "requeues", "preemptions", "starts",
-                 "run_s", "queue", "reason", "spread_f", "span", "reported")
+                 "run_s", "queue", "reason", "spread_f", "span", "reported", "starting")
 
     def __init__(self, spec, duration: float | None, cfg: int, busy: float, label: str) -> None:
         self.spec, self.job_id, self.duration = spec, spec.job_id, duration
@@ -136,3 +136,4 @@ class SimJob:
         self.spread_f = 1.0  # the spread model's rate multiplier for the current placement
         self.span = (0, 0, 0)  # nodes, switches, racks of the latest placement
         self.reported = 0  # progress reports sent since the workers last started
+        self.starting: str | None = None  # the placement whose start event is pending and counted as live work

@@ -55,3 +55,15 @@ def test_reading_the_views_changes_no_decision():
     decisions = drive(False)
     assert list(starts(decisions)) == ["c"]
     assert drive(True) == decisions
+
+
+def test_timers_fall_due_when_a_tick_would_act_on_them():
+    """b was placed at 0 and never started: its start deadline (start_timeout_s, 300 s by default) falls due
+    at 300, and a Tick then fails its start; before that, nothing a Tick does is due."""
+    core, _ = small_cluster()
+    assert not core.timers_due(299.0)
+    assert core.timers_due(300.0)
+    out = core.handle(ev.Tick(), 300.0)
+    assert any(isinstance(d, ev.JobChanged) and d.job_id == "b" for d in out)
+    assert core.retry["b"][0] == float("inf")  # b waits for its node to say its worker is gone: no timer ends that
+    assert not core.timers_due(1e9)

@@ -102,3 +102,27 @@ def test_jobs_csv_formats_every_cell(tmp_path):
     got = dict(zip(CSV_FIELDS, line.split(",")))
     assert (got["job_id"], got["submit_s"], got["start_s"], got["end_s"], got["wait_s"], got["jct_s"], got["starts"]) == \
         ("j1", "3", "", "inf", "1.235", "2.5", "2")
+
+
+def test_the_start_deadline_holds_however_busy_the_cluster_is():
+    """A start deadline is a core timer that only a Tick acts on: a tick falls due for it even when cycles
+    ran within the last tick period (the live server ticks every period; the engine skips a tick that would
+    decide nothing). Jobs every 20 s (a cycle each) and jobs an hour apart fail the same way."""
+    dense = [job(f"d{i}", i * 20.0, 1000.0) for i in range(40)]
+    sparse = [job(f"s{i}", 10_000.0 + i * 3600.0, 1000.0) for i in range(5)]
+    for tick in (None, 10.0):
+        _, rows, _ = run("fifo", dense + sparse, node_specs("64x8"),
+                         config=SimConfig(start_delay_s=400.0, tick_s=tick))
+        states = {r["state"] for r in rows}
+        assert states == {"failed"}, (tick, [(r["job_id"], r["state"]) for r in rows if r["state"] != "failed"])
+        assert all("did not all start within 300 s" in r["reason"] for r in rows)
+
+
+@pytest.mark.timeout(30)  # without the fix it ticks on for hours
+def test_a_start_that_fails_long_before_its_start_event_does_not_keep_the_clock_ticking():
+    """A start event of a placement stopped before it came is no work ahead: the run ends when the job's
+    starts have failed, not at the stale event's time (1e12 s of 30 s ticks)."""
+    sim, rows, s = run("fifo", [job("a", 0.0, 100.0)], node_specs("1x8"),
+                       config=SimConfig(start_delay_s=1e12))
+    assert rows[0]["state"] == "failed"
+    assert sim.t < 10_000.0 and s["ticks"] < 300, (sim.t, s["ticks"])
