@@ -14,15 +14,21 @@ def load_config(path: str | Path) -> PolicyConfig:
     """Read and validate a TOML policy file."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")  # TOML is UTF-8, whatever the locale says
     except OSError as e:
         raise ValueError(f"{p}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{p}: not a UTF-8 text file ({e.reason} at byte {e.start})") from None
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         hint = " (plugin parameters go in [plugin.NAME] tables)" if "plugins" in str(e) else ""
         raise ValueError(f"{p}: not valid TOML: {e}{hint}") from None
-    return parse_config(raw, str(p))
+    try:
+        return parse_config(raw, str(p))
+    except ValueError as e:  # the schema's line names the key; this one names the file too
+        msg = str(e)
+        raise ValueError(msg if msg.startswith(f"{p}: ") else f"{p}: {msg}") from None
 
 
 def resolve(name_or_path: str) -> PolicyConfig:

@@ -7,6 +7,10 @@ Definitions (times in seconds of simulated time):
     (no duration, or still waiting at the end) are counted apart and left out of JCT figures;
   * dropped: jobs the policy ended without ever starting them (e.g. a worker larger than any node),
     counted in ``dropped`` and explained in ``dropped_reasons`` ({the core's reason: jobs});
+  * failed: ``failed`` counts every job that ended failed, the dropped ones among them; the others
+    (placed at least once, e.g. workers that did not start within the core's ``start_timeout_s``)
+    are explained in ``failed_reasons`` ({the core's reason: jobs}), so ``dropped_reasons`` and
+    ``failed_reasons`` never count a job twice;
   * makespan: the last job end; averages over time run from 0 to the simulation's end (the last
     real event);
   * ``gpu_allocation_rate``: time-averaged share of GPUs held by guaranteed placements (their
@@ -99,10 +103,20 @@ def _dropped(row: dict) -> bool:
 
 def dropped_reasons(rows: list[dict]) -> dict[str, int]:
     """Why jobs were dropped: {reason: jobs}, most frequent first."""
+    return _reasons(r for r in rows if _dropped(r))
+
+
+def failed_reasons(rows: list[dict]) -> dict[str, int]:
+    """Why jobs that were placed failed: {reason: jobs} over the failed jobs not dropped (those are in
+    ``dropped_reasons``), most frequent first; the counts add up to the failed jobs that were placed."""
+    return _reasons(r for r in rows if r["state"] == JobState.FAILED and not _dropped(r))
+
+
+def _reasons(rows) -> dict[str, int]:
     out: dict[str, int] = {}
     for r in rows:
-        if _dropped(r):
-            out[r["reason"] or "no reason given"] = out.get(r["reason"] or "no reason given", 0) + 1
+        why = r["reason"] or "no reason given"
+        out[why] = out.get(why, 0) + 1
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
@@ -124,8 +138,10 @@ def predictor_accuracy(core) -> dict | None:
 
 
 def summarize(sim, policy: str, rows: list[dict] | None = None, skipped: dict | None = None,
-              load_wall_s: float | None = None) -> dict:
-    """The summary object of one policy run (``summary.json`` holds a list of these)."""
+              load_wall_s: float | None = None, skipped_nodes: dict | None = None) -> dict:
+    """The summary object of one policy run (``summary.json`` holds a list of these). ``skipped``: bad trace
+    rows by reason (``skipped_rows``); ``skipped_nodes``: bad rows of the node list by reason
+    (``skipped_node_rows``; empty for a ``--cluster`` shape)."""
     rows = rows if rows is not None else job_rows(sim)
     end = sim.t
     cap = sim.capacity
@@ -143,7 +159,9 @@ def summarize(sim, policy: str, rows: list[dict] | None = None, skipped: dict | 
         "gpu_occupancy_loaded": sim.acc_occ_loaded / (cap * sim.loaded_s) if cap and sim.loaded_s else None,
         "gpu_utilization_loaded": sim.acc_busy_loaded / (cap * sim.loaded_s) if cap and sim.loaded_s else None,
         "skipped_rows": dict(sorted((skipped or {}).items())),
+        "skipped_node_rows": dict(sorted((skipped_nodes or {}).items())),
         "dropped_reasons": dropped_reasons(rows),
+        "failed_reasons": failed_reasons(rows),
         "sim_wall_s": round(sim.wall_s, 3),
         "load_wall_s": None if load_wall_s is None else round(load_wall_s, 3),
         "jobs_per_s": round(len(rows) / sim.wall_s) if sim.wall_s > 0 else None,

@@ -6,7 +6,9 @@ loads the co-location data, the trace and the cluster once, runs each policy on 
 ``SchedulerCore`` seeded with ``random.Random(seed)``, and writes to ``options.out``:
 ``summary.json`` (a list, one object per policy), ``jobs-POLICY.csv`` per policy, ``cdf.png``,
 ``timeline.png`` and the series it plots, ``timeline.csv``. Bad options and unreadable files raise one-line ``ValueError``s before any
-run; bad trace rows are counted (``skipped_rows``), never raised.
+run, and before ``options.out`` is created (it is made only once the trace, the cluster and the topology are read);
+an empty ``out`` is a bad option (None writes nothing). Bad trace rows and bad node-list rows are counted
+(``skipped_rows``, ``skipped_node_rows``), never raised.
 
 A policy that places no opportunistic work (no plugin serves that class) runs every job as
 guaranteed, i.e. exclusively; reports keep each job's trace class.
@@ -36,7 +38,7 @@ from colocate.base.vocab import JobClass
 class SimOptions:
     trace: str
     policies: list[str]
-    out: str | None = None  # None: write nothing
+    out: str | None = None  # None: write nothing ("" is refused: an empty path)
     format: str | None = None
     nodes: str | None = None
     cluster: str | None = None
@@ -100,7 +102,8 @@ def run_policy(workload: Workload, name: str, cfg: PolicyConfig, model: Colocati
     with collector_paused():
         sim = Simulation(core, jobs, workload.nodes, model, sim_config, cb, observer).run()
         rows = job_rows(sim)
-        summary = summarize(sim, name, rows, dict(workload.trace.skipped), workload.load_wall_s)
+        summary = summarize(sim, name, rows, dict(workload.trace.skipped), workload.load_wall_s,
+                            skipped_nodes=workload.node_skipped)
     return sim, rows, summary
 
 
@@ -115,14 +118,11 @@ def _simulate(opts: SimOptions, progress=None) -> list[dict]:
     policies = resolve_policies(opts.policies, opts.config)
     table = load_table(opts.colocation_data)
     model = ColocationModel(table, opts.sharing)
-    out = Path(opts.out) if opts.out else None
-    if out is not None:
-        if out.exists() and not out.is_dir():
-            raise ValueError(f"--out {out}: exists and is not a directory")
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ValueError(f"--out {out}: cannot create it: {exc.strerror}") from None
+    if opts.out is not None and not str(opts.out):
+        raise ValueError("--out: an empty path (name a directory for the results)")
+    out = Path(opts.out) if opts.out is not None else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: exists and is not a directory")
     wl = load_workload(opts.trace, format=opts.format, nodes=opts.nodes, cluster=opts.cluster, seed=opts.seed,
                        limit=opts.limit, node_gpus=opts.node_gpus, opportunistic_fraction=opts.opportunistic_fraction,
                        estimates=opts.estimates, user_factor=opts.user_factor, user_noise=opts.user_noise,
@@ -131,6 +131,11 @@ def _simulate(opts: SimOptions, progress=None) -> list[dict]:
         raise ValueError(f"{opts.trace}: no usable jobs ({sum(wl.trace.skipped.values())} bad rows)")
     if opts.topology:
         wl.nodes = load_topology(opts.topology, wl.nodes)
+    if out is not None:  # made only once every input has been read: a run refused on its input leaves nothing
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"--out {out}: cannot create it: {exc.strerror}") from None
     setup = {"trace": str(opts.trace), "format": wl.trace.format, "cluster": wl.node_source, "gpus": wl.gpus,
              "seed": opts.seed, "estimates": opts.estimates, "sharing": opts.sharing, "queues": opts.queues,
              "opportunistic_fraction": opts.opportunistic_fraction, "limit": opts.limit,

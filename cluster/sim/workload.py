@@ -2,7 +2,8 @@
 and each job's place in the co-location model.
 
 ``load_workload`` reads the trace (``cluster.traces``) and the cluster (``--nodes`` file or
-``--cluster`` shape) and prepares every job once, deterministically from ``seed``:
+``--cluster`` shape; the node list's bad rows are counted in ``Workload.node_skipped``, never raised) and
+prepares every job once, deterministically from ``seed``:
   * queue: with ``queues="default"`` (the default) every job goes to queue ``default``: the
     trace's queue column (Philly's virtual cluster) is dropped, since the presets' queue plugins
     know only that queue (``multi_queue`` rejects other names); ``queues="trace"`` keeps it;
@@ -78,7 +79,9 @@ class Workload:
 
 
 def load_cluster(nodes: str | None = None, cluster: str | None = None) -> tuple[list[NodeSpec], str, dict]:
-    """Nodes from a node-list file or a shape (exactly one); (nodes, description, skipped rows)."""
+    """Nodes from a node-list file or a shape (exactly one); (nodes, description, skipped rows: {reason: rows}
+    of the node list, empty for a shape). A cluster without a GPU (a shape such as ``8x0``, a node list whose
+    nodes all have none) is a ``ValueError``: every job would be dropped."""
     if bool(nodes) == bool(cluster):
         raise ValueError("give exactly one of --nodes PATH and --cluster SHAPE")
     if cluster:
@@ -89,6 +92,9 @@ def load_cluster(nodes: str | None = None, cluster: str | None = None) -> tuple[
     res = load_nodes(nodes)
     if not res.nodes:
         raise ValueError(f"{nodes}: no usable nodes ({sum(res.skipped.values())} bad rows)")
+    if not any(n.gpus for n in res.nodes):
+        raise ValueError(f"node list {nodes}: no GPUs ({len(res.nodes)} nodes, none with a GPU; "
+                         f"{sum(res.skipped.values())} bad rows)")
     return res.nodes, str(nodes), dict(res.skipped)
 
 

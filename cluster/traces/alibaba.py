@@ -21,7 +21,9 @@ Mapping onto ``JobSpec`` (one pod = one job of one worker; see docs/traces.md):
     empty ``scheduled_time``) or without times has no duration: kept with ``None`` only when the
     caller passes ``allow_no_duration=True`` (e.g. FGD-style packing with no departures), else
     counted as "never scheduled" / "no duration". Without ``allow_no_duration`` the three time
-    columns are required. ``pod_phase`` is not used (Failed pods ran too).
+    columns are required; when only they are missing, the error says that ``--allow-no-duration``
+    (``colocate simulate``'s name for it) reads the file. Times beyond ``MAX_SECONDS`` (100 years)
+    are bad rows. ``pod_phase`` is not used (Failed pods ran too).
 
 Bad-row reasons: wrong field count, bad name, duplicate name, bad cpu_milli, bad memory_mib,
 bad num_gpu, bad gpu_milli, fractional share on several GPUs, gpu_milli without gpus, cpu-only pod,
@@ -42,8 +44,8 @@ from cluster.traces.common import (
     finish,
     normalize_models,
     open_table,
-    to_float,
     to_int,
+    to_seconds,
 )
 from colocate.base.vocab import JobClass
 
@@ -62,10 +64,12 @@ def read_alibaba_pods(path, *, allow_no_duration: bool = False, include_cpu_only
     log = RowLog(path, max_problems)
     result = TraceResult(path, "alibaba2023")
     required = REQUIRED if allow_no_duration else REQUIRED + TIMES
-    hint = "" if allow_no_duration else " (pass allow_no_duration=True to read pods without times)"
     jobs: list[TraceJob] = []
     seen: set[str] = set()
     with open_table(path, what) as (reader, names):
+        # the hint only where it would help: every column but the times is there (the multigpu* files)
+        hint = "" if allow_no_duration or not set(REQUIRED) <= set(names) else \
+            " (with --allow-no-duration, pods without times are kept and never finish)"
         index, result.ignored_columns = columns(path, names, what, required, OPTIONAL, hint)
         width = len(names)
         i_name, i_cpu, i_mem, i_n, i_milli = (index[c] for c in REQUIRED)
@@ -118,21 +122,21 @@ def _times(row: list[str], i_ct, i_st, i_dt, allow_no_duration: bool) -> tuple[f
     """(submit time, duration or None) of one pod row; raises BadRow."""
     if i_ct is None:
         return 0.0, None  # no time columns: only reachable with allow_no_duration
-    submit = to_float(row[i_ct], "creation_time", 0.0)
+    submit = to_seconds(row[i_ct], "creation_time", 0.0)
     st = row[i_st].strip() if i_st is not None else ""
     dt = row[i_dt].strip() if i_dt is not None else ""
     if not st:
         if allow_no_duration:
             return submit, None
         raise BadRow("never scheduled", "empty scheduled_time")
-    scheduled = to_float(st, "scheduled_time", 0.0)
+    scheduled = to_seconds(st, "scheduled_time", 0.0)
     if scheduled < submit:
         raise BadRow("scheduled before creation", f"{scheduled:g} < {submit:g}")
     if not dt:
         if allow_no_duration:
             return submit, None
         raise BadRow("no duration", "empty deletion_time")
-    deleted = to_float(dt, "deletion_time", 0.0)
+    deleted = to_seconds(dt, "deletion_time", 0.0)
     if deleted < scheduled:
         raise BadRow("negative duration", f"deletion_time {deleted:g} < scheduled_time {scheduled:g}")
     return submit, deleted - scheduled

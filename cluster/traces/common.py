@@ -10,6 +10,9 @@ Contracts (all readers):
     ``rows == len(jobs) + sum(skipped.values()) + beyond_limit``. Blank lines are not rows.
   * A file that cannot be opened or decoded, is empty, or lacks a required column raises one
     ``ValueError`` naming the file (and the column).
+  * Times and durations (``to_seconds``) are finite and at most ``MAX_SECONDS`` (100 years: Unix
+    times up to 2070 pass); a row stating more is a bad row (``bad duration``, ``bad submit_time``...),
+    not a job that would stall the simulated clock or overflow every report.
   * No clock, no global random state: the same file and the same seed give the same records.
 """
 
@@ -28,6 +31,7 @@ from cluster.spec import JobSpec, NodeSpec, SpecError, allowed_models, model_all
 from colocate.base.units import parse_size
 
 MAX_PROBLEMS = 50  # problem lines kept per file; all bad rows are still counted
+MAX_SECONDS = 100 * 365.25 * 86400  # 3,155,760,000: the largest time or duration (s) a trace row may state
 
 
 class TraceJob(NamedTuple):
@@ -155,6 +159,15 @@ def to_float(text: str, col: str, minimum: float | None = None) -> float:
         raise BadRow(f"bad {col}", repr(text)) from None
     if not math.isfinite(v) or (minimum is not None and v < minimum):
         raise BadRow(f"bad {col}", repr(text))
+    return v
+
+
+def to_seconds(text: str, col: str, minimum: float | None = None) -> float:
+    """A time or duration in seconds: ``to_float``'s number, at most ``MAX_SECONDS`` (100 years) in size;
+    else ``BadRow('bad COL')``."""
+    v = to_float(text, col, minimum)
+    if abs(v) > MAX_SECONDS:
+        raise BadRow(f"bad {col}", f"{text!r}: over 100 years ({MAX_SECONDS:.0f} s)")
     return v
 
 

@@ -30,8 +30,8 @@ from cluster.traces.common import (
     normalize_models,
     read_job_table,
     split_gang,
-    to_float,
     to_int,
+    to_seconds,
     to_size,
 )
 from colocate.base.vocab import JOB_CLASSES, JobClass
@@ -51,10 +51,10 @@ def read_csv_jobs(path, *, node_gpus: int = 8, allow_no_duration: bool = False, 
 
 def _job(c: dict[str, str], line: int, node_gpus: int, allow_no_duration: bool) -> tuple[JobSpec, float | None]:
     """One row's JobSpec and duration; raises BadRow (or SpecError)."""
-    submit = to_float(c["submit_time"], "submit_time", 0.0)
+    submit = to_seconds(c["submit_time"], "submit_time", 0.0)
     duration = None
     if c["duration"]:
-        duration = to_float(c["duration"], "duration")
+        duration = to_seconds(c["duration"], "duration")
         if duration < 0:
             raise BadRow("negative duration", c["duration"])
     elif not allow_no_duration:
@@ -81,7 +81,7 @@ def _job(c: dict[str, str], line: int, node_gpus: int, allow_no_duration: bool) 
     if priority not in JOB_CLASSES:
         raise BadRow("bad priority", repr(c["priority"]))
     priority = JobClass(priority)
-    estimate = to_float(c["estimate_s"], "estimate_s") if c.get("estimate_s") else None
+    estimate = to_seconds(c["estimate_s"], "estimate_s") if c.get("estimate_s") else None
     if estimate is not None and estimate <= 0:
         raise BadRow("bad estimate_s", repr(c["estimate_s"]))
     spec = JobSpec(

@@ -28,6 +28,7 @@ from cluster.traces.common import (
     read_job_table,
     split_gang,
     to_float,
+    to_seconds,
 )
 
 REQUIRED = ("submit_time", "duration", "num_gpu", "group")
@@ -42,8 +43,8 @@ def read_pai_jobs(path, *, node_gpus: int = 8, limit: int | None = None, max_pro
 
 
 def _job(c: dict[str, str], line: int, node_gpus: int) -> tuple[JobSpec, float]:
-    submit = to_float(c["submit_time"], "submit_time", 0.0)
-    duration = to_float(c["duration"], "duration")
+    submit = to_seconds(c["submit_time"], "submit_time", 0.0)
+    duration = to_seconds(c["duration"], "duration")
     if duration < 0:
         raise BadRow("negative duration", c["duration"])
     n = to_float(c["num_gpu"], "num_gpu")

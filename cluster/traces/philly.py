@@ -16,7 +16,8 @@ Mapping onto ``JobSpec`` (see docs/traces.md):
   * ``priority``: guaranteed, or opportunistic for a seeded share ``opportunistic_fraction``: one
     ``rng.random()`` per good row in file order, opportunistic when below the fraction (so a
     larger fraction with the same seed marks a superset of jobs, and ``limit`` changes nothing).
-  * ``duration_s``: ``duration``. Zero-GPU rows are bad ("no gpus").
+  * ``duration_s``: ``duration`` (over 100 years, ``MAX_SECONDS``, is a "bad duration"). Zero-GPU rows are bad
+    ("no gpus").
 
 Bad-row reasons: wrong field count, bad timestamp, bad duration, negative duration,
 bad num_gpus, no gpus, bad spec.
@@ -39,8 +40,8 @@ from cluster.traces.common import (
     finish,
     open_table,
     split_gang,
-    to_float,
     to_int,
+    to_seconds,
 )
 from colocate.base.units import parse_fraction
 from colocate.base.vocab import JobClass
@@ -82,7 +83,7 @@ def read_philly(path, *, node_gpus: int = 8, opportunistic_fraction: float = 0.0
         for line, row in data_rows(reader, width, result, log):
             try:
                 t = _seconds(row[i_ts])
-                dur = to_float(row[i_dur], "duration")
+                dur = to_seconds(row[i_dur], "duration")
                 if dur < 0:
                     raise BadRow("negative duration", row[i_dur])
                 n = to_int(row[i_n], "num_gpus")

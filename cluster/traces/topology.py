@@ -85,13 +85,23 @@ def shape_topology(shape: str, nodes: list[NodeSpec]) -> Topology:
 
 def label_nodes(nodes: list[NodeSpec], topo: Topology, name: str = "topology") -> list[NodeSpec]:
     """``nodes`` with the switch and rack ``topo`` gives them (a node it does not list keeps none; a listed
-    node the cluster lacks is an error)."""
+    node the cluster lacks is an error, which names the cluster's node ids: a ``--cluster`` shape's are
+    ``node-0000``, ``node-0001``... (``cluster.traces.nodes.parse_shape``))."""
     ids = {n.node_id for n in nodes}
     unknown = [k for k in topo if k not in ids]
     if unknown:
-        raise ValueError(f"{name}: {len(unknown)} node(s) not in the cluster, e.g. {unknown[0][:64]!r}")
+        raise ValueError(f"{name}: {len(unknown)} node(s) not in the cluster, e.g. {unknown[0][:64]!r}; "
+                         f"the cluster's nodes are {_id_range(nodes)}")
     return [dataclasses.replace(n, switch=topo[n.node_id][0], rack=topo[n.node_id][1]) if n.node_id in topo else n
             for n in nodes]
+
+
+def _id_range(nodes: list[NodeSpec]) -> str:
+    """The nodes' ids in a few words: all of up to three, else the first and the last (``node-0000..node-0015``)."""
+    ids = [n.node_id[:64] for n in nodes]
+    if len(ids) <= 3:
+        return ", ".join(ids) or "none"
+    return f"{ids[0]}..{ids[-1]} ({len(ids)} nodes)"
 
 
 def load_topology(source: str, nodes: list[NodeSpec]) -> list[NodeSpec]:

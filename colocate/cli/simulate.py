@@ -4,7 +4,9 @@ A thin command: it parses the options, calls ``cluster.sim.simulate`` (the discr
 driving the real ``SchedulerCore`` and plugins; see docs/simulator.md), shows a progress bar
 (jobs finished / total, per policy) and prints the summary as a table. Results go to ``--out``:
 ``summary.json``, ``jobs-POLICY.csv``, ``cdf.png``, ``timeline.png`` (+ ``timeline.csv``). Bad options or files exit 2
-with one line; a bad trace row is counted in ``skipped_rows``, never a traceback.
+with one line; a bad trace row is counted in ``skipped_rows``, a bad node-list row in ``skipped_node_rows``, never a
+traceback. The table's done, failed (placed, then failed), dropped (never started) and unfinished columns add up to
+the jobs; the reasons of the dropped and the failed jobs follow it, one line each per policy.
 """
 
 from __future__ import annotations
@@ -116,7 +118,9 @@ def register(sub) -> None:
                    help="Lucid lucid_colocate_info.csv (default: $COLOCATE_LUCID_CSV or "
                    "../shared/traces/measured/); 'none': no data, every job counts as fully busy")
     p.add_argument("--start-delay", type=SECONDS, default=0.0, metavar="S",
-                   help="seconds from a start decision to the workers running (default 0)")
+                   help="seconds from a start decision to the workers running (default 0); a delay past the "
+                   "policy's start_timeout_s (300 s by default) fails every start: the job is retried, then "
+                   "fails")
     p.add_argument("--stop-delay", type=SECONDS, default=0.0, metavar="S",
                    help="seconds from a stop decision to the workers' exit (default 0)")
     p.add_argument("--restart-overhead", type=SECONDS, default=0.0, metavar="S",
@@ -203,11 +207,19 @@ def _with_progress(simulate, opts):
         return simulate(opts, progress)
 
 
+BIG = 1e6  # a table cell's number from this on is shown in 3 significant digits (2.78e+304): columns stay narrow
+
+
+def _num(x: float, decimals: int) -> str:
+    """``x`` with ``decimals`` decimals, or 3 significant digits from ``BIG`` on (also inf, nan)."""
+    return f"{x:.{decimals}f}" if abs(x) < BIG else f"{x:.3g}"
+
+
 def _h(seconds) -> str:
     if seconds is None:
         return "-"
     h = seconds / 3600
-    return f"{h:.2f}" if h < 100 else f"{h:.0f}"
+    return _num(h, 2 if h < 100 else 0)
 
 
 def _pct(x) -> str:
@@ -222,13 +234,18 @@ def _print_summary(summaries: list[dict], out: str, plots: bool = True) -> None:
     console = Console() if sys.stdout.isatty() else Console(width=120)
     t = Table(title="simulated policies (times in hours)", box=box.SIMPLE_HEAD, show_edge=False,
               pad_edge=False, collapse_padding=True)
-    for col in ("policy", "jobs", "done", "dropped", "JCT", "p99", "queue", "p99", "span d", "alloc", "util", "sim s"):
+    # done, failed (placed, then failed), dropped (never started) and unfinished add up to the jobs
+    unfinished = any(s["unfinished"] for s in summaries)
+    cols = ("policy", "jobs", "done", "failed", "dropped") + (("unfinished",) if unfinished else ()) + (
+        "JCT", "p99", "queue", "p99", "span d", "alloc", "util", "sim s")
+    for col in cols:
         t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for s in summaries:
-        t.add_row(s["policy"], str(s["jobs"]), str(s[JobState.SUCCEEDED]), str(s["dropped"]), _h(s["mean_jct_s"]),
+        t.add_row(s["policy"], str(s["jobs"]), str(s[JobState.SUCCEEDED]), str(sum(s["failed_reasons"].values())),
+                  str(s["dropped"]), *((str(s["unfinished"]),) if unfinished else ()), _h(s["mean_jct_s"]),
                   _h(s["p99_jct_s"]), _h(s["mean_queue_s"]), _h(s["p99_queue_s"]),
-                  f"{s['makespan_s'] / 86400:.1f}", _pct(s["gpu_allocation_rate"]),
-                  _pct(s["gpu_utilization"]), f"{s['sim_wall_s']:.1f}")
+                  _num(s["makespan_s"] / 86400, 1), _pct(s["gpu_allocation_rate"]),
+                  _pct(s["gpu_utilization"]), _num(s["sim_wall_s"], 1))
     console.print(t)
     classes = [s for s in summaries if "by_class" in s]
     if classes:
@@ -251,13 +268,17 @@ def _print_summary(summaries: list[dict], out: str, plots: bool = True) -> None:
                           f"{p['under_predicted']:.0%}, above p90 {p['above_p90']:.0%}; by key level: {levels}; "
                           f"no prediction {p['uncovered']}", markup=False)
     for s in summaries:
-        if s["dropped"]:
-            why = "; ".join(f"{n} x {reason}" for reason, n in list(s["dropped_reasons"].items())[:3])
-            more = len(s["dropped_reasons"]) - 3
-            console.print(f"{s['policy']}: {s['dropped']} of {s['jobs']} jobs dropped, never started: {why}"
-                          + (f" (and {more} other reasons, in jobs-*.csv)" if more > 0 else ""), markup=False)
-    skipped = summaries[0]["skipped_rows"] if summaries else {}
-    if skipped:
-        console.print("skipped trace rows: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
+        for reasons, what in ((s["dropped_reasons"], "dropped, never started"),
+                              (s["failed_reasons"], "failed after being placed")):
+            if reasons:
+                why = "; ".join(f"{n} x {reason}" for reason, n in list(reasons.items())[:3])
+                more = len(reasons) - 3
+                console.print(f"{s['policy']}: {sum(reasons.values())} of {s['jobs']} jobs {what}: {why}"
+                              + (f" (and {more} other reasons, in jobs-*.csv)" if more > 0 else ""), markup=False)
+    for key, what in (("skipped_rows", "trace"), ("skipped_node_rows", "node list")):
+        skipped = summaries[0][key] if summaries else {}
+        if skipped:
+            console.print(f"skipped {what} rows: " + ", ".join(f"{k} {v}" for k, v in skipped.items()),
+                          markup=False)
     written = "summary.json, jobs-*.csv, " + ("cdf.png, timeline.png, " if plots else "") + "timeline.csv"
     console.print(f"results in {out}/: {written}", markup=False)

@@ -68,6 +68,25 @@ def test_config_file_errors(tmp_path):
         load_config(bad)
     with pytest.raises(ValueError, match="cannot read"):
         load_config(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b'plugins = ["fifo", "gang", "binpack"]\nfoo = 1\n', "foo: unknown key"),
+    (b'plugins = ["fifo", "nonesuch"]\n', "plugins: unknown plugin 'nonesuch'"),
+    (b'plugins = ["fifo", "backfill"]\n[plugin.backfill]\ndepth = 0\n', "plugin.backfill.depth: bad value 0"),
+    (b"\xff\xfe", "not a UTF-8 text file"),
+    (b'plugins = ["fifo"]\n# caf\xe9\n', "not a UTF-8 text file"),
+])
+def test_every_config_file_error_is_one_line_naming_the_file(tmp_path, content, message):
+    """As ``cluster.config_file`` promises: a schema error (which names the key) and an undecodable file both name
+    the file, in one line; ``resolve`` (what ``--policy FILE`` and the scheduler's ``--config`` call) says the same."""
+    path = tmp_path / "policy.toml"
+    path.write_bytes(content)
+    for read in (load_config, resolve):
+        with pytest.raises(ValueError) as e:
+            read(str(path))
+        assert str(e.value).startswith(f"{path}: ") and message in str(e.value) and "\n" not in str(e.value)
+        assert str(e.value).count(str(path)) == 1
     with pytest.raises(ValueError, match="unknown policy 'nope'"):
         resolve("nope")
     with pytest.raises(ValueError, match="unknown policy"):

@@ -8,6 +8,7 @@ import pytest
 
 from cluster import events as ev
 from cluster.spec import NodeSpec
+from cluster.traces.nodes import parse_shape
 from cluster.traces.topology import label_nodes, load_topology, parse_topology_csv, shape_topology
 from colocate.protocol import parse_topology
 from tests.cluster.helpers import config, finish, job, make_core, run, starts, submit
@@ -192,3 +193,16 @@ def test_topology_shape_must_cover_the_cluster():
         shape_topology("3x2", nodes)
     with pytest.raises(ValueError, match="not in the cluster"):
         label_nodes(nodes, {"zz": ("s", "")})
+
+
+def test_an_unknown_node_names_the_clusters_node_ids():
+    """A topology CSV written with the wrong ids (``node-0`` for a shape's ``node-0000``) is told the form the
+    cluster's ids take, not left to trial and error."""
+    with pytest.raises(ValueError) as e:
+        label_nodes(parse_shape("16x8"), {"node-0": ("s1", ""), "node-0001": ("s1", "")}, "t.csv")
+    assert str(e.value) == ("t.csv: 1 node(s) not in the cluster, e.g. 'node-0'; the cluster's nodes are "
+                            "node-0000..node-0015 (16 nodes)")
+    with pytest.raises(ValueError, match="the cluster's nodes are a, b$"):
+        label_nodes([NodeSpec("a", 8), NodeSpec("b", 8)], {"c": ("s", "")})
+    assert [n.node_id for n in parse_shape("9999x1")][-1] == "node-9998"
+    assert [n.node_id for n in parse_shape("10001x1")][::10000] == ["node-00000", "node-10000"]  # docs/simulator.md

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from cluster.traces import detect_format, load_trace
+from cluster.traces.common import MAX_SECONDS
 from cluster.traces.summary import summarize_jobs
 
 FILES = {
@@ -66,3 +67,26 @@ def test_bad_format_name_and_options(tmp_path):
         load_trace(p, opportunistic_fraction=0.5)  # a Philly option
     with pytest.raises(ValueError, match="cannot read"):
         detect_format(tmp_path / "absent.csv")
+
+
+@pytest.mark.parametrize("fmt, text, reason", [
+    ("philly", "timestamp,duration,num_gpus\n2017-10-01 00:00:00,{v},1\n", "bad duration"),
+    ("csv", "submit_time,duration,num_gpus\n0,{v},1\n", "bad duration"),
+    ("csv", "submit_time,duration,num_gpus\n{v},10,1\n", "bad submit_time"),
+    ("csv", "submit_time,duration,num_gpus,estimate_s\n0,10,1,{v}\n", "bad estimate_s"),
+    ("pai2020", "submit_time,duration,num_gpu,group\n0,{v},1,g\n", "bad duration"),
+    ("pai2020", "submit_time,duration,num_gpu,group\n{v},10,1,g\n", "bad submit_time"),
+])
+@pytest.mark.parametrize("value", ["1e308", "3155760001"])
+def test_times_over_100_years_are_bad_rows(tmp_path, fmt, text, reason, value):
+    """A finite but absurd time or duration (over ``MAX_SECONDS``, 100 years) is a bad row counted by reason, not a
+    job that would stall the simulated clock and overflow every report; 100 years itself, and Unix times of today,
+    pass."""
+    good = "2017-10-01 00:00:00,10,1\n" if fmt == "philly" else text.splitlines()[1].replace("{v}", "5") + "\n"
+    p = write(tmp_path, text.format(v=value) + good, f"{fmt}.csv")
+    r = load_trace(p, fmt)
+    assert dict(r.skipped) == {reason: 1} and len(r.jobs) == 1 and "over 100 years" in r.problems[0]
+    assert MAX_SECONDS == 100 * 365.25 * 86400
+    for ok in (str(int(MAX_SECONDS)), "1767225600"):  # the bound itself; 2026-01-01 as a Unix time
+        r = load_trace(write(tmp_path, text.format(v=ok), f"ok-{fmt}.csv"), fmt)
+        assert not r.skipped and len(r.jobs) == 1

@@ -206,3 +206,128 @@ def test_a_replay_starts_without_numpy_or_the_protocol():
             "print(np.zeros(2).tolist(), 'numpy' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.splitlines() == ["[]", "[0.0, 0.0] True"]
+
+
+# ---------------------------------------------------------------- bad input, failed jobs, the table
+
+
+def test_an_empty_out_is_refused_and_a_refused_run_leaves_no_folder(tmp_path, capsys, monkeypatch):
+    """``--out ""`` is a bad option (it used to write nothing and say ``results in /``), and ``--out`` is created only
+    once the inputs are read: a run refused on its trace, its node list or its topology leaves no empty folder."""
+    monkeypatch.chdir(tmp_path)
+    trace = philly_file(tmp_path / "philly.csv", n=5, bad=False)
+    base = ["simulate", "--trace", str(trace), "--policy", "fifo", "--quiet", "--no-plots", "--colocation-data", "none"]
+    assert main(base + ["--cluster", "2x8", "--out", ""]) == 2
+    err = capsys.readouterr().err
+    assert "--out: an empty path" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["philly.csv"]
+    for bad in (["--trace", str(tmp_path / "nonexistent.csv"), "--cluster", "2x8"],
+                ["--nodes", str(tmp_path / "nonexistent-nodes.csv")],
+                ["--cluster", "2x8", "--topology", "3x3"]):
+        out = tmp_path / "o1"
+        assert main(base + bad + ["--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert not out.exists(), bad
+    assert main(base + ["--cluster", "2x8", "--out", str(tmp_path / "o1" / "deeper")]) == 0
+    assert (tmp_path / "o1" / "deeper" / "summary.json").exists()
+    capsys.readouterr()
+
+
+NODES_WITH_BAD_ROWS = ("sn,cpu_milli,memory_mib,gpu,model\nn1,64000,262144,8,V100\nn2,abc,262144,8,V100\n"
+                       "n3,64000,262144,-8,V100\nn1,64000,262144,8,V100\nbad\n")
+
+
+def test_bad_node_list_rows_are_counted_by_reason_shown_and_summarized(tmp_path, capsys):
+    """Bad rows of a ``--nodes`` file are counted like bad trace rows: ``skipped_node_rows`` in summary.json and a
+    line after the table (they used to vanish, leaving a silently smaller cluster)."""
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(NODES_WITH_BAD_ROWS)
+    trace = philly_file(tmp_path / "philly.csv", n=10, bad=False)
+    rc = main(["simulate", "--trace", str(trace), "--nodes", str(nodes), "--policy", "fifo", "--quiet",
+               "--no-plots", "--colocation-data", "none", "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    [s] = json.loads((tmp_path / "out" / "summary.json").read_text())
+    skipped = {"bad cpu_milli": 1, "bad gpu": 1, "duplicate node_id": 1, "wrong field count": 1}
+    assert s["skipped_node_rows"] == skipped and s["gpus"] == 8 and s["skipped_rows"] == {}
+    assert "skipped node list rows: bad cpu_milli 1, bad gpu 1, duplicate node_id 1, wrong field count 1" in out
+    assert "skipped trace rows" not in out
+    capsys.readouterr()
+    assert sim(tmp_path, "--policy", "fifo", "--no-plots") == 0  # a shape: no node rows, none skipped
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())[0]["skipped_node_rows"] == {}
+    assert "skipped node list rows" not in capsys.readouterr().out
+
+
+def test_a_node_list_without_gpus_is_refused_like_a_gpu_less_shape(tmp_path, capsys):
+    nodes = tmp_path / "cpu.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nc1,64000,262144,0,\nc2,64000,262144,0,\nc3,x,1,0,\n")
+    trace = philly_file(tmp_path / "philly.csv", n=5, bad=False)
+    base = ["simulate", "--trace", str(trace), "--policy", "fifo", "--quiet", "--out", str(tmp_path / "out")]
+    for where, message in ((["--nodes", str(nodes)], f"node list {nodes}: no GPUs (2 nodes, none with a GPU; "
+                                                     "1 bad rows)"),
+                           (["--cluster", "8x0"], "cluster shape '8x0': no GPUs")):
+        assert main(base + where) == 2
+        err = capsys.readouterr().err
+        assert err.strip() == f"colocate simulate: error: {message}"
+        assert not (tmp_path / "out").exists()
+
+
+def test_failed_and_unfinished_jobs_have_columns_and_the_failures_their_reasons(tmp_path, capsys):
+    """Jobs whose workers start later than the policy's start_timeout_s fail: the table counts them (done, failed,
+    dropped and unfinished add up to the jobs) and a line gives the reasons, as for dropped jobs; summary.json has
+    ``failed_reasons``. Jobs without a duration never finish: an ``unfinished`` column, only then."""
+    trace = philly_file(tmp_path / "philly.csv", n=12, bad=False)
+    base = ["simulate", "--trace", str(trace), "--cluster", "4x8", "--policy", "fifo", "--quiet", "--no-plots",
+            "--colocation-data", "none"]
+    assert main(base + ["--start-delay", "600", "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    [s] = json.loads((tmp_path / "a" / "summary.json").read_text())
+    reason = "start failed 3 times; last: workers did not all start within 300 s"
+    assert s["failed"] == 12 and s["dropped"] == 0 and s["failed_reasons"] == {reason: 12}
+    lines = out.splitlines()
+    header = next(ln for ln in lines if ln.lstrip().startswith("policy"))
+    assert header.split()[:5] == ["policy", "jobs", "done", "failed", "dropped"] and "unfinished" not in header
+    assert next(ln for ln in lines if ln.startswith("fifo ")).split()[:5] == ["fifo", "12", "0", "12", "0"]
+    assert f"fifo: 12 of 12 jobs failed after being placed: 12 x {reason}" in " ".join(out.split())
+    # dropped jobs are failed jobs too, but counted (and explained) once: in dropped
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("submit_time,duration,num_gpus\n0,100,1\n1,,1\n2,100,64\n3,50,2\n")
+    assert main(base + ["--trace", str(jobs), "--allow-no-duration", "--out", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    [s] = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert (s["succeeded"], s["failed"], s["dropped"], s["unfinished"], s["failed_reasons"]) == (2, 1, 1, 1, {})
+    header = next(ln for ln in out.splitlines() if ln.lstrip().startswith("policy"))
+    assert header.split()[:6] == ["policy", "jobs", "done", "failed", "dropped", "unfinished"]
+    assert next(ln for ln in out.splitlines() if ln.startswith("fifo ")).split()[:6] == ["fifo", "4", "2", "0", "1",
+                                                                                         "1"]
+    assert "failed after being placed" not in out and "1 of 4 jobs dropped, never started" in out
+
+
+def test_start_delay_help_says_a_delay_past_the_start_timeout_fails_starts(capsys):
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "past the policy's start_timeout_s (300 s by default) fails every start" in text
+
+
+def test_the_table_stays_readable_with_huge_figures(tmp_path, capsys):
+    """A figure of 300 digits (a finite absurd duration that reached the table) is shown in 3 significant digits:
+    the header keeps every column name whole and no cell is wider than a few characters."""
+    from colocate.cli.simulate import _print_summary
+
+    assert sim(tmp_path, "--policy", "fifo,backfill", "--no-plots") == 0
+    capsys.readouterr()
+    summaries = json.loads((tmp_path / "out" / "summary.json").read_text())
+    for s in summaries:
+        s.update(mean_jct_s=1e308, p99_jct_s=1.5e307, mean_queue_s=3.6e9, p99_queue_s=float("inf"),
+                 makespan_s=1e308, sim_wall_s=1e300)
+    _print_summary(summaries, str(tmp_path / "out"), plots=False)
+    lines = capsys.readouterr().out.splitlines()
+    header = next(ln for ln in lines if ln.lstrip().startswith("policy"))
+    assert header.split() == ["policy", "jobs", "done", "failed", "dropped", "JCT", "p99", "queue", "p99", "span",
+                              "d", "alloc", "util", "sim", "s"]
+    row = next(ln for ln in lines if ln.startswith("fifo "))
+    assert row.split()[5:10] == ["2.78e+304", "4.17e+303", "1e+06", "inf", "1.16e+303"]
+    table = [ln for ln in lines if ln.lstrip().startswith(("policy", "fifo ", "backfill "))]
+    assert len(table) == 3 and max(len(ln) for ln in table) < 110
