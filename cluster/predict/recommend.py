@@ -18,8 +18,10 @@ level it came from and how many ended runs are behind it, and a figure that cann
     fitted to the median run time per count (least squares, a and b >= 0); the largest count up to twice the
     largest measured whose efficiency ``T(1) / (g T(g))`` is at least ``efficiency``;
   * **GPU type**: among the types with enough free GPUs (``Offer``), the fastest by predicted time: the median
-    time per iteration (else run time) measured on that type, else one measured on another type carried across
-    by the types' relative speeds (where the nodes declare them), else the fastest declared speed.
+    time per iteration measured on that type, else one measured on another type carried across by the types'
+    relative speeds (where the nodes declare them), else the fastest declared speed. The times are those of the
+    runs that reported a time per iteration; only when none of the level's runs did are run times compared, and
+    the figure's value is then 0 (a run's time is not a time per iteration: the type is given, no time).
 Run-time quantiles are the predictor's (``cluster.predict.predictor``); the caller adds them."""
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ FIGURES = ("gpu_mem", "sm_share", "gpus", "gpu_type")
 
 @dataclass(frozen=True)
 class Figure:
-    value: float  # bytes (gpu_mem), a share (sm_share), a count (gpus), seconds per iteration or run (gpu_type)
+    value: float  # bytes (gpu_mem), a share (sm_share), a count (gpus), seconds per iteration (gpu_type; 0: none)
     level: str  # the history level behind it ("exact", "family", "speed": declared speeds only)
     history: int  # ended runs behind it
     label: str = ""  # the GPU type, for gpu_type
@@ -157,8 +159,8 @@ def gpu_count(exact: list[HistoryRecord], p: Params) -> tuple[Figure | None, str
         if r.exit == Exit.SUCCEEDED and r.wall_s > 0 and r.gpus > 0:
             by.setdefault(r.gpus, []).append(r.wall_s)
     if len(by) < 2:
-        return None, (f"no: runs at one GPU count only ({next(iter(by))})" if by else
-                      "no: no ended run of these arguments") + ", a scaling fit needs two or more"
+        return None, (f"runs at one GPU count only ({next(iter(by))})" if by else
+                      "no ended run of these arguments") + ", a scaling fit needs two or more"
     pts = [(1.0 / g, _median(t)) for g, t in by.items()]
     n = len(pts)
     mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
@@ -181,18 +183,18 @@ def gpu_count(exact: list[HistoryRecord], p: Params) -> tuple[Figure | None, str
 
 def gpu_type(exact: list[HistoryRecord], family: list[HistoryRecord], offers: Sequence[Offer],
              gpus: int) -> tuple[Figure | None, str]:
-    """The GPU type (module docstring) for a job of ``gpus`` GPUs; (figure: predicted seconds per iteration, or per
-    run when no step time was reported, labelled with the type; why not)."""
+    """The GPU type (module docstring) for a job of ``gpus`` GPUs; (figure: predicted seconds per iteration, 0 when
+    the level's runs reported none and the type was chosen by run time, labelled with the type; why not)."""
     free = [o for o in offers if o.model and o.free >= max(1, gpus)]
     if not free:
         return None, f"no GPU type has {max(1, gpus)} free GPU(s) now"
     speeds = {o.model: o.speed for o in offers if o.speed > 0}
     for level, records in (("exact", exact), ("family", family)):
         ok = [r for r in records if r.exit == Exit.SUCCEEDED and r.gpu_type]
-        steps = all(r.step_p50_s for r in ok)
+        timed = [r for r in ok if r.step_p50_s]  # the runs that reported a time per iteration, if any did
         measured: dict[str, list[float]] = {}
-        for r in ok:
-            t = r.step_p50_s if steps else r.wall_s
+        for r in timed or ok:
+            t = r.step_p50_s if timed else r.wall_s
             if t:
                 measured.setdefault(r.gpu_type, []).append(float(t))
         if not measured:
@@ -208,7 +210,8 @@ def gpu_type(exact: list[HistoryRecord], family: list[HistoryRecord], offers: Se
                     predicted[o.model] = _median(carried)
         if predicted:
             model = min(predicted, key=lambda m: (predicted[m], -speeds.get(m, 0.0), m))
-            return Figure(predicted[model], level, sum(len(t) for t in measured.values()), label=model), ""
+            per_iteration = predicted[model] if timed else 0.0  # a run's time is no time per iteration
+            return Figure(per_iteration, level, sum(len(t) for t in measured.values()), label=model), ""
     if speeds and any(o.model in speeds for o in free):
         o = max((o for o in free if o.model in speeds), key=lambda o: (o.speed, o.free))
         return Figure(0.0, "speed", 0, label=o.model), ""

@@ -4,9 +4,10 @@
 ``register(subparsers)``, which adds its parser with ``set_defaults(func=main)``, and
 ``main(args) -> int``, the exit code: it parses nothing more, calls the library and prints.
 A command never imports another command; what several share lives in ``_common`` and
-``_tables``. Usage errors exit 2 with one clear line, never a traceback; so does a request a command
-builds from the user's input that the protocol refuses (``ProtocolError``: a field out of range),
-whichever command let it through.
+``_tables``. The name of the command run is ``args.cli_command``, a dest no command uses for its own arguments
+(``run``, ``submit`` and ``recommend`` call the command line they take ``command``). Usage errors exit 2 with one
+clear line, never a traceback; so does a request a command builds from the user's input that the protocol
+refuses (``ProtocolError``: a field out of range), whichever command let it through.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "that grow and shrink while jobs run (AntMan for PyTorch).",
     )
     parser.add_argument("--version", action="version", version=f"colocate {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="cli_command", metavar="COMMAND")
     for name, module in COMMANDS.items():
         if only is None or name == only:
             importlib.import_module(module).register(sub)
@@ -83,5 +84,5 @@ def main(argv: list[str] | None = None) -> int:
 
         if not isinstance(exc, ProtocolError):
             raise
-        print(f"colocate {args.command}: error: {exc}", file=sys.stderr)
+        print(f"colocate {args.cli_command}: error: {exc}", file=sys.stderr)
         return 2

@@ -98,6 +98,7 @@ NODE_ID = argtype(_identifier("node id"), "node id")
 ENDPOINT = argtype(_endpoint, "endpoint")
 RANK = argtype(lambda t: _int_at_least(0, "a non-negative", _protocol().MAX_WORKERS - 1)(t), "rank")
 NODE_GPUS = argtype(lambda t: _int_at_least(1, "a positive", _protocol().MAX_NODE_GPUS)(t), "count")
+WORKERS = argtype(lambda t: _int_at_least(1, "a positive", _protocol().MAX_WORKERS)(t), "count")  # a gang's
 
 
 def _sim_gpus(text: str):

@@ -2,7 +2,9 @@
 
 In a terminal the console takes the terminal's width; elsewhere (a pipe, a file, a CI log) it is
 wide enough for any table, so headers and cells are never cut ("guarant…"). Tables have no wrap
-in their cells; a column's header may span two lines where the caller gives a newline.
+in their cells; a column's header may span two lines where the caller gives a newline. Every str
+(cell, header, title) is shown as it is, never read as rich markup: a job named ``[/x]`` or a
+``[exact 3]`` annotation prints literally; a caller that wants a style passes rich ``Text``.
 """
 
 from __future__ import annotations
@@ -29,15 +31,22 @@ def console(stderr: bool = False) -> Console:
     return c
 
 
+def literal(value) -> Text:
+    """``value`` as rich shows it: a ``Text`` as it is, anything else as its ``str``, never parsed as markup."""
+    return value if isinstance(value, Text) else Text(str(value))
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence], title: str | None = None,
           right: Iterable[str] = ()) -> Table:
-    """A table of ``rows`` (cells are str or rich Text); headers in ``right`` align right."""
+    """A table of ``rows`` (cells are rich Text, or anything else shown as its str, literally); headers in
+    ``right`` align right."""
     right = set(right)
-    t = Table(title=title, title_justify="left", expand=False, box=box.SIMPLE_HEAD)
+    shown = None if title is None else Text(title, style="table.title")  # the style a str title gets
+    t = Table(title=shown, title_justify="left", expand=False, box=box.SIMPLE_HEAD)
     for h in headers:
-        t.add_column(h, justify="right" if h in right else "left", no_wrap=True)
+        t.add_column(literal(h), justify="right" if h in right else "left", no_wrap=True)
     for r in rows:
-        t.add_row(*[c if isinstance(c, Text) else str(c) for c in r])
+        t.add_row(*[literal(c) for c in r])
     return t
 
 

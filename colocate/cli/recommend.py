@@ -6,7 +6,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from colocate.cli._common import JOB_ID, POSITIVE_INT, add_scheduler_options, client_failure, fail, scheduler_client
+from colocate.cli._common import (
+    JOB_ID,
+    NODE_GPUS,
+    WORKERS,
+    add_scheduler_options,
+    client_failure,
+    fail,
+    scheduler_client,
+)
 
 EPILOG = """\
 examples:
@@ -18,6 +26,7 @@ The command is fingerprinted as `colocate submit` would (the user of your key, t
 hash, its arguments without seeds, output paths or timestamps): the same job again (exact level), or the
 same script and arguments with other numbers (family level: a sweep). `python -m pkg` and `python -c` are
 not hashed: their module name or code and the arguments stand for them.
+A command is checked as `colocate submit` checks it (the program, and a python script, must exist here).
 Exit code: 0 (figures it cannot give say why); 1 unknown job, another user's job, or no answer; 2 bad input.
 """
 
@@ -34,8 +43,9 @@ def register(sub) -> None:
                        description="Recommend a job's GPU memory cap, compute share, GPU count and GPU type, and "
                        "predict its run time, from the history of the same job and of its family.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--gpus", type=POSITIVE_INT, default=1, metavar="G", help="GPUs per worker (default 1)")
-    p.add_argument("--workers", type=POSITIVE_INT, default=1, metavar="W", help="workers in the gang (default 1)")
+    p.add_argument("--gpus", type=NODE_GPUS, default=1, metavar="G", help="GPUs per worker (default 1, at most 64)")
+    p.add_argument("--workers", type=WORKERS, default=1, metavar="W",
+                   help="workers in the gang (default 1, at most 4096)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_scheduler_options(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="JOB | -- CMD ...",
@@ -59,10 +69,16 @@ def lines(r) -> list[tuple[str, str]]:
                 else f"none: {why.get('gpu_mem', '?')}"))
     out.append(("compute share", f"{r.sm_share.value:.2f} {behind(r.sm_share)}" if r.sm_share
                 else f"none: {why.get('sm_share', '?')}"))
-    out.append(("gpu count", f"{int(r.gpus.value)} {behind(r.gpus)}" if r.gpus else why.get("gpus", "no")))
+    out.append(("gpu count", f"{int(r.gpus.value)} {behind(r.gpus)}" if r.gpus
+                else f"none: {why.get('gpus', '?')}"))
     if r.gpu_type is not None:
-        t = r.gpu_type
-        per = f", predicted {t.value * 1e3:.1f} ms per iteration" if t.value and t.level != "speed" else ""
+        t = r.gpu_type  # its value: seconds per iteration; 0 when the type was chosen by run time (or speed)
+        if t.level == "speed":
+            per = ""
+        elif t.value:
+            per = f", predicted {t.value * 1e3:.1f} ms per iteration"
+        else:
+            per = ", the fastest by run time (no run reported its time per iteration)"
         out.append(("gpu type", f"{t.label}{per} {behind(t)}"))
     else:
         out.append(("gpu type", f"none: {why.get('gpu_type', '?')}"))
@@ -95,6 +111,13 @@ def main(args) -> int:
     if not command and job_id is None:
         return fail("recommend", "error: give a job id, or the command after -- (colocate recommend -- python "
                     "train.py ...)", 2)
+    if command:
+        from colocate.launcher import LaunchError, check_command
+
+        try:
+            check_command(tuple(command), None)  # what `colocate submit` refuses, refused alike
+        except LaunchError as exc:
+            return fail("recommend", f"error: {exc}", 2)
     try:
         rec = scheduler_client(args).recommend(job_id=job_id, command=command, workers=args.workers, gpus=args.gpus)
     except rpc.RpcError as exc:

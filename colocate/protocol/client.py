@@ -191,8 +191,8 @@ class LogsReply(Message):
 @_record()
 class FigureView(_Record):
     """One recommended figure: ``value`` (bytes for gpu_mem, a share, a GPU count, or the predicted seconds per
-    iteration (else per run) on the type ``label`` for gpu_type), the history ``level`` behind it and how many
-    ended runs (``history``)."""
+    iteration on the type ``label`` for gpu_type, 0 when no run reported one), the history ``level`` behind it and
+    how many ended runs (``history``)."""
 
     value: float = _f(SECONDS)
     level: str = _f(NAME)

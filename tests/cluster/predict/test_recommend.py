@@ -109,7 +109,8 @@ def test_no_share_without_an_unthrottled_busy_fraction():
 def test_gpu_count_needs_two_sizes_and_follows_the_scaling_fit():
     one = [rec(i, gpus=1, wall=100.0) for i in range(3)]
     fig, why = gpu_count(one, P)
-    assert fig is None and why.startswith("no:")
+    assert fig is None and why == "runs at one GPU count only (1), a scaling fit needs two or more"
+    assert gpu_count([], P) == (None, "no ended run of these arguments, a scaling fit needs two or more")
     amdahl = one + [rec(10, gpus=2, wall=60.0), rec(11, gpus=4, wall=40.0)]  # T = 20 + 80/g
     fig, _ = gpu_count(amdahl, P)
     # efficiency 100/(g (20 + 80/g)): g=2 0.83, g=4 0.625: 2
@@ -130,6 +131,27 @@ def test_gpu_type_is_the_fastest_free_by_predicted_time():
     fig, why = gpu_type([], [], [Offer("A", 4)], 1)
     assert fig is None and "not declared" in why
     assert gpu_type(runs, [], offers, 16)[0] is None
+
+
+def test_gpu_type_times_per_iteration_from_the_runs_that_reported_one():
+    """A run without a time per iteration (no mini-batch seen) does not turn the level to run times: the others'
+    times per iteration are compared (it was the median of whole runs' wall times, shown as ms per iteration)."""
+    offers = [Offer("V100", 4, 1.0), Offer("K80", 4, 0.25)]
+    family = [rec(0, gpu_type="V100", wall=7.6664, step=0.012), rec(1, gpu_type="V100", wall=8.0)]
+    fig, _ = gpu_type([], family, offers, 1)
+    assert (fig.label, fig.value, fig.level, fig.history) == ("V100", pytest.approx(0.012), "family", 1)
+    mixed = [rec(0, gpu_type="K80", wall=50.0), rec(1, gpu_type="V100", wall=400.0, step=0.1)]
+    fig, _ = gpu_type(mixed, [], offers, 1)  # K80 measured by run time only: carried from V100's step time
+    assert (fig.label, fig.value) == ("V100", pytest.approx(0.1))
+
+
+def test_gpu_type_chosen_by_run_time_gives_no_time_per_iteration():
+    """No run of the level reported a time per iteration: the type is the fastest by run time, and its value is 0
+    (no time per iteration), never a run's wall time."""
+    offers = [Offer("V100", 4, 1.0), Offer("K80", 4, 0.25)]
+    runs = [rec(0, gpu_type="K80", wall=300.0), rec(1, gpu_type="V100", wall=100.0), rec(2, gpu_type="V100")]
+    fig, _ = gpu_type(runs, [], offers, 1)
+    assert (fig.label, fig.value, fig.level, fig.history) == ("V100", 0.0, "exact", 3)
 
 
 def test_recommend_says_why_each_missing_figure_is_missing():

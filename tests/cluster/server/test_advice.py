@@ -62,7 +62,7 @@ def test_a_recommendation_from_history_and_why_a_figure_is_missing(h):
     assert (rec.gpu_mem.value, rec.gpu_mem.level, rec.gpu_mem.history) == (600 * MIB, "exact", 1)
     assert rec.sm_share.value == pytest.approx(0.40) and rec.sm_share.level == "exact"
     assert rec.gpu_type.label == "sim" and rec.run_time.p50_s == pytest.approx(100.0)
-    assert "gpus" in dict(rec.why_not) and dict(rec.why_not)["gpus"].startswith("no:")
+    assert "gpus" in dict(rec.why_not) and dict(rec.why_not)["gpus"].startswith("runs at one GPU count only")
     assert recommend(h, job_id=job) == rec  # a job: as it was submitted
     sweep = recommend(h, command=("python", "train.py", "--batch-size", "16"), script_hash=HASH)
     assert sweep.gpu_mem.level == "family" and sweep.gpu_mem.value <= 600 * MIB  # a smaller batch of the family

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from colocate import protocol as P
 from colocate.cli import build_parser, main
 from tests.support import child_env, free_port, run_py
 
@@ -108,6 +109,20 @@ def test_a_bad_colocate_scheduler_variable_is_one_line_and_exit_2(capsys, monkey
     monkeypatch.setenv("COLOCATE_SCHEDULER", "tcp://127.0.0.1:99999")
     rc, _, err = cli(capsys, *args)
     assert rc == 2 and "COLOCATE_SCHEDULER" in one_line(err, args[0])
+
+
+@pytest.mark.parametrize("name", ["run", "submit", "recommend"])
+def test_a_request_the_protocol_refuses_is_reported_under_the_commands_name(capsys, monkeypatch, name):
+    """A command whose own argument is named ``command`` (its command line) does not overwrite the name ``main``
+    reports a ``ProtocolError`` under (it was ``colocate ['--', 'true']: error: ...``)."""
+    import importlib
+
+    def refused(args):
+        return P.RecommendRequest(command=("true",), gpus=100000)  # what a command let through: refused
+
+    monkeypatch.setattr(importlib.import_module(f"colocate.cli.{name}"), "main", refused)
+    rc, _, err = cli(capsys, name, "--", "true")
+    assert rc == 2 and one_line(err, name).startswith(f"colocate {name}: error: RecommendRequest.gpus"), err
 
 
 def test_a_scheduler_nobody_serves_is_one_line_and_exit_1(capsys):
