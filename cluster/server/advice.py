@@ -64,8 +64,10 @@ def offers(core: SchedulerCore, speeds: dict[str, float]) -> list[Offer]:
 
 
 def whole_gpu(core: SchedulerCore) -> int:
-    """The smallest GPU memory of the up nodes (bytes; 0: none stated): no cap above it is recommended."""
-    return min((n.spec.gpu_mem for n in core.state.nodes.values() if n.up and n.spec.gpu_mem), default=0)
+    """The largest GPU memory of the up nodes (bytes; 0: none stated): no cap above it is recommended. Not the
+    smallest: a cap is also the job's memory request, so the job is placed on a GPU that holds it, and a cap cut
+    to a small node's GPU would run every job out of memory there."""
+    return max((n.spec.gpu_mem for n in core.state.nodes.values() if n.up and n.spec.gpu_mem), default=0)
 
 
 @dataclass(frozen=True)

@@ -133,3 +133,26 @@ def test_an_opportunistic_job_starts_at_its_recommendation_free_to_grow(tmp_path
     assert (start.request.gpu_mem, start.request.sm_share, start.start_mem, start.cap_recommended) == (
         0, None, 600 * MIB, False)
     assert start.start_share == pytest.approx(0.40)
+
+
+def test_a_small_gpu_beside_the_others_does_not_cut_the_recommended_cap(h):
+    """The cap is the job's need (600 MiB here), placed on a GPU that holds it: a 64 MiB GPU that joins does not
+    cut it to 64 MiB (a sure out-of-memory restart); only a need beyond the largest GPU is cut to that GPU."""
+    n = FakeNode(h, "n1", gpus=2)
+    n.hello()
+    job = submit(h)
+    run_to_end(h, n, job, peak=500 * MIB)
+    tiny = FakeNode(h, "tiny", gpus=1)
+    small = (P.NodeGpu(index=0, model="sim", mem_total=64 * MIB),)
+    h.send(tiny.ident, P.NodeHello(node_id="tiny", epoch=1, host="127.0.0.1", gpus=small))
+    tiny.status()  # joins the core
+    assert h.svc.core.state.nodes["tiny"].spec.gpu_mem == 64 * MIB
+    assert recommend(h, command=COMMAND, script_hash=HASH).gpu_mem.value == 600 * MIB
+    auto = submit(h, auto=("gpu_mem",))
+    assert h.svc.core.job(auto).spec.gpu_mem == 600 * MIB
+    big = submit(h, command=("python", "train.py", "--batch-size", "4096"))
+    on = next(node for node in (n, tiny) if any(m.job_id == big for m in node.inbox(P.StartPlacement)))
+    run_to_end(h, on, big, peak=20 * GIB)
+    # that run needs more than any GPU holds: its cap is cut to the largest GPU, 16 GiB
+    rec = recommend(h, command=("python", "train.py", "--batch-size", "4096"), script_hash=HASH)
+    assert rec.gpu_mem.value == 16 * GIB
