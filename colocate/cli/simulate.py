@@ -231,6 +231,8 @@ def _print_summary(summaries: list[dict], out: str, plots: bool = True) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from colocate.cli._tables import literal  # a policy is named after its file: shown as it is, never as markup
+
     console = Console() if sys.stdout.isatty() else Console(width=120)
     t = Table(title="simulated policies (times in hours)", box=box.SIMPLE_HEAD, show_edge=False,
               pad_edge=False, collapse_padding=True)
@@ -241,7 +243,7 @@ def _print_summary(summaries: list[dict], out: str, plots: bool = True) -> None:
     for col in cols:
         t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for s in summaries:
-        t.add_row(s["policy"], str(s["jobs"]), str(s[JobState.SUCCEEDED]), str(sum(s["failed_reasons"].values())),
+        t.add_row(literal(s["policy"]), str(s["jobs"]), str(s[JobState.SUCCEEDED]), str(sum(s["failed_reasons"].values())),
                   str(s["dropped"]), *((str(s["unfinished"]),) if unfinished else ()), _h(s["mean_jct_s"]),
                   _h(s["p99_jct_s"]), _h(s["mean_queue_s"]), _h(s["p99_queue_s"]),
                   _num(s["makespan_s"] / 86400, 1), _pct(s["gpu_allocation_rate"]),
@@ -255,7 +257,7 @@ def _print_summary(summaries: list[dict], out: str, plots: bool = True) -> None:
             c.add_column(col, justify="left" if col in ("policy", "class") else "right", no_wrap=True)
         for s in classes:
             for k, v in s["by_class"].items():
-                c.add_row(s["policy"], k, str(v["jobs"]), _h(v["mean_jct_s"]), _h(v["p99_jct_s"]),
+                c.add_row(literal(s["policy"]), literal(k), str(v["jobs"]), _h(v["mean_jct_s"]), _h(v["p99_jct_s"]),
                           _h(v["mean_queue_s"]), "-" if v["mean_slowdown"] is None else f"{v['mean_slowdown']:.2f}",
                           str(v["preemptions"]))
         console.print(c)

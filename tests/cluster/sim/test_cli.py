@@ -331,3 +331,12 @@ def test_the_table_stays_readable_with_huge_figures(tmp_path, capsys):
     assert row.split()[5:10] == ["2.78e+304", "4.17e+303", "1e+06", "inf", "1.16e+303"]
     table = [ln for ln in lines if ln.lstrip().startswith(("policy", "fifo ", "backfill "))]
     assert len(table) == 3 and max(len(ln) for ln in table) < 110
+
+
+def test_a_policy_named_like_markup_is_shown_as_it_is(tmp_path, capsys):
+    """A policy file's name is its policy's name in the table: shown literally, never read as rich markup."""
+    policy = tmp_path / "[bold]mine.toml"
+    policy.write_text('plugins = ["fifo", "gang", "binpack"]\n')
+    assert sim(tmp_path, "--policy", str(policy), "--opportunistic-fraction", "0.3") == 0
+    out = capsys.readouterr().out
+    assert "[bold]mine" in out, out
