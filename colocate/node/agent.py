@@ -190,6 +190,10 @@ class SchedulerAgent:
         if self.sock is None and now >= self._reconnect_at:
             self._connect(now)
         self._check_lease()
+        if self.welcomed and getattr(self.workers, "left_with_progress", lambda: False)():
+            # a worker said goodbye: its last progress goes out before its exit is reaped and reported, so the
+            # scheduler records what the job did to its end (its history), not what a status a second before said
+            self.send_status(now)
         self._queue(self.workers.poll(self.wall()))
         if self.sock is None:
             return

@@ -73,6 +73,9 @@ class NodeCore(PlacementRules):
         self.jobs_exited = 0
         self.jobs_lost = 0
         self.left: deque[tuple[str, str]] = deque(maxlen=1000)  # (job_id, reason), for logs
+        # the last progress of workers that left since the last status: sent once, so the scheduler learns a job's
+        # final iterations and peaks (what its history records) and not those of the status before its end
+        self.final: dict[str, P.JobProgress] = {}
         self.promoted: set[str] = set()  # jobs (not worker ids) the scheduler promoted to guaranteed
         self._init_placements()
         self._handlers: dict[type, Callable[..., Any]] = {
@@ -182,10 +185,11 @@ class NodeCore(PlacementRules):
         """Every registered worker's progress (``colocate.node.progress``) at ``now``. Features go with the
         workers whose ``features_seq`` differs from ``told[worker id]``, at most ``max_features`` of them;
         ``told`` is updated for those (the caller's record of what the scheduler was sent), and forgets workers
-        that left."""
+        that left. The workers that left since the last call come first, with their last progress, once."""
         for gone in [w for w in told if w not in self.jobs]:
             del told[gone]
-        out = []
+        out = list(self.final.values())
+        self.final.clear()
         for w in self.jobs.values():
             send = w.features is not None and told.get(w.job_id) != w.features_seq and max_features > 0
             if send:
@@ -417,6 +421,8 @@ class NodeCore(PlacementRules):
 
     def _leave(self, job_id: str, reason: str, now: float) -> list[Command]:
         job = self._drop(job_id)
+        if job.iterations_done or job.mem_reserved_peak:  # what it did, for the next status (``progress``)
+            self.final[job_id] = progress.summarise(job, now)
         self.left.append((job_id, reason))
         return self._replan(self.gpus[job.gpu], now)
 

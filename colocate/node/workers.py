@@ -206,6 +206,11 @@ class WorkerManager:
     def status(self) -> list:
         return self.core.status()
 
+    def left_with_progress(self) -> bool:
+        """Whether a worker left (said goodbye, or was lost) with progress the scheduler has not been sent."""
+        with self.lock:
+            return bool(self.core.final)
+
     def progress(self, told: dict[str, int]) -> list:
         """The registered workers' progress for the scheduler (``NodeCore.progress``; ``told`` updated)."""
         with self.lock:

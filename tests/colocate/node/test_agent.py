@@ -16,6 +16,7 @@ import zmq
 from colocate import protocol as P
 from colocate.gpus import GpuSpec
 from colocate.node.agent import SchedulerAgent
+from tests.colocate.node.test_progress import core, features, register, report
 from tests.support import FakeScheduler, GiB, wait_for
 
 GPU_STATUS = [P.GpuStatus(index=0, utilization=0.25, mem_used=123), P.GpuStatus(index=1, utilization=0.0, mem_used=0)]
@@ -378,8 +379,6 @@ class LearningWorkers(FakeWorkers):
 
     def __init__(self):
         super().__init__()
-        from tests.colocate.node.test_progress import core, features, register, report
-
         self.core = core()
         register(self.core)
         report(self.core, 0, 0.1, 0.05)
@@ -407,5 +406,30 @@ def test_progress_rides_every_status_and_features_the_first_after_each_welcome()
         rig.sched.welcome(ident, "n1", heartbeat_s=1.0, liveness=3)
         _, again = rig.expect(P.NodeStatus)
         assert again.progress[0].features == rig.workers.features
+    finally:
+        rig.close()
+
+
+class LeavingWorkers(LearningWorkers):
+    def left_with_progress(self):
+        return bool(self.core.final)
+
+
+def test_a_workers_last_progress_goes_out_before_its_exit():
+    """job-1 says goodbye (the core keeps its last progress) and its process exits (reaped at the next poll):
+    the next status, with that progress, reaches the scheduler before the exit."""
+    rig = Rig(workers=LeavingWorkers())
+    try:
+        rig.joined()
+        report(rig.workers.core, 1, 0.1, 0.05, reserved=300 << 20)  # its last mini-batch
+        rig.workers.core.handle(P.Goodbye(job_id="job-1", exit_code=None, reason="exit"), 0.5)
+        rig.workers.events = [P.WorkerExited(node_id="n1", epoch=7, job_id="job-1", placement_id="p1", rank=0,
+                                             exit_code=0)]
+        got = []
+        while not any(isinstance(m, P.WorkerExited) for m in got):
+            got.append(rig.expect((P.NodeStatus, P.WorkerExited))[1])
+        assert isinstance(got[0], P.NodeStatus), got
+        (p,) = got[0].progress
+        assert (p.iterations, p.mem_reserved_peak) == (2, 300 << 20)
     finally:
         rig.close()

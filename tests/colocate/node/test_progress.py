@@ -145,3 +145,18 @@ def test_a_worker_that_left_is_forgotten_and_unknown_workers_are_told_so():
     assert c.progress(3.0, told) == [] and told == {}
     (reply,) = c.handle(P.FeaturesReport(job_id="job-1", features=features()), 4.0)
     assert isinstance(reply, Reply) and reply.msg.code == P.UNKNOWN_JOB
+
+
+def test_a_worker_that_left_is_in_the_next_progress_once_with_its_last_reports():
+    """Its goodbye drops it from the node, but what it did to its end goes to the scheduler once: the history of
+    its job records its last iteration and its peak, not those of the status a second before its end."""
+    c = core()
+    register(c)
+    for i in range(3):
+        report(c, i, 0.1, 0.05, reserved=MiB, now=i)
+    assert c.progress(3.0, {})[0].iterations == 3
+    report(c, 3, 0.1, 0.05, reserved=300 * MiB, now=3.5)  # a burst in the last mini-batch
+    c.handle(P.Goodbye(job_id="job-1", exit_code=None, reason="exit"), 3.6)
+    (p,) = c.progress(4.0, {})
+    assert (p.job_id, p.iterations, p.mem_reserved_peak) == ("job-1", 4, 300 * MiB)
+    assert c.progress(5.0, {}) == []  # once
