@@ -140,7 +140,7 @@ class Requests:
         why = self.gate.client(self.peer, "ask for recommendations")
         if why:
             return [self._error(ident, P.FORBIDDEN, why)]
-        user, command, digest, workers, gpus, model = (self.gate.user(self.peer, ""), m.command, m.script_hash,
+        user, command, digest, workers, gpus, model = (self.gate.user(self.peer, m.user), m.command, m.script_hash,
                                                         m.workers, m.gpus, "")
         if m.job_id is not None:  # as it was submitted, by its user
             row = self.journal.job(m.job_id)

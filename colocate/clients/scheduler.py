@@ -54,7 +54,6 @@ def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1
     Nothing is dropped silently: ``ValueError`` (one line, naming the variable or the limit) for a
     variable over ``P.MAX_ENV_VALUE_CHARS`` characters, or a request whose message would be over
     ``P.MAX_MESSAGE_BYTES`` (1 MiB); a ``ProtocolError`` (a ``ValueError``) for any other field out of range."""
-    import getpass
 
     environ = os.environ if environ is None else environ
     env = {k: v for k, v in environ.items() if not k.startswith("COLOCATE_")}
@@ -62,10 +61,7 @@ def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1
         if len(v) > P.MAX_ENV_VALUE_CHARS:
             raise ValueError(f"environment variable {k[:64]} is {len(v)} characters, over the limit of "
                              f"{P.MAX_ENV_VALUE_CHARS} for one variable of a job's environment: unset or shorten it")
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = ""
+    user = _user()
     cwd = cwd or os.getcwd()
     req = P.JobRequest(command=tuple(command), cwd=cwd, env=tuple(env.items()), workers=workers,
                        gpus=gpus, gpu_mem=gpu_mem, priority=priority, queue=queue,
@@ -215,9 +211,20 @@ class SchedulerClient:
         """What the scheduler recommends for job ``job_id``, or for ``command`` (its script read from ``cwd`` and
         hashed, as a submit would: ``script_hash_of``)."""
         digest = script_hash_of(command, cwd or os.getcwd()) if command else ""
-        msg = P.RecommendRequest(job_id=job_id, command=tuple(command), script_hash=digest, workers=workers, gpus=gpus)
+        msg = P.RecommendRequest(job_id=job_id, command=tuple(command), script_hash=digest, workers=workers, gpus=gpus,
+                                 user=_user())
         return self.call(msg, P.RecommendReply).recommendation
 
     def logs(self, job_id: str, rank: int | None = None) -> list[P.LogRef]:
         """Each worker's log (its end), as the node holding it read it, or an error line per worker."""
         return list(self.call(P.LogsRequest(job_id=job_id, rank=rank), P.LogsReply).logs)
+
+
+def _user() -> str:
+    """This process's user name ("" when it has none): who a request says it is from, where no key says so."""
+    import getpass
+
+    try:
+        return getpass.getuser()[:128]
+    except (KeyError, OSError):
+        return ""

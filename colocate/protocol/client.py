@@ -220,13 +220,15 @@ class RecommendationView(_Record):
 @_record("recommend_request")
 class RecommendRequest(Message):
     """A recommendation for job ``job_id`` (as it was submitted), or for a command not submitted (``command``,
-    fingerprinted as a submit would be: ``script_hash``, the user of the key), of ``workers`` x ``gpus``."""
+    fingerprinted as a submit would be: ``script_hash``, the user of the key, or without keys the ``user`` the
+    client states, as ``JobRequest.user``), of ``workers`` x ``gpus``."""
 
     job_id: str | None = _f(Opt(JOB_ID), default=None)
     command: tuple = _f(ListOf(TEXT, 256), default=())
     script_hash: str = _f(Str(64), default="")
     workers: int = _f(Num(int, 1, MAX_WORKERS), default=1)
     gpus: int = _f(Num(int, 0, 64), default=1)
+    user: str = _f(NAME, default="", optional=True)
 
     def _check(self) -> None:
         _check_hash("RecommendRequest", self.script_hash)

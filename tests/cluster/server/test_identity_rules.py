@@ -140,3 +140,24 @@ def test_per_user_quotas_count_the_keys_user_not_the_stated_one(tmp_path):
     assert replies(submit(h, "user-alice", alice, user="bob"), P.Submitted, alice)  # counted as alice's
     (err,) = replies(submit(h, "user-mallory", mallory, user="alice"), P.Error, mallory)  # not alice's quota
     assert err.code == P.INVALID and "mallory" in err.message
+
+
+@pytest.mark.parametrize("peer, asker, found", [
+    (None, "alice", True),  # without keys: the user the client states, as its submit said
+    (None, "bob", False),  # another user's history is not this one's
+    ("user-alice", "mallory", True),  # with keys: the key's user, whatever the request says
+])
+def test_a_recommendation_is_for_the_user_the_submit_would_be_from(h, peer, asker, found):
+    """`colocate recommend -- CMD` finds the history `colocate submit CMD` made: the same user in the fingerprint
+    (without keys a recommendation was asked as user "", so it never found the history of any submit)."""
+    from tests.cluster.server.test_advice import run_to_end
+
+    n = FakeNode(h, "n1")
+    n.hello()
+    req = P.JobRequest(command=("python", "train.py"), cwd="/tmp", env={}, user="alice", gpus=1)
+    (ack,) = replies(h.send(CLIENT, P.Submit(request=req), peer=peer), P.Submitted)
+    run_to_end(h, n, ack.job_id, peak=500 << 20)
+    ask = P.RecommendRequest(command=("python", "train.py"), user=asker)
+    (reply,) = replies(h.send(CLIENT, ask, peer=peer), P.RecommendReply)
+    mem = reply.recommendation.gpu_mem
+    assert (mem is not None and mem.level == "exact") == found, reply.recommendation
