@@ -43,9 +43,10 @@ def register(sub) -> None:
                        description="Recommend a job's GPU memory cap, compute share, GPU count and GPU type, and "
                        "predict its run time, from the history of the same job and of its family.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--gpus", type=NODE_GPUS, default=1, metavar="G", help="GPUs per worker (default 1, at most 64)")
-    p.add_argument("--workers", type=WORKERS, default=1, metavar="W",
-                   help="workers in the gang (default 1, at most 4096)")
+    p.add_argument("--gpus", type=NODE_GPUS, default=None, metavar="G",
+                   help="GPUs per worker (default 1, at most 64; a job id: the job's own)")
+    p.add_argument("--workers", type=WORKERS, default=None, metavar="W",
+                   help="workers in the gang (default 1, at most 4096; a job id: the job's own)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_scheduler_options(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="JOB | -- CMD ...",
@@ -111,6 +112,9 @@ def main(args) -> int:
     if not command and job_id is None:
         return fail("recommend", "error: give a job id, or the command after -- (colocate recommend -- python "
                     "train.py ...)", 2)
+    if job_id is not None and (args.gpus is not None or args.workers is not None):
+        return fail("recommend", "error: a job is recommended for as it was submitted (its own --gpus and --workers): "
+                    "give them with a command after -- instead", 2)
     if command:
         from colocate.launcher import LaunchError, check_command
 
@@ -119,7 +123,8 @@ def main(args) -> int:
         except LaunchError as exc:
             return fail("recommend", f"error: {exc}", 2)
     try:
-        rec = scheduler_client(args).recommend(job_id=job_id, command=command, workers=args.workers, gpus=args.gpus)
+        rec = scheduler_client(args).recommend(job_id=job_id, command=command, workers=args.workers or 1,
+                                               gpus=args.gpus or 1)
     except rpc.RpcError as exc:
         return client_failure("recommend", exc)
     if args.json:

@@ -58,10 +58,19 @@ FIELDS = ("command", "gpus", "workers", "gpu_mem", "sm_share", "priority", "queu
 AUTO = "auto"
 
 
+MIN_GPU_MEM = 1 << 20  # a stated GPU memory below 1 MiB is a typo (a unit left out), not a cap
+
+
 def _size_or_auto(text) -> int | str:
+    """``auto``, 0 (not stated: the whole GPU), or a size of at least ``MIN_GPU_MEM``; ValueError else."""
     from colocate.base.units import parse_size
 
-    return AUTO if text == AUTO else parse_size(text)
+    if text == AUTO:
+        return AUTO
+    size = parse_size(text)
+    if 0 < size < MIN_GPU_MEM:
+        raise ValueError(f"{size} bytes is below 1 MiB: give a unit (e.g. 8GiB), or 0 for the whole GPU")
+    return size
 
 
 def _share_or_auto(text) -> float | str:
@@ -97,7 +106,8 @@ def register(sub) -> None:
     p.add_argument("--workers", type=POSITIVE_INT, default=1, metavar="W", help="workers in the gang (default 1)")
     p.add_argument("--gpu-mem", type=SIZE_OR_AUTO, default=0, metavar="SIZE|auto",
                    help="GPU memory per GPU, e.g. 8GiB (opportunistic: its ceiling; default: not stated); auto: "
-                        "its recommendation from the history of this job and its family (colocate recommend)")
+                        "its recommendation from the history of this job and its family (colocate recommend); 0: not stated, "
+                        "the whole GPU; at least 1MiB otherwise")
     p.add_argument("--sm-share", type=SHARE_OR_AUTO, default=None, metavar="F|auto",
                    help="compute share of each GPU, 0.01..1 (default: the whole GPU); auto: its recommendation")
     p.add_argument("--priority", choices=JOB_CLASSES, default=JobClass.GUARANTEED,
@@ -106,7 +116,8 @@ def register(sub) -> None:
     p.add_argument("--estimate", type=DURATION, default=None, metavar="DURATION",
                    help="expected run time, e.g. 45m, 2h, 1:30:00 (lets backfill start it early)")
     p.add_argument("--iterations", type=POSITIVE_INT, default=None, metavar="N",
-                   help="the job's total mini-batches, if known (progress and run-time prediction use it)")
+                   help="the job's total mini-batches, if known (progress and run-time prediction use it; not "
+                   "with --epochs)")
     p.add_argument("--epochs", type=POSITIVE_INT, default=None, metavar="E",
                    help="the job's epochs, if known: its total is len(DataLoader) x E, as the job sees it")
     p.add_argument("--file", default=None, metavar="FILE",
@@ -130,6 +141,8 @@ def main(args) -> int:
         return submit_file(args)
     if args.gpus is None:
         return fail("submit", "error: --gpus is required (GPUs per worker)", 2)
+    if args.iterations is not None and args.epochs is not None:
+        return fail("submit", "error: give --iterations or --epochs, not both (the total is one or the other)", 2)
     try:
         check_command(tuple(command), None)
     except LaunchError as exc:
@@ -175,8 +188,9 @@ def _entry(line: str, args, environ: dict):
         raise ValueError(str(exc).replace("colocate run", "colocate submit")) from None
     ints: dict[str, int] = {}
     hints: dict[str, int | None] = {}  # the total's: absent is None
+    total_on_line = "iterations" in d or "epochs" in d  # a line's total replaces the options' (both keys)
     for key in ("gpus", "workers", "iterations", "epochs"):
-        value = d.get(key, getattr(args, key))
+        value = d.get(key) if key in ("iterations", "epochs") and total_on_line else d.get(key, getattr(args, key))
         if key == "gpus" and value is None:
             raise ValueError("no \"gpus\" (give it on the line or --gpus)")
         if value is None and key in ("iterations", "epochs"):
@@ -188,6 +202,8 @@ def _entry(line: str, args, environ: dict):
             hints[key] = value
         else:
             ints[key] = value
+    if hints["iterations"] is not None and hints["epochs"] is not None:
+        raise ValueError("give \"iterations\" or \"epochs\", not both (the total is one or the other)")
     for key in ("priority", "queue", "name"):
         if key in d and not isinstance(d[key], str):
             raise ValueError(f"\"{key}\" must be a string")

@@ -82,3 +82,12 @@ def test_a_missing_gpu_count_says_none_and_why_once():
     _, why = gpu_count([], Params())
     shown = printed(view(why=[("gpus", why)]))["gpu count"]
     assert shown == "none: no ended run of these arguments, a scaling fit needs two or more"
+
+
+@pytest.mark.parametrize("flag", ["--gpus", "--workers"])
+def test_a_job_is_recommended_for_as_submitted_so_its_sizes_are_refused(capsys, flag):
+    rc, _, err = cli(capsys, "recommend", "12", flag, "2", *unserved())
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "as it was submitted" in lines[0], err
+    rc, _, err = cli(capsys, "recommend", "12", *unserved())
+    assert rc == 1 and "no answer" in err  # without them it asks (nobody serves here)

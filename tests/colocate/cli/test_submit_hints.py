@@ -27,10 +27,24 @@ def args(**kw):
 
 
 def test_a_line_carries_its_hints_and_the_options_fill_in(script):
+    """A line's total (iterations or epochs) replaces the options' total; a line without one takes the options'."""
     line = json.dumps({"command": [sys.executable, script], "iterations": 500})
     req = _entry(line, args(epochs=3), {})
-    assert (req.iterations, req.epochs) == (500, 3)
+    assert (req.iterations, req.epochs) == (500, None)
+    req = _entry(json.dumps({"command": [sys.executable, script]}), args(epochs=3), {})
+    assert (req.iterations, req.epochs) == (None, 3)
     assert _entry(json.dumps({"command": [sys.executable, script]}), args(), {}).iterations is None
+
+
+def test_iterations_and_epochs_together_are_refused(script, capsys):
+    from tests.colocate.cli.test_bad_input import cli
+
+    with pytest.raises(ValueError, match="not both"):
+        _entry(json.dumps({"command": [sys.executable, script], "iterations": 5, "epochs": 2}), args(), {})
+    rc, _, err = cli(capsys, "submit", "--gpus", "1", "--iterations", "5", "--epochs", "2", "--", sys.executable,
+                     script)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "--iterations or --epochs, not both" in lines[0], err
 
 
 @pytest.mark.parametrize("field, value", [("iterations", 0), ("epochs", -2), ("iterations", "10"),
@@ -81,3 +95,14 @@ def test_a_bad_resource_on_a_line_is_one_line(script, field, value):
     with pytest.raises(ValueError) as info:
         _entry(json.dumps({"command": [sys.executable, script], field: value}), args(), {})
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("value, ok", [("1", False), ("1000000", False), ("1MiB", True), ("0", True), ("8GiB", True)])
+def test_a_gpu_memory_below_1_mib_is_refused_as_a_missing_unit(value, ok, capsys):
+    argv = ["submit", "--gpus", "1", "--gpu-mem", value, "--", "python", "t.py"]
+    if ok:
+        assert build_parser().parse_args(argv).gpu_mem in (0, 1 << 20, 8 << 30)
+        return
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(argv)
+    assert info.value.code == 2 and "below 1 MiB" in capsys.readouterr().err
