@@ -410,8 +410,11 @@ class Journal(JobReads, HistoryTable):
         self.db.execute("UPDATE jobs SET spec = ? WHERE job_id = ?", (spec_to_json(spec), spec.job_id))
 
     def set_state(self, job_id: str, state: str, reason: str, now: float) -> None:
-        """A job's new state; one that ends it (``TERMINAL``) also clears its environment. Pending with no reason
-        for a job inserted in this transaction and not changed since writes nothing: its row says so already."""
+        """A job's new state; one that ends it (``TERMINAL``) also clears its environment. Back to pending (a requeue:
+        an out-of-memory restart, a preemption, a lost node or worker, a failed start) clears its placement and its
+        exit code: the code a job shows is its latest run's (``SchedulerService._apply``), never an earlier run's.
+        Pending with no reason for a job inserted in this transaction and not changed since writes nothing: its row
+        says so already."""
         if job_id in self._fresh:
             if state == JobState.PENDING and not reason:
                 return
@@ -426,7 +429,7 @@ class Journal(JobReads, HistoryTable):
             args.append(now)
             sets.append("request = json_set(request, '$.env', json('{}'))")  # secrets kept only while needed
         if state == JobState.PENDING:
-            sets.append("placement = NULL")
+            sets.append("placement = NULL, exit_code = NULL")
         self.db.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE job_id = ?", (*args, job_id))
 
     def set_placement(self, job_id: str, placement: Placement, attempt: int, failed_starts: int) -> None:

@@ -3,15 +3,22 @@ the core's job, its journal row and the latest progress its node reported), jour
 journals the end, and the run-time model its views and recommendations read.
 
 ``Learning`` (one per ``SchedulerService``):
-  * ``record(d, core, journal, progress, now)``: the ``HistoryRecord`` of the run a ``JobChanged`` ends (a terminal
-    state, or an out-of-memory restart: back to pending with ``oom``), None for a job that never ran. Its wall time
-    runs from the start this scheduler saw (``started``; after a restart, the journal's first start) to ``now``;
-    its GPU type is the model of its first node; iterations, step times, peak memory (the reporting rank's reserved
-    peak), busy fraction and features come from the progress its node last reported (None where none came); the
-    cap and share it ran under, whether they were recommended, and its arguments' numbers from its journal row;
+  * ``record(d, core, progress, now, models, speeds)``: the ``HistoryRecord`` of the run a ``JobChanged`` ends (a
+    terminal state, or an out-of-memory restart: back to pending with ``oom``), None for a job that never ran. Its
+    wall time runs from the start this scheduler saw (``started``; after a restart, the journal's first start) to
+    ``now``; its GPU type is the model of the GPUs it ran on (``gpu_type``: its placement's GPU indices, by the
+    models its nodes' hellos listed); iterations, step times, peak memory (the reporting rank's reserved peak), busy
+    fraction and features come from the progress its node last reported (None where none came); the cap and share
+    it ran under, whether they were recommended, and its arguments' numbers from its journal row;
   * ``learned``: the records of this scheduler's life and those read from the journal at start (the most recent
     ``LOAD``), which every rebuilt core learns again (``SchedulerCore.learn``): a restart or a rebuild forgets
     nothing a prediction uses (each key keeps its most recent ``predictor`` window anyway);
+  * ``gpu_type(placement, models, speeds, registered)``: the GPU model a placement ran on. Each of its GPUs has the
+    model its node's hello listed for that index (a node may hold several models: ``--sim-gpus 2:V100,2:T4@0.6``),
+    else the node's registered one (``NodeSpec.gpu_model``, its first GPU's). Where they differ (a gang across
+    types, or one worker's GPUs of two models) it is the slowest by the speeds nodes declared: a synchronous gang
+    runs at its slowest GPU's pace, so its timings belong to that type; a model with no declared speed counts as the
+    fastest, and among equals the first rank's (its first GPU's) is taken;
   * ``model(core)``: the run-time model the views read: the policy's ``predictor`` plugin's when it has one (what
     backfill plans with), else ``own``, which ``started``/``ended``/``progressed`` feed the same way."""
 
@@ -21,6 +28,7 @@ import dataclasses
 import json
 import math
 from collections import deque
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from cluster import events as ev
@@ -35,6 +43,7 @@ from colocate.base.vocab import TERMINAL
 if TYPE_CHECKING:
     from cluster.core import SchedulerCore
     from cluster.server.journal import Journal
+    from cluster.spec import Placement
 
 LOAD = 50_000  # history records a scheduler reads from its journal at start (the most recent)
 
@@ -46,6 +55,19 @@ def exit_of(d: ev.JobChanged) -> Exit:
     if d.state == ev.SUCCEEDED:
         return Exit.SUCCEEDED
     return Exit.FAILED if d.state == ev.FAILED else Exit.KILLED
+
+
+def gpu_type(placement: Placement | None, models: Mapping[str, Mapping[int, str]], speeds: Mapping[str, float],
+             registered: Callable[[str], str]) -> str:
+    """The GPU model ``placement`` ran on (module docstring); "" when it is not known. ``models``: node id -> GPU
+    index -> model (the nodes' hellos); ``speeds``: model -> declared relative speed (0 or absent: not declared);
+    ``registered(node_id)``: the node's registered model ("" for a node not known)."""
+    if placement is None:
+        return ""
+    ran = [m for s in placement.slots for g in s.gpus if (m := models.get(s.node_id, {}).get(g) or registered(s.node_id))]
+    if not ran:  # no GPU index: its first node's model
+        ran = [m for s in placement.slots[:1] if (m := registered(s.node_id))]
+    return min(ran, key=lambda m: speeds.get(m) or math.inf, default="")  # min keeps the first of the slowest
 
 
 def ends_a_run(d: ev.JobChanged) -> bool:
@@ -99,9 +121,12 @@ class Learning:
     def progressed(self, e: ev.JobProgressed, now: float) -> None:
         self.own.progress(e.job_id, e.done, e.total, e.step_p50_s, now - e.age_s, e.step_p90_s, e.step_mean_s)
 
-    def record(self, d: ev.JobChanged, core: SchedulerCore, progress: P.JobProgress | None,
-               now: float) -> HistoryRecord | None:
-        """The record of the run ``d`` ends (module docstring), before ``d`` is journaled; None if it never ran."""
+    def record(self, d: ev.JobChanged, core: SchedulerCore, progress: P.JobProgress | None, now: float,
+               models: Mapping[str, Mapping[int, str]] | None = None,
+               speeds: Mapping[str, float] | None = None) -> HistoryRecord | None:
+        """The record of the run ``d`` ends (module docstring), before ``d`` is journaled; None if it never ran.
+        ``models`` and ``speeds``: what the nodes' hellos listed (``gpu_type``); without them, each node's
+        registered model."""
         if not ends_a_run(d):
             return None
         job = core.job(d.job_id)
@@ -113,7 +138,11 @@ class Learning:
             return None
         spec = job.spec
         placement = placement_from_json(row["placement"])
-        node = core.state.nodes.get(placement.slots[0].node_id) if placement and placement.slots else None
+
+        def registered(node_id: str) -> str:
+            node = core.state.nodes.get(node_id)
+            return node.model if node is not None else ""
+
         request = json.loads(row["request"])
         advice = json.loads(row["advice"]) if row.get("advice") else {}
         ran_spec = json.loads(row["spec"])  # the spec it ran with (an out-of-memory restart changes it after this)
@@ -121,8 +150,8 @@ class Learning:
         p = progress
         return HistoryRecord(
             job_id=d.job_id, exact=spec.fingerprint, family=spec.family, user=spec.user, gpus=spec.total_gpus,
-            gpu_type=node.model if node is not None else "", wall_s=max(0.0, now - start), exit=exit_of(d),
-            submit_s=min(row["submitted_at"], now), end_s=now,
+            gpu_type=gpu_type(placement, models or {}, speeds or {}, registered), wall_s=max(0.0, now - start),
+            exit=exit_of(d), submit_s=min(row["submitted_at"], now), end_s=now,
             iterations=p.iterations if p is not None else None,
             step_p50_s=p.step_p50_s if p is not None and p.step_p50_s > 0 else None,
             step_p90_s=p.step_p90_s if p is not None and p.step_p90_s > 0 else None,

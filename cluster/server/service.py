@@ -40,7 +40,9 @@ Rules it keeps:
     what a job (or a command) would get;
   * a run that ends (the job's end, or an out-of-memory restart) leaves one history record
     (``cluster.server.learning``), journaled in the transaction that journals the end; every core built from the
-    journal (start, rebuild) learns the history first;
+    journal (start, rebuild) learns the history first; its GPU type is the model of the GPUs the run had, as its
+    nodes' hellos listed each GPU (``cluster.server.node_gpus``: a node may hold several models), not the node's
+    registered one; a GPU model's speed (what recommendations compare) is the first declared for it;
   * a node silent for ``heartbeat_s * liveness`` is down: ``NodeLost`` to the core, whose placements there
     are lost only ``replace_after_s(lease_s)`` after the node was last heard (its workers' launchers have
     stopped them by then: fencing, ``docs/node-placements.md``), unless it comes back before;
@@ -70,6 +72,7 @@ from cluster.server.identity import ANONYMOUS, Gate, peer_of
 from cluster.server.journal import Journal, JournalLockLost, JournalUnavailable
 from cluster.server.learning import Learning
 from cluster.server.logs import LogRelay
+from cluster.server.node_gpus import NodeGpus
 from cluster.server.ports import PortPool
 from cluster.server.rendezvous import master_host, start_messages
 from cluster.server.requests import Requests
@@ -103,7 +106,8 @@ class SchedulerService(Requests, Faults):
         self.hosts: dict[str, str] = {}  # node id -> host (MASTER_ADDR)
         self.epochs: dict[str, int] = {}  # node id -> its current epoch
         self.specs: dict[str, NodeSpec] = {}  # node id -> what its hello said (a rebuilt core hears it again)
-        self.speeds: dict[str, float] = {}  # GPU model -> the relative speed nodes declared for it (recommendations)
+        self.gpus = NodeGpus()  # each node's GPU models and one speed per model, from the hellos
+        self.speeds, self.gpu_models = self.gpus.speeds, self.gpus.models  # (the same dicts, read by name)
         self.heard: dict[str, float] = {}  # node id -> last message (scheduler clock)
         self.ports = PortPool()
         self.portless: dict[str, ev.StartWorkers] = {}  # committed placements waiting for a rendezvous port
@@ -232,7 +236,7 @@ class SchedulerService(Requests, Faults):
         self.nodes[m.node_id], self.idents[ident] = ident, m.node_id
         self.hosts[m.node_id], self.epochs[m.node_id] = m.host or "127.0.0.1", m.epoch
         self.specs[m.node_id] = spec
-        self.speeds.update((g.model, g.speed) for g in m.gpus if g.speed > 0)
+        self.gpus.hello(m.node_id, m.gpus)
         self.heard[m.node_id] = now
         log.info("node %s (epoch %d, %s) joined: %d GPU(s) %s%s", m.node_id, m.epoch, m.host, spec.gpus, spec.gpu_model,
                  f" (switch {switch or '-'}, rack {rack or '-'})" if switch or rack else "")
@@ -285,7 +289,8 @@ class SchedulerService(Requests, Faults):
         elif isinstance(m, P.WorkerExited):
             job = self.core.job(m.job_id)
             # the job's exit code is its cause: the first worker to end the placement's run (a failing rank, or the
-            # last of a successful gang); the ranks we stop because of it (143) come after, when it is over
+            # last of a successful gang); the ranks we stop because of it (143) come after, when it is over. A requeue
+            # clears it (``Journal.set_state``): a job shows its latest run's code, never an earlier run's
             if job is not None and job.placement_id == m.placement_id and job.state in (ev.PLACING, ev.RUNNING):
                 with self.journal.transaction():
                     row = self.journal.job(m.job_id)
@@ -428,7 +433,7 @@ class SchedulerService(Requests, Faults):
 
     def _journal_change(self, d: ev.JobChanged, now: float) -> list:
         """Journal a job's change (inside the caller's transaction), with the history record of the run it ends."""
-        rec = self.learning.record(d, self.core, self.progress.of(d.job_id, True), now)
+        rec = self.learning.record(d, self.core, self.progress.of(d.job_id, True), now, self.gpu_models, self.speeds)
         self.journal.set_state(d.job_id, d.state, d.reason, now)
         if d.spec is not None:
             self.journal.set_spec(d.spec)

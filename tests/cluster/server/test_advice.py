@@ -156,3 +156,17 @@ def test_a_small_gpu_beside_the_others_does_not_cut_the_recommended_cap(h):
     # that run needs more than any GPU holds: its cap is cut to the largest GPU, 16 GiB
     rec = recommend(h, command=("python", "train.py", "--batch-size", "4096"), script_hash=HASH)
     assert rec.gpu_mem.value == 16 * GIB
+
+
+def test_a_job_that_succeeds_after_its_out_of_memory_restart_shows_exit_code_0(h):
+    """``colocate status JOB`` after the restart at the whole GPU: the last run's code (0), not the first's (1)."""
+    n = FakeNode(h, "n1", gpus=1)
+    n.hello()
+    run_to_end(h, n, submit(h), peak=500 * MIB)
+    job = submit(h, auto=("gpu_mem",))
+    run_to_end(h, n, job, peak=590 * MIB, code=1, oom=True)  # out of memory under its recommended cap: restarted
+    assert h.journal.job(job)["exit_code"] is None
+    run_to_end(h, n, job, peak=590 * MIB, code=0)
+    (reply,) = replies(h.send(CLIENT, P.JobsRequest(job_id=job)), P.JobsReply)
+    view = reply.jobs[0]
+    assert (view.state, view.attempts, view.exit_code) == ("succeeded", 2, 0)

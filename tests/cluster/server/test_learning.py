@@ -131,3 +131,60 @@ def test_without_a_predictor_plugin_the_views_predict_from_the_services_own_mode
     h.restart()
     (reply,) = replies(h.send(CLIENT, P.JobsRequest(job_id=ack.job_id)), P.JobsReply)
     assert reply.jobs[0].prediction.p50_s == 50.0  # learned again from the journal
+
+
+V100_T4 = (("V100", 1.0), ("V100", 1.0), ("T4", 0.6), ("T4", 0.6))  # --sim-gpus 2:V100,2:T4@0.6: one node, two models
+
+
+def hello_typed(h, node_id, gpus, epoch=1):
+    """A node of the GPUs ``gpus`` ((model, declared speed) by index) says hello and joins with its first status."""
+    n = FakeNode(h, node_id, gpus=len(gpus), epoch=epoch)
+    listed = tuple(P.NodeGpu(index=i, model=model, mem_total=16 << 30, speed=speed)
+                   for i, (model, speed) in enumerate(gpus))
+    h.send(n.ident, P.NodeHello(node_id=node_id, epoch=epoch, host="127.0.0.1", gpus=listed))
+    n.status()
+    return n
+
+
+def test_a_run_is_recorded_with_the_model_of_the_gpus_it_ran_on_not_its_nodes_first(h):
+    """A node of two models registers the first (V100); a job on its GPU 2 or 3 ran on a T4 and says so."""
+    n = hello_typed(h, "mixed", V100_T4)
+    assert h.svc.core.state.nodes["mixed"].model == "V100"
+    ran, pids = {}, []
+    for _ in range(4):
+        job_id, pid = run_job(h, n)
+        (start,) = [m for m in n.inbox(P.StartPlacement) if m.placement_id == pid]
+        ran[job_id] = V100_T4[start.workers[0].gpus[0]][0]
+        pids.append(pid)
+    for pid in pids:
+        n.exit(pid, 0)
+    recorded = {job_id: rec.gpu_type for job_id in ran for rec in h.journal.history_of_job(job_id)}
+    assert recorded == ran and sorted(ran.values()) == ["T4", "T4", "V100", "V100"]
+
+
+@pytest.mark.parametrize("speeds, expected", [
+    ((0.0, 0.6), "T4"),  # the slowest declared: a synchronous gang runs at its T4's pace
+    ((0.5, 0.6), "V100"),  # V100 declared slower here
+    ((0.0, 0.0), "V100"),  # none declared: the first rank's
+])
+def test_a_gang_across_gpu_types_is_recorded_with_the_slowest(h, speeds, expected):
+    n = hello_typed(h, "mixed", [(m, speeds[m == "T4"]) for m, _ in V100_T4])
+    (ack,) = replies(h.submit(workers=2, gpus=2), P.Submitted)
+    n.start_all()
+    (start,) = n.inbox(P.StartPlacement)
+    assert sorted(w.gpus for w in start.workers) == [(0, 1), (2, 3)]  # a worker on each model
+    n.exit(start.placement_id, 0)
+    (rec,) = h.journal.history_of_job(ack.job_id)
+    assert rec.gpu_type == expected
+
+
+def test_the_gpu_type_of_a_placement_without_a_hellos_models_is_its_nodes():
+    from cluster.server.learning import gpu_type
+    from cluster.spec import Placement, WorkerSlot
+
+    p = Placement("j.1", "j", (WorkerSlot(0, "a", (3,)), WorkerSlot(1, "b", (0,))), "guaranteed")
+    registered = {"a": "A100", "b": "T4"}.get
+    assert gpu_type(p, {}, {}, lambda n: registered(n) or "") == "A100"  # first rank's: no speed declared
+    assert gpu_type(p, {}, {"T4": 0.6}, lambda n: registered(n) or "") == "T4"
+    assert gpu_type(p, {"a": {3: "H100"}}, {}, lambda n: registered(n) or "") == "H100"
+    assert gpu_type(None, {}, {}, lambda n: "") == "" and gpu_type(p, {}, {}, lambda n: "") == ""

@@ -522,3 +522,68 @@ def test_a_submit_gets_its_fingerprints_from_the_script_hash_the_command_and_the
     assert (job.spec.fingerprint, job.spec.family) == (exact, family)
     h.restart()  # journaled with the spec
     assert h.svc.core.job(job.job_id).spec.fingerprint == exact
+
+
+def _requeue_after_an_exit(h, n, placement_id, how):
+    """End the job's first run so that it is requeued after a worker reported an exit code: a rank exiting before
+    its gang started (a failed start) or a rank stopped by its node's lapsed lease (fenced)."""
+    (start,) = [m for m in n.inbox(P.StartPlacement) if m.placement_id == placement_id]
+    if how == "failed start":  # rank 0 exits 1 while rank 1 has not started yet
+        h.send(n.ident, P.WorkerStarted(node_id=n.node_id, epoch=n.epoch, job_id=start.job_id,
+                                        placement_id=placement_id, rank=0, pid=1000, log_path="/logs/0.log"))
+        h.send(n.ident, P.WorkerExited(node_id=n.node_id, epoch=n.epoch, job_id=start.job_id,
+                                       placement_id=placement_id, rank=0, exit_code=1))
+    else:
+        n.start_all()
+        h.send(n.ident, P.WorkerExited(node_id=n.node_id, epoch=n.epoch, job_id=start.job_id,
+                                       placement_id=placement_id, rank=0, exit_code=143, fenced=True))
+    n.exit(placement_id, 143)  # the rest are stopped because of it
+    n.workers.clear()
+    n.status()  # none of them runs: the job is queued again
+
+
+@pytest.mark.parametrize("how", ["failed start", "fenced"])
+def test_a_requeued_job_shows_the_exit_code_of_its_last_run_not_an_earlier_ones(h, how):
+    """A requeue (here a failed start, or a rank stopped by its node's lapsed lease: each after a worker reported
+    its code) forgets the code: a second run that succeeds shows 0, one that fails shows its failing rank's code
+    (137), not the 143 of the rank stopped because of it."""
+    n = FakeNode(h, "n1")
+    n.hello()
+    for second_run in ("succeeds", "fails"):
+        (ack,) = replies(h.submit(workers=2, gpus=1), P.Submitted)
+        first = n.inbox(P.StartPlacement)[-1]
+        _requeue_after_an_exit(h, n, first.placement_id, how)
+        assert job_row(h, ack.job_id)["exit_code"] is None  # requeued: no run of it has ended since
+        again = n.inbox(P.StartPlacement)[-1]
+        assert again.job_id == ack.job_id and again.placement_id != first.placement_id
+        n.start_all()
+        if second_run == "succeeds":
+            n.exit(again.placement_id, 0)
+        else:
+            h.send(n.ident, P.WorkerExited(node_id=n.node_id, epoch=n.epoch, job_id=ack.job_id,
+                                           placement_id=again.placement_id, rank=1, exit_code=137))
+            n.exit(again.placement_id, 143)
+        row = job_row(h, ack.job_id)
+        assert (row["state"], row["attempt"], row["exit_code"]) == (
+            ("succeeded", 2, 0) if second_run == "succeeds" else ("failed", 2, 137))
+        (reply,) = replies(h.send(CLIENT, P.JobsRequest(job_id=ack.job_id)), P.JobsReply)
+        assert reply.jobs[0].exit_code == row["exit_code"]
+        n.workers.clear()
+
+
+def test_a_gpu_models_speed_is_the_first_declared_and_another_is_logged_once_per_node(h, caplog):
+    def hello(node_id, speed, epoch=1):
+        gpus = (P.NodeGpu(index=0, model="V100", mem_total=16 << 30, speed=speed),
+                P.NodeGpu(index=1, model="T4", mem_total=16 << 30, speed=0.6))
+        h.send(f"ident-{node_id}".encode(), P.NodeHello(node_id=node_id, epoch=epoch, host="127.0.0.1", gpus=gpus))
+        assert h.svc.epochs[node_id] == epoch  # welcomed
+
+    caplog.set_level("WARNING", logger="colocate.scheduler")
+    hello("a", 1.0)
+    hello("b", 0.5)  # says otherwise: kept 1.0, logged
+    hello("c", 1.0)
+    hello("b", 0.5, epoch=2)  # again (a restart of b): not logged twice
+    hello("b", 0.25, epoch=3)
+    assert h.svc.speeds == {"V100": 1.0, "T4": 0.6}
+    said = [r.getMessage() for r in caplog.records if "declares GPU model" in r.getMessage()]
+    assert said == ["node b declares GPU model V100 at speed 0.5; node a declared it at 1 first: kept 1"]
