@@ -238,7 +238,7 @@ def _print_summary(summaries: list[dict], out: str, plots: bool = True) -> None:
               pad_edge=False, collapse_padding=True)
     # done, failed (placed, then failed), dropped (never started) and unfinished add up to the jobs
     unfinished = any(s["unfinished"] for s in summaries)
-    cols = ("policy", "jobs", "done", "failed", "dropped") + (("unfinished",) if unfinished else ()) + (
+    cols = ("policy", "jobs", "done", JobState.FAILED.value, "dropped") + (("unfinished",) if unfinished else ()) + (
         "JCT", "p99", "queue", "p99", "span d", "alloc", "util", "sim s")
     for col in cols:
         t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
