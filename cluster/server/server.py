@@ -3,7 +3,7 @@
 Every frame is decoded by ``colocate.protocol``; anything malformed, of another version, of an
 unknown type, or a message only the scheduler sends, is answered with ``Error`` and logged (at most
 ``MAX_BAD_LOGS_PER_S`` lines a second), and the daemon carries on. A frame over
-``P.MAX_MESSAGE_BYTES`` is refused by the socket itself (``ZMQ_MAXMSGSIZE``: libzmq drops the
+``P.MAX_FRAME_BYTES`` (a message's limit plus what CURVE adds) is refused by the socket itself (``ZMQ_MAXMSGSIZE``: libzmq drops the
 connection when it reads the frame's header), so it never takes the scheduler's memory. With CURVE
 (``keys``), a peer whose public key is not admitted never gets past the handshake: nothing of it
 reaches this loop; every message that does reaches the service with its peer's identity (the ZAP
@@ -66,7 +66,7 @@ class SchedulerServer:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting node may reuse its identity
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a gone peer raises, it is not dropped silently
-        self.sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)  # a bigger frame drops its sender, unread
+        self.sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_FRAME_BYTES)  # a bigger frame drops its sender, unread
         self.handshakes = None
         if keys_dir:
             K.serve(self.sock, keys_dir)

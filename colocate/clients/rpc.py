@@ -14,8 +14,8 @@ that never comes, or a CURVE handshake it refused) raises ``NoAnswer``; an undec
 raises ``BadReply``; an ``Error`` reply is returned as is (the caller decides how to show it). A fresh
 socket per request means a late answer to an earlier request can never be taken for the current one.
 A message too big for the wire raises ``TooLarge`` (``code`` ``invalid``) before anything is sent; a
-reply frame over ``P.MAX_MESSAGE_BYTES`` is refused by the socket (``ZMQ_MAXMSGSIZE``), so it is
-never read whole: it surfaces as ``NoAnswer``.
+reply frame over ``P.MAX_FRAME_BYTES`` (a message's limit plus CURVE's few bytes) is refused by the socket
+(``ZMQ_MAXMSGSIZE``), so it is never read whole: it surfaces as ``NoAnswer``.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class Connection:
         except zmq.ZMQError as exc:
             raise RpcError(f"cannot open a socket: {exc}") from None
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)
+        sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_FRAME_BYTES)
         return sock
 
     def _open(self) -> zmq.Socket:

@@ -91,20 +91,25 @@ def script_hash_of(command: Sequence[str], cwd: str) -> str:
     return h.hexdigest()
 
 
+REQUEST_ID_CHARS = 32  # a client's request id (secrets.token_hex(16): 32 hex digits), counted in its Submit
+
+
 def check_size(req: P.JobRequest) -> None:
-    """``ValueError`` (one line: the size, the limit, the largest variables) when ``req`` would not fit one
-    message to the scheduler; checked before anything is sent."""
+    """``ValueError`` (one line: the size, the limit, the largest variables) when ``req`` would not fit a Submit
+    (``P.MAX_BYTES_OF``: a message less the room its StartPlacement to a node takes), a request id included;
+    checked before anything is sent."""
     import msgpack
 
-    size = len(msgpack.packb(P.to_wire(P.Submit(request=req)), use_bin_type=True))
-    if size <= P.MAX_MESSAGE_BYTES:
+    limit = P.MAX_BYTES_OF["submit"]
+    size = len(msgpack.packb(P.to_wire(P.Submit(request=req, request_id="0" * REQUEST_ID_CHARS)), use_bin_type=True))
+    if size <= limit:
         return
     from colocate.base.units import format_size
 
     env = dict(req.env)
     largest = sorted(env, key=lambda k: -len(env[k]))[:3]
-    raise ValueError(f"the job's request is {format_size(size)}, over the {format_size(P.MAX_MESSAGE_BYTES)} "
-                     f"limit of a message to the scheduler; its environment is "
+    raise ValueError(f"the job's request is {format_size(size)}, over the {format_size(limit)} "
+                     f"limit of a job's request (one message to the scheduler, then to a node); its environment is "
                      f"{format_size(sum(len(k) + len(v) for k, v in env.items()))} (largest: "
                      f"{', '.join(f'{k[:64]} {format_size(len(env[k]))}' for k in largest)}): unset what the job "
                      "does not need")

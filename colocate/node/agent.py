@@ -152,7 +152,7 @@ class SchedulerAgent:
         sock.setsockopt(zmq.SNDHWM, 10000)
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
-        sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)  # a bigger frame drops the link, unread
+        sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_FRAME_BYTES)  # a bigger frame drops the link, unread
         if self.keys_dir:
             from colocate.base import keys as K
 

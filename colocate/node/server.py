@@ -94,7 +94,7 @@ class NodeServer:
         sock = self.ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting job may reuse its identity
-        sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)  # a bigger frame drops its sender, unread
+        sock.setsockopt(zmq.MAXMSGSIZE, P.MAX_FRAME_BYTES)  # a bigger frame drops its sender, unread
         sock.bind(endpoint)
         if path:
             os.chmod(path, mode if shared else 0o600)

@@ -32,6 +32,13 @@ from colocate.base.vocab import JobClass
 
 PROTOCOL_VERSION = 3  # 3: Register.rank and world_size (torchrun workers)
 MAX_MESSAGE_BYTES = 1 << 20  # inputs above this are rejected before unpacking
+# a socket's frame limit (ZMQ_MAXMSGSIZE): a message's bytes plus what CURVE adds on the wire (its box and nonce:
+# 33 bytes), so that every message ``encode`` accepts is delivered, and none much larger is read
+MAX_FRAME_BYTES = MAX_MESSAGE_BYTES + 4096
+# a job's request travels again inside the StartPlacement the scheduler sends a node (with this node's workers, at
+# most one per GPU, and the rendezvous): a Submit leaves this room, so every job accepted can be started
+START_HEADROOM = 64 << 10
+MAX_BYTES_OF = {"submit": MAX_MESSAGE_BYTES - START_HEADROOM}  # a message type's own limit, where lower
 MAX_ID_CHARS = 128
 MAX_TEXT_CHARS = 4096
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
@@ -453,15 +460,18 @@ def _check_size(n: int) -> None:
 
 
 def encode(msg: Message) -> bytes:
-    """msgpack bytes of ``msg``."""
+    """msgpack bytes of ``msg``; ``ProtocolError`` (invalid) over its type's limit (``MAX_BYTES_OF``, else
+    ``MAX_MESSAGE_BYTES``)."""
     data = msgpack.packb(to_wire(msg), use_bin_type=True)
-    if len(data) > MAX_MESSAGE_BYTES:
-        raise ProtocolError(INVALID, f"encoded {msg.TYPE} is {len(data)} bytes, over {MAX_MESSAGE_BYTES}")
+    limit = MAX_BYTES_OF.get(msg.TYPE, MAX_MESSAGE_BYTES)
+    if len(data) > limit:
+        raise ProtocolError(INVALID, f"encoded {msg.TYPE} is {len(data)} bytes, over {limit}")
     return data
 
 
 def decode(data: bytes) -> Message:
-    """Message from msgpack bytes; raises only ``ProtocolError``, whatever ``data`` holds."""
+    """Message from msgpack bytes; raises only ``ProtocolError``, whatever ``data`` holds (over its type's limit,
+    ``MAX_BYTES_OF``: invalid)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ProtocolError(MALFORMED, f"expected bytes, got {type(data).__name__}")
     _check_size(memoryview(data).nbytes)
@@ -473,7 +483,11 @@ def decode(data: bytes) -> Message:
         )  # fmt: skip
     except Exception as e:  # msgpack raises several types (ExtraData, FormatError, ValueError, ...)
         raise ProtocolError(MALFORMED, f"undecodable msgpack: {type(e).__name__}: {e}"[:200]) from None
-    return from_wire(obj)
+    msg = from_wire(obj)
+    n, limit = memoryview(data).nbytes, MAX_BYTES_OF.get(msg.TYPE, MAX_MESSAGE_BYTES)
+    if n > limit:  # a message its own type's limit refuses (a Submit that could not be started as one message)
+        raise ProtocolError(INVALID, f"a {msg.TYPE} of {n} bytes is over its {limit}-byte limit")
+    return msg
 
 
 def encode_json(msg: Message) -> str:

@@ -443,3 +443,33 @@ def test_bad_progress_is_refused_in_one_line():
     wire["progress"][0]["busy_fraction"] = 1.5
     with pytest.raises(ProtocolError, match=r"JobProgress.busy_fraction"):
         P.from_wire(wire)
+
+
+def _submit(last: int, n: int = 16) -> P.Submit:
+    """A Submit of ``n`` variables of 60,000 characters and one of ``last`` (256..65,535: one msgpack header size)."""
+    env = tuple((f"PAD{i}", "a" * 60_000) for i in range(n)) + (("LAST", "b" * last),)
+    req = P.JobRequest(command=("python", "train.py"), cwd="/tmp", env=env, user="alice", gpus=1)
+    return P.Submit(request=req, request_id="0" * 32)
+
+
+def test_a_submit_leaves_room_for_the_start_placement_it_becomes():
+    """The largest Submit accepted becomes a StartPlacement (with a node's 64 workers) that still fits one message;
+    a larger Submit is refused by encode and by decode alike (invalid: one line naming the limit)."""
+    limit = P.MAX_BYTES_OF["submit"]
+    assert P.MAX_MESSAGE_BYTES - limit == P.START_HEADROOM and P.MAX_FRAME_BYTES > P.MAX_MESSAGE_BYTES
+    base = len(msgpack.packb(P.to_wire(_submit(1000)), use_bin_type=True))
+    fits = _submit(1000 + limit - base)
+    assert len(P.encode(fits)) == limit and P.decode(P.encode(fits)) == fits
+    start = P.StartPlacement(placement_id="9" * 40, job_id="9" * 40, priority="guaranteed", request=fits.request,
+                             workers=tuple(P.WorkerLaunch(rank=r, local_rank=r, gpus=(r,)) for r in range(64)),
+                             world_size=1 << 20, group_rank=4095, master_addr="m" * 128, master_port=65535,
+                             cluster_id="c" * 128, start_mem=1 << 40, start_share=0.5, cap_recommended=True)
+    assert len(P.encode(start)) <= P.MAX_MESSAGE_BYTES  # it can be sent to a node
+    over = _submit(1000 + limit - base + 1)
+    with pytest.raises(P.ProtocolError, match=f"over {limit}") as info:
+        P.encode(over)
+    assert info.value.code == P.INVALID
+    data = msgpack.packb(P.to_wire(over), use_bin_type=True)  # what a client that does not check would send
+    with pytest.raises(P.ProtocolError, match="over its") as info:
+        P.decode(data)
+    assert info.value.code == P.INVALID

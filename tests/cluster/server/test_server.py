@@ -474,3 +474,28 @@ def test_a_plugin_that_raises_in_a_real_scheduler_is_logged_once_and_the_schedul
     finally:
         node.stop.set()
         node.join(5)
+
+
+def test_submits_at_the_limits_are_answered_over_curve(procs, tmp_path, ctx):
+    """With CURVE a frame is some 33 bytes longer than its message: the socket's limit (MAX_FRAME_BYTES) leaves that
+    room, so a Submit of the largest size a job may be is taken, and a larger one up to the message limit is
+    answered "invalid" in one line (both went unanswered when the socket's limit was the message's)."""
+    from tests.colocate.test_protocol import _submit
+
+    keys = tmp_path / "keys"
+    K.generate(str(keys), K.USER, "alice")
+    s = SchedulerProc(procs, tmp_path, "--keys", keys, metrics=False)
+    s.wait_ready(keys_dir=str(keys))
+    sock = _curve_dealer(ctx, s.endpoint, keys, "user-alice")
+    limit = P.MAX_BYTES_OF["submit"]
+    for size, n in ((limit, 16), (P.MAX_MESSAGE_BYTES - 8, 17)):
+        base = len(pack(P.to_wire(_submit(1000, n))))
+        data = pack(P.to_wire(_submit(1000 + size - base, n)))
+        assert len(data) == size
+        sock.send(data)
+        got = receive(sock, 30)
+        if size == limit:
+            assert isinstance(got, P.Submitted), got
+        else:
+            assert isinstance(got, P.Error) and got.code == P.INVALID and f"over its {limit}-byte limit" in got.message
+    assert "Traceback" not in read_log(s.proc)

@@ -82,7 +82,7 @@ def test_status_json_submit_defaults_and_environments_that_do_not_fit(cluster):
     assert big.returncode == 2 and "BIG_VAR" in one_line(big, "submit") and "65536" in big.stderr
     many = {f"PART_{i}": "v" * 60000 for i in range(20)}  # each fits, together over one message
     huge = c.cli("submit", "--gpus", "1", "--", PY, c.worker, c.pids, "0", env=many)
-    assert huge.returncode == 2 and "1.0 MiB limit" in one_line(huge, "submit")
+    assert huge.returncode == 2 and "over the 960.0 KiB limit of a job's request" in one_line(huge, "submit")
     assert [v["job_id"] for v in c.status()] == [job]  # nothing was submitted
 
 

@@ -67,7 +67,7 @@ def test_a_request_too_large_for_the_wire_is_refused_in_one_line_before_sending(
     request = P.JobRequest(command=("python", "x.py"), cwd="/tmp", env=env)
     with pytest.raises(rpc.TooLarge) as info:
         SchedulerClient(f"tcp://127.0.0.1:{free_port()}", "", timeout_s=0.2).submit(request)
-    assert info.value.code == P.INVALID and "\n" not in str(info.value) and "over 1048576" in str(info.value)
+    assert info.value.code == P.INVALID and "\n" not in str(info.value) and f"over {P.MAX_BYTES_OF['submit']}" in str(info.value)  # a Submit's own limit
 
 
 def test_the_request_carries_the_hash_of_the_script_it_can_read(tmp_path):

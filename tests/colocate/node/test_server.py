@@ -263,7 +263,7 @@ def test_a_frame_over_the_limit_is_refused_by_the_socket_unread(node, ctl):
 
     conn = node.connect(ctl=ctl)
     monitor = conn.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-    conn.send(bytes(P.MAX_MESSAGE_BYTES + 1))
+    conn.send(bytes(P.MAX_FRAME_BYTES + 1))  # the socket's limit: a message's, plus room for what CURVE adds
     got = []
 
     def dropped():
