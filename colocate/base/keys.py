@@ -140,8 +140,15 @@ def _locked(directory: str):
 
 def generate_server(directory: str) -> list[str]:
     """Create ``directory`` with the scheduler's certificate and the ``authorized`` folder, unless present.
-    Returns the files written."""
+    Returns the files written. An existing ``directory`` open to others (or not this user's) is refused before
+    anything is written in it (``KeyError_``, one line naming the fix): no peer could use keys kept there."""
+    import stat
+
     os.makedirs(directory, mode=0o700, exist_ok=True)
+    st = os.stat(directory)
+    if st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o077:
+        raise KeyError_(f"refusing to write keys in {directory}: it has mode {stat.S_IMODE(st.st_mode):04o} and uid "
+                        f"{st.st_uid}, open to others or not yours: `chmod 700 {directory}`, or name a new folder")
     os.makedirs(os.path.join(directory, AUTHORIZED), mode=0o700, exist_ok=True)
     with _locked(directory):
         return [] if os.path.exists(_secret(directory, SERVER)) else _create(directory, SERVER)

@@ -40,6 +40,21 @@ def test_a_looser_mode_refuses_in_one_line_naming_the_fix(tmp_path, what, mode, 
     assert "\n" not in message and fix.format(keys=keys) in message and f"{mode:04o}" in message
 
 
+@pytest.mark.parametrize("mode", [0o755, 0o711, 0o777])
+def test_keys_are_not_written_into_an_existing_folder_open_to_others(tmp_path, mode):
+    """`colocate keys generate DIR` into an existing open folder wrote the scheduler's secret there and said nothing;
+    every peer then refused that folder. Now nothing is written and the one line names the fix."""
+    keys = tmp_path / "open"
+    keys.mkdir()
+    os.chmod(keys, mode)
+    with pytest.raises(K.KeyError_) as err:
+        K.generate(str(keys), K.USER, "alice")
+    assert f"{mode:04o}" in str(err.value) and f"chmod 700 {keys}" in str(err.value) and "\n" not in str(err.value)
+    assert list(keys.iterdir()) == []
+    os.chmod(keys, 0o700)
+    K.generate(str(keys), K.USER, "alice")  # once private: made as usual
+
+
 def test_a_scheduler_refuses_an_authorized_folder_others_may_write(tmp_path):
     keys = tmp_path / "keys"
     K.generate_server(str(keys))
