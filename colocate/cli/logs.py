@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import sys
 
-from colocate.cli._common import JOB_ID, NONNEG_INT, RANK, add_scheduler_options, client_failure, fail, scheduler_client
+from colocate.cli._common import (
+    JOB_ID,
+    POSITIVE_INT,
+    RANK,
+    add_scheduler_options,
+    client_failure,
+    fail,
+    scheduler_client,
+)
 
 
 def register(sub) -> None:
@@ -15,7 +23,8 @@ def register(sub) -> None:
                        "a node down or silent, or no answer; 2 a bad job id or option.")
     p.add_argument("job", type=JOB_ID, metavar="JOB")
     p.add_argument("--worker", type=RANK, default=None, metavar="R", help="only worker (rank) R")
-    p.add_argument("--tail", type=NONNEG_INT, default=0, metavar="N", help="only the last N lines of each")
+    p.add_argument("--tail", type=POSITIVE_INT, default=None, metavar="N",
+                   help="only the last N lines of each (N >= 1; default: all the node sends)")
     add_scheduler_options(p)
     p.set_defaults(func=main)
 

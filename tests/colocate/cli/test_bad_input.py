@@ -75,6 +75,7 @@ def client(*args):
     (["logs", "1", "--worker", HUGE], "at most 4095"),
     (["logs", "1", "--worker", "-1"], "--worker"),
     (["logs", "1", "--tail", "nan"], "--tail"),
+    (["logs", "1", "--tail", "0"], "--tail"),  # 0 printed the whole log
     (["submit", "--gpus", HUGE, "--", "true"], "JobRequest.gpus"),
     (["submit", "--gpus", "1", "--workers", HUGE, "--", "true"], "JobRequest.workers"),
     (["submit", "--gpus", "1", "--gpu-mem", "nan", "--", "true"], "--gpu-mem"),
