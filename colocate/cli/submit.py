@@ -50,7 +50,7 @@ submit does not state (the policy's [scheduler] auto = ["gpu_mem", "sm_share"]).
 "gpu_mem", "sm_share", "priority", "queue", "name", "estimate", "iterations", "epochs"; the options above are the defaults) over one
 connection; every line is checked first, and a bad line submits nothing.
 Exit code: 0 submitted (the job id is printed); 2 a bad request (nothing was submitted);
-1 the scheduler did not answer.
+1 the scheduler did not answer, or refused this key (forbidden) or could not take it now (unavailable).
 """
 
 FIELDS = ("command", "gpus", "workers", "gpu_mem", "sm_share", "priority", "queue", "name", "estimate", "iterations",
