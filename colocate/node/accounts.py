@@ -19,9 +19,12 @@ CURVE no client can choose it). The node maps it to a Unix account:
 * without keys (``--insecure``, loopback only) no name is known: every job runs as the node's own
   account, as on a single-user laptop. Such a node is for one user only.
 
-Worker logs: ``LOG_DIR`` is made 0711 (others may pass through, not list it); each job's folder
-``LOG_DIR/JOB`` belongs to the job's account, mode 0700, and each log file to the account, mode 0600,
-so no other user reads a job's output and the job itself can write its exit file there.
+Worker logs: ``LOG_DIR`` and each cluster's folder ``LOG_DIR/CLUSTER`` (the node's own: one that is not is
+refused) are made 0711 (others may pass through, not list them); each job's folder ``LOG_DIR/CLUSTER/JOB``
+belongs to the job's account, mode 0700, and each log file to the account, mode 0600, so no other user reads a
+job's output and the job itself can write its exit file there. A job's files are scoped by its cluster and
+placement (``colocate.node.workers.worker_files``): a new scheduler state file's job 1 never gets the folder or
+the files of an old one's job 1, which may be another user's.
 """
 
 from __future__ import annotations
@@ -140,6 +143,21 @@ def _name_of(uid: int) -> str:
 def log_root(log_dir: str) -> None:
     """Make ``log_dir`` (0711 when others' jobs log under it, else 0700); never widens an existing one."""
     os.makedirs(log_dir, mode=0o711 if os.geteuid() == 0 else 0o700, exist_ok=True)
+
+
+def node_folder(folder: str) -> None:
+    """Make a folder of the node's own under the log folder (a cluster's: ``LOG_DIR/CLUSTER``), with the log
+    folder's mode; never widens an existing one. Raises OSError for one that is not a folder (a link) or not the
+    node's (a job folder of the layout before clusters, whose account could list or plant what is in it)."""
+    try:
+        os.mkdir(folder, 0o711 if os.geteuid() == 0 else 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(f"{folder} is not a folder")
+    if st.st_uid != os.geteuid():
+        raise OSError(f"{folder} belongs to uid {st.st_uid}, not to the node (uid {os.geteuid()})")
 
 
 def job_folder(folder: str, acct: Account | None) -> None:

@@ -40,7 +40,8 @@ Behaviour:
   * bad input never stops the node: an undecodable message is logged and answered with ``Error``
     (its code), a valid message the node does not take (a client request) with ``Error(forbidden)``,
     a ``NodeWelcome`` for another node id is logged and ignored;
-  * ``LogTailRequest`` is answered from the node's own log folder (``colocate.node.logs``).
+  * ``LogTailRequest`` is answered from the node's own log folder, for the welcoming scheduler's cluster only
+    (``colocate.node.logs``).
 """
 
 from __future__ import annotations
@@ -278,7 +279,9 @@ class SchedulerAgent:
         elif isinstance(msg, (P.StartPlacement, P.StopPlacement, P.PromotePlacement, P.PlacementsSettled)):
             self._placement_message(msg)
         elif isinstance(msg, P.LogTailRequest):
-            self._send(node_logs.answer(msg, self.node_id, self.epoch, self.log_dir))
+            log_of = getattr(self.workers, "log_of", None)  # the worker table's paths (a fake may have none)
+            known = log_of(msg.job_id, msg.rank, self.cluster_id) if log_of and self.cluster_id is not None else None
+            self._send(node_logs.answer(msg, self.node_id, self.epoch, self.log_dir, self.cluster_id, known))
         elif isinstance(msg, P.Error):
             if msg.code == P.UNKNOWN_NODE:
                 # a restarted scheduler answers each message this node sent before its hello reached it: one hello

@@ -38,7 +38,16 @@ Rules (the core's; ``cluster_id`` arguments default to "" for a scheduler that n
 
     ``--gpus``: when every worker has one GPU, all the placement's GPUs on this node in local-rank order
     (torchrun's layout: worker LOCAL_RANK=i is on GPU number i, its ``cuda:i``); otherwise its own;
-  * stdout and stderr go to ``LOG_DIR/JOB/worker-RANK.log`` (appended; a header line per start);
+  * stdout and stderr go to ``LOG_DIR/CLUSTER/JOB/worker-RANK.PLACEMENT.log`` (a header line first), and the
+    launcher's exit code to ``LOG_DIR/CLUSTER/JOB/worker-RANK.PLACEMENT.exit`` (``worker_files``): scoped by the
+    placement's identity, ``(cluster_id, placement_id)``, since job ids restart at 1 with a new scheduler state
+    file. So no job of another cluster (a new state file's job 1 on the same node) and no other placement reads,
+    appends to or trips over a worker's files, and a re-adopted worker never takes another cluster's exit file for
+    its own. ``CLUSTER`` is the cluster id (``unnamed`` for a scheduler that names none), the node's own folder;
+    ``JOB`` is the job's account's (``accounts``). The files are flat in ``JOB`` (no placement folder): the
+    account owns ``JOB``, and a folder of its own inside could be swapped for a link between the node's checks
+    and its open, while a file there is opened with ``O_NOFOLLOW``. The worker table keeps each worker's paths,
+    so a worker re-adopted after a restart (one started before this layout too) finds its files where they are;
   * a start is refused, with one reason and a code (``StartRefused.code``: ``stale`` when only placements
     this node is stopping hold the GPUs, else ``refused``), for: no workers, a worker without a GPU, a GPU the node does not
     have or that two workers share, a GPU that already runs another placement's guaranteed worker (for a
@@ -225,6 +234,17 @@ class WorkerManager:
         return [w.pid for p in self.table.placements.values() if p.job_id == job_id and p.running
                 for w in p.workers if w.running and _same_process(w.pid, w.create_time)]
 
+    def log_of(self, job_id: str, rank: int, cluster_id: str = "") -> str | None:
+        """The log of worker ``rank`` of the newest placement of job ``job_id`` of cluster ``cluster_id`` that the
+        table holds (running or recently ended; one started before the current layout too), else None."""
+        with self.lock:
+            for p in reversed(list(self.table.placements.values())):
+                if p.cluster == cluster_id and p.job_id == job_id:
+                    for w in p.workers:
+                        if w.rank == rank and w.log_path:
+                            return w.log_path
+        return None
+
     def placements(self) -> list[LocalPlacement]:
         return list(self.table.placements.values())
 
@@ -314,15 +334,16 @@ class WorkerManager:
                                         "(give the node a --state-dir others may pass through)")
         one_each = all(len(w.gpus) == 1 for w in msg.workers)
         layout = [g for w in sorted(msg.workers, key=lambda w: w.local_rank) for g in w.gpus]
-        folder = os.path.join(self.cfg.log_dir, _safe(msg.job_id))
+        folder = job_log_folder(self.cfg.log_dir, msg.cluster_id, msg.job_id)
         workers: list[Worker] = []
         try:
             A.log_root(self.cfg.log_dir)
+            A.node_folder(os.path.dirname(folder))
             A.job_folder(folder, acct)
             for w in msg.workers:
                 gpus = layout if one_each else list(w.gpus)
-                log_path = os.path.join(folder, f"worker-{w.rank}.log")
-                exit_file = os.path.join(folder, f"worker-{w.rank}.{_safe(msg.placement_id)}.exit")
+                log_path, exit_file = worker_files(folder, w.rank, msg.placement_id)
+                _remove_stale(exit_file)
                 argv = [self.cfg.python, "-m", "colocate", "run", "--node", self.cfg.job_endpoint,
                         "--device", self.cfg.device, "--gpus", format_gpus(gpus), "--job-id", msg.job_id,
                         "--priority", msg.priority, "--exit-file", exit_file]
@@ -351,7 +372,7 @@ class WorkerManager:
             for w in workers:  # all or nothing: a half-started gang would only hang
                 self._signal(w, signal.SIGKILL)
                 self._procs.pop((key, w.rank), None)
-            return E.LaunchFailed(msg, f"cannot start the launcher: {exc.strerror or exc}")
+            return E.LaunchFailed(msg, f"cannot start the launcher: {_os_reason(exc)}")
         return E.Launched(msg, tuple(workers))
 
     def _spawn(self, argv, env, cwd, log_path, msg, acct=None) -> tuple[subprocess.Popen, float]:
@@ -470,6 +491,38 @@ def _same_process(pid: int, create_time: float) -> bool:
         return abs(proc.create_time() - create_time) < 0.05 and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+UNNAMED_CLUSTER = "unnamed"  # the log folder of the placements of a scheduler that names no cluster
+
+
+def job_log_folder(log_dir: str, cluster_id: str, job_id: str) -> str:
+    """``LOG_DIR/CLUSTER/JOB``: the folder of job ``job_id``'s worker files, for placements of ``cluster_id``."""
+    return os.path.join(log_dir, _safe(cluster_id) if cluster_id else UNNAMED_CLUSTER, _safe(job_id))
+
+
+def worker_files(folder: str, rank: int, placement_id: str) -> tuple[str, str]:
+    """``(log, exit file)`` of worker ``rank`` of placement ``placement_id`` in its job's ``folder``."""
+    stem = os.path.join(folder, f"worker-{int(rank)}.{_safe(placement_id)}")
+    return stem + ".log", stem + ".exit"
+
+
+def _remove_stale(path: str) -> None:
+    """Remove a file left at a new worker's exit-file path (never read as the new worker's code). Raises OSError
+    (the start then fails) when it is there and cannot be removed."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _os_reason(exc: OSError) -> str:
+    """One line for ``exc`` that names the file it is about (``strerror`` alone drops it)."""
+    if not exc.strerror:
+        return str(exc)
+    names = [n for n in (exc.filename, exc.filename2) if n is not None]
+    return f"{exc.strerror}: {' -> '.join(os.fsdecode(n) if isinstance(n, bytes) else str(n) for n in names)}" \
+        if names else exc.strerror
 
 
 def _safe(name: str) -> str:

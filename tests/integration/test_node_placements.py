@@ -75,7 +75,8 @@ def test_a_placement_starts_reports_is_promoted_and_ends(sim_ext, procs, ipc_dir
     assert [g.index for g in hello.gpus] == [0, 1] and hello.host == "127.0.0.1"
     sched.send(ident, ddp_placement(ipc_dir, "p1", "--iters", 600, "--log-every", 100, priority="opportunistic"))
     started = events(sched, P.WorkerStarted, "p1", timeout=30)
-    assert [Path(started[r].log_path) for r in (0, 1)] == [ipc_dir / "logs" / "ddp" / f"worker-{r}.log" for r in (0, 1)]
+    assert [Path(started[r].log_path) for r in (0, 1)] == [ipc_dir / "logs" / "unnamed" / "ddp" / f"worker-{r}.p1.log"
+                                                          for r in (0, 1)]  # LOG_DIR/CLUSTER/JOB, per placement
     jobs = wait_for(lambda: both_listed(node), JOB_START_S, what="both workers registered with the node")
     assert (jobs["ddp/0"].gpu, jobs["ddp/1"].gpu) == (0, 1) and {j.priority for j in jobs.values()} == {"opportunistic"}
 
@@ -118,7 +119,7 @@ def test_a_restarted_node_readopts_its_workers_and_a_stop_checkpoints_them(sim_e
     start = ddp_placement(ipc_dir, "p1", "--duration", 300, "--log-every", 10, "--checkpoint", "ddp.pt")
     sched.send(ident, start)
     started = {r: m.pid for r, m in events(sched, P.WorkerStarted, "p1", timeout=30).items()}
-    log0 = ipc_dir / "logs" / "ddp" / "worker-0.log"
+    log0 = ipc_dir / "logs" / "unnamed" / "ddp" / "worker-0.p1.log"
     wait_for(lambda: log_iter(log0) >= 20, JOB_START_S, what="the gang to train")
 
     node.kill9()  # the node crashes; its workers keep training
@@ -143,6 +144,7 @@ def test_a_restarted_node_readopts_its_workers_and_a_stop_checkpoints_them(sim_e
 
     k = int(saved.group(1))
     sched.send(ident, ddp_placement(ipc_dir, "p2", "--iters", k + 30, "--log-every", 0, "--checkpoint", "ddp.pt"))
+    log0 = log0.with_name("worker-0.p2.log")  # each placement has its own log
     exits = exited_or_explain(sched, node, log0, "p2", 180)
     assert [exits[r].exit_code for r in (0, 1)] == [0, 0]
     text = log0.read_text()

@@ -46,7 +46,7 @@ def read(path):
 attempt("list the key folder", lambda: os.listdir(keys))
 attempt("read the operator's secret key", lambda: read(os.path.join(keys, "operator-ops.key_secret")))
 attempt("read the scheduler's secret key", lambda: read(os.path.join(keys, "scheduler.key_secret")))
-attempt("read bob's log", lambda: read(os.path.join(logs, bob_job, "worker-0.log")))
+attempt("read bob's log", lambda: read(sys.argv[7]))
 attempt("list the logs folder", lambda: os.listdir(logs))
 journal = sys.argv[6]
 attempt("read the scheduler's journal", lambda: read(journal))
@@ -86,6 +86,13 @@ def _client_folder(tmp: Path, keys: Path, stem: str) -> Path:
     for suffix in (".key", ".key_secret"):
         shutil.copy(keys / f"{stem}{suffix}", mine)
     return mine
+
+
+def _log0(logs: Path, job: str) -> Path:
+    """Rank 0's log of ``job``'s newest placement: ``LOG_DIR/CLUSTER/JOB/worker-0.PLACEMENT.log`` (a path that is not
+    there while there is none)."""
+    found = sorted(logs.glob(f"*/{job}/worker-0.*.log"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else logs / "none" / job / "worker-0.log"
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
@@ -132,11 +139,12 @@ def test_two_users_jobs_run_as_their_owners_and_cannot_reach_each_other(tmp_path
                                               "time.sleep(120)"], "bobs-secret", "bobs"))
         wait_for(lambda: client[bob].job(bob_job).state == "running", 120, what="bob's job to run")
         logs = state / "logs"
-        bob_log = logs / bob_job / "worker-0.log"
-        wait_for(lambda: bob_log.exists() and "bob was here" in bob_log.read_text(), 60, what="bob's job to print")
+        wait_for(lambda: "bob was here" in (_log0(logs, bob_job).read_text() if _log0(logs, bob_job).exists() else ""),
+                 60, what="bob's job to print")
         assert os.path.exists(f"{journal}-wal")  # the WAL is there to try (bob's job is in it)
         alice_job = client[alice].submit(request([py, "-c", ATTACK, keys, logs, bob_job, node_ep,
-                                                  str(users.uid(bob)), journal], "alices-secret", "alices"))
+                                                  str(users.uid(bob)), journal, _log0(logs, bob_job)],
+                                                 "alices-secret", "alices"))
         wait_for(lambda: client[alice].job(alice_job).state in ("succeeded", "failed"), 120,
                  what="alice's job to end")
         assert client[alice].job(alice_job).state == "succeeded", read_log(node)
@@ -174,7 +182,9 @@ def test_two_users_jobs_run_as_their_owners_and_cannot_reach_each_other(tmp_path
 
         # logs on disk: the job's account's, private
         for job, who in ((alice_job, alice), (bob_job, bob)):
-            folder, log = logs / job, logs / job / "worker-0.log"
+            log = _log0(logs, job)
+            folder = log.parent
+            assert folder.parent.parent == logs and stat.S_IMODE(folder.parent.stat().st_mode) == 0o711  # CLUSTER
             assert (folder.stat().st_uid, stat.S_IMODE(folder.stat().st_mode)) == (users.uid(who), 0o700)
             assert (log.stat().st_uid, stat.S_IMODE(log.stat().st_mode)) == (users.uid(who), 0o600)
 
@@ -239,7 +249,7 @@ def test_a_node_that_is_not_root_runs_its_owners_jobs_and_refuses_others(tmp_pat
         reason = client[other].job(theirs).reason
         print(f"\nthe other user's job on {owner}'s node: {reason}")
         assert f"this node runs as {owner} (not root), so it runs only {owner}'s jobs, not {other}'s" in reason
-        log = home / "state" / "logs" / ours / "worker-0.log"
+        log = _log0(home / "state" / "logs", ours)
         assert f"ran as {users.uid(owner)}" in log.read_text() and log.stat().st_uid == users.uid(owner)
         assert "Traceback" not in read_log(node)
     finally:

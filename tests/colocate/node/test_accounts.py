@@ -93,3 +93,22 @@ def test_a_caller_in_another_pid_namespace_is_named():
     assert "another PID namespace" in claims(Cred(1000, 1000, 0), os.getpid())
     assert claims(Cred(os.getuid(), os.getgid(), os.getpid()), os.getpid()) is None
     assert "is not the caller" in claims(Cred(os.getuid(), os.getgid(), os.getpid()), 1)
+
+
+def test_a_clusters_log_folder_is_the_nodes_own_never_a_link_or_another_accounts(tmp_path):
+    """``LOG_DIR/CLUSTER`` (a job's folder is ``LOG_DIR/CLUSTER/JOB``): made by the node, or refused."""
+    from colocate.node.accounts import node_folder
+
+    node_folder(str(tmp_path / "c1"))
+    st = os.stat(tmp_path / "c1")
+    assert st.st_uid == os.geteuid() and st.st_mode & 0o077 in (0, 0o011)  # others may pass through, never list
+    node_folder(str(tmp_path / "c1"))  # again: the same folder
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "c2")
+    with pytest.raises(OSError, match="is not a folder"):
+        node_folder(str(tmp_path / "c2"))
+    if os.geteuid() == 0:  # a job folder of the layout before clusters, named like a cluster: its account's
+        (tmp_path / "c3").mkdir()
+        os.chown(tmp_path / "c3", 54321, 54321)
+        with pytest.raises(OSError, match="belongs to uid 54321, not to the node"):
+            node_folder(str(tmp_path / "c3"))

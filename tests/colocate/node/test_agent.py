@@ -308,9 +308,9 @@ def test_a_missing_key_folder_fails_at_once(tmp_path):
 def test_a_refused_hello_is_said_again_and_a_log_tail_is_answered_from_its_own_folder(tmp_path, caplog):
     r = Rig(start=False)
     r.agent.log_dir = str(tmp_path)
-    (tmp_path / "job-a").mkdir()
-    (tmp_path / "job-a" / "worker-1.log").write_text("x" * 100 + "\nlast line\n")
-    os.symlink("/etc/passwd", tmp_path / "job-a" / "worker-2.log")
+    (tmp_path / "unnamed" / "job-a").mkdir(parents=True)  # LOG_DIR/CLUSTER/JOB: a welcome naming no cluster
+    (tmp_path / "unnamed" / "job-a" / "worker-1.p1.log").write_text("x" * 100 + "\nlast line\n")
+    os.symlink("/etc/passwd", tmp_path / "unnamed" / "job-a" / "worker-2.p1.log")
     try:
         r.agent.start()
         ident, _ = r.expect(P.NodeHello)
@@ -433,3 +433,38 @@ def test_a_workers_last_progress_goes_out_before_its_exit():
         assert (p.iterations, p.mem_reserved_peak) == (2, 300 << 20)
     finally:
         rig.close()
+
+
+def test_a_log_tail_is_answered_for_the_welcoming_cluster_only(tmp_path):
+    """QA: job ids restart at 1 with a new scheduler state file; the node answered the new cluster's `colocate logs
+    1` with the old cluster's job 1 (another user's output). It reads the welcoming cluster's files only: the
+    worker table's path first (``log_of``), else its folder."""
+
+    class Workers(FakeWorkers):
+        def log_of(self, job_id, rank, cluster_id):
+            self.calls.append(("log_of", job_id, rank, cluster_id))
+            return str(tmp_path / "table.log") if job_id == "2" else None
+
+    (tmp_path / "c-old" / "1").mkdir(parents=True)
+    (tmp_path / "c-old" / "1" / "worker-0.1.1.log").write_text("secret=alices-token\n")
+    (tmp_path / "c-new" / "1").mkdir(parents=True)
+    (tmp_path / "c-new" / "1" / "worker-0.1.1.log").write_text("bob was here\n")
+    (tmp_path / "table.log").write_text("from the table\n")
+    r = Rig(start=False, workers=Workers())
+    r.agent.log_dir = str(tmp_path)
+    try:
+        r.agent.start()
+        ident, _ = r.expect(P.NodeHello)
+        r.sched.send(ident, P.NodeWelcome(node_id="n1", scheduler_epoch=1, heartbeat_s=0.2, liveness=3,
+                                          cluster_id="c-new"))
+        for job in ("1", "2"):
+            r.sched.send(ident, P.LogTailRequest(request_id=f"q{job}", job_id=job, rank=0))
+        tails = {}
+        while len(tails) < 2:
+            _, tail = r.expect(P.LogTail)
+            tails[tail.request_id] = tail
+        assert (tails["q1"].text, tails["q1"].error) == ("bob was here\n", "")
+        assert (tails["q2"].text, tails["q2"].error) == ("from the table\n", "")
+        assert ("log_of", "1", 0, "c-new") in r.workers.calls
+    finally:
+        r.close()

@@ -127,7 +127,8 @@ def test_workers_run_under_the_launcher_with_torchruns_variables_and_their_own_l
     started = wm.start(placement(tmp_path, "p1", [PY, script, 3], port=port))
     assert [(e.rank, e.job_id, e.placement_id, e.node_id, e.epoch) for e in started] == \
         [(0, "job-a", "p1", "n1", 1), (1, "job-a", "p1", "n1", 1)]
-    assert [e.log_path for e in started] == [str(tmp_path / "logs" / "job-a" / f"worker-{r}.log") for r in (0, 1)]
+    assert [e.log_path for e in started] == [str(tmp_path / "logs" / "unnamed" / "job-a" / f"worker-{r}.p1.log")
+                                             for r in (0, 1)]
     events = poll_until(wm, lambda ev: len(exits(ev)) == 2)
     assert exits(events) == {0: 3, 1: 4}  # the command's own code, through the launcher
     for rank in (0, 1):
@@ -528,3 +529,125 @@ def test_a_deleted_state_dir_is_made_again_when_the_table_is_saved(mgrs, tmp_pat
     assert "py" in json.loads((tmp_path / "state" / "workers.json").read_text())["stopped_unknown"]
     with pytest.raises(StateDirError):
         mgrs.new()  # the folder made again is held by this node
+
+
+# ---------------------------------------------------------------- logs and exit files: scoped by cluster and placement
+
+
+def _node(mgrs, cluster: str, epoch: int = 1) -> WorkerManager:
+    """A manager on the test's node folders (state, logs) for the scheduler of ``cluster`` (its welcome's id)."""
+    import dataclasses
+
+    cfg = WorkerConfig(node_id="n1", epoch=epoch, job_endpoint=f"ipc://{mgrs.tmp}/no-node.sock", device="sim",
+                       gpus={0: GiB, 1: GiB}, log_dir=str(mgrs.tmp / "logs"), state_dir=str(mgrs.tmp / "state"))
+    wm = WorkerManager(dataclasses.replace(cfg, cluster_id=cluster))
+    mgrs.all.append(wm)
+    wm.welcomed(cluster)
+    return wm
+
+
+def _job_1(tmp: Path, cluster: str, command, user: str = "") -> P.StartPlacement:
+    """Job 1's first placement ("1.1") in ``cluster``: what every new scheduler state file starts with."""
+    import dataclasses
+
+    msg = placement(tmp, "1.1", command, workers=((0, 0, (0,)),), job="1")
+    return dataclasses.replace(msg, cluster_id=cluster, request=dataclasses.replace(msg.request, user=user))
+
+
+def test_a_new_clusters_job_1_never_sees_nor_appends_to_an_old_clusters_job_1_log(mgrs, tmp_path):
+    """QA: with a new scheduler state file job ids restart at 1; the new job 1 on the same node got the old job 1's
+    folder and log (another user's output, secrets included), and `colocate logs 1` showed it."""
+    from colocate.node import logs
+
+    old = _node(mgrs, "c-old")
+    (started,) = old.start(_job_1(tmp_path, "c-old", [PY, "-c", "print('secret=alices-token')"]))
+    poll_until(old, lambda ev: 0 in exits(ev))
+    old.close()
+    new = _node(mgrs, "c-new", epoch=2)
+    new.recover()
+    (mine,) = new.start(_job_1(tmp_path, "c-new", [PY, "-c", "print('bob was here')"]))
+    poll_until(new, lambda ev: 0 in exits(ev))
+    text = Path(mine.log_path).read_text()
+    assert "bob was here" in text and "alices-token" not in text, text
+    assert "bob was here" not in Path(started.log_path).read_text()  # the old one is not appended to either
+    assert mine.log_path == str(tmp_path / "logs" / "c-new" / "1" / "worker-0.1.1.log")
+    assert [Path(w.exit_file) for p in new.placements() if p.cluster == "c-new" for w in p.workers] == \
+        [tmp_path / "logs" / "c-new" / "1" / "worker-0.1.1.exit"]
+    # the relay: the node answers `colocate logs 1` for the cluster that welcomed it, from its table or its folder
+    req = P.LogTailRequest(request_id="q", job_id="1", rank=0)
+    for known in (new.log_of("1", 0, "c-new"), None):
+        tail = logs.answer(req, "n1", 2, str(tmp_path / "logs"), "c-new", known)
+        assert "bob was here" in tail.text and "alices-token" not in tail.text and not tail.error, tail
+    assert new.log_of("1", 0, "c-other") is None and new.log_of("2", 0, "c-new") is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a log of another uid, and a node that switches accounts")
+def test_a_new_clusters_job_1_starts_beside_an_old_job_1_log_of_another_account(mgrs, tmp_path):
+    """QA: the old job 1's log belonged to another uid, so the new job 1's start was refused ("... belongs to uid
+    N, not to the job's account") on every retry and the job failed."""
+    from colocate.node.accounts import Accounts
+
+    old = _node(mgrs, "c-old")
+    (started,) = old.start(_job_1(tmp_path, "c-old", [PY, "-c", "print('alice')"]))
+    poll_until(old, lambda ev: 0 in exits(ev))
+    os.chown(started.log_path, 54321, 54321)  # alice's account's, as a root node leaves it
+    old.close()
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "users").write_text("* root\n")  # bob's jobs run as root: a switching node's checks apply
+    new = _node(mgrs, "c-new", epoch=2)
+    new.accounts = Accounts(str(tmp_path / "keys"))
+    new.recover()
+    out = new.start(_job_1(tmp_path, "c-new", [PY, "-c", "print('bob')"], user="bob"))
+    assert [type(e) for e in out] == [P.WorkerStarted], out
+    assert exits(poll_until(new, lambda ev: 0 in exits(ev))) == {0: 0}
+
+
+@pytest.mark.slow
+def test_a_readopted_worker_never_takes_an_old_clusters_exit_file_for_its_own(mgrs, tmp_path):
+    """The same job and placement ids in a new cluster: a re-adopted worker that died leaving no exit status
+    (killed with its launcher) is reported unknown (-1), never with the code the old cluster's worker left."""
+    old = _node(mgrs, "c-old")
+    old.start(_job_1(tmp_path, "c-old", [PY, "-c", "pass"]))
+    assert exits(poll_until(old, lambda ev: 0 in exits(ev))) == {0: 0}  # its launcher wrote "0"
+    old.close()
+    waiter = tiny_script(tmp_path, "wait.py", WAITER)
+    new = _node(mgrs, "c-new", epoch=2)
+    new.recover()
+    (started,) = new.start(_job_1(tmp_path, "c-new", [PY, waiter, "term"]))
+    ready(tmp_path, 0)
+    new.close()  # the node crashes; then its worker is killed with its launcher: no exit status is left
+    os.killpg(started.pid, signal.SIGKILL)
+    wait_for(lambda: not alive(started.pid), 30, what="the worker to die")
+    again = _node(mgrs, "c-new", epoch=3)
+    assert exits(again.recover()) == {0: -1}
+
+
+def test_a_worker_of_a_table_from_before_the_cluster_folders_keeps_its_files(mgrs, tmp_path):
+    """Migration: a table saved by a node of the old layout (``LOG_DIR/JOB/worker-R.log``) still loads; its worker's
+    exit code and log are read from the paths the table holds."""
+    folder = tmp_path / "logs" / "job-a"
+    folder.mkdir(parents=True)
+    (folder / "worker-0.log").write_text("old layout\n")
+    (folder / "worker-0.p1.exit").write_text("7\n")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "workers.json").write_text(json.dumps({"format": 2, "placements": [
+        {"placement_id": "p1", "job_id": "job-a", "priority": "guaranteed", "cluster": "c1",
+         "workers": [{**GOOD_WORKER, "log_path": str(folder / "worker-0.log"),
+                      "exit_file": str(folder / "worker-0.p1.exit")}]}]}))
+    wm = _node(mgrs, "c1")
+    assert exits(wm.recover() + wm.welcomed("c1")) == {0: 7}
+    assert wm.log_of("job-a", 0, "c1") == str(folder / "worker-0.log")
+
+
+def test_a_launcher_that_cannot_be_started_names_the_file(mgrs, tmp_path):
+    """QA: "cannot start the launcher: Permission denied" named no file."""
+    import dataclasses
+
+    python = tmp_path / "not-executable"
+    python.write_text("")
+    python.chmod(0o644)
+    wm = WorkerManager(dataclasses.replace(mgrs.new().cfg, python=str(python), state_dir=str(tmp_path / "s2")))
+    mgrs.all.append(wm)
+    (out,) = wm.start(placement(tmp_path, "p1", [PY, "-c", "pass"], workers=((0, 0, (0,)),)))
+    assert isinstance(out, P.StartRefused)
+    assert out.reason == f"cannot start the launcher: Permission denied: {python}", out.reason
