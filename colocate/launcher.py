@@ -154,6 +154,19 @@ def merge_stats(stats_dir: str) -> dict:
     return stats.merge(procs)
 
 
+def check_job_id(job_id: str) -> None:
+    """Raise LaunchError unless ``job_id`` is one the job can register with: 1 to ``MAX_JOB_ID_CHARS`` characters,
+    and what the wire accepts as a job id (``colocate.protocol.JOB_ID``: no control characters)."""
+    if not 1 <= len(job_id) <= MAX_JOB_ID_CHARS:
+        raise LaunchError(f"--job-id: 1 to {MAX_JOB_ID_CHARS} characters, got {len(job_id)}")
+    from colocate.protocol import JOB_ID, ProtocolError  # only for a job id given: most launches have none
+
+    try:
+        JOB_ID.check(job_id, "--job-id")
+    except ProtocolError as exc:
+        raise LaunchError(str(exc)) from None
+
+
 def launch(spec: RunSpec) -> int:
     """Run the job to completion; returns the exit code for the launcher."""
     base = dict(os.environ)
@@ -161,8 +174,8 @@ def launch(spec: RunSpec) -> int:
     gpus = spec.job_gpus
     if len(set(gpus)) != len(gpus):
         raise LaunchError(f"--gpus {format_gpus(gpus)}: lists a GPU twice")
-    if spec.job_id is not None and not 1 <= len(spec.job_id) <= MAX_JOB_ID_CHARS:
-        raise LaunchError(f"--job-id: 1 to {MAX_JOB_ID_CHARS} characters, got {len(spec.job_id)}")
+    if spec.job_id is not None:
+        check_job_id(spec.job_id)
     if spec.device == DeviceKind.CUDA:
         from colocate.gpus.nvml import device_count as nvml_device_count
 

@@ -3,8 +3,11 @@
 ``NodeConfig`` holds every tunable of the node and its policy, with units in
 the names. It loads from a JSON file (``colocate node --config FILE``) whose keys
 are the field names; unknown keys and ill-typed values are errors that name the
-key. ``POLICY_NAMES`` is the one list of node policies (``colocate.node.policies`` maps each
-name to its class; a test holds the two together); ``FIELDS`` documents every field.
+key. ``heartbeat_s`` and ``liveness`` are told to every job in its ``Welcome``, so they
+take the wire's bounds (``colocate.protocol.HEARTBEAT_S``, ``LIVENESS``): a node refuses
+at its start what it could not send. ``POLICY_NAMES`` is the one list of node policies
+(``colocate.node.policies`` maps each name to its class; a test holds the two together);
+``FIELDS`` documents every field.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 from enum import StrEnum
 
+from colocate import protocol as P
 from colocate.base.vocab import NodePolicy
 
 POLICY_NAMES = tuple(NodePolicy)
@@ -79,6 +83,9 @@ class NodeConfig:
             v = getattr(self, name)
             if not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"{name}: must be a finite number >= 0, got {v!r}")
+        # told to every job in its Welcome: the wire's own bounds, so a node refuses at its start what it could not send
+        P.HEARTBEAT_S.check(self.heartbeat_s, "heartbeat_s")
+        P.LIVENESS.check(self.liveness, "liveness")
 
     @classmethod
     def from_dict(cls, data: dict) -> NodeConfig:

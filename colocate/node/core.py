@@ -62,6 +62,10 @@ class NodeCore(PlacementRules):
     LATENCY_WINDOW = 2000
 
     def __init__(self, gpus: list[GpuSpec], cfg: NodeConfig, node_epoch: int):
+        """Raises ValueError (one line) for a GPU whose speed a ``Welcome`` cannot carry (``P.SIM_SPEED``), so a
+        node refuses it at its start and never at a job's registration."""
+        for g in gpus:
+            P.SIM_SPEED.check(g.speed, f"GPU {g.index}{f' ({g.name})' if g.name else ''} speed")
         self.cfg = cfg
         self.node_epoch = node_epoch
         self.gpus = {g.index: LocalGpu(g) for g in gpus}

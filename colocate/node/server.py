@@ -7,6 +7,15 @@ accepted on that socket, or claiming another connection's job is answered with
 ``Error`` and logged, and the daemon carries on. A job's connection is bound to
 its job id at registration, so a job cannot speak (or set limits) for another.
 
+Logging what peers send: text a peer chose (an ``Error``'s message, a ``Goodbye``'s reason, what a refusal quotes)
+is logged with its control characters escaped (``shown``: one log line stays one line, a job cannot forge
+another), and every line a peer's message causes is rate-limited (``PeerLog``): bad messages and refusals at
+``MAX_BAD_LOGS_PER_S`` lines a second, jobs' own reports of trouble likewise, registrations and departures at
+``MAX_JOB_LOGS_PER_S``; the lines left out are counted in the next line let through.
+
+One event's failure never stops the loop: a message, a tick's event or the scheduler link's work that raises is
+logged in one line (``MAX_FAILURE_LOGS_PER_S`` a second; the traceback at debug level) and the loop goes on.
+
 Who calls is the kernel's word (``SO_PEERCRED``, ``colocate.base.peercred``), never the message's, on ipc
 endpoints:
   * the operator endpoint admits this node's own uid and root; anyone else gets ``Error(forbidden)``;
@@ -32,6 +41,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -58,7 +68,36 @@ if TYPE_CHECKING:
 log = logging.getLogger("colocate.node")
 
 TICK_S = 0.1
-MAX_BAD_LOGS_PER_S = 20
+MAX_BAD_LOGS_PER_S = 20  # bad messages and refusals, and (apart) jobs' Error reports
+MAX_JOB_LOGS_PER_S = 200  # registrations and departures (a node of 64 GPUs may see them all at once)
+MAX_FAILURE_LOGS_PER_S = 5  # events that failed
+SHOWN_CHARS = 300  # of a peer's text in one log line
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # C0, DEL, C1 and the Unicode line breaks
+
+
+def shown(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` (a peer's) fit for one log line: each control character as its escape (``\\n``, ``\\x1b``),
+    at most ``limit`` of its characters (then ``...``)."""
+    cut = _UNSAFE.sub(lambda m: repr(m.group())[1:-1], text[:limit])
+    return cut + "..." if len(text) > limit else cut
+
+
+class PeerLog:
+    """Log lines that peers' messages cause, at most ``per_s`` a second (``LogLimit``); how many were left out
+    is said once, before the next line let through."""
+
+    def __init__(self, per_s: int):
+        self._limit = LogLimit(per_s)
+        self.left_out = 0
+
+    def log(self, now: float, level: int, fmt: str, *args) -> None:
+        if not self._limit.allow(now):
+            self.left_out += 1
+            return
+        if self.left_out:
+            log.warning("(%d such lines left out: over %d a second)", self.left_out, self._limit.per_s)
+            self.left_out = 0
+        log.log(level, fmt, *args)
 
 
 class NodeServer:
@@ -77,7 +116,10 @@ class NodeServer:
         # job id -> pids of the launchers this node started for it (set with an agent)
         self.launchers: Callable[[str], list[int]] | None = None
         self._stop = threading.Event()
-        self._bad_logs = LogLimit(MAX_BAD_LOGS_PER_S)
+        self._bad_logs = PeerLog(MAX_BAD_LOGS_PER_S)  # bad messages, refusals
+        self._error_logs = PeerLog(MAX_BAD_LOGS_PER_S)  # jobs' Error reports
+        self._job_logs = PeerLog(MAX_JOB_LOGS_PER_S)  # registrations, departures
+        self._failure_logs = PeerLog(MAX_FAILURE_LOGS_PER_S)
         for ep in (endpoint, self.ctl_endpoint):
             if _ipc_in_use(ep):  # libzmq would silently unlink a live node's socket and take its place
                 raise zmq.ZMQError(errno.EADDRINUSE, f"{ep} is in use by a running process (another node?)")
@@ -123,7 +165,7 @@ class NodeServer:
                 timeout = max(0.0, next_tick - self.clock())
                 for sock, _ in poller.poll(timeout=int(timeout * 1000) + 1):
                     if sock is agent_sock and self.agent is not None:
-                        self.agent.on_readable()
+                        self._guarded("scheduler link: reading", self.agent.on_readable)
                     else:
                         self._drain(sock)
                 if self.clock() >= next_tick:
@@ -164,23 +206,38 @@ class NodeServer:
                 parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            cred = peercred.of_frame(parts[-1])
-            frames = [f.bytes for f in parts]
-            if len(frames) != 2:
-                self._bad(sock, frames[0], P.ProtocolError(P.MALFORMED, f"expected 1 frame, got {len(frames) - 1}"))
-                continue
-            ident, data = frames
-            try:
-                msg = P.decode(data)
-            except P.ProtocolError as exc:
-                self._bad(sock, ident, exc)
-                continue
-            with self.lock:  # the metrics thread reads the counters under the lock
-                self.counts[msg.TYPE] += 1
-            if sock is self.ctl_sock:
-                self._on_ctl(ident, msg, cred)
-            else:
-                self._on_job(ident, msg, cred)
+            where = "operator" if sock is self.ctl_sock else "job"
+            self._guarded(f"a message on the {where} endpoint", self._take, sock, parts)
+
+    def _take(self, sock, parts: list) -> None:
+        """One message received on ``sock`` (its frames, ``parts``): decoded, counted and handled."""
+        cred = peercred.of_frame(parts[-1])
+        frames = [f.bytes for f in parts]
+        if len(frames) != 2:
+            self._bad(sock, frames[0], P.ProtocolError(P.MALFORMED, f"expected 1 frame, got {len(frames) - 1}"))
+            return
+        ident, data = frames
+        try:
+            msg = P.decode(data)
+        except P.ProtocolError as exc:
+            self._bad(sock, ident, exc)
+            return
+        with self.lock:  # the metrics thread reads the counters under the lock
+            self.counts[msg.TYPE] += 1
+        if sock is self.ctl_sock:
+            self._on_ctl(ident, msg, cred)
+        else:
+            self._on_job(ident, msg, cred)
+
+    def _guarded(self, what: str, fn: Callable, *args) -> None:
+        """``fn(*args)``, one event's work: its failure is logged in one line (rate-limited; the traceback at debug
+        level) and the loop goes on."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            self._failure_logs.log(self.clock(), logging.ERROR, "%s failed (left undone): %s: %s", what,
+                                   type(exc).__name__, shown(str(exc)))
+            log.debug("%s failed", what, exc_info=True)
 
     def _on_job(self, ident: bytes, msg, cred: peercred.Cred | None = None) -> None:
         if not isinstance(msg, P.JOB_TO_NODE):
@@ -199,7 +256,9 @@ class NodeServer:
                 P.FORBIDDEN, f"this connection is not registered as job {job_id}"))
             return
         if isinstance(msg, P.Error):
-            log.warning("job %s reports error %s: %s", msg.job_id, msg.code, msg.message)
+            who = f"job {msg.job_id}" if bound == ident else f"an unregistered connection (job {msg.job_id})"
+            self._error_logs.log(self.clock(), logging.WARNING, "%s reports error %s: %s", who, msg.code,
+                                 shown(msg.message))
         self._run(msg, ident, self.jobs_sock)
         if isinstance(msg, P.Register) and cred is not None and self._identity.get(msg.job_id) == ident:
             self._uids[msg.job_id] = cred.uid
@@ -250,14 +309,14 @@ class NodeServer:
                 if ident is not None:
                     self._identity[event.job_id] = ident
                 job = self.core.jobs[event.job_id]
-                log.info("job %s registered: gpu %d%s %s%s pid %d (epoch %d)", event.job_id, job.gpu,
-                         " (picked)" if event.pick_gpu else "", job.klass, " partition" if job.partition else "",
-                         event.pid, event.epoch)
+                self._job_logs.log(now, logging.INFO, "job %s registered: gpu %d%s %s%s pid %d (epoch %d)",
+                                   event.job_id, job.gpu, " (picked)" if event.pick_gpu else "", job.klass,
+                                   " partition" if job.partition else "", event.pid, event.epoch)
         for job_id in before - after:
             self._identity.pop(job_id, None)
             self._uids.pop(job_id, None)
             reason = next((r for j, r in reversed(self.core.left) if j == job_id), "left")
-            log.info("job %s left: %s", job_id, reason)
+            self._job_logs.log(now, logging.INFO, "job %s left: %s", job_id, shown(reason))
         if isinstance(event, P.BatchReport) and self._record:
             self._write_record(record.REPORT, now, event)
         elif isinstance(event, P.LimitsApplied) and self._record:
@@ -283,10 +342,11 @@ class NodeServer:
                     with self.lock:
                         self.bad_counts[cmd.msg.code] += 1
                     if cmd.msg.code != P.UNKNOWN_JOB:
-                        log.warning("rejected %s: %s", type(event).__name__, cmd.msg.message)
+                        self._bad_logs.log(now, logging.WARNING, "rejected %s: %s", type(event).__name__,
+                                           shown(cmd.msg.message))
                 sock.send_multipart([ident, P.encode(cmd.msg)])
             case Note():
-                log.log(logging.WARNING if cmd.level == "warning" else logging.INFO, "%s", cmd.text)
+                log.log(logging.WARNING if cmd.level == "warning" else logging.INFO, "%s", shown(cmd.text, 2000))
             case Launch() | Signal() | Report() | Save():  # placement commands: no job event makes one
                 log.error("a job event made placement command %s: ignored", cmd)
             case _:
@@ -298,19 +358,16 @@ class NodeServer:
         self._drain(self.jobs_sock)
         for job in list(self.core.jobs.values()):
             if not _pid_alive(job.pid):
-                self._run(JobLost(job.job_id, f"process {job.pid} is gone"), None, self.jobs_sock)
-        self._run(NodeTick(), None, self.jobs_sock)
-        if self.agent is not None:
-            try:
-                self.agent.tick()
-            except Exception:  # a bug in the scheduler link must not stop the jobs' node
-                log.exception("scheduler link: tick failed")
+                self._guarded(f"job {job.job_id} lost", self._run, JobLost(job.job_id, f"process {job.pid} is gone"),
+                              None, self.jobs_sock)
+        self._guarded("the tick", self._run, NodeTick(), None, self.jobs_sock)
+        if self.agent is not None:  # a bug in the scheduler link must not stop the jobs' node
+            self._guarded("scheduler link: tick", self.agent.tick)
 
     def _bad(self, sock, ident: bytes, exc: P.ProtocolError) -> None:
         with self.lock:
             self.bad_counts[exc.code] += 1
-        if self._bad_logs.allow(self.clock()):
-            log.warning("bad message (%s): %s", exc.code, exc)
+        self._bad_logs.log(self.clock(), logging.WARNING, "bad message (%s): %s", exc.code, shown(str(exc)))
         try:
             sock.send_multipart([ident, P.encode(P.Error(code=exc.code, message=str(exc)[:4000], job_id=None))],
                                 zmq.NOBLOCK)

@@ -15,6 +15,9 @@ from colocate.base.vocab import JobClass, SloState
 from colocate.gpus.spec import GpuSpec
 
 RECENT = 64  # reports kept per job
+# reports totalling less wall time than this measured nothing: the rates over them are 0.0. With at most RECENT
+# reports, each of at most ``P.MAX_REPORT_S``, every rate and sum derived from them is finite
+MIN_MEASURED_S = 1e-9
 
 
 @dataclass(slots=True)
@@ -83,15 +86,18 @@ class RegisteredWorker:
         return self.last.mem_reserved if self.last is not None else 0
 
     def throughput(self, n: int = 16) -> float:
-        """Iterations per second over the last ``n`` reports."""
+        """Iterations per second over the last ``n`` reports; 0.0 while they total less than ``MIN_MEASURED_S``
+        (nothing measured: a job's tiny durations never make a rate that overflows)."""
         reps = list(self.recent)[-n:]
         total = sum(r.duration_s for r in reps)
-        return len(reps) / total if total > 0 else 0.0
+        return len(reps) / total if total >= MIN_MEASURED_S else 0.0
 
     def busy_fraction(self, n: int = 16) -> float:
+        """Device busy time over wall time of the last ``n`` reports, in [0, 1]; 0.0 while they total less than
+        ``MIN_MEASURED_S``."""
         reps = list(self.recent)[-n:]
         total = sum(r.duration_s for r in reps)
-        return sum(r.busy_s for r in reps) / total if total > 0 else 0.0
+        return min(1.0, sum(r.busy_s for r in reps) / total) if total >= MIN_MEASURED_S else 0.0
 
 
 @dataclass(slots=True)

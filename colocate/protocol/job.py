@@ -230,14 +230,23 @@ class Register(Message):
         return self.job_id if self.rank is None else self.job_id[: -len(f"/{self.rank}")]
 
 
+# a BatchReport's seconds are at most this (100 years: more than any monotonic clock has run), so that whatever a
+# node derives from a job's reports (sums over every report, means, rates) stays a finite number
+MAX_REPORT_S = 100 * 365.25 * 86400  # 3,155,760,000
+REPORT_SECONDS = Num(float, 0.0, MAX_REPORT_S)
+
+
 @_record("batch_report")
 class BatchReport(Message):
+    """One mini-batch of a worker. Its seconds (``t_end``, ``duration_s``, ``busy_s``, ``device_start_s``) are in
+    [0, ``MAX_REPORT_S``]; a report beyond that is ``invalid``."""
+
     job_id: str = _f(JOB_ID)
     seq: int = _f(COUNT)
-    t_end: float = _f(SECONDS)  # job's monotonic clock at the batch boundary
-    duration_s: float = _f(SECONDS)
-    busy_s: float = _f(SECONDS)  # device busy time within the batch
-    device_start_s: float = _f(SECONDS)  # offset within the batch where device work began
+    t_end: float = _f(REPORT_SECONDS)  # job's monotonic clock at the batch boundary
+    duration_s: float = _f(REPORT_SECONDS)
+    busy_s: float = _f(REPORT_SECONDS)  # device busy time within the batch
+    device_start_s: float = _f(REPORT_SECONDS)  # offset within the batch where device work began
     mem_allocated_peak: int = _f(SIZE)
     mem_reserved: int = _f(SIZE)
     mem_floor: int = _f(SIZE)  # 0 when none
@@ -280,18 +289,24 @@ class Heartbeat(Message):
 
 
 # node -> job
+# what a Welcome can tell a job (a node refuses, at its start, a config or GPU outside them: colocate.node.config)
+HEARTBEAT_S = Num(float, 0.01, 3600.0)  # seconds between a job's heartbeats
+LIVENESS = Num(int, 1, 1000)  # silent heartbeat intervals before a peer counts as gone
+SIM_SPEED = Num(float, 0.001, 1.0)  # a simulated GPU's speed relative to the fastest type
+
+
 @_record("welcome")
 class Welcome(Message):
     job_id: str = _f(JOB_ID)
     node_epoch: int = _f(COUNT)
     limits: Limits = _f(Nested(Limits))
-    heartbeat_s: float = _f(Num(float, 0.01, 3600.0), default=1.0)  # the job heartbeats this often
-    liveness: int = _f(Num(int, 1, 1000), default=3)  # silent intervals before a peer counts as gone
+    heartbeat_s: float = _f(HEARTBEAT_S, default=1.0)  # the job heartbeats this often
+    liveness: int = _f(LIVENESS, default=3)  # silent intervals before a peer counts as gone
     gpu: int | None = _f(Opt(COUNT), default=None)  # the GPU the node registered the worker on (its pick)
     mem_total: int | None = _f(Opt(SIZE), default=None)  # that GPU's memory in bytes
     sim_core: int | None = _f(Opt(COUNT), default=None)  # a simulated GPU's CPU core (None: not simulated)
     # a simulated GPU's speed relative to the fastest type: its device work takes 1/speed as long
-    sim_speed: float = _f(Num(float, 0.001, 1.0), default=1.0, optional=True)
+    sim_speed: float = _f(SIM_SPEED, default=1.0, optional=True)
     sim_type: str = _f(Str(32, printable=True), default="", optional=True)  # that GPU's type ("": untyped)
 
 

@@ -424,3 +424,16 @@ def test_the_command_dies_with_a_killed_launcher(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+@pytest.mark.parametrize("job_id", ["a\x01b", "a\nb", "tab\there", "esc\x1b[2J", "c1\x85"])
+def test_a_job_id_the_wire_refuses_is_refused_before_the_command_starts(tmp_path, job_id):
+    """QA: ``--job-id $'a\\x01b'`` started the job, whose link failed with a traceback: it ran without limits."""
+    marker = tmp_path / "ran"
+    spec = L.RunSpec(command=(sys.executable, "-c", f"open({str(marker)!r}, 'w')"), device="sim", job_id=job_id)
+    with pytest.raises(L.LaunchError) as info:
+        L.launch(spec)
+    assert str(info.value).startswith("--job-id: expected text without control characters") and "\n" not in str(
+        info.value)
+    assert not marker.exists()
+    L.check_job_id("ジョブ-1.x")  # any printable text is an id

@@ -473,3 +473,18 @@ def test_a_submit_leaves_room_for_the_start_placement_it_becomes():
     with pytest.raises(P.ProtocolError, match="over its") as info:
         P.decode(data)
     assert info.value.code == P.INVALID
+
+
+@pytest.mark.parametrize("field", ["t_end", "duration_s", "busy_s", "device_start_s"])
+def test_a_reports_seconds_are_bounded_so_what_a_node_derives_stays_finite(field):
+    """QA: reports of 1e308 s were accepted, and their sum overflowed to inf in the node's progress."""
+    ok = dataclasses.replace(VALID[2], **{field: P.MAX_REPORT_S})
+    assert P.decode(P.encode(ok)) == ok
+    for value in (1e308, P.MAX_REPORT_S * 1.0001):
+        with pytest.raises(ProtocolError) as info:
+            dataclasses.replace(VALID[2], **{field: value})
+        assert info.value.code == "invalid" and field in str(info.value)
+        with pytest.raises(ProtocolError) as info:
+            P.decode(_pack(_wire(BATCH, **{field: value})))
+        assert info.value.code == "invalid"
+    assert sum([P.MAX_REPORT_S] * 10**6) < math.inf  # a million reports at the bound still sum to a number

@@ -39,6 +39,7 @@ texts = st.text(max_size=200) | st.text(min_size=P.MAX_TEXT_CHARS, max_size=P.MA
 sizes = st.integers(0, 2**63 - 1)
 counts = st.integers(0, 2**63 - 1) | st.integers(0, 100)
 seconds = st.floats(0.0, 1e12, allow_nan=False, allow_infinity=False) | st.integers(0, 10**6)
+report_seconds = st.floats(0.0, P.MAX_REPORT_S) | st.integers(0, 10**6)  # a BatchReport's (bounded)
 shares = st.floats(0.0, 1.0) | st.sampled_from([0, 1])
 priorities = st.sampled_from(["guaranteed", "opportunistic"])
 pids = st.integers(0, 2**31 - 1)
@@ -169,8 +170,8 @@ MESSAGES = {
     P.Register: st.builds(P.Register, job_id=ids, pid=pids, gpu=st.integers(0, 64), priority=priorities,
                           mem_request=st.none() | sizes, sm_share=shares, mem_cap=sizes, epoch=counts)
     | worker_registers,
-    P.BatchReport: st.builds(P.BatchReport, job_id=ids, seq=counts, t_end=seconds, duration_s=seconds,
-                             busy_s=seconds, device_start_s=seconds, mem_allocated_peak=sizes,
+    P.BatchReport: st.builds(P.BatchReport, job_id=ids, seq=counts, t_end=report_seconds, duration_s=report_seconds,
+                             busy_s=report_seconds, device_start_s=report_seconds, mem_allocated_peak=sizes,
                              mem_reserved=sizes, mem_floor=sizes, host_bytes=sizes, host_bytes_touched=sizes,
                              limits_seq=counts, mem_reserved_peak=sizes),
     P.FeaturesReport: st.builds(P.FeaturesReport, job_id=ids, features=features),

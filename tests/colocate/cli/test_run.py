@@ -39,6 +39,7 @@ def error_lines(stderr):
         (["--gpus", "-1", "--", "python", "-c", "pass"], "--gpus"),
         (["--gpus", "", "--", "python", "-c", "pass"], "--gpus"),
         (["--job-id", "j" * 113, "--", "python", "-c", "pass"], "--job-id"),
+        (["--job-id", "a\x01b", "--", "python", "-c", "pass"], "--job-id: expected text without control"),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
 )

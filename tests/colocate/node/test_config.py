@@ -61,3 +61,45 @@ def test_node_with_a_bad_config_exits_2_with_one_line(tmp_path):
                           timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "slo_patience_windows" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"heartbeat_s": 0}, "heartbeat_s: expected a finite number in [0.01, 3600.0], got 0.0"),
+    ({"heartbeat_s": 0.005}, "heartbeat_s: expected a finite number in [0.01, 3600.0], got 0.005"),
+    ({"heartbeat_s": 5000}, "heartbeat_s: expected a finite number in [0.01, 3600.0], got 5000.0"),
+    ({"liveness": 5000}, "liveness: expected an integer in [1, 1000], got 5000"),
+])
+def test_what_a_welcome_tells_a_job_takes_the_wires_bounds(data, message):
+    """QA: these started a node that died at the first registration (its Welcome could not be built)."""
+    with pytest.raises(ValueError) as info:
+        NodeConfig.from_dict(data)
+    assert str(info.value) == message
+
+
+def test_the_wires_edges_are_accepted_and_welcomed():
+    from colocate import protocol as P
+    from colocate.gpus import GpuSpec
+    from colocate.node.core import NodeCore, Send
+
+    for hb, lv in ((P.HEARTBEAT_S.lo, P.LIVENESS.hi), (P.HEARTBEAT_S.hi, P.LIVENESS.lo)):
+        core = NodeCore([GpuSpec(index=0, kind="sim", mem_total=1 << 30)],
+                        NodeConfig.from_dict({"heartbeat_s": hb, "liveness": lv}), node_epoch=1)
+        out = core.handle(P.Register(job_id="j", pid=1, gpu=0, priority="guaranteed", mem_request=None, sm_share=1.0,
+                                     mem_cap=1 << 30, epoch=1), 0.0)
+        (welcome,) = [c.msg for c in out if isinstance(c, Send) and isinstance(c.msg, P.Welcome)]
+        assert (welcome.heartbeat_s, welcome.liveness) == (hb, lv)
+
+
+@pytest.mark.parametrize("config, flags, fragment", [
+    ({"heartbeat_s": 0}, [], "heartbeat_s: expected a finite number in [0.01, 3600.0]"),
+    ({"liveness": 5000}, [], "liveness: expected an integer in [1, 1000]"),
+    ({}, ["--sim-gpus", "1:T4@0.0005"], "GPU 0 (T4) speed: expected a finite number in [0.001, 1.0]"),
+])
+def test_a_node_refuses_at_its_start_what_it_could_not_tell_a_job(tmp_path, config, flags, fragment):
+    cfg = tmp_path / "node.json"
+    cfg.write_text(json.dumps(config))
+    proc = subprocess.run([sys.executable, "-m", "colocate", "node", "--device", "sim", "--config", str(cfg), *flags,
+                           "--endpoint", f"ipc://{tmp_path}/n.sock"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [f"colocate node: error: {fragment}" + proc.stderr.split(fragment, 1)[-1].rstrip()]

@@ -597,3 +597,28 @@ def test_an_opportunistic_job_starts_at_the_schedulers_recommendation():
     plain = adaptive_pair()
     finish_baseline(plain)
     assert plain.share("o") == pytest.approx(0.1) and plain.cap("o") != 700 * MiB
+
+
+def test_a_gpu_speed_a_welcome_cannot_carry_is_refused_when_the_core_is_made():
+    """QA: ``--sim-gpus 1:T4@0.0005`` started a node that died at the first registration."""
+    with pytest.raises(ValueError, match=r"GPU 1 \(T4\) speed: expected a finite number in \[0.001, 1.0\], got 0.0005"):
+        NodeCore([GpuSpec(index=0, kind="sim", mem_total=GiB),
+                  GpuSpec(index=1, kind="sim", mem_total=GiB, name="T4", speed=0.0005)], NodeConfig(), node_epoch=1)
+    NodeCore([GpuSpec(index=0, kind="sim", mem_total=GiB, name="T4", speed=P.SIM_SPEED.lo)], NodeConfig(), node_epoch=1)
+
+
+def test_tiny_durations_leave_every_figure_the_core_derives_finite():
+    """QA: reports of 5e-324 s made the throughput of ``colocate ctl list`` inf (and the node died)."""
+    n = Node("adaptive", **FAST)
+    n.register("g", pid=11)
+    n.register("o", priority="opportunistic", pid=12)
+    for _ in range(20):
+        n.report("g", duration=5e-324, busy=1.0, dt=0.01)
+        n.report("o", duration=5e-324, busy=P.MAX_REPORT_S, dt=0.01)
+    (jobs,) = replies(n.handle(P.CtlList()))
+    assert [(j.job_id, j.throughput) for j in jobs.jobs] == [("g", 0.0), ("o", 0.0)]  # nothing measured
+    assert all(0.0 <= n.core.jobs[j].busy_fraction() <= 1.0 for j in ("g", "o"))
+    for p in n.core.progress(n.t, {}):
+        assert p.busy_fraction == 0.0 and p.step_mean_s < 1e-300  # nothing measured
+    n.handle(P.Goodbye(job_id="o", exit_code=0, reason="done"))
+    assert n.core.final["o"].step_mean_s < 1e-300

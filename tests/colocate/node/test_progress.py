@@ -160,3 +160,25 @@ def test_a_worker_that_left_is_in_the_next_progress_once_with_its_last_reports()
     (p,) = c.progress(4.0, {})
     assert (p.job_id, p.iterations, p.mem_reserved_peak) == ("job-1", 4, 300 * MiB)
     assert c.progress(5.0, {}) == []  # once
+
+
+def test_reports_at_the_protocols_bound_summarise_to_finite_figures():
+    """QA: three reports of 1e308 s summed to inf and the node died building its JobProgress; at the protocol's
+    bound (``P.MAX_REPORT_S``) every figure of a full window stays a number within it."""
+    c = core()
+    register(c)
+    for seq in range(100):
+        report(c, seq, P.MAX_REPORT_S, busy=P.MAX_REPORT_S, now=float(seq))
+    (p,) = c.progress(100.0, {})
+    assert p.step_p50_s == p.step_p90_s == p.step_mean_s == P.MAX_REPORT_S and p.busy_fraction == 1.0
+    c.handle(P.Goodbye(job_id="job-1", exit_code=0, reason="done"), 101.0)
+    (p,) = c.progress(102.0, {})
+    assert p.step_mean_s == P.MAX_REPORT_S
+
+
+def test_busy_fraction_is_nothing_until_the_reports_measured_some_time():
+    c = core()
+    register(c)
+    report(c, 0, 5e-324, busy=1.0)
+    (p,) = c.progress(1.0, {})
+    assert p.busy_fraction == 0.0 and p.step_mean_s == 5e-324

@@ -304,3 +304,122 @@ def test_a_tick_after_a_stalled_loop_reads_the_jobs_waiting_messages_before_it_c
         conn.sock.close(linger=0)
         ctx.term()
         server.close()
+
+
+# ---------------------------------------------------------------- what one job cannot do to the node
+
+
+def report_map(job_id="j1", seq=0, **over):
+    """A batch report as a wire map (the protocol refuses to build one out of bounds)."""
+    return pack({**P.to_wire(report(job_id, seq)), **over})
+
+
+@pytest.mark.parametrize("field", ["duration_s", "busy_s", "device_start_s", "t_end"])
+def test_report_seconds_beyond_the_protocols_bound_are_refused_and_the_node_goes_on(node, field):
+    """QA's crash: reports of 1e308 s, then Goodbye, made a JobProgress of step_mean_s = inf and the node died."""
+    conn = node.connect()
+    assert isinstance(conn.ask(register()), P.Welcome)
+    for seq in range(3):
+        assert error_code(conn.ask(report_map(seq=seq, **{field: 1e308}))) == P.INVALID
+    conn.send(report_map(seq=3, duration_s=P.MAX_REPORT_S, busy_s=P.MAX_REPORT_S))  # the bound itself is taken
+    sync(conn)
+    conn.send(P.Goodbye(job_id="j1", exit_code=0, reason="bye"))
+    assert error_code(conn.ask(P.Heartbeat(job_id="j1", sent_at=1.0))) == P.UNKNOWN_JOB  # it left
+    assert isinstance(node.connect().ask(register("next")), P.Welcome)  # the loop is alive
+    final = node.state(lambda core: core.final["j1"])
+    assert final.step_mean_s == P.MAX_REPORT_S and final.busy_fraction == 1.0
+
+
+def test_tiny_durations_leave_the_operators_list_finite(node):
+    """QA's crash: reports of 5e-324 s made ``colocate ctl list`` build a throughput of inf, and the node died."""
+    conn, ctl = node.connect(), node.connect(ctl=True)
+    assert isinstance(conn.ask(register()), P.Welcome)
+    for seq in range(20):
+        conn.send(report_map(seq=seq, duration_s=5e-324, busy_s=1.0))
+    sync(conn)
+    jobs = ctl.ask(P.CtlList())
+    assert isinstance(jobs, P.CtlJobs) and jobs.jobs[0].throughput == 0.0  # nothing measured
+    assert isinstance(conn.ask(P.Heartbeat(job_id="j1", sent_at=1.0)), P.Heartbeat)
+
+
+def test_one_events_failure_is_one_log_line_and_the_loop_goes_on(node, caplog, monkeypatch):
+    """A bug in handling one message or one tick must not stop the node: a line (rate-limited), then the next."""
+    from colocate.node.events import NodeTick
+    from colocate.node.server import MAX_FAILURE_LOGS_PER_S
+
+    conn, ctl = node.connect(), node.connect(ctl=True)
+    assert isinstance(conn.ask(register()), P.Welcome)
+    handle = node.core.handle
+
+    def failing(event, now):
+        if isinstance(event, (P.CtlList, NodeTick)):
+            raise OverflowError("a figure overflowed")
+        return handle(event, now)
+
+    monkeypatch.setattr(node.core, "handle", failing)
+    with caplog.at_level(logging.INFO, logger="colocate.node"):
+        for _ in range(10):
+            ctl.send(P.CtlList())
+        assert isinstance(ctl.ask(P.CtlSet(job_id="j1", mem_cap=None, sm_share=0.5)), P.CtlOk)  # served after them
+        assert [r.getMessage() for r in caplog.records if "failed" in r.getMessage()] == \
+            ["a message on the operator endpoint failed (left undone): OverflowError: a figure overflowed"] \
+            * MAX_FAILURE_LOGS_PER_S
+        node.tick(1.5)  # the loop goes on ticking, a second later its lines are let through again
+        node.tick()
+        sync(conn)
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert lines[MAX_FAILURE_LOGS_PER_S:] == [
+        f"(5 such lines left out: over {MAX_FAILURE_LOGS_PER_S} a second)",
+        "the tick failed (left undone): OverflowError: a figure overflowed",
+        "the tick failed (left undone): OverflowError: a figure overflowed"], lines
+    assert not any(r.exc_info for r in caplog.records if r.levelno >= logging.INFO)  # one line each, no traceback
+    assert node.state(lambda core: core.jobs["j1"].limits.sm_share) == 0.5
+
+
+FORGED = "x)\n2026-11-29 13:00:00,000 colocate-node WARNING FORGED: node shutting down \x1b[2J("
+
+
+def test_a_peers_text_is_escaped_in_the_log(node, caplog):
+    conn, stranger = node.connect(), node.connect()
+    assert isinstance(conn.ask(register()), P.Welcome)
+    with caplog.at_level(logging.INFO, logger="colocate.node"):
+        stranger.send(P.Error(code=P.MALFORMED, message=FORGED, job_id=None))  # an unregistered connection
+        conn.send(P.Error(code=P.MALFORMED, message=FORGED, job_id="j1"))
+        conn.send(P.Goodbye(job_id="j1", exit_code=0, reason=FORGED))
+        assert error_code(stranger.ask(P.Heartbeat(job_id="nobody", sent_at=1.0))) == P.UNKNOWN_JOB
+        assert error_code(conn.ask(P.Heartbeat(job_id="j1", sent_at=1.0))) == P.UNKNOWN_JOB  # it left
+    lines = [r.getMessage() for r in caplog.records]
+    assert all("\n" not in m and "\x1b" not in m for m in lines), lines
+    escaped = "x)\\n2026-11-29 13:00:00,000 colocate-node WARNING FORGED: node shutting down \\x1b[2J("
+    assert sum(escaped in m for m in lines) == 3, lines
+    assert any(m.startswith("job j1 left: exited (") for m in lines)
+    assert any(m.startswith("an unregistered connection (job None) reports error malformed") for m in lines)
+
+
+def handled(conn):
+    """Wait until the node has handled all ``conn`` sent (their replies read and dropped)."""
+    conn.send(P.Heartbeat(job_id="nobody", sent_at=1.0))
+    while not (isinstance(reply := conn.next(), P.Error) and reply.code == P.UNKNOWN_JOB):
+        pass
+
+
+@pytest.mark.parametrize("flood", ["error", "rejected register", "bad"])
+def test_every_line_a_peer_can_cause_is_rate_limited(node, caplog, flood):
+    """QA's floods: 20,000 Error messages from an unregistered connection logged 20,000 lines in a second,
+    3,000 Registers for a GPU the node lacks 3,000 "rejected" lines."""
+    from colocate.node.server import MAX_BAD_LOGS_PER_S
+
+    conn = node.connect()
+    msg = {"error": P.encode(P.Error(code=P.MALFORMED, message="flood", job_id=None)),
+           "rejected register": P.encode(register(gpu=99)),
+           "bad": b"\x00 garbage"}[flood]
+    with caplog.at_level(logging.INFO, logger="colocate.node"):
+        for _ in range(200):
+            conn.send(msg)
+        handled(conn)
+        assert len(caplog.records) == MAX_BAD_LOGS_PER_S
+        node.clock.advance(1.5)  # a second later: the count of what was left out, then the line
+        conn.send(msg)
+        handled(conn)
+    tail = [r.getMessage() for r in caplog.records[MAX_BAD_LOGS_PER_S:]]
+    assert len(tail) == 2 and tail[0] == f"(180 such lines left out: over {MAX_BAD_LOGS_PER_S} a second)", tail
