@@ -36,6 +36,7 @@ from itertools import chain
 from typing import Any
 
 from colocate import protocol as P
+from colocate.base.units import format_size
 from colocate.base.vocab import DeviceKind, JobClass, SloState
 from colocate.gpus.spec import SIM_NAME, GpuSpec
 from colocate.node import progress
@@ -286,13 +287,17 @@ class NodeCore(PlacementRules):
         if job.partition:
             return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id, message=(
                 f"{job.job_id} is a fixed partition of GPU {job.gpu}: its limits are what its engine granted")))]
+        total = self.gpus[job.gpu].spec.mem_total
+        if m.mem_cap is not None and total and m.mem_cap > total:
+            return [Reply(P.Error(code=P.INVALID, job_id=m.job_id, message=(
+                f"a cap of {format_size(m.mem_cap)} is over GPU {job.gpu}'s {format_size(total)}: nothing was set")))]
         if m.mem_cap is not None:
             job.override_cap = m.mem_cap
         if m.sm_share is not None:
             job.override_share = m.sm_share
         out = self._replan(self.gpus[job.gpu], now)
-        return out + [Reply(P.CtlOk(message=f"{job.job_id}: cap={job.limits.mem_cap} share={job.limits.sm_share:g} "
-                                            f"(seq {job.limits.seq})"))]
+        return out + [Reply(P.CtlOk(message=f"{job.job_id}: cap {format_size(job.limits.mem_cap)}, share "
+                                            f"{job.limits.sm_share:g} (seq {job.limits.seq})"))]
 
     def _on_ctl_list(self, m: P.CtlList, now: float) -> list[Command]:
         return [Reply(self.snapshot(now))]

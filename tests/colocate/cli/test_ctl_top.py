@@ -111,7 +111,7 @@ def test_ctl_set_and_errors_from_the_node(setup):
     node, job, _ = setup
     res = colocate_cli("ctl", "--node", node.endpoint, "set", "g1", "--gpu-mem", "8GiB")
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip().startswith(f"g1: cap={8 * GiB}")
+    assert res.stdout.strip().startswith("g1: cap 8.0 GiB, share ")
     data = json.loads(colocate_cli("ctl", "--node", node.endpoint, "list", "--json").stdout)
     assert data["jobs"][0]["mem_cap"] == 8 * GiB
     # the job applies it: its reports name the override's limits seq, and it keeps running

@@ -475,6 +475,18 @@ def test_ctl_set_pins_cap_and_share_until_the_job_leaves():
     assert info["o"].sm_share == 0.3 and info["o"].mem_cap == 1 * GiB and info["o"].slo_state == "override"
 
 
+def test_ctl_set_says_the_cap_with_its_unit_and_refuses_one_over_the_gpu():
+    n = adaptive_pair()
+    finish_baseline(n)
+    before = n.cap("o")
+    total = n.core.gpus[n.core.jobs["o"].gpu].spec.mem_total
+    (err,) = replies(n.handle(P.CtlSet(job_id="o", mem_cap=total + 1, sm_share=0.3)))
+    assert isinstance(err, P.Error) and err.code == P.INVALID and "nothing was set" in err.message
+    assert n.cap("o") == before and n.state("o") != "override"  # nothing was set, the share neither
+    ok = [m for m in replies(n.handle(P.CtlSet(job_id="o", mem_cap=1 * GiB, sm_share=None))) if isinstance(m, P.CtlOk)]
+    assert ok and "cap 1.0 GiB" in ok[0].message, ok
+
+
 def test_ctl_set_share_only_keeps_the_policy_cap():
     n = adaptive_pair()
     finish_baseline(n)

@@ -132,7 +132,7 @@ def test_register_binds_the_connection_and_another_cannot_speak_for_the_job(node
                                     core.jobs["victim"].last_seen)) == before
     # what the node sends the job on its own goes to the bound connection: an operator override
     reply = ctl.ask(P.CtlSet(job_id="victim", mem_cap=None, sm_share=0.125))
-    assert isinstance(reply, P.CtlOk) and "share=0.125" in reply.message
+    assert isinstance(reply, P.CtlOk) and "share 0.125" in reply.message
     pushed = owner.wait_limits(lambda m: m.limits.sm_share == 0.125)
     assert pushed.job_id == "victim" and pushed.limits.seq > welcome.limits.seq
     assert intruder.limits == []
