@@ -90,6 +90,18 @@ def _endpoint(text: str) -> str:
 
 SIZE = argtype(parse_size, "size")
 SHARE = argtype(lambda t: parse_fraction(t, "share"), "share")
+
+
+def _memory(text: str) -> int:
+    """A memory size of more than 0 bytes (a GPU of 0 bytes, or a cap of 0 that sends every allocation to host
+    memory, is a mistake: leave the option out for the default)."""
+    size = parse_size(text)
+    if size <= 0:
+        raise ValueError("must be more than 0 bytes (leave the option out for the default)")
+    return size
+
+
+MEMORY = argtype(_memory, "size")  # a GPU's memory or a job's cap
 NONNEG_INT = argtype(_nonneg_int, "index")
 POSITIVE_INT = argtype(_positive_int, "count")
 PORT = argtype(lambda t: _check_port(_nonneg_int(t)), "port")
@@ -152,7 +164,7 @@ def add_device_options(p: argparse.ArgumentParser, sim_gpus_help: str, typed: bo
     p.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="GPU kind (default auto)")
     p.add_argument("--sim-gpus", type=SIM_GPUS if typed else NODE_GPUS, default=1,
                    metavar="N|N:TYPE[@SPEED],..." if typed else "N", help=sim_gpus_help)
-    p.add_argument("--sim-gpu-mem", type=SIZE, default=16 << 30, metavar="SIZE",
+    p.add_argument("--sim-gpu-mem", type=MEMORY, default=16 << 30, metavar="SIZE",
                    help="sim: memory of each simulated GPU (default 16GiB)")
     p.add_argument("--policy", default=None, choices=[str(n) for n in POLICY_NAMES],
                    help="co-location policy (default adaptive, or the node's config file's)")

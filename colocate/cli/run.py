@@ -6,22 +6,13 @@ import argparse
 import sys
 
 from colocate.base.env import DEVICE_CHOICES, LOG_LEVELS, ON_CAP, parse_gpus
-from colocate.base.units import parse_size
 from colocate.base.vocab import JOB_CLASSES, JobClass, OnCap
-from colocate.cli._common import ENDPOINT, NONNEG_INT, POSITIVE_INT, SHARE, SIZE, argtype
+from colocate.cli._common import ENDPOINT, MEMORY, NONNEG_INT, POSITIVE_INT, SHARE, argtype
 
 GPU_LIST = argtype(parse_gpus, "gpus")
 ONE_GPU = argtype(lambda text: (NONNEG_INT(text),), "index")
 
 
-def _positive_size(text: str) -> int:
-    size = parse_size(text)
-    if size <= 0:
-        raise ValueError("must be more than 0 bytes")
-    return size
-
-
-POSITIVE_SIZE = argtype(_positive_size, "size")
 
 EPILOG = """\
 examples:
@@ -57,11 +48,11 @@ def register(sub) -> None:
                    help="the job's GPUs, comma-separated indices, e.g. 0,1 (default 0); a torchrun worker with "
                         "LOCAL_RANK=i uses GPU number i of the list")
     p.add_argument("--gpu", dest="gpus", type=ONE_GPU, metavar="INDEX", help="one GPU: the same as --gpus INDEX")
-    p.add_argument("--gpu-mem", type=SIZE, default=None, metavar="SIZE",
+    p.add_argument("--gpu-mem", type=MEMORY, default=None, metavar="SIZE",
                    help="device memory cap, e.g. 2GiB, 512MiB, 4GB (default: the whole device); under a node, "
                         "the most the node will give")
     p.add_argument("--sm-share", type=SHARE, default=1.0, metavar="F",
-                   help="compute share 0..1: the job's device busy fraction is held at or below F (default 1); "
+                   help="compute share 0..1 (0: paused until a node's operator raises it): the job's device busy fraction is held at or below F (default 1); "
                         "under a node, the most the node will give")
     p.add_argument("--priority", choices=JOB_CLASSES, default=JobClass.GUARANTEED,
                    help="guaranteed (default) or opportunistic")
@@ -76,7 +67,7 @@ def register(sub) -> None:
                    help="write a JSON summary of the job here at exit (iterations, busy fraction, memory peaks)")
     p.add_argument("--node", default=None, type=ENDPOINT, metavar="ENDPOINT",
                    help="node coordinator endpoint to register with (e.g. ipc:///tmp/colocate-$UID/node.sock)")
-    p.add_argument("--sim-gpu-mem", type=POSITIVE_SIZE, default=None, metavar="SIZE",
+    p.add_argument("--sim-gpu-mem", type=MEMORY, default=None, metavar="SIZE",
                    help="sim only: total memory of the simulated GPU (default 16GiB)")
     p.add_argument("--iterations", type=POSITIVE_INT, default=None, metavar="N",
                    help="the job's total mini-batches, if known: reported to the node and scheduler (COLOCATE_ITERATIONS)")

@@ -161,6 +161,7 @@ def test_a_run_where_every_job_is_dropped_still_plots(capsys, tmp_path):
     (["scheduler", "--state", "", "--bind", "tcp://127.0.0.1:{port}"], "an empty path"),
     (["node", "--device", "sim", "--sim-gpus", HUGE, "--endpoint", "ipc://{tmp}/n.sock"], "at most 64"),
     (["node", "--device", "sim", "--node-id", "", "--scheduler", "tcp://127.0.0.1:{port}"], "an empty node id"),
+    (["node", "--device", "sim", "--sim-gpu-mem", "0", "--endpoint", "ipc://{tmp}/n.sock"], "more than 0 bytes"),  # a 0 MiB GPU
     (["scheduler", "--state", "{tmp}/s.db", "--bind", "tcp://127.0.0.1:99999"], "must be 1..65535"),
     (["scheduler", "--state", "{tmp}/s.db", "--bind", "tcp://127.0.0.1:{port}", "--liveness", HUGE], "--liveness"),
 ])

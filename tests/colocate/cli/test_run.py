@@ -24,6 +24,7 @@ def error_lines(stderr):
         (["--sm-share", "-0.1", "--", "python", "-c", "pass"], "-0.1"),
         (["--sm-share", "nan", "--", "python", "-c", "pass"], "nan"),
         (["--sm-share", "half", "--", "python", "-c", "pass"], "half"),
+        (["--gpu-mem", "0", "--", "python", "-c", "pass"], "more than 0 bytes"),  # was a 0-byte cap: all on the host
         (["--"], "no command"),
         ([], "no command"),
         (["--", "python", "nope.py"], "nope.py"),
