@@ -28,10 +28,10 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from cluster.spec import JobSpec, NodeSpec, SpecError, allowed_models, model_allows  # noqa: F401 (the readers' API: re-exported)
-from colocate.base.units import parse_size
+from colocate.base.units import LONGEST_S, parse_size
 
 MAX_PROBLEMS = 50  # problem lines kept per file; all bad rows are still counted
-MAX_SECONDS = 100 * 365.25 * 86400  # 3,155,760,000: the largest time or duration (s) a trace row may state
+MAX_SECONDS = LONGEST_S  # 100 years: the largest time or duration (s) a trace row may state, as a job's report
 
 
 class TraceJob(NamedTuple):

@@ -81,6 +81,9 @@ def parse_fraction(text: str | float, name: str = "value") -> float:
     return value
 
 
+LONGEST_S = 100 * 365.25 * 86400  # 3,155,760,000: the longest time or duration (s) a report or a trace row may state
+
+
 _DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(d|h|m|min|s|sec)?", re.I)
 _DURATION_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "min": 60.0, "s": 1.0, "sec": 1.0, None: 1.0}
 

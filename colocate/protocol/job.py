@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 
+from colocate.base.units import LONGEST_S
 from colocate.base.vocab import DeviceKind, JobClass, SloState
 from colocate.protocol.codec import (
     COUNT,
@@ -232,7 +233,7 @@ class Register(Message):
 
 # a BatchReport's seconds are at most this (100 years: more than any monotonic clock has run), so that whatever a
 # node derives from a job's reports (sums over every report, means, rates) stays a finite number
-MAX_REPORT_S = 100 * 365.25 * 86400  # 3,155,760,000
+MAX_REPORT_S = LONGEST_S  # 100 years, as trace rows (colocate.base.units)
 REPORT_SECONDS = Num(float, 0.0, MAX_REPORT_S)
 
 
