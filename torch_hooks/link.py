@@ -13,7 +13,8 @@ silent intervals the link drops the socket, reconnects with exponential backoff
 and registers again (``epoch`` + 1); so does a node's ``UNKNOWN_JOB`` (it forgot the job), once per heartbeat
 period while a Register is unanswered. Both numbers are the node's: its ``Welcome``
 carries them (``DEFAULT_HEARTBEAT_S`` and ``DEFAULT_LIVENESS`` hold until then). While
-the node is away the job keeps running at its last limits. Messages from a node
+the node is away the job keeps running at its last limits. At ``stop`` the thread sends what the training
+thread handed over since its last poll (the job's last reports), then a ``Goodbye``. Messages from a node
 incarnation older than the one that welcomed the job are ignored. Limits are acknowledged
 (``LimitsApplied``) by the first batch under them, or while paused; a pause (share 0) that
 arrives before the job's first device work is acknowledged at once, since the runtime holds
@@ -232,19 +233,7 @@ class NodeLink:
                     backoff = BACKOFF_MIN_S
                     self._handle(sock, data)
             if self._pull in events:
-                while True:
-                    try:
-                        rec = self._pull.recv_pyobj(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    if not self.registered.is_set():
-                        continue
-                    if isinstance(rec, tuple) and rec[0] == "features":  # read at the first boundary
-                        self._send_features(sock, rec[1])
-                    elif isinstance(rec, tuple):  # ("applied", seq, t): limits in force while paused
-                        self._ack(sock, rec[1], rec[2])
-                    else:
-                        self._report(sock, rec)
+                self._forward(sock)
             if self.rejected:
                 last_heard = now  # not a silent node: it said no
             elif now - last_beat >= self.heartbeat_s:  # the node echoes it: proof of life both ways
@@ -261,9 +250,27 @@ class NodeLink:
                 poller.register(sock, zmq.POLLIN)
                 self._register(sock)
                 last_heard = last_beat = self._clock()
+        self._forward(sock)  # what the training thread handed over after the last poll: its last batches
         reason = getattr(self, "_goodbye_reason", "exit")
         self._send(sock, P.Goodbye(job_id=self.worker_id, exit_code=None, reason=reason))
         sock.close(linger=200)
+
+    def _forward(self, sock) -> None:
+        """Send what the training thread has handed over (reports, features, acknowledgements), until its queue
+        is empty; dropped while unregistered (the node would not know the job)."""
+        while True:
+            try:
+                rec = self._pull.recv_pyobj(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if not self.registered.is_set():
+                continue
+            if isinstance(rec, tuple) and rec[0] == "features":  # read at the first boundary
+                self._send_features(sock, rec[1])
+            elif isinstance(rec, tuple):  # ("applied", seq, t): limits in force while paused
+                self._ack(sock, rec[1], rec[2])
+            else:
+                self._report(sock, rec)
 
     def _report(self, sock, rec) -> None:
         self._send(sock, P.BatchReport(

@@ -392,3 +392,66 @@ def test_a_simulated_gpus_features_carry_the_type_and_speed_the_node_said(wired,
     _, msg = node.recv(skip=(P.Heartbeat, P.LimitsApplied))
     assert (msg.features.hardware.name, msg.features.hardware.sim_speed) == (name, speed)
     assert msg.features.model == FEATURES.model
+
+
+class HeldClock(FakeClock):
+    """A FakeClock that can hold the link thread at its next read (``hold``) until ``release``: the test acts
+    while the thread is between its poll and its next look at the stop flag."""
+
+    def __init__(self):
+        import threading
+
+        super().__init__()
+        self._armed, self.entered, self._go = False, threading.Event(), threading.Event()
+
+    def __call__(self) -> float:
+        if self._armed:
+            self._armed = False
+            self.entered.set()
+            assert self._go.wait(5), "the test never released the clock"
+        return super().__call__()
+
+    def hold(self) -> None:
+        self.entered.clear()
+        self._go.clear()
+        self._armed = True
+
+    def release(self) -> None:
+        self._go.set()
+
+
+def test_reports_handed_over_just_before_stop_are_sent_before_the_goodbye(ipc_dir):
+    """The last mini-batches' reports reach the node even when the job stops while they wait in the link's
+    in-process queue: the link thread had polled before they came, and looks at the stop flag next."""
+    from torch_hooks.records import BatchRecord
+
+    endpoint = f"ipc://{ipc_dir}/node.sock"
+    node, clock = FakeNode(endpoint), HeldClock()
+    env = JobEnv(job_id="j", klass="opportunistic", device="sim", node=endpoint, yield_via=(), token="tok")
+    rt = Runtime(env, MiniDevice())
+    link = NodeLink(env, rt, clock=clock)
+    link.start()
+    try:
+        ident, _ = node.recv()
+        node.send(ident, welcome(5, 1, 0.5))
+        assert link.registered.wait(5), "the Welcome was not taken"
+        clock.hold()
+        node.send(ident, P.Error(code=P.INVALID, message="wake up", job_id="j"))  # the poll returns, then the clock
+        assert clock.entered.wait(5), "the link thread did not read its clock"
+        for i in range(1, 4):  # the training thread's last three batches, then the job's exit
+            link._on_record(BatchRecord(index=i, t_end=float(i), duration_s=0.1, busy_s=0.1, idle_s=0.0,
+                                        host_penalty_s=0.0, device_start_s=None, mem_allocated_peak=1, mem_reserved=1,
+                                        mem_reserved_peak=1, mem_cap=GiB, mem_floor=0, host_bytes=0,
+                                        host_bytes_touched=0, sm_share=0.5, limits_seq=1))
+        link._stop.set()
+        clock.release()
+        link.stop(timeout=5)
+        assert not link._thread.is_alive(), "the link thread did not stop"
+        while not isinstance(node.recv(skip=())[1], P.Goodbye):
+            pass
+        got = [m.seq for _, m in node.seen if isinstance(m, P.BatchReport)]
+        assert got == [1, 2, 3], f"reports the node got before the Goodbye: {got}"
+    finally:
+        clock.release()
+        link._ctx.destroy(linger=0)
+        node.close()
