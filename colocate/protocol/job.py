@@ -100,7 +100,7 @@ class JobInfo(_Record):
     host_bytes: int = _f(SIZE)
     throughput: float = _f(Num(float, 0.0, math.inf))  # iterations per second
     slo_state: SloState = _f(Choice(SloState))
-    iterations: int = _f(COUNT)
+    iterations: int = _f(COUNT)  # mini-batches done, as the job counts them (its last report's batch index + 1)
 
 
 FLOPS = Num(float, 0.0, math.inf)  # floating-point operations (a count, kept as a float: it may pass 2**63)

@@ -634,3 +634,15 @@ def test_tiny_durations_leave_every_figure_the_core_derives_finite():
         assert p.busy_fraction == 0.0 and p.step_mean_s < 1e-300  # nothing measured
     n.handle(P.Goodbye(job_id="o", exit_code=0, reason="done"))
     assert n.core.final["o"].step_mean_s < 1e-300
+
+
+def test_ctl_list_counts_iterations_as_the_job_does_across_a_node_restart():
+    """A node that restarts meets a job in mid-run: ``ctl list`` shows the job's own count (its last report's
+    batch index + 1), not the reports this node process happened to receive."""
+    n = Node(policy="exclusive")
+    n.register("g")
+    n.seq_report["g"] = 41  # the job reported batches 0..40 to the node's previous run
+    for _ in range(3):
+        n.report("g")
+    (snap,) = replies(n.handle(P.CtlList()))
+    assert [(j.job_id, j.iterations) for j in snap.jobs] == [("g", 44)]
