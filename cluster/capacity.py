@@ -56,7 +56,7 @@ def never_fits(shapes: dict[tuple[int, str, int, int, int], int], spec: JobSpec,
     model = f" {spec.gpu_model}" if spec.gpu_model else ""
     allowed = [(s, c) for s, c in shapes.items() if model_allows(spec.gpu_model, s[1])]
     if not allowed:
-        return f"no known node has{model} GPUs (models: {', '.join(sorted({s[1] or 'unnamed' for s in shapes}))})"
+        return f"no known node has{model} GPUs (models: {', '.join(sorted({s[1] or 'unnamed or mixed' for s in shapes}))})"
     total = 0.0
     for (gpus, _, gpu_mem, cpu, host_mem), count in allowed:
         total += count * _per_node(spec, klass, gpus, gpu_mem, cpu, host_mem)

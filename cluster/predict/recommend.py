@@ -187,7 +187,7 @@ def gpu_type(exact: list[HistoryRecord], family: list[HistoryRecord], offers: Se
     the level's runs reported none and the type was chosen by run time, labelled with the type; why not)."""
     free = [o for o in offers if o.model and o.free >= max(1, gpus)]
     if not free:
-        return None, f"no GPU type has {max(1, gpus)} free GPU(s) now"
+        return None, f"no GPU type has {max(1, gpus)} free GPU(s) now (each worker's GPUs on one node of one model)"
     speeds = {o.model: o.speed for o in offers if o.speed > 0}
     for level, records in (("exact", exact), ("family", family)):
         ok = [r for r in records if r.exit == Exit.SUCCEEDED and r.gpu_type]

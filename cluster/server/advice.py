@@ -25,6 +25,7 @@ from cluster.predict.fingerprint import command_fingerprints, command_numbers
 from cluster.predict.history import JobKey
 from cluster.predict.predictor import Prediction, RunTimePredictor
 from cluster.predict.recommend import Advice, Figure, Offer, Params, recommend
+from cluster.spec import model_allows
 from colocate import protocol as P
 from colocate.base.units import format_size
 from colocate.base.vocab import JobClass
@@ -57,10 +58,17 @@ class Resolved:
     advice: dict = field(default_factory=dict)  # journaled (jobs.advice)
 
 
-def offers(core: SchedulerCore, speeds: dict[str, float]) -> list[Offer]:
-    """Each GPU model of the up nodes: free GPUs now and its declared speed (0: not known)."""
-    models = {n.model for n in core.state.nodes.values() if n.up and n.model}
-    return [Offer(m, core.state.free_gpus(m), speeds.get(m, 0.0)) for m in sorted(models)]
+def offers(core: SchedulerCore, speeds: dict[str, float], per_worker: int = 1, constraint: str = "") -> list[Offer]:
+    """Each GPU model of the up nodes that ``constraint`` allows (a job's ``gpu_model``; "" any): the free GPUs
+    that workers of ``per_worker`` GPUs could use now (on each node, its free GPUs rounded down to whole workers:
+    a worker's GPUs are on one node) and the model's declared speed (0: not known). A node of several models has
+    no model in the policy core (``NodeSpec.gpu_model`` ""): it offers no type."""
+    g = max(1, per_worker)
+    free: dict[str, int] = {}
+    for n in core.state.nodes.values():
+        if n.up and n.model and model_allows(constraint, n.model):
+            free[n.model] = free.get(n.model, 0) + n.free // g * g
+    return [Offer(m, free[m], speeds.get(m, 0.0)) for m in sorted(free)]
 
 
 def whole_gpu(core: SchedulerCore) -> int:
@@ -91,7 +99,8 @@ def advise(src: Sources, user: str, command, script_hash: str, workers: int, gpu
     fam = journal.history_of("family", family, HISTORY)
     sched = core.config.scheduler
     params = Params(margin=sched.get("recommend_margin", 1.2), slowdown=sched.get("recommend_slowdown", 1.1))
-    advice = recommend(ex, fam, numbers, offers(core, speeds), workers * gpus, whole_gpu(core), params)
+    advice = recommend(ex, fam, numbers, offers(core, speeds, gpus, gpu_model), workers * gpus, whole_gpu(core),
+                       params)
     run_time = model.predict(JobKey(exact, family, user, workers * gpus, gpu_model), now)
     return Advised(exact, family, identity, numbers, advice, run_time)
 

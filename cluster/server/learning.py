@@ -15,7 +15,7 @@ journals the end, and the run-time model its views and recommendations read.
     nothing a prediction uses (each key keeps its most recent ``predictor`` window anyway);
   * ``gpu_type(placement, models, speeds, registered)``: the GPU model a placement ran on. Each of its GPUs has the
     model its node's hello listed for that index (a node may hold several models: ``--sim-gpus 2:V100,2:T4@0.6``),
-    else the node's registered one (``NodeSpec.gpu_model``, its first GPU's). Where they differ (a gang across
+    else the node's registered one (``NodeSpec.gpu_model``: "" for a node of several models). Where they differ (a gang across
     types, or one worker's GPUs of two models) it is the slowest by the speeds nodes declared: a synchronous gang
     runs at its slowest GPU's pace, so its timings belong to that type; a model with no declared speed counts as the
     fastest, and among equals the first rank's (its first GPU's) is taken;

@@ -37,3 +37,17 @@ class NodeGpus:
                 self._warned.add((g.model, node_id))
                 log.warning("node %s declares GPU model %s at speed %g; node %s declared it at %g first: kept %g",
                             node_id, g.model, g.speed, self._by[g.model], first, first)
+
+
+def node_model(gpus: Iterable[P.NodeGpu]) -> str:
+    """The GPU model a node registers with in the policy core (``NodeSpec.gpu_model``): its GPUs' one model, or ""
+    for a node of several models (or none). The core places by one model per node: a job that names a model is never
+    placed on a node of several, where its workers could get GPUs of another model (jobs that name none may be)."""
+    models = {g.model for g in gpus}
+    return models.pop() if len(models) == 1 else ""
+
+
+def shown_models(gpus: Iterable[P.NodeGpu] | dict[int, str]) -> str:
+    """A node's GPU models for people, in GPU order: ``V100`` or ``V100+T4`` (several)."""
+    names = gpus.values() if isinstance(gpus, dict) else (g.model for g in sorted(gpus, key=lambda g: g.index))
+    return "+".join(dict.fromkeys(names))

@@ -41,6 +41,7 @@ class Requests:
     progress: Progress
     log_relay: LogRelay
     speeds: dict[str, float]
+    gpu_models: dict[str, dict[int, str]]
     hosts: dict[str, str]
     nodes: dict[str, bytes]
     epoch: int
@@ -67,10 +68,11 @@ class Requests:
         res = None
         if auto:  # the resources it leaves to its recommendation (cluster.server.advice)
             res = resolve(req, auto, advise(self._sources(), user, req.command, req.script_hash, req.workers,
-                                            req.gpus, "", now))
+                                            req.gpus, req.gpu_model, now))
         try:
             spec = JobSpec(job_id, submit_time=now, workers=req.workers, gpus=req.gpus,
-                           gpu_mem=res.gpu_mem if res else req.gpu_mem, klass=req.priority, queue=req.queue or "default",
+                           gpu_mem=res.gpu_mem if res else req.gpu_mem, gpu_model=req.gpu_model.strip(),
+                           klass=req.priority, queue=req.queue or "default",
                            user=user, name=req.name, estimate_s=req.estimate_s, fingerprint=exact, family=family,
                            mem_fallback=res.mem_fallback if res else None)
         except SpecError as exc:
@@ -156,7 +158,8 @@ class Requests:
         return [(ident, P.RecommendReply(recommendation=view(advised)))]
 
     def _nodes(self, ident: bytes, m: P.NodesRequest, now: float) -> Replies:
-        return [(ident, P.NodesReply(nodes=tuple(node_views(self.core, self.hosts)), scheduler_epoch=self.epoch))]
+        return [(ident, P.NodesReply(nodes=tuple(node_views(self.core, self.hosts, self.gpu_models)),
+                                    scheduler_epoch=self.epoch))]
 
     def _cancel(self, ident: bytes, m: P.Cancel, now: float) -> Replies:
         job = self.core.job(m.job_id)

@@ -72,7 +72,7 @@ from cluster.server.identity import ANONYMOUS, Gate, peer_of
 from cluster.server.journal import Journal, JournalLockLost, JournalUnavailable
 from cluster.server.learning import Learning
 from cluster.server.logs import LogRelay
-from cluster.server.node_gpus import NodeGpus
+from cluster.server.node_gpus import NodeGpus, node_model, shown_models
 from cluster.server.ports import PortPool
 from cluster.server.rendezvous import master_host, start_messages
 from cluster.server.requests import Requests
@@ -227,7 +227,7 @@ class SchedulerService(Requests, Faults):
             return [self._error(ident, P.FORBIDDEN, why)]
         said = dict(m.topology)
         switch, rack = self.topology.get(m.node_id, (said.get("switch", ""), said.get("rack", "")))
-        spec = NodeSpec(m.node_id, gpus=len(m.gpus), gpu_model=m.gpus[0].model if m.gpus else "",
+        spec = NodeSpec(m.node_id, gpus=len(m.gpus), gpu_model=node_model(m.gpus),
                         gpu_mem=min((g.mem_total for g in m.gpus), default=0), cpu_milli=m.cpu_milli,
                         mem_mib=m.mem_mib, switch=switch, rack=rack)
         old = self.nodes.get(m.node_id)
@@ -238,7 +238,8 @@ class SchedulerService(Requests, Faults):
         self.specs[m.node_id] = spec
         self.gpus.hello(m.node_id, m.gpus)
         self.heard[m.node_id] = now
-        log.info("node %s (epoch %d, %s) joined: %d GPU(s) %s%s", m.node_id, m.epoch, m.host, spec.gpus, spec.gpu_model,
+        log.info("node %s (epoch %d, %s) joined: %d GPU(s) %s%s", m.node_id, m.epoch, m.host, spec.gpus,
+                 spec.gpu_model or shown_models(m.gpus),
                  f" (switch {switch or '-'}, rack {rack or '-'})" if switch or rack else "")
         welcome = (ident, P.NodeWelcome(node_id=m.node_id, scheduler_epoch=self.epoch, heartbeat_s=self.heartbeat_s,
                                         liveness=self.liveness, cluster_id=self.cluster_id, lease_s=self.lease_s))

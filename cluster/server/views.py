@@ -12,6 +12,7 @@ from cluster.jobs import Job
 from cluster.plugins.predictor import job_key
 from cluster.predict.predictor import RunTimePredictor
 from cluster.server.journal_file import placement_from_json
+from cluster.server.node_gpus import shown_models
 from colocate import protocol as P
 from colocate.base.vocab import TERMINAL, JobClass, JobState
 
@@ -121,7 +122,8 @@ def _advice(text: str | None) -> dict:
     return {"advice": str(advice.get("text", ""))[:P.MAX_TEXT_CHARS], "learning": bool(advice.get("learning"))}
 
 
-def node_views(core: SchedulerCore, hosts: dict[str, str]) -> list[P.NodeView]:
+def node_views(core: SchedulerCore, hosts: dict[str, str], models: dict[str, dict[int, str]] | None = None
+               ) -> list[P.NodeView]:
     def job_of(pid: str) -> str:
         holder = core.holders.get(pid)
         return holder.job_id if holder is not None else pid.rsplit(".", 1)[0]
@@ -134,7 +136,8 @@ def node_views(core: SchedulerCore, hosts: dict[str, str]) -> list[P.NodeView]:
                                 opportunistic=tuple(job_of(p) for p in g[JobClass.OPPORTUNISTIC])) for g in gpus)
         util = sum(g["utilization"] for g in gpus) / len(gpus) if gpus else 0.0
         out.append(P.NodeView(
-            node_id=n["node_id"], host=hosts.get(n["node_id"], ""), up=n["up"], gpu_model=n["gpu_model"],
+            node_id=n["node_id"], host=hosts.get(n["node_id"], ""), up=n["up"],
+            gpu_model=(n["gpu_model"] or shown_models((models or {}).get(n["node_id"], {})))[:P.MAX_ID_CHARS],
             gpus=len(gpus), gpus_allocated=sum(1 for g in gpus if g[JobClass.GUARANTEED]),
             gpus_shared=sum(1 for g in gpus if g[JobClass.OPPORTUNISTIC]), utilization=min(1.0, max(0.0, util)),
             workers=n["workers"], gpu_views=views, switch=P.printable(n.get("switch", ""))[:P.MAX_ID_CHARS],

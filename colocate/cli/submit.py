@@ -3,8 +3,8 @@ one connection.
 
 The file (``--file FILE``, ``-`` for stdin) is JSON Lines: one job per line, a JSON object with
 ``command`` (a non-empty list of strings) and any of ``gpus``, ``workers``, ``gpu_mem`` (bytes, a
-size such as ``"4GiB"``, or ``"auto"``), ``sm_share`` (0.01..1 or ``"auto"``), ``priority``, ``queue``, ``name``, ``estimate`` (seconds or a duration such
-as ``"2h"``), ``iterations``, ``epochs``; what a line leaves out comes from the command line's options. Blank lines and lines
+size such as ``"4GiB"``, or ``"auto"``), ``sm_share`` (0.01..1 or ``"auto"``), ``gpu_model``, ``priority``, ``queue``,
+``name``, ``estimate`` (seconds or a duration such as ``"2h"``), ``iterations``, ``epochs``; what a line leaves out comes from the command line's options. Blank lines and lines
 starting with ``#`` are skipped. Every line is checked before anything is sent: any bad line is
 reported (``FILE:LINE: why``, one line each) and nothing is submitted (exit 2). Then the jobs are
 submitted in order, each id printed on its own line as it is acknowledged; if one fails, the line
@@ -33,11 +33,12 @@ examples:
   colocate submit --name ddp --gpus 1 --workers 4 --estimate 2h -- python train_ddp.py
   colocate submit --gpus 1 --gpu-mem 4GiB --priority opportunistic --queue research -- python sweep.py
   colocate submit --gpus 1 --gpu-mem auto --sm-share auto -- python train.py --batch-size 64
+  colocate submit --gpus 2 --gpu-model 'V100|A100' -- python train.py   # only on nodes of these GPU models
   colocate submit --gpus 1 --file sweep.jsonl   # one job per line: {"command": ["python", "sweep.py", "--lr", "0.1"]}
 
 The job runs in this working directory with this environment (minus COLOCATE_* variables):
 a shared filesystem is assumed, as with Slurm. A variable over 64 KiB, or an environment that
-makes the request over 1 MiB, is refused before anything is sent (never silently dropped).
+makes the request over 960 KiB, is refused before anything is sent (never silently dropped).
 Each worker is one process with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT, ...): submit the script itself, not torchrun. --gpus is per worker.
 --priority is guaranteed unless given.
@@ -47,14 +48,15 @@ memory under a recommended cap is restarted at the whole GPU, not counted as its
 runs as requested and is marked "learning" (colocate status). A site may make auto the default for what a
 submit does not state (the policy's [scheduler] auto = ["gpu_mem", "sm_share"]).
 --file FILE submits one job per line of FILE (JSON Lines: "command" and any of "gpus", "workers",
-"gpu_mem", "sm_share", "priority", "queue", "name", "estimate", "iterations", "epochs"; the options above are the defaults) over one
+"gpu_mem", "sm_share", "gpu_model", "priority", "queue", "name", "estimate", "iterations", "epochs"; the options above
+are the defaults) over one
 connection; every line is checked first, and a bad line submits nothing.
 Exit code: 0 submitted (the job id is printed); 2 a bad request (nothing was submitted);
 1 the scheduler did not answer, or refused this key (forbidden) or could not take it now (unavailable).
 """
 
-FIELDS = ("command", "gpus", "workers", "gpu_mem", "sm_share", "priority", "queue", "name", "estimate", "iterations",
-          "epochs")
+FIELDS = ("command", "gpus", "workers", "gpu_mem", "sm_share", "gpu_model", "priority", "queue", "name", "estimate",
+          "iterations", "epochs")
 AUTO = "auto"
 
 
@@ -85,6 +87,17 @@ def _share_or_auto(text) -> float | str:
     return value
 
 
+def _gpu_model(text) -> str:
+    """A GPU model constraint (``P.gpu_model_problem``): one model, or several joined by ``|``."""
+    from colocate import protocol as P
+
+    why = P.gpu_model_problem(text)
+    if why:
+        raise ValueError(why)
+    return text.strip()
+
+
+GPU_MODEL = argtype(_gpu_model, "GPU model")
 SIZE_OR_AUTO = argtype(_size_or_auto, "size")
 SHARE_OR_AUTO = argtype(_share_or_auto, "share")
 
@@ -110,6 +123,9 @@ def register(sub) -> None:
                         "the whole GPU; at least 1MiB otherwise")
     p.add_argument("--sm-share", type=SHARE_OR_AUTO, default=None, metavar="F|auto",
                    help="compute share of each GPU, 0.01..1 (default: the whole GPU); auto: its recommendation")
+    p.add_argument("--gpu-model", type=GPU_MODEL, default="", metavar="MODEL",
+                   help="only GPUs of this model, as `colocate nodes` lists them, or of one of several: 'V100|A100' "
+                        "(default: any). A node of several models (V100+T4) takes no job that names a model")
     p.add_argument("--priority", choices=JOB_CLASSES, default=JobClass.GUARANTEED,
                    help="guaranteed: reserved GPUs (the default); opportunistic: idle capacity, may be preempted")
     p.add_argument("--queue", default="", help="queue (default: the policy's choice)")
@@ -150,7 +166,7 @@ def main(args) -> int:
     try:
         request = request_from_here(command, workers=args.workers, gpus=args.gpus, priority=args.priority,
                                     queue=args.queue, name=args.name, estimate_s=args.estimate,
-                                    iterations=args.iterations, epochs=args.epochs,
+                                    iterations=args.iterations, epochs=args.epochs, gpu_model=args.gpu_model,
                                     **resources(args.gpu_mem, args.sm_share))
     except ValueError as exc:
         return fail("submit", f"error: {exc}", 2)
@@ -204,9 +220,10 @@ def _entry(line: str, args, environ: dict):
             ints[key] = value
     if hints["iterations"] is not None and hints["epochs"] is not None:
         raise ValueError("give \"iterations\" or \"epochs\", not both (the total is one or the other)")
-    for key in ("priority", "queue", "name"):
+    for key in ("priority", "queue", "name", "gpu_model"):
         if key in d and not isinstance(d[key], str):
             raise ValueError(f"\"{key}\" must be a string")
+    gpu_model = _gpu_model(d["gpu_model"]) if "gpu_model" in d else args.gpu_model
     priority = d.get("priority", args.priority)
     if priority not in JOB_CLASSES:
         raise ValueError(f"\"priority\" must be one of {', '.join(JOB_CLASSES)}, not {priority[:40]!r}")
@@ -219,7 +236,7 @@ def _entry(line: str, args, environ: dict):
     return request_from_here(command, workers=ints["workers"], gpus=ints["gpus"], priority=priority,
                              queue=d.get("queue", args.queue), name=d.get("name", args.name), estimate_s=estimate,
                              iterations=hints["iterations"], epochs=hints["epochs"], environ=environ,
-                             **resources(gpu_mem, share))
+                             gpu_model=gpu_model, **resources(gpu_mem, share))
 
 
 def _read_lines(path: str) -> list[str]:

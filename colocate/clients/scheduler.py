@@ -47,13 +47,13 @@ def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1
                       estimate_s: float | None = None, environ: Mapping[str, str] | None = None,
                       iterations: int | None = None, epochs: int | None = None,
                       cwd: str | None = None, sm_share: float | None = None,
-                      auto: Sequence[str] = ()) -> P.JobRequest:
+                      auto: Sequence[str] = (), gpu_model: str = "") -> P.JobRequest:
     """A ``JobRequest`` that runs ``command`` in this process's working directory with its environment,
     minus every ``COLOCATE_*`` variable (a shared filesystem is assumed, as with Slurm).
 
     Nothing is dropped silently: ``ValueError`` (one line, naming the variable or the limit) for a
     variable over ``P.MAX_ENV_VALUE_CHARS`` characters, or a request whose message would be over
-    ``P.MAX_MESSAGE_BYTES`` (1 MiB); a ``ProtocolError`` (a ``ValueError``) for any other field out of range."""
+    ``P.MAX_BYTES_OF["submit"]`` (960 KiB, ``check_size``); a ``ProtocolError`` (a ``ValueError``) for any other field out of range."""
 
     environ = os.environ if environ is None else environ
     env = {k: v for k, v in environ.items() if not k.startswith("COLOCATE_")}
@@ -67,7 +67,7 @@ def request_from_here(command: Sequence[str], *, workers: int = 1, gpus: int = 1
                        gpus=gpus, gpu_mem=gpu_mem, priority=priority, queue=queue,
                        name=name or default_name(command)[:P.MAX_ID_CHARS], user=user[:128], estimate_s=estimate_s,
                        iterations=iterations, epochs=epochs, script_hash=script_hash_of(command, cwd),
-                       sm_share=sm_share, auto=tuple(auto))
+                       sm_share=sm_share, auto=tuple(auto), gpu_model=gpu_model)
     check_size(req)
     return req
 

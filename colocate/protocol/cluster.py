@@ -94,6 +94,26 @@ def _check_hash(where: str, digest: str) -> None:
         raise ProtocolError(INVALID, f"{where}.script_hash: expected 64 lowercase hex digits, got {digest[:70]!r}")
 
 
+MAX_GPU_MODEL_CHARS = 64  # one GPU model's name, as a node's hello or NVML gives it (e.g. "NVIDIA H200")
+
+
+def gpu_model_problem(constraint: str) -> str | None:
+    """Why ``constraint`` is not a GPU model constraint, in one line, else None. A constraint is "" (any model),
+    one model, or several joined by ``|`` (any of them); each is 1..64 characters, spaces around it ignored,
+    without ``@`` (a node's speed, ``--sim-gpus 2:T4@0.6``, is no part of the name)."""
+    if not constraint:
+        return None
+    for part in constraint.split("|"):
+        name = part.strip()
+        if not name:
+            return f"an empty model name in {constraint[:80]!r} (one model, or several joined by |)"
+        if len(name) > MAX_GPU_MODEL_CHARS:
+            return f"a model name of {len(name)} characters (at most {MAX_GPU_MODEL_CHARS}): {name[:40]!r}..."
+        if "@" in name:
+            return f"{name[:80]!r}: a model name has no @ (a node declares a speed with it, not a job)"
+    return None
+
+
 class Refusal(StrEnum):
     """``StartRefused.code``: the request's fault, or the node's own stale state (the value is the wire string)."""
 
@@ -196,9 +216,14 @@ class JobRequest(_Record):
     # it leaves to its recommendation (``--gpu-mem auto``, ``--sm-share auto``: the scheduler's history decides)
     sm_share: float | None = _f(Opt(Num(float, 0.01, 1.0)), default=None, optional=True)
     auto: tuple = _f(ListOf(Str(choices=AUTO), len(AUTO)), default=(), optional=True)
+    # only GPUs of this model, or of one of several joined by "|" ("": any), as the nodes' hellos name them
+    gpu_model: str = _f(NAME, default="", optional=True)
 
     def _check(self) -> None:
         _check_hash("JobRequest", self.script_hash)
+        why = gpu_model_problem(self.gpu_model)
+        if why:
+            raise ProtocolError(INVALID, f"JobRequest.gpu_model: {why}")
         if len(set(self.auto)) != len(self.auto):
             raise ProtocolError(INVALID, f"JobRequest.auto: a resource named twice in {list(self.auto)}")
         if "gpu_mem" in self.auto and self.gpu_mem or "sm_share" in self.auto and self.sm_share is not None:

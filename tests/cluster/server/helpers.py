@@ -64,15 +64,19 @@ class Harness:
 
 
 class FakeNode:
-    def __init__(self, h: Harness, node_id: str, gpus: int = 2, epoch: int = 1, host: str = "127.0.0.1"):
-        self.h, self.node_id, self.ngpus, self.epoch, self.host = h, node_id, gpus, epoch, host
+    def __init__(self, h: Harness, node_id: str, gpus: int = 2, epoch: int = 1, host: str = "127.0.0.1",
+                 models: tuple[str, ...] = ()):
+        """``models``: each GPU's model, in index order (default: ``gpus`` GPUs of model ``sim``)."""
+        self.h, self.node_id, self.ngpus, self.epoch, self.host = h, node_id, len(models) or gpus, epoch, host
+        self.models = models
         self.ident = f"ident-{node_id}-{epoch}".encode()
         self.workers: dict[tuple[str, int], P.WorkerStatus] = {}
 
     def hello(self, status: bool = True) -> list:
         """Say hello and, as a real node does once welcomed, send a full status (``status=False``: not yet;
         the node joins the core with that first status)."""
-        gpus = tuple(P.NodeGpu(index=i, model="sim", mem_total=16 * GiB) for i in range(self.ngpus))
+        models = self.models or ("sim",) * self.ngpus
+        gpus = tuple(P.NodeGpu(index=i, model=m, mem_total=16 * GiB) for i, m in enumerate(models))
         out = self.h.send(self.ident, P.NodeHello(node_id=self.node_id, epoch=self.epoch, host=self.host, gpus=gpus))
         welcomed = any(i == self.ident and isinstance(m, P.NodeWelcome) for i, m in out)
         return out + (self.status() if status and welcomed else [])

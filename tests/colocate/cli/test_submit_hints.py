@@ -1,5 +1,6 @@
 """``colocate submit --iterations/--epochs`` and the jobs file's ``iterations``/``epochs``: the job's total as its
-submitter says it, carried by the ``JobRequest`` (no scheduler needed: the request is checked before sending)."""
+submitter says it, carried by the ``JobRequest`` (no scheduler needed: the request is checked before sending); and
+its other request fields that need no scheduler to check: resources, ``auto`` and the GPU model."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def script(tmp_path):
 
 def args(**kw):
     base = dict(gpus=1, workers=1, gpu_mem=0, priority="guaranteed", queue="", name="", estimate=None,
-                iterations=None, epochs=None, sm_share=None)
+                iterations=None, epochs=None, sm_share=None, gpu_model="")
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -106,3 +107,30 @@ def test_a_gpu_memory_below_1_mib_is_refused_as_a_missing_unit(value, ok, capsys
     with pytest.raises(SystemExit) as info:
         build_parser().parse_args(argv)
     assert info.value.code == 2 and "below 1 MiB" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option, line, want", [
+    ("", {}, ""),
+    ("T4", {}, "T4"),
+    (" V100 | A100 ", {}, "V100 | A100"),
+    ("T4", {"gpu_model": "V100"}, "V100"),  # the line's replaces the option's
+    ("T4", {"gpu_model": ""}, ""),
+])
+def test_the_gpu_model_on_the_command_line_and_on_a_line(option, line, want, script):
+    argv = ["submit", "--gpus", "1", *(["--gpu-model", option] if option else []), "--", sys.executable, script]
+    ns = build_parser().parse_args(argv)
+    req = _entry(json.dumps({"command": [sys.executable, script], **line}), args(gpu_model=ns.gpu_model), {})
+    assert req.gpu_model == want
+
+
+@pytest.mark.parametrize("value", ["T4@0.6", "V100||T4", "|", "x" * 65])
+def test_a_bad_gpu_model_is_refused_in_one_line(value, script, capsys):
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["submit", "--gpus", "1", "--gpu-model", value, "--", "python", "t.py"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and "--gpu-model" in err[-1] and "Traceback" not in "\n".join(err)
+    with pytest.raises(ValueError) as bad:
+        _entry(json.dumps({"command": [sys.executable, script], "gpu_model": value}), args(), {})
+    assert "\n" not in str(bad.value)
+    with pytest.raises(ValueError, match="must be a string"):
+        _entry(json.dumps({"command": [sys.executable, script], "gpu_model": 4}), args(), {})
