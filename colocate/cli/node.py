@@ -39,7 +39,7 @@ def register(sub) -> None:
     p.add_argument("--ctl", default=None, type=ENDPOINT, metavar="ENDPOINT",
                    help="operator endpoint for `colocate ctl`/`top` (default: the job endpoint + '.ctl')")
     add_device_options(p, "sim: number of simulated GPUs, 1..64 (default 1), or typed ones with relative speeds, "
-                       "e.g. 2:V100,2:T4@0.6 (V100 1, P100 0.81, K80 0.25 built in; others need @SPEED in (0, 1]): "
+                       "e.g. 2:V100,2:T4@0.6 (V100 1, P100 0.81, K80 0.25 built in; others need @SPEED in [0.001, 1]): "
                        "device time scales by 1/speed, and the type is the model the scheduler sees", typed=True)
     p.add_argument("--config", default=None, metavar="FILE",
                    help="JSON file of node config fields (see the README's node configuration table)")

@@ -30,13 +30,14 @@ def core_of(env) -> int:
 # of each type's throughput over the V100's (docs/simulator.md). Other types are declared: ``T4@0.6``.
 SIM_TYPES = {"V100": 1.0, "P100": 0.81, "K80": 0.25}
 MAX_SIM_GPUS = 64  # a node's GPUs (colocate.protocol.MAX_NODE_GPUS)
+MIN_SIM_SPEED = 0.001  # the slowest type a node may declare (the protocol's SIM_SPEED)
 _TYPE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
 def parse_sim_gpus(text: str) -> list[tuple[str, float]]:
     """``--sim-gpus``: ``N`` (N untyped GPUs of speed 1) or ``N:TYPE[@SPEED],...`` (e.g. ``2:V100,2:T4@0.6``),
     one (type, speed) per GPU in index order. A known type (``SIM_TYPES``) takes its table speed unless given;
-    another needs ``@SPEED`` in (0, 1]. Raises ValueError with one line."""
+    another needs ``@SPEED`` in [0.001, 1]; a type has one speed on a node. Raises ValueError with one line."""
     text = str(text).strip()
     if text.isdigit():
         n = int(text)
@@ -56,13 +57,17 @@ def parse_sim_gpus(text: str) -> list[tuple[str, float]]:
                 speed = float(speed_s)
             except ValueError:
                 raise ValueError(f"{name}: speed {speed_s[:20]!r} is not a number") from None
-            if not 0 < speed <= 1:
-                raise ValueError(f"{name}: speed must be in (0, 1] (relative to the fastest type), got {speed_s}")
+            if not MIN_SIM_SPEED <= speed <= 1:
+                raise ValueError(f"{name}: speed must be in [{MIN_SIM_SPEED:g}, 1] (relative to the fastest type), "
+                                 f"got {speed_s[:20]}")
         elif name in SIM_TYPES:
             speed = SIM_TYPES[name]
         else:
             raise ValueError(f"unknown GPU type {name!r}: give its speed as {name}@SPEED, or use one of "
                              f"{', '.join(f'{k} ({v:g})' for k, v in SIM_TYPES.items())}")
+        said = next((sp for t, sp in out if t == name), speed)
+        if said != speed:
+            raise ValueError(f"{name}: one type, two speeds ({said:g} and {speed:g}): give each type one speed")
         out += [(name, speed)] * int(count)
     if not 1 <= len(out) <= MAX_SIM_GPUS:
         raise ValueError(f"1 to {MAX_SIM_GPUS} simulated GPUs in all, got {len(out)}")

@@ -25,8 +25,10 @@ def test_sim_gpu_types_parse(text, expect):
 
 @pytest.mark.parametrize("text, error", [
     ("0", "positive integer"), ("65", "at most 64"), ("2:T4", "unknown GPU type 'T4': give its speed as T4@SPEED"),
-    ("2:T4@1.5", "speed must be in (0, 1]"), ("2:T4@fast", "is not a number"), ("V100", "expected N or N:TYPE"),
+    ("2:T4@1.5", "speed must be in [0.001, 1]"), ("2:X@0.0000001", "speed must be in [0.001, 1]"),
+    ("2:T4@fast", "is not a number"), ("V100", "expected N or N:TYPE"),
     ("2:", "expected N or N:TYPE"), ("40:V100,40:K80", "1 to 64 simulated GPUs"),
+    ("2:V100,2:V100@0.5", "V100: one type, two speeds (1 and 0.5)"), ("1:T4@0.6,1:T4@0.3", "one type, two speeds"),
 ])
 def test_bad_sim_gpu_types_give_one_line(text, error):
     with pytest.raises(ValueError) as e:
@@ -117,3 +119,7 @@ def _features(hw):
                             autocast_dtype="")
     return P.Features(model=model, hardware=hw, loader_batches=None, iterations_hint=None, epochs_hint=None,
                       total_iterations=None, read_s=0.0)
+
+
+def test_the_slowest_speed_a_node_may_declare_is_the_one_the_wire_takes():
+    assert sim.MIN_SIM_SPEED == P.SIM_SPEED.lo
