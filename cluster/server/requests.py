@@ -100,7 +100,7 @@ class Requests:
         if job_id != spec.job_id:
             spec = dataclasses.replace(spec, job_id=job_id)
         log.info("job %s submitted: %d x %d GPU(s), %s, queue %s%s", job_id, spec.workers, spec.gpus, spec.klass,
-                 spec.queue, f"; {res.advice['text']}" if res is not None else "")
+                 self.core.fw.queue_of(spec), f"; {res.advice['text']}" if res is not None else "")
         ack: Replies = [(ident, P.Submitted(job_id=job_id))]
         if self._submitted is not None:  # in a batch: the core hears it with the batch's other submits
             self._submitted.append(ev.JobSubmitted(spec))

@@ -42,7 +42,9 @@ def register(sub) -> None:
     sp = actions.add_parser("set", help="pin a job's memory cap and/or compute share",
                             description="Pin a job's memory cap and/or compute share on this node until the job "
                             "leaves it (an operator override of the node's policy).")
-    sp.add_argument("job_id", metavar="JOB_ID")
+    sp.add_argument("job_id", metavar="JOB_ID",
+                    help="the job as `ctl list` shows it: a scheduler's job runs here as JOB/RANK (e.g. 3/0); its "
+                         "bare id (3) names its worker when it has one on this node")
     sp.add_argument("--gpu-mem", type=SIZE, default=None, metavar="SIZE", help="memory cap, e.g. 2GiB or 512MiB")
     sp.add_argument("--sm-share", type=SHARE, default=None, metavar="F",
                     help="compute share 0..1 (0 pauses the job at its next mini-batch)")

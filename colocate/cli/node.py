@@ -60,7 +60,8 @@ def register(sub) -> None:
                    help="this node's network labels, sent to the scheduler (its topology file overrides them); "
                         "the topology placement plugin packs gangs by them")
     g.add_argument("--log-dir", default=None, metavar="DIR",
-                   help="worker logs, DIR/JOB/worker-RANK.log (default: STATE_DIR/logs)")
+                   help="worker logs, DIR/CLUSTER/JOB/worker-RANK.PLACEMENT.log (CLUSTER: the scheduler's cluster id, "
+                        "'unnamed' without one; default: STATE_DIR/logs)")
     g.add_argument("--state-dir", default=None, metavar="DIR",
                    help="the node's worker table, kept across restarts (default: ~/.local/state/colocate/node-ID)")
     g.add_argument("--keys", default=None, metavar="DIR",

@@ -115,8 +115,10 @@ def register(sub) -> None:
                    "(guaranteed job keeps ~0.99, opportunistic fills ~0.74 of its idle time; measured), "
                    "pack = unmanaged, Lucid's measured pair speeds (default adaptive)")
     p.add_argument("--colocation-data", metavar="PATH",
-                   help="Lucid lucid_colocate_info.csv (default: $COLOCATE_LUCID_CSV or "
-                   "../shared/traces/measured/); 'none': no data, every job counts as fully busy")
+                   help="Lucid lucid_colocate_info.csv (default: $COLOCATE_LUCID_CSV, else "
+                   "shared/traces/measured/lucid_colocate_info.csv in or above the working directory or the "
+                   "installed package: a warning says when none is found); 'none': no data, every job counts as "
+                   "fully busy")
     p.add_argument("--start-delay", type=SECONDS, default=0.0, metavar="S",
                    help="seconds from a start decision to the workers running (default 0); a delay past the "
                    "policy's start_timeout_s (300 s by default) fails every start: the job is retried, then "
@@ -180,6 +182,7 @@ def _main(args) -> int:
                           spread=parse_spread(args.spread), progress_s=args.progress_every,
                           known_total=args.known_total),
             plots=not args.no_plots, topology=args.topology)
+        _warn_without_colocation_data(args.colocation_data)
         if args.quiet or not sys.stderr.isatty():
             summaries = simulate(opts)
         else:
@@ -190,6 +193,19 @@ def _main(args) -> int:
         return fail("simulate", f"cannot write the results: {exc.strerror or exc}: {exc.filename or args.out}", 1)
     _print_summary(summaries, args.out, plots=not args.no_plots)
     return 0
+
+
+def _warn_without_colocation_data(given: str | None) -> None:
+    """One line on stderr when the default lookup finds no co-location data (a wheel installed outside the
+    repository, a run from another folder): the replay then counts every job as fully busy, and results differ
+    from a run that found it."""
+    from cluster.sim.colocation import LUCID_ENV, LUCID_NAME, default_lucid_path
+
+    if given is None and default_lucid_path() is None:
+        print(f"colocate simulate: warning: no co-location data found (${LUCID_ENV} is not set, and no "
+              f"shared/traces/measured/{LUCID_NAME} is in or above this folder or the package): every job counts "
+              "as fully busy, co-located pairs at no measured speed; give --colocation-data PATH (or 'none' to say "
+              "so)", file=sys.stderr, flush=True)
 
 
 def _with_progress(simulate, opts):

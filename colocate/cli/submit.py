@@ -31,7 +31,8 @@ EPILOG = """\
 examples:
   colocate submit --gpus 1 --epochs 3 -- python train.py --epochs 3
   colocate submit --name ddp --gpus 1 --workers 4 --estimate 2h -- python train_ddp.py
-  colocate submit --gpus 1 --gpu-mem 4GiB --priority opportunistic --queue research -- python sweep.py
+  colocate submit --gpus 1 --gpu-mem 4GiB --priority opportunistic -- python sweep.py
+  colocate submit --gpus 1 --queue research -- python sweep.py   # a queue the scheduler's policy defines
   colocate submit --gpus 1 --gpu-mem auto --sm-share auto -- python train.py --batch-size 64
   colocate submit --gpus 2 --gpu-model 'V100|A100' -- python train.py   # only on nodes of these GPU models
   colocate submit --gpus 1 --file sweep.jsonl   # one job per line: {"command": ["python", "sweep.py", "--lr", "0.1"]}

@@ -282,8 +282,13 @@ class NodeCore(PlacementRules):
 
     def _on_ctl_set(self, m: P.CtlSet, now: float) -> list[Command]:
         job = self.jobs.get(m.job_id)
-        if job is None:
-            return [Reply(_unknown(m.job_id))]
+        if job is None:  # a scheduler's job id (``colocate status``): its one worker here, JOB/RANK
+            workers = sorted(k for k in self.jobs if k.startswith(f"{m.job_id}/"))
+            if len(workers) != 1:
+                return [Reply(_unknown(m.job_id) if not workers else P.Error(
+                    code=P.UNKNOWN_JOB, job_id=m.job_id, message=f"job {m.job_id} has {len(workers)} workers on "
+                    f"this node ({', '.join(workers[:8])}{', ...' if len(workers) > 8 else ''}): name one"))]
+            job = self.jobs[workers[0]]
         if job.partition:
             return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id, message=(
                 f"{job.job_id} is a fixed partition of GPU {job.gpu}: its limits are what its engine granted")))]

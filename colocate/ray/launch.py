@@ -11,6 +11,7 @@ by process id (SIGTERM, SIGKILL after ``STOP_GRACE_S``), after checking that the
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -79,6 +80,10 @@ class NodeSetup:
     def ray_command(self) -> list[str]:
         """``ray start --block`` with the user's options, the opportunistic resource merged into
         ``--resources`` and, for simulated GPUs, ``--num-gpus`` unless given."""
+        if importlib.util.find_spec("ray") is None:
+            raise StartFailed(f"Ray is not installed for {sys.executable}: install colocate with its ray extra "
+                              "(pip install '.[ray]' in a checkout, 'colocate_gpu-VERSION-py3-none-any.whl[ray]' "
+                              "from a wheel)")
         args = list(self.ray_args)
         resources: dict = {}
         for i, arg in enumerate(args):

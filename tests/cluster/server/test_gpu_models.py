@@ -84,3 +84,4 @@ def test_the_types_a_recommendation_offers_count_what_whole_workers_could_use(h,
             assert placed_on(h, fakes)[ack.job_id] == n.node_id
     got = offers(h.svc.core, {}, per_worker, constraint)
     assert [(o.model, o.free) for o in got] == want
+

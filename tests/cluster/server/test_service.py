@@ -587,3 +587,17 @@ def test_a_gpu_models_speed_is_the_first_declared_and_another_is_logged_once_per
     assert h.svc.speeds == {"V100": 1.0, "T4": 0.6}
     said = [r.getMessage() for r in caplog.records if "declares GPU model" in r.getMessage()]
     assert said == ["node b declares GPU model V100 at speed 0.5; node a declared it at 1 first: kept 1"]
+
+
+def test_the_submit_log_line_names_the_queue_the_policy_put_the_job_in(tmp_path, caplog):
+    import logging
+
+    h = Harness(tmp_path / "state.db", policy="multi-queue")
+    try:
+        with caplog.at_level(logging.INFO, logger="colocate.scheduler"):
+            (ack,) = replies(h.submit(gpus=1), P.Submitted)
+        (reply,) = replies(h.send(CLIENT, P.JobsRequest(job_id=ack.job_id)), P.JobsReply)
+        (line,) = [r.getMessage() for r in caplog.records if "submitted:" in r.getMessage()]
+        assert reply.jobs[0].queue != "default" and line.endswith(f"queue {reply.jobs[0].queue}")
+    finally:
+        h.journal.close()

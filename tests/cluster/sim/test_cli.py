@@ -340,3 +340,22 @@ def test_a_policy_named_like_markup_is_shown_as_it_is(tmp_path, capsys):
     assert sim(tmp_path, "--policy", str(policy), "--opportunistic-fraction", "0.3") == 0
     out = capsys.readouterr().out
     assert "[bold]mine" in out, out
+
+
+@pytest.mark.parametrize("found, given, warned", [
+    (False, None, True),  # the default lookup found nothing: said, in one line
+    (True, None, False),
+    (False, "none", False),  # no data, as the user said
+])
+def test_a_run_without_co_location_data_says_so_unless_asked(tmp_path, capsys, monkeypatch, found, given, warned):
+    from cluster.sim import colocation
+
+    data = lucid_csv(tmp_path / "lucid.csv")
+    monkeypatch.delenv(colocation.LUCID_ENV, raising=False)
+    monkeypatch.setattr(colocation, "default_lucid_path", lambda: data if found else None)
+    extra = ["--colocation-data", given] if given else []
+    assert sim(tmp_path, "--policy", "fifo", *extra, lucid=False) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "co-location data" in line]
+    assert len(err) == int(warned), err
+    if warned:
+        assert "warning: no co-location data found" in err[0] and "--colocation-data PATH" in err[0]

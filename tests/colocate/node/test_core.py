@@ -646,3 +646,17 @@ def test_ctl_list_counts_iterations_as_the_job_does_across_a_node_restart():
         n.report("g")
     (snap,) = replies(n.handle(P.CtlList()))
     assert [(j.job_id, j.iterations) for j in snap.jobs] == [("g", 44)]
+
+
+def test_ctl_set_takes_a_scheduler_job_id_for_its_one_worker_here():
+    """``colocate status`` shows job 3; its worker registered as 3/0. The bare id names it when it is the only one;
+    with two workers here, the error names them."""
+    n = Node(policy="exclusive", gpus=2)
+    n.register("3/0", gpu=0)
+    (ok,) = replies(n.handle(P.CtlSet(job_id="3", mem_cap=None, sm_share=0.5)))
+    assert isinstance(ok, P.CtlOk) and ok.message.startswith("3/0: ") and n.share("3/0") == 0.5
+    n.register("3/1", gpu=1, pid=1001)
+    (err,) = replies(n.handle(P.CtlSet(job_id="3", mem_cap=None, sm_share=0.5)))
+    assert err.code == P.UNKNOWN_JOB and "job 3 has 2 workers on this node (3/0, 3/1): name one" in err.message
+    (err,) = replies(n.handle(P.CtlSet(job_id="4", mem_cap=None, sm_share=0.5)))
+    assert err.code == P.UNKNOWN_JOB and "job 4 is not registered" in err.message

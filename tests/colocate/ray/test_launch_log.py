@@ -48,3 +48,13 @@ def test_this_start_s_line_counts(tmp_path):
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)
+
+
+def test_a_start_without_ray_installed_names_the_extra_and_starts_nothing(tmp_path, monkeypatch):
+    real = launch.importlib.util.find_spec
+    monkeypatch.setattr(launch.importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    setup = launch.NodeSetup(device="sim", sim_gpus=1, sim_gpu_mem=1 << 30, endpoint=f"ipc://{tmp_path}/node.sock",
+                             policy=None, slots=1, state_dir=str(tmp_path / "state"), ray_args=())
+    with pytest.raises(launch.StartFailed, match=r"Ray is not installed .*ray extra"):
+        launch.start(setup, out=io.StringIO())
+    assert not (tmp_path / "state" / "node.log").exists()  # no node was started for a Ray that cannot start
