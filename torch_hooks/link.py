@@ -186,6 +186,9 @@ class NodeLink:
         self._goodbye_reason = reason
         self._stop.set()
         self._thread.join(timeout)
+        if self._thread.ident is not None and not self.welcomes and not self.rejected:  # a mistyped endpoint, say
+            log.warning("no node coordinator welcomed this job at %s while it ran: it ran at its own limits, "
+                        "outside any node's policy", self.env.node)
 
     # ---- link thread ------------------------------------------------------------
     def _connect(self):

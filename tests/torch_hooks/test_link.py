@@ -455,3 +455,20 @@ def test_reports_handed_over_just_before_stop_are_sent_before_the_goodbye(ipc_di
         clock.release()
         link._ctx.destroy(linger=0)
         node.close()
+
+
+def test_a_job_no_node_welcomed_says_so_when_it_stops(wired, caplog):
+    """``colocate run --node`` with a mistyped endpoint ran outside any node's policy without a word; a job that
+    was welcomed says nothing."""
+    link, rt, node, clock = wired
+    with caplog.at_level(logging.WARNING, logger="colocate.link"):
+        link.stop(timeout=5)
+    assert "no node coordinator welcomed this job at ipc://" in caplog.text
+
+
+def test_a_welcomed_job_stops_without_a_warning(wired, caplog):
+    link, rt, node, clock = wired
+    registered(wired)
+    with caplog.at_level(logging.WARNING, logger="colocate.link"):
+        link.stop(timeout=5)
+    assert "welcomed" not in caplog.text
