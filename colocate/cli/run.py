@@ -52,8 +52,9 @@ def register(sub) -> None:
                    help="device memory cap, e.g. 2GiB, 512MiB, 4GB (default: the whole device); under a node, "
                         "the most the node will give")
     p.add_argument("--sm-share", type=SHARE, default=1.0, metavar="F",
-                   help="compute share 0..1 (0: paused until a node's operator raises it): the job's device busy fraction is held at or below F (default 1); "
-                        "under a node, the most the node will give")
+                   help="compute share 0..1 (0, with --node only: paused until the node's operator raises it): the "
+                        "job's device busy fraction is held at or below F (default 1); under a node, the most the "
+                        "node will give")
     p.add_argument("--priority", choices=JOB_CLASSES, default=JobClass.GUARANTEED,
                    help="guaranteed (default) or opportunistic")
     p.add_argument("--partition", action="store_true",
@@ -94,6 +95,9 @@ def main(args) -> int:
     try:
         if args.partition and (args.gpu_mem is None or args.priority != JobClass.GUARANTEED):
             raise LaunchError("--partition needs --gpu-mem and a guaranteed job")
+        if args.sm_share == 0 and not args.node:  # nothing could ever raise it: the job would wait for ever
+            raise LaunchError("--sm-share 0 pauses the job until a node's operator raises its share: give --node "
+                              "ENDPOINT, or a share above 0")
         spec = RunSpec(
             command=tuple(command), device=resolve(args.device), gpus=tuple(args.gpus), gpu_mem=args.gpu_mem,
             sm_share=args.sm_share, klass=args.priority, on_cap=args.on_cap, stats_file=args.stats_file,

@@ -25,6 +25,7 @@ def error_lines(stderr):
         (["--sm-share", "nan", "--", "python", "-c", "pass"], "nan"),
         (["--sm-share", "half", "--", "python", "-c", "pass"], "half"),
         (["--gpu-mem", "0", "--", "python", "-c", "pass"], "more than 0 bytes"),  # was a 0-byte cap: all on the host
+        (["--sm-share", "0", "--", "python", "-c", "pass"], "--sm-share 0 pauses the job"),  # waited for ever
         (["--"], "no command"),
         ([], "no command"),
         (["--", "python", "nope.py"], "nope.py"),
@@ -80,8 +81,11 @@ def test_sizes_reach_the_job(colocate, tmp_path, size, nbytes):
 
 @pytest.mark.parametrize("share", ["0", "0.0", "0.25", "1", "1.0"])
 def test_share_edges_accepted(colocate, tmp_path, share):
+    """A share of 0 (paused) only with a node, whose operator can raise it (the command never imports torch: no
+    node is needed to read its variable)."""
     code = "import os; print(os.environ['COLOCATE_SM_SHARE'])"
-    proc = colocate(["run", "--device", "sim", "--sm-share", share, "--", sys.executable, "-c", code],
+    node = ["--node", f"ipc://{tmp_path}/node.sock"] if float(share) == 0 else []
+    proc = colocate(["run", "--device", "sim", "--sm-share", share, *node, "--", sys.executable, "-c", code],
                     cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert float(proc.stdout) == float(share)
