@@ -16,7 +16,8 @@ What is read (units: FLOPs are floating-point operations, multiply-add = 2; size
   ``scaled_dot_product_attention`` in a custom block) are not seen: the estimate is then low;
 * parameters: distinct parameters of the modules that ran and of the optimizers that stepped;
 * batch size: the training DataLoader's ``batch_size``, else dim 0 of the first module's first tensor input;
-* optimizer(s) that stepped; the dtype holding most parameters; the autocast dtype in force, if any;
+* optimizer(s) that stepped, or that ``GradScaler.step`` was given (a skipped step); the dtype holding most
+  parameters; the autocast dtype in force, if any;
 * hardware: ``colocate.gpus.nvml.hardware`` and CUDA's SM count on CUDA, ``colocate.gpus.sim.declared``
   on a simulated GPU;
 * the total: ``COLOCATE_ITERATIONS``, else ``len(DataLoader) x COLOCATE_EPOCHS``.
@@ -125,6 +126,11 @@ class FeatureReader:
         self._spent += self._clock() - t0
 
     def _on_step(self, optimizer, args, kwargs) -> None:
+        self._optimizers.setdefault(id(optimizer), optimizer)
+
+    def note_optimizer(self, optimizer) -> None:
+        """An optimizer handed to ``GradScaler.step`` before the first boundary: the job's, whether or not the
+        scaler lets it step (AMP skips the first steps while it finds its scale)."""
         self._optimizers.setdefault(id(optimizer), optimizer)
 
     # ---- building the record ------------------------------------------------------------

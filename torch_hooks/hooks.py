@@ -266,6 +266,9 @@ def install_hooks(rt, timer: HookTimer | None = None) -> None:  # noqa: C901, PL
 
         def step(self, optimizer, *args, **kwargs):
             self._colocate_iters = rt.book.iterations
+            reader = rt.reader
+            if reader is not None and reader.started:  # the features' optimizer, even if this step is skipped
+                reader.note_optimizer(optimizer)
             return call_step(self, optimizer, *args, **kwargs)
 
         def update(self, *args, **kwargs):

@@ -241,3 +241,42 @@ def test_hardware_on_cuda_comes_from_nvml(monkeypatch):
                                                                           8, 1980)
     assert hw.peak_flops > 6e13 and hw.sm_count == (torch.cuda.get_device_properties(0).multi_processor_count
                                                     if torch.cuda.is_available() else 0)
+
+
+SKIPPED_FIRST_STEP = '''
+import json, sys
+import torch
+import torch_hooks
+from colocate.base.env import JobEnv
+
+rt = torch_hooks.install(JobEnv(enabled=True, job_id="features-scaler", device="sim"))
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.Adadelta(model.parameters())
+scaler = torch.amp.GradScaler("cpu")
+for i in range(3):
+    opt.zero_grad()
+    loss = model(torch.randn(8, 4)).pow(2).mean() * (float("inf") if i == 0 else 1.0)  # the first step overflows
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+f = rt.features
+json.dump({"optimizers": None if f is None else list(f.model.optimizers), "iterations": rt.book.iterations},
+          sys.stdout)
+'''
+
+
+def test_the_optimizer_is_read_when_amp_skips_the_first_step(tmp_path):
+    """AMP's GradScaler skips ``optimizer.step()`` while it finds its scale; the first boundary (the scaler's
+    update) then comes before any step: the optimizer it was given is the job's all the same."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.support import child_env
+
+    script = tmp_path / "child.py"
+    script.write_text(SKIPPED_FIRST_STEP)
+    res = subprocess.run([sys.executable, str(script)], env=child_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout)
+    assert out["iterations"] == 3 and out["optimizers"] == ["Adadelta"], out
