@@ -28,12 +28,13 @@ from colocate.base.vocab import DeviceKind
 _rt = None
 _died_of_oom = False  # the process is ending on an uncaught out-of-memory error (its cap): said in its Goodbye
 _lock = threading.Lock()
+_fork_hooked = False
 
 
 def install(env=None):
     """Install the runtime in this process once; returns the ``Runtime`` (None when the engine's resolver
     deferred it: ``colocate.base.engines.Deferred``)."""
-    global _rt
+    global _rt, _fork_hooked
     with _lock:
         if _rt is not None:
             return _rt
@@ -69,6 +70,9 @@ def install(env=None):
         install_hooks(rt)
         _install_excepthook(env.device)
         atexit.register(_at_exit, rt)
+        if not _fork_hooked:  # once per process: it cannot be removed, and it acts on whatever runtime is installed
+            os.register_at_fork(after_in_child=_forked)
+            _fork_hooked = True
         if env.node:
             from torch_hooks.link import NodeLink
 
@@ -136,6 +140,29 @@ def mem_get_info() -> tuple[int, int]:
     return _require().device.mem_get_info()
 
 
+def _forked() -> None:
+    """``os.register_at_fork``'s child hook: a forked child (a multiprocessing worker, a plain fork) runs on with
+    the runtime; it counts from the fork, leaves the parent's link alone (ZeroMQ sockets do not survive a fork)
+    and writes its own statistics as it exits: at exit as any process, or, a multiprocessing child that ends
+    with ``os._exit``, among multiprocessing's exit finalizers (registered once its bootstrap has cleared the
+    parent's)."""
+    rt = _rt
+    if rt is None:
+        return
+    link = getattr(rt, "link", None)
+    rt.forked((link, getattr(link, "publisher", None)) if link is not None else ())
+    rt.link = None  # type: ignore[attr-defined]  # set by install() where there is a node
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:
+        mp_util.register_after_fork(rt, _mp_child)
+
+
+def _mp_child(rt) -> None:
+    import multiprocessing.util
+
+    multiprocessing.util.Finalize(None, _write_stats, args=(rt,), exitpriority=0)
+
+
 def _at_exit(rt) -> None:
     rt.close()
     link = getattr(rt, "link", None)
@@ -143,6 +170,18 @@ def _at_exit(rt) -> None:
         from colocate.protocol import GOODBYE_OOM
 
         link.stop(GOODBYE_OOM if _died_of_oom else "exit")  # the node tells the scheduler the run's exit state
+    _write_stats(rt)
+
+
+_written_by = 0  # the pid that wrote its statistics (a forked child may reach both exit paths)
+
+
+def _write_stats(rt) -> None:
+    """This process's summary into ``COLOCATE_STATS_DIR`` as ``stats-PID.json``, once per process."""
+    global _written_by
+    if _written_by == os.getpid():
+        return
+    _written_by = os.getpid()
     stats_dir = rt.env.stats_dir
     if stats_dir:
         from colocate.base.files import write_json_atomic

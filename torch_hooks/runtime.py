@@ -58,6 +58,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from colocate.base.units import parse_fraction
 from colocate.base.vocab import DeviceKind
@@ -394,6 +395,20 @@ class Runtime:
         job = {"job_id": env.job_id, "device": env.device, "gpu": env.gpu, "priority": env.klass,
                "on_cap": env.on_cap, "sm_share": share}
         return self.book.summary(job=job, wall_s=wall, busy_s=busy, mem=self.device.memory(), ready_at=self.ready_at)
+
+    def forked(self, owners: tuple = ()) -> None:
+        """In a child ``os.fork`` made of this process (multiprocessing's fork start method, a plain fork), on its
+        only thread: its statistics count from the fork (iterations, wall and busy time), and the hooks of
+        ``owners`` are dropped (the parent's node link and gate: their sockets and phases are the parent's).
+        Limits and the device carry on as the parent had them."""
+        self.book = StatsBook()
+        self._t0 = self._resume_t = self._prev_boundary = self._clock()
+        self._busy0 = self._resume_busy = self.device.busy_time()
+        ids = {id(o) for o in owners if o is not None}
+        hooks: list[list[Any]] = [self._listeners, self._start_hooks, self._end_hooks, self._features_hooks,
+                                  self._paused_apply_hooks]
+        for fns in hooks:
+            fns[:] = [f for f in fns if id(getattr(f, "__self__", None)) not in ids]
 
     def close(self) -> None:
         """Release a paused training thread; later boundaries do not idle; the

@@ -437,3 +437,36 @@ def test_a_job_id_the_wire_refuses_is_refused_before_the_command_starts(tmp_path
         info.value)
     assert not marker.exists()
     L.check_job_id("ジョブ-1.x")  # any printable text is an id
+
+
+FORKED = """
+import multiprocessing as mp, os, sys
+import torch
+
+def work(steps):
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        opt.zero_grad(); model(torch.randn(4, 8)).pow(2).mean().backward(); opt.step()
+
+if __name__ == "__main__":
+    work(2)  # the parent trains before it forks: its children count from the fork
+    ctx = mp.get_context(sys.argv[1])
+    procs = [ctx.Process(target=work, args=(5,)) for _ in range(2)]
+    for p in procs: p.start()
+    for p in procs: p.join()
+    print("codes", [p.exitcode for p in procs])
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_every_process_of_a_job_is_in_its_stats_whatever_started_it(colocate, tmp_path, method):
+    """Workers a job starts with multiprocessing are in its --stats-file: a forked one ends with os._exit (no
+    exit handlers), so it writes its own statistics among multiprocessing's exit finalizers, counted from the
+    fork."""
+    script = write(tmp_path / "forked.py", FORKED)
+    proc, s = run_job(colocate, tmp_path, [], [sys.executable, script, method])
+    assert proc.returncode == 0 and "codes [0, 0]" in proc.stdout, proc.stderr
+    its = sorted(p["iterations"] for p in s["processes"])
+    assert its == [2, 5, 5], s["processes"]
+    assert len({p["pid"] for p in s["processes"]}) == 3

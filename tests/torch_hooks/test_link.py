@@ -472,3 +472,24 @@ def test_a_welcomed_job_stops_without_a_warning(wired, caplog):
     with caplog.at_level(logging.WARNING, logger="colocate.link"):
         link.stop(timeout=5)
     assert "welcomed" not in caplog.text
+
+
+def test_a_forked_child_drops_the_parents_link_hooks(ipc_dir):
+    """A child ``os.fork`` made runs on with the runtime: the link's hooks go (its ZeroMQ sockets are the
+    parent's), the runtime's own stay, and the child counts from the fork."""
+    env = JobEnv(job_id="j", klass="guaranteed", device="sim", node=f"ipc://{ipc_dir}/node.sock", yield_via=())
+    rt = Runtime(env, MiniDevice())
+    mine = []
+    rt.add_listener(mine.append)
+    link = NodeLink(env, rt)
+    try:
+        rt.book.iterations = 7
+        owned = [f for hooks in (rt._listeners, rt._features_hooks, rt._paused_apply_hooks, rt._start_hooks,
+                                 rt._end_hooks) for f in hooks if getattr(f, "__self__", None) in (link, link.publisher)]
+        assert len(owned) == 5  # records, features, paused acks, and the guaranteed job's gate phases
+        rt.forked((link, link.publisher))
+        assert rt._listeners == [mine.append] and not rt._features_hooks and not rt._paused_apply_hooks
+        assert not rt._start_hooks and not rt._end_hooks and rt.book.iterations == 0
+    finally:
+        link.publisher.close()
+        link._ctx.destroy(linger=0)
