@@ -42,7 +42,15 @@ MAX_JOB_ID_CHARS = 112  # the wire allows 128: room for a worker's "/RANK"
 
 
 class LaunchError(Exception):
-    """A bad command line or command; the CLI prints it and exits 2."""
+    """A bad command line or command; the CLI prints it and exits ``code``: 2, or a shell's 127 (the command is
+    not found) and 126 (found, but it cannot be run)."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+NOT_FOUND, NOT_EXECUTABLE = 127, 126  # the exit codes a shell gives for these
 
 
 @dataclass(frozen=True)
@@ -88,9 +96,9 @@ def check_command(command: tuple[str, ...], path: str | None, cwd: str | None = 
     program = command[0]
     if os.sep in program:
         if not os.path.exists(here(program)):
-            raise LaunchError(f"command not found: {program}")
+            raise LaunchError(f"command not found: {program}", NOT_FOUND)
     elif shutil.which(program, path=path) is None:
-        raise LaunchError(f"command not found: {program}")
+        raise LaunchError(f"command not found: {program}", NOT_FOUND)
     if os.path.basename(program).startswith("python"):
         script = python_script(command[1:])
         if script is not None and script != "-" and not os.path.exists(here(script)):
@@ -198,7 +206,8 @@ def launch(spec: RunSpec) -> int:
         try:  # in every mode: a launcher killed by SIGKILL takes its command with it
             child = subprocess.Popen(list(spec.command), env=env, preexec_fn=_die_with_parent(os.getpid()))
         except OSError as exc:
-            raise LaunchError(f"cannot start {spec.command[0]}: {exc.strerror}") from None
+            code = NOT_FOUND if isinstance(exc, FileNotFoundError) else NOT_EXECUTABLE
+            raise LaunchError(f"cannot start {spec.command[0]}: {exc.strerror}", code) from None
         previous = _forward_signals(child)
         try:
             code = _wait_fenced(child, watch) if watch is not None else child.wait()

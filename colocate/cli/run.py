@@ -31,7 +31,8 @@ The command is not modified: every Python process it starts gets the runtime
 through an injected sitecustomize and the COLOCATE_* variables (`colocate env`).
 Under a node (--node), --gpu-mem and --sm-share are the job's request: the node's
 policy never gives the job more than them (it may give less to an opportunistic job).
-Exit code: the command's own (128+N if it died of signal N); 2 on bad options.
+Exit code: the command's own (128+N if it died of signal N); 2 on bad options; 127 when the command is not found
+and 126 when it cannot be run, as a shell says.
 """
 
 
@@ -107,9 +108,10 @@ def main(args) -> int:
         return launch(spec)
     except (LaunchError, ValueError) as exc:
         print(f"colocate run: error: {exc}", file=sys.stderr)
+        code = exc.code if isinstance(exc, LaunchError) else 2
         try:
             check_exit_file(args.exit_file)
         except LaunchError:
-            return 2  # the exit file itself is what was refused: said once above
-        write_exit_file(args.exit_file, 2)
-        return 2
+            return code  # the exit file itself is what was refused: said once above
+        write_exit_file(args.exit_file, code)
+        return code

@@ -30,8 +30,6 @@ def error_lines(stderr):
         ([], "no command"),
         (["--", "python", "nope.py"], "nope.py"),
         (["--", "python", "-u", "nope.py"], "nope.py"),
-        (["--", "no-such-prog-xyz"], "no-such-prog-xyz"),
-        (["--", "./no/such/path/prog"], "./no/such/path/prog"),
         (["--device", "tpu", "--", "python", "-c", "pass"], "tpu"),
         (["--priority", "urgent", "--", "python", "-c", "pass"], "urgent"),
         (["--on-cap", "swap", "--", "python", "-c", "pass"], "swap"),
@@ -165,4 +163,19 @@ def test_exit_file_records_the_code_even_when_the_command_is_missing(colocate, t
     assert proc.returncode == 7 and (tmp_path / "rc").read_text() == "7\n"
     proc = colocate(["run", "--device", "sim", "--exit-file", tmp_path / "rc2", "--", "no-such-prog-xyz"],
                     cwd=tmp_path, timeout=60)
-    assert proc.returncode == 2 and (tmp_path / "rc2").read_text() == "2\n"
+    assert proc.returncode == 127 and (tmp_path / "rc2").read_text() == "127\n"  # a shell's "not found"
+
+
+@pytest.mark.parametrize("make, command, code", [
+    (None, ["no-such-prog-xyz"], 127),
+    (None, ["./no/such/path/prog"], 127),
+    (0o644, ["./plain.py"], 126),  # found, not executable
+])
+def test_a_command_not_found_or_not_runnable_exits_as_a_shell_says(colocate, tmp_path, make, command, code):
+    if make is not None:
+        (tmp_path / "plain.py").write_text("print('hi')\n")
+        (tmp_path / "plain.py").chmod(make)
+    proc = colocate(["run", "--device", "sim", "--", *command], cwd=tmp_path, timeout=60)
+    errors = error_lines(proc.stderr)
+    assert proc.returncode == code and len(errors) == 1 and command[0] in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
