@@ -96,7 +96,9 @@ static int opt_colocate(int val, const char *optarg, int remote)
 	(void)val;
 	(void)remote;
 	asked = 1;
-	if (!optarg || !*optarg)
+	/* a bare --colocate given to sbatch or salloc reaches the job's steps as the text "(null)" (Slurm exports
+	 * the option's missing argument so): it is the same bare --colocate, auto */
+	if (!optarg || !*optarg || !strcmp(optarg, "(null)"))
 		optarg = "auto";
 	if (strcmp(optarg, "auto") && strcmp(optarg, "guaranteed") && strcmp(optarg, "opportunistic"))
 		return -1;
@@ -108,7 +110,9 @@ static int opt_gpu_mem(int val, const char *optarg, int remote)
 	(void)val;
 	(void)remote;
 	asked = 1;
-	return is_size(optarg) ? copy(gpu_mem, sizeof(gpu_mem), optarg, "--colocate-gpu-mem") : -1;
+	/* a cap of 0 bytes would serve every allocation from host memory: not a size a task may lower to */
+	return is_size(optarg) && strtod(optarg, NULL) > 0 ? copy(gpu_mem, sizeof(gpu_mem), optarg, "--colocate-gpu-mem")
+							   : -1;
 }
 
 static int opt_sm_share(int val, const char *optarg, int remote)

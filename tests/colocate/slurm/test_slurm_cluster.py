@@ -1,6 +1,8 @@
 """colocate inside a real Slurm cluster (slurmctld + two slurmd on loopback, fake GPUs, the SPANK plugin)."""
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 pytestmark = pytest.mark.timeout(240)
@@ -34,7 +36,8 @@ def test_shards_turn_colocate_on_without_asking(slurm_cluster):
     assert colocate_vars(proc.stdout)["COLOCATE_SLURM"] == "auto"
 
 
-@pytest.mark.parametrize("option", ["--colocate=bogus", "--colocate-gpu-mem=2XB", "--colocate-sm-share=1.5"])
+@pytest.mark.parametrize("option", ["--colocate=bogus", "--colocate-gpu-mem=2XB", "--colocate-gpu-mem=0",
+                                    "--colocate-sm-share=1.5"])
 def test_a_bad_option_fails_in_one_line(slurm_cluster, option):
     proc = slurm_cluster.srun("-w", "n1", option, "true")
     assert proc.returncode != 0
@@ -183,3 +186,13 @@ def test_a_share_above_the_shards_is_refused_in_one_line(slurm_cluster):
     ours = [line for line in proc.stderr.strip().splitlines() if not line.startswith("srun: ")]
     assert ours == ["colocate: --colocate-sm-share 0.9 is above this task's Slurm grant 0.5 (--gres=shard:2 of 4); "
                     "a task may only lower its grant"], proc.stderr
+
+
+@pytest.mark.parametrize("option, mode", [("--colocate", "auto"), ("--colocate=opportunistic", "opportunistic")])
+def test_an_allocations_colocate_option_reaches_its_steps(slurm_cluster, option, mode):
+    """``salloc --colocate`` (or sbatch) exports the option for the job's steps; bare, its argument arrives as the
+    text "(null)", which every srun inside refused."""
+    proc = subprocess.run(["salloc", "-w", "n2", option, "srun", "env"], cwd=slurm_cluster.tmp,
+                          env=slurm_cluster.env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert colocate_vars(proc.stdout)["COLOCATE_SLURM"] == mode, proc.stdout
