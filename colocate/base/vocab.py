@@ -14,6 +14,14 @@ from typing import TypeVar
 _E = TypeVar("_E", bound=StrEnum)
 
 
+class Vocab(StrEnum):
+    """A closed vocabulary: a ``StrEnum`` whose members read, in ``repr`` too, as their wire strings, so that a
+    message listing them (argparse's "choose from ...", an error naming a value) shows what a user types."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
 def member(vocab: type[_E], value: str, what: str) -> _E:
     """``value`` (a member of ``vocab`` or its wire string) as the member; ``ValueError`` in one line naming
     ``what`` and the choices for anything else. For records that accept the string where the member is meant."""
@@ -23,7 +31,7 @@ def member(vocab: type[_E], value: str, what: str) -> _E:
         raise ValueError(f"{what}: must be one of {', '.join(vocab)}, got {value!r:.60}") from None
 
 
-class JobClass(StrEnum):
+class JobClass(Vocab):
     """A job's class: a guaranteed job owns its GPUs; an opportunistic one uses what they leave idle. The wire,
     the journal, ``--priority``, ``COLOCATE_PRIORITY`` and ``runtime_env`` call it the job's *priority* (kept for
     compatibility); in code it is ``klass`` or ``JobClass``, and "priority" means the device priority only
@@ -36,7 +44,7 @@ class JobClass(StrEnum):
 JOB_CLASSES = tuple(JobClass)  # the choices (command-line options, COLOCATE_PRIORITY, job specs), in order
 
 
-class JobState(StrEnum):
+class JobState(Vocab):
     """A cluster job's life: pending -> placing -> running -> one of the ``TERMINAL`` states."""
 
     PENDING = "pending"
@@ -50,7 +58,7 @@ class JobState(StrEnum):
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})  # a job never leaves these
 
 
-class DeviceKind(StrEnum):
+class DeviceKind(Vocab):
     """The device a job runs on: the CPU-simulated GPU or a real CUDA one."""
 
     SIM = "sim"
@@ -60,21 +68,21 @@ class DeviceKind(StrEnum):
 AUTO_DEVICE = "auto"  # what a user may ask for besides a kind: cuda when NVML sees a GPU, else sim
 
 
-class OnCap(StrEnum):
+class OnCap(Vocab):
     """What happens to an allocation over a job's memory cap: served from host memory, or the job stops."""
 
     HOST = "host"
     ERROR = "error"
 
 
-class YieldMode(StrEnum):
+class YieldMode(Vocab):
     """How an opportunistic job gives way: low device priority, or a gate held while the guaranteed job runs."""
 
     PRIORITY = "priority"
     GATE = "gate"
 
 
-class Phase(StrEnum):
+class Phase(Vocab):
     """Where an opportunistic job's time beside a guaranteed job goes: starting (host work, before its first
     device work), held while the guaranteed job's solo baseline is profiled, paused (an SLO break, memory),
     or running (``colocate.node.policies`` labels; the demo's and benchmark's phase columns)."""
@@ -85,7 +93,7 @@ class Phase(StrEnum):
     RUNNING = "running"
 
 
-class SloState(StrEnum):
+class SloState(Vocab):
     """A worker's label from its node (``Want.slo_state``, ``JobInfo.slo_state``, ``colocate top``): who set its
     limits and why. A guaranteed job under ``adaptive``: ``baseline``/``ok``/``violated``/``idle``; an
     opportunistic one: a held ``Phase`` (``baseline``, ``paused``), ``running`` (pause-or-full), AIMD's
@@ -112,14 +120,14 @@ class SloState(StrEnum):
     PAUSED_MEM = "paused-mem"
 
 
-class Engine(StrEnum):
+class Engine(Vocab):
     """An existing engine colocate runs inside (``COLOCATE_ENGINE``; ``colocate.base.engines``)."""
 
     RAY = "ray"
     SLURM = "slurm"
 
 
-class NodePolicy(StrEnum):
+class NodePolicy(Vocab):
     """A node's co-location policy (``colocate.node.policies``)."""
 
     EXCLUSIVE = "exclusive"
@@ -128,7 +136,7 @@ class NodePolicy(StrEnum):
     ADAPTIVE = "adaptive"
 
 
-class KeyRole(StrEnum):
+class KeyRole(Vocab):
     """The role a CURVE key's name gives its holder (``colocate.base.keys``: ``node-gpu7`` is node gpu7)."""
 
     NODE = "node"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from colocate.cli._common import ENDPOINT, add_device_options
@@ -61,7 +62,7 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from colocate.ray.launch import NodeSetup, StartFailed, start, stop
+    from colocate.ray.launch import Interrupted, NodeSetup, StartFailed, start, stop
 
     state_dir = args.state_dir if getattr(args, "state_dir", None) else default_state_dir()
     if args.ray_action == "stop":
@@ -79,6 +80,11 @@ def main(args) -> int:
     except StartFailed as exc:
         print(f"colocate ray start: {exc}", file=sys.stderr)
         return 1
+    except (Interrupted, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        print(f"colocate ray start: interrupted ({signal.Signals(signum).name}) while starting: stopped what it had "
+              "started", file=sys.stderr)
+        return 128 + signum
 
 
 def default_state_dir() -> str:

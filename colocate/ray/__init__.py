@@ -18,6 +18,8 @@ imports Ray itself.
 
 from __future__ import annotations
 
+import inspect
+
 from colocate.base.engine_api import within_grant
 from colocate.base.vocab import JobClass
 from colocate.ray.fields import FIELD, KEYS, OPPORTUNISTIC_RESOURCE, Fields, parse_fields
@@ -77,16 +79,25 @@ def options(num_gpus: float | None = None, *, priority: str | None = None, gpu_m
     return out
 
 
+_OPTIONS = frozenset(inspect.signature(options).parameters)  # what options() takes; the rest is Ray's
+
+
 def remote(target=None, **kwargs):
-    """``ray.remote`` with ``options(**kwargs)``, and ``max_calls=1`` for a task:
-    ``@colocate.ray.remote(num_gpus=0.5)`` over a function or an actor class (``@colocate.ray.remote`` alone:
-    one whole GPU, guaranteed)."""
+    """``ray.remote`` with ``options(...)`` of the keywords ``options`` takes, every other keyword passed to
+    ``ray.remote`` as it is (``num_cpus``, ``max_retries``, ...), and ``max_calls=1`` for a task unless given:
+    ``@colocate.ray.remote(num_gpus=0.5, num_cpus=1)`` over a function or an actor class
+    (``@colocate.ray.remote`` alone: one whole GPU, guaranteed)."""
     import ray
 
+    ours = {k: v for k, v in kwargs.items() if k in _OPTIONS}
+    theirs = {k: v for k, v in kwargs.items() if k not in _OPTIONS}
+    if "runtime_env" in theirs:  # options() makes it: a second one would silently win or lose
+        raise ValueError("colocate.ray.remote makes the runtime_env itself: give yours as base= (it is added to)")
+
     def wrap(obj):
-        opts = options(**kwargs)
+        opts = {**options(**ours), **theirs}
         if not isinstance(obj, type):
-            opts["max_calls"] = 1
+            opts.setdefault("max_calls", 1)
         return ray.remote(**opts)(obj)
 
     return wrap(target) if target is not None else wrap

@@ -11,6 +11,7 @@ by process id (SIGTERM, SIGKILL after ``STOP_GRACE_S``), after checking that the
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -18,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,31 +117,59 @@ class NodeSetup:
         return env
 
 
+class Interrupted(BaseException):
+    """SIGTERM or SIGHUP came while ``start`` was starting: what it had started is stopped (``signum``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``Interrupted`` in the block (once: a second one while it cleans up is ignored),
+    as SIGINT raises KeyboardInterrupt, so that an interrupted start (``timeout``, a service stop) stops what it
+    started; the previous handlers come back after."""
+    def interrupt(signum, frame):
+        for s in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def start(setup: NodeSetup, block: bool = False, out=sys.stdout) -> int:
     """Start both; returns 0 once Ray started (``block``: once both stopped after SIGTERM/SIGINT, 1 when one
-    of them ended by itself). Raises StartFailed with one line."""
+    of them ended by itself). Raises StartFailed with one line; ``Interrupted`` (SIGTERM, SIGHUP) or
+    KeyboardInterrupt (SIGINT) before both are up, once it has stopped what it had started."""
     state = Path(setup.state_dir)
     state.mkdir(parents=True, exist_ok=True)
     recorded = _read_state(state)
     if recorded and any(_is_ours(recorded.get(k), w) for k, w in (("ray_pid", "ray"), ("node_pid", "colocate"))):
         raise StartFailed(f"already running (process ids in {state / STATE_FILE}): `colocate ray stop` first")
     setup.ray_command()  # a bad --resources is a usage error before anything starts
-    node = _spawn(setup.node_command(), state / "node.log", dict(os.environ), block)
-    try:
-        _wait_node(node, setup.endpoint, state / "node.log")
-        ray_log = state / "ray.log"  # appended to: an earlier start's "Ray runtime started" is before `since`
-        since = ray_log.stat().st_size if ray_log.exists() else 0
-        ray = _spawn(setup.ray_command(), ray_log, setup.ray_environment(dict(os.environ)), block)
+    with _interruptible():
+        node = _spawn(setup.node_command(), state / "node.log", dict(os.environ), block)
         try:
-            _wait_ray(ray, ray_log, since)
+            _wait_node(node, setup.endpoint, state / "node.log")
+            ray_log = state / "ray.log"  # appended to: an earlier start's "Ray runtime started" is before `since`
+            since = ray_log.stat().st_size if ray_log.exists() else 0
+            ray = _spawn(setup.ray_command(), ray_log, setup.ray_environment(dict(os.environ)), block)
+            try:
+                _wait_ray(ray, ray_log, since)
+            except BaseException:
+                _stop_pid(ray.pid)
+                raise
         except BaseException:
-            _stop_pid(ray.pid)
+            _stop_pid(node.pid)
             raise
-    except BaseException:
-        _stop_pid(node.pid)
-        raise
-    (state / STATE_FILE).write_text(json.dumps({"node_pid": node.pid, "ray_pid": ray.pid,
-                                                "endpoint": setup.endpoint}) + "\n")
+        (state / STATE_FILE).write_text(json.dumps({"node_pid": node.pid, "ray_pid": ray.pid,
+                                                    "endpoint": setup.endpoint}) + "\n")
     print(f"colocate ray: node coordinator (pid {node.pid}) on {setup.endpoint}, Ray (pid {ray.pid}) with the "
           f"colocate plugin; logs in {state}; stop with `colocate ray stop`", file=out, flush=True)
     if not block:

@@ -182,3 +182,15 @@ def test_a_reader_that_goes_away_stops_a_command_quietly():
     finally:
         os.close(write)
     assert res.returncode == 141 and b"Traceback" not in res.stderr, res.stderr.decode()
+
+
+def test_every_choice_a_command_lists_is_what_a_user_types(capsys):
+    """argparse lists the choices of a bad value by their repr: a vocabulary's members read as their wire
+    strings (they showed as <JobClass.GUARANTEED: 'guaranteed'>)."""
+    for words, parser in every_parser():
+        for action in parser._actions:
+            if action.choices and not isinstance(action, argparse._SubParsersAction):
+                shown = ", ".join(map(repr, action.choices))
+                assert "<" not in shown, (words, action.option_strings, shown)
+    rc, _, err = cli(capsys, "run", "--priority", "bogus", "--", "true")
+    assert rc == 2 and "(choose from 'guaranteed', 'opportunistic')" in one_line(err, "run")

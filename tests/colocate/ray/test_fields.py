@@ -58,6 +58,23 @@ def test_options_ask_ray_for_what_colocate_enforces():
             options(**bad)
 
 
+def test_remote_passes_rays_own_options_through(monkeypatch):
+    """``@colocate.ray.remote(num_gpus=0.5, num_cpus=0.1)`` failed on num_cpus (and on max_retries, which
+    docs/ray.md tells users to set): every keyword options() does not take is Ray's."""
+    import ray
+
+    import colocate.ray as cr
+
+    monkeypatch.setattr(ray, "remote", lambda **kw: (lambda obj: kw))
+    task = cr.remote(num_gpus=0.5, num_cpus=0.1, max_retries=0, gpu_mem="256MiB")(lambda: None)
+    assert (task["num_gpus"], task["num_cpus"], task["max_retries"], task["max_calls"]) == (0.5, 0.1, 0, 1)
+    assert task["runtime_env"]["colocate"] == {"gpu_mem": "256MiB"}
+    assert cr.remote(max_calls=3)(lambda: None)["max_calls"] == 3
+    assert "max_calls" not in cr.remote(num_cpus=2)(type("Actor", (), {}))  # actors take no max_calls
+    with pytest.raises(ValueError, match="give yours as base="):
+        cr.remote(runtime_env={"pip": ["x"]})(lambda: None)
+
+
 def test_runtime_env_keeps_the_users_own_runtime_env():
     env = runtime_env(sm_share=0.25, base={"pip": ["x"], "env_vars": {"PYTHONPATH": "/mine", "A": "1"}})
     assert env["pip"] == ["x"] and env["env_vars"]["A"] == "1" and env["colocate"] == {"sm_share": 0.25}
