@@ -138,6 +138,7 @@ class NodeLink:
         self._push_lock = threading.Lock()
         self.epoch = 0
         self._registered_at = float("-inf")  # when the last Register went out (the link's clock)
+        self._first_register_at: float | None = None  # when the first did
         self.node_epoch: int | None = None
         self.heartbeat_s = DEFAULT_HEARTBEAT_S  # the node's, from its Welcome
         self.liveness = DEFAULT_LIVENESS
@@ -186,9 +187,12 @@ class NodeLink:
         self._goodbye_reason = reason
         self._stop.set()
         self._thread.join(timeout)
-        if self._thread.ident is not None and not self.welcomes and not self.rejected:  # a mistyped endpoint, say
-            log.warning("no node coordinator welcomed this job at %s while it ran: it ran at its own limits, "
-                        "outside any node's policy", self.env.node)
+        first = self._first_register_at
+        if (first is not None and not self.welcomes and not self.rejected  # a mistyped endpoint, say
+                and self._clock() - first >= self.heartbeat_s):  # a node answers in ms: a job that ends sooner may
+            # end before the Welcome on its way is read
+            log.warning("no node coordinator at %s answered this job in %.1f s: it ran at its own limits, outside "
+                        "any node's policy", self.env.node, self._clock() - first)
 
     # ---- link thread ------------------------------------------------------------
     def _connect(self):
@@ -203,6 +207,8 @@ class NodeLink:
     def _register(self, sock) -> None:
         self.epoch += 1
         self._registered_at = self._clock()
+        if self._first_register_at is None:
+            self._first_register_at = self._registered_at
         limits = self.rt.limits()
         self._send(sock, _register_msg(self.env, self.epoch, limits["mem_cap"], limits["sm_share"]))
 
