@@ -128,13 +128,41 @@ def test_the_wait_counts_from_the_first_loose_chance_not_from_submission():
     assert "g" in p and spread(core, p["g"]) == (2, 2, 1)
 
 
-def test_a_waiting_gang_lets_later_jobs_pass():
+@pytest.mark.parametrize("behind, passes", [
+    (job("small", 1), True),  # fits on a2's free GPU, which no worker of the gang could use
+    (job("whole", 4), False),  # would take a1 or b1, the nodes the gang waits with
+    (job("pair", 2), False),  # the same: only a1 and b1 have 2 free
+    (job("g2", 4, workers=2), False),  # a gang behind is no exception
+])
+def test_a_waiting_gang_lets_later_jobs_pass_but_not_onto_its_nodes(behind, passes):
+    """While g waits for a1 + a2 (a2 busy), a job behind it may start only where no worker of g fits: had it
+    taken a1 or b1, a2 freeing would no longer give g one switch, and waiting could never pay off."""
     nodes = [N("a1", 4, "s1"), N("a2", 4, "s1"), N("b1", 4, "s2"), N("b2", 4, "s2")]
     core = make_core(config(["fifo", "gang", "topology"], topology={"wait_s": 600.0}), nodes)
+    _fill(core, "a2", 3, 0)
+    _fill(core, "b2", 4, 1)
+    p = run(core, job("g", 4, workers=2), behind, now=0.0)
+    assert "g" not in p and (behind.job_id in p) == passes
+    if passes:
+        assert {s.node_id for s in p[behind.job_id].slots} == {"a2"}
+        finish(core, behind.job_id, 40.0)
+    p = starts(finish(core, "fill0", 50.0))  # a2 frees within the wait: g gets one switch
+    assert "g" in p and spread(core, p["g"]) == (2, 1, 1)
+    if not passes:  # and the job behind it then takes what is left, or waits for it
+        assert behind.job_id in p or core.job(behind.job_id).state == "pending"
+    core.state.check_invariants()
+
+
+def test_the_nodes_are_kept_only_while_the_wait_lasts():
+    nodes = [N("a1", 4, "s1"), N("a2", 4, "s1"), N("b1", 4, "s2"), N("b2", 4, "s2")]
+    core = make_core(config(["fifo", "gang", "topology"], topology={"wait_s": 300.0}), nodes)
     _fill(core, "a2", 4, 0)
     _fill(core, "b2", 4, 1)
-    p = run(core, job("g", 4, workers=2), job("small", 1), now=0.0)
-    assert "g" not in p and "small" in p
+    assert run(core, job("g", 4, workers=2), job("w", 4), now=0.0) == {}
+    assert core.fw.plugin("topology").wake_at() == 300.0  # when the simulator ticks for it
+    p = starts(core.handle(ev.Tick(), 300.0))  # the wait is over: g spans two switches and w waits for room
+    assert set(p) == {"g"} and spread(core, p["g"]) == (2, 2, 1)
+    assert core.fw.plugin("topology").wake_at() is None
 
 
 # ---------------------------------------------------------------- labels and topology files
