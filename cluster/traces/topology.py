@@ -19,6 +19,7 @@ import io
 import re
 
 from cluster.spec import NodeSpec
+from cluster.traces.common import csv_error
 
 Topology = dict[str, tuple[str, str]]  # node id -> (switch, rack)
 _SHAPE = re.compile(r"\s*(\d+)\s*[xX]\s*(\d+)\s*(?:/\s*(\d+)\s*)?")
@@ -32,7 +33,11 @@ def parse_topology_csv(text: str, name: str = "<topology>") -> Topology:
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     if not lines:
         raise ValueError(f"{name}: empty topology file (expected a header node_id,switch[,rack])")
-    rows = list(csv.reader(io.StringIO("\n".join(lines[: MAX_ROWS + 1]))))
+    reader = csv.reader(io.StringIO("\n".join(lines[: MAX_ROWS + 1])))
+    try:
+        rows = list(reader)
+    except csv.Error as e:
+        raise csv_error(name, reader.line_num, e) from None
     header = [h.strip() for h in rows[0]]
     if "node_id" not in header or "switch" not in header or not set(header) <= {"node_id", "switch", "rack"}:
         raise ValueError(f"{name}: header must be node_id,switch[,rack], got {','.join(header)[:80]!r}")
