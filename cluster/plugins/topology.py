@@ -138,6 +138,8 @@ class Topology(Plugin):
     PARAMS = {
         "wait_s": Param(0.0, "float", lambda v: v >= 0, "seconds >= 0 a gang may wait for a tighter placement "
                         "(0: take the best placement there is now)"),
+        "depth": Param(100, "int", lambda v: v >= 1, "an integer >= 1: jobs behind a waiting gang examined per cycle "
+                       "(as backfill's depth)"),
     }
 
     def __init__(self, params) -> None:
@@ -185,10 +187,11 @@ class Topology(Plugin):
 
     def cache_key(self, job: Job) -> tuple:
         """The waiting gangs ahead of ``job``: what else ``filter`` reads."""
-        if not self._waiting:
+        waiting = self._waiting
+        if not waiting:
             return ()
-        return tuple(jid for jid, (g, _, _, _) in self._waiting.items()
-                     if g is not job and g.queue == job.queue and g.key < job.key)
+        q, k = job.queue, job.key
+        return tuple([jid for jid, w in waiting.items() if w[0].queue == q and w[0].key < k])
 
     def filter(self, req: Request, node: NodeState) -> Status:
         if self._waiting and req.gpus:
@@ -239,10 +242,11 @@ class Topology(Plugin):
         self._waiting.pop(job.job_id, None)
 
     def on_blocked(self, req: Request, status: Status) -> int:
-        """A gang waiting by choice lets the jobs behind it be examined (the queue is not blocked by it). The
+        """A gang waiting by choice lets the next ``depth`` jobs behind it be examined (the queue is not blocked
+        by it; a bound keeps a cycle's cost apart from the queue's length, as backfill's does). The
         waits that are over are forgotten here (a gang whose wait ended was tried this cycle, or its queue is
         blocked ahead of it), so ``wake_at`` no longer names them."""
         if self._waiting:
             for jid in [j for j, (_, _, _, until) in self._waiting.items() if until <= req.now]:
                 del self._waiting[jid]
-        return 1 << 30 if status.plugin == self.name else 0
+        return self.p["depth"] if status.plugin == self.name else 0
