@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from cluster.spec import NodeSpec
 
+MAX_FACTOR = 100.0  # a step-time factor: far above the largest measured (Gavel: 9.56, LM on 8 V100s spread out)
+
 
 @dataclass(frozen=True)
 class SpreadModel:
@@ -33,8 +35,8 @@ class SpreadModel:
     def __post_init__(self) -> None:
         for name in ("node", "switch", "rack"):
             v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and 1.0 <= v < float("inf")):
-                raise ValueError(f"spread model: {name} factor must be a number >= 1, got {v!r}")
+            if not (isinstance(v, (int, float)) and 1.0 <= v <= MAX_FACTOR):
+                raise ValueError(f"spread model: {name} factor must be a number from 1 to {MAX_FACTOR:g}, got {v!r}")
 
     def rate(self, nodes: int, switches: int, racks: int) -> float:
         """The rate multiplier (<= 1) of a gang spanning that many nodes, switches and racks."""

@@ -143,7 +143,7 @@ def register(sub) -> None:
                         "per rack), or a CSV node_id,switch[,rack]; read by the topology plugin and --spread")
     p.add_argument("--spread", default="none", metavar="MODEL",
                    help="how much slower a gang runs spread out: none (default), published (docs/simulator.md) or "
-                        "node=F,switch=F[,rack=F] (step-time factors >= 1)")
+                        "node=F,switch=F[,rack=F] (step-time factors from 1 to 100)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=main)

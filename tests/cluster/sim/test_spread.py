@@ -57,8 +57,12 @@ def test_parse_spread(text, expect):
 
 
 @pytest.mark.parametrize("text, error", [
-    ("node=0.5", "must be a number >= 1"), ("node=x", "is not a number"), ("hop=2", "expected published"),
+    ("node=0.5", "must be a number from 1 to 100"), ("node=x", "is not a number"), ("hop=2", "expected published"),
     ("node=1.5,node=2", "expected published"),
+    # were taken: the rate became 0 and the gang never finished, reported only as unfinished
+    ("node=1e308,switch=1e308", r"node factor must be a number from 1 to 100, got 1e\+308"),
+    ("switch=101", "switch factor must be a number from 1 to 100, got 101.0"),
+    ("node=inf", "must be a number from 1 to 100"), ("rack=nan", "must be a number from 1 to 100"),
 ])
 def test_bad_spread_models_give_one_line(text, error):
     with pytest.raises(ValueError, match=error):
@@ -83,7 +87,8 @@ def test_simulate_with_a_topology_and_the_published_spread_model(tmp_path, capsy
     assert spread["topology"]["mean_switches"] <= spread["gang-binpack"]["mean_switches"]
     capsys.readouterr()
     for bad, message in ((["--topology", "3x2"], "covers 6 nodes, the cluster has 8"),
-                         (["--spread", "node=0.3"], "must be a number >= 1"),
+                         (["--spread", "node=0.3"], "must be a number from 1 to 100"),
+                         (["--spread", "node=1e308,switch=1e308"], "must be a number from 1 to 100"),
                          (["--topology", str(tmp_path / "none.csv")], "cannot read the topology file")):
         assert main(base + ["--policy", "topology", *bad]) == 2
         err = capsys.readouterr().err
