@@ -36,7 +36,8 @@ class CoreViews:
 
     def timers_due(self, now: float) -> bool:
         """Whether a ``Tick`` at ``now`` would act on one of the core's timers: a placement past its start deadline
-        (``start_timeout_s``), a lost node's hold or the restore's grace ended, a requeue's backoff over. A caller
+        (``start_timeout_s``), a lost node's hold or the restore's grace ended, a requeue's backoff over, a
+        plugin's hold lapsed (``Plugin.wake_at``: a topology gang's wait). A caller
         that sends ticks only now and then (the simulator) sends one when this is true."""
         timeout = self.sched["start_timeout_s"]
         if timeout > 0 and self.placing:
@@ -45,6 +46,10 @@ class CoreViews:
                 return True
         if any(now >= at for at, _ in self.retry.values()):
             return True
+        for f in self.fw.wakers:
+            at = f()
+            if at is not None and now >= at:
+                return True
         return self.recovery.due(now)
 
     def queues(self) -> dict[str, list[str]]:

@@ -131,6 +131,7 @@ class Framework(Lifecycle):
             self._selectors[k] = Selector(self.pt["filter"][k], scorers[k], self.pt["pick_gpus"][k][0],
                                           self.feasible_nodes, self.max_examined, ranked)
         self._queue_order = self.pt["queue_order"][0] if self.pt["queue_order"] else None
+        self.wakers = [p.wake_at for p in plugins if p.implements("wake_at")]  # plugins whose holds lapse in time
         self._cache_keys = self.pt["cache_key"]
 
     def plugin(self, name: str) -> Plugin | None:

@@ -307,6 +307,11 @@ class Plugin:
     # ranking (it would keep the order) and takes the first feasible node the GPU pick accepts
     def order_ranked(self, req: Request) -> bool: return False
 
+    # a hint, not a point: when the earliest hold this plugin has set lapses (None: it holds nothing), i.e. when it
+    # may decide with no event what it could not before. ``SchedulerCore.timers_due`` is true from then on, and an
+    # owner that sends ticks only when they can matter (the simulator) sends one then
+    def wake_at(self) -> float | None: return None
+
     def implements(self, point: str) -> bool:
         return getattr(type(self), point) is not getattr(Plugin, point)
 

@@ -50,6 +50,7 @@ import statistics
 import zlib
 from pathlib import Path
 
+from cluster.traces.common import csv_error, table_lines
 from colocate.base.vocab import JobClass
 
 ADAPTIVE_KEEP = 0.988  # guaranteed job's speed beside an opportunistic one (RESULTS.md, adaptive)
@@ -105,7 +106,7 @@ class LucidTable:
         p = Path(path)
         try:
             with open(p, newline="", encoding="utf-8-sig") as f:
-                reader = csv.DictReader(f)
+                reader = csv.DictReader(table_lines(f, str(p)))
                 header = [h.strip() for h in (reader.fieldnames or [])]
                 missing = [c for c in REQUIRED if c not in header]
                 if missing:
@@ -115,6 +116,8 @@ class LucidTable:
             raise ValueError(f"{p}: cannot read ({e.strerror or e})") from None
         except UnicodeDecodeError:
             raise ValueError(f"{p}: not a UTF-8 text file") from None
+        except csv.Error as e:
+            raise csv_error(str(p), reader.reader.line_num, e) from None
         rows = []
         for n, r in enumerate(raw, start=2):
             try:

@@ -26,7 +26,8 @@ Events in:
     skipped when a cycle ran within the last period and none of the core's timers is due
     (``SchedulerCore.timers_due``: it would decide nothing new), and ticking stops
     ``idle_horizon_s`` after the last real event when nothing else is scheduled (a start event
-    of a placement stopped before it came is no work ahead);
+    of a placement stopped before it came is no work ahead); and one ``Tick`` when a plugin's
+    hold lapses (``Plugin.wake_at``: a ``topology`` gang's wait), asked after every batch;
   * ``NodeReport`` (utilization of each GPU over the last ``report_s`` seconds, the node's live
     workers) only when some plugin places opportunistic work (the only reader of utilization), or
     ``reports="always"``: at the report grid point after a GPU's modelled utilization changed,
@@ -139,6 +140,7 @@ class Simulation(ClockedEvents, GpuSharing):
         self._last_cycle_t = -math.inf
         self._t_active = 0.0
         self._next_sub = 0
+        self._waking: set[float] = set()  # times of the ticks pushed for a plugin's lapsing hold (``_wake``)
 
     # ------------------------------------------------------------------ the loop
 
@@ -159,6 +161,7 @@ class Simulation(ClockedEvents, GpuSharing):
         heap, subs = self._heap, self.jobs
         ns, i = len(subs), 0
         apply, record, observer, progress = self._apply, self.cfg.record, self.observer, self.progress
+        wakers = core.fw.wakers
         inf = math.inf
         joins = [ev.NodeJoined(n, 1) for n in self.node_specs]
         self._batch(0.0, joins)
@@ -202,8 +205,14 @@ class Simulation(ClockedEvents, GpuSharing):
                     self._stopped(a, b, t, events)
                     real = True
                 elif kind == K_TICK:
-                    self._next_sub = i
-                    self._tick(t, events, i < ns)
+                    if a is None:
+                        self._next_sub = i
+                        self._tick(t, events, i < ns)
+                    else:  # a plugin's hold lapses now (``_wake``)
+                        self._waking.discard(t)
+                        if not any(type(e) is ev.Tick for e in events) and core.timers_due(t):
+                            events.append(ev.Tick())
+                            self.ticks_sent += 1
                 elif kind == K_REPORT:
                     self._report(a, t, events)
                 else:
@@ -218,6 +227,8 @@ class Simulation(ClockedEvents, GpuSharing):
             out = core.handle_batch(events, t)
             if core.stats["cycles"] != cycles:
                 self._last_cycle_t = t
+            if wakers:
+                self._wake(wakers, t)
             self.batches += 1
             if real or out:
                 self._t_active = t
@@ -247,6 +258,13 @@ class Simulation(ClockedEvents, GpuSharing):
         if progress is not None:
             progress(self.finished, total)
         return self
+
+    def _wake(self, wakers: list, t: float) -> None:
+        """A tick when the earliest hold a plugin set lapses (``Plugin.wake_at``), once per time."""
+        at = min((w for f in wakers if (w := f()) is not None), default=None)
+        if at is not None and at > t and at not in self._waking:
+            self._waking.add(at)
+            self._push(at, K_TICK, True)
 
     def _batch(self, t: float, events: list) -> None:
         out = self.core.handle_batch(events, t)

@@ -210,9 +210,11 @@ def _fmt(v):
 
 def gang_spread(sim) -> dict[str, Any]:
     """Over the jobs of more than one GPU that were placed: how many, and the mean nodes and switches their
-    latest placement spans (``SimJob.span``; an unlabelled node counts as a switch of its own)."""
+    latest placement spans (``SimJob.span``: switches by the nodes' labels). Switches are not known (None) when
+    no node has a switch label."""
     spans = [j.span for j in sim.jobs if j.spec.total_gpus > 1 and j.span[0]]
     n = len(spans)
+    known = n and any(s.switch for s in sim.node_specs)
     return {"jobs": n, "mean_nodes": sum(s[0] for s in spans) / n if n else None,
-            "mean_switches": sum(s[1] for s in spans) / n if n else None,
-            "one_switch_share": sum(1 for s in spans if s[1] == 1) / n if n else None}
+            "mean_switches": sum(s[1] for s in spans) / n if known else None,
+            "one_switch_share": sum(1 for s in spans if s[1] == 1) / n if known else None}

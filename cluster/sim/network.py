@@ -3,7 +3,10 @@
 A gang's progress rate (solo seconds of work per second) is multiplied by ``SpreadModel.rate(...)``:
 ``1 / node`` when its workers sit on more than one node, times ``1 / switch`` when they sit under more
 than one switch, times ``1 / rack`` when in more than one rack (step-time factors >= 1, applied once,
-whatever the count beyond one). Nodes without labels count as a switch and a rack of their own.
+whatever the count beyond one). Switches and racks are known only by the nodes' labels (``--topology``): a
+gang spans more than one switch when its nodes carry two different switch labels or more; a node without
+one is under a switch not known, counted as none (the same for racks). So without labels only the node
+factor applies, and ``check_labels`` refuses a factor for a level no node is labelled at.
 
 ``PUBLISHED`` (docs/simulator.md gives the sources and how the figures were derived):
   * ``node`` 1.46: Gavel (Narayanan et al., OSDI'20) measured each model's throughput with its
@@ -20,6 +23,8 @@ from dataclasses import dataclass
 
 from cluster.spec import NodeSpec
 
+MAX_FACTOR = 100.0  # a step-time factor: far above the largest measured (Gavel: 9.56, LM on 8 V100s spread out)
+
 
 @dataclass(frozen=True)
 class SpreadModel:
@@ -30,8 +35,8 @@ class SpreadModel:
     def __post_init__(self) -> None:
         for name in ("node", "switch", "rack"):
             v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and 1.0 <= v < float("inf")):
-                raise ValueError(f"spread model: {name} factor must be a number >= 1, got {v!r}")
+            if not (isinstance(v, (int, float)) and 1.0 <= v <= MAX_FACTOR):
+                raise ValueError(f"spread model: {name} factor must be a number from 1 to {MAX_FACTOR:g}, got {v!r}")
 
     def rate(self, nodes: int, switches: int, racks: int) -> float:
         """The rate multiplier (<= 1) of a gang spanning that many nodes, switches and racks."""
@@ -47,11 +52,27 @@ PUBLISHED = SpreadModel(node=1.46, switch=1.2, rack=1.0)
 
 
 def span(specs: list[NodeSpec]) -> tuple[int, int, int]:
-    """Distinct nodes, switches and racks among ``specs`` (an unlabelled node: its own switch and rack)."""
+    """Distinct nodes, and switch and rack labels (at least 1 each: a node without a label is under a switch and
+    rack not known, not counted), among ``specs``."""
     ids = {s.node_id: s for s in specs}
-    sw = {s.switch or "\0" + i for i, s in ids.items()}
-    rk = {s.rack or ("\0" + s.switch if s.switch else "\0" + i) for i, s in ids.items()}
-    return len(ids), len(sw), len(rk)
+    sw = {s.switch for s in ids.values() if s.switch}
+    rk = {s.rack for s in ids.values() if s.rack}
+    return len(ids), max(1, len(sw)), max(1, len(rk))
+
+
+def check_labels(model: SpreadModel, nodes: list[NodeSpec]) -> None:
+    """A one-line ValueError when ``model`` gives a switch or rack factor (> 1) and no node has a label at that
+    level: the factor could never apply (``PUBLISHED``'s assumed switch factor excepted: without labels only its
+    node factor applies, as docs/simulator.md says)."""
+    if model == PUBLISHED:
+        return
+    for level in ("switch", "rack"):
+        f = getattr(model, level)
+        if f != 1.0 and not any(getattr(n, level) for n in nodes):
+            how = "--topology SxN or a CSV node_id,switch" if level == "switch" else \
+                "--topology SxN/R or a CSV node_id,switch,rack"
+            raise ValueError(f"--spread {level}={f:g}: no node has a {level} label, so the factor could never apply "
+                             f"(label the nodes with {how})")
 
 
 def parse_spread(text: str) -> SpreadModel:

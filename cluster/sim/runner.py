@@ -29,6 +29,7 @@ from cluster.core import SchedulerCore
 from cluster.sim.colocation import ColocationModel, LucidTable, default_lucid_path
 from cluster.sim.engine import SimConfig, Simulation, collector_paused
 from cluster.sim.metrics import job_rows, summarize, write_jobs_csv
+from cluster.sim.network import check_labels
 from cluster.sim.workload import Workload, load_workload
 from cluster.traces.topology import load_topology
 from colocate.base.vocab import JobClass
@@ -131,6 +132,7 @@ def _simulate(opts: SimOptions, progress=None) -> list[dict]:
         raise ValueError(f"{opts.trace}: no usable jobs ({sum(wl.trace.skipped.values())} bad rows)")
     if opts.topology:
         wl.nodes = load_topology(opts.topology, wl.nodes)
+    check_labels(opts.sim.spread, wl.nodes)
     if out is not None:  # made only once every input has been read: a run refused on its input leaves nothing
         try:
             out.mkdir(parents=True, exist_ok=True)

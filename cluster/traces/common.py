@@ -8,8 +8,9 @@ Contracts (all readers):
     and, for the first ``max_problems`` bad rows, described in ``problems`` as
     ``"PATH:LINE: reason: detail"``. Every data row is accounted for:
     ``rows == len(jobs) + sum(skipped.values()) + beyond_limit``. Blank lines are not rows.
-  * A file that cannot be opened or decoded, is empty, or lacks a required column raises one
-    ``ValueError`` naming the file (and the column).
+  * A file that cannot be opened or decoded, is empty, lacks a required column, is not CSV (a line
+    longer than ``MAX_LINE_CHARS``, a field over the csv module's limit of 131,072 characters: /dev/zero,
+    a binary file) raises one ``ValueError`` naming the file (and the column, or the line).
   * Times and durations (``to_seconds``) are finite and at most ``MAX_SECONDS`` (100 years: Unix
     times up to 2070 pass); a row stating more is a bad row (``bad duration``, ``bad submit_time``...),
     not a job that would stall the simulated clock or overflow every report.
@@ -32,6 +33,7 @@ from colocate.base.units import LONGEST_S, parse_size
 
 MAX_PROBLEMS = 50  # problem lines kept per file; all bad rows are still counted
 MAX_SECONDS = LONGEST_S  # 100 years: the largest time or duration (s) a trace row may state, as a job's report
+MAX_LINE_CHARS = 1 << 20  # one line of a table file: a longer one is not a table, and is not read whole
 
 
 class TraceJob(NamedTuple):
@@ -107,6 +109,23 @@ def data_rows(reader, width: int, result, log: RowLog) -> Iterator[tuple[int, li
 # ---------------------------------------------------------------- files
 
 
+def table_lines(f, path: str) -> Iterator[str]:
+    """The lines of the text file ``f`` (opened with ``newline=""``: a line ends at ``\n``, ``\r`` or ``\r\n``
+    only), each with its line break, for a ``csv.reader``. A line longer than ``MAX_LINE_CHARS`` raises a
+    ``ValueError`` naming the file and line, before it is read whole (/dev/zero has no line break at all)."""
+    n = 0
+    while line := f.readline(MAX_LINE_CHARS + 1):
+        n += 1
+        if len(line) > MAX_LINE_CHARS:
+            raise ValueError(f"{path}:{n}: a line longer than {MAX_LINE_CHARS:,} characters: not a CSV table")
+        yield line
+
+
+def csv_error(path: str, line: int, e: csv.Error) -> ValueError:
+    """A ``csv.Error`` (a field over the module's limit, a NUL, a stray quote) as one line naming the file and line."""
+    return ValueError(f"{path}:{line}: malformed CSV: {e}")
+
+
 @contextmanager
 def open_table(path, what: str) -> Iterator[tuple[Iterator[list[str]], list[str]]]:
     """Open ``path`` as CSV and read its header (names stripped, lower-cased, BOM removed).
@@ -118,7 +137,7 @@ def open_table(path, what: str) -> Iterator[tuple[Iterator[list[str]], list[str]
     except OSError as e:
         raise ValueError(f"{path}: cannot read {what}: {e.strerror or e}") from None
     with f:
-        reader = csv.reader(f)
+        reader = csv.reader(table_lines(f, path))
         try:
             header = next(reader, None)
             if header is None or not any(h.strip() for h in header):
@@ -127,7 +146,7 @@ def open_table(path, what: str) -> Iterator[tuple[Iterator[list[str]], list[str]
         except UnicodeDecodeError as e:
             raise ValueError(f"{path}: not a UTF-8 text file ({e.reason} at byte {e.start})") from None
         except csv.Error as e:
-            raise ValueError(f"{path}:{reader.line_num}: malformed CSV: {e}") from None
+            raise csv_error(path, reader.line_num, e) from None
 
 
 def columns(path, names: list[str], what: str, required: tuple[str, ...], optional: tuple[str, ...],

@@ -37,6 +37,7 @@ from cluster.traces.common import (
     to_int,
     to_size,
 )
+from colocate.base.text import quoted
 from colocate.base.units import parse_size
 
 MIB = 1 << 20
@@ -46,6 +47,10 @@ FORMATS = {
     "csv": (("gpu_count",), ("gpu_model", "cpu", "memory", "gpu_mem", "count", "node_id")),
 }
 _SHAPE = re.compile(r"\s*(\d+)\s*[xX]\s*(\d+)\s*(?::\s*([^:+\s]*)\s*)?(?::\s*([^:+\s]+)\s*)?")
+# a GPU model in a shape: at most 64 characters, as a node's model may be, of the characters of a live node's
+# simulated GPU types (colocate node --sim-gpus): ASCII letters, digits and ._- (no |, @, spaces or commas)
+MODEL_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+MODEL_RULE = "1-64 letters, digits or ._-"
 
 
 def load_nodes(path, *, format: str | None = None, gpu_only: bool = False,
@@ -129,24 +134,35 @@ MAX_SHAPE_GPUS = 64  # GPUs of one node (as a live node: colocate.protocol MAX_N
 
 
 def parse_shape(text: str) -> list[NodeSpec]:
-    """Nodes of a shape such as ``64x8``, ``64x8:V100``, ``64x8:V100:32GiB`` or
-    ``32x8:V100+16x2:T4``; ids ``node-0000``... in order. Raises ``ValueError`` when malformed."""
+    """Nodes of a shape such as ``64x8``, ``64x8:V100``, ``64x8:V100:32GiB``, ``64x8::32GiB`` (no model stated) or
+    ``32x8:V100+16x2:T4``; ids ``node-0000``... in order. A GPU model is ``MODEL_RULE`` (``|``, ``@``, a comma,
+    an empty one are refused). Raises ``ValueError`` when malformed."""
     groups = []
-    for part in str(text).split("+"):
+    text = str(text)
+    if "," in text:
+        raise ValueError(f"cluster shape {quoted(text)}: groups are joined by +, not by commas (e.g. "
+                         "32x8:V100+16x2:T4)")
+    for part in text.split("+"):
         m = _SHAPE.fullmatch(part)
         if not m:
-            raise ValueError(f"malformed cluster shape {text!r}: expected NxG[:MODEL[:GPU_MEM]] groups joined by +, "
-                             "e.g. 64x8 or 32x8:V100:32GiB+16x2:T4")
+            raise ValueError(f"malformed cluster shape {quoted(text)}: expected NxG[:MODEL[:GPU_MEM]] groups joined "
+                             "by +, e.g. 64x8 or 32x8:V100:32GiB+16x2:T4")
         n, g, model, mem = int(m.group(1)), int(m.group(2)), m.group(3) or "", m.group(4)
+        if m.group(3) is not None and not model and not mem:
+            raise ValueError(f"cluster shape {quoted(text)}: no GPU model after ':' (a model is {MODEL_RULE}; "
+                             "for GPUs of no stated model leave the ':' out)")
+        if model and not MODEL_NAME.fullmatch(model):
+            raise ValueError(f"cluster shape {quoted(text, 40)}: GPU model {quoted(model, 40)} must be {MODEL_RULE} "
+                             "(one model per group: 32x8:V100+16x2:T4)")
         if n < 1:
-            raise ValueError(f"cluster shape {text!r}: the node count must be >= 1")
+            raise ValueError(f"cluster shape {quoted(text)}: the node count must be >= 1")
         if n > MAX_SHAPE_NODES or g > MAX_SHAPE_GPUS:
             raise ValueError(f"cluster shape {text[:40]!r}: at most {MAX_SHAPE_NODES} nodes of at most "
                              f"{MAX_SHAPE_GPUS} GPUs each")
         try:
             gpu_mem = parse_size(mem) if mem else 0
         except ValueError as e:
-            raise ValueError(f"cluster shape {text!r}: {e}") from None
+            raise ValueError(f"cluster shape {quoted(text)}: {e}") from None
         groups.append((n, g, model if g else "", gpu_mem))
     total = sum(n for n, *_ in groups)
     if total > MAX_SHAPE_NODES:

@@ -84,7 +84,8 @@ def register(sub) -> None:
                    help="trace format (default: guessed from the header)")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--nodes", metavar="PATH", help="node list file (Alibaba 2023, PAI 2020 or generic CSV)")
-    where.add_argument("--cluster", metavar="SHAPE", help="cluster shape, e.g. 64x8 or 32x8:V100+16x2:T4")
+    where.add_argument("--cluster", metavar="SHAPE", help="cluster shape: NxG[:MODEL[:GPU_MEM]] groups joined by +, "
+                       "e.g. 64x8 or 32x8:V100:32GiB+16x2:T4 (a MODEL is 1-64 letters, digits or ._-)")
     p.add_argument("--policy", default="", metavar="NAME[,NAME...]",
                    help="policies to compare: preset names or TOML files, comma-separated")
     p.add_argument("--config", metavar="FILE", help="one more policy from a TOML file (named by the file)")
@@ -144,7 +145,7 @@ def register(sub) -> None:
                         "per rack), or a CSV node_id,switch[,rack]; read by the topology plugin and --spread")
     p.add_argument("--spread", default="none", metavar="MODEL",
                    help="how much slower a gang runs spread out: none (default), published (docs/simulator.md) or "
-                        "node=F,switch=F[,rack=F] (step-time factors >= 1)")
+                        "node=F,switch=F[,rack=F] (step-time factors from 1 to 100)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=main)

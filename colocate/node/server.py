@@ -41,7 +41,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import re
 import socket
 import threading
 import time
@@ -57,6 +56,7 @@ from colocate.base import peercred
 from colocate.base.endpoints import ctl_endpoint as default_ctl_endpoint
 from colocate.base.endpoints import ipc_path, private_dir
 from colocate.base.serving import LogLimit
+from colocate.base.text import shown as _shown
 from colocate.node import record
 from colocate.node.commands import Command, Launch, Note, Reply, Report, Save, Send, Signal
 from colocate.node.core import NodeCore
@@ -72,14 +72,11 @@ MAX_BAD_LOGS_PER_S = 20  # bad messages and refusals, and (apart) jobs' Error re
 MAX_JOB_LOGS_PER_S = 200  # registrations and departures (a node of 64 GPUs may see them all at once)
 MAX_FAILURE_LOGS_PER_S = 5  # events that failed
 SHOWN_CHARS = 300  # of a peer's text in one log line
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # C0, DEL, C1 and the Unicode line breaks
 
 
 def shown(text: str, limit: int = SHOWN_CHARS) -> str:
-    """``text`` (a peer's) fit for one log line: each control character as its escape (``\\n``, ``\\x1b``),
-    at most ``limit`` of its characters (then ``...``)."""
-    cut = _UNSAFE.sub(lambda m: repr(m.group())[1:-1], text[:limit])
-    return cut + "..." if len(text) > limit else cut
+    """``text`` (a peer's) fit for one log line (``colocate.base.text.shown``)."""
+    return _shown(text, limit)
 
 
 class PeerLog:

@@ -48,6 +48,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
+from colocate.base.text import quoted
 from colocate.base.vocab import JobClass, JobState
 from colocate.protocol.codec import (
     COUNT,
@@ -143,11 +144,11 @@ def parse_topology(text: str) -> tuple[tuple[str, str], ...]:
         key, eq, value = (x.strip() for x in part.partition("="))
         if not eq or key not in TOPOLOGY_LEVELS:
             raise ValueError(f"topology: expected {'=LABEL, '.join(TOPOLOGY_LEVELS)}=LABEL separated by commas, "
-                             f"got {part!r}")
+                             f"got {quoted(part)}")
         if key in out:
             raise ValueError(f"topology: {key} given twice")
         if not (1 <= len(value) <= 64) or not set(value) <= _LABEL_CHARS:
-            raise ValueError(f"topology: {key} label {value!r} must be 1-64 letters, digits or ._-:/")
+            raise ValueError(f"topology: {key} label {quoted(value)} must be 1-64 letters, digits or ._-:/")
         out[key] = value
     return tuple((k, out[k]) for k in TOPOLOGY_LEVELS if k in out)
 

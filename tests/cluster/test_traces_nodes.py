@@ -106,6 +106,33 @@ def test_bad_shapes(text):
         parse_shape(text)
 
 
+@pytest.mark.parametrize("text, error", [
+    # were taken as models named so
+    ("2x4:V100|T4", "cluster shape '2x4:V100|T4': GPU model 'V100|T4' must be 1-64 letters, digits or ._- "
+                    "(one model per group: 32x8:V100+16x2:T4)"),
+    ("2x4:T4@0.6", "GPU model 'T4@0.6' must be 1-64 letters, digits or ._-"),
+    ("2x4:" + "a" * 500, "GPU model 'a" + "a" * 39 + "'... (500 characters) must be 1-64"),
+    ("2x4:" + "a" * 65, "must be 1-64 letters"),
+    ("2x4:Vé100", "GPU model 'Vé100' must be"),
+    ("1x8:A100+2x4:V1/00", "GPU model 'V1/00' must be"),
+    # was taken as GPUs of no stated model
+    ("2x4:", "cluster shape '2x4:': no GPU model after ':' (a model is 1-64 letters, digits or ._-; for GPUs of no "
+             "stated model leave the ':' out)"),
+    # said "malformed size 'T4'"
+    ("2x4:V100,2x4:T4", "cluster shape '2x4:V100,2x4:T4': groups are joined by +, not by commas "
+                        "(e.g. 32x8:V100+16x2:T4)"),
+])
+def test_a_shape_s_gpu_models_are_checked(text, error):
+    with pytest.raises(ValueError) as e:
+        parse_shape(text)
+    assert error in str(e.value) and len(str(e.value)) < 250
+
+
+def test_a_shape_s_model_rule_takes_the_traces_models():
+    for model in ("V100", "V100M32", "A10", "T4", "P100", "MISC", "G2", "A100-SXM4-80GB", "rtx_3090", "H100.nvl", "M" * 64):
+        assert parse_shape(f"1x8:{model}")[0].gpu_model == model
+
+
 def test_node_format_detection(tmp_path):
     assert detect_node_format(write(tmp_path, "sn,cpu_milli,memory_mib,gpu,model\n", "a.csv")) == "alibaba2023"
     assert detect_node_format(write(tmp_path, "machine,gpu_type,cap_cpu,cap_mem,cap_gpu\n", "b.csv")) == "pai2020"

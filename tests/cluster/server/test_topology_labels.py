@@ -51,7 +51,9 @@ def test_a_gang_goes_under_one_switch_by_the_labels_the_scheduler_believes(tmp_p
 @pytest.mark.parametrize("content, message", [
     (None, "cannot read the topology file"),
     ("node,switch\nn1,s1\n", "header must be node_id,switch"),
-    ("node_id,switch\nn1,s1\nn1,s2\n", "row 3: node 'n1' listed twice"),
+    ("node_id,switch\nn1,s1\nn1,s2\n", "topology.csv:3: node 'n1' listed twice"),
+    pytest.param("node_id,switch\nn1," + "x" * 140_000 + "\n", "topology.csv:2: malformed CSV: field larger than "
+                 "field limit", id="a-field-over-the-csv-limit"),
 ])
 def test_a_bad_topology_file_stops_the_scheduler_with_one_line(tmp_path, content, message):
     import subprocess

@@ -62,6 +62,9 @@ def test_a_run_writes_every_output(tmp_path, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--policy", "fifo", "--cluster", "8by8"], "malformed cluster shape"),
+    (["--policy", "fifo", "--cluster", "2x4:V100|T4"], "GPU model 'V100|T4' must be 1-64 letters, digits or ._-"),
+    (["--policy", "fifo", "--cluster", "2x4:"], "no GPU model after ':'"),
+    (["--policy", "fifo", "--cluster", "2x4:V100,2x4:T4"], "groups are joined by +, not by commas"),
     (["--policy", "nosuch"], "unknown policy 'nosuch'"),
     (["--policy", "fifo,fifo"], "given twice"),
     (["--policy", ""], "no policy given"),
