@@ -93,7 +93,6 @@ def test_the_wires_edges_are_accepted_and_welcomed():
 @pytest.mark.parametrize("config, flags, fragment", [
     ({"heartbeat_s": 0}, [], "heartbeat_s: expected a finite number in [0.01, 3600.0]"),
     ({"liveness": 5000}, [], "liveness: expected an integer in [1, 1000]"),
-    ({}, ["--sim-gpus", "1:T4@0.0005"], "GPU 0 (T4) speed: expected a finite number in [0.001, 1.0]"),
 ])
 def test_a_node_refuses_at_its_start_what_it_could_not_tell_a_job(tmp_path, config, flags, fragment):
     cfg = tmp_path / "node.json"
