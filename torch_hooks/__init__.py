@@ -146,12 +146,14 @@ def _forked() -> None:
     and writes its own statistics as it exits: at exit as any process, or, a multiprocessing child that ends
     with ``os._exit``, among multiprocessing's exit finalizers (registered once its bootstrap has cleared the
     parent's)."""
+    global _forked_child
     rt = _rt
     if rt is None:
         return
+    _forked_child = True
     link = getattr(rt, "link", None)
     rt.forked((link, getattr(link, "publisher", None)) if link is not None else ())
-    rt.link = None  # type: ignore[attr-defined]  # set by install() where there is a node
+    rt.link = None  # set by install() where there is a node
     mp_util = sys.modules.get("multiprocessing.util")
     if mp_util is not None:
         mp_util.register_after_fork(rt, _mp_child)
@@ -174,12 +176,15 @@ def _at_exit(rt) -> None:
 
 
 _written_by = 0  # the pid that wrote its statistics (a forked child may reach both exit paths)
+_forked_child = False  # this process is a child os.fork made of the job's (``_forked``)
 
 
 def _write_stats(rt) -> None:
-    """This process's summary into ``COLOCATE_STATS_DIR`` as ``stats-PID.json``, once per process."""
+    """This process's summary into ``COLOCATE_STATS_DIR`` as ``stats-PID.json``, once per process; none from a
+    forked child that ran no mini-batch (a DataLoader's worker: its CPU time is no device time, as a simulated
+    GPU counts it)."""
     global _written_by
-    if _written_by == os.getpid():
+    if _written_by == os.getpid() or (_forked_child and not rt.book.iterations):
         return
     _written_by = os.getpid()
     stats_dir = rt.env.stats_dir

@@ -449,7 +449,13 @@ def work(steps):
     for _ in range(steps):
         opt.zero_grad(); model(torch.randn(4, 8)).pow(2).mean().backward(); opt.step()
 
+def load(steps):  # a DataLoader's worker processes (forked on Linux) do no device work: no statistics of their own
+    data = torch.utils.data.TensorDataset(torch.randn(4 * steps, 8))
+    for (x,) in torch.utils.data.DataLoader(data, batch_size=4, num_workers=2):
+        pass
+
 if __name__ == "__main__":
+    load(3)
     work(2)  # the parent trains before it forks: its children count from the fork
     ctx = mp.get_context(sys.argv[1])
     procs = [ctx.Process(target=work, args=(5,)) for _ in range(2)]
@@ -463,7 +469,8 @@ if __name__ == "__main__":
 def test_every_process_of_a_job_is_in_its_stats_whatever_started_it(colocate, tmp_path, method):
     """Workers a job starts with multiprocessing are in its --stats-file: a forked one ends with os._exit (no
     exit handlers), so it writes its own statistics among multiprocessing's exit finalizers, counted from the
-    fork."""
+    fork. A forked process that ran no mini-batch (a DataLoader's worker) writes none: its CPU time is no device
+    time."""
     script = write(tmp_path / "forked.py", FORKED)
     proc, s = run_job(colocate, tmp_path, [], [sys.executable, script, method])
     assert proc.returncode == 0 and "codes [0, 0]" in proc.stdout, proc.stderr
