@@ -39,15 +39,15 @@ class NodeGpus:
                             node_id, g.model, g.speed, self._by[g.model], first, first)
 
 
-def node_model(gpus: Iterable[P.NodeGpu]) -> str:
-    """The GPU model a node registers with in the policy core (``NodeSpec.gpu_model``): its GPUs' one model, or ""
-    for a node of several models (or none). The core places by one model per node: a job that names a model is never
-    placed on a node of several, where its workers could get GPUs of another model (jobs that name none may be)."""
-    models = {g.model for g in gpus}
-    return models.pop() if len(models) == 1 else ""
+def node_model(models: dict[int, str]) -> str:
+    """The GPU model a node registers with in the policy core (``NodeSpec.gpu_model``), from its GPUs' models
+    (``NodeGpus.models[node_id]``): their one model, or "" for a node of several models (or none). The core places by
+    one model per node: a job that names a model is never placed on a node of several, where its workers could get
+    GPUs of another model (jobs that name none may be)."""
+    names = set(models.values())
+    return names.pop() if len(names) == 1 else ""
 
 
-def shown_models(gpus: Iterable[P.NodeGpu] | dict[int, str]) -> str:
-    """A node's GPU models for people, in GPU order: ``V100`` or ``V100+T4`` (several)."""
-    names = gpus.values() if isinstance(gpus, dict) else (g.model for g in sorted(gpus, key=lambda g: g.index))
-    return "+".join(dict.fromkeys(names))
+def shown_models(models: dict[int, str]) -> str:
+    """A node's GPU models (``NodeGpus.models[node_id]``) for people, in GPU order: ``V100`` or ``V100+T4``."""
+    return "+".join(dict.fromkeys(models[i] for i in sorted(models)))

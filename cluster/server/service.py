@@ -227,7 +227,9 @@ class SchedulerService(Requests, Faults):
             return [self._error(ident, P.FORBIDDEN, why)]
         said = dict(m.topology)
         switch, rack = self.topology.get(m.node_id, (said.get("switch", ""), said.get("rack", "")))
-        spec = NodeSpec(m.node_id, gpus=len(m.gpus), gpu_model=node_model(m.gpus),
+        self.gpus.hello(m.node_id, m.gpus)
+        models = self.gpus.models[m.node_id]
+        spec = NodeSpec(m.node_id, gpus=len(m.gpus), gpu_model=node_model(models),
                         gpu_mem=min((g.mem_total for g in m.gpus), default=0), cpu_milli=m.cpu_milli,
                         mem_mib=m.mem_mib, switch=switch, rack=rack)
         old = self.nodes.get(m.node_id)
@@ -236,10 +238,9 @@ class SchedulerService(Requests, Faults):
         self.nodes[m.node_id], self.idents[ident] = ident, m.node_id
         self.hosts[m.node_id], self.epochs[m.node_id] = m.host or "127.0.0.1", m.epoch
         self.specs[m.node_id] = spec
-        self.gpus.hello(m.node_id, m.gpus)
         self.heard[m.node_id] = now
         log.info("node %s (epoch %d, %s) joined: %d GPU(s) %s%s", m.node_id, m.epoch, m.host, spec.gpus,
-                 spec.gpu_model or shown_models(m.gpus),
+                 spec.gpu_model or shown_models(models),
                  f" (switch {switch or '-'}, rack {rack or '-'})" if switch or rack else "")
         welcome = (ident, P.NodeWelcome(node_id=m.node_id, scheduler_epoch=self.epoch, heartbeat_s=self.heartbeat_s,
                                         liveness=self.liveness, cluster_id=self.cluster_id, lease_s=self.lease_s))
