@@ -212,24 +212,32 @@ def _print_lines(args, settings, endpoint: str) -> None:
     from colocate.slurm import site
 
     plugin = Path(args.plugin)
-    print("# 1. build the SPANK plugin (needs gcc and libslurm-dev), on every node and login node:")
-    print(f"mkdir -p {plugin.parent}")
-    print(f"colocate slurm build-plugin {plugin}      # or: " + " ".join(site.build_command(plugin)))
-    print("# 2. plugstack.conf (every node and login node)" + (f", written into {args.plugstack}:" if args.plugstack
-                                                               else "; --plugstack FILE writes it:"))
-    print(site.plugstack_line(plugin, settings))
-    if args.task_prolog:
-        print(f"#    or, without the plugin, slurm.conf: TaskProlog={Path(args.task_prolog).resolve()}")
+    step = 1
+    if args.task_prolog and not args.plugstack:  # the site chose the TaskProlog: no plugin to build or load
+        print(f"# {step}. slurm.conf (the same file at this path on every node): "
+              f"TaskProlog={Path(args.task_prolog).resolve()}")
+        print("#    (or the SPANK plugin instead: colocate slurm config without --task-prolog)")
+        step += 1
     else:
-        print("#    or, without the plugin: colocate slurm config --task-prolog FILE, and slurm.conf TaskProlog=FILE")
+        print(f"# {step}. build the SPANK plugin (needs gcc and libslurm-dev), on every node and login node:")
+        print(f"mkdir -p {plugin.parent}")
+        print(f"colocate slurm build-plugin {plugin}      # or: " + " ".join(site.build_command(plugin)))
+        print(f"# {step + 1}. plugstack.conf (every node and login node)"
+              + (f", written into {args.plugstack}:" if args.plugstack else "; --plugstack FILE writes it:"))
+        print(site.plugstack_line(plugin, settings))
+        if args.task_prolog:
+            print(f"#    or, without the plugin, slurm.conf: TaskProlog={Path(args.task_prolog).resolve()}")
+        else:
+            print("#    or, without the plugin: colocate slurm config --task-prolog FILE, and slurm.conf TaskProlog=FILE")
+        step += 2
     opp = settings.opp_gres
-    print("# 3. slurm.conf: shards (they need select/cons_tres)" + (f", and {opp}: opportunistic tasks per node"
+    print(f"# {step}. slurm.conf: shards (they need select/cons_tres)" + (f", and {opp}: opportunistic tasks per node"
                                                                    if opp else "") + ":")
     print("SelectType=select/cons_tres")
     print("GresTypes=gpu,shard" + (f",{opp}" if opp else ""))
     print(f"#    NodeName=... Gres=gpu:N,shard:N*S{f',{opp}:8' if opp else ''}   with gres.conf lines such as:")
     print(f"#    Name=shard Count=N*{settings.shards or 'S'}" + (f"   Name={opp} Count=8 Flags=CountOnly" if opp else ""))
-    print("# 4. beside slurmd on every node (docs/slurm.md has a systemd unit):")
+    print(f"# {step + 1}. beside slurmd on every node (docs/slurm.md has a systemd unit):")
     sim = f" --sim-gpu-mem {settings.sim_gpu_mem}" if settings.sim_gpu_mem else ""
     ctl = f" --ctl {args.ctl}" if args.ctl else ""
     print(f"colocate node --device {settings.device}{sim} --endpoint {args.node}{ctl} --policy adaptive"

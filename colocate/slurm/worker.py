@@ -31,6 +31,8 @@ from colocate.base.vocab import DeviceKind, JobClass
 
 AUTO = "auto"  # --colocate without a mode: guaranteed with a Slurm GPU, opportunistic without
 MODES = (AUTO,) + tuple(JobClass)
+# the user's own values, named both ways: the SPANK plugin's options and the TaskProlog's environment
+_MEM, _SHARE = "--colocate-gpu-mem (COLOCATE_GPU_MEM)", "--colocate-sm-share (COLOCATE_SM_SHARE)"
 
 
 def resolve(environ: Mapping[str, str], memory_total: Callable[[int], int] | None = None) -> dict[str, str]:
@@ -92,7 +94,7 @@ def _whole_gpus(environ: Mapping[str, str], gpus: tuple[int, ...],
     if asked_mem is not None:
         source = f"--gres=gpu:{len(gpus)}: the whole GPU {gpu}"
         out["COLOCATE_GPU_MEM"] = str(int(within_grant(
-            "--colocate-gpu-mem", asked_mem, _device_memory(environ, gpu, memory_total), "Slurm", source, size=True)))
+            _MEM, asked_mem, _device_memory(environ, gpu, memory_total), "Slurm", source, size=True)))
     if asked_share is not None:
         out["COLOCATE_SM_SHARE"] = repr(asked_share)
     return out
@@ -118,8 +120,8 @@ def _partition(environ: Mapping[str, str], shards: int, gpus: tuple[int, ...],
     source = f"--gres=shard:{shards} of {per_gpu}" + (f" between {tasks} tasks" if tasks > 1 else "")
     asked_mem, asked_share = _asked(environ)
     out = {"COLOCATE_PRIORITY": JobClass.GUARANTEED, "COLOCATE_PARTITION": "1", "COLOCATE_GPUS": str(gpu)}
-    share = within_grant("--colocate-sm-share", asked_share, share, "Slurm", source)
-    cap = within_grant("--colocate-gpu-mem", asked_mem, int(total * shards / per_gpu / tasks), "Slurm",
+    share = within_grant(_SHARE, asked_share, share, "Slurm", source)
+    cap = within_grant(_MEM, asked_mem, int(total * shards / per_gpu / tasks), "Slurm",
                        f"{source} of the GPU's {format_size(total)}", size=True)
     return out | {"COLOCATE_GPU_MEM": str(int(cap)), "COLOCATE_SM_SHARE": repr(float(share))}
 

@@ -184,7 +184,7 @@ def test_a_share_above_the_shards_is_refused_in_one_line(slurm_cluster):
                               "import torch; print('ran')")
     assert proc.returncode != 0 and "ran" not in proc.stdout, proc.stdout + proc.stderr
     ours = [line for line in proc.stderr.strip().splitlines() if not line.startswith("srun: ")]
-    assert ours == ["colocate: --colocate-sm-share 0.9 is above this task's Slurm grant 0.5 (--gres=shard:2 of 4); "
+    assert ours == ["colocate: --colocate-sm-share (COLOCATE_SM_SHARE) 0.9 is above this task's Slurm grant 0.5 (--gres=shard:2 of 4); "
                     "a task may only lower its grant"], proc.stderr
 
 

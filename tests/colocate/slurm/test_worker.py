@@ -56,13 +56,13 @@ def test_the_users_options_lower_the_grant(grant, mem, share, want_mem, want_sha
 
 
 @pytest.mark.parametrize("grant, asked, words", [
-    (SHARDS_2, {"COLOCATE_SM_SHARE": "0.9"}, "--colocate-sm-share 0.9 is above this task's Slurm grant 0.5 "
+    (SHARDS_2, {"COLOCATE_SM_SHARE": "0.9"}, "--colocate-sm-share (COLOCATE_SM_SHARE) 0.9 is above this task's Slurm grant 0.5 "
                                              "(--gres=shard:2 of 4)"),
-    (SHARDS_2, {"COLOCATE_GPU_MEM": "64GiB"}, "--colocate-gpu-mem 64.0 GiB is above this task's Slurm grant "
+    (SHARDS_2, {"COLOCATE_GPU_MEM": "64GiB"}, "--colocate-gpu-mem (COLOCATE_GPU_MEM) 64.0 GiB is above this task's Slurm grant "
                                               "4.0 GiB (--gres=shard:2 of 4 of the GPU's 8.0 GiB)"),
-    (SHARDS_2, {"COLOCATE_GPU_MEM": str(4 * GiB + 1)}, f"--colocate-gpu-mem {4 * GiB + 1} bytes is above"),
+    (SHARDS_2, {"COLOCATE_GPU_MEM": str(4 * GiB + 1)}, f"--colocate-gpu-mem (COLOCATE_GPU_MEM) {4 * GiB + 1} bytes is above"),
     (SHARDS_2 | {"SLURM_GTIDS": "4,5"}, {"COLOCATE_SM_SHARE": "0.5"}, "grant 0.25 (--gres=shard:2 of 4 between 2 tasks)"),
-    (WHOLE, {"COLOCATE_GPU_MEM": "9GiB"}, "--colocate-gpu-mem 9.0 GiB is above this task's Slurm grant 8.0 GiB "
+    (WHOLE, {"COLOCATE_GPU_MEM": "9GiB"}, "--colocate-gpu-mem (COLOCATE_GPU_MEM) 9.0 GiB is above this task's Slurm grant 8.0 GiB "
                                           "(--gres=gpu:1: the whole GPU 0)"),
 ])
 def test_an_option_above_the_grant_is_refused_in_one_line_naming_it(grant, asked, words):
@@ -161,3 +161,17 @@ def test_build_plugin_without_gcc_is_one_line(tmp_path):
     source = subprocess.run([S.PY, "-m", "colocate", "slurm", "build-plugin", "--print-source"], cwd=S.REPO,
                             env=S.child_env(), capture_output=True, text=True, timeout=60)
     assert source.returncode == 0 and Path(source.stdout.strip()) == site.SOURCE and site.SOURCE.is_file()
+
+
+def test_slurm_config_with_a_task_prolog_prints_the_taskprolog_set_up_not_the_plugins(tmp_path):
+    """A site that writes the TaskProlog builds no plugin: the printed steps are the TaskProlog's."""
+    from tests import support as S
+
+    prolog = tmp_path / "prolog.sh"
+    args = ("slurm", "config", "--gres-conf", tmp_path / "none.conf", "--node", "ipc:///nowhere/node.sock")
+    proc = S.colocate_cli(*args, "--task-prolog", prolog)
+    assert prolog.exists() and proc.returncode == 1, proc.stderr  # 1: this machine's checks fail
+    assert f"# 1. slurm.conf (the same file at this path on every node): TaskProlog={prolog}" in proc.stdout
+    assert "SPANK plugin (needs gcc" not in proc.stdout and "plugstack.conf" not in proc.stdout, proc.stdout
+    plugin = S.colocate_cli(*args)
+    assert "# 1. build the SPANK plugin" in plugin.stdout and "# 4. beside slurmd" in plugin.stdout, plugin.stdout
