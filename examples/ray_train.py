@@ -132,14 +132,16 @@ def main(argv=None) -> int:
     p.add_argument("--host-ms", type=float, default=10.0, help="data phase per iteration (sleep)")
     p.add_argument("--backend", default=None, help="torch.distributed backend (default: gloo with --local, else "
                    "Ray's: nccl on GPUs)")
-    p.add_argument("--storage", default=None, help="Ray Train's storage_path (default: a temporary folder)")
+    p.add_argument("--storage", default=None,
+                   help="Ray Train's storage_path, kept (default: a temporary folder, removed at the end)")
     args = p.parse_args(argv)
     import tempfile
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # every rank's line (Ray folds lines that differ in numbers only)
     import ray
 
-    storage = args.storage or tempfile.mkdtemp(prefix="ray-train-")
+    scratch = None if args.storage else tempfile.TemporaryDirectory(prefix="ray-train-")
+    storage = args.storage or scratch.name
     cluster = None
     if args.local:
         from colocate.ray.local import LocalCluster
@@ -151,15 +153,19 @@ def main(argv=None) -> int:
     try:
         backend = args.backend or ("gloo" if args.local else None)
         result = trainer(args.mode, args.seconds, args.host_ms, backend, storage).fit()
-        print(f"run finished: {result.path}")
+        print(f"run finished: {result.path}" + ("" if args.storage else " (a temporary folder: --storage keeps it)"))
         if cluster is not None:
             print("the colocate node saw:", {j: (i.gpu, i.priority, i.mem_cap, i.sm_share)
                                              for j, i in cluster.jobs().items()} or "(the workers have left)")
     finally:
-        if cluster is not None:
-            cluster.close()
-        else:
-            ray.shutdown()
+        try:
+            if cluster is not None:
+                cluster.close()
+            else:
+                ray.shutdown()
+        finally:
+            if scratch is not None:
+                scratch.cleanup()
     return 0
 
 

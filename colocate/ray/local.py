@@ -11,6 +11,7 @@ custom resource ``node<i>`` so work can be pinned to it. ``close()`` stops Ray a
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +31,8 @@ class LocalCluster:
                  cpus_per_node: int = 4, log_to_driver: bool = False):
         self.ray_nodes, self.sim_gpu_mem, self.policy, self.cpus = ray_nodes, sim_gpu_mem, policy, cpus_per_node
         self.log_to_driver = log_to_driver
-        self.dir = tempfile.mkdtemp(prefix="colocate-ray-")
+        self.dir = tempfile.mkdtemp(prefix="colocate-ray-")  # the node's socket and log; removed by close()
+        self._keep_dir = False  # a failed start keeps it: its error names the node's log there
         self.endpoint = f"ipc://{self.dir}/node.sock"
         self.node: subprocess.Popen | None = None
         self.cluster: Any = None  # ray.cluster_utils.Cluster once started
@@ -46,6 +48,7 @@ class LocalCluster:
         try:
             self._start()
         except BaseException:
+            self._keep_dir = True
             self.close()  # what did start is stopped when the set-up fails
             raise
 
@@ -110,6 +113,8 @@ class LocalCluster:
                 except subprocess.TimeoutExpired:
                     self.node.kill()
                     self.node.wait()
+            if not self._keep_dir:
+                shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _free_port() -> int:
