@@ -2,7 +2,8 @@
 ``tenant = "user"``), in GPUs, from ``quotas``; tenants not listed get ``default_quota`` or, when
 it is -1, are rejected at submit. Usage counts guaranteed placements (milli) from their reserve (in the
 cycle) until every slot is released. A job starts within its tenant's quota, or beyond it by borrowing idle
-quota of others (``borrow``) while the total usage stays within the total quota. When a job
+quota (``borrow``: others' unused quota and the GPUs no quota covers) while the total usage stays within the total
+quota or, where the quotas cover fewer GPUs than the cluster has, within the cluster. When a job
 within its own quota is blocked, ``reclaim`` preempts placements of tenants over their quota,
 youngest first, until the GPUs they hold plus the free ones cover the job (counted in GPUs, not
 by topology); a tenant is not reclaimed below its quota by more than one placement. Until the
@@ -74,12 +75,19 @@ class Quota(Plugin):
         if self.p["borrow"]:
             if self._reclaiming:
                 return unschedulable(self.name, f"{t!r} at its quota; no borrowing while a queue reclaims")
-            if self.total_used + need <= self.total_quota:
+            if self.total_used + need <= self._borrowable():
                 return SUCCESS
             return unschedulable(self.name, f"{t!r} over its quota and no idle quota to borrow")
         if need > self.quota[t]:
             return fails_job(self.name, f"needs {need / MILLI:g} GPUs, quota of {t!r} is {self.quota[t] / MILLI:g}")
         return unschedulable(self.name, f"{t!r} at its quota")
+
+    def _borrowable(self) -> int:
+        """What the tenants may use together when borrowing, in milli-GPUs: the total quota, or the cluster's GPUs
+        where the quotas cover fewer (the GPUs no quota covers are idle quota too: without them a lone tenant,
+        or a trace without users, could never use more than its quota on an empty cluster, and a job above it
+        waited for ever)."""
+        return max(self.total_quota, self.fw.state.capacity() * MILLI)
 
     def _add(self, job: Job, pid: str, now: float) -> None:
         if pid in self._held:

@@ -205,6 +205,19 @@ def test_quota_borrowing(borrow, started):
     assert sorted(placed) == started
 
 
+@pytest.mark.parametrize("jobs, started", [
+    ([("big", 8, 2)], ["big"]),  # 16 GPUs of one tenant whose quota is 8: the cluster is empty
+    ([("a1", 8, 1), ("a2", 8, 1)], ["a1", "a2"]),  # the second borrows the 8 GPUs no quota covers
+])
+def test_quota_borrows_the_gpus_no_quota_covers(jobs, started):
+    """One tenant known (quota 8) on 16 GPUs: the quotas cover fewer GPUs than the cluster has, and the rest is
+    idle quota too (a job above the known tenants' total quota waited for ever on an empty cluster)."""
+    cfg = config(["fifo", "gang", "binpack", "quota"], quota={"tenant": "user", "default_quota": 8})
+    core = make_core(cfg, [("n0", 8), ("n1", 8)])
+    placed = run(core, *[job(name, gpus=g, workers=w, user="A", t=i) for i, (name, g, w) in enumerate(jobs)])
+    assert sorted(placed) == started
+
+
 def test_quota_reclaim_preempts_the_youngest_borrower():
     core = quota_core()
     for i in (1, 2, 3):  # a borrows 2 GPUs of b's idle quota; a3 is the youngest
