@@ -36,7 +36,7 @@ from bisect import bisect_left, insort
 from cluster.jobs import Job, Request
 from cluster.params import Param
 from cluster.points import SUCCESS, Plugin, Status, register, unschedulable
-from cluster.spec import MILLI, JobSpec, Placement
+from cluster.spec import MILLI, JobSpec, Placement, allowed_models, model_allows
 from cluster.statement import Statement
 from colocate.base.vocab import JobClass
 
@@ -172,7 +172,7 @@ class Backfill(Plugin):
             if end == math.inf:
                 break
             _, milli, pmodel, _ = self._info[pid]
-            if model and pmodel != model:
+            if not model_allows(model, pmodel):  # the head's constraint (one model or several) does not take them
                 continue
             have += milli
             if have >= need:
@@ -195,8 +195,8 @@ class Backfill(Plugin):
 
     def backfill_admit(self, req: Request) -> Status:
         res = self._res.get(req.queue)
-        if res is None or (res.model and req.model and res.model != req.model):
-            return SUCCESS
+        if res is None or (res.model and req.model and allowed_models(res.model).isdisjoint(allowed_models(req.model))):
+            return SUCCESS  # no GPU this job may take is one the head may: it cannot delay the head
         job_id = req.job.job_id
         est = self._admit_est[job_id] if job_id in self._admit_est else self.estimate(req.spec, req.now, self.p["admit"])
         if est is None:

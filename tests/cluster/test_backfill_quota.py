@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.events import PENDING, RUNNING
+from cluster.spec import NodeSpec
 from tests.cluster.helpers import changes, config, confirm_stops, finish, job, make_core, run, starts, stops, submit
 
 
@@ -32,6 +33,31 @@ def test_backfill(policy, head_gpus, gpus, estimate, starts_now):
     if policy == "backfill":
         head, shadow, extra = core.fw.plugin("backfill").reservation("default")
         assert (head, shadow, extra) == ("head", 100.0, (8 - head_gpus) * 1000 - (2000 if starts_now and estimate == 500.0 else 0))
+
+
+@pytest.mark.parametrize("constraint, t4_busy, starts_now", [
+    ("V100|T4", 4, False),  # may take the head's V100s: held back (it took them, and the head started at 502)
+    ("V100", 4, False),
+    ("", 4, False),
+    ("T4", 2, True),  # none of the head's GPUs: cannot delay it, runs on the free T4s
+])
+def test_backfill_holds_back_a_job_whose_models_include_the_heads(constraint, t4_busy, starts_now):
+    """A V100 head reserved behind a running V100 job; a long job behind it that may run on V100s must not take
+    them, whether its constraint names V100 alone, with another model, or none."""
+    core = make_core("backfill", [NodeSpec("v", 4, gpu_model="V100"), NodeSpec("t", 4, gpu_model="T4")])
+    run(core, job("t4", gpus=t4_busy, gpu_model="T4", estimate_s=1000.0),
+        job("r1", gpus=2, gpu_model="V100", estimate_s=100.0))
+    out = submit(core, job("head", gpus=4, gpu_model="V100", t=1, estimate_s=100.0),
+                 job("x", gpus=2, gpu_model=constraint, t=2, estimate_s=500.0), now=2.0)
+    assert ("x" in starts(out)) == starts_now
+    assert core.fw.plugin("backfill").reservation("default")[:2] == ("head", 100.0)
+
+
+def test_a_head_of_several_models_is_reserved_on_the_running_jobs_of_any_of_them():
+    core = make_core("backfill", [NodeSpec("v", 4, gpu_model="V100"), NodeSpec("t", 4, gpu_model="T4")])
+    run(core, job("t4", gpus=4, gpu_model="T4", estimate_s=1000.0), job("r1", gpus=2, gpu_model="V100", estimate_s=100.0))
+    submit(core, job("head", gpus=4, gpu_model="V100|T4", t=1, estimate_s=100.0), now=1.0)
+    assert core.fw.plugin("backfill").reservation("default")[:2] == ("head", 100.0)  # r1's V100s count
 
 
 def test_backfill_extra_capacity_is_consumed():
