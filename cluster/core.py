@@ -86,7 +86,7 @@ class SchedulerCore(NodeEvents, CoreViews):
         self.refusals: dict[str, int] = {}  # job id -> refused starts in a row (the backoff's exponent)
         self.stats = dict.fromkeys(("events", "decisions", "cycles", "placements", "preemptions", "promotions",
                                     "start_failures", "requeues", "orphan_stops", "nodes_lost", "duplicates",
-                                    "oom_restarts"), 0)
+                                    "oom_restarts", "foreign_reports"), 0)
         self._handlers: dict[type, Callable[..., Any]] = {
             ev.JobSubmitted: self._submitted, ev.JobCancelled: self._cancelled, ev.NodeJoined: self._joined,
             ev.NodeLost: self._lost, ev.NodeReport: self._report, ev.RankStarted: self._started,
@@ -342,7 +342,22 @@ class SchedulerCore(NodeEvents, CoreViews):
             return None
         return job
 
+    def speaks_for(self, node_id: str, pid: str, rank: int) -> bool:
+        """Whether ``node_id`` may report on rank ``rank`` of placement ``pid`` (always, for a trusted source: "").
+        A node speaks only for its own workers: the rank's slot is held on it, or, for a slot no longer held, it is
+        not another node's worker that recovery awaits (a node's key could otherwise end, fail or start any job)."""
+        if not node_id:
+            return True
+        held = self.state.allocs.get(pid, {}).get(rank)
+        if held is not None:
+            return held.node_id == node_id
+        awaited = self.recovery.awaited_on(pid, rank)
+        return not awaited or node_id in awaited
+
     def _started(self, e: ev.RankStarted, now: float, out: list) -> None:
+        if not self.speaks_for(e.node_id, e.placement_id, e.rank):
+            self.stats["foreign_reports"] += 1
+            return
         job = self._current(e.job_id, e.placement_id)
         if job is not None:
             self._rank_started(job, e.rank, now, out)
@@ -359,6 +374,9 @@ class SchedulerCore(NodeEvents, CoreViews):
             self.fw.running(job, now)
 
     def _exited(self, e: ev.RankExited, now: float, out: list) -> None:
+        if not self.speaks_for(e.node_id, e.placement_id, e.rank):
+            self.stats["foreign_reports"] += 1
+            return
         self.recovery.exited(e.placement_id, e.rank, now)
         if e.placement_id in self.stopping:
             self._release_slot(e.placement_id, e.rank, now)
@@ -432,6 +450,9 @@ class SchedulerCore(NodeEvents, CoreViews):
         unless the node refused for its own stale state (``stale``: it is still stopping an old placement)."""
         job = self._current(e.job_id, e.placement_id)
         if job is None or job.state != PLACING:
+            return
+        if job.placement is not None and all(s.node_id != e.node_id for s in job.placement.slots):
+            self.stats["foreign_reports"] += 1  # a node refuses only its own part of a placement
             return
         n = self.refusals[job.job_id] = self.refusals.get(job.job_id, 0) + 1
         delay = refusal_backoff_s(n)

@@ -112,6 +112,7 @@ class RankStarted:
     job_id: str
     placement_id: str
     rank: int
+    node_id: str = ""  # the node that says so: the event counts only if it holds that rank ("": a trusted source)
 
 
 @quick_init
@@ -123,6 +124,7 @@ class RankExited:
     exit_code: int  # 0 success; 128+N killed by signal N
     fenced: bool = False  # ended by its node's lapsed lease: lost, not failed
     oom: bool = False  # ended for want of GPU memory (as the worker said)
+    node_id: str = ""  # the node that says so: the event counts only if it holds that rank ("": a trusted source)
 
 
 @quick_init

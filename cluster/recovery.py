@@ -222,9 +222,13 @@ class Recovery:
         for pid in dict.fromkeys(lost):
             core.placement_lost(pid, f"restored placement does not fit node {nid}", now, out)
 
+    def awaited_on(self, pid: str, rank: int) -> list[str]:
+        """The returned nodes whose confirmation that rank ``rank`` of old placement ``pid`` is gone is awaited."""
+        return [n for n, items in self.confirm.items() if any((p, s.rank) == (pid, rank) for _, p, s in items)]
+
     def exited(self, pid: str, rank: int, now: float) -> None:
         """Rank ``rank`` of old placement ``pid`` on a returned node is gone (exited, or no longer listed)."""
-        for nid in [n for n, items in self.confirm.items() if any((p, s.rank) == (pid, rank) for _, p, s in items)]:
+        for nid in self.awaited_on(pid, rank):
             self.confirm[nid] = [it for it in self.confirm[nid] if (it[1], it[2].rank) != (pid, rank)]
             if not self.confirm[nid]:
                 del self.confirm[nid]

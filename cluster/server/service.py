@@ -80,6 +80,7 @@ from cluster.server.views import Progress, held_by
 from cluster.spec import NodeSpec
 from colocate import protocol as P
 from colocate.base.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS, replace_after_s
+from colocate.base.text import quoted
 from colocate.base.vocab import TERMINAL
 
 log = logging.getLogger("colocate.scheduler")
@@ -119,6 +120,7 @@ class SchedulerService(Requests, Faults):
         self._next_probe = 0.0
         self._outbox: Replies = []  # messages of a rebuild, sent before the reply
         self._failures_logged: set[tuple[str, str]] = set()
+        self._foreign_seen: set[tuple[str, str]] = set()  # (node, placement) reports on workers not its own, said
         self.counts: Counter = Counter()  # messages received by type
         self.bad: Counter = Counter()  # errors replied by code
         self.decided: Counter = Counter()  # decisions by type
@@ -284,10 +286,13 @@ class SchedulerService(Requests, Faults):
                                                           for g in m.gpus),
                                   tuple(ev.WorkerReport(w.job_id, w.placement_id, w.rank, w.running, w.exit_code,
                                                         w.fenced, w.oom) for w in m.workers))
+        elif not self._speaks_for(node_id, m):
+            self._foreign(node_id, m)
+            return []
         elif isinstance(m, P.WorkerStarted):
             with self.journal.transaction():
                 self.journal.add_log(m.job_id, m.rank, m.placement_id, node_id, m.log_path, now)
-            event = ev.RankStarted(m.job_id, m.placement_id, m.rank)
+            event = ev.RankStarted(m.job_id, m.placement_id, m.rank, node_id)
         elif isinstance(m, P.WorkerExited):
             job = self.core.job(m.job_id)
             # the job's exit code is its cause: the first worker to end the placement's run (a failing rank, or the
@@ -298,7 +303,7 @@ class SchedulerService(Requests, Faults):
                     row = self.journal.job(m.job_id)
                     if row is not None and (m.exit_code != 0 or row["exit_code"] is None):
                         self.journal.set_exit_code(m.job_id, m.exit_code)
-            event = ev.RankExited(m.job_id, m.placement_id, m.rank, m.exit_code, m.fenced, m.oom)
+            event = ev.RankExited(m.job_id, m.placement_id, m.rank, m.exit_code, m.fenced, m.oom, node_id)
         else:
             log.warning("node %s refused placement %s (%s): %s", node_id, m.placement_id, m.code, m.reason)
             event = ev.PlacementRefused(m.job_id, m.placement_id, node_id, m.reason, m.code == P.REFUSED_STALE)
@@ -307,6 +312,25 @@ class SchedulerService(Requests, Faults):
         for e in progressed:
             self.learning.progressed(e, now)
         return out + self._settled(node_id, m)
+
+    def _speaks_for(self, node_id: str, m: P.WorkerStarted | P.WorkerExited | P.StartRefused) -> bool:
+        """Whether the node may say ``m``: a node speaks only for its own workers (``SchedulerCore.speaks_for``), and
+        refuses only a placement with a worker on it."""
+        if isinstance(m, P.StartRefused):
+            job = self.core.job(m.job_id)
+            return job is None or job.placement_id != m.placement_id or held_by(job, node_id)
+        return self.core.speaks_for(node_id, m.placement_id, m.rank)
+
+    def _foreign(self, node_id: str, m: P.WorkerStarted | P.WorkerExited | P.StartRefused) -> None:
+        """A node reported on a worker it does not hold (a forged report, or a node's stale view): dropped, and said
+        once per node and placement."""
+        if (node_id, m.placement_id) not in self._foreign_seen:
+            if len(self._foreign_seen) >= 10_000:
+                self._foreign_seen.clear()
+            self._foreign_seen.add((node_id, m.placement_id))
+            what = "placement" if isinstance(m, P.StartRefused) else f"rank {m.rank} of placement"
+            log.warning("node %s reported on %s %s (job %s), which it does not hold: ignored",
+                        node_id, what, quoted(m.placement_id), quoted(m.job_id))
 
     def _settled(self, node_id: str, m: NodeWrite) -> Replies:
         """``PlacementsSettled`` for the ended placements ``m`` shows whose end the core has taken (the job is

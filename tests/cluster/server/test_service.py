@@ -601,3 +601,28 @@ def test_the_submit_log_line_names_the_queue_the_policy_put_the_job_in(tmp_path,
         assert reply.jobs[0].queue != "default" and line.endswith(f"queue {reply.jobs[0].queue}")
     finally:
         h.journal.close()
+
+
+@pytest.mark.parametrize("forged", ["exited", "started", "refused"])
+def test_a_node_speaks_only_for_its_own_workers(h, forged):
+    """Another node's key (a rogue node, or a node with a stale view) cannot end, fail, start or refuse a job
+    placed elsewhere: the job ids and placement ids are predictable (JOB.ATTEMPT)."""
+    n1, rogue = FakeNode(h, "n1", gpus=1), FakeNode(h, "rogue", gpus=0)
+    n1.hello()
+    rogue.hello()
+    (ack,) = replies(h.submit(gpus=1), P.Submitted)
+    [start] = n1.inbox(P.StartPlacement)
+    pid = start.placement_id
+    if forged != "started":
+        n1.start_all()
+    ids = dict(node_id="rogue", epoch=rogue.epoch, job_id=ack.job_id, placement_id=pid)
+    msg = {"exited": P.WorkerExited(**ids, rank=0, exit_code=1),
+           "started": P.WorkerStarted(**ids, rank=0, pid=4242, log_path="/rogue/log"),
+           "refused": P.StartRefused(**ids, code=P.REFUSED, reason="no such GPU")}[forged]
+    h.send(rogue.ident, msg)
+    row = job_row(h, ack.job_id)
+    assert row["state"] == ("placing" if forged == "started" else "running"), row
+    assert row["exit_code"] is None and all(node != "rogue" for _, node, _ in h.svc.journal.logs(ack.job_id)), row
+    assert n1.inbox(P.StopPlacement) == []
+    n1.exit(pid, 0)  # the node that holds it is heard
+    assert job_row(h, ack.job_id)["state"] == ("placing" if forged == "started" else "succeeded")
