@@ -111,6 +111,10 @@ class Quota(Plugin):
     def unreserve(self, req: Request, stmt: Statement) -> None:
         self._remove(req.pid)
 
+    def on_placed(self, job: Job, placement: Placement, now: float) -> None:
+        if placement.klass == JobClass.GUARANTEED:  # a placement restored after a restart (a new one was counted
+            self._add(job, placement.placement_id, now)  # at its reserve: _add counts a placement once)
+
     def on_promoted(self, job: Job, placement: Placement, now: float) -> None:
         self._add(job, placement.placement_id, now)
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
+from cluster import events as ev
+from cluster.core import SchedulerCore
 from cluster.events import PENDING, RUNNING
 from cluster.spec import NodeSpec
 from tests.cluster.helpers import changes, config, confirm_stops, finish, job, make_core, run, starts, stops, submit
@@ -242,6 +246,21 @@ def test_quota_borrows_the_gpus_no_quota_covers(jobs, started):
     core = make_core(cfg, [("n0", 8), ("n1", 8)])
     placed = run(core, *[job(name, gpus=g, workers=w, user="A", t=i) for i, (name, g, w) in enumerate(jobs)])
     assert sorted(placed) == started
+
+
+def test_quota_counts_the_placements_a_restart_restores():
+    """A restored core counts the running jobs toward their tenant's quota (it counted none: after a restart a
+    tenant at its quota started more)."""
+    core = quota_core(borrow=False)
+    run(core, job("a1", gpus=2, queue="a"), job("a2", gpus=2, queue="a", t=1))
+    submit(core, job("a3", gpus=2, queue="a", t=2), now=2.0)
+    assert core.job("a3").state == PENDING
+    new = SchedulerCore(core.config, random.Random(0))
+    new.restore(core.records(), 10.0)
+    out = new.handle_batch([ev.NodeJoined(NodeSpec(n, 4), 5) for n in ("n0", "n1")], 11.0)
+    assert "a3" not in starts(out) and new.state.free_gpus() == 4
+    assert new.job("a3").state == PENDING
+    assert new.fw.plugin("quota").used["a"] == 4000
 
 
 def test_quota_reclaim_preempts_the_youngest_borrower():
