@@ -60,6 +60,9 @@ class Quota(Plugin):
         if not self._known(t):
             known = ", ".join(sorted(self.quota)) or "none"
             return fails_job(self.name, f"unknown {self.p['tenant']} {t!r} (quotas for: {known})")
+        need = job.spec.total_milli
+        if not self.p["borrow"] and job.spec.klass == JobClass.GUARANTEED and need > self.quota[t]:
+            return fails_job(self.name, f"needs {need / MILLI:g} GPUs, quota of {t!r} is {self.quota[t] / MILLI:g}")
         return SUCCESS
 
     def cache_key(self, job: Job) -> tuple:

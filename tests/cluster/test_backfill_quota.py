@@ -263,6 +263,15 @@ def test_quota_counts_the_placements_a_restart_restores():
     assert new.fw.plugin("quota").used["a"] == 4000
 
 
+def test_a_job_above_its_quota_without_borrowing_is_refused_at_submit():
+    """It could never start: refused at once (it was queued, and failed only once the pre-filter examined it, which
+    a blocked head before it could put off until a restart)."""
+    core = quota_core(borrow=False)
+    assert core.validate(job("big", gpus=1, workers=5, queue="a")) == "quota: needs 5 GPUs, quota of 'a' is 4"
+    assert core.validate(job("ok", gpus=4, queue="a")) is None
+    assert quota_core().validate(job("big", gpus=1, workers=5, queue="a")) is None  # borrowing: it may run on idle quota
+
+
 def test_quota_reclaim_preempts_the_youngest_borrower():
     core = quota_core()
     for i in (1, 2, 3):  # a borrows 2 GPUs of b's idle quota; a3 is the youngest
