@@ -5,7 +5,11 @@ One process per state file: ``Journal(path)`` first takes an exclusive ``flock``
 a second opener gets ``JournalLocked`` naming the holder, before the journal is touched. Each commit
 first checks that ``PATH.lock`` is still the file locked (``journal_file.lock_lost``); if it was removed or
 replaced, the transaction is rolled back and ``JournalLockLost`` raised: a scheduler never commits (so never
-acts) beside a second one, whose first transaction waits for the holder's (SQLite's write lock).
+acts) beside a second one, whose first transaction waits for the holder's (SQLite's write lock). The state file
+itself is flocked too, by inode (``journal_file.claim_state_file``: a hard link or a removed ``PATH.lock`` does
+not let a second scheduler in), before anything is read, and refused untouched if it is another program's
+SQLite file; each commit also checks that PATH still names it (removed or replaced: ``JournalLockLost``, since
+what would be committed is lost with the file).
 
 Contract (the live server's write-ahead rule): a change is committed here *before* it is
 acknowledged to a client or acted on (a message sent to a node). So after a crash (kill -9) the
@@ -61,11 +65,13 @@ from cluster.server.journal_file import (
     JournalLocked,
     JournalLockLost,
     JournalUnavailable,
+    claim_state_file,
     lock_file,
     lock_lost,
     make_private,
     placement_to_json,
     spec_to_json,
+    state_file_lost,
 )
 from cluster.server.journal_reads import JobReads
 from cluster.spec import JobSpec, Placement
@@ -90,6 +96,7 @@ class Journal(JobReads, HistoryTable):
             raise JournalError(f"cannot create the state file {path}: folder {folder} does not exist")
         fd, self._lock_path = lock_file(path)
         self._lock_fd: int | None = fd
+        self._file_fd: int | None = None  # the state file itself, flocked by inode (claim_state_file)
         self._db: sqlite3.Connection | None = None
         self._batch: WriteBatch | None = None
         # the stopping table, cached until it changes
@@ -113,8 +120,9 @@ class Journal(JobReads, HistoryTable):
                 pass
             except OSError as exc:
                 raise JournalError(f"cannot create the state file {path}: {exc.strerror}") from None
-            make_private(path)
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._file_fd = claim_state_file(self.db, path)  # before anything is written or its mode changed
+            make_private(path)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.executescript(DDL)
@@ -319,6 +327,10 @@ class Journal(JobReads, HistoryTable):
             why = lock_lost(self._lock_path, self._lock_fd)
             if why is not None:
                 raise JournalLockLost(f"{self.path}: {why}; another scheduler may be using the file now")
+        why = state_file_lost(self.path, self._file_fd) if self._file_fd is not None else None
+        if why is not None:  # what it commits now would be lost with the file, and a restart would start empty
+            raise JournalLockLost(f"{self.path}: {why} while the scheduler ran; nothing more is committed: put "
+                                  "the file back (or restore it from a backup) and start the scheduler again")
 
     def writable(self) -> bool:
         """Whether a transaction that grows the file commits now (it writes ``PROBE_BYTES`` and takes
@@ -460,6 +472,9 @@ class Journal(JobReads, HistoryTable):
         if self._db is not None:
             self._db.close()
             self._db = None
+        if self._file_fd is not None:
+            os.close(self._file_fd)
+            self._file_fd = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing the last descriptor releases the flock
             self._lock_fd = None

@@ -139,6 +139,45 @@ def lock_lost(lock_path: str, fd: int) -> str | None:
     return None
 
 
+def claim_state_file(db, path: str) -> int:
+    """Lock ``path`` (open as ``db``, nothing read or written yet) by its inode and check that it is a colocate state
+    file or empty; the locked descriptor. ``JournalLocked`` when a scheduler holds the same file under another name
+    (a hard link) or after its ``PATH.lock`` was removed (that lock is per name); ``JournalError`` for another
+    program's SQLite file (it would have been given our tables and mode 0600)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise JournalLocked(f"{path} is in use by another scheduler (the file itself is locked: under another name, "
+                            "or its lock file was removed)") from None
+    try:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except BaseException:
+        os.close(fd)
+        raise
+    if tables and "meta" not in tables:
+        os.close(fd)
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise JournalError(f"{path} is not a colocate scheduler state file (an SQLite file with the tables {shown}); "
+                           "give --state a new path")
+    return fd
+
+
+def state_file_lost(path: str, fd: int) -> str | None:
+    """Why ``path`` no longer names the file open as ``fd`` (removed, or replaced), else None. One ``stat``."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "the state file was removed"
+    except OSError as exc:
+        return f"the state file cannot be read ({exc.strerror})"
+    own = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != (own.st_dev, own.st_ino):
+        return "the state file was replaced by another file"
+    return None
+
+
 _SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
 _SPEC_KEYS = {"klass": "priority"}  # a field's key in the journal where the two differ (the wire's name)
 _SPEC_FIELD_OF = {key: name for name, key in _SPEC_KEYS.items()}

@@ -42,6 +42,9 @@ def test_a_lock_file_removed_or_replaced_stops_every_commit(tmp_path, change, wh
     with pytest.raises(JournalLockLost):
         first.writable()
     if why == "was removed":
+        with pytest.raises(JournalLocked, match="the file itself is locked"):  # while the first has it open
+            Journal(str(tmp_path / "s.db"))
+        first.close()
         second = Journal(str(tmp_path / "s.db"))  # the lock is free to take: what the first committed is there
         assert [r.spec.job_id for r in second.records()] == ["1"]
         with second.transaction():
@@ -49,6 +52,58 @@ def test_a_lock_file_removed_or_replaced_stops_every_commit(tmp_path, change, wh
         second.close()
     first.close()
     assert [r.spec.job_id for r in _records(tmp_path / "s.db")] == ["1"] + (["4"] if why == "was removed" else [])
+
+
+def _remove_state(db):
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(f"{db}{suffix}"):
+            os.unlink(f"{db}{suffix}")
+
+
+@pytest.mark.parametrize("change, why", [(_remove_state, "state file was removed")])
+def test_a_state_file_removed_while_the_scheduler_runs_stops_every_commit(tmp_path, change, why):
+    """What it would commit now is lost with the file (and a restart starts empty): nothing more is committed, so
+    nothing more is acknowledged (submits went on being acknowledged into the deleted file)."""
+    first = Journal(str(tmp_path / "s.db"))
+    with first.transaction():
+        first.insert_job(JobSpec("1"), "{}", 1.0)
+    change(tmp_path / "s.db")
+    with pytest.raises(JournalLockLost, match=why), first.transaction():
+        first.insert_job(JobSpec("2"), "{}", 2.0)
+    with pytest.raises(JournalLockLost, match=why), first.batch():
+        with first.transaction():
+            first.insert_job(JobSpec("3"), "{}", 3.0)
+    first.close()
+
+
+def test_another_programs_sqlite_file_is_refused_untouched(tmp_path):
+    path = tmp_path / "other.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE foo (x)")
+    con.commit()
+    con.close()
+    os.chmod(path, 0o644)
+    with pytest.raises(JournalError, match="not a colocate scheduler state file .* the tables foo"):
+        Journal(str(path))
+    con = sqlite3.connect(path)
+    assert [r[0] for r in con.execute("SELECT name FROM sqlite_master")] == ["foo"]
+    con.close()
+    assert os.stat(path).st_mode & 0o777 == 0o644
+    text = tmp_path / "passwd"
+    text.write_text("root:x:0:0:root:/root:/bin/bash\n" * 20)
+    os.chmod(text, 0o644)
+    with pytest.raises(JournalError, match="not a colocate scheduler state file"):
+        Journal(str(text))
+    assert os.stat(text).st_mode & 0o777 == 0o644
+
+
+def test_a_hard_link_to_a_held_state_file_is_refused(tmp_path):
+    first = Journal(str(tmp_path / "s.db"))
+    os.link(tmp_path / "s.db", tmp_path / "hard.db")  # another name: another PATH.lock
+    with pytest.raises(JournalLocked, match="the file itself is locked"):
+        Journal(str(tmp_path / "hard.db"))
+    first.close()
+    Journal(str(tmp_path / "hard.db")).close()
 
 
 def _records(path):
@@ -69,7 +124,7 @@ def test_a_lock_file_removed_between_its_open_and_its_lock_is_taken_again(tmp_pa
         return real(fd, op)
     monkeypatch.setattr(journal_file.fcntl, "flock", flock)
     j = Journal(str(tmp_path / "s.db"))
-    assert len(calls) == 2  # the first lock was on a file no longer there
+    assert len(calls) == 3  # the first lock was on a file no longer there; then the state file itself
     monkeypatch.undo()
     with pytest.raises(JournalLocked):
         Journal(str(tmp_path / "s.db"))  # the lock that guards the file now
