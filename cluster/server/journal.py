@@ -97,6 +97,7 @@ class Journal(JobReads, HistoryTable):
         fd, self._lock_path = lock_file(path)
         self._lock_fd: int | None = fd
         self._file_fd: int | None = None  # the state file itself, flocked by inode (claim_state_file)
+        self.minted_cluster = False  # cluster_id() made this file's id (a new cluster)
         self._db: sqlite3.Connection | None = None
         self._batch: WriteBatch | None = None
         # the stopping table, cached until it changes
@@ -205,6 +206,7 @@ class Journal(JobReads, HistoryTable):
 
             cid = secrets.token_hex(8)
             self._set_meta("cluster_id", cid)
+            self.minted_cluster = True
         return cid
 
     def next_epoch(self) -> int:

@@ -101,6 +101,10 @@ class SchedulerService(Requests, Faults):
         self.topology = topology or {}
         self.heartbeat_s, self.liveness, self.lease_s = heartbeat_s, liveness, lease_s
         self.cluster_id = journal.cluster_id()
+        if journal.minted_cluster and journal.peek_job_id() == "1":  # a new file (an old one without an id: not)
+            log.info("%s is a new cluster (id %s): nodes that ran another cluster's placements stop them when "
+                        "this scheduler welcomes them; if this is not the state file you meant, stop now and start "
+                        "the scheduler on the right one (those jobs are requeued there)", journal.path, self.cluster_id)
         self.joining: dict[str, ev.NodeJoined] = {}  # node id -> its join, made with its first NodeStatus
         self.nodes: dict[str, bytes] = {}  # node id -> identity of its connection
         self.idents: dict[bytes, str] = {}  # identity -> node id

@@ -41,6 +41,11 @@ from colocate.node.table import LocalPlacement, PlacementTable, scoped
 
 STOPPED_BEFORE_START = "the placement was stopped before it started"
 OTHER_CLUSTER = "a placement of another cluster (the scheduler's state file changed)"
+
+
+def fence_cause(p, lapsed: bool) -> str:
+    """Why a worker of ``p`` that ended non-zero is reported fenced (lost through no fault of its own)."""
+    return "the lease lapsed" if lapsed and p.stop_reason != OTHER_CLUSTER else "stopped as " + OTHER_CLUSTER
 KEEP_ENDED_S = 300.0  # ended placements stay in status() this long, then only their id is remembered
 MAX_OOM_NOTES = 1024  # workers that said they ran out of memory, awaiting their exit
 
@@ -267,11 +272,11 @@ class PlacementRules:
         if w is None or not w.running:
             return []
         w.exit_code, w.kill_at = e.code, None
-        w.fenced = self.fenced and e.code != 0
+        w.fenced = (self.fenced or p.stop_reason == OTHER_CLUSTER) and e.code != 0
         w.oom = self._oom.pop((p.job_id, w.rank), False) and e.code != 0
         out: list[Command] = [Save(), Note("info", f"{p.job_id} rank {w.rank} (pid {w.pid}) of placement "
                                                    f"{p.placement_id} exited with {e.code}"
-                                                   f"{' (fenced: the lease lapsed)' if w.fenced else ''}"
+                                                   f"{f' (fenced: {fence_cause(p, self.fenced)})' if w.fenced else ''}"
                                                    f"{' (out of GPU memory)' if w.oom else ''}")]
         if not p.running:
             p.ended_at = e.wall
@@ -309,7 +314,8 @@ class PlacementRules:
         for key, p in self.table.placements.items():
             if p.cluster != e.cluster_id and p.running and not p.stopping:
                 out += [Note("warning", f"placement {p.placement_id} of job {p.job_id}: {OTHER_CLUSTER}: stopped")]
-                out += self._stop_placement(key, p, e.grace_s, e.wall)
+                p.stop_reason = OTHER_CLUSTER  # its workers' ends are reported fenced: lost, not failed, should
+                out += self._stop_placement(key, p, e.grace_s, e.wall)  # their scheduler come back
         return out + ([Save()] if any(isinstance(c, Signal) for c in out) else [])
 
     def _recovered(self, e: E.Recovered, now: float) -> list[Command]:

@@ -122,6 +122,16 @@ CASES = {
 }
 
 
+def test_workers_stopped_for_another_cluster_are_reported_fenced_to_their_own():
+    """A scheduler started on a wrong state file (a new cluster) stops this node's placements; once the right one is
+    back, they show as fenced in the status it reads, so it requeues those jobs instead of failing them (exit 143)."""
+    c = core()
+    for e in run(A) + [welcomed("c2"), exited("c1/1.1", 0, 143), welcomed("c1")]:
+        c.handle(e, 1000.0)
+    [w] = c.status()
+    assert (w.placement_id, w.exit_code, w.fenced) == ("1.1", 143, True)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_placement_core(case):
     events, want = CASES[case]
