@@ -51,14 +51,19 @@ submit does not state (the policy's [scheduler] auto = ["gpu_mem", "sm_share"]).
 --file FILE submits one job per line of FILE (JSON Lines: "command" and any of "gpus", "workers",
 "gpu_mem", "sm_share", "gpu_model", "priority", "queue", "name", "estimate", "iterations", "epochs"; the options above
 are the defaults) over one
-connection; every line is checked first, and a bad line submits nothing.
+connection; every line is checked here first, and a bad line submits nothing. A line the scheduler then
+refuses (an unknown queue, a request no node could hold) stops the file there: the jobs of the lines before it
+were submitted (their ids are printed), none from it on.
 Exit code: 0 submitted (the job id is printed); 2 a bad request (nothing was submitted);
-1 the scheduler did not answer, or refused this key (forbidden) or could not take it now (unavailable).
+1 the scheduler did not answer, or refused this key (forbidden) or could not take it now (unavailable);
+3 --file: some jobs were submitted, then a line was refused or the scheduler stopped answering (the message
+names the line; resubmit from it).
 """
 
 FIELDS = ("command", "gpus", "workers", "gpu_mem", "sm_share", "gpu_model", "priority", "queue", "name", "estimate",
           "iterations", "epochs")
 AUTO = "auto"
+PARTLY = 3  # exit code: --file submitted some of its jobs, not all
 
 
 MIN_GPU_MEM = 1 << 20  # a stated GPU memory below 1 MiB is a typo (a unit left out), not a cap
@@ -281,8 +286,9 @@ def submit_file(args) -> int:
                 job_id = client.submit(request)
             except rpc.RpcError as exc:
                 invalid = isinstance(exc, rpc.BadEndpoint) or getattr(exc, "code", None) == P.INVALID
+                code = PARTLY if done else 2 if invalid else 1
                 return fail("submit", f"error: {args.file}:{number}: {exc}; {done} of {len(jobs)} job(s) were "
-                            f"submitted (their ids are printed above), none from line {number} on", 2 if invalid else 1)
+                            f"submitted (their ids are printed above), none from line {number} on", code)
             print(job_id, flush=True)
             done += 1
     return 0

@@ -136,6 +136,6 @@ def test_submit_file_checks_every_line_first_then_submits_in_order_over_one_conn
                                  for extra in ({}, {}, {"gpus": 8}, {})))
     res = c.cli("submit", "--gpus", "1", "--file", refused)
     line = one_line(res, "submit")
-    assert res.returncode == 2 and len(res.stdout.split()) == 2, res.stderr
+    assert res.returncode == 3 and len(res.stdout.split()) == 2, res.stderr  # 3: some submitted (2: none)
     assert ":3:" in line and "2 of 4 job(s) were submitted" in line and "none from line 3 on" in line
     assert len(c.status()) == 5
