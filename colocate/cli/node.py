@@ -21,7 +21,10 @@ workers it places there (docs/node-placements.md): each under `colocate run`, lo
 Jobs join with `colocate run --node ENDPOINT ...`; operators use `colocate ctl` and
 `colocate top`. SIGTERM or SIGINT stops the node; running jobs keep running at their
 last limits and register again when a node comes back on the same endpoint (a node
-started again with the same --state-dir re-adopts the workers it had started).
+started again with the same --state-dir re-adopts the workers it had started). With
+--scheduler, the workers it placed stop once its lease lapses (about 10 s without the
+node: they are fenced, and the scheduler places those jobs again); start it again
+within that time to keep them.
 Exit code: 0 after a clean stop, 1 if it cannot start, 2 on bad options or config.
 """
 
