@@ -217,7 +217,7 @@ def launch(spec: RunSpec) -> int:
             restore_autogroup(session_nice)
         if spec.stats_file:
             summary = merge_stats(stats_dir)
-            summary["exit_code"] = code
+            summary["exit_code"] = 128 - code if code < 0 else code  # as this command exits: 128+N for signal N
             try:
                 write_json_atomic(spec.stats_file, summary)
             except OSError as exc:

@@ -70,6 +70,8 @@ def install(env=None):
         install_hooks(rt)
         _install_excepthook(env.device)
         atexit.register(_at_exit, rt)
+        if env.stats_dir:
+            _snapshots(rt)
         if not _fork_hooked:  # once per process: it cannot be removed, and it acts on whatever runtime is installed
             os.register_at_fork(after_in_child=_forked)
             _fork_hooked = True
@@ -177,25 +179,46 @@ def _at_exit(rt) -> None:
 
 _written_by = 0  # the pid that wrote its statistics (a forked child may reach both exit paths)
 _forked_child = False  # this process is a child os.fork made of the job's (``_forked``)
+_stats_lock = threading.Lock()  # the final write and the snapshots (one file per process)
+SNAPSHOT_S = 5.0  # seconds between the statistics snapshots of a running process
 
 
-def _write_stats(rt) -> None:
-    """This process's summary into ``COLOCATE_STATS_DIR`` as ``stats-PID.json``, once per process; none from a
-    forked child that ran no mini-batch (a DataLoader's worker: its CPU time is no device time, as a simulated
-    GPU counts it)."""
+def _write_stats(rt, final: bool = True) -> None:
+    """This process's summary into ``COLOCATE_STATS_DIR`` as ``stats-PID.json``: a snapshot (``final`` False, every
+    ``SNAPSHOT_S``: what a process killed by a signal leaves), then once at exit; none from a forked child that ran
+    no mini-batch (a DataLoader's worker: its CPU time is no device time, as a simulated GPU counts it)."""
     global _written_by
-    if _written_by == os.getpid() or (_forked_child and not rt.book.iterations):
-        return
-    _written_by = os.getpid()
     stats_dir = rt.env.stats_dir
-    if stats_dir:
+    with _stats_lock:
+        if _written_by == os.getpid() or (_forked_child and not rt.book.iterations):
+            return
+        if final:
+            _written_by = os.getpid()
+        if not stats_dir:
+            return
         from colocate.base.files import write_json_atomic
 
         try:
             os.makedirs(stats_dir, exist_ok=True)
             write_json_atomic(os.path.join(stats_dir, f"stats-{os.getpid()}.json"), rt.summary())
         except OSError as exc:
-            print(f"colocate: could not write statistics to {stats_dir}: {exc}", file=sys.stderr)
+            if final:
+                print(f"colocate: could not write statistics to {stats_dir}: {exc}", file=sys.stderr)
+
+
+def _snapshots(rt) -> None:
+    """Write ``rt``'s statistics every ``SNAPSHOT_S`` until the final write (a daemon thread of the process that
+    installed the runtime; a forked child writes at its exit only)."""
+    pid = os.getpid()
+
+    def loop() -> None:
+        while not _snapshot_stop.wait(SNAPSHOT_S) and os.getpid() == pid and _written_by != pid:
+            _write_stats(rt, final=False)
+
+    threading.Thread(target=loop, name="colocate-stats", daemon=True).start()
+
+
+_snapshot_stop = threading.Event()  # never set: a snapshot thread ends with its process or its final write
 
 
 def _install_excepthook(device: str) -> None:

@@ -99,6 +99,36 @@ def test_stats_file_and_environment(colocate, tmp_path):
     assert len(s["processes"]) == 1
 
 
+def test_a_job_killed_by_a_signal_leaves_its_last_snapshot_and_its_exit_code(colocate, tmp_path):
+    """A process killed outright (SIGKILL: no exit handler runs) leaves the statistics of its last snapshot, and
+    the file's exit code is the command's 128+N (it had iterations 0, a note that torch was never imported, -9)."""
+    script = write(tmp_path / "killed.py", """\
+        import os, signal, sys, time
+        import torch_hooks
+        torch_hooks.SNAPSHOT_S = 0.1  # read by the snapshot thread at each wait (5 s by default)
+        import torch
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for i in range(12):
+            loss = model(torch.randn(4, 8)).pow(2).mean()
+            opt.zero_grad(); loss.backward(); opt.step()
+        stats = os.path.join(os.environ["COLOCATE_STATS_DIR"], f"stats-{os.getpid()}.json")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # a bound, not a speed: the snapshot of all 12 iterations is there
+            try:
+                if '"iterations": 12' in open(stats).read():
+                    break
+            except OSError:
+                pass
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """)
+    proc, s = run_job(colocate, tmp_path, [], [sys.executable, str(script)])
+    assert proc.returncode == 137, proc.stderr
+    assert s is not None and s["iterations"] == 12 and s["exit_code"] == 137, s
+    assert "note" not in s or "never imported torch" not in s["note"], s
+
+
 def test_job_without_torch_gets_zero_stats(colocate, tmp_path):
     proc, s = run_job(colocate, tmp_path, [], [sys.executable, "-c", "print('hi')"])
     assert proc.returncode == 0 and proc.stdout.strip() == "hi"
