@@ -43,7 +43,8 @@ class GpuSharing:
                 g.jobs.append(job)
                 g.rates.append(1.0)
                 self.occupied += 1
-                self._set_util(g, job.busy if job.busy < 1.0 else 1.0, t)
+                u = job.busy * job.spread_f  # busy u x duration in all: a spread gang's longer run is idler
+                self._set_util(g, u if u < 1.0 else 1.0, t)
         job.t_rate = t
         job.rate = 0.0
         if shared:
@@ -69,14 +70,20 @@ class GpuSharing:
         affected: dict[SimJob, None] = {}
         rates_of = self.model.gpu_rates
         for g in gpus:
-            g.rates, util = rates_of(g.jobs)
-            self._set_util(g, util, t)
+            g.rates, _ = rates_of(g.jobs)
             for j in g.jobs:
                 if j is not skip:
                     affected[j] = None
+        touched: dict[SimGpu, None] = dict.fromkeys(gpus)
         for j in affected:
             if j.live:
                 self._retime(j, self._rate_of(j), t)
+                touched.update(dict.fromkeys(j.gpus))
+        for g in touched:  # sum(u * rate) at each job's own pace (its slowest share, its spread): work conserved
+            u = 0.0
+            for j in g.jobs:
+                u += j.busy * self._rate_of(j)
+            self._set_util(g, u if u < 1.0 else 1.0, t)
 
     @staticmethod
     def _rate_of(job: SimJob) -> float:

@@ -34,6 +34,16 @@ def test_a_gang_is_slowed_by_its_spread(nodes, workers, gpus, jct):
     assert sim.by_id["g"].span[0] == (len(nodes) if workers > 1 else 1)
 
 
+@pytest.mark.parametrize("busy", [1.0, 0.5])
+def test_a_spread_gang_keeps_its_gpus_busy_for_its_work_not_its_stretched_run(busy):
+    """Work is conserved (docs/simulator.md): a gang slowed 2x by its spread is busy ``u x duration`` in all, so its
+    GPUs' utilization is u / 2 over its 200 s (it read u)."""
+    nodes = [NodeSpec("a", 1), NodeSpec("b", 1)]
+    _, rows, s = run("gang-binpack", [job("g", 0.0, 100.0, workers=2, busy=busy)], nodes, config=SimConfig(spread=MODEL))
+    assert rows[0]["jct_s"] == pytest.approx(200.0)
+    assert s["gpu_utilization"] == pytest.approx(busy * 100.0 * 2 / (200.0 * 2)), s
+
+
 def test_no_spread_model_means_no_slowdown():
     nodes = [NodeSpec("a", 1, switch="s1"), NodeSpec("b", 1, switch="s2")]
     _, rows, _ = run("gang-binpack", [job("g", 0.0, 100.0, workers=2)], nodes)
