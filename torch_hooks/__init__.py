@@ -4,7 +4,8 @@ Nothing happens on import. ``install()`` (called by the launcher's injected
 ``sitecustomize`` right after ``import torch`` completes) runs the engine's resolver
 (``colocate.base.engines``), reads the ``COLOCATE_*`` variables, registers with the node first
 where the worker must (``torch_hooks.link.register_first``: a partition, a GPU the node
-picks, ``COLOCATE_NODE_REQUIRED``; before the device opens, so before CUDA starts), then
+picks, ``COLOCATE_NODE_REQUIRED``, any worker with a node: a refusal stops it; before the device opens, so
+before CUDA starts), then
 installs the device (memory cap, busy clock), the mini-batch hooks and the statistics writer. Public, thread-safe API::
 
     torch_hooks.install(env=None) -> Runtime    # idempotent; env None: from os.environ (colocate.base.engines.prepare)
@@ -57,7 +58,7 @@ def install(env=None):
             env = JobEnv.from_environ()
         logging.basicConfig(format="colocate[%(process)d] %(levelname)s %(message)s")
         logging.getLogger("colocate").setLevel(env.log.upper())
-        if env.node and (env.partition or env.pick_gpu or env.node_required):
+        if env.node:
             from torch_hooks.link import register_first
 
             picking = env.pick_gpu

@@ -21,8 +21,8 @@ arrives before the job's first device work is acknowledged at once, since the ru
 that work until the share is raised. ``Register.priority_yield`` tells the node that the job
 yields by low device priority (``COLOCATE_YIELD_VIA`` has it, on the simulated GPU).
 
-``register_first(env)`` is the registration a worker must finish before it runs (a fixed partition, a GPU the
-node picks, ``COLOCATE_NODE_REQUIRED``): it runs at install, before the device is opened (so before CUDA
+``register_first(env)`` is the registration every worker with a node makes before it runs (a refusal stops it;
+no answer stops only a fixed partition, a GPU the node picks, ``COLOCATE_NODE_REQUIRED``): it runs at install, before the device is opened (so before CUDA
 starts), on a socket of its own, and returns the ``JobEnv`` to run with (the node's GPU for a pick) or raises
 ``NodeRefused`` with one line. The link then registers again as the same worker (on the welcomed GPU; should the
 worker take longer than the node's liveness to get there, the node has forgotten it and admits it anew).
@@ -78,7 +78,8 @@ def register_first(env: JobEnv, clock=time.monotonic) -> JobEnv:
     Returns ``env`` bound to the GPU the node welcomed it on (a pick: that GPU, its memory and sim core, and
     ``pick_gpu`` off, so the link registers on that GPU). Raises ``NodeRefused`` (one line) when the node
     refuses, or when it does not answer and the worker cannot run without it (``node_required``, a pick);
-    a partition that is not required runs on with its own limits when no node answers."""
+    a worker that is not required runs on with its own limits when no node answers (the link registers again
+    once one does)."""
     assert env.node, "register_first needs a node endpoint"
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
@@ -108,7 +109,7 @@ def register_first(env: JobEnv, clock=time.monotonic) -> JobEnv:
         why = "COLOCATE_NODE_REQUIRED=1" if env.node_required else "COLOCATE_GPUS=node"
         raise NodeRefused(f"no node coordinator answered at {env.node} within {env.node_wait_s:g} s: start "
                           f"`colocate node` on this machine ({why}: this worker does not run without it)")
-    log.warning("no node coordinator answered at %s within %g s: the partition runs on at its own limits",
+    log.warning("no node coordinator answered at %s within %g s: this worker runs on at its own limits",
                 env.node, env.node_wait_s)
     return env
 

@@ -323,3 +323,20 @@ def test_a_second_node_cannot_steal_a_running_nodes_endpoint(procs, ipc_dir):
     assert second.wait(timeout=30) == 1
     assert "in use" in read_log(second) and "Traceback" not in read_log(second)
     assert first.proc.poll() is None and first.listing().node_epoch == epoch  # still the first node answering
+
+
+def test_a_job_the_node_refuses_stops_in_one_line_and_never_runs_beside_the_guaranteed_job(sim_ext, procs, ipc_dir):
+    """A second guaranteed job on a GPU that has one: the node refuses it, and the job stops before any device work,
+    in one line (it ran on at its own limits, beside the guaranteed job and out of the node's sight)."""
+    node = NodeProc(procs, ipc_dir, metrics=False).start()
+    stop = ipc_dir / "stop"
+    g = start_job(procs, node, "g1", *steady(ipc_dir, stop))
+    wait_for(lambda: "g1" in node.jobs(), JOB_START_S, what="the guaranteed job to register")
+    second = start_job(procs, node, "g2", *steady(ipc_dir, stop))
+    assert finish(second, JOB_START_S) != 0
+    log = read_log(second)
+    assert "refused worker g2" in log and "already runs guaranteed job g1" in log, log[-2000:]
+    assert "Traceback" not in log, log[-2000:]
+    assert set(node.jobs()) == {"g1"}
+    stop.write_text("")
+    assert finish(g) == 0, read_log(g)[-3000:]
