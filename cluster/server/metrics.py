@@ -40,6 +40,7 @@ STATES = tuple(JobState)
 class SchedulerCollector:
     def __init__(self, server: SchedulerServer):
         self.server = server
+        self.queues_seen: set[str] = {"default"}  # a queue once seen reads 0 when empty, not absent
 
     def collect(self) -> Iterator[Metric]:
         srv = self.server
@@ -47,8 +48,10 @@ class SchedulerCollector:
             svc = srv.service
             core = svc.core
             queue = GaugeMetricFamily("colocate_scheduler_queue_jobs", "Pending jobs per queue", labels=["queue"])
-            for q, ids in core.queues().items():
-                queue.add_metric([q], len(ids))
+            pending = core.queues()
+            self.queues_seen.update(pending)
+            for q in sorted(self.queues_seen):
+                queue.add_metric([q], len(pending.get(q, ())))
             states = Counter(j.state for j in core.jobs.values())
             jobs = GaugeMetricFamily("colocate_scheduler_jobs", "Jobs by state", labels=["state"])
             for st in STATES:

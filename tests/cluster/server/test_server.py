@@ -150,6 +150,7 @@ def test_metrics_over_http(sched, ctx):
     s = metric_samples(scrape(sched.metrics_port))
     assert sample(s, "colocate_scheduler_messages_total", type="nodes_request") >= 1
     assert sample(s, "colocate_scheduler_nodes", state="up") == 0
+    assert sample(s, "colocate_scheduler_queue_jobs", queue="default") == 0  # empty: 0, not absent
     assert sample(s, "colocate_scheduler_gpus", state="total") == 0
     assert sample(s, "colocate_scheduler_journal_writable") == 1
     assert sample(s, "colocate_scheduler_oom_restarts_total") == 0
