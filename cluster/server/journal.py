@@ -451,6 +451,11 @@ class Journal(JobReads, HistoryTable):
                         (placement_to_json(placement), attempt, failed_starts, job_id))
         self.db.execute("DELETE FROM logs WHERE job_id = ?", (job_id,))
 
+    def promote_placement(self, job_id: str, placement: Placement) -> None:
+        """A running job's placement now holds its GPUs as guaranteed (a promotion): its class is journaled, so a
+        restart restores it guaranteed (not preemptible) and views show it so."""
+        self.db.execute("UPDATE jobs SET placement = ? WHERE job_id = ?", (placement_to_json(placement), job_id))
+
     def set_exit_code(self, job_id: str, code: int) -> None:
         self.db.execute("UPDATE jobs SET exit_code = ? WHERE job_id = ?", (code, job_id))
 

@@ -403,6 +403,21 @@ class SchedulerService(Requests, Faults):
                                f"({type(again).__name__}) and was rebuilt from its journal: nothing was done") from None
         return self._commit(decisions, now)
 
+    def _journal_decision(self, d: ev.Decision, now: float) -> list:
+        """Write what decision ``d`` changes of its job's row (inside the caller's transaction); the history
+        records a job's end makes."""
+        if isinstance(d, ev.JobChanged):
+            return self._journal_change(d, now)
+        if isinstance(d, ev.StartWorkers):
+            job = self.core.job(d.spec.job_id)
+            assert job is not None, d.spec.job_id  # the core has just placed it
+            self.journal.set_placement(d.spec.job_id, d.placement, job.attempt, job.failed_starts)
+        elif isinstance(d, ev.Promote):
+            job = self.core.job(d.job_id)
+            if job is not None and job.placement is not None:
+                self.journal.promote_placement(d.job_id, job.placement)
+        return []
+
     def _commit(self, decisions: list[ev.Decision], now: float) -> Replies:
         """Take the ports of new placements, journal the decisions (one transaction; on failure the
         ports are given back and ``JournalUnavailable`` raised), then the messages they cause."""
@@ -415,12 +430,7 @@ class SchedulerService(Requests, Faults):
             if decisions or drop or add:
                 with self.journal.transaction():
                     for d in decisions:
-                        if isinstance(d, ev.JobChanged):
-                            records += self._journal_change(d, now)
-                        elif isinstance(d, ev.StartWorkers):
-                            job = self.core.job(d.spec.job_id)
-                            assert job is not None, d.spec.job_id  # the core has just placed it
-                            self.journal.set_placement(d.spec.job_id, d.placement, job.attempt, job.failed_starts)
+                        records += self._journal_decision(d, now)
                     for pid in drop:
                         self.journal.drop_stopping(pid)
                     for pid, job_id, nodes, reason in add:

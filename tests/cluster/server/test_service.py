@@ -626,3 +626,26 @@ def test_a_node_speaks_only_for_its_own_workers(h, forged):
     assert n1.inbox(P.StopPlacement) == []
     n1.exit(pid, 0)  # the node that holds it is heard
     assert job_row(h, ack.job_id)["state"] == ("placing" if forged == "started" else "succeeded")
+
+
+def test_a_promoted_job_is_journaled_guaranteed_and_shown_so_after_a_restart(tmp_path):
+    h = Harness(tmp_path / "sched.db", policy="antman")
+    n = FakeNode(h, "n1", gpus=1)
+    n.hello()
+    (ack,) = replies(h.submit(gpus=1, priority="opportunistic"), P.Submitted)
+    n.start_all()
+    n.status()
+    for _ in range(40):  # promotion looks every 30 s: a bound, on the test's clock
+        h.advance(1.0)
+        n.heartbeat()
+        if n.inbox(P.PromotePlacement):
+            break
+    assert n.inbox(P.PromotePlacement), h.sent[-5:]
+    assert replies(h.send(CLIENT, P.JobsRequest(job_id=ack.job_id)), P.JobsReply)[0].jobs[0].priority == "guaranteed"
+    h.restart()
+    n2 = FakeNode(h, "n1", gpus=1, epoch=2)
+    n2.workers = n.workers
+    n2.hello()
+    [view] = replies(h.send(CLIENT, P.JobsRequest(job_id=ack.job_id)), P.JobsReply)[0].jobs
+    assert view.priority == "guaranteed" and view.state == "running", view
+    assert h.svc.core.job(ack.job_id).placement.klass == "guaranteed"
