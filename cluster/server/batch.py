@@ -16,6 +16,7 @@ would have caused (placements, stops) are not sent. Hellos, heartbeats and reads
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
 from cluster import events as ev
@@ -23,6 +24,8 @@ from cluster.core import SchedulerCore
 from cluster.server.faults import NodeWrite, Replies, _Refused
 from cluster.server.journal import Journal, JournalUnavailable
 from colocate import protocol as P
+
+log = logging.getLogger("colocate.scheduler")
 
 MAX_BATCH = 256  # messages per transaction: bounds a reply's wait and the work between two ticks
 
@@ -37,6 +40,7 @@ class Service(Protocol):
     idents: dict[bytes, str]
     unavailable: str | None
     _submitted: list[ev.JobSubmitted] | None
+    _submit_logs: list[tuple]
 
     def on_message(self, ident: bytes, msg: P.Message, now: float, peer: str | None = None) -> Replies: ...
     def _decide(self, events: list, now: float) -> Replies: ...
@@ -51,6 +55,7 @@ def handle_batch(service: Service, items: list[tuple[bytes, P.Message, str | Non
     outs: list[Replies] = []
     lost = len(items)  # the items before this index were rolled back (if the batch failed)
     service._submitted = []
+    service._submit_logs = []
     try:
         with service.journal.batch() as b:
             for ident, msg, peer in items:
@@ -69,7 +74,10 @@ def handle_batch(service: Service, items: list[tuple[bytes, P.Message, str | Non
                     pass  # logged by _failed; the jobs are journaled, a rebuilt core has them
     finally:
         service._submitted = None
+    said, service._submit_logs = service._submit_logs, []
     if b.failed is None:
+        for line in said:  # committed: the log never says a job was submitted that the journal does not hold
+            log.info(*line)
         return [m for out in outs for m in out] + tail + service._take_outbox()
     if lost == len(items):  # the end of the batch failed (its cycle or its commit): nothing was handled yet
         service._journal_failed(b.failed, now)

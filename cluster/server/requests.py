@@ -46,6 +46,7 @@ class Requests:
     nodes: dict[str, bytes]
     epoch: int
     _submitted: list[ev.JobSubmitted] | None
+    _submit_logs: list[tuple]
 
     if TYPE_CHECKING:  # the service's and its faults' (cluster.server.faults), which these requests use
         def _decide(self, events: list, now: float) -> Replies: ...
@@ -99,12 +100,14 @@ class Requests:
         job_id = new_id
         if job_id != spec.job_id:
             spec = dataclasses.replace(spec, job_id=job_id)
-        log.info("job %s submitted: %d x %d GPU(s), %s, queue %s%s", job_id, spec.workers, spec.gpus, spec.klass,
-                 self.core.fw.queue_of(spec), f"; {res.advice['text']}" if res is not None else "")
+        said = ("job %s submitted: %d x %d GPU(s), %s, queue %s%s", job_id, spec.workers, spec.gpus, spec.klass,
+                self.core.fw.queue_of(spec), f"; {res.advice['text']}" if res is not None else "")
         ack: Replies = [(ident, P.Submitted(job_id=job_id))]
         if self._submitted is not None:  # in a batch: the core hears it with the batch's other submits
             self._submitted.append(ev.JobSubmitted(spec))
+            self._submit_logs.append(said)  # said once the batch commits (handle_batch)
             return ack
+        log.info(*said)  # committed: journal.submit_job's own transaction
         try:  # the job is journaled: acknowledged whatever happens to this cycle (a rebuilt core restores it)
             return ack + self._decide([ev.JobSubmitted(spec)], now)
         except JournalUnavailable as exc:

@@ -137,6 +137,7 @@ class SchedulerService(Requests, Faults):
         self.learning = Learning(journal)  # history records at each end; the run-time model of the views
         # inside on_batch: the jobs submitted, for one cycle at its end
         self._submitted: list[ev.JobSubmitted] | None = None
+        self._submit_logs: list[tuple] = []  # inside on_batch: the submits' log lines, written once committed
         node = self._node_message
         self._handlers: dict[type[P.Message], Handler] = {
             P.NodeHello: self._hello, P.NodeHeartbeat: self._heartbeat, P.NodeStatus: node,

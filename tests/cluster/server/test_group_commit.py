@@ -59,18 +59,22 @@ def test_a_batch_of_submits_is_one_commit_and_every_one_is_acknowledged(h):
     assert len(n.inbox(P.StartPlacement)) == 2  # one cycle at the batch's end placed what fits
 
 
-def test_a_batch_whose_commit_fails_acknowledges_nothing_and_a_retry_makes_each_job_once(h):
+def test_a_batch_whose_commit_fails_acknowledges_nothing_and_a_retry_makes_each_job_once(h, caplog):
     n = FakeNode(h, "n1", gpus=2)
     n.hello()
     h.journal.db.fail = True
-    out = batch(h, submits(30))
+    with caplog.at_level("INFO", logger="colocate.scheduler"):
+        out = batch(h, submits(30))
+    assert " submitted: " not in caplog.text  # the log never says a job was submitted that was rolled back
     errors = replies(out, P.Error)
     assert len(errors) == 30 and all(e.code == P.UNAVAILABLE and "nothing was submitted" in e.message for e in errors)
     assert not replies(out, P.Submitted) and not n.inbox(P.StartPlacement)  # nothing acted on
     assert h.journal.jobs(False, 0, 100)[1] == 0 and not h.svc.core.jobs  # the core did not run ahead
     h.journal.db.fail = False
     h.advance(1.1)  # the probe finds the journal writable
-    first = replies(batch(h, submits(30)), P.Submitted)  # the clients retry with their request ids
+    with caplog.at_level("INFO", logger="colocate.scheduler"):
+        first = replies(batch(h, submits(30)), P.Submitted)  # the clients retry with their request ids
+    assert caplog.text.count(" submitted: ") == 30
     again = replies(batch(h, submits(30)), P.Submitted)
     assert len(first) == 30 and [a.job_id for a in first] == [a.job_id for a in again]
     assert h.journal.jobs(False, 0, 100)[1] == 30
