@@ -208,6 +208,11 @@ def check_private(path: str) -> None:
                             f"`{fix}`")
 
 
+def exists(directory: str, stem: str) -> bool:
+    """Whether peer key ``stem`` (``cert_name``) was generated in ``directory``."""
+    return os.path.exists(_secret(directory, stem))
+
+
 def _secret(directory: str, name: str) -> str:
     return os.path.join(directory, f"{name}.key_secret")
 

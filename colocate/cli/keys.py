@@ -63,8 +63,10 @@ def main(args) -> int:
             return _list(args.dir or K.default_dir())
         peers = [(K.NODE, n) for n in args.node] + [(K.USER, n) for n in args.user] + \
                 [(K.OPERATOR, n) for n in args.operator]
-        for role, name in peers:
-            K.cert_name(role, name)  # every name checked before anything is written
+        for role, name in peers:  # every name checked before anything is written: a refusal writes no key
+            stem = K.cert_name(role, name)
+            if K.exists(args.dir, stem):
+                raise K.KeyError_(f"key {stem} already exists in {args.dir}: nothing was written")
         written = K.generate_server(args.dir)
         for role, name in peers:
             written += K.generate(args.dir, role, name)

@@ -89,3 +89,15 @@ def test_admitted_keys_reload_when_a_file_changes_in_place(tmp_path):
     assert admitted.name_of(new_key) == "user-bob" and admitted.name_of(old_key) is None
     assert admitted.current(K.user_id("user-bob", new_key)) == "user-bob"
     assert admitted.current("user-bob") is None  # a user id without its key is nobody's
+
+
+def test_generate_with_a_name_that_exists_writes_no_key(tmp_path):
+    """`keys generate DIR --node bob --user bob` with user-bob made before: exit 2, and node-bob is not made."""
+    from tests import support as S
+
+    keys = tmp_path / "keys"
+    assert S.colocate_cli("keys", "generate", keys, "--user", "bob").returncode == 0
+    before = sorted(p.name for p in keys.rglob("*"))
+    res = S.colocate_cli("keys", "generate", keys, "--node", "bob", "--user", "bob")
+    assert res.returncode == 2 and "user-bob already exists" in res.stderr and "nothing was written" in res.stderr
+    assert sorted(p.name for p in keys.rglob("*")) == before
