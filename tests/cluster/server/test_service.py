@@ -649,3 +649,18 @@ def test_a_promoted_job_is_journaled_guaranteed_and_shown_so_after_a_restart(tmp
     [view] = replies(h.send(CLIENT, P.JobsRequest(job_id=ack.job_id)), P.JobsReply)[0].jobs
     assert view.priority == "guaranteed" and view.state == "running", view
     assert h.svc.core.job(ack.job_id).placement.klass == "guaranteed"
+
+
+def test_an_ended_jobs_queue_is_the_policys_after_a_restart(tmp_path):
+    """multi-queue puts jobs in queues by their size; once ended and the scheduler restarted, the job is no longer
+    in the core, and status showed the request's 'default' instead."""
+    h = Harness(tmp_path / "sched.db", policy="antman")
+    n = FakeNode(h, "n1", gpus=1)
+    n.hello()
+    (ack,) = replies(h.submit(gpus=1, priority="opportunistic"), P.Submitted)
+    n.start_all()
+    [before] = replies(h.send(CLIENT, P.JobsRequest(job_id=ack.job_id)), P.JobsReply)[0].jobs
+    n.exit(n.inbox(P.StartPlacement)[0].placement_id, 0)
+    h.restart()
+    [after] = replies(h.send(CLIENT, P.JobsRequest(job_id=ack.job_id)), P.JobsReply)[0].jobs
+    assert before.queue == after.queue == "opportunistic" and after.state == "succeeded", (before, after)
