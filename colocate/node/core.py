@@ -318,7 +318,7 @@ class NodeCore(PlacementRules):
                 job_id=j.job_id, gpu=j.gpu, priority=j.klass, pid=j.pid, mem_cap=j.limits.mem_cap,
                 sm_share=j.limits.sm_share, mem_reserved=last.mem_reserved if last else 0,
                 mem_allocated_peak=last.mem_allocated_peak if last else 0, host_bytes=last.host_bytes if last else 0,
-                throughput=j.throughput(), slo_state=j.slo_state, iterations=j.iterations_done))
+                throughput=j.throughput(now=now), slo_state=j.slo_state, iterations=j.iterations_done))
         return P.CtlJobs(node_epoch=self.node_epoch, gpus=tuple(gpus), jobs=tuple(jobs))
 
     def _guaranteed_holder(self, gpu: LocalGpu, job_id: str, job: str, share: float = WHOLE) -> str | None:

@@ -14,8 +14,8 @@ time under the server's lock, so a scrape never sees a half-applied event.
 | colocate_job_memory_allocated_peak_bytes | job, gpu, priority | allocated peak in the last mini-batch |
 | colocate_job_host_bytes | job, gpu, priority | bytes served from host memory |
 | colocate_job_sm_share_ratio | job, gpu, priority | compute share 0..1 |
-| colocate_job_busy_ratio | job, gpu, priority | measured device busy fraction (last 16 batches) |
-| colocate_job_throughput_iterations_per_second | job, gpu, priority | mini-batches per second (last 16) |
+| colocate_job_busy_ratio | job, gpu, priority | measured device busy fraction (last 16 batches and the time since the last) |
+| colocate_job_throughput_iterations_per_second | job, gpu, priority | mini-batches per second (last 16 and the time since the last: a paused job falls to 0) |
 | colocate_job_iterations_total | job, gpu, priority | mini-batches reported |
 | colocate_job_limit_updates_total | job, gpu, priority | limit updates sent (the limits seq) |
 | colocate_node_messages_total | type | messages received |
@@ -71,8 +71,8 @@ class NodeCollector:
                 fam["peak"].add_metric(lv, last.mem_allocated_peak if last else 0)
                 fam["host"].add_metric(lv, last.host_bytes if last else 0)
                 fam["share"].add_metric(lv, j.limits.sm_share)
-                fam["busy"].add_metric(lv, j.busy_fraction())
-                fam["tput"].add_metric(lv, j.throughput())
+                fam["busy"].add_metric(lv, j.busy_fraction(now=now))
+                fam["tput"].add_metric(lv, j.throughput(now=now))
                 fam["iters"].add_metric(lv, j.iterations)
                 fam["upd"].add_metric(lv, j.limits.seq)
             msgs = CounterMetricFamily("colocate_node_messages", "Messages received", labels=["type"])

@@ -85,19 +85,25 @@ class RegisteredWorker:
             return int(self.mem_request or 0)
         return self.last.mem_reserved if self.last is not None else 0
 
-    def throughput(self, n: int = 16) -> float:
-        """Iterations per second over the last ``n`` reports; 0.0 while they total less than ``MIN_MEASURED_S``
-        (nothing measured: a job's tiny durations never make a rate that overflows)."""
+    def throughput(self, n: int = 16, now: float | None = None) -> float:
+        """Iterations per second over the last ``n`` reports, and, with ``now`` (the node's clock), the time since
+        the last one (a paused or stalled job's rate falls instead of showing its last pace for ever); 0.0 while
+        they total less than ``MIN_MEASURED_S`` (a job's tiny durations never make a rate that overflows)."""
         reps = list(self.recent)[-n:]
-        total = sum(r.duration_s for r in reps)
+        total = sum(r.duration_s for r in reps) + self._since_last(now)
         return len(reps) / total if total >= MIN_MEASURED_S else 0.0
 
-    def busy_fraction(self, n: int = 16) -> float:
-        """Device busy time over wall time of the last ``n`` reports, in [0, 1]; 0.0 while they total less than
-        ``MIN_MEASURED_S``."""
+    def busy_fraction(self, n: int = 16, now: float | None = None) -> float:
+        """Device busy time over wall time of the last ``n`` reports (and the time since the last one, with
+        ``now``: the policies read the reports alone), in [0, 1]; 0.0 while they total less than ``MIN_MEASURED_S``."""
         reps = list(self.recent)[-n:]
-        total = sum(r.duration_s for r in reps)
+        total = sum(r.duration_s for r in reps) + self._since_last(now)
         return min(1.0, sum(r.busy_s for r in reps) / total) if total >= MIN_MEASURED_S else 0.0
+
+    def _since_last(self, now: float | None) -> float:
+        if now is None or self.last_report_at is None:
+            return 0.0
+        return max(0.0, now - self.last_report_at)
 
 
 @dataclass(slots=True)
@@ -148,8 +154,11 @@ class GuaranteedSide:
     def last(self) -> P.BatchReport | None:
         return self.recent[-1] if self.recent else None
 
-    def throughput(self, n: int = 16) -> float:
-        return RegisteredWorker.throughput(self, n)  # type: ignore[arg-type]  # same fields, same arithmetic
+    def throughput(self, n: int = 16, now: float | None = None) -> float:
+        return RegisteredWorker.throughput(self, n, now)  # type: ignore[arg-type]  # same fields, same arithmetic
 
-    def busy_fraction(self, n: int = 16) -> float:
-        return RegisteredWorker.busy_fraction(self, n)  # type: ignore[arg-type]
+    def busy_fraction(self, n: int = 16, now: float | None = None) -> float:
+        return RegisteredWorker.busy_fraction(self, n, now)  # type: ignore[arg-type]
+
+    def _since_last(self, now: float | None) -> float:
+        return RegisteredWorker._since_last(self, now)  # type: ignore[arg-type]

@@ -660,3 +660,18 @@ def test_ctl_set_takes_a_scheduler_job_id_for_its_one_worker_here():
     assert err.code == P.UNKNOWN_JOB and "job 3 has 2 workers on this node (3/0, 3/1): name one" in err.message
     (err,) = replies(n.handle(P.CtlSet(job_id="4", mem_cap=None, sm_share=0.5)))
     assert err.code == P.UNKNOWN_JOB and "job 4 is not registered" in err.message
+
+
+def test_a_paused_jobs_throughput_falls_with_the_time_since_its_last_report():
+    """QA: a job paused by ``ctl set --sm-share 0`` still showed its last pace (34 it/s) in ``ctl list``, ``top`` and
+    the metrics 13 s later; the listing counts the time since the last report."""
+    n = Node("adaptive", **FAST)
+    n.register("g", pid=11)
+    for _ in range(16):
+        n.report("g", duration=0.05, busy=0.02)
+    (jobs,) = replies(n.handle(P.CtlList()))
+    assert jobs.jobs[0].throughput == pytest.approx(20.0)
+    n.t += 15.2  # no report since: paused
+    (jobs,) = replies(n.handle(P.CtlList()))
+    assert jobs.jobs[0].throughput == pytest.approx(16 / 16.0)
+    assert n.core.jobs["g"].busy_fraction() == pytest.approx(0.4)  # the policies read the reports alone
