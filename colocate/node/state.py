@@ -88,17 +88,19 @@ class RegisteredWorker:
     def throughput(self, n: int = 16, now: float | None = None) -> float:
         """Iterations per second over the last ``n`` reports, and, with ``now`` (the node's clock), the time since
         the last one (a paused or stalled job's rate falls instead of showing its last pace for ever); 0.0 while
-        they total less than ``MIN_MEASURED_S`` (a job's tiny durations never make a rate that overflows)."""
+        the reports total less than ``MIN_MEASURED_S`` (a job's tiny durations never make a rate that overflows)."""
         reps = list(self.recent)[-n:]
-        total = sum(r.duration_s for r in reps) + self._since_last(now)
-        return len(reps) / total if total >= MIN_MEASURED_S else 0.0
+        total = sum(r.duration_s for r in reps)
+        return len(reps) / (total + self._since_last(now)) if total >= MIN_MEASURED_S else 0.0
 
     def busy_fraction(self, n: int = 16, now: float | None = None) -> float:
         """Device busy time over wall time of the last ``n`` reports (and the time since the last one, with
         ``now``: the policies read the reports alone), in [0, 1]; 0.0 while they total less than ``MIN_MEASURED_S``."""
         reps = list(self.recent)[-n:]
-        total = sum(r.duration_s for r in reps) + self._since_last(now)
-        return min(1.0, sum(r.busy_s for r in reps) / total) if total >= MIN_MEASURED_S else 0.0
+        total = sum(r.duration_s for r in reps)
+        if total < MIN_MEASURED_S:
+            return 0.0
+        return min(1.0, sum(r.busy_s for r in reps) / (total + self._since_last(now)))
 
     def _since_last(self, now: float | None) -> float:
         if now is None or self.last_report_at is None:
