@@ -47,7 +47,7 @@ from colocate.node.events import JobLost, NodeTick
 from colocate.node.pick import GpuRoom, pick_gpu
 from colocate.node.placements import PlacementRules
 from colocate.node.policies import POLICIES, Want
-from colocate.node.state import GuaranteedSide, LocalGpu, RegisteredWorker
+from colocate.node.state import GuaranteedSide, LocalGpu, RegisteredWorker, host_served
 
 __all__ = ["NodeCore", "Send", "Reply", "Note", "NodeTick", "JobLost"]
 WORKER = "\x00worker:"  # a registered worker's claim owner: never a placement key
@@ -317,7 +317,7 @@ class NodeCore(PlacementRules):
             jobs.append(P.JobInfo(
                 job_id=j.job_id, gpu=j.gpu, priority=j.klass, pid=j.pid, mem_cap=j.limits.mem_cap,
                 sm_share=j.limits.sm_share, mem_reserved=last.mem_reserved if last else 0,
-                mem_allocated_peak=last.mem_allocated_peak if last else 0, host_bytes=last.host_bytes if last else 0,
+                mem_allocated_peak=last.mem_allocated_peak if last else 0, host_bytes=host_served(last),
                 throughput=j.throughput(now=now), slo_state=j.slo_state, iterations=j.iterations_done))
         return P.CtlJobs(node_epoch=self.node_epoch, gpus=tuple(gpus), jobs=tuple(jobs))
 

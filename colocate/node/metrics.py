@@ -12,7 +12,7 @@ time under the server's lock, so a scrape never sees a half-applied event.
 | colocate_job_memory_cap_bytes | job, gpu, priority | current memory cap |
 | colocate_job_memory_reserved_bytes | job, gpu, priority | reserved device bytes at the last boundary |
 | colocate_job_memory_allocated_peak_bytes | job, gpu, priority | allocated peak in the last mini-batch |
-| colocate_job_host_bytes | job, gpu, priority | bytes served from host memory |
+| colocate_job_host_bytes | job, gpu, priority | bytes served from host memory in the last mini-batch (held at its end, or touched within it where more) |
 | colocate_job_sm_share_ratio | job, gpu, priority | compute share 0..1 |
 | colocate_job_busy_ratio | job, gpu, priority | measured device busy fraction (last 16 batches and the time since the last) |
 | colocate_job_throughput_iterations_per_second | job, gpu, priority | mini-batches per second (last 16 and the time since the last: a paused job falls to 0) |
@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
 from colocate.base.vocab import JobClass
+from colocate.node.state import host_served
 
 
 class NodeCollector:
@@ -69,7 +70,7 @@ class NodeCollector:
                 fam["cap"].add_metric(lv, j.limits.mem_cap)
                 fam["res"].add_metric(lv, last.mem_reserved if last else 0)
                 fam["peak"].add_metric(lv, last.mem_allocated_peak if last else 0)
-                fam["host"].add_metric(lv, last.host_bytes if last else 0)
+                fam["host"].add_metric(lv, host_served(last))
                 fam["share"].add_metric(lv, j.limits.sm_share)
                 fam["busy"].add_metric(lv, j.busy_fraction(now=now))
                 fam["tput"].add_metric(lv, j.throughput(now=now))

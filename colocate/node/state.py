@@ -20,6 +20,14 @@ RECENT = 64  # reports kept per job
 MIN_MEASURED_S = 1e-9
 
 
+def host_served(report: P.BatchReport | None) -> int:
+    """The host-memory bytes a job's last mini-batch used: what it still holds there at the boundary, or, where more,
+    what the batch touched (a buffer spilled and freed within the batch holds none at the boundary)."""
+    if report is None:
+        return 0
+    return max(report.host_bytes, report.host_bytes_touched)
+
+
 @dataclass(slots=True)
 class RegisteredWorker:
     """One worker process registered with the node (``P.Register``): ``job_id`` is the worker's id (``JOB/RANK`` for

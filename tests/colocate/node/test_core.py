@@ -675,3 +675,15 @@ def test_a_paused_jobs_throughput_falls_with_the_time_since_its_last_report():
     (jobs,) = replies(n.handle(P.CtlList()))
     assert jobs.jobs[0].throughput == pytest.approx(16 / 16.0)
     assert n.core.jobs["g"].busy_fraction() == pytest.approx(0.4)  # the policies read the reports alone
+
+
+def test_the_host_column_shows_a_buffer_spilled_and_freed_within_the_batch():
+    """QA: a job whose 64 MiB temporary buffer went to host memory every batch showed HOST 0 B (it holds nothing
+    there at the boundary); the listing shows what the batch touched where more."""
+    n = Node("adaptive", **FAST)
+    n.register("g", pid=11)
+    n.handle(P.BatchReport(job_id="g", seq=0, t_end=n.t, duration_s=0.05, busy_s=0.02, device_start_s=0.0,
+                           mem_allocated_peak=MiB, mem_reserved=MiB, mem_floor=0, host_bytes=0,
+                           host_bytes_touched=64 * MiB, limits_seq=0), 0.05)
+    (jobs,) = replies(n.handle(P.CtlList()))
+    assert jobs.jobs[0].host_bytes == 64 * MiB
