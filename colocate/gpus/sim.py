@@ -20,6 +20,33 @@ def default_core(index: int, ncores: int | None = None) -> int:
     return (n - 1 - index) % n
 
 
+_claimed: list[int] = []  # descriptors of the core files this process holds (released when it ends)
+
+
+def claim_cores(cores: dict[int, int], folder: str) -> list[str]:
+    """Hold each simulated GPU's core for this node (``cores``: GPU index -> core; a file per core in ``folder``,
+    the user's private runtime folder, flocked while the process lives); the warnings, one per core another node of this
+    user on this machine holds already: their jobs would time-share that core, each slowed by the other's."""
+    import fcntl
+
+    warnings = []
+    for gpu, core in sorted(cores.items()):
+        path = os.path.join(folder, f"sim-core-{core}.lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            warnings.append(f"simulated GPU {gpu}'s core {core} is the core of another node's simulated GPU (pid "
+                            f"{holder}): jobs on both share it, each slowed by the other's")
+            continue
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _claimed.append(fd)
+    return warnings
+
+
 def core_of(env) -> int:
     """The core a job with this ``JobEnv`` runs on: COLOCATE_SIM_CORE, else its GPU's."""
     return env.sim_core if env.sim_core is not None else default_core(env.gpu)

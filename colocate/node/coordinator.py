@@ -50,8 +50,9 @@ def default_state_dir(node_id: str) -> str:
 
 
 def run(opts: NodeOptions) -> int:
+    from colocate.base.endpoints import private_dir, runtime_dir
     from colocate.gpus import node_gpus
-    from colocate.gpus.sim import keep_off_cores
+    from colocate.gpus.sim import claim_cores, keep_off_cores
     from colocate.node.config import NodeConfig
     from colocate.node.core import NodeCore
     from colocate.node.server import NodeServer
@@ -77,6 +78,13 @@ def run(opts: NodeOptions) -> int:
     sim_cores = {g.core for g in gpus if g.core is not None}
     if sim_cores:  # the daemon stays off the simulated GPUs' cores
         keep_off_cores(sim_cores)
+        try:
+            folder = runtime_dir()
+            private_dir(folder)
+            for line in claim_cores({g.index: g.core for g in gpus if g.core is not None}, folder):
+                logging.warning("%s", line)
+        except (OSError, ValueError) as exc:  # a check, not a condition to run
+            logging.warning("cannot check whether another node uses these simulated GPUs' cores: %s", exc)
     if opts.scheduler:
         try:
             server.agent = _agent(opts, core, server, gpus)
