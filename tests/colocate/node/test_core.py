@@ -186,12 +186,15 @@ def test_heartbeat_is_echoed_and_limits_applied_measures_latency():
     n.register("g")
     out = n.handle(P.Heartbeat(job_id="g", sent_at=3.0), dt=0.5)
     assert [type(m) for m in replies(out)] == [P.Heartbeat]
+    n.handle(P.LimitsApplied(job_id="g", limits_seq=n.limits["g"].seq, applied_at=1e6))
+    assert n.core.control_count == 0  # the Welcome's limits: in force after the job's start-up, not timed
+    n.handle(P.CtlSet(job_id="g", sm_share=0.5, mem_cap=None), dt=0.5)
     seq = n.limits["g"].seq
     sent_at = n.core.jobs["g"].sent_at[seq]
     # the job's own clock (applied_at) is not the node's: latency is the node's receive time - send time
     n.handle(P.LimitsApplied(job_id="g", limits_seq=seq, applied_at=1e6), dt=0.02)
-    assert list(n.core.control_latencies) == [pytest.approx(n.t - sent_at)] == [pytest.approx(0.52)]
-    assert n.core.control_count == 1 and n.core.control_sum_s == pytest.approx(0.52)
+    assert list(n.core.control_latencies) == [pytest.approx(n.t - sent_at)] == [pytest.approx(0.02)]
+    assert n.core.control_count == 1 and n.core.control_sum_s == pytest.approx(0.02)
 
 
 def test_goodbye_and_job_lost_free_the_gpu():
