@@ -73,14 +73,14 @@ from cluster.server.journal import Journal, JournalLockLost, JournalUnavailable
 from cluster.server.learning import Learning
 from cluster.server.logs import LogRelay
 from cluster.server.node_gpus import NodeGpus, node_model, shown_models
+from cluster.server.node_reports import NodeReports
 from cluster.server.ports import PortPool
 from cluster.server.rendezvous import master_host, start_messages
 from cluster.server.requests import Requests
-from cluster.server.views import Progress, held_by
+from cluster.server.views import Progress
 from cluster.spec import NodeSpec
 from colocate import protocol as P
 from colocate.base.endpoints import NODE_HEARTBEAT_S, NODE_LEASE_S, NODE_LIVENESS, replace_after_s
-from colocate.base.text import quoted
 from colocate.base.vocab import TERMINAL
 
 log = logging.getLogger("colocate.scheduler")
@@ -92,7 +92,7 @@ LATENCY_WINDOW = 5000
 Handler = Callable[[bytes, Any, float], Replies]  # (ident, a message of the type it is registered for, now)
 
 
-class SchedulerService(Requests, Faults):
+class SchedulerService(Requests, NodeReports, Faults):
     def __init__(self, core: SchedulerCore, journal: Journal, epoch: int, heartbeat_s: float = NODE_HEARTBEAT_S,
                  liveness: int = NODE_LIVENESS, lease_s: float = NODE_LEASE_S,
                  topology: dict[str, tuple[str, str]] | None = None):
@@ -279,85 +279,6 @@ class SchedulerService(Requests, Faults):
         except _Refused:
             pass  # logged by _failed; the node's next report tells the core again
         return []
-
-    def _apply(self, node_id: str, m: NodeWrite, now: float) -> Replies:
-        event: ev.NodeReport | ev.RankStarted | ev.RankExited | ev.PlacementRefused
-        progressed: list = []
-        if isinstance(m, P.NodeStatus):
-            progressed = [ev.JobProgressed(p.job_id, p.iterations, p.total_iterations or 0, p.step_p50_s, p.step_p90_s,
-                                           p.since_report_s, p.step_mean_s)
-                          for p in self.progress.note(m.progress, lambda job_id: held_by(self.core.job(job_id), node_id))]
-            event = ev.NodeReport(node_id, m.epoch, tuple(ev.GpuReport(g.index, g.utilization, g.mem_used)
-                                                          for g in m.gpus),
-                                  tuple(ev.WorkerReport(w.job_id, w.placement_id, w.rank, w.running, w.exit_code,
-                                                        w.fenced, w.oom) for w in m.workers))
-        elif not self._speaks_for(node_id, m):
-            self._foreign(node_id, m)
-            return []
-        elif isinstance(m, P.WorkerStarted):
-            with self.journal.transaction():
-                self.journal.add_log(m.job_id, m.rank, m.placement_id, node_id, m.log_path, now)
-            event = ev.RankStarted(m.job_id, m.placement_id, m.rank, node_id)
-        elif isinstance(m, P.WorkerExited):
-            job = self.core.job(m.job_id)
-            # the job's exit code is its cause: the first worker to end the placement's run (a failing rank, or the
-            # last of a successful gang); the ranks we stop because of it (143) come after, when it is over. A requeue
-            # clears it (``Journal.set_state``): a job shows its latest run's code, never an earlier run's
-            if job is not None and job.placement_id == m.placement_id and job.state in (ev.PLACING, ev.RUNNING):
-                with self.journal.transaction():
-                    row = self.journal.job(m.job_id)
-                    if row is not None and (m.exit_code != 0 or row["exit_code"] is None):
-                        self.journal.set_exit_code(m.job_id, m.exit_code)
-            event = ev.RankExited(m.job_id, m.placement_id, m.rank, m.exit_code, m.fenced, m.oom, node_id)
-        else:
-            log.warning("node %s refused placement %s (%s): %s", node_id, m.placement_id, m.code, m.reason)
-            event = ev.PlacementRefused(m.job_id, m.placement_id, node_id, m.reason, m.code == P.REFUSED_STALE)
-        joined = self.joining.pop(node_id, None) if isinstance(m, P.NodeStatus) else None
-        out = self._decide(([joined] if joined else []) + [event] + progressed, now)
-        for e in progressed:
-            self.learning.progressed(e, now)
-        return out + self._settled(node_id, m)
-
-    def _speaks_for(self, node_id: str, m: P.WorkerStarted | P.WorkerExited | P.StartRefused) -> bool:
-        """Whether the node may say ``m``: a node speaks only for its own workers (``SchedulerCore.speaks_for``), and
-        refuses only a placement with a worker on it."""
-        if isinstance(m, P.StartRefused):
-            job = self.core.job(m.job_id)
-            return job is None or job.placement_id != m.placement_id or held_by(job, node_id)
-        return self.core.speaks_for(node_id, m.placement_id, m.rank)
-
-    def _foreign(self, node_id: str, m: P.WorkerStarted | P.WorkerExited | P.StartRefused) -> None:
-        """A node reported on a worker it does not hold (a forged report, or a node's stale view): dropped, and said
-        once per node and placement."""
-        if (node_id, m.placement_id) not in self._foreign_seen:
-            if len(self._foreign_seen) >= 10_000:
-                self._foreign_seen.clear()
-            self._foreign_seen.add((node_id, m.placement_id))
-            what = "placement" if isinstance(m, P.StartRefused) else f"rank {m.rank} of placement"
-            log.warning("node %s reported on %s %s (job %s), which it does not hold: ignored",
-                        node_id, what, quoted(m.placement_id), quoted(m.job_id))
-
-    def _settled(self, node_id: str, m: NodeWrite) -> Replies:
-        """``PlacementsSettled`` for the ended placements ``m`` shows whose end the core has taken (the job is
-        no longer on that placement); sent after the batch's commit, like every reply, so the node forgets only
-        what the journal holds."""
-        if isinstance(m, P.NodeStatus):
-            ended = {(w.job_id, w.placement_id) for w in m.workers if not w.running}
-        elif isinstance(m, P.WorkerExited):
-            ended = {(m.job_id, m.placement_id)}
-        else:
-            return []
-        ids = sorted({pid for job_id, pid in ended if not self._on(job_id, pid)})
-        ident = self.nodes.get(node_id)
-        if not ids or ident is None:
-            return []
-        return [(ident, P.PlacementsSettled(node_id=node_id, placement_ids=tuple(ids[i:i + P.MAX_LIST_ITEMS])))
-                for i in range(0, len(ids), P.MAX_LIST_ITEMS)]
-
-    def _on(self, job_id: str, placement_id: str) -> bool:
-        """The job is placed or running on ``placement_id`` (its end is not settled)."""
-        job = self.core.job(job_id)
-        return job is not None and job.placement_id == placement_id and job.state in (ev.PLACING, ev.RUNNING)
 
     def _silent(self, node_id: str, heard: float, now: float) -> ev.NodeLost:
         """Node ``node_id``, last heard at ``heard``, is down; its placements are lost once its lease and the
