@@ -124,19 +124,25 @@ def lock_file(path: str) -> tuple[int, str]:
     return fd, lock_path
 
 
+def file_lost(path: str, fd: int, name: str) -> str | None:
+    """Why ``path`` no longer names the file open as ``fd`` (removed, or now another file), in words naming it as
+    ``name``; None while it does. One ``stat``."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return f"{name} was removed"
+    except OSError as exc:
+        return f"{name} cannot be read ({exc.strerror})"
+    own = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != (own.st_dev, own.st_ino):
+        return f"{name} was replaced by another file"
+    return None
+
+
 def lock_lost(lock_path: str, fd: int) -> str | None:
     """Why the lock held on ``fd`` (``lock_file``) no longer guards its state file: ``lock_path`` removed, or now
     another file than the one locked; None while it still guards it."""
-    try:
-        st = os.stat(lock_path)
-    except FileNotFoundError:
-        return f"its lock file {lock_path} was removed"
-    except OSError as exc:
-        return f"its lock file {lock_path} cannot be read ({exc.strerror})"
-    own = os.fstat(fd)
-    if (st.st_dev, st.st_ino) != (own.st_dev, own.st_ino):
-        return f"its lock file {lock_path} was replaced by another file"
-    return None
+    return file_lost(lock_path, fd, f"its lock file {lock_path}")
 
 
 def claim_state_file(db, path: str) -> int:
@@ -165,17 +171,8 @@ def claim_state_file(db, path: str) -> int:
 
 
 def state_file_lost(path: str, fd: int) -> str | None:
-    """Why ``path`` no longer names the file open as ``fd`` (removed, or replaced), else None. One ``stat``."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return "the state file was removed"
-    except OSError as exc:
-        return f"the state file cannot be read ({exc.strerror})"
-    own = os.fstat(fd)
-    if (st.st_dev, st.st_ino) != (own.st_dev, own.st_ino):
-        return "the state file was replaced by another file"
-    return None
+    """Why ``path`` no longer names the state file open as ``fd`` (removed, or replaced), else None."""
+    return file_lost(path, fd, "the state file")
 
 
 _SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
@@ -189,7 +186,12 @@ def spec_to_json(spec: JobSpec) -> str:
 
 
 def spec_from_json(text: str) -> JobSpec:
-    return JobSpec(**{_SPEC_FIELD_OF.get(k, k): v for k, v in json.loads(text).items()})
+    return spec_from_dict(json.loads(text))
+
+
+def spec_from_dict(d: dict) -> JobSpec:
+    """A spec from its journaled JSON, already parsed."""
+    return JobSpec(**{_SPEC_FIELD_OF.get(k, k): v for k, v in d.items()})
 
 
 def placement_to_json(p: Placement | None) -> str | None:

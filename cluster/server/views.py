@@ -11,7 +11,7 @@ from cluster.core import SchedulerCore
 from cluster.jobs import Job
 from cluster.plugins.predictor import job_key
 from cluster.predict.predictor import RunTimePredictor
-from cluster.server.journal_file import placement_from_json, spec_from_json
+from cluster.server.journal_file import placement_from_json, spec_from_dict
 from cluster.server.node_gpus import shown_models
 from colocate import protocol as P
 from colocate.base.vocab import TERMINAL, JobClass, JobState
@@ -31,13 +31,14 @@ class QueueView:
         self.blocked = {job_id: why for job_id, why in core.blocked().values()}
 
 
-def _queue_of(core: SchedulerCore, spec_json: str) -> str:
-    """The queue the policy puts a job of this spec in (a job the core no longer holds: ended before a restart; the
-    spec keeps only the queue the request named, 'default' where the policy chose one by its size)."""
+def _queue_of(core: SchedulerCore, spec: dict) -> str:
+    """The queue the policy puts a job of this spec (its journaled JSON, parsed) in: for a job the core no longer
+    holds (ended before a restart; the spec keeps only the queue the request named, 'default' where the policy
+    chose one by its size)."""
     try:
-        return core.fw.queue_of(spec_from_json(spec_json))
+        return core.fw.queue_of(spec_from_dict(spec))
     except Exception:  # a view never fails for one row: the request's own queue then
-        return str(json.loads(spec_json).get("queue", ""))
+        return str(spec.get("queue", ""))
 
 
 def held_by(job: Job | None, node_id: str) -> bool:
@@ -115,7 +116,7 @@ def job_view(row: dict, core: SchedulerCore, queues: QueueView, progress: P.JobP
             reason = f"queued in {queue} (position {position})" + (f"; {reason}" if reason else "")
     return P.JobView(
         job_id=row["job_id"], name=P.printable(spec.get("name", "")), user=P.printable(spec.get("user", "")),
-        queue=P.printable(job.queue if job is not None and job.queue else _queue_of(core, row["spec"])),
+        queue=P.printable(job.queue if job is not None and job.queue else _queue_of(core, spec)),
         priority=placement.klass if placement else spec.get("priority", JobClass.GUARANTEED), state=row["state"],
         workers=spec["workers"], gpus=spec["gpus"], submitted_at=row["submitted_at"], started_at=row["started_at"],
         ended_at=row["ended_at"], reason=reason[:P.MAX_TEXT_CHARS], placement_id=placement.placement_id if placement else "",
