@@ -213,13 +213,15 @@ def _snapshots(rt) -> None:
     pid = os.getpid()
 
     def loop() -> None:
-        while not _snapshot_stop.wait(SNAPSHOT_S) and os.getpid() == pid and _written_by != pid:
+        import time
+
+        while True:
+            time.sleep(SNAPSHOT_S)  # read at each wait
+            if os.getpid() != pid or _written_by == pid:  # a forked copy, or the final write done: it ends
+                return
             _write_stats(rt, final=False)
 
     threading.Thread(target=loop, name="colocate-stats", daemon=True).start()
-
-
-_snapshot_stop = threading.Event()  # never set: a snapshot thread ends with its process or its final write
 
 
 def _install_excepthook(device: str) -> None:
