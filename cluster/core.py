@@ -86,7 +86,7 @@ class SchedulerCore(NodeEvents, CoreViews):
         self.refusals: dict[str, int] = {}  # job id -> refused starts in a row (the backoff's exponent)
         self.stats = dict.fromkeys(("events", "decisions", "cycles", "placements", "preemptions", "promotions",
                                     "start_failures", "requeues", "orphan_stops", "nodes_lost", "duplicates",
-                                    "oom_restarts", "foreign_reports"), 0)
+                                    "oom_restarts", "foreign_reports", "reclaims"), 0)
         self._handlers: dict[type, Callable[..., Any]] = {
             ev.JobSubmitted: self._submitted, ev.JobCancelled: self._cancelled, ev.NodeJoined: self._joined,
             ev.NodeLost: self._lost, ev.NodeReport: self._report, ev.RankStarted: self._started,
@@ -383,15 +383,22 @@ class SchedulerCore(NodeEvents, CoreViews):
             return
         job = self._current(e.job_id, e.placement_id)
         if job is not None:
-            self._rank_exited(job, e.rank, e.exit_code, now, out, e.fenced, e.oom)
+            self._rank_exited(job, e.rank, e.exit_code, now, out, e.fenced, e.oom, e.reclaimed)
 
     def _rank_exited(self, job: Job, rank: int, code: int, now: float, out: list, fenced: bool = False,
-                     oom: bool = False) -> None:
+                     oom: bool = False, reclaimed: bool = False) -> None:
         if not 0 <= rank < job.spec.workers or rank in job.exited:
             return
         if fenced:  # stopped by its node's lapsed lease: the job lost that worker, through no fault of its own
             self.set_state(job, PENDING, f"rank {rank} was stopped: its node's lease lapsed", out)
             self._stop(job, "node lease lapsed", now, out, gone_ranks=(rank,))
+            self._requeue(job, now)
+            return
+        if reclaimed:  # its node took back the memory it held, for the
+            self.stats["reclaims"] += 1  # guaranteed job beside it: a preemption, not the job's failure
+            self.set_state(job, PENDING, f"rank {rank} was stopped by its node: the guaranteed job on its GPU needed "
+                           "the memory it held", out)
+            self._stop(job, "memory reclaimed", now, out, gone_ranks=(rank,))
             self._requeue(job, now)
             return
         if oom and code != 0 and job.spec.mem_fallback is not None:

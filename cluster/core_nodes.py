@@ -43,7 +43,7 @@ class NodeEvents:
         def _release_slot(self, pid: str, rank: int | None, now: float, node_id: str | None = None) -> None: ...
         def _rank_started(self, job: Job, rank: int, now: float, out: list) -> None: ...
         def _rank_exited(self, job: Job, rank: int, code: int, now: float, out: list, fenced: bool = False,
-                         oom: bool = False) -> None: ...
+                         oom: bool = False, reclaimed: bool = False) -> None: ...
 
     def _progressed(self, e: ev.JobProgressed, now: float, out: list) -> None:
         job = self.jobs.get(e.job_id)
@@ -133,7 +133,7 @@ class NodeEvents:
                 if w.running:
                     self._rank_started(job, w.rank, now, out)
                 elif w.exit_code is not None:
-                    self._rank_exited(job, w.rank, w.exit_code, now, out, w.fenced, w.oom)
+                    self._rank_exited(job, w.rank, w.exit_code, now, out, w.fenced, w.oom, w.reclaimed)
                 continue
             if w.running and job is None:
                 self.stats["orphan_stops"] += 1

@@ -92,6 +92,7 @@ class WorkerReport:
     exit_code: int | None = None  # when not running
     fenced: bool = False  # ended by its node's lapsed lease: lost, not failed
     oom: bool = False  # ended for want of GPU memory (as the worker said)
+    reclaimed: bool = False  # stopped by its node for the guaranteed job's memory: put back in the queue
 
 
 @quick_init
@@ -125,6 +126,7 @@ class RankExited:
     fenced: bool = False  # ended by its node's lapsed lease: lost, not failed
     oom: bool = False  # ended for want of GPU memory (as the worker said)
     node_id: str = ""  # the node that says so: the event counts only if it holds that rank ("": a trusted source)
+    reclaimed: bool = False  # stopped by its node for the guaranteed job's memory: put back in the queue
 
 
 @quick_init

@@ -79,24 +79,21 @@ LOG_TAIL_LINES = 60
 
 
 def pytest_configure(config):
-    """The processes the suite starts (daemons, launchers, jobs: hundreds) import this checkout's packages.
-    Where the environment says PYTHONDONTWRITEBYTECODE, each would compile them again at its start; they share
-    one bytecode cache for the session instead (PYTHONPYCACHEPREFIX, a temporary folder outside the checkout).
-    Set once, by the first pytest process (xdist's workers inherit it)."""
-    if os.environ.get("PYTHONDONTWRITEBYTECODE") and "PYTHONPYCACHEPREFIX" not in os.environ:
-        config.stash[_PYCACHE] = tempfile.mkdtemp(prefix="colocate-pyc-")
-        del os.environ["PYTHONDONTWRITEBYTECODE"]
-        os.environ["PYTHONPYCACHEPREFIX"] = config.stash[_PYCACHE]
+    """The processes the suite starts (daemons, launchers, jobs: hundreds) import this checkout's packages and torch.
+    Where the environment says PYTHONDONTWRITEBYTECODE, each would compile the checkout's modules again at its
+    start; for the session, Python writes bytecode as it does by default instead: the checkout's modules are
+    compiled once into their ``__pycache__`` folders (ignored by git), and installed packages (torch) keep
+    using the bytecode their install wrote. Set once, by the first pytest process (xdist's workers inherit it)."""
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        config.stash[_NO_BYTECODE] = os.environ.pop("PYTHONDONTWRITEBYTECODE")
 
 
 def pytest_unconfigure(config):
-    if _PYCACHE in config.stash:
-        os.environ.pop("PYTHONPYCACHEPREFIX", None)
-        os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
-        shutil.rmtree(config.stash[_PYCACHE], ignore_errors=True)
+    if _NO_BYTECODE in config.stash:
+        os.environ["PYTHONDONTWRITEBYTECODE"] = config.stash[_NO_BYTECODE]
 
 
-_PYCACHE = pytest.StashKey[str]()
+_NO_BYTECODE = pytest.StashKey[str]()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -147,13 +144,17 @@ def sim_ext():
 
 
 def _remove_gates(endpoint: str) -> None:
+    """The shared-memory files of a test's node (its GPUs' gate blocks and memory ledgers), which a node killed by
+    the test leaves behind."""
+    from colocate.gpus.ledger import ledger_path
     from torch_hooks.gate import gate_path
 
     for gpu in range(4):
-        try:
-            os.unlink(gate_path(endpoint, gpu))
-        except OSError:
-            pass
+        for path in (gate_path(endpoint, gpu), ledger_path(endpoint, gpu)):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 @pytest.fixture

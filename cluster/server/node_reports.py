@@ -46,7 +46,7 @@ class NodeReports:
             event = ev.NodeReport(node_id, m.epoch, tuple(ev.GpuReport(g.index, g.utilization, g.mem_used)
                                                           for g in m.gpus),
                                   tuple(ev.WorkerReport(w.job_id, w.placement_id, w.rank, w.running, w.exit_code,
-                                                        w.fenced, w.oom) for w in m.workers))
+                                                        w.fenced, w.oom, w.reclaimed) for w in m.workers))
         elif not self._speaks_for(node_id, m):
             self._foreign(node_id, m)
             return []
@@ -64,7 +64,8 @@ class NodeReports:
                     row = self.journal.job(m.job_id)
                     if row is not None and (m.exit_code != 0 or row["exit_code"] is None):
                         self.journal.set_exit_code(m.job_id, m.exit_code)
-            event = ev.RankExited(m.job_id, m.placement_id, m.rank, m.exit_code, m.fenced, m.oom, node_id)
+            event = ev.RankExited(m.job_id, m.placement_id, m.rank, m.exit_code, m.fenced, m.oom, node_id,
+                                  m.reclaimed)
         else:
             log.warning("node %s refused placement %s (%s): %s", node_id, m.placement_id, m.code, m.reason)
             event = ev.PlacementRefused(m.job_id, m.placement_id, node_id, m.reason, m.code == P.REFUSED_STALE)

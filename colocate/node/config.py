@@ -52,6 +52,8 @@ class NodeConfig:
     pause_max_batches: int = _c(64, "adaptive, pause-or-full: the longest pause, in guaranteed batches")
     gate: bool = _c(True, "adaptive: opportunistic jobs yield the device to the guaranteed job (how: COLOCATE_YIELD_VIA)")
     guaranteed_idle_s: float = _c(1.0, "adaptive: no guaranteed batch for this long: its GPU counts as free")
+    reclaim_after_s: float = _c(5.0, "adaptive: an opportunistic placement paused for memory this long while the GPU is too full for the guaranteed job is stopped and goes back to the scheduler's queue (0: at once)")
+    reclaim_grace_s: float = _c(10.0, "adaptive: seconds a reclaimed worker has between SIGTERM (to save a checkpoint) and SIGKILL")
     # --- static
     static_share: float = _c(0.5, "static: the guaranteed job's compute share (opportunistic jobs split the rest)")
     static_mem_fraction: float = _c(0.5, "static: the guaranteed job's part of the GPU's memory")
@@ -79,7 +81,8 @@ class NodeConfig:
         for name in ("baseline_batches", "window_batches", "pause_batches", "pause_max_batches"):
             if getattr(self, name) > 64:
                 raise ValueError(f"{name}: at most 64 (the reports a node keeps per job)")
-        for name in ("rebaseline_s", "guaranteed_idle_s", "baseline_quiet_timeout_s", "heartbeat_s", "mem_headroom_bytes"):
+        for name in ("rebaseline_s", "guaranteed_idle_s", "baseline_quiet_timeout_s", "heartbeat_s", "mem_headroom_bytes",
+                     "reclaim_after_s", "reclaim_grace_s"):
             v = getattr(self, name)
             if not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"{name}: must be a finite number >= 0, got {v!r}")

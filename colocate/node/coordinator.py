@@ -76,6 +76,7 @@ def run(opts: NodeOptions) -> int:
 
         serve_metrics(serve, server, opts.metrics_port)
     sim_cores = {g.core for g in gpus if g.core is not None}
+    ledgers: list[str] = []
     if sim_cores:  # the daemon stays off the simulated GPUs' cores
         keep_off_cores(sim_cores)
         try:
@@ -85,18 +86,50 @@ def run(opts: NodeOptions) -> int:
                 logging.warning("%s", line)
         except (OSError, ValueError) as exc:  # a check, not a condition to run
             logging.warning("cannot check whether another node uses these simulated GPUs' cores: %s", exc)
+        ledgers = _make_ledgers(opts.endpoint, gpus)
     if opts.scheduler:
         try:
             server.agent = _agent(opts, core, server, gpus)
         except StartError:
             server.close()
+            _remove_ledgers(ledgers)
             raise
     stop_on_signals(server.stop)
     for g in gpus:
         logging.info("GPU %d: %s %s, %d MiB%s", g.index, g.kind, g.name, g.mem_total >> 20,
                      f", core {g.core}" if g.core is not None else "")
-    server.serve_forever()
+    try:
+        server.serve_forever()
+    finally:
+        _remove_ledgers(ledgers)
     return 0
+
+
+def _remove_ledgers(paths: list[str]) -> None:
+    """At the node's stop: its ledgers that no running job holds (one that outlives the node keeps its GPU's)."""
+    from colocate.gpus.ledger import remove_if_unused
+
+    for path in paths:
+        remove_if_unused(path)
+
+
+def _make_ledgers(endpoint: str, gpus) -> list[str]:
+    """Each simulated GPU's memory ledger (``colocate.gpus.ledger``): its jobs' device bytes together stay within
+    its memory. Without one a job is held to its own cap only, which is said here once per GPU. The paths made."""
+    from colocate.gpus import ledger
+
+    made = []
+    for g in gpus:
+        if g.core is None:
+            continue
+        path = ledger.ledger_path(endpoint, g.index)
+        try:
+            ledger.create(path, g.mem_total)
+            made.append(path)
+        except (OSError, ValueError) as exc:
+            logging.warning("simulated GPU %d: no memory ledger (%s): each job on it is held to its own cap only, "
+                            "not the GPU's total", g.index, exc)
+    return made
 
 
 def _agent(opts: NodeOptions, core, server, gpus):

@@ -30,6 +30,7 @@ until the job leaves. Handlers are found through one explicit table (``_handlers
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Callable, Iterator
 from itertools import chain
@@ -342,6 +343,11 @@ class NodeCore(PlacementRules):
             if w.guaranteed and w.job != except_job:
                 yield Claim(w.gpu, WORKER + w.job_id, w.claim)
 
+    def reclaimable(self, now: float) -> tuple[float, list[tuple[str, str]]]:
+        after = self.cfg.reclaim_after_s
+        return self.cfg.reclaim_grace_s, [(w.job, w.job_id) for w in self.jobs.values()
+                                          if w.reclaim_since is not None and now - w.reclaim_since >= after]
+
     def _gpu_indices(self) -> set[int]:
         return set(self.gpus)
 
@@ -386,7 +392,7 @@ class NodeCore(PlacementRules):
         left = max(0, gpu.spec.mem_total - side.mem_request)
         for job_id, want in list(wants.items()):
             if want.mem_cap > left:
-                wants[job_id] = Want(left, want.sm_share, want.gate, want.slo_state)
+                wants[job_id] = dataclasses.replace(want, mem_cap=left)
         for p in parts:
             wants[p.job_id] = Want(int(p.mem_request or 0), p.sm_request, False, SloState.PARTITION)
         return wants
@@ -422,6 +428,10 @@ class NodeCore(PlacementRules):
             if job_id == exclude:
                 continue
             job = self.jobs[job_id]
+            if not want.reclaim:
+                job.reclaim_since = None
+            elif job.reclaim_since is None:
+                job.reclaim_since = now
             new = self._limits_for(job, want)
             if new.seq != job.limits.seq:
                 job.limits = new

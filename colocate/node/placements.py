@@ -41,6 +41,7 @@ from colocate.node.table import LocalPlacement, PlacementTable, scoped
 
 STOPPED_BEFORE_START = "the placement was stopped before it started"
 OTHER_CLUSTER = "a placement of another cluster (the scheduler's state file changed)"
+RECLAIMED = "the guaranteed job on its GPU needs the memory it holds and cannot give back"
 
 
 def fence_cause(p, lapsed: bool) -> str:
@@ -68,6 +69,7 @@ class PlacementRules:
         self.fenced = False
         self._oom: dict[tuple[str, int], bool] = {}  # (job, rank) -> said it is ending out of memory, until its exit
         self._held = []  # (cluster, message) produced before the first welcome
+        self._reclaim_said: set[str] = set()  # workers started by hand the node would have reclaimed (said once)
 
     def take_placements(self, node_id: str, table: PlacementTable, keep_ended_s: float = KEEP_ENDED_S,
                         cluster: str | None = "") -> None:
@@ -88,6 +90,11 @@ class PlacementRules:
     def _guarantee(self, job: str, on: bool, now: float) -> list[Command]:
         raise NotImplementedError
 
+    def reclaimable(self, now: float) -> tuple[float, list[tuple[str, str]]]:
+        """(grace seconds, [(job, worker id)]): the registered opportunistic workers whose memory the guaranteed job
+        on their GPU has wanted back long enough (``NodeConfig.reclaim_after_s``)."""
+        raise NotImplementedError
+
     def start_point(self, job: str) -> tuple[int, float]:
         """(memory, share) the scheduler recommended as job ``job``'s starting point ((0, 0.0): none)."""
         for p in self.table.placements.values():
@@ -105,7 +112,8 @@ class PlacementRules:
     def status(self) -> list[P.WorkerStatus]:
         """``WorkerStatus`` of every worker of this cluster's running and recently ended placements."""
         return [P.WorkerStatus(job_id=p.job_id, placement_id=p.placement_id, rank=w.rank, pid=w.pid,
-                               running=w.running, exit_code=w.exit_code, fenced=w.fenced, oom=w.oom)
+                               running=w.running, exit_code=w.exit_code, fenced=w.fenced, oom=w.oom,
+                               reclaimed=w.reclaimed)
                 for p in self.table.placements.values() if self._ours(p) for w in p.workers]
 
     def placement_claims(self, except_job: str | None = None) -> Iterator[Claim]:
@@ -274,19 +282,21 @@ class PlacementRules:
         w.exit_code, w.kill_at = e.code, None
         w.fenced = (self.fenced or p.stop_reason == OTHER_CLUSTER) and e.code != 0
         w.oom = self._oom.pop((p.job_id, w.rank), False) and e.code != 0
+        w.reclaimed = p.stop_reason == RECLAIMED and not w.fenced
         out: list[Command] = [Save(), Note("info", f"{p.job_id} rank {w.rank} (pid {w.pid}) of placement "
                                                    f"{p.placement_id} exited with {e.code}"
                                                    f"{f' (fenced: {fence_cause(p, self.fenced)})' if w.fenced else ''}"
-                                                   f"{' (out of GPU memory)' if w.oom else ''}")]
+                                                   f"{' (out of GPU memory)' if w.oom else ''}"
+                                                   f"{' (stopped: its memory was reclaimed)' if w.reclaimed else ''}")]
         if not p.running:
             p.ended_at = e.wall
             out += self._guarantee(p.job_id, False, now)
         return out + self._report(p.cluster, P.WorkerExited(
             node_id=self.node_id, epoch=self.node_epoch, job_id=p.job_id, placement_id=p.placement_id, rank=w.rank,
-            exit_code=e.code, fenced=w.fenced, oom=w.oom))
+            exit_code=e.code, fenced=w.fenced, oom=w.oom, reclaimed=w.reclaimed))
 
     def _wall_tick(self, e: E.WallTick, now: float) -> list[Command]:
-        out: list[Command] = []
+        out: list[Command] = self._reclaim(e.wall, now)
         for key, p in self.table.placements.items():
             for w in p.workers:
                 if w.running and w.kill_at is not None and e.wall >= w.kill_at and not w.killed:
@@ -295,6 +305,29 @@ class PlacementRules:
                                             "SIGKILL"), Signal(key, w.rank, signal.SIGKILL)]
         if self.table.retire(e.wall, self.keep_ended_s) or out:
             out.append(Save())
+        return out
+
+    def _reclaim(self, wall: float, now: float) -> list[Command]:
+        """Stop the opportunistic placements whose worker holds memory the guaranteed job beside it needs and cannot
+        give it back (``reclaimable``); their ends are reported ``reclaimed``: the scheduler queues them again. A
+        worker started by hand stays paused (said once)."""
+        out: list[Command] = []
+        grace_s, workers = self.reclaimable(now)
+        for job, worker in workers:
+            found = [(k, p) for k, p in self.table.placements.items()
+                     if p.job_id == job and p.running and p.klass == JobClass.OPPORTUNISTIC and not p.promoted]
+            for key, p in found:
+                if p.stopping:
+                    continue
+                p.stop_reason = RECLAIMED
+                out += [Note("warning", f"placement {p.placement_id} of job {job} stopped: worker {worker} is paused "
+                                        "holding GPU memory the guaranteed job beside it needs; it goes back to the "
+                                        "scheduler's queue")]
+                out += self._stop_placement(key, p, grace_s, wall)
+            if not found and worker not in self._reclaim_said:
+                self._reclaim_said.add(worker)
+                out.append(Note("warning", f"worker {worker} is paused holding GPU memory the guaranteed job beside "
+                                           "it needs, and it was started by hand, not placed: it stays paused"))
         return out
 
     def _fence(self, e: E.Fence, now: float) -> list[Command]:

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from colocate.base.vocab import NodePolicy, Phase, SloState
 from colocate.node.config import POLICY_NAMES, NodeConfig
-from colocate.node.state import GuaranteedSide, LocalGpu, RegisteredWorker
+from colocate.node.state import GuaranteedSide, LocalGpu, RegisteredWorker, host_served
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,9 @@ class Want:
     sm_share: float
     gate: bool = False
     slo_state: SloState | None = None  # the job's new label; None: it keeps the one it has
+    # the job holds memory the guaranteed job needs and cannot give it back (paused for memory while the GPU is
+    # full): the node stops it, if it is a placement's worker, once this has held for ``reclaim_after_s``
+    reclaim: bool = False
 
 
 PlanJob = RegisteredWorker | GuaranteedSide  # what a policy plans for: a worker, or a GPU's partitions as one
@@ -195,6 +198,7 @@ class Adaptive:
         shares = dict(zip((j.job_id for j in aimd),
                           water_fill(budget, [self._demand(j) for j in aimd], cfg.opp_min_share)))
         trend = st.trend if isinstance(st, AdaptiveState) else 1
+        short = g is not None and _short_of_memory(g, total)
         for j in opps:
             cap = fair if g is None else self._opp_cap(j, fair, avail, cfg)
             state: SloState
@@ -208,9 +212,10 @@ class Adaptive:
                 share = shares[j.job_id]
                 state = SloState.GROWING if trend > 0 else SloState.HOLDING if trend == 0 else SloState.BACKOFF
             last = j.last
+            reclaim = False
             if last is not None and last.mem_floor > cap:
-                share, state = 0.0, SloState.PAUSED_MEM
-            out[j.job_id] = Want(cap, share, cfg.gate and g is not None, state)
+                share, state, reclaim = 0.0, SloState.PAUSED_MEM, short
+            out[j.job_id] = Want(cap, share, cfg.gate and g is not None, state, reclaim)
         return out
 
     # -- compute -----------------------------------------------------------------
@@ -323,6 +328,16 @@ class Adaptive:
         if last is not None and (last.mem_reserved >= 0.9 * cap or last.host_bytes > 0 or last.mem_floor > 0):
             cap = max(cap * 2, last.mem_reserved * 2, last.mem_floor + last.host_bytes)
         return max(0, min(cap, fair))
+
+
+def _short_of_memory(g: PlanJob, total: int) -> bool:
+    """The guaranteed job was served from host memory at its last report within its own cap: the GPU was full
+    (``colocate.gpus.ledger``), not the job over what it may hold."""
+    last = g.last
+    if last is None:
+        return False
+    host = host_served(last)
+    return host > 0 and last.mem_reserved + host <= _g_cap(g, total)
 
 
 def _start_budget(opps: Sequence[PlanJob], cfg: NodeConfig) -> float:

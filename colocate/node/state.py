@@ -65,6 +65,7 @@ class RegisteredWorker:
     features_seq: int = 0  # bumps with every FeaturesReport (the scheduler agent resends what it has not sent)
     start_mem: int = 0  # the scheduler's recommendation for an opportunistic worker: the policy starts it here
     start_share: float = 0.0  # (0: the policy's own starting point)
+    reclaim_since: float | None = None  # since when the policy has wanted its memory back (``Want.reclaim``)
 
     def __post_init__(self) -> None:
         self.job = self.job or self.job_id

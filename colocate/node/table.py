@@ -33,6 +33,7 @@ class Worker:
     killed: bool = False  # SIGKILL sent
     fenced: bool = False  # it ended (non-zero) while the node's lease had lapsed
     oom: bool = False  # it ended (non-zero) after saying it ran out of GPU memory
+    reclaimed: bool = False  # it ended after the node stopped it for the guaranteed job's memory (``RECLAIMED``)
     epoch: int = 0  # the node incarnation that started it (0: unknown, a table of an older node)
 
     @property

@@ -52,7 +52,7 @@ class TableError(ValueError):
 _NUM = (int, float)
 _WORKER_TYPES = {"rank": int, "local_rank": int, "gpus": list, "pid": int, "create_time": _NUM, "log_path": str,
                  "exit_file": str, "exit_code": (int, type(None)), "kill_at": (*_NUM, type(None)), "killed": bool,
-                 "fenced": bool, "epoch": int, "oom": bool}
+                 "fenced": bool, "epoch": int, "oom": bool, "reclaimed": bool}
 _PLACEMENT_TYPES = {"placement_id": str, "job_id": str, "priority": str, "workers": list, "promoted": bool,
                     "stopping": bool, "stop_reason": str, "ended_at": (*_NUM, type(None)), "cluster": str,
                     "start_mem": int, "start_share": _NUM}

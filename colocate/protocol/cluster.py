@@ -28,6 +28,9 @@ Rules:
   * ``WorkerExited.oom`` and ``WorkerStatus.oom`` (optional: an older peer leaves them off): the worker said, in
     its last words to its node (``Goodbye.reason`` ``oom``), that it is ending for want of GPU memory (over its
     cap with ``--on-cap error``, or CUDA's out-of-memory error); the scheduler learns the run's exit state from it.
+  * ``WorkerExited.reclaimed`` and ``WorkerStatus.reclaimed`` (optional): the node stopped the (opportunistic)
+    worker itself, to give the GPU memory it held and could not give back to the guaranteed job beside it
+    (``colocate.node.policies.Adaptive``): not the job's failure; the scheduler puts the job back in its queue.
   * ``StartPlacement`` is idempotent per ``(cluster_id, placement_id)``: a node that has seen the id starts nothing
     twice. ``StopPlacement`` and ``PromotePlacement`` are idempotent too.
   * ``PlacementsSettled`` follows the commit of a batch that ended placements of the node (or of a report
@@ -182,6 +185,7 @@ class WorkerStatus(_Record):
     exit_code: int | None = _f(Opt(EXIT_CODE), default=None)
     fenced: bool = _f(Bool(), default=False)  # it ended while the node's lease had lapsed: not the job's failure
     oom: bool = _f(Bool(), default=False, optional=True)  # it ended because it ran out of GPU memory (its cap)
+    reclaimed: bool = _f(Bool(), default=False, optional=True)  # the node stopped it for the guaranteed job's memory
 
 
 @_record()
@@ -316,6 +320,8 @@ class WorkerExited(Message):
     fenced: bool = _f(Bool(), default=False)  # it ended while the node's lease had lapsed: not the job's failure
     # it ended because it ran out of GPU memory: its runtime said so in its Goodbye (``GOODBYE_OOM``) before it exited
     oom: bool = _f(Bool(), default=False, optional=True)
+    # the node stopped it to give the memory it held back to the guaranteed job on its GPU: not the job's failure
+    reclaimed: bool = _f(Bool(), default=False, optional=True)
 
 
 @_record("start_refused")

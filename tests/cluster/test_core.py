@@ -429,3 +429,19 @@ def test_out_of_memory_under_its_own_cap_is_a_failure(during):
     out = oom(core, "o", 2.0)
     want = [FAILED] if during == "running" else [PENDING, PLACING]  # a start failure, requeued and placed again
     assert changes(out, "o") == want and core.stats["oom_restarts"] == 0
+
+
+@pytest.mark.parametrize("code", [0, 143])  # saved its checkpoint and exited cleanly, or was SIGTERMed
+def test_a_worker_its_node_reclaimed_goes_back_to_the_queue_not_counted_as_a_failure(code):
+    core = make_core("antman", [("n0", 2, 16 << 30)])
+    placed = submit(core, job("o", klass="opportunistic", workers=2))
+    start_all(core, placed, 1.0)
+    p = core.job("o").placement
+    node = p.slots[0].node_id
+    out = core.handle(ev.RankExited("o", p.placement_id, 0, code, node_id=node, reclaimed=True), 2.0)
+    (changed,) = [d for d in out if isinstance(d, ev.JobChanged) and d.job_id == "o"][:1]
+    assert changed.state == PENDING and "needed the memory it held" in changed.reason
+    assert [d.reason for d in stops(out)] == ["memory reclaimed"]  # the gang's other rank
+    j = core.job("o")
+    assert j.failed_starts == 0 and core.stats["reclaims"] == 1 and j.state in (PENDING, PLACING)
+    core.state.check_invariants()

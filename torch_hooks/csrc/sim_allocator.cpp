@@ -12,6 +12,10 @@
 // universal memory: counted in host_* statistics, not in device reserved) or
 // rejected with c10::OutOfMemoryError (torch.OutOfMemoryError in Python).
 //
+// A simulated GPU's total: where the node keeps a memory ledger for the GPU (colocate/gpus/ledger.py), every
+// job on it holds a slot there, and a new segment is reserved only while the reserved bytes of all the slots
+// stay within the GPU's total (under flock of the ledger's file); past it, as over the cap.
+//
 // Thread safety: every entry point takes one mutex.
 
 #include <pybind11/pybind11.h>
@@ -19,7 +23,13 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <ctime>
 #include <limits>
@@ -55,6 +65,17 @@ struct BlockLess {
     return a->addr < b->addr;
   }
 };
+
+// colocate/gpus/ledger.py's layout: a 64-byte head (uint64 total at byte 8), then kLedgerSlots slots of 64 bytes.
+struct LedgerSlot {
+  std::atomic<int32_t> pid;  // 0: free
+  int32_t pad;
+  std::atomic<uint64_t> reserved;
+  char rest[48];
+};
+static_assert(sizeof(LedgerSlot) == 64, "ledger slot layout");
+constexpr size_t kLedgerHead = 64;
+constexpr int kLedgerSlots = 63;
 
 struct Live {
   Block* block;  // nullptr: served from host memory
@@ -101,6 +122,14 @@ class Model {
   size_t peak_reserved = 0, peak_allocated = 0, peak_host = 0;
   uint64_t num_allocs = 0, num_host_allocs = 0, num_ooms = 0, num_cache_flushes = 0;
   uint64_t host_alloc_bytes_total = 0;
+  uint64_t num_device_full = 0;  // segments refused because the GPU's total was held (the ledger)
+  bool last_full = false;        // the last refused segment was refused by the ledger, not the cap
+  // the GPU's ledger (set_ledger): its mapping, file (for flock), this process's slot; only the process that
+  // attached uses it (a forked child inherits the mapping but not the slot)
+  char* ledger = nullptr;
+  int ledger_fd = -1;
+  int ledger_slot = -1;
+  pid_t ledger_pid = 0;
   // window (since the last reset_window(), i.e. the last mini-batch boundary)
   size_t win_peak_reserved = 0, win_peak_allocated = 0, win_peak_host = 0;
   size_t win_host_alloc_bytes = 0, win_host_at_start = 0;
@@ -114,6 +143,46 @@ class Model {
     if (reserved > win_peak_reserved) win_peak_reserved = reserved;
     if (allocated > win_peak_allocated) win_peak_allocated = allocated;
     if (host > win_peak_host) win_peak_host = host;
+  }
+
+  bool ledger_on() const { return ledger != nullptr && getpid() == ledger_pid; }
+  LedgerSlot* slot_at(int i) { return reinterpret_cast<LedgerSlot*>(ledger + kLedgerHead + i * sizeof(LedgerSlot)); }
+  uint64_t ledger_total() { return reinterpret_cast<std::atomic<uint64_t>*>(ledger + 8)->load(); }
+
+  // Reserved bytes of every other live slot. Caller holds the ledger's flock.
+  uint64_t ledger_others(bool reap) {
+    uint64_t sum = 0;
+    for (int i = 0; i < kLedgerSlots; ++i) {
+      if (i == ledger_slot) continue;
+      LedgerSlot* s = slot_at(i);
+      int32_t pid = s->pid.load(std::memory_order_acquire);
+      if (pid == 0) continue;
+      if (reap && kill(pid, 0) == -1 && errno == ESRCH) {  // its process is gone: the slot is free
+        s->reserved.store(0, std::memory_order_release);
+        s->pid.store(0, std::memory_order_release);
+        continue;
+      }
+      sum += s->reserved.load(std::memory_order_acquire);
+    }
+    return sum;
+  }
+
+  // Whether the GPU has room for `seg` more bytes of this process; if so they are in its slot already.
+  bool ledger_admit(size_t seg) {
+    if (!ledger_on()) return true;
+    while (flock(ledger_fd, LOCK_EX) == -1 && errno == EINTR) {
+    }
+    uint64_t total = ledger_total();
+    uint64_t others = ledger_others(false);
+    if (others + reserved + seg > total) others = ledger_others(true);
+    bool ok = others + reserved + seg <= total;
+    if (ok) slot_at(ledger_slot)->reserved.store(reserved + seg, std::memory_order_release);
+    flock(ledger_fd, LOCK_UN);
+    return ok;
+  }
+
+  void ledger_publish() {
+    if (ledger_on()) slot_at(ledger_slot)->reserved.store(reserved, std::memory_order_release);
   }
 
   // Release every cached segment that is wholly free. Caller holds mu.
@@ -134,6 +203,7 @@ class Model {
       }
     }
     ++num_cache_flushes;
+    ledger_publish();
     return freed;
   }
 
@@ -149,9 +219,18 @@ class Model {
       p.erase(it);
     } else {
       size_t seg = segment_size(size);
+      last_full = false;
       if (reserved + seg > cap) {
         release_cached();
         if (reserved + seg > cap) return nullptr;
+      }
+      if (!ledger_admit(seg)) {  // the GPU is full: what this process caches goes back first
+        release_cached();
+        if (!ledger_admit(seg)) {
+          ++num_device_full;
+          last_full = true;
+          return nullptr;
+        }
       }
       block = new Block{seg, next_addr, false, small};
       next_addr += seg;
@@ -306,9 +385,15 @@ class SimAllocator final : public c10::Allocator {
       if (block == nullptr && m.error_on_cap) {
         ++m.num_ooms;
         std::ostringstream os;
-        os << "colocate: device memory cap of " << fmt_bytes(m.cap) << " exceeded: tried to allocate "
-           << fmt_bytes(nbytes) << " with " << fmt_bytes(m.reserved) << " reserved and "
-           << fmt_bytes(m.allocated) << " allocated (--on-cap error)";
+        if (m.last_full) {
+          os << "colocate: the simulated GPU's memory (" << fmt_bytes(m.ledger_total())
+             << ") is full: tried to allocate " << fmt_bytes(nbytes) << " with " << fmt_bytes(m.reserved)
+             << " reserved by this process and the rest by other jobs on the GPU (--on-cap error)";
+        } else {
+          os << "colocate: device memory cap of " << fmt_bytes(m.cap) << " exceeded: tried to allocate "
+             << fmt_bytes(nbytes) << " with " << fmt_bytes(m.reserved) << " reserved and "
+             << fmt_bytes(m.allocated) << " allocated (--on-cap error)";
+        }
         TORCH_CHECK_WITH(OutOfMemoryError, false, os.str());
       }
     }
@@ -382,6 +467,21 @@ void set_error_on_cap(bool v) {
   model().error_on_cap = v;
 }
 
+bool set_ledger(uint64_t addr, int fd, int slot) {
+  Model& m = model();
+  std::lock_guard<std::mutex> g(m.mu);
+  if (addr == 0 || slot < 0 || slot >= kLedgerSlots || fd < 0) {
+    m.ledger = nullptr;
+    return false;
+  }
+  m.ledger = reinterpret_cast<char*>(addr);
+  m.ledger_fd = fd;
+  m.ledger_slot = slot;
+  m.ledger_pid = getpid();
+  m.ledger_publish();
+  return true;
+}
+
 uint64_t empty_cache() {
   std::lock_guard<std::mutex> g(model().mu);
   return model().release_cached();
@@ -406,6 +506,8 @@ py::dict stats() {
   d["num_ooms"] = m.num_ooms;
   d["num_cache_flushes"] = m.num_cache_flushes;
   d["host_alloc_bytes_total"] = m.host_alloc_bytes_total;
+  d["num_device_full"] = m.num_device_full;
+  d["ledger"] = m.ledger_on();
   d["win_peak_reserved"] = m.win_peak_reserved;
   d["win_peak_allocated"] = m.win_peak_allocated;
   d["win_peak_host"] = m.win_peak_host;
@@ -457,6 +559,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
   mod.def("installed", &installed);
   mod.def("set_cap", &set_cap, "Device byte budget (reserved bytes may not exceed it).");
   mod.def("set_error_on_cap", &set_error_on_cap, "True: raise OutOfMemoryError over the cap; False: serve from host.");
+  mod.def("set_ledger", &set_ledger, "Hold the GPU's total through the ledger mapped at addr (fd: its file, "
+          "slot: this process's); addr 0 stops.");
   mod.def("empty_cache", &empty_cache, "Release wholly free cached segments; returns bytes released.");
   mod.def("stats", &stats);
   mod.def("set_gate", &set_gate, "Follow the gate block at addr (shared memory); on=False stops waiting.");

@@ -7,20 +7,25 @@ its process spends there. A job joins the core at its first device work
 (``phase_start``): until then (Python and torch start-up, model construction) it
 is host work and runs off that core, never competing with device work there;
 low device priority asked for before then takes effect when it joins. Memory is the caching-allocator model of
-``torch_hooks/csrc/sim_allocator.cpp`` over all of the job's tensor storage.
+``torch_hooks/csrc/sim_allocator.cpp`` over all of the job's tensor storage, held to the job's cap and, where the
+job has a node, to the GPU's total across all its jobs (the node's ledger, ``colocate.gpus.ledger``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from typing import Any
 
 from colocate.base.vocab import DeviceKind, OnCap
+from colocate.gpus import ledger
 from colocate.gpus.sim import core_of, keep_off_cores
 from torch_hooks.device import autogroup
 from torch_hooks.device.base import MemoryStats
+
+log = logging.getLogger("colocate.runtime")
 
 
 class SimJobDevice:
@@ -35,6 +40,8 @@ class SimJobDevice:
         self._cap = min(env.gpu_mem, self.mem_total) if env.gpu_mem is not None else self.mem_total
         self._error_on_cap = env.on_cap == OnCap.ERROR
         self._job_id = env.job_id  # its other processes (ranks) may share this one's session
+        self._node = env.node  # the node whose ledger holds the GPU's total ("": none, the cap alone)
+        self.ledger: ledger.Slot | None = None  # this process's slot in the GPU's ledger, once attached
         self._ext: Any = None  # the compiled allocator module, loaded by install()
         self._lock = threading.Lock()  # orders joining the core with priority changes
         self.joined = False  # the process runs on the GPU's core (from its first device work)
@@ -66,6 +73,22 @@ class SimJobDevice:
         self._ext.set_cap(self._cap)
         self._ext.set_error_on_cap(self._error_on_cap)
         self._ext.reset_window()
+        if self._node:
+            self.attach_ledger(ledger.ledger_path(self._node, self.index))
+
+    def attach_ledger(self, path: str) -> bool:
+        """Hold this process's device bytes, with every other job's on the GPU, to the GPU's total through the
+        ledger at ``path`` (``colocate.gpus.ledger``). False, and said once in the log, where it cannot: then only
+        the job's own cap holds."""
+        slot, why = ledger.attach(path, int(self._ext.stats()["reserved"]))
+        if slot is None:
+            log.warning("simulated GPU %d: only this job's cap holds its memory, not the GPU's total beside other "
+                        "jobs: %s", self.index, why)
+            return False
+        if not self._ext.set_ledger(slot.address, slot.fd, slot.index):
+            return False
+        self.ledger = slot
+        return True
 
     def set_cap(self, cap_bytes: int) -> None:
         self._cap = min(int(cap_bytes), self.mem_total)

@@ -407,6 +407,34 @@ def test_guaranteed_memory_growth_shrinks_opportunistic_cap_in_the_next_plan():
     assert n.cap("o") <= 768 * MiB
 
 
+def burst_with_opportunistic_paused(**cfg):
+    """g (3 GiB request) bursts on a 4 GiB GPU while o holds 900 MiB of live tensors: o is paused for memory."""
+    n = adaptive_pair(mem=4 * GiB, g_request=3 * GiB, **cfg)
+    finish_baseline(n, reserved=100 * MiB)
+    n.report("g", reserved=3 * GiB)
+    n.report("o", reserved=900 * MiB, floor=900 * MiB, host=0, busy=0.01)
+    assert n.state("o") == "paused-mem"
+    return n
+
+
+@pytest.mark.parametrize("g_reserved, g_host, reclaim", [
+    (3 * GiB - 900 * MiB, 900 * MiB, True),  # the GPU was full: g got host memory within its own 3 GiB
+    (3 * GiB, 0, False),  # g fits: o stays paused, nothing to take back
+    (3 * GiB, 512 * MiB, False),  # g over its own cap: stopping o would not give it a byte
+])
+def test_a_paused_opportunistic_job_is_reclaimed_only_while_the_gpu_is_too_full_for_the_guaranteed_job(
+        g_reserved, g_host, reclaim):
+    n = burst_with_opportunistic_paused()
+    assert n.core.reclaimable(n.t) == (10.0, [])
+    n.report("g", reserved=g_reserved, host=g_host)
+    since = n.core.jobs["o"].reclaim_since
+    assert (since is not None) == reclaim
+    assert n.core.reclaimable(n.t + 4.9)[1] == []  # reclaim_after_s (5 s) has not passed
+    assert n.core.reclaimable(n.t + 5.0)[1] == ([("o", "o")] if reclaim else [])
+    n.report("g", reserved=g_reserved - 200 * MiB if reclaim else g_reserved, host=0)  # the GPU has room again
+    assert n.core.jobs["o"].reclaim_since is None and n.core.reclaimable(n.t + 60)[1] == []
+
+
 def test_opportunistic_cap_grows_when_filled_up_to_what_is_free():
     n = adaptive_pair(mem=4 * GiB, g_request=2 * GiB)
     finish_baseline(n, reserved=100 * MiB)

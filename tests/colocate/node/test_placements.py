@@ -232,3 +232,33 @@ def test_a_worker_that_said_it_ran_out_of_memory_is_reported_so(reason, code, oo
     assert (msg.exit_code, msg.oom) == (code, oom)
     assert [w.oom for w in c.status()] == [oom]
     assert not c._oom  # nothing kept after the exit
+
+
+def test_an_opportunistic_placement_paused_on_memory_the_guaranteed_job_needs_is_stopped_and_reported_reclaimed():
+    c = core()
+    o = start("9.1", "9", priority="opportunistic")
+    for e in run(o):
+        c.handle(e, 1.0)
+    g = c.jobs  # the workers registered with the node: a guaranteed one by hand, the placement's opportunistic one
+    c.handle(P.Register(job_id="g", pid=11, gpu=0, priority="guaranteed", mem_request=None, sm_share=1.0,
+                        mem_cap=1 << 30, epoch=1, sm_request=1.0), 1.0)
+    c.handle(P.Register(job_id="9", pid=100, gpu=0, priority="opportunistic", mem_request=None, sm_share=1.0,
+                        mem_cap=1 << 30, epoch=1, sm_request=1.0), 1.0)
+    g["9"].reclaim_since = 2.0  # what the adaptive policy marks (tests/colocate/node/test_core.py)
+    assert shown(c.handle(E.WallTick(1000.0), 6.9)) == []  # reclaim_after_s: 5 s
+    assert shown(c.handle(E.WallTick(1000.0), 7.0)) == [("signal", "c1/9.1", 0, "SIGTERM")]
+    assert shown(c.handle(E.WallTick(1001.0), 8.0)) == []  # once
+    assert shown(c.handle(E.WallTick(1010.0), 9.0)) == [("signal", "c1/9.1", 0, "SIGKILL")]  # reclaim_grace_s: 10 s
+    (rep,) = [m.msg for m in c.handle(E.Exited("c1/9.1", 0, 143, wall=1010.1), 9.0) if isinstance(m, Report)]
+    assert isinstance(rep, P.WorkerExited) and rep.reclaimed and not rep.fenced and rep.exit_code == 143
+    assert [w.reclaimed for w in c.status()] == [True]
+
+
+def test_a_worker_started_by_hand_is_never_stopped_by_a_reclaim_only_said_once():
+    c = core()
+    c.handle(P.Register(job_id="h", pid=12, gpu=0, priority="opportunistic", mem_request=None, sm_share=1.0,
+                        mem_cap=1 << 30, epoch=1, sm_request=1.0), 1.0)
+    c.jobs["h"].reclaim_since = 1.0
+    first = c.handle(E.WallTick(1000.0), 7.0)
+    assert shown(first) == [] and any("started by hand" in getattr(n, "text", "") for n in first)
+    assert c.handle(E.WallTick(1001.0), 8.0) == []
