@@ -16,6 +16,7 @@
 | colocate_scheduler_journal_writable | | 1 while the journal takes writes; 0 while submits and cancels are refused |
 | colocate_scheduler_faults_total | cause | policy core rebuilt from the journal: core (an exception), journal (a write failed) |
 | colocate_scheduler_oom_restarts_total | | runs out of GPU memory under a recommended cap, restarted at their fallback (journaled) |
+| colocate_scheduler_reclaims_total | | opportunistic runs a node stopped to give their GPU memory back to a guaranteed job, queued again (since the scheduler started) |
 """
 
 from __future__ import annotations
@@ -90,7 +91,10 @@ class SchedulerCollector:
             ooms = CounterMetricFamily("colocate_scheduler_oom_restarts",
                                        "Runs out of GPU memory under a recommended cap, restarted at their fallback")
             ooms.add_metric([], svc.journal.oom_restarts())
-        yield from [queue, jobs, gpus, count, up, decisions, pre, msgs, bad, summ, writable, faults, ooms]
+            reclaims = CounterMetricFamily("colocate_scheduler_reclaims", "Opportunistic runs stopped by their node "
+                                           "for a guaranteed job's memory, queued again")
+            reclaims.add_metric([], core.counters()["reclaims"])
+        yield from [queue, jobs, gpus, count, up, decisions, pre, msgs, bad, summ, writable, faults, ooms, reclaims]
         if lat:
             quantiles = GaugeMetricFamily("colocate_scheduler_decision_latency_quantile_seconds",
                                           "Decision latency quantiles over the last 5000 decisions", labels=["quantile"])

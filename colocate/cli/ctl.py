@@ -2,9 +2,10 @@
 
     colocate ctl [--node ENDPOINT | --ctl ENDPOINT] list [--json]
     colocate ctl [--node ENDPOINT | --ctl ENDPOINT] set JOB_ID [--gpu-mem SIZE] [--sm-share F]
+    colocate ctl [--node ENDPOINT | --ctl ENDPOINT] clear JOB_ID
 
 Exit codes: 0 done; 1 the node did not answer or refused (one line on stderr); 2 bad arguments.
-An override pins the job's cap and/or share until the job leaves the node.
+An override pins the job's cap and/or share until the job leaves the node, or until ``clear`` lifts it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ examples:
   colocate ctl --node ipc:///tmp/colocate-$UID/node.sock list --json
   colocate ctl set job-1234 --sm-share 0.3
   colocate ctl set job-1234 --gpu-mem 2GiB
+  colocate ctl clear job-1234          (the node's policy decides its limits again)
 
 Talks to the node's operator endpoint (the job endpoint + '.ctl' unless --ctl names it).
 Exit code: 0 done; 1 the node did not answer or refused; 2 bad arguments.
@@ -29,7 +31,7 @@ Exit code: 0 done; 1 the node did not answer or refused; 2 bad arguments.
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "ctl", help="list a node's jobs or set a job's memory cap / compute share by hand",
+        "ctl", help="list a node's jobs, or set (and clear) a job's memory cap / compute share by hand",
         description="Operator commands for a running node coordinator.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -48,6 +50,10 @@ def register(sub) -> None:
     sp.add_argument("--gpu-mem", type=SIZE, default=None, metavar="SIZE", help="memory cap, e.g. 2GiB or 512MiB")
     sp.add_argument("--sm-share", type=SHARE, default=None, metavar="F",
                     help="compute share 0..1 (0 pauses the job at its next mini-batch)")
+    cp = actions.add_parser("clear", help="lift a job's overrides: the node's policy decides its limits again",
+                            description="Lift every override `ctl set` put on a job: its node's policy decides its "
+                            "memory cap and compute share again from its next plan.")
+    cp.add_argument("job_id", metavar="JOB_ID", help="the job as `ctl list` shows it (or its bare scheduler id)")
     p.set_defaults(func=main, _parser=p, _set_parser=sp)
 
 
@@ -57,7 +63,7 @@ def main(args) -> int:
 
     if args.action is None:
         args._parser.print_usage(sys.stderr)
-        return fail("ctl", "choose an action: list or set", 2)
+        return fail("ctl", "choose an action: list, set or clear", 2)
     if args.action == "set" and args.gpu_mem is None and args.sm_share is None:
         args._set_parser.print_usage(sys.stderr)
         return fail("ctl", "set: give --gpu-mem and/or --sm-share", 2)
@@ -71,9 +77,12 @@ def main(args) -> int:
                 print_listing(listing)
             return 0
         try:
-            msg = P.CtlSet(job_id=args.job_id, mem_cap=args.gpu_mem, sm_share=args.sm_share)
+            if args.action == "clear":
+                msg = P.CtlSet(job_id=args.job_id, clear=True)
+            else:
+                msg = P.CtlSet(job_id=args.job_id, mem_cap=args.gpu_mem, sm_share=args.sm_share)
         except P.ProtocolError as exc:
-            return fail("ctl", f"set: {exc}", 2)
+            return fail("ctl", f"{args.action}: {exc}", 2)
         reply = C.request(endpoint, msg, args.timeout)
     except C.BadEndpoint as exc:
         return fail("ctl", str(exc), 2)

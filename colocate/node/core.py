@@ -294,6 +294,12 @@ class NodeCore(PlacementRules):
         if job.partition:
             return [Reply(P.Error(code=P.REJECTED, job_id=m.job_id, message=(
                 f"{job.job_id} is a fixed partition of GPU {job.gpu}: its limits are what its engine granted")))]
+        if m.clear:
+            job.override_cap = job.override_share = None
+            out = self._replan(self.gpus[job.gpu], now)
+            return out + [Reply(P.CtlOk(message=f"{job.job_id}: overrides cleared; its node's policy decides its limits "
+                                                f"again (now cap {format_size(job.limits.mem_cap)}, share "
+                                                f"{job.limits.sm_share:g}, seq {job.limits.seq})"))]
         total = self.gpus[job.gpu].spec.mem_total
         if m.mem_cap is not None and total and m.mem_cap > total:
             return [Reply(P.Error(code=P.INVALID, job_id=m.job_id, message=(

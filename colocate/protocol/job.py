@@ -325,13 +325,22 @@ class CtlList(Message):
 
 @_record("ctl_set")
 class CtlSet(Message):
+    """An operator's override of a job's limits on its node (until the job leaves), or with ``clear`` the end of
+    every override of the job: its node's policy decides its limits again."""
+
     job_id: str = _f(JOB_ID)
-    mem_cap: int | None = _f(Opt(SIZE))
-    sm_share: float | None = _f(Opt(SHARE))
+    mem_cap: int | None = _f(Opt(SIZE), default=None)
+    sm_share: float | None = _f(Opt(SHARE), default=None)
+    clear: bool = _f(Bool(), default=False, optional=True)
 
     def _check(self) -> None:
-        if self.mem_cap is None and self.sm_share is None:
+        if self.clear and (self.mem_cap is not None or self.sm_share is not None):
+            raise ProtocolError(INVALID, "CtlSet: clear takes no mem_cap or sm_share")
+        if not self.clear and self.mem_cap is None and self.sm_share is None:
             raise ProtocolError(INVALID, "CtlSet: set at least one of mem_cap, sm_share")
+        if self.mem_cap == 0:
+            raise ProtocolError(INVALID, "a memory cap of 0 bytes would serve every allocation from host memory: give "
+                                         "a cap above 0 (a share of 0 pauses the job)")
 
 
 # node -> ctl/top

@@ -154,6 +154,7 @@ def test_metrics_over_http(sched, ctx):
     assert sample(s, "colocate_scheduler_gpus", state="total") == 0
     assert sample(s, "colocate_scheduler_journal_writable") == 1
     assert sample(s, "colocate_scheduler_oom_restarts_total") == 0
+    assert sample(s, "colocate_scheduler_reclaims_total") == 0
 
 
 def test_curve_admits_known_keys_only(procs, tmp_path):

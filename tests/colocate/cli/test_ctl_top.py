@@ -122,6 +122,11 @@ def test_ctl_set_and_errors_from_the_node(setup):
              what="a report under the override")
     assert job.poll() is None
 
+    res = colocate_cli("ctl", "--node", node.endpoint, "clear", "g1")
+    assert res.returncode == 0 and "overrides cleared" in res.stdout, res.stderr
+    wait_for(lambda: json.loads(colocate_cli("ctl", "--node", node.endpoint, "list", "--json").stdout)["jobs"][0]
+             ["slo_state"] != "override", 30, what="the job's label to leave override")
+
     res = colocate_cli("ctl", "--node", node.endpoint, "set", "no-such-job", "--sm-share", "0.5")
     assert res.returncode == 1
     assert res.stdout == ""
@@ -155,6 +160,9 @@ def test_top_once_without_a_node(tmp_path):
     ["set", "g1", "--gpu-mem", "12XB"],
     ["set", "g1", "--gpu-mem", "-1GiB"],
     ["set", "g1", "--sm-share", "1.5"],
+    ["set", "g1", "--gpu-mem", "0"],
+    ["clear"],
+    ["clear", "g1", "--sm-share", "0.5"],
     ["set", "g1"],
     ["set"],
     ["frobnicate"],

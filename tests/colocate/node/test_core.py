@@ -506,6 +506,32 @@ def test_ctl_set_pins_cap_and_share_until_the_job_leaves():
     assert info["o"].sm_share == 0.3 and info["o"].mem_cap == 1 * GiB and info["o"].slo_state == "override"
 
 
+def test_ctl_clear_lifts_the_overrides_and_the_policy_decides_again():
+    n = adaptive_pair()
+    finish_baseline(n)
+    policy_cap = n.cap("o")
+    n.handle(P.CtlSet(job_id="o", mem_cap=1 * GiB, sm_share=0.3))
+    assert n.state("o") == "override"
+    out = n.handle(P.CtlSet(job_id="o", clear=True))
+    (ok,) = [m for m in replies(out) if isinstance(m, P.CtlOk)]
+    assert "overrides cleared" in ok.message
+    assert sends(out, "o", P.SetLimits)  # the policy's limits, at once
+    assert n.share("o") != 0.3 and n.state("o") != "override"
+    assert n.core.jobs["o"].override_cap is None and n.core.jobs["o"].override_share is None
+    n.report("o", reserved=1 * GiB, busy=0.01)  # it fills its cap: the policy grows it again (the pin held it)
+    assert n.cap("o") == min(2 * GiB, policy_cap)
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(mem_cap=0), "a cap above 0"),
+    (dict(clear=True, sm_share=0.5), "clear takes no"),
+    (dict(), "at least one"),
+])
+def test_ctl_set_messages_that_make_no_sense_cannot_be_built(kw, why):
+    with pytest.raises(P.ProtocolError, match=why):
+        P.CtlSet(job_id="o", **{"mem_cap": None, "sm_share": None, **kw})
+
+
 def test_ctl_set_says_the_cap_with_its_unit_and_refuses_one_over_the_gpu():
     n = adaptive_pair()
     finish_baseline(n)
