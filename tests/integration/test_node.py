@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from colocate.gpus import ledger
 from tests.support import (
     JOB_START_S,
     PY,
@@ -283,6 +284,11 @@ def test_guaranteed_memory_burst_shrinks_opportunistic_cap_within_1s(sim_ext, pr
                   run_opts=["--gpu-mem", "2GiB", "--sim-gpu-mem", "4GiB"])
     assert finish(g) == 0, read_log(g)[-3000:]
     assert o.poll() is None, read_log(o)[-3000:]  # the opportunistic job lives through the shrink
+    # both held the GPU's total together through the node's ledger: the opportunistic job's slot is there
+    usage = ledger.read(ledger.ledger_path(node.endpoint, 0))
+    o_pid = node.jobs()["o1"].pid  # the process that registered: the one that allocates
+    assert usage.total == 4 * GiB and usage.used <= usage.total
+    assert usage.reserved.get(o_pid, 0) > 0, (o_pid, usage)
 
     rows = node.records()
     g_reports = [r for r in rows if r["kind"] == "report" and r["job_id"] == "g1"]
