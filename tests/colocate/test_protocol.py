@@ -488,3 +488,11 @@ def test_a_reports_seconds_are_bounded_so_what_a_node_derives_stays_finite(field
             P.decode(_pack(_wire(BATCH, **{field: value})))
         assert info.value.code == "invalid"
     assert sum([P.MAX_REPORT_S] * 10**6) < math.inf  # a million reports at the bound still sum to a number
+
+
+def test_ctl_clear_round_trips_and_an_older_peer_without_the_field_sets_as_before():
+    msg = P.CtlSet("opp-b", clear=True)
+    assert P.decode(P.encode(msg)) == msg
+    wire = P.to_wire(P.CtlSet("opp-b", mem_cap=1, sm_share=None))
+    wire.pop("clear", None)
+    assert P.from_wire(wire) == P.CtlSet("opp-b", mem_cap=1, sm_share=None)

@@ -184,8 +184,9 @@ MESSAGES = {
     P.Error: st.builds(P.Error, code=st.sampled_from(P.ERROR_CODES),
                        message=texts, job_id=st.none() | ids),
     P.CtlList: st.builds(P.CtlList),
-    P.CtlSet: st.builds(P.CtlSet, job_id=ids, mem_cap=st.none() | sizes, sm_share=shares)
-    | st.builds(P.CtlSet, job_id=ids, mem_cap=sizes, sm_share=st.none() | shares),
+    P.CtlSet: st.builds(P.CtlSet, job_id=ids, mem_cap=st.none() | sizes.filter(bool), sm_share=shares)
+    | st.builds(P.CtlSet, job_id=ids, mem_cap=sizes.filter(bool), sm_share=st.none() | shares)
+    | st.builds(P.CtlSet, job_id=ids, clear=st.just(True)),
     P.CtlJobs: st.builds(P.CtlJobs, node_epoch=counts, gpus=st.lists(gpu_infos, max_size=8),
                          jobs=st.lists(job_infos, max_size=8)),
     P.CtlOk: st.builds(P.CtlOk, message=texts),
