@@ -186,7 +186,8 @@ class Adaptive:
         if g:
             out[g.job_id] = Want(_g_cap(g, total), 1.0, False, g_state)
             recent = list(g.recent)[-8:]
-            g_used = max((r.mem_reserved for r in recent), default=0)
+            # what it used on the device, and what it was served from host within its cap (the GPU was full)
+            g_used = min(max((r.mem_reserved + host_served(r) for r in recent), default=0), _g_cap(g, total))
             avail = max(0, total - g_used - cfg.mem_headroom_bytes)
         else:
             avail = max(0, total - cfg.mem_headroom_bytes)

@@ -435,6 +435,21 @@ def test_a_paused_opportunistic_job_is_reclaimed_only_while_the_gpu_is_too_full_
     assert n.core.jobs["o"].reclaim_since is None and n.core.reclaimable(n.t + 60)[1] == []
 
 
+def test_a_guaranteed_burst_served_from_host_because_the_gpu_is_full_takes_the_memory_back():
+    """The guaranteed job's burst found the GPU full (the ledger): it was served from host, its reserved bytes did
+    not grow. What it was served counts as its use: the opportunistic job's cap shrinks, it is paused at its live
+    set, and its memory is reclaimed."""
+    n = adaptive_pair(mem=4 * GiB, g_request=3 * GiB)
+    finish_baseline(n, reserved=100 * MiB)
+    n.report("o", reserved=2 * GiB, floor=0, busy=0.01)
+    n.report("g", reserved=100 * MiB, host=2 * GiB)  # its 2 GiB burst, on host
+    assert n.cap("o") == 4 * GiB - (100 * MiB + 2 * GiB) - HEADROOM
+    n.report("o", reserved=2 * GiB, floor=2 * GiB, busy=0.01)  # its live set does not fit that
+    assert n.state("o") == "paused-mem"
+    n.report("g", reserved=100 * MiB, host=2 * GiB)
+    assert n.core.jobs["o"].reclaim_since is not None
+
+
 def test_opportunistic_cap_grows_when_filled_up_to_what_is_free():
     n = adaptive_pair(mem=4 * GiB, g_request=2 * GiB)
     finish_baseline(n, reserved=100 * MiB)
