@@ -208,9 +208,9 @@ def launch(spec: RunSpec) -> int:
         except OSError as exc:
             code = NOT_FOUND if isinstance(exc, FileNotFoundError) else NOT_EXECUTABLE
             raise LaunchError(f"cannot start {spec.command[0]}: {exc.strerror}", code) from None
-        previous = _forward_signals(child)
+        previous = _forward_signals(child, spec.device == DeviceKind.SIM)
         try:
-            code = _wait_fenced(child, watch) if watch is not None else child.wait()
+            code = _wait_fenced(child, watch, spec.device == DeviceKind.SIM) if watch is not None else child.wait()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -240,7 +240,7 @@ def _lease_watch(lease_file: str | None):
     return watch
 
 
-def _wait_fenced(child: subprocess.Popen, watch) -> int:
+def _wait_fenced(child: subprocess.Popen, watch, sim: bool = False) -> int:
     """Wait for ``child`` while its node's lease holds for it (``watch``: a ``colocate.base.lease.LeaseWatch``, checked
     every ``LEASE_CHECK_S``). Once it lapses: SIGTERM to this process group (the launcher, placed by its node in a
     session of its own, ignores it), SIGKILL to the group ``grace_s`` later (the launcher dies with it; the node
@@ -259,6 +259,8 @@ def _wait_fenced(child: subprocess.Popen, watch) -> int:
     grace_s = watch.grace_s
     print(f"colocate run: {why}: stopping the job (SIGTERM, SIGKILL in {grace_s:g} s)", file=sys.stderr, flush=True)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if sim:
+        _release_for_exit(child)
     group = os.getpgrp()
     if group == os.getpid():
         os.killpg(group, signal.SIGTERM)
@@ -371,13 +373,27 @@ def restore_autogroup(before: int | None) -> None:
               f"{exc.strerror or exc}", file=sys.stderr)
 
 
-def _forward_signals(child: subprocess.Popen) -> dict:
+STOPS = frozenset(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, n))
+
+
+def _release_for_exit(child: subprocess.Popen) -> None:
+    """A job on a simulated GPU is about to be stopped: its processes (this launcher's group, or the child alone)
+    leave the GPU's core and its idle class, so they end at once (``colocate.gpus.sim.release_for_exit``)."""
+    from colocate.gpus.sim import group_members, release_for_exit
+
+    group = os.getpgrp()
+    release_for_exit(group_members(group) if group == os.getpid() else [child.pid])
+
+
+def _forward_signals(child: subprocess.Popen, sim: bool = False) -> dict:
     interactive = sys.stdin is not None and sys.stdin.isatty()
 
     def forward(signum, frame):
         # Ctrl-C at a terminal already reached the child (same process group).
         if signum == signal.SIGINT and interactive:
             return
+        if sim and signum in STOPS:
+            _release_for_exit(child)
         try:
             child.send_signal(signum)
         except ProcessLookupError:

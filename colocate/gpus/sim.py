@@ -123,6 +123,55 @@ def keep_off_cores(cores: set[int]) -> None:
         pass
 
 
+def release_for_exit(pids) -> int:
+    """Before a stop signal reaches a job on a simulated GPU: every thread of ``pids`` moves to this process's own
+    cores (the host's, off the simulated GPUs') and, where the OS allows, out of the idle scheduling class. An
+    opportunistic job yields the GPU's core by that class, so on a busy core it would get almost no CPU time to end
+    or to save its checkpoint (measured: a SIGTERMed job paused beside a busy guaranteed one still ran 10 s later).
+    Returns the threads moved; never raises."""
+    try:
+        host = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return 0
+    moved = 0
+    for pid in pids:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{int(pid)}/task")]
+        except (OSError, ValueError):
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, host)
+                moved += 1
+            except OSError:  # gone, or not ours
+                continue
+            try:
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            except OSError:  # an unprivileged thread may not leave the idle class: its cores are enough
+                pass
+    return moved
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` (from /proc; [] where it cannot be read)."""
+    out: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for e in entries:
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if int(fields[2]) == pgid:  # after "pid (comm)": state, ppid, pgrp
+                out.append(int(e))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
 def declared(mem_total: int, core: int = 0, type_name: str = "", speed: float = 1.0) -> dict:
     """The declared spec of a simulated GPU, as ``HardwareFeatures`` fields: one CPU core of this host is its
     compute (``sm_count`` 1, ``sm_clock_mhz`` that core's maximum clock where sysfs says, else 0) and

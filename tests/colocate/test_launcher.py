@@ -221,6 +221,50 @@ def module_job(colocate, tmp_path_factory):
     }
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a host core beside the simulated GPU's")
+def test_a_stopped_job_leaves_the_gpus_core_and_its_idle_class_before_the_signal_reaches_it(tmp_path, job_env):
+    """An opportunistic job yields its simulated GPU's core by the idle scheduling class: stopped so, it would get
+    almost no CPU time to save its checkpoint on a busy core. The launcher moves it first."""
+    ready, got = tmp_path / "ready", tmp_path / "got"
+    core = max(os.sched_getaffinity(0))
+    child = write(tmp_path / "child.py", f"""\
+        import json, os, signal, sys, time
+        def on_term(signum, frame):
+            seen = {{"cores": sorted(os.sched_getaffinity(0)), "idle": os.sched_getscheduler(0) == os.SCHED_IDLE}}
+            with open({str(got)!r} + ".tmp", "w") as f:
+                json.dump(seen, f)
+            os.replace({str(got)!r} + ".tmp", {str(got)!r})
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, on_term)
+        os.sched_setaffinity(0, {{{core}}})  # as the runtime pins a job to its GPU's core
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # and a yielding job takes the idle class
+        with open({str(ready)!r} + ".tmp", "w") as f:
+            f.write("ready")
+        os.replace({str(ready)!r} + ".tmp", {str(ready)!r})
+        time.sleep(60)
+        sys.exit(5)
+        """)
+    env = {**job_env, "COLOCATE_SIM_CORE": str(core)}
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "colocate", "run", "--device", "sim", "--", sys.executable, str(child)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        wait_for(lambda: ready.exists() or launcher.poll() is not None, 60, what="the child to be ready")
+        assert launcher.poll() is None, launcher.communicate()
+        launcher.send_signal(signal.SIGTERM)  # the launcher alone: the child hears it only as forwarded
+        _, err = launcher.communicate(timeout=90)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    seen = json.loads(got.read_text())
+    assert core not in seen["cores"] and seen["cores"], seen
+    if os.geteuid() == 0:  # an unprivileged process may not leave the idle class; its cores are enough
+        assert seen["idle"] is False
+    assert launcher.returncode == 0, err
+
+
 def test_python_dash_m_module_runs_under_the_runtime(module_job):
     proc = module_job["proc"]
     assert proc.returncode == 0, proc.stderr
