@@ -8,7 +8,7 @@ time under the server's lock, so a scrape never sees a half-applied event.
 | --- | --- | --- |
 | colocate_gpu_memory_total_bytes | gpu, kind | device memory |
 | colocate_gpu_utilization_ratio | gpu | device busy fraction over the last 2 s |
-| colocate_gpu_jobs | gpu, priority | jobs placed on the GPU |
+| colocate_gpu_jobs | gpu, priority | jobs on the GPU: registered workers, and placed workers that have not registered (a job that never imports torch) |
 | colocate_job_memory_cap_bytes | job, gpu, priority | current memory cap |
 | colocate_job_memory_reserved_bytes | job, gpu, priority | reserved device bytes at the last boundary |
 | colocate_job_memory_allocated_peak_bytes | job, gpu, priority | allocated peak in the last mini-batch |
@@ -46,12 +46,13 @@ class NodeCollector:
             gpu_mem = GaugeMetricFamily("colocate_gpu_memory_total_bytes", "Device memory", labels=["gpu", "kind"])
             gpu_util = GaugeMetricFamily("colocate_gpu_utilization_ratio", "Device busy fraction, last 2 s", labels=["gpu"])
             gpu_jobs = GaugeMetricFamily("colocate_gpu_jobs", "Jobs on the GPU", labels=["gpu", "priority"])
+            on_gpu = _jobs_on_gpus(core)
             for g in core.gpus.values():
                 i = str(g.spec.index)
                 gpu_mem.add_metric([i, g.spec.kind], g.spec.mem_total)
                 gpu_util.add_metric([i], g.utilization(now))
                 for prio in (JobClass.GUARANTEED, JobClass.OPPORTUNISTIC):
-                    gpu_jobs.add_metric([i, prio], sum(1 for j in g.jobs if core.jobs[j].klass == prio))
+                    gpu_jobs.add_metric([i, prio], on_gpu.get((g.spec.index, prio), 0))
             labels = ["job", "gpu", "priority"]
             fam: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
                 "cap": GaugeMetricFamily("colocate_job_memory_cap_bytes", "Memory cap", labels=labels),
@@ -105,3 +106,20 @@ def serve(server, port: int, addr: str = "127.0.0.1"):
     registry.register(NodeCollector(server))
     start_http_server(port, addr=addr, registry=registry)
     return registry
+
+
+def _jobs_on_gpus(core) -> dict[tuple[int, str], int]:
+    """(GPU, priority) -> workers on it: each registered worker on its GPU, and each running placed worker that has
+    not registered (a job that never imports torch never does) on each of its GPUs."""
+    out: dict[tuple[int, str], int] = {}
+    registered = set()
+    for w in core.jobs.values():
+        registered.add((w.job, w.rank or 0))
+        out[(w.gpu, w.klass)] = out.get((w.gpu, w.klass), 0) + 1
+    for p in core.table.placements.values():
+        prio = JobClass.GUARANTEED if p.promoted else p.klass
+        for w in p.workers:
+            if w.running and (p.job_id, w.rank) not in registered:
+                for g in w.gpus:
+                    out[(g, prio)] = out.get((g, prio), 0) + 1
+    return out

@@ -314,8 +314,8 @@ class PlacementRules:
         out: list[Command] = []
         grace_s, workers = self.reclaimable(now)
         for job, worker in workers:
-            found = [(k, p) for k, p in self.table.placements.items()
-                     if p.job_id == job and p.running and p.klass == JobClass.OPPORTUNISTIC and not p.promoted]
+            found = [(k, p) for k, p in self.table.placements.items() if p.job_id == job and p.running
+                     and p.klass == JobClass.OPPORTUNISTIC and not p.promoted and self._ours(p)]
             for key, p in found:
                 if p.stopping:
                     continue
@@ -325,6 +325,8 @@ class PlacementRules:
                                         "scheduler's queue")]
                 out += self._stop_placement(key, p, grace_s, wall)
             if not found and worker not in self._reclaim_said:
+                if len(self._reclaim_said) >= MAX_OOM_NOTES:  # a long-lived node's hand-started workers
+                    self._reclaim_said.clear()
                 self._reclaim_said.add(worker)
                 out.append(Note("warning", f"worker {worker} is paused holding GPU memory the guaranteed job beside "
                                            "it needs, and it was started by hand, not placed: it stays paused"))

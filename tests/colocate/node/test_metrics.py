@@ -142,6 +142,21 @@ def test_a_scrape_describes_the_gpus_and_the_jobs_as_the_core_has_them(node):
     assert sample(s, "colocate_gpu_jobs", gpu="0", priority="guaranteed") == 0
 
 
+def test_a_placed_worker_that_never_registers_is_counted_on_its_gpu(node):
+    from colocate.node import events as E
+    from tests.colocate.node.test_placements import run, start
+
+    msg = start("m.1", "m", gpus=(0,), priority="opportunistic", cluster="")
+    node.state(lambda core: [core.handle(e, 1.0) for e in run(msg)])
+    try:
+        s = samples(node)
+        assert sample(s, "colocate_gpu_jobs", gpu="0", priority="opportunistic") == 1
+        assert sample(s, "colocate_gpu_jobs", gpu="0", priority="guaranteed") == 0
+    finally:
+        node.state(lambda core: core.handle(E.Exited("m.1", 0, 0, wall=2.0), 1.0))
+    assert sample(samples(node), "colocate_gpu_jobs", gpu="0", priority="opportunistic") == 0
+
+
 def test_counters_only_go_up(node):
     conn, ctl = node.connect(), node.connect(ctl=True)
     counter_types = ("counter", "summary")
