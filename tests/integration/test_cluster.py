@@ -6,6 +6,7 @@ and when is seen from outside the daemons.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -68,13 +69,19 @@ class Cluster:
 
         wait_until_scheduler_answers(self.scheduler, client)
 
-    def start_node(self, node_id: str, gpus: int, keys: Path | None | bool = True):
+    def start_node(self, node_id: str, gpus: int, keys: Path | None | bool = True, sim_gpu_mem: str = "",
+                   config: dict | None = None):
         """``keys``: True for the cluster's keys (the user's own folder without ``self.keys``), None for no
-        CURVE (``--insecure``), or a key folder."""
+        CURVE (``--insecure``), or a key folder. ``config``: the node's config fields (``--config``)."""
         keys = (self.keys or "") if keys is True else keys
         argv = [PY, "-m", "colocate", "node", "--device", "sim", "--sim-gpus", gpus, "--scheduler", self.endpoint,
                 "--node-id", node_id, "--host", "127.0.0.1", "--endpoint", f"ipc://{self.tmp}/{node_id}.sock",
                 "--log-dir", self.tmp / "logs", "--state-dir", self.tmp / node_id, "--log-level", "info"]
+        argv += ["--sim-gpu-mem", sim_gpu_mem] if sim_gpu_mem else []
+        if config:
+            path = self.tmp / f"{node_id}.json"
+            path.write_text(json.dumps(config))
+            argv += ["--config", path]
         argv += ["--keys", keys] if keys else ["--insecure"] if keys is None else []
         return self.procs.start(argv, f"{node_id}.log")
 
@@ -274,6 +281,53 @@ def test_a_preempted_opportunistic_job_resumes_from_its_checkpoint(procs, tmp_pa
     assert resumed and resumed[-1] >= 50, text[-2000:]
     assert "done: 300 iterations" in text or "300 iterations" in text, text[-1500:]
     print(f"\npreempted after iteration >= 50, resumed from iteration {resumed[-1]}")
+
+
+HOLDS = """\
+import os, sys, time, torch
+role, flag, finish = sys.argv[1:4]
+m = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+held = None
+for i in range(10 ** 6):
+    opt.zero_grad(); m(torch.randn(32, 64)).sum().backward(); opt.step()  # a mini-batch boundary each
+    time.sleep(0.01)
+    if role == "opp" and held is None and i >= 3:  # its live set: 900 MiB it never frees
+        held = torch.ones(900 << 20, dtype=torch.uint8)
+        open(flag, "w").close()
+    if role == "g" and held is None and os.path.exists(flag):  # a burst once the other holds its memory
+        held = torch.ones(1200 << 20, dtype=torch.uint8)
+    if role == "g" and os.path.exists(finish):
+        break
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_memory_an_opportunistic_job_cannot_give_back_is_reclaimed_and_the_job_queued_again(procs, tmp_path, sim_ext):
+    """A 2 GiB simulated GPU: the opportunistic job holds 900 MiB it cannot free; the guaranteed job's 1200 MiB burst
+    finds the GPU full (the node's ledger) and is served from host. The node stops the opportunistic placement; the
+    scheduler queues the job again, neither failed nor a failed start; the guaranteed job runs on and succeeds."""
+    c = Cluster(procs, tmp_path, nodes=0)
+    node = c.start_node("n0", 1, sim_gpu_mem="2GiB", config={"reclaim_after_s": 1.0, "opp_start_mem_fraction": 1.0})
+    wait_for(lambda: [n.node_id for n in c.client.nodes().nodes] == ["n0"], 60, what="the node to join")
+    script, flag, finish = tmp_path / "holds.py", tmp_path / "opp-holds", tmp_path / "finish"
+    script.write_text(HOLDS)
+    g = c.submit([PY, str(script), "g", str(flag), str(finish)], name="g", gpu_mem=1800 << 20)
+    wait_for(lambda: c.jobs()[g].state == "running", 120, what="the guaranteed job to run")
+    o = c.submit([PY, str(script), "opp", str(flag), str(finish)], name="opp", priority="opportunistic",
+                 yield_via="gate")  # not the idle class: under the suite's load it would get no CPU (test above)
+    wait_for(lambda: "(stopped: its memory was reclaimed)" in read_log(node), 180,
+             what="the node to reclaim the opportunistic job's memory")
+    assert "paused holding GPU memory the guaranteed job beside it needs" in read_log(node)
+    wait_for(lambda: c.jobs()[o].attempts >= 2 or "needed the memory it held" in c.jobs()[o].reason, 60,
+             what="the scheduler to queue the job again")
+    assert c.jobs()[o].state != "failed", c.jobs()[o]
+    finish.touch()
+    jobs = wait_all_done(c, [g], 120)
+    assert jobs[g].state == "succeeded", c.logs()
+    c.client.cancel(o)
+    assert wait_all_done(c, [o], 60)[o].state == "cancelled"
 
 
 @pytest.mark.slow
