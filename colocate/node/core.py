@@ -349,6 +349,14 @@ class NodeCore(PlacementRules):
             if w.guaranteed and w.job != except_job:
                 yield Claim(w.gpu, WORKER + w.job_id, w.claim)
 
+    def _resume_to_stop(self, job: str, now: float) -> list[Command]:
+        gpus = set()
+        for w in self.jobs.values():
+            if w.job == job and not w.stopping:
+                w.stopping = True
+                gpus.add(w.gpu)
+        return [c for g in sorted(gpus) for c in self._replan(self.gpus[g], now)]
+
     def reclaimable(self, now: float) -> tuple[float, list[tuple[str, str]]]:
         after = self.cfg.reclaim_after_s
         return self.cfg.reclaim_grace_s, [(w.job, w.job_id) for w in self.jobs.values()
@@ -420,6 +428,8 @@ class NodeCore(PlacementRules):
         if job.override_share is not None:
             share = job.override_share
             job.slo_state = SloState.OVERRIDE
+        if job.stopping:  # its placement is being stopped: a paused job could not act on the stop signal
+            share = max(share, job.sm_request)
         new = P.Limits(seq=cur.seq, mem_cap=int(cap), sm_share=round(float(share), 4), gate=bool(gate))
         if bump or new != cur:
             new = P.Limits(seq=cur.seq + 1, mem_cap=new.mem_cap, sm_share=new.sm_share, gate=new.gate)

@@ -90,6 +90,10 @@ class PlacementRules:
     def _guarantee(self, job: str, on: bool, now: float) -> list[Command]:
         raise NotImplementedError
 
+    def _resume_to_stop(self, job: str, now: float) -> list[Command]:
+        """The limits that let job ``job``'s registered workers run to their stop (none paused)."""
+        raise NotImplementedError
+
     def reclaimable(self, now: float) -> tuple[float, list[tuple[str, str]]]:
         """(grace seconds, [(job, worker id)]): the registered opportunistic workers whose memory the guaranteed job
         on their GPU has wanted back long enough (``NodeConfig.reclaim_after_s``)."""
@@ -236,11 +240,12 @@ class PlacementRules:
                 return []
             t.remember(t.stopped_unknown, key, e.job_id)
             return [Save()]
-        return [*self._stop_placement(key, p, e.grace_s, e.wall), Save()]
+        return [*self._stop_placement(key, p, e.grace_s, e.wall, now), Save()]
 
-    def _stop_placement(self, key: str, p: LocalPlacement, grace_s: float, wall: float) -> list[Command]:
-        """SIGTERM each running worker now, SIGKILL at ``wall + grace_s`` (a repeat only brings that forward)."""
-        out: list[Command] = []
+    def _stop_placement(self, key: str, p: LocalPlacement, grace_s: float, wall: float, now: float) -> list[Command]:
+        """SIGTERM each running worker now, SIGKILL at ``wall + grace_s`` (a repeat only brings that forward); a
+        paused worker resumes, so that what the signal asks of it (a checkpoint) runs before the SIGKILL."""
+        out: list[Command] = [] if p.stopping else self._resume_to_stop(p.job_id, now)
         p.stopping = True
         deadline = wall + max(0.0, grace_s)
         for w in p.workers:
@@ -323,7 +328,7 @@ class PlacementRules:
                 out += [Note("warning", f"placement {p.placement_id} of job {job} stopped: worker {worker} is paused "
                                         "holding GPU memory the guaranteed job beside it needs; it goes back to the "
                                         "scheduler's queue")]
-                out += self._stop_placement(key, p, grace_s, wall)
+                out += self._stop_placement(key, p, grace_s, wall, now)
             if not found and worker not in self._reclaim_said:
                 if len(self._reclaim_said) >= MAX_OOM_NOTES:  # a long-lived node's hand-started workers
                     self._reclaim_said.clear()
@@ -350,7 +355,7 @@ class PlacementRules:
             if p.cluster != e.cluster_id and p.running and not p.stopping:
                 out += [Note("warning", f"placement {p.placement_id} of job {p.job_id}: {OTHER_CLUSTER}: stopped")]
                 p.stop_reason = OTHER_CLUSTER  # its workers' ends are reported fenced: lost, not failed, should
-                out += self._stop_placement(key, p, e.grace_s, e.wall)  # their scheduler come back
+                out += self._stop_placement(key, p, e.grace_s, e.wall, now)  # their scheduler come back
         return out + ([Save()] if any(isinstance(c, Signal) for c in out) else [])
 
     def _recovered(self, e: E.Recovered, now: float) -> list[Command]:

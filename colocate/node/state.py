@@ -66,6 +66,7 @@ class RegisteredWorker:
     start_mem: int = 0  # the scheduler's recommendation for an opportunistic worker: the policy starts it here
     start_share: float = 0.0  # (0: the policy's own starting point)
     reclaim_since: float | None = None  # since when the policy has wanted its memory back (``Want.reclaim``)
+    stopping: bool = False  # its placement is being stopped: it runs (share 1) to act on the stop signal
 
     def __post_init__(self) -> None:
         self.job = self.job or self.job_id

@@ -262,3 +262,23 @@ def test_a_worker_started_by_hand_is_never_stopped_by_a_reclaim_only_said_once()
     first = c.handle(E.WallTick(1000.0), 7.0)
     assert shown(first) == [] and any("started by hand" in getattr(n, "text", "") for n in first)
     assert c.handle(E.WallTick(1001.0), 8.0) == []
+
+
+def test_a_paused_worker_whose_placement_is_stopped_resumes_to_act_on_the_signal():
+    """A job paused (share 0) waits at its boundary: its SIGTERM handler (a checkpoint) would run only at the
+    SIGKILL. The stop resumes it."""
+    from colocate.node.commands import Send
+
+    c = core()
+    o = start("9.1", "9", priority="opportunistic")
+    for e in run(o):
+        c.handle(e, 1.0)
+    c.handle(P.Register(job_id="9", pid=100, gpu=0, priority="opportunistic", mem_request=None, sm_share=1.0,
+                        mem_cap=1 << 30, epoch=1, sm_request=1.0), 1.0)
+    c.handle(P.CtlSet(job_id="9", sm_share=0.0), 1.0)  # paused (the policy pauses the same way)
+    assert c.jobs["9"].limits.sm_share == 0.0
+    out = c.handle(stop("9.1", "9", 5.0, "c1"), 2.0)
+    assert shown(out) == [("signal", "c1/9.1", 0, "SIGTERM")]
+    (lim,) = [m.msg.limits for m in out if isinstance(m, Send)]
+    assert lim.sm_share == 1.0 and c.jobs["9"].limits.sm_share == 1.0
+    assert [m for m in c.handle(stop("9.1", "9", 1.0, "c1"), 3.0) if isinstance(m, Send)] == []  # once
