@@ -56,7 +56,7 @@ def print_table(headers, rows, title: str | None = None, right=(), out: Console 
 
 # ---- a node's GPUs and jobs (ctl list, top) --------------------------------------------------
 
-GPU_HEADERS = ("GPU", "KIND", "MEMORY", "UTILIZATION", "JOBS")
+GPU_HEADERS = ("GPU", "KIND", "MODEL", "MEMORY", "UTILIZATION", "JOBS")
 JOB_HEADERS = ("JOB", "GPU", "PRIORITY", "PID", "CAP", "SHARE", "RESERVED", "HOST", "IT/S", "SLO", "ITERS")
 _RIGHT = {"GPU", "MEMORY", "JOBS", "PID", "CAP", "SHARE", "RESERVED", "HOST", "IT/S", "ITERS"}
 SLO_STYLES = {"ok": "green", "violated": "bold red", "baseline": "yellow", "paused-mem": "red",
@@ -80,7 +80,7 @@ def gpu_table(listing: P.CtlJobs, bars: bool = False) -> Table:
     for g in listing.gpus:
         n = sum(1 for j in listing.jobs if j.gpu == g.index)
         util = util_bar(g.utilization) if bars else f"{g.utilization * 100:.0f}%"
-        rows.append((str(g.index), g.kind, format_size(g.mem_total), util, str(n)))
+        rows.append((str(g.index), g.kind, g.model or "-", format_size(g.mem_total), util, str(n)))
     return table(GPU_HEADERS, rows, title="GPUs", right=_RIGHT)
 
 

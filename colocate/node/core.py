@@ -318,7 +318,7 @@ class NodeCore(PlacementRules):
     # ----------------------------------------------------------------- helpers
     def snapshot(self, now: float) -> P.CtlJobs:
         gpus = [P.GpuInfo(index=g.spec.index, mem_total=g.spec.mem_total, utilization=g.utilization(now),
-                          kind=g.spec.kind) for g in self.gpus.values()]
+                          kind=g.spec.kind, model=g.spec.name[:128]) for g in self.gpus.values()]
         jobs = []
         for j in self.jobs.values():
             last = j.last

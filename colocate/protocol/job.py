@@ -85,6 +85,8 @@ class GpuInfo(_Record):
     mem_total: int = _f(SIZE)
     utilization: float = _f(SHARE)
     kind: DeviceKind = _f(Choice(DeviceKind))
+    # the GPU's model as the node names it (NVML's name; a simulated GPU's declared type, "sim" untyped)
+    model: str = _f(Str(128, printable=True), default="", optional=True)
 
 
 @_record()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from colocate import protocol as P
+from colocate.gpus.spec import SIM_NAME
 from tests.support import (
     JOB_START_S,
     PY,
@@ -68,8 +69,8 @@ def test_ctl_list_table(setup):
     assert res.returncode == 0, res.stderr
     lines = [line for line in res.stdout.splitlines() if line.strip() and not set(line.strip()) <= {"─"}]
     assert lines[0].strip() == "GPUs"
-    assert lines[1].split() == ["GPU", "KIND", "MEMORY", "UTILIZATION", "JOBS"]
-    assert lines[2].split()[:4] == ["0", "sim", "16.0", "GiB"] and lines[2].split()[-1] == "1"
+    assert lines[1].split() == ["GPU", "KIND", "MODEL", "MEMORY", "UTILIZATION", "JOBS"]
+    assert lines[2].split()[:5] == ["0", "sim", SIM_NAME, "16.0", "GiB"] and lines[2].split()[-1] == "1"
     header = next(i for i, l in enumerate(lines) if l.split()[:1] == ["JOB"])
     assert lines[header - 1].strip() == "Jobs"
     assert lines[header].split() == ["JOB", "GPU", "PRIORITY", "PID", "CAP", "SHARE", "RESERVED", "HOST", "IT/S",

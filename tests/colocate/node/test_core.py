@@ -759,3 +759,10 @@ def test_the_host_column_shows_a_buffer_spilled_and_freed_within_the_batch():
                            host_bytes_touched=64 * MiB, limits_seq=0), 0.05)
     (jobs,) = replies(n.handle(P.CtlList()))
     assert jobs.jobs[0].host_bytes == 64 * MiB
+
+
+def test_ctl_list_names_each_gpus_model():
+    core = NodeCore([GpuSpec(index=0, kind="sim", mem_total=GiB, name="K80", speed=0.25),
+                     GpuSpec(index=1, kind="sim", mem_total=GiB)], NodeConfig(), node_epoch=7)
+    (listing,) = replies(core.handle(P.CtlList(), 1.0))
+    assert [g.model for g in listing.gpus] == ["K80", GpuSpec(index=1, kind="sim", mem_total=GiB).name]
