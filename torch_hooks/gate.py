@@ -22,22 +22,20 @@ same block can drive a launch hold; only the sim follower is built today.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import mmap
 import os
 import statistics
-import tempfile
 import time
 from collections import deque
+
+from colocate.gpus.ledger import shared_path
 
 BLOCK_BYTES = 64
 
 
 def gate_path(node_endpoint: str, gpu: int) -> str:
     """Where the gate block of ``gpu`` under the node at ``node_endpoint`` lives."""
-    digest = hashlib.sha1(node_endpoint.encode()).hexdigest()[:12]
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    return os.path.join(base, f"colocate-gate-{digest}-gpu{gpu}")
+    return shared_path("gate", node_endpoint, gpu)
 
 
 def _open_block(path: str) -> mmap.mmap:

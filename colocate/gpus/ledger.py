@@ -40,11 +40,17 @@ SIZE = HEAD_BYTES + SLOTS * SLOT_BYTES
 _HEAD = struct.Struct("<IIQI")
 
 
-def ledger_path(node_endpoint: str, gpu: int) -> str:
-    """Where the ledger of simulated GPU ``gpu`` of the node at ``node_endpoint`` lives (beside its gate block)."""
+def shared_path(kind: str, node_endpoint: str, gpu: int) -> str:
+    """The shared-memory file ``kind`` (``mem``: this ledger; ``gate``: ``torch_hooks.gate``) of GPU ``gpu`` of the
+    node at ``node_endpoint``: /dev/shm (else the temporary folder), named by a digest of the endpoint."""
     digest = hashlib.sha1(node_endpoint.encode()).hexdigest()[:12]
     base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    return os.path.join(base, f"colocate-mem-{digest}-gpu{gpu}")
+    return os.path.join(base, f"colocate-{kind}-{digest}-gpu{gpu}")
+
+
+def ledger_path(node_endpoint: str, gpu: int) -> str:
+    """Where the ledger of simulated GPU ``gpu`` of the node at ``node_endpoint`` lives (beside its gate block)."""
+    return shared_path("mem", node_endpoint, gpu)
 
 
 def create(path: str, total: int) -> None:
