@@ -149,6 +149,25 @@ def test_child_killed_by_signal_gives_128_plus_n(colocate, tmp_path):
     assert proc.returncode == 128 + signal.SIGKILL == 137
 
 
+def sigterm_launcher(child, ready, cwd, env) -> tuple[subprocess.Popen, str]:
+    """``colocate run --device sim -- python CHILD``: once the child has made ``ready``, SIGTERM to the launcher alone
+    (the child hears it only as forwarded); the launcher, ended, and its stderr."""
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "colocate", "run", "--device", "sim", "--", sys.executable, str(child)],
+        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        wait_for(lambda: ready.exists() or launcher.poll() is not None, 60, what="the child to be ready")
+        assert launcher.poll() is None, launcher.communicate()
+        launcher.send_signal(signal.SIGTERM)
+        _, err = launcher.communicate(timeout=90)  # a bound, not a speed: a lost SIGTERM still ends at 60 s with 5
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    return launcher, err
+
+
 def test_sigterm_is_forwarded_to_the_child(tmp_path, job_env):
     ready, got = tmp_path / "ready", tmp_path / "got"
     child = write(tmp_path / "child.py", f"""\
@@ -165,19 +184,7 @@ def test_sigterm_is_forwarded_to_the_child(tmp_path, job_env):
         time.sleep(60)
         sys.exit(5)
         """)
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "colocate", "run", "--device", "sim", "--", sys.executable, str(child)],
-        cwd=tmp_path, env=job_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        wait_for(lambda: ready.exists() or launcher.poll() is not None, 60, what="the child to be ready")
-        assert launcher.poll() is None, launcher.communicate()
-        launcher.send_signal(signal.SIGTERM)
-        _, err = launcher.communicate(timeout=90)  # a bound, not a speed: a lost SIGTERM still ends at 60 s with 5
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
+    launcher, err = sigterm_launcher(child, ready, tmp_path, job_env)
     assert got.read_text() == "TERM"
     assert launcher.returncode == 0, err
     assert "Traceback" not in err
@@ -245,19 +252,7 @@ def test_a_stopped_job_leaves_the_gpus_core_and_its_idle_class_before_the_signal
         sys.exit(5)
         """)
     env = {**job_env, "COLOCATE_SIM_CORE": str(core)}
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "colocate", "run", "--device", "sim", "--", sys.executable, str(child)],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        wait_for(lambda: ready.exists() or launcher.poll() is not None, 60, what="the child to be ready")
-        assert launcher.poll() is None, launcher.communicate()
-        launcher.send_signal(signal.SIGTERM)  # the launcher alone: the child hears it only as forwarded
-        _, err = launcher.communicate(timeout=90)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
+    launcher, err = sigterm_launcher(child, ready, tmp_path, env)
     seen = json.loads(got.read_text())
     assert core not in seen["cores"] and seen["cores"], seen
     if os.geteuid() == 0:  # an unprivileged process may not leave the idle class; its cores are enough
