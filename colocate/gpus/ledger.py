@@ -67,7 +67,9 @@ def create(path: str, total: int) -> None:
             raise ValueError(f"{path} is not a colocate memory ledger ({st.st_size} bytes)")
         if st.st_size == SIZE:
             magic, version, _total, _slots = _HEAD.unpack(os.pread(fd, _HEAD.size, 0))
-            if (magic, version) != (MAGIC, VERSION):
+            # all zeros: a node stopped between sizing the file and writing its head; no job can have a slot
+            unwritten = magic == 0 and not any(os.pread(fd, SIZE, 0))
+            if (magic, version) != (MAGIC, VERSION) and not unwritten:
                 raise ValueError(f"{path} is not a colocate memory ledger of version {VERSION}")
         else:
             os.ftruncate(fd, SIZE)

@@ -69,7 +69,7 @@ def test_a_ledger_whose_slots_are_all_held_by_live_processes_is_refused_with_a_r
     assert slot is None and f"all {L.SLOTS} slots" in why
 
 
-@pytest.mark.parametrize("content", [b"", b"x" * 10, b"\0" * L.SIZE])
+@pytest.mark.parametrize("content", [b"", b"x" * 10, b"x" * L.SIZE])
 def test_what_is_not_a_ledger_is_refused_by_the_job_and_left_alone_by_the_node(tmp_path, content):
     path = tmp_path / "l"
     if content:
@@ -115,3 +115,11 @@ def test_remove_if_unused_keeps_a_ledger_a_live_job_holds(tmp_path):
 def test_ledger_paths_differ_by_node_and_gpu():
     paths = {L.ledger_path(e, g) for e in ("ipc:///a/node.sock", "ipc:///b/node.sock") for g in (0, 1)}
     assert len(paths) == 4
+
+
+def test_a_ledger_left_unwritten_by_a_node_killed_while_making_it_is_made_again(tmp_path):
+    path = tmp_path / "l"
+    path.write_bytes(b"\0" * L.SIZE)  # sized, its head not yet written
+    assert L.attach(str(path))[0] is None  # no job takes it as it is
+    L.create(str(path), 64 * MiB)
+    assert L.read(str(path)) == L.Usage(64 * MiB, {})
